@@ -1,0 +1,185 @@
+"""Metrics against hand-computed values, with scikit-learn as an extra oracle."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from spamnb.metrics import (
+    Confusion,
+    confusion_at_cutoffs,
+    lam_pct,
+    one_minus_auc_pct,
+    recall_at_fpr,
+    roc_auc,
+    roc_curve,
+    summary,
+    total_cost_ratio,
+    weighted_accuracy,
+)
+
+# ham 0.1, 0.4, 0.4; spam 0.4, 0.8.  Of the 6 (spam, ham) pairs, spam 0.8
+# wins 3; spam 0.4 wins against 0.1 and ties twice (2 x 1/2): AUC = 5/6.
+Y_TIES = [0, 0, 0, 1, 1]
+S_TIES = [0.1, 0.4, 0.4, 0.4, 0.8]
+
+
+def test_auc_with_ties_by_hand():
+    assert roc_auc(Y_TIES, S_TIES) == pytest.approx(5 / 6)
+    assert one_minus_auc_pct(Y_TIES, S_TIES) == pytest.approx(100 / 6)
+
+
+def test_auc_extremes_and_invariance():
+    assert roc_auc([0, 0, 1, 1], [0.1, 0.2, 0.3, 0.4]) == 1.0
+    assert roc_auc([0, 0, 1, 1], [0.4, 0.3, 0.2, 0.1]) == 0.0
+    assert roc_auc([0, 1, 0, 1], [7, 7, 7, 7]) == 0.5
+    # a monotone transform (probability -> log-odds) leaves the AUC unchanged
+    p = np.array([0.1, 0.4, 0.4, 0.4, 0.8])
+    assert roc_auc(Y_TIES, np.log(p / (1 - p))) == pytest.approx(5 / 6)
+
+
+def test_auc_rejects_bad_input():
+    with pytest.raises(ValueError, match="both classes"):
+        roc_auc([1, 1], [0.1, 0.2])
+    with pytest.raises(ValueError, match="differ in length"):
+        roc_auc([0, 1], [0.1])
+    with pytest.raises(ValueError, match="only 0"):
+        roc_auc([0, 2], [0.1, 0.2])
+    with pytest.raises(ValueError, match="NaN"):
+        roc_auc([0, 1], [0.1, float("nan")])
+
+
+def test_roc_curve_merges_ties():
+    fpr, tpr, thr = roc_curve(Y_TIES, S_TIES)
+    np.testing.assert_allclose(thr, [np.inf, 0.8, 0.4, 0.1])
+    np.testing.assert_allclose(fpr, [0, 0, 2 / 3, 1])
+    np.testing.assert_allclose(tpr, [0, 0.5, 1, 1])
+    # trapezoid area under the merged curve is the tie-as-half AUC
+    assert np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2) == pytest.approx(5 / 6)
+
+
+def test_recall_at_fpr_worked_example():
+    # ham 0.9 0.5 0.1 0.1; spam 0.95 0.9 0.6 0.2 (the docstring's example)
+    y = [0, 0, 0, 0, 1, 1, 1, 1]
+    s = [0.9, 0.5, 0.1, 0.1, 0.95, 0.9, 0.6, 0.2]
+    # fpr 0.25: k = 1 ham may be misfiled, threshold strictly above 0.5
+    assert recall_at_fpr(y, s, 0.25) == 0.75
+    # fpr 0.2: k = floor(0.8) = 0, strictly above 0.9; the spam tied at 0.9 is not caught
+    assert recall_at_fpr(y, s, 0.2) == 0.25
+    assert recall_at_fpr(y, s, 0.0) == 0.25
+    # fpr 0.5: k = 2, strictly above the third ham (0.1): 0.95 0.9 0.6 0.2 all caught
+    assert recall_at_fpr(y, s, 0.5) == 1.0
+    assert recall_at_fpr(y, s, 1.0) == 1.0
+
+
+def test_recall_at_fpr_k_is_floor_without_float_noise():
+    # 0.001 * 4000 = 3.9999999999999996 in floating point; k must still be 4
+    n_ham = 4000
+    ham = np.arange(n_ham, dtype=float)  # top ham scores 3999, 3998, 3997, 3996, 3995
+    spam = np.array([3995.5, 3994.5])
+    y = np.r_[np.zeros(n_ham), np.ones(2)].astype(int)
+    s = np.r_[ham, spam]
+    # k = 4: threshold strictly above the 5th highest ham (3995)
+    assert recall_at_fpr(y, s, 0.001) == 0.5
+
+
+def test_lam_by_hand():
+    # equal rates: lam equals them
+    assert lam_pct(0.1, 0.1) == pytest.approx(10.0)
+    # hm = 1%, sm = 25%: odds 1/99 and 1/3, geometric mean 1/sqrt(297),
+    # lam = odds / (1 + odds) = 1 / (1 + sqrt(297)) = 5.4843...%
+    assert lam_pct(0.01, 0.25) == pytest.approx(100 / (1 + math.sqrt(297)))
+    assert lam_pct(0.01, 0.25) == pytest.approx(5.48426, abs=1e-4)
+    assert lam_pct(0.25, 0.01) == lam_pct(0.01, 0.25)
+
+
+def test_lam_edges():
+    # with class sizes: 0 errors of 100 ham become 0.5/100, odds 1/199;
+    # sm = 2% has odds 1/49; lam = 1 / (1 + sqrt(199 * 49))
+    assert lam_pct(0.0, 0.02, n_ham=100, n_spam=50) == pytest.approx(
+        100 / (1 + 7 * math.sqrt(199))
+    )
+    # all spam missed out of 10: (10 - 0.5)/10
+    assert lam_pct(0.5, 1.0, n_ham=4, n_spam=10) == pytest.approx(
+        100 / (1 + math.sqrt(1 / 19))
+    )
+    # without sizes: the limits
+    assert lam_pct(0.0, 0.3) == 0.0
+    assert lam_pct(1.0, 0.3) == 100.0
+    assert math.isnan(lam_pct(0.0, 1.0))
+    with pytest.raises(ValueError):
+        lam_pct(1.5, 0.1)
+
+
+def _three_way_example():
+    # ham: 95 at 0.1, 3 unsure at 0.5, 2 at 0.995; spam: 5 at 0.2, 5 at 0.7, 40 at 0.999
+    y = np.r_[np.zeros(100), np.ones(50)].astype(int)
+    p = np.r_[[0.1] * 95, [0.5] * 3, [0.995] * 2, [0.2] * 5, [0.7] * 5, [0.999] * 40]
+    return y, p
+
+
+def test_confusion_three_way():
+    y, p = _three_way_example()
+    c = confusion_at_cutoffs(y, p, 0.45, 0.99)
+    assert c == Confusion(95, 3, 2, 5, 5, 40)
+    assert c.fp_pct == pytest.approx(2.0)
+    assert c.fn_pct == pytest.approx(10.0)
+    assert c.unsure_ham_pct == pytest.approx(3.0)
+    assert c.unsure_spam_pct == pytest.approx(10.0)
+    assert c.accuracy == pytest.approx(135 / 150)
+
+
+def test_confusion_boundaries_and_two_state():
+    y = [0, 0, 1, 1]
+    p = [0.45, 0.99, 0.46, 0.98]
+    # <= ham_cutoff is ham, >= spam_cutoff is spam, strictly between is unsure
+    assert confusion_at_cutoffs(y, p, 0.45, 0.99) == Confusion(1, 0, 1, 0, 2, 0)
+    # ham_cutoff == spam_cutoff: two-state, everything below the spam cut-off is ham
+    assert confusion_at_cutoffs(y, p, 0.7, 0.7) == Confusion(1, 0, 1, 1, 0, 1)
+
+
+def test_weighted_accuracy_and_tcr_by_hand():
+    c = Confusion(95, 3, 2, 5, 5, 40)
+    # WAcc_λ = (λ n_hh + n_ss) / (λ N_h + N_s)
+    assert weighted_accuracy(c, 1) == pytest.approx(135 / 150)
+    assert weighted_accuracy(c, 9) == pytest.approx((9 * 95 + 40) / (9 * 100 + 50))
+    assert weighted_accuracy(c, 999) == pytest.approx((999 * 95 + 40) / (999 * 100 + 50))
+    # TCR_λ = N_s / (λ n_hs + n_sh)
+    assert total_cost_ratio(c, 1) == pytest.approx(50 / 7)
+    assert total_cost_ratio(c, 9) == pytest.approx(50 / 23)
+    assert total_cost_ratio(c, 999) == pytest.approx(50 / 2003)
+    assert total_cost_ratio(Confusion(10, 0, 0, 0, 1, 9), 999) == math.inf
+
+
+def test_summary_is_json_and_consistent():
+    y, p = _three_way_example()
+    out = summary(y, p, cutoffs=(0.45, 0.99))
+    json.dumps(out, allow_nan=False)
+    assert out["n_ham"] == 100 and out["n_spam"] == 50
+    assert out["n_ham_spam"] == 2 and out["n_spam_unsure"] == 5
+    assert out["fp_pct"] == pytest.approx(2.0)
+    assert out["tcr"]["9"] == pytest.approx(50 / 23)
+    # lam from "filed as spam or not": hm = 2/100, sm = (5 + 5)/50
+    assert out["lam_pct"] == pytest.approx(lam_pct(0.02, 0.2))
+    assert out["auc"] == pytest.approx(roc_auc(y, p))
+    assert set(out["recall_at_fpr"]) == {"0.001", "0.01"}
+    perfect = summary([0, 1], [0.0, 1.0], cutoffs=(0.5, 0.5))
+    assert perfect["tcr"]["999"] is None
+    json.dumps(perfect, allow_nan=False)
+    assert "lam_pct" not in summary(y, p)
+
+
+def test_sklearn_oracle():
+    metrics = pytest.importorskip("sklearn.metrics")
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        n = int(rng.integers(5, 300))
+        y = rng.integers(0, 2, n)
+        y[:2] = [0, 1]
+        s = rng.integers(0, 12, n) / 11.0  # heavy ties
+        assert roc_auc(y, s) == pytest.approx(metrics.roc_auc_score(y, s))
+        fpr, tpr, _ = roc_curve(y, s)
+        sk_fpr, sk_tpr, _ = metrics.roc_curve(y, s, drop_intermediate=False)
+        np.testing.assert_allclose(fpr, sk_fpr)
+        np.testing.assert_allclose(tpr, sk_tpr)
