@@ -1,0 +1,996 @@
+"""Naive Bayes estimators (docs sections 2-6), scikit-learn's names and conventions.
+
+Counts are the state; log-probabilities are derived from them after every
+``fit`` / ``partial_fit`` / ``forget`` / ``grow_features`` / ``select_features``.
+Everything is computed in log space; posteriors are normalised with log-sum-exp.
+
+Models
+------
+MultinomialNB   word counts                P(w|c) = (n_cw + λ) / (Σ_w' n_cw' + |V|·λ)
+BernoulliNB     word presence              P(w present|c) = (m_cw + λ) / (N_c + 2λ)
+ComplementNB    Rennie et al. (2003)       weights from the complement classes' counts
+CategoricalNB   general discrete features  P(x_j=a|c) = (N_c^(j,a) + λ) / (N_c + S_j·λ)
+GaussianNB      continuous features        normal density with a variance floor
+
+Priors (all models): learned P(c_k) = N_k/N (``fit_prior=True``), smoothed
+P_λ(c_k) = (N_k + λ)/(N + K·λ) (``smooth_prior=True``), uniform 1/K
+(``fit_prior=False``) or given (``class_prior=[...]``). With no observation at
+all (N = 0) a learned prior falls back to uniform.
+
+λ = 0 (maximum likelihood)
+--------------------------
+A probability 0 gives log-probability -inf, never NaN: sums are computed from
+the finite part of the weights, and a separate sparse product counts the
+zero-probability events each sample hits; a hit sets that class's joint
+log-likelihood to exactly -inf (posterior exactly 0). A distribution with no
+observations and λ = 0 (0/0) assigns probability 0 to everything. If *every*
+class is ruled out for a sample, the evidence is ignored for that sample and its
+posterior is the class prior (``predict`` then returns the most probable class a
+priori). No numpy warnings are emitted for these cases.
+
+Inputs
+------
+X may be a dense array or any scipy sparse matrix/array; sparse input is
+converted to CSR (never densified; memory stays proportional to the nonzeros).
+Dense input to the count models is converted to CSR too, so dense and sparse
+inputs give bit-identical results. ``partial_fit`` / ``forget`` given X with
+more columns than ``n_features_in_`` grow the discrete count models
+(Multinomial, Bernoulli, Complement) first (new tokens); prediction is strict:
+X must have exactly ``n_features_in_`` columns (ValueError otherwise), like
+scikit-learn - grow the model or pad X explicitly.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = ["BernoulliNB", "CategoricalNB", "ComplementNB", "GaussianNB", "MultinomialNB"]
+
+# Row chunks for the binarised (Bernoulli) products: bounds temporary memory.
+_CHUNK_NNZ = 1 << 21
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _log(a):
+    """Natural log with log(0) = -inf and no warning."""
+    with np.errstate(divide="ignore"):
+        return np.log(a)
+
+
+def _check_finite_data(data, what="X"):
+    # fast path: the sum is finite iff no NaN/inf (unless it overflows)
+    if data.size and not np.isfinite(data.sum()):
+        if not np.isfinite(data).all():
+            raise ValueError(f"{what} contains NaN or infinity")
+
+
+def _to_csr(X, *, dtype_numeric=True):
+    """Validate X and return it as a CSR matrix (never densifying sparse input)."""
+    if sp.issparse(X):
+        X = X.tocsr()
+        if not isinstance(X, sp.csr_matrix):
+            X = sp.csr_matrix(X)  # sparse array -> matrix, shares the buffers
+    else:
+        X = np.asarray(X)
+        if X.dtype.kind not in "biuf":
+            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+        if X.ndim != 2:
+            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
+        _check_finite_data(X)
+        X = sp.csr_matrix(X)
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    if X.dtype.kind == "b":
+        X = X.astype(np.float64)
+    _check_finite_data(X.data)
+    return X
+
+
+def _csr_view(X, data, r0, r1):
+    """CSR of rows r0:r1 of X with the given data, sharing X's indices (no copy)."""
+    s, e = X.indptr[r0], X.indptr[r1]
+    out = sp.csr_matrix((r1 - r0, X.shape[1]))
+    # assigned directly: the constructor would copy small views of big arrays
+    out.indptr = X.indptr[r0 : r1 + 1] - s
+    out.indices = X.indices[s:e]
+    out.data = data
+    return out
+
+
+def _row_chunks(X, max_nnz=_CHUNK_NNZ):
+    """Yield (r0, r1) row ranges of about max_nnz nonzeros each."""
+    n = X.shape[0]
+    cuts = np.searchsorted(X.indptr, np.arange(max_nnz, X.nnz, max_nnz))
+    edges = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]]))
+    for r0, r1 in zip(edges[:-1], edges[1:]):
+        yield int(r0), int(r1)
+
+
+def _binary_chunks(X, threshold, max_nnz=_CHUNK_NNZ):
+    """Yield (r0, r1, Xb) with Xb = [X > threshold] for rows r0:r1, without copying X."""
+    if threshold is None:
+        yield 0, X.shape[0], X
+        return
+    for r0, r1 in _row_chunks(X, max_nnz):
+        s, e = X.indptr[r0], X.indptr[r1]
+        data = np.greater(X.data[s:e], threshold).astype(np.float64)
+        yield r0, r1, _csr_view(X, data, r0, r1)
+
+
+def _pattern(X):
+    """CSR with 1.0 where X has a nonzero entry (shares indices)."""
+    return _csr_view(X, np.not_equal(X.data, 0).astype(np.float64), 0, X.shape[0])
+
+
+def _split_inf(W):
+    """Split weights into finite part (inf -> 0) and indicator of -inf entries."""
+    Z = np.isneginf(W)
+    if not Z.any():
+        return W, None
+    return np.where(Z, 0.0, W), Z
+
+
+def _log_normalize(jll, log_prior):
+    """Row-wise log posteriors via log-sum-exp (in place on jll).
+
+    Rows where every class is ruled out (all -inf) fall back to the prior.
+    """
+    m = jll.max(axis=1)
+    dead = ~np.isfinite(m)
+    if dead.any():
+        jll[dead] = log_prior
+        m[dead] = np.max(log_prior)
+    jll -= m[:, None]
+    # log P(c|x) = jll_c − log Σ_k exp(jll_k)   (log-sum-exp, shifted by the max)
+    jll -= np.log(np.exp(jll).sum(axis=1))[:, None]
+    return jll
+
+
+def _check_sample_weight(sample_weight, n):
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.ndim != 1 or w.shape[0] != n:
+        raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},)")
+    if not np.all(np.isfinite(w)) or (w < 0).any():
+        raise ValueError("sample_weight must be finite and non-negative")
+    return w
+
+
+# --------------------------------------------------------------------------- base
+
+
+class _BaseNB:
+    """Shared prior handling, label bookkeeping and prediction."""
+
+    def _check_params_prior(self):
+        a = self.alpha
+        if isinstance(a, bool) or not isinstance(a, numbers.Real) or not np.isfinite(a) or a < 0:
+            raise ValueError(f"alpha (λ) must be a finite number >= 0, got {a!r}")
+
+    # -- labels -------------------------------------------------------------
+    def _init_classes(self, classes):
+        classes = np.unique(np.asarray(classes))
+        if classes.size == 0:
+            raise ValueError("classes must not be empty")
+        self.classes_ = classes
+        self.class_count_ = np.zeros(classes.size, dtype=np.float64)
+
+    def _label_matrix(self, y, n, sample_weight):
+        """One-hot (weighted) label matrix Y of shape (n, K); validates y."""
+        y = np.asarray(y)
+        if y.ndim != 1:
+            y = y.ravel() if y.ndim == 2 and y.shape[1] == 1 else None
+            if y is None:
+                raise ValueError("y must be 1-D")
+        if y.shape[0] != n:
+            raise ValueError(f"X has {n} samples but y has {y.shape[0]}")
+        try:
+            idx = np.searchsorted(self.classes_, y)
+            idx[idx >= self.classes_.size] = 0
+            bad = np.asarray(self.classes_[idx] != y, dtype=bool)
+        except TypeError as e:
+            raise ValueError(f"y labels are not comparable with classes_ {self.classes_.tolist()}") from e
+        if bad.shape != y.shape:
+            raise ValueError(f"y labels are not comparable with classes_ {self.classes_.tolist()}")
+        if bad.any():
+            raise ValueError(
+                f"y contains labels not in classes_ {self.classes_.tolist()}: "
+                f"{np.unique(y[bad]).tolist()[:10]}"
+            )
+        w = _check_sample_weight(sample_weight, n)
+        Y = np.zeros((n, self.classes_.size), dtype=np.float64)
+        Y[np.arange(n), idx] = 1.0 if w is None else w
+        return Y
+
+    # -- prior --------------------------------------------------------------
+    def _class_log_prior(self):
+        K = self.classes_.size
+        if self.class_prior is not None:
+            p = np.asarray(self.class_prior, dtype=np.float64)
+            if p.shape != (K,):
+                raise ValueError(f"class_prior has {p.size} entries but there are {K} classes")
+            if not np.all(np.isfinite(p)) or (p < 0).any() or not np.isclose(p.sum(), 1.0):
+                raise ValueError("class_prior must be non-negative and sum to 1")
+            return _log(p)  # given P(c_k)
+        if not self.fit_prior:
+            return np.full(K, -np.log(K))  # uniform P(c_k) = 1/K
+        N_k = self.class_count_
+        N = N_k.sum()
+        if self.smooth_prior:
+            lam = float(self.alpha)
+            if N + K * lam > 0:
+                return _log(N_k + lam) - np.log(N + K * lam)  # P_λ(c_k) = (N_k + λ)/(N + K·λ)
+        elif N > 0:
+            return _log(N_k) - np.log(N)  # P(c_k) = N_k / N
+        return np.full(K, -np.log(K))  # no observations: uniform
+
+    # -- prediction ---------------------------------------------------------
+    def _check_fitted(self):
+        if not hasattr(self, "classes_"):
+            raise ValueError(f"This {type(self).__name__} instance is not fitted yet; call fit first")
+
+    def _check_n_features(self, X):
+        if X.shape[1] != self.n_features_in_:
+            raise ValueError(
+                f"X has {X.shape[1]} features, but {type(self).__name__} is expecting "
+                f"{self.n_features_in_} features as input (grow the model with "
+                f"grow_features / partial_fit, or pad X)"
+            )
+
+    def predict_joint_log_proba(self, X):
+        """Unnormalised log P(c) + log P(x|c) for each class, shape (n, K)."""
+        self._check_fitted()
+        return self._joint_log_likelihood(self._check_X_predict(X))
+
+    def predict_log_proba(self, X):
+        """Log posteriors log P(c|x), normalised with log-sum-exp.
+
+        A sample that every class rules out (possible only with λ = 0) gets the
+        class prior as its posterior.
+        """
+        jll = self.predict_joint_log_proba(X)
+        return _log_normalize(jll, self.class_log_prior_)
+
+    def predict_proba(self, X):
+        """Posteriors P(c|x), shape (n, K); rows sum to 1."""
+        return np.exp(self.predict_log_proba(X))
+
+    def predict(self, X):
+        """Class of maximum posterior (prior for samples every class rules out)."""
+        jll = self.predict_joint_log_proba(X)
+        dead = ~np.isfinite(jll.max(axis=1))
+        if dead.any():
+            jll[dead] = self.class_log_prior_
+        return self.classes_[np.argmax(jll, axis=1)]
+
+
+# --------------------------------------------------------------------------- count models
+
+
+class _BaseCountNB(_BaseNB):
+    """Counts (class_count_, feature_count_) are the state of the discrete models."""
+
+    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, smooth_prior=False):
+        self.alpha = alpha
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
+        self.smooth_prior = smooth_prior
+
+    # -- input --------------------------------------------------------------
+    def _check_X(self, X):
+        X = _to_csr(X)
+        if X.data.size and X.data.min() < 0:
+            raise ValueError(f"Negative values in data passed to {type(self).__name__} (X)")
+        return X
+
+    def _check_X_predict(self, X):
+        X = _to_csr(X)
+        self._check_n_features(X)
+        return X
+
+    def _count(self, X, Y):
+        """Per-class feature counts of a batch, shape (K, n_features)."""
+        # n_cw = Σ_{i in c} x_iw, as (Xᵀ Y)ᵀ: one pass over the nonzeros, no densifying
+        return (X.T @ Y).T
+
+    # -- state changes ------------------------------------------------------
+    def fit(self, X, y, sample_weight=None):
+        """Fit from scratch (forget any previous state)."""
+        self._check_params_prior()
+        for attr in ("classes_", "class_count_", "feature_count_", "n_features_in_"):
+            self.__dict__.pop(attr, None)
+        y_arr = np.asarray(y)
+        self._init_classes(y_arr.ravel() if y_arr.ndim == 2 and y_arr.shape[-1] == 1 else y_arr)
+        return self._update(X, y, sample_weight, sign=1)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Add a batch to the counts (fit == partial_fit over all batches).
+
+        ``classes`` is required on the first call. X with more columns than
+        ``n_features_in_`` grows the model first (new tokens).
+        """
+        self._check_params_prior()
+        if not hasattr(self, "classes_"):
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._init_classes(classes)
+        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+            raise ValueError(f"classes {list(classes)} differ from classes_ {self.classes_.tolist()}")
+        return self._update(X, y, sample_weight, sign=1)
+
+    def forget(self, X, y, sample_weight=None):
+        """Subtract a batch: the exact inverse of :meth:`partial_fit`.
+
+        Raises ValueError, leaving the model unchanged, if a count would go below
+        zero (the batch was not learnt) or y holds an unknown class.
+        """
+        self._check_fitted()
+        return self._update(X, y, sample_weight, sign=-1)
+
+    @staticmethod
+    def _in_shape(X):
+        return X.shape
+
+    def _update(self, X, y, sample_weight, sign):
+        X = self._check_X(X)
+        n, n_cols = self._in_shape(X)
+        Y = self._label_matrix(y, n, sample_weight)
+        counts = self._count(X, Y)
+        d = max(getattr(self, "n_features_in_", 0), n_cols)
+        class_count = self.class_count_ + sign * Y.sum(axis=0)
+        if not hasattr(self, "feature_count_") and sign > 0 and n_cols == d:
+            feature_count = counts  # first batch: take the product as it is
+        else:
+            feature_count = self._padded(d)
+            if n_cols < d:
+                counts = np.pad(counts, ((0, 0), (0, d - n_cols)))
+            if sign > 0:
+                feature_count += counts
+            else:
+                feature_count = feature_count - counts
+        if sign < 0:
+            class_count = self._clip_negative(class_count, self.class_count_, "class")
+            feature_count = self._clip_negative(feature_count, self.feature_count_, "feature")
+        self.class_count_ = class_count
+        self.feature_count_ = feature_count
+        self.n_features_in_ = d
+        self._update_derived()
+        return self
+
+    @staticmethod
+    def _clip_negative(new, old, what):
+        # exact for integral weights; tolerate float rounding of fractional ones
+        tol = 1e-9 * max(1.0, float(np.max(np.abs(old), initial=0.0)))
+        if (new < -tol).any():
+            raise ValueError(
+                f"forget would make a {what} count negative: the batch was not learnt by this model"
+            )
+        return np.where(new < 0, 0.0, new) if (new < 0).any() else new
+
+    def _padded(self, d):
+        fc = getattr(self, "feature_count_", None)
+        K = self.classes_.size
+        if fc is None:
+            return np.zeros((K, d))
+        if fc.shape[1] < d:
+            return np.pad(fc, ((0, 0), (0, d - fc.shape[1])))
+        return fc
+
+    def grow_features(self, n_features):
+        """Pad the counts with zero columns up to ``n_features`` (new tokens); no refit."""
+        self._check_fitted()
+        if int(n_features) != n_features or n_features < self.n_features_in_:
+            raise ValueError(
+                f"n_features must be an integer >= n_features_in_ ({self.n_features_in_}), got {n_features!r}"
+            )
+        self.feature_count_ = self._padded(int(n_features))
+        self.n_features_in_ = int(n_features)
+        self._update_derived()
+        return self
+
+    def select_features(self, keep):
+        """Keep only the given feature columns, in that order (vocabulary pruning)."""
+        self._check_fitted()
+        keep = np.asarray(keep)
+        if keep.ndim != 1 or (keep.size and keep.dtype.kind not in "iu"):
+            raise ValueError("keep must be a 1-D array of integer column ids")
+        keep = keep.astype(np.intp)
+        if keep.size and (keep.min() < 0 or keep.max() >= self.n_features_in_):
+            raise ValueError(f"keep has column ids outside [0, {self.n_features_in_})")
+        if np.unique(keep).size != keep.size:
+            raise ValueError("keep has repeated column ids")
+        self.feature_count_ = np.asfortranarray(self.feature_count_[:, keep])
+        self.n_features_in_ = keep.size
+        self._update_derived()
+        return self
+
+    # -- derived ------------------------------------------------------------
+    def _update_derived(self):
+        self.class_log_prior_ = self._class_log_prior()
+        self._update_feature_log_prob()
+
+    def _set_weights(self, W, const, D=None, Dconst=None):
+        """Scoring is jll = X @ W.T + const; rows with X @ D.T + Dconst > 0 are ruled out."""
+        self._W = np.asfortranarray(W)  # W.T C-contiguous: no copy in the product
+        self._const = const
+        self._D = None if D is None else np.asfortranarray(D, dtype=np.float64)
+        self._Dconst = Dconst
+
+    def _linear_jll(self, X, threshold=None):
+        if threshold is None and self._D is None:
+            jll = X @ self._W.T
+            jll += self._const
+            return jll
+        jll = np.empty((X.shape[0], self.classes_.size))
+        for r0, r1, Xb in _binary_chunks(X, threshold):
+            jll[r0:r1] = Xb @ self._W.T
+            if self._D is not None:
+                Xp = Xb if threshold is not None else _pattern(Xb)
+                hits = Xp @ self._D.T
+                if self._Dconst is not None:
+                    hits += self._Dconst
+                jll[r0:r1][hits > 0] = -np.inf
+        jll += self._const
+        return jll
+
+    def _joint_log_likelihood(self, X):
+        return self._linear_jll(X)
+
+
+class MultinomialNB(_BaseCountNB):
+    """Multinomial naive Bayes for word counts.
+
+    P_λ(w|c) = (n_cw + λ) / (Σ_w' n_cw' + |V|·λ);  score_c(x) = log P(c) + Σ_w x_w log P(w|c).
+
+    Parameters
+    ----------
+    alpha : float >= 0, default 1.0
+        λ: 0 maximum likelihood, 1 Laplace, (0, 1) Lidstone.
+    fit_prior : bool, default True
+        Learn the class prior from the counts; False gives the uniform prior.
+    class_prior : array-like of shape (n_classes,), optional
+        Given prior; overrides ``fit_prior``.
+    smooth_prior : bool, default False
+        Learned prior is (N_k + λ)/(N + K·λ) instead of N_k/N.
+
+    See the module docstring for λ = 0 (ruled-out classes get posterior 0; a
+    sample every class rules out gets the prior as posterior).
+    """
+
+    def _update_feature_log_prob(self):
+        fc = self.feature_count_
+        lam = float(self.alpha)
+        num = fc + lam  # n_cw + λ
+        den = num.sum(axis=1)  # Σ_w' n_cw' + |V|·λ
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.log(num, out=num)
+            num -= np.log(den)[:, None]  # log P_λ(w|c) = log(n_cw + λ) − log(Σ_w' n_cw' + |V|·λ)
+        if (den == 0).any():
+            num[den == 0] = -np.inf  # 0/0: a class with no words and λ = 0
+        self.feature_log_prob_ = num
+        W, Z = _split_inf(num)
+        # score_c(x) = log P(c) + Σ_w x_w · log P(w|c)   (X @ log θᵀ on the CSR matrix)
+        self._set_weights(W, self.class_log_prior_, Z)
+
+
+class BernoulliNB(_BaseCountNB):
+    """Bernoulli naive Bayes for word presence (absent words count too).
+
+    P_λ(w present|c) = (m_cw + λ) / (N_c + 2λ), m_cw = class-c samples containing w.
+
+    Parameters
+    ----------
+    alpha, fit_prior, class_prior, smooth_prior
+        As in :class:`MultinomialNB`.
+    binarize : float or None, default 0.0
+        x is present iff x > binarize; None means X is already 0/1. For sparse X
+        it must be >= 0 (implicit zeros stay absent). X is never copied: the
+        binarised values are built chunk by chunk.
+
+    With λ = 0 a word seen in every class-c sample has p = 1, so its *absence*
+    rules c out (log(1 − p) = -inf), as a never-seen word's presence does.
+    """
+
+    def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None, smooth_prior=False):
+        super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior)
+        self.binarize = binarize
+
+    def _threshold(self, X_was_sparse):
+        t = self.binarize
+        if t is None:
+            return None
+        if isinstance(t, bool) or not isinstance(t, numbers.Real) or not np.isfinite(t):
+            raise ValueError(f"binarize must be a finite number or None, got {t!r}")
+        if X_was_sparse and t < 0:
+            raise ValueError("binarize must be >= 0 for sparse X (implicit zeros would become 1)")
+        return float(t)
+
+    def _binarized_input(self, X):
+        if not sp.issparse(X):
+            X = np.asarray(X)
+            t = self._threshold(False)
+            if t is not None and X.dtype.kind in "biuf":
+                _check_finite_data(X)
+                X = (X > t).astype(np.float64)
+            return _to_csr(X), None
+        t = self._threshold(True)
+        X = _to_csr(X)
+        if t is not None and not X.has_canonical_format:
+            X = X.copy()
+            X.sum_duplicates()  # presence per (row, column), not per stored entry
+        return X, t
+
+    def _check_X(self, X):
+        return self._binarized_input(X)
+
+    @staticmethod
+    def _in_shape(Xt):
+        return Xt[0].shape
+
+    def _check_X_predict(self, X):
+        X, t = self._binarized_input(X)
+        self._check_n_features(X)
+        return X, t
+
+    def _count(self, Xt, Y):
+        X, t = Xt
+        counts = None
+        for r0, r1, Xb in _binary_chunks(X, t, max_nnz=max(_CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])):
+            # m_cw = number of class-c samples with x_w > binarize
+            part = Xb.T @ Y[r0:r1]
+            if counts is None:
+                counts = part
+            else:
+                counts += part
+        if counts is None:
+            counts = np.zeros((X.shape[1], Y.shape[1]))
+        return counts.T
+
+    def _update_feature_log_prob(self):
+        fc = self.feature_count_
+        lam = float(self.alpha)
+        n_c = self.class_count_[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_den = np.log(n_c + 2 * lam)  # log(N_c + 2λ)
+            flp = np.log(fc + lam)
+            flp -= log_den  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
+            neg = np.maximum(n_c - fc + lam, 0.0)
+            np.log(neg, out=neg)
+            neg -= log_den  # log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ)
+        empty = (n_c[:, 0] + 2 * lam) == 0
+        if empty.any():  # 0/0: no class-c samples and λ = 0 -> every event impossible
+            flp[empty] = -np.inf
+            neg[empty] = -np.inf
+        self.feature_log_prob_ = flp
+        flp_f, Zp = _split_inf(flp)
+        neg_f, Za = _split_inf(neg)
+        # score_c(x) = log P(c) + Σ_w log(1 − p_cw) + Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
+        # (the first sum is a per-class constant, so scoring stays sparse)
+        W = flp_f - neg_f
+        const = self.class_log_prior_ + neg_f.sum(axis=1)
+        if Zp is None and Za is None:
+            self._set_weights(W, const)
+            return
+        Zp = np.zeros(flp.shape, bool) if Zp is None else Zp
+        Za = np.zeros(flp.shape, bool) if Za is None else Za
+        # ruled out: a present word with p = 0, or an absent word with p = 1
+        # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za > 0
+        self._set_weights(W, const, Zp.astype(np.float64) - Za, Za.sum(axis=1).astype(np.float64))
+
+    def _joint_log_likelihood(self, Xt):
+        X, t = Xt
+        return self._linear_jll(X, threshold=t)
+
+    def predict_joint_log_proba(self, X):
+        """log P(c) + Σ_w log P(x_w|c) on binarised X, shape (n, K)."""
+        return super().predict_joint_log_proba(X)
+
+
+class ComplementNB(_BaseCountNB):
+    """Complement naive Bayes (Rennie et al. 2003), as scikit-learn's ComplementNB.
+
+    θ̃_cw = (Σ_{c'≠c} n_c'w + λ) / (Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ), weights
+    w_cw = −log θ̃_cw (``norm=False``) or log θ̃_cw / Σ_w' log θ̃_cw' (``norm=True``);
+    score_c(x) = Σ_w x_w w_cw (plus log P(c) only when there is a single class).
+
+    Parameters
+    ----------
+    alpha, fit_prior, class_prior, smooth_prior
+        As in :class:`MultinomialNB` (the prior matters only with one class).
+    norm : bool, default False
+        Second normalisation of the weights.
+
+    λ = 0: θ̃_cw = 0 (w seen only in class c) gives an infinite weight. This is
+    resolved as the limit λ → 0: with ``norm=False`` the classes with the most
+    such occurrences in x (Σ_w x_w over infinite weights) win and the finite
+    parts of the weights decide among them; with ``norm=True`` the normalised
+    weights tend to 1/m_c on the m_c infinite entries of class c and 0 elsewhere.
+    """
+
+    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, norm=False, smooth_prior=False):
+        super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior)
+        self.norm = norm
+
+    @property
+    def feature_all_(self):
+        """Σ_c n_cw: counts of every feature over all classes."""
+        return self.feature_count_.sum(axis=0)
+
+    def _update_feature_log_prob(self):
+        fc = self.feature_count_
+        lam = float(self.alpha)
+        comp = self.feature_all_ + lam - fc  # Σ_{c'≠c} n_c'w + λ
+        den = comp.sum(axis=1, keepdims=True)  # Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ
+        with np.errstate(divide="ignore", invalid="ignore"):
+            logged = np.log(comp / den)  # log θ̃_cw
+        Z = (comp <= 0) | (den <= 0)  # θ̃_cw = 0 (or 0/0): infinite weight
+        self._Zc = None
+        if self.norm:
+            with np.errstate(divide="ignore", invalid="ignore"):
+                W = logged / logged.sum(axis=1, keepdims=True)  # ŵ_cw = log θ̃_cw / Σ_w' log θ̃_cw'
+            m = Z.sum(axis=1)
+            for c in np.flatnonzero(m):  # limit λ → 0: 1/m_c on the zero entries, 0 elsewhere
+                W[c] = Z[c] / m[c]
+        else:
+            W = -logged  # w_cw = −log θ̃_cw
+            if Z.any():
+                W = np.where(Z, 0.0, W)
+                self._Zc = np.asfortranarray(Z, dtype=np.float64)
+        self.feature_log_prob_ = W
+        const = self.class_log_prior_ if self.classes_.size == 1 else np.zeros(self.classes_.size)
+        self._set_weights(W, const)
+
+    def _joint_log_likelihood(self, X):
+        jll = self._linear_jll(X)
+        if self._Zc is not None:
+            h = X @ self._Zc.T  # Σ_w x_w over infinite weights (the λ → 0 leading term)
+            jll[h < h.max(axis=1, keepdims=True)] = -np.inf
+        return jll
+
+
+# --------------------------------------------------------------------------- categorical
+
+
+class CategoricalNB(_BaseNB):
+    """Naive Bayes for categorical features (docs section 4, general form).
+
+    Feature j takes values 0..S_j−1 (S_j = ``n_categories_[j]``);
+    P_λ(x_j=a|c) = (N_c^(j,a) + λ) / (N_c + S_j·λ).
+
+    Parameters
+    ----------
+    alpha, fit_prior, class_prior, smooth_prior
+        As in :class:`MultinomialNB`.
+    min_categories : int, array-like of shape (n_features,) or None
+        Minimum S_j per feature (values not seen in training but possible).
+
+    X holds non-negative integer codes; sparse X is fine (implicit zeros are
+    category 0). ``feature_log_prob_`` and ``category_count_`` are lists of
+    (n_classes, S_j) arrays, like scikit-learn. A category >= S_j at predict
+    time raises ValueError (``partial_fit`` grows S_j; use ``min_categories``).
+    """
+
+    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, min_categories=None, smooth_prior=False):
+        self.alpha = alpha
+        self.fit_prior = fit_prior
+        self.class_prior = class_prior
+        self.min_categories = min_categories
+        self.smooth_prior = smooth_prior
+
+    # state: self._cat (K, Σ S_j) flat counts; self._off (d+1,) block offsets
+    def _check_X(self, X):
+        X = _to_csr(X)
+        if not X.has_canonical_format:
+            X = X.copy()
+            X.sum_duplicates()
+        if X.data.size:
+            if X.data.min() < 0:
+                raise ValueError("CategoricalNB: X must hold non-negative category codes")
+            if not np.array_equal(X.data, np.floor(X.data)):
+                raise ValueError("CategoricalNB: X must hold integer category codes")
+        return X
+
+    def _check_X_predict(self, X):
+        X = self._check_X(X)
+        self._check_n_features(X)
+        return X
+
+    def _min_categories(self, d):
+        mc = self.min_categories
+        if mc is None:
+            return np.ones(d, dtype=np.intp)
+        mc = np.asarray(mc)
+        if mc.dtype.kind not in "iu" or (mc < 0).any():
+            raise ValueError("min_categories must be non-negative integers")
+        if mc.ndim == 0:
+            return np.full(d, max(int(mc), 1), dtype=np.intp)
+        if mc.shape != (d,):
+            raise ValueError(f"min_categories has shape {mc.shape}, expected ({d},)")
+        return np.maximum(mc, 1).astype(np.intp)
+
+    def _onehot(self, X):
+        """Sparse one-hot of the nonzero categories: column off[j] + a."""
+        nz = X.data != 0
+        rows = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))[nz]
+        cols = self._off[X.indices[nz]] + X.data[nz].astype(np.intp)
+        return sp.csr_matrix(
+            (np.ones(rows.size), (rows, cols)), shape=(X.shape[0], self._off[-1])
+        )
+
+    def _relayout(self, n_categories):
+        """Move the flat counts to new block sizes (growing S_j)."""
+        new_off = np.concatenate([[0], np.cumsum(n_categories)])
+        new = np.zeros((self.classes_.size, new_off[-1]))
+        if hasattr(self, "_cat"):
+            old_S = np.diff(self._off)
+            feat = np.repeat(np.arange(old_S.size), old_S)
+            a = np.arange(self._off[-1]) - self._off[feat]
+            new[:, new_off[feat] + a] = self._cat
+        self._cat, self._off, self.n_categories_ = new, new_off, n_categories
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit from scratch."""
+        self._check_params_prior()
+        for attr in ("classes_", "class_count_", "_cat", "_off", "n_categories_", "n_features_in_"):
+            self.__dict__.pop(attr, None)
+        self._init_classes(np.asarray(y))
+        return self._update(X, y, sample_weight, sign=1)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Add a batch (``classes`` required on the first call); grows S_j as needed."""
+        self._check_params_prior()
+        if not hasattr(self, "classes_"):
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._init_classes(classes)
+        return self._update(X, y, sample_weight, sign=1)
+
+    def forget(self, X, y, sample_weight=None):
+        """Subtract a batch: exact inverse of partial_fit (ValueError, model unchanged,
+        if a count would go negative or a category is unknown)."""
+        self._check_fitted()
+        return self._update(X, y, sample_weight, sign=-1)
+
+    def _update(self, X, y, sample_weight, sign):
+        X = self._check_X(X)
+        Y = self._label_matrix(y, X.shape[0], sample_weight)
+        d = X.shape[1]
+        if hasattr(self, "n_features_in_") and d != self.n_features_in_:
+            self._check_n_features(X)
+        maxv = np.zeros(d)
+        np.maximum.at(maxv, X.indices, X.data)
+        S = np.maximum(maxv.astype(np.intp) + 1, self._min_categories(d))
+        if hasattr(self, "n_categories_"):
+            if sign < 0 and (S > self.n_categories_).any():
+                raise ValueError("forget: X has categories this model never learnt")
+            S = np.maximum(S, self.n_categories_)
+        saved = {k: getattr(self, k) for k in ("_cat", "_off", "n_categories_") if hasattr(self, k)}
+        if not hasattr(self, "n_categories_") or (S != self.n_categories_).any():
+            self._relayout(S)
+        batch_cc = Y.sum(axis=0)
+        # N_c^(j,a) for a >= 1 from the nonzeros; N_c^(j,0) = N_c − Σ_{a≥1} N_c^(j,a)
+        cat = (self._onehot(X).T @ Y).T
+        cat[:, self._off[:-1]] = batch_cc[:, None] - np.add.reduceat(cat, self._off[:-1], axis=1)
+        new_cat = self._cat + sign * cat
+        new_cc = self.class_count_ + sign * batch_cc
+        if sign < 0:
+            try:
+                new_cc = _BaseCountNB._clip_negative(new_cc, self.class_count_, "class")
+                new_cat = _BaseCountNB._clip_negative(new_cat, self._cat, "category")
+            except ValueError:
+                for k, v in saved.items():
+                    setattr(self, k, v)
+                raise
+        self._cat, self.class_count_, self.n_features_in_ = new_cat, new_cc, d
+        self._update_derived()
+        return self
+
+    @property
+    def category_count_(self):
+        """List of (n_classes, S_j) arrays: N_c^(j,a)."""
+        return [self._cat[:, a:b] for a, b in zip(self._off[:-1], self._off[1:])]
+
+    @property
+    def feature_log_prob_(self):
+        """List of (n_classes, S_j) arrays: log P_λ(x_j=a|c)."""
+        return [self._logp[:, a:b] for a, b in zip(self._off[:-1], self._off[1:])]
+
+    def _update_derived(self):
+        self.class_log_prior_ = self._class_log_prior()
+        lam = float(self.alpha)
+        S = np.diff(self._off)
+        feat = np.repeat(np.arange(S.size), S)
+        den = self.class_count_[:, None] + S[feat] * lam  # N_c + S_j·λ
+        with np.errstate(divide="ignore", invalid="ignore"):
+            L = np.log(self._cat + lam) - np.log(den)  # log P_λ(x_j=a|c) = log(N_c^(j,a) + λ) − log(N_c + S_j·λ)
+        L[np.broadcast_to(den == 0, L.shape)] = -np.inf  # 0/0 with λ = 0
+        self._logp = L
+        # sparse rewrite: score_c(x) = log P(c) + Σ_j log P(x_j=0|c) + Σ_{x_j≠0} [log P(x_j=a|c) − log P(x_j=0|c)]
+        Lf, Z = _split_inf(L)
+        zero_col = self._off[:-1][feat]
+        self._W = np.asfortranarray(Lf - Lf[:, zero_col])
+        self._const = self.class_log_prior_ + Lf[:, self._off[:-1]].sum(axis=1)
+        if Z is None:
+            self._D = None
+        else:
+            Zf = Z.astype(np.float64)
+            self._D = np.asfortranarray(Zf - Zf[:, zero_col])
+            self._Dconst = Zf[:, self._off[:-1]].sum(axis=1)
+
+    def _joint_log_likelihood(self, X):
+        if X.data.size:
+            too_big = X.data >= self.n_categories_[X.indices]
+            if too_big.any():
+                j = X.indices[too_big][0]
+                raise ValueError(
+                    f"feature {j} has category {int(X.data[too_big][0])} but only "
+                    f"{self.n_categories_[j]} were learnt (set min_categories)"
+                )
+        H = self._onehot(X)
+        jll = H @ self._W.T + self._const
+        if self._D is not None:
+            jll[(H @ self._D.T + self._Dconst) > 0] = -np.inf
+        return jll
+
+
+# --------------------------------------------------------------------------- Gaussian
+
+
+class GaussianNB(_BaseNB):
+    """Gaussian naive Bayes for continuous features (docs section 6).
+
+    p(x_j|c) = 1/sqrt(2π σ²_cj) · exp(−(x_j − μ_cj)² / (2σ²_cj)), with
+    σ²_cj floored by ``epsilon_ = var_smoothing · max_j Var(x_j)`` (variance over
+    all data seen) as in scikit-learn.
+
+    State: per class the weighted count n_c, Σ (x − s) and Σ (x − s)², with a fixed
+    per-feature shift s (mean of the first dense batch, 0 for sparse input) for
+    numerical stability. ``forget`` subtracts those sums exactly.
+
+    Parameters
+    ----------
+    priors : array-like of shape (n_classes,), optional
+        Given prior (scikit-learn's name; overrides ``fit_prior``).
+    var_smoothing : float, default 1e-9
+    fit_prior, smooth_prior, alpha
+        Prior modes as in the count models; ``alpha`` is used only by the smoothed prior.
+
+    If every variance floor is 0 (all data constant and var_smoothing = 0) a
+    feature with σ² = 0 acts as a point mass: x = μ contributes 0, any other x
+    rules the class out.
+    """
+
+    def __init__(self, *, priors=None, var_smoothing=1e-9, fit_prior=True, smooth_prior=False, alpha=1.0):
+        self.priors = priors
+        self.var_smoothing = var_smoothing
+        self.fit_prior = fit_prior
+        self.smooth_prior = smooth_prior
+        self.alpha = alpha
+
+    @property
+    def class_prior(self):
+        return self.priors
+
+    @property
+    def class_prior_(self):
+        """Prior probabilities P(c)."""
+        return np.exp(self.class_log_prior_)
+
+    def _check_X(self, X):
+        if sp.issparse(X):
+            return _to_csr(X)
+        X = np.asarray(X)
+        if X.dtype.kind not in "biuf" or X.ndim != 2:
+            raise ValueError(f"X must be a numeric 2-D array, got dtype {X.dtype} shape {X.shape}")
+        X = X.astype(np.float64, copy=False)
+        _check_finite_data(X)
+        return X
+
+    def _check_X_predict(self, X):
+        X = self._check_X(X)
+        self._check_n_features(X)
+        return X
+
+    def fit(self, X, y, sample_weight=None):
+        """Fit from scratch."""
+        for attr in ("classes_", "class_count_", "_s1", "_s2", "shift_", "n_features_in_"):
+            self.__dict__.pop(attr, None)
+        self._init_classes(np.asarray(y))
+        return self._update(X, y, sample_weight, sign=1)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Add a batch (``classes`` required on the first call)."""
+        if not hasattr(self, "classes_"):
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._init_classes(classes)
+        return self._update(X, y, sample_weight, sign=1)
+
+    def forget(self, X, y, sample_weight=None):
+        """Subtract a batch's sufficient statistics (exact inverse of partial_fit up
+        to float rounding; bit-exact for integer-valued data). ValueError, model
+        unchanged, if a class count would go negative."""
+        self._check_fitted()
+        return self._update(X, y, sample_weight, sign=-1)
+
+    def _update(self, X, y, sample_weight, sign):
+        self._check_params_prior()
+        vs = self.var_smoothing
+        if not isinstance(vs, numbers.Real) or not np.isfinite(vs) or vs < 0:
+            raise ValueError(f"var_smoothing must be a finite number >= 0, got {vs!r}")
+        X = self._check_X(X)
+        Y = self._label_matrix(y, X.shape[0], sample_weight)
+        if hasattr(self, "n_features_in_"):
+            self._check_n_features(X)
+        else:
+            d = X.shape[1]
+            self.shift_ = np.zeros(d) if sp.issparse(X) or X.shape[0] == 0 else X.mean(axis=0)
+            self._s1 = np.zeros((self.classes_.size, d))
+            self._s2 = np.zeros((self.classes_.size, d))
+            self.n_features_in_ = d
+        n = Y.sum(axis=0)
+        s = self.shift_
+        if sp.issparse(X):
+            sx = (X.T @ Y).T  # Σ x
+            sxx = (X.multiply(X).T @ Y).T  # Σ x²
+            s1 = sx - n[:, None] * s  # Σ (x − s)
+            s2 = sxx - 2 * s * sx + n[:, None] * s**2  # Σ (x − s)²
+        else:
+            Xs = X - s
+            s1 = Y.T @ Xs  # Σ (x − s)
+            s2 = Y.T @ (Xs * Xs)  # Σ (x − s)²
+        new_n = self.class_count_ + sign * n
+        if sign < 0:
+            new_n = _BaseCountNB._clip_negative(new_n, self.class_count_, "class")
+        self.class_count_ = new_n
+        self._s1 = self._s1 + sign * s1
+        self._s2 = self._s2 + sign * s2
+        self._update_derived()
+        return self
+
+    def _update_derived(self):
+        self.class_log_prior_ = self._class_log_prior()
+        n = self.class_count_[:, None]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            m1 = self._s1 / n
+            self.theta_ = self.shift_ + m1  # μ_cj = s + Σ(x − s)/n_c
+            var = np.maximum(self._s2 / n - m1 * m1, 0.0)  # σ²_cj = Σ(x − s)²/n_c − (Σ(x − s)/n_c)²
+        N = self.class_count_.sum()
+        if N > 0:
+            M1 = self._s1.sum(axis=0) / N
+            pooled = np.maximum(self._s2.sum(axis=0) / N - M1 * M1, 0.0)  # Var(x_j) over all data
+            self.epsilon_ = float(self.var_smoothing) * float(pooled.max(initial=0.0))
+        else:
+            self.epsilon_ = 0.0
+        self.var_ = var + self.epsilon_  # variance floor
+        self._empty = self.class_count_ == 0  # no data: the class explains nothing
+
+    def _joint_log_likelihood(self, X):
+        K = self.classes_.size
+        theta, var = self.theta_, self.var_
+        zero = var == 0
+        v = np.where(zero, 1.0, var)
+        # log p(x_j|c) = −½ log(2π σ²_cj) − (x_j − μ_cj)² / (2σ²_cj)
+        const = -0.5 * np.log(2.0 * np.pi * v).sum(axis=1)
+        if sp.issparse(X):
+            # expanded: Σ_j [x_j²·(−1/2σ²) + x_j·μ/σ² − μ²/2σ²] keeps X sparse
+            inv = np.where(zero, 0.0, 1.0 / v)
+            jll = X.multiply(X) @ (-0.5 * inv).T + X @ (theta * inv).T
+            jll += const - 0.5 * (theta**2 * inv).sum(axis=1)
+        else:
+            jll = np.empty((X.shape[0], K))
+            for c in range(K):
+                jll[:, c] = const[c] - 0.5 * (((X - theta[c]) ** 2) / v[c]).sum(axis=1)
+        for c in np.flatnonzero(zero.any(axis=1)):  # point masses: any x_j ≠ μ_cj rules c out
+            cols = np.flatnonzero(zero[c])
+            diff = X[:, cols] - theta[c, cols]  # dense (n, few columns)
+            jll[np.asarray(diff != 0).any(axis=1), c] = -np.inf
+        jll[:, self._empty] = -np.inf  # a class without data explains nothing
+        jll += self.class_log_prior_
+        return jll
