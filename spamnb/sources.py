@@ -1,0 +1,567 @@
+"""Where messages come from: one iterator over every kind of mail store.
+
+:func:`iter_messages` takes a *spec* (a path or ``-``), decides what it is
+(:func:`detect_kind`) and yields :class:`Message` objects holding the raw bytes
+of each message, untouched.  Supported kinds:
+
+``stdin``    ``-``: one message read from standard input.
+``maildir``  a directory with ``cur/`` and ``new/`` (``tmp/`` is never read:
+             messages there are still being delivered).  Maildir++ sub-folders
+             (``.Folder`` directories) only with ``recursive=True``.
+``mh``       an MH folder (``.mh_sequences``, or only numeric file names),
+             read with :class:`mailbox.MH`; sub-folders with ``recursive=True``.
+``tree``     any other directory: every regular file below it, recursively.
+``mbox``     a file whose first line starts with ``From `` (read with
+             :class:`mailbox.mbox`; the ``From_`` line is not part of the message).
+``archive``  ``.tar``, ``.tar.gz``/``.tgz``, ``.tar.bz2``/``.tbz2``,
+             ``.tar.xz``/``.txz`` or ``.zip``: each regular member is a message.
+``index``    a TREC index file: lines ``spam PATH`` / ``ham PATH``, paths
+             relative to the index's folder.  Labels come from the index.
+``file``     any other file: one message.
+
+In directories and archives, hidden names (starting with ``.``) and files named
+``index`` are not messages.  Order is deterministic: sorted names for
+directories, file order for mboxes, member order for archives, line order for
+indexes.
+
+Errors: a problem with the spec itself (missing, unknown format, unreadable
+archive or index, bad index line) raises :class:`SourceError`.  A problem with
+one entry (permission denied, file vanished, corrupt member, index target
+missing) is passed to ``on_error(source, exc)`` and the entry is skipped, so a
+long run survives a bad message; with ``strict=True`` it raises
+:class:`SourceError` instead.  Without an ``on_error`` callback skipped entries
+are reported as :class:`SourceWarning` warnings, never silently.
+
+This module uses the standard library only, so the delivery hook stays light.
+"""
+
+from __future__ import annotations
+
+import mailbox
+import os
+import posixpath
+import re
+import stat
+import sys
+import tarfile
+import warnings
+import zipfile
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+__all__ = [
+    "Message",
+    "SourceError",
+    "SourceWarning",
+    "LABELS",
+    "detect_kind",
+    "iter_messages",
+    "iter_index",
+    "is_archive",
+]
+
+LABELS = ("ham", "spam")
+
+# Suffixes recognised as archives, longest first so ".tar.gz" wins over ".gz".
+_TAR_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz2", ".txz", ".tar")
+_ZIP_SUFFIXES = (".zip",)
+
+# A TREC index line: a label, white space, a path (which may contain spaces).
+_INDEX_LINE = re.compile(r"(ham|spam)\s+(\S.*)")
+
+ErrorHandler = Callable[[str, Exception], None]
+
+
+@dataclass(frozen=True)
+class Message:
+    """One message and where it came from.
+
+    Attributes
+    ----------
+    source : str
+        A path, ``ARCHIVE:MEMBER``, ``MBOX:#N`` (1-based), or ``-``.
+    raw : bytes
+        The message, bytes exactly as stored.
+    label : {"ham", "spam", None}
+    """
+
+    source: str
+    raw: bytes = field(repr=False)
+    label: str | None = None
+
+
+class SourceError(Exception):
+    """A mail source cannot be read; the message names the path and the problem."""
+
+
+class SourceWarning(UserWarning):
+    """An entry of a mail source was skipped (no ``on_error`` callback given)."""
+
+
+# -- detection ---------------------------------------------------------------
+
+
+def is_archive(path) -> bool:
+    """True if `path` has a tar or zip archive suffix."""
+    name = os.fspath(path).lower()
+    return name.endswith(_TAR_SUFFIXES + _ZIP_SUFFIXES)
+
+
+def detect_kind(spec) -> str:
+    """Classify a source spec.
+
+    Returns
+    -------
+    {"stdin", "maildir", "mh", "tree", "mbox", "archive", "index", "file"}
+
+    Raises
+    ------
+    SourceError
+        If the path does not exist, cannot be inspected, or is neither a
+        directory nor a regular file.
+    """
+    spec = os.fspath(spec)
+    if spec == "-":
+        return "stdin"
+    try:
+        st = os.stat(spec)
+    except FileNotFoundError:
+        raise SourceError(f"no such file or directory: {spec}") from None
+    except OSError as exc:
+        raise SourceError(f"cannot read {spec}: {exc.strerror or exc}") from exc
+    if stat.S_ISDIR(st.st_mode):
+        return _detect_dir_kind(spec)
+    if not stat.S_ISREG(st.st_mode):
+        raise SourceError(f"{spec} is neither a regular file nor a directory")
+    if is_archive(spec):
+        return "archive"
+    head = _read_head(spec)
+    if head.startswith(b"From "):
+        return "mbox"
+    if _looks_like_index(head):
+        return "index"
+    return "file"
+
+
+def _detect_dir_kind(path: str) -> str:
+    if os.path.isdir(os.path.join(path, "cur")) and os.path.isdir(os.path.join(path, "new")):
+        return "maildir"
+    if os.path.isfile(os.path.join(path, ".mh_sequences")):
+        return "mh"
+    try:
+        names = [n for n in os.listdir(path) if not n.startswith(".")]
+    except OSError as exc:
+        raise SourceError(f"cannot list directory {path}: {exc.strerror or exc}") from exc
+    files = [n for n in names if os.path.isfile(os.path.join(path, n))]
+    # MH messages are files named 1, 2, 3...; any other file makes it a plain tree.
+    if files and all(n.isdigit() for n in files):
+        return "mh"
+    return "tree"
+
+
+def _read_head(path: str, size: int = 4096) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+def _looks_like_index(head: bytes) -> bool:
+    """The first meaningful line is ``ham PATH`` or ``spam PATH``.
+
+    A mail message starts with a header (``Name: value``) or a ``From_`` line,
+    neither of which matches, so this does not misclassify messages.
+    """
+    for line in head.split(b"\n"):
+        line = line.strip()
+        if not line or line.startswith(b"#"):
+            continue
+        return _INDEX_LINE.fullmatch(line.decode("utf-8", "surrogateescape")) is not None
+    return False
+
+
+# -- entry point -------------------------------------------------------------
+
+
+def iter_messages(
+    spec,
+    *,
+    label: str | None = None,
+    recursive: bool = False,
+    strict: bool = False,
+    on_error: ErrorHandler | None = None,
+    stdin=None,
+) -> Iterator[Message]:
+    """Yield the messages of `spec`, each tagged with `label`.
+
+    Parameters
+    ----------
+    spec : str or path-like
+        A path of any supported kind, or ``-`` for standard input.
+    label : {"ham", "spam", None}
+        Label given to every message.  An index file carries its own labels;
+        passing a label for one is an error.
+    recursive : bool
+        Also read Maildir++ / MH sub-folders.  Plain trees are always recursive.
+    strict : bool
+        Raise :class:`SourceError` on the first unreadable entry instead of
+        skipping it.
+    on_error : callable(source, exc), optional
+        Called for each skipped entry.  Default: a :class:`SourceWarning`.
+    stdin : file object, optional
+        Stand-in for ``sys.stdin`` (its ``.buffer`` is read if it has one).
+
+    Raises
+    ------
+    SourceError
+        Missing path, unknown format, unreadable container, bad index.
+    """
+    if label not in (None,) + LABELS:
+        raise ValueError(f"label must be 'ham', 'spam' or None, not {label!r}")
+    spec = os.fspath(spec)
+    report = _reporter(strict, on_error)
+    kind = detect_kind(spec)
+    if kind == "index":
+        if label is not None:
+            raise SourceError(f"{spec} is a labelled index file; do not give it a label too")
+        return iter_index(spec, strict=strict, on_error=on_error)
+    readers = {
+        "stdin": lambda: _iter_stdin(stdin, label),
+        "maildir": lambda: _iter_maildir(spec, label, recursive, report),
+        "mh": lambda: _iter_mh(spec, label, recursive, report),
+        "tree": lambda: _iter_tree(spec, label, report),
+        "mbox": lambda: _iter_mbox(spec, label, report),
+        "archive": lambda: _iter_archive(spec, label, report),
+        "file": lambda: _iter_file(spec, label, report),
+    }
+    return readers[kind]()
+
+
+def _reporter(strict: bool, on_error: ErrorHandler | None) -> ErrorHandler:
+    """The per-entry error policy: raise, call back, or warn."""
+
+    def report(source: str, exc: Exception) -> None:
+        if strict:
+            raise SourceError(f"cannot read {source}: {_describe(exc)}") from exc
+        if on_error is not None:
+            on_error(source, exc)
+        else:
+            warnings.warn(f"skipped {source}: {_describe(exc)}", SourceWarning, stacklevel=3)
+
+    return report
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _message_file(path: str, label, report) -> Iterator[Message]:
+    """Yield the message in file `path`; skip non-regular files silently."""
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return  # FIFOs, sockets, devices: not messages (and reading could block)
+        raw = _read_file(path)
+    except OSError as exc:
+        report(path, exc)
+        return
+    yield Message(path, raw, label)
+
+
+# -- kinds -------------------------------------------------------------------
+
+
+def _iter_stdin(stdin, label) -> Iterator[Message]:
+    stream = sys.stdin if stdin is None else stdin
+    stream = getattr(stream, "buffer", stream)
+    raw = stream.read()
+    if isinstance(raw, str):
+        raise SourceError("standard input must be read as bytes")
+    yield Message("-", raw, label)
+
+
+def _iter_file(path, label, report) -> Iterator[Message]:
+    yield from _message_file(path, label, report)
+
+
+def _iter_maildir(path, label, recursive, report) -> Iterator[Message]:
+    # cur/ then new/, each in sorted name order; tmp/ holds partial deliveries.
+    for sub in ("cur", "new"):
+        folder = os.path.join(path, sub)
+        for name in _sorted_listing(folder, report):
+            if not name.startswith("."):
+                yield from _message_file(os.path.join(folder, name), label, report)
+    if recursive:
+        # Maildir++: sub-folders are ".Name" directories (".A.B" for nesting),
+        # all directly in the top maildir.
+        for name in _sorted_listing(path, report):
+            sub = os.path.join(path, name)
+            if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")):
+                yield from _iter_maildir(sub, label, False, report)
+
+
+def _sorted_listing(folder: str, report) -> list[str]:
+    try:
+        return sorted(os.listdir(folder))
+    except OSError as exc:
+        report(folder, exc)
+        return []
+
+
+def _iter_mh(path, label, recursive, report) -> Iterator[Message]:
+    try:
+        mh = mailbox.MH(path, create=False)
+        keys = sorted(mh.keys())
+    except (OSError, mailbox.Error) as exc:
+        raise SourceError(f"cannot read MH folder {path}: {_describe(exc)}") from exc
+    for key in keys:
+        source = os.path.join(path, str(key))
+        try:
+            raw = mh.get_bytes(key)
+        except KeyError:
+            report(source, FileNotFoundError(2, "message vanished", source))
+            continue
+        except OSError as exc:
+            report(source, exc)
+            continue
+        yield Message(source, raw, label)
+    if recursive:
+        try:
+            folders = sorted(mh.list_folders())
+        except OSError as exc:
+            report(path, exc)
+            folders = []
+        for name in folders:
+            yield from _iter_mh(os.path.join(path, name), label, True, report)
+
+
+def _iter_tree(path, label, report) -> Iterator[Message]:
+    files = []
+    for top, dirs, names in os.walk(path, onerror=lambda exc: report(exc.filename or path, exc)):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files.extend(os.path.join(top, n) for n in names
+                     if not n.startswith(".") and n != "index")
+    for file in sorted(files):
+        yield from _message_file(file, label, report)
+
+
+def _iter_mbox(path, label, report) -> Iterator[Message]:
+    try:
+        box = mailbox.mbox(path, create=False)
+        keys = list(box.iterkeys())  # file order (the table of contents is built here)
+    except (OSError, mailbox.Error) as exc:
+        raise SourceError(f"cannot read mbox {path}: {_describe(exc)}") from exc
+    try:
+        for n, key in enumerate(keys, start=1):
+            # get_bytes drops the From_ line and leaves ">From " quoting as stored:
+            # mboxo and mboxrd differ on un-quoting, so we do not guess.
+            try:
+                raw = box.get_bytes(key)
+            except (OSError, KeyError) as exc:
+                report(f"{path}:#{n}", exc)
+                continue
+            yield Message(f"{path}:#{n}", raw, label)
+    finally:
+        box.close()
+
+
+# -- archives ----------------------------------------------------------------
+
+
+def _is_message_member(name: str) -> bool:
+    base = posixpath.basename(name)
+    return bool(base) and base != "index" and not base.startswith(".")
+
+
+def _member_name(name: str) -> str:
+    """Normalise an archive member name ("./a//b" -> "a/b")."""
+    name = posixpath.normpath(name)
+    return "" if name == "." else name.lstrip("/")
+
+
+def _iter_archive_members(path: str, report) -> Iterator[tuple[str, bytes | None, Exception | None]]:
+    """Yield ``(normalised name, bytes, None)`` for each regular member, in
+    archive order; ``(name, None, exc)`` for a member that cannot be read.
+
+    Raises SourceError if the archive cannot be opened at all.  A corrupt
+    stream part-way through is reported once and ends the iteration.
+    """
+    if path.lower().endswith(_ZIP_SUFFIXES):
+        yield from _iter_zip_members(path, report)
+    else:
+        yield from _iter_tar_members(path, report)
+
+
+def _iter_tar_members(path, report):
+    try:
+        # Stream mode ("r|*"): one sequential pass, no seeking back in xz/bz2.
+        tar = tarfile.open(path, mode="r|*")
+    except (OSError, tarfile.TarError, EOFError) as exc:
+        raise SourceError(f"cannot read archive {path}: {_describe(exc)}") from exc
+    with tar:
+        members = iter(tar)
+        while True:
+            try:
+                member = next(members)
+            except StopIteration:
+                return
+            except Exception as exc:  # corrupt or truncated compressed stream
+                report(path, exc)
+                return
+            if not member.isfile():
+                continue
+            name = _member_name(member.name)
+            try:
+                f = tar.extractfile(member)
+                data = f.read()
+            except Exception as exc:
+                # A failed read leaves the stream at an unknown offset: report
+                # this member and stop, since nothing after it can be trusted.
+                yield name, None, exc
+                return
+            yield name, data, None
+
+
+def _iter_zip_members(path, report):
+    try:
+        zf = zipfile.ZipFile(path)
+    except (OSError, zipfile.BadZipFile) as exc:
+        raise SourceError(f"cannot read archive {path}: {_describe(exc)}") from exc
+    with zf:
+        for info in zf.infolist():
+            if info.is_dir():
+                continue
+            name = _member_name(info.filename)
+            try:
+                yield name, zf.read(info), None
+            except Exception as exc:  # bad CRC, bad compression data, ...
+                yield name, None, exc
+
+
+def _iter_archive(path, label, report) -> Iterator[Message]:
+    for name, data, exc in _iter_archive_members(path, report):
+        if not _is_message_member(name):
+            continue
+        if exc is not None:
+            report(f"{path}:{name}", exc)
+        else:
+            yield Message(f"{path}:{name}", data, label)
+
+
+# -- indexes -----------------------------------------------------------------
+
+
+def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = None) -> Iterator[Message]:
+    """Yield the labelled messages a TREC index names, in index order.
+
+    `path` is either an index file (paths relative to its folder) or an
+    archive (by suffix) holding a member ``index`` at its root or one folder
+    deep; the paths are then relative to that member's folder inside the
+    archive, and the archive is read in one sequential pass.
+
+    The whole index is parsed before the first message is yielded, so a bad
+    line raises :class:`SourceError` (naming the line number) up front.
+    Missing or unreadable targets are skipped and reported like any
+    unreadable entry (see :func:`iter_messages`).
+    """
+    path = os.fspath(path)
+    report = _reporter(strict, on_error)
+    if not os.path.exists(path):
+        raise SourceError(f"no such index file or archive: {path}")
+    if is_archive(path):
+        return _iter_archive_index(path, report)
+    if os.path.isdir(path):
+        raise SourceError(f"{path} is a directory, not an index file")
+    try:
+        text = _read_file(path)
+    except OSError as exc:
+        raise SourceError(f"cannot read index {path}: {_describe(exc)}") from exc
+    entries = _parse_index(text, path)
+    base = os.path.dirname(path)
+    return _iter_file_index(entries, base, report)
+
+
+def _parse_index(text: bytes, where: str) -> list[tuple[str, str]]:
+    """``[(label, relative path)]`` from index bytes; SourceError on a bad line."""
+    entries = []
+    for lineno, line in enumerate(text.decode("utf-8", "surrogateescape").splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _INDEX_LINE.fullmatch(line)
+        if m is None:
+            raise SourceError(
+                f"{where}, line {lineno}: expected 'spam PATH' or 'ham PATH', got {line[:80]!r}")
+        entries.append((m.group(1), m.group(2)))
+    return entries
+
+
+def _iter_file_index(entries, base, report) -> Iterator[Message]:
+    for label, rel in entries:
+        yield from _message_file(os.path.join(base, rel), label, report)
+
+
+def _index_member_folder(name: str) -> str | None:
+    """The folder ("" for the root) if `name` is an index member, else None."""
+    parts = name.split("/")
+    if parts[-1] == "index" and len(parts) <= 2:
+        return "/".join(parts[:-1])
+    return None
+
+
+def _iter_archive_index(path, report) -> Iterator[Message]:
+    members = _iter_archive_members(path, report)
+    # Members seen before the index must all be kept (we cannot know yet which
+    # it names); after it, only the named ones.  Entries are yielded as soon as
+    # every earlier entry has been yielded, so an archive stored in index order
+    # streams with almost nothing held in memory.
+    held: dict[str, bytes | Exception] = {}
+    entries = None
+    for name, data, exc in members:
+        folder = _index_member_folder(name) if entries is None else None
+        if folder is not None:
+            if exc is not None:
+                raise SourceError(f"cannot read index in {path}: {_describe(exc)}") from exc
+            entries = [(label, _member_name(posixpath.join(folder, rel)))
+                       for label, rel in _parse_index(data, f"{path}:{name}")]
+            wanted: dict[str, int] = {}
+            for _, member in entries:
+                wanted[member] = wanted.get(member, 0) + 1
+            held = {k: v for k, v in held.items() if k in wanted}
+            pos = 0
+        elif entries is None:
+            held[name] = exc if exc is not None else data
+        elif name in wanted and name not in held:
+            held[name] = exc if exc is not None else data
+        if entries is not None:
+            while pos < len(entries) and entries[pos][1] in held:
+                yield from _yield_held(path, entries[pos], held, wanted, report)
+                pos += 1
+    if entries is None:
+        raise SourceError(f"{path} has no index member ('index' or 'FOLDER/index')")
+    for entry in entries[pos:]:
+        if entry[1] in held:
+            yield from _yield_held(path, entry, held, wanted, report)
+        else:
+            report(f"{path}:{entry[1]}", FileNotFoundError(2, "not in archive", entry[1]))
+
+
+def _yield_held(path, entry, held, wanted, report) -> Iterator[Message]:
+    label, name = entry
+    value = held[name]
+    wanted[name] -= 1
+    if wanted[name] == 0:
+        del held[name]  # last reference: free the bytes
+    source = f"{path}:{name}"
+    if isinstance(value, Exception):
+        report(source, value)
+    else:
+        yield Message(source, value, label)
