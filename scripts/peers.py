@@ -1,0 +1,373 @@
+"""Runners for the peer filters spamnb is measured against.
+
+Scripts only: nothing here is a runtime dependency of spamnb.
+
+A *runner* is a function
+
+    runner(train_ham: list[str], train_spam: list[str], test: list[str]) -> RunResult
+
+that trains a fresh filter on the message files ``train_ham`` and
+``train_spam`` (in a temporary directory it removes afterwards), scores every
+file in ``test`` and returns the spam scores (higher = spammier, in the order
+of ``test``) together with the wall-clock seconds spent training and
+classifying.  A :class:`Peer` bundles a runner with the filter's own default
+cut-offs and with how its memory is measured.  spamnb plugs in the same way:
+write a runner, wrap it in a ``Peer`` (or name it ``module:function`` on the
+command line of ``run_peers.py``).
+
+:func:`run_isolated` runs one runner in a fresh Python process so that its
+peak memory (max RSS, from ``resource.getrusage``) is that run's alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import multiprocessing
+import os
+import re
+import resource
+import shutil
+import subprocess
+import tempfile
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+__all__ = [
+    "RunResult",
+    "Peer",
+    "PEERS",
+    "run_bogofilter",
+    "run_spamprobe",
+    "run_sklearn_nb",
+    "run_sklearn_nb_proba",
+    "run_isolated",
+    "resolve_peer",
+    "keep_headers",
+    "rewrite_with_headers",
+    "bogofilter_bulk_train_seconds",
+]
+
+# Keep argument lists well under ARG_MAX (paths are ~60-100 bytes each).
+_CHUNK = 1000
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a runner returns: one spam score per test file, and timings."""
+
+    scores: np.ndarray
+    train_seconds: float
+    classify_seconds: float
+    peak_mb: float | None = None  # filled in by run_isolated
+
+
+@dataclasses.dataclass(frozen=True)
+class Peer:
+    """A filter under test.
+
+    Attributes
+    ----------
+    name : str
+    run : runner (see the module docstring); must be a module-level function
+        so that :func:`run_isolated` can send it to a fresh process.
+    cutoffs : (ham_cutoff, spam_cutoff) or None
+        The filter's default decision on its own score scale (spam iff
+        score >= spam_cutoff, ham iff score <= ham_cutoff, unsure between);
+        ``None`` when the scores are not probabilities.
+    external : bool
+        True when the work happens in child processes (peak memory is the
+        largest child's max RSS), False when it runs inside the Python
+        process (peak memory is that process's max RSS).
+    """
+
+    name: str
+    run: Callable[[Sequence[str], Sequence[str], Sequence[str]], RunResult]
+    cutoffs: tuple[float, float] | None
+    external: bool
+
+
+def _chunks(seq, n=_CHUNK):
+    for i in range(0, len(seq), n):
+        yield list(seq[i:i + n])
+
+
+def _check_tool(name):
+    path = shutil.which(name)
+    if path is None:
+        raise RuntimeError(
+            f"{name} is not installed (Debian: apt-get install -y {name})"
+        )
+    return path
+
+
+# --------------------------------------------------------------------------
+# bogofilter
+# --------------------------------------------------------------------------
+
+def run_bogofilter(train_ham, train_spam, test):
+    """bogofilter 1.2.x with its built-in defaults (``-C``: no config file).
+
+    Training: bulk registration, ``bogofilter -C -d DIR -n -B FILE...`` for
+    ham and ``-s -B`` for spam (one process per 1000 files).
+    Classifying: ``-t -B FILE...`` with ``--terse-format='%c %.12e'``, one
+    line per file in argument order with the spamicity in exponent form, so
+    scores near 0 keep their order (``-TT`` prints 16 fixed decimals, which
+    flattens everything below 5e-17 to 0).  Exit codes 0/1/2 are
+    spam/ham/unsure (of the last file), 3 an error.
+    """
+    bogofilter = _check_tool("bogofilter")
+    with tempfile.TemporaryDirectory(prefix="peer-bogofilter-") as db:
+        t0 = time.perf_counter()
+        for flag, files in (("-n", train_ham), ("-s", train_spam)):
+            for chunk in _chunks(files):
+                subprocess.run([bogofilter, "-C", "-d", db, flag, "-B", *chunk],
+                               check=True, stdout=subprocess.DEVNULL)
+        t1 = time.perf_counter()
+        lines = []
+        for chunk in _chunks(test):
+            proc = subprocess.run(
+                [bogofilter, "-C", "-d", db, "-t", "--terse-format=%c %.12e", "-B", *chunk],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            )
+            if proc.returncode not in (0, 1, 2):
+                raise RuntimeError(f"bogofilter failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
+            got = proc.stdout.decode().splitlines()
+            if len(got) != len(chunk):
+                raise RuntimeError(f"bogofilter printed {len(got)} lines for {len(chunk)} files")
+            lines.extend(got)
+        t2 = time.perf_counter()
+    scores = np.array([float(line.split()[-1]) for line in lines])
+    return RunResult(scores, t1 - t0, t2 - t1)
+
+
+def bogofilter_bulk_train_seconds(ham, spam):
+    """Seconds for bogofilter to bulk-train (-n -B ham, then -s -B spam) from empty."""
+    bogofilter = _check_tool("bogofilter")
+    with tempfile.TemporaryDirectory(prefix="peer-bogofilter-") as db:
+        t0 = time.perf_counter()
+        for flag, files in (("-n", ham), ("-s", spam)):
+            for chunk in _chunks(files):
+                subprocess.run([bogofilter, "-C", "-d", db, flag, "-B", *chunk],
+                               check=True, stdout=subprocess.DEVNULL)
+        return time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------
+# spamprobe
+# --------------------------------------------------------------------------
+
+_SPAMPROBE_LINE = re.compile(r"^(SPAM|GOOD) ([0-9.]+) ", re.M)
+
+
+def run_spamprobe(train_ham, train_spam, test):
+    """SpamProbe 1.4 with its defaults, one message per file (``-M``).
+
+    Without ``-M`` a file whose first line starts with ``From `` is read as
+    an mbox and split at every body line starting with ``From ``.
+    Training: ``spamprobe -c -M -d DIR good FILE...`` then ``spam FILE...``
+    (every message registered, not the train-on-error ``train-*`` commands).
+    Classifying: ``spamprobe -M -d DIR score FILE...`` prints
+    ``SPAM|GOOD <score> <digest>`` per message in argument order.  The
+    default spam threshold is 0.7 (``-l``), a two-state decision.
+    """
+    spamprobe = _check_tool("spamprobe")
+    with tempfile.TemporaryDirectory(prefix="peer-spamprobe-") as db:
+        t0 = time.perf_counter()
+        for command, files in (("good", train_ham), ("spam", train_spam)):
+            for chunk in _chunks(files):
+                subprocess.run([spamprobe, "-c", "-M", "-d", db, command, *chunk],
+                               check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        t1 = time.perf_counter()
+        scores = []
+        for chunk in _chunks(test):
+            proc = subprocess.run([spamprobe, "-M", "-d", db, "score", *chunk],
+                                  check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            got = [float(m.group(2)) for m in _SPAMPROBE_LINE.finditer(proc.stdout.decode())]
+            if len(got) != len(chunk):
+                raise RuntimeError(f"spamprobe printed {len(got)} scores for {len(chunk)} files")
+            scores.extend(got)
+        t2 = time.perf_counter()
+    return RunResult(np.array(scores), t1 - t0, t2 - t1)
+
+
+# --------------------------------------------------------------------------
+# scikit-learn baseline
+# --------------------------------------------------------------------------
+
+def _read_latin1(paths):
+    out = []
+    for p in paths:
+        with open(p, "rb") as f:
+            out.append(f.read().decode("latin-1"))
+    return out
+
+
+def run_sklearn_nb(train_ham, train_spam, test):
+    """Naive baseline: CountVectorizer + MultinomialNB, both with defaults,
+    on the raw bytes decoded as latin-1 (headers, MIME and HTML included).
+
+    Score: the log-odds ln P(spam|x) - ln P(ham|x) from ``predict_log_proba``
+    (default cut-off 0, i.e. ``predict``).  ``predict_proba`` saturates to
+    exactly 0 or 1 for long messages and so ties many of them; see
+    :func:`run_sklearn_nb_proba`.
+    """
+    return _sklearn_nb(train_ham, train_spam, test, logodds=True)
+
+
+def run_sklearn_nb_proba(train_ham, train_spam, test):
+    """As :func:`run_sklearn_nb`, scored by ``predict_proba`` (ties at 0 and 1)."""
+    return _sklearn_nb(train_ham, train_spam, test, logodds=False)
+
+
+def _sklearn_nb(train_ham, train_spam, test, logodds):
+    from sklearn.feature_extraction.text import CountVectorizer
+    from sklearn.naive_bayes import MultinomialNB
+
+    t0 = time.perf_counter()
+    docs = _read_latin1(train_ham) + _read_latin1(train_spam)
+    y = np.r_[np.zeros(len(train_ham)), np.ones(len(train_spam))]
+    vectorizer = CountVectorizer()
+    model = MultinomialNB().fit(vectorizer.fit_transform(docs), y)
+    t1 = time.perf_counter()
+    x = vectorizer.transform(_read_latin1(test))
+    if logodds:
+        log_proba = model.predict_log_proba(x)
+        scores = log_proba[:, 1] - log_proba[:, 0]
+    else:
+        scores = model.predict_proba(x)[:, 1]
+    t2 = time.perf_counter()
+    return RunResult(np.asarray(scores, dtype=float), t1 - t0, t2 - t1)
+
+
+# --------------------------------------------------------------------------
+# registry, isolation
+# --------------------------------------------------------------------------
+
+PEERS = {
+    # bogofilter's compiled-in defaults (bogofilter -Q): ham_cutoff 0.45, spam_cutoff 0.99
+    "bogofilter": Peer("bogofilter", run_bogofilter, (0.45, 0.99), external=True),
+    # spamprobe's default spam probability threshold -l 0.7, no unsure band
+    "spamprobe": Peer("spamprobe", run_spamprobe, (0.7, 0.7), external=True),
+    # predict() of a two-class sklearn model: spam iff log-odds > 0 (>= here)
+    "sklearn-nb": Peer("sklearn-nb", run_sklearn_nb, (0.0, 0.0), external=False),
+    "sklearn-nb-proba": Peer("sklearn-nb-proba", run_sklearn_nb_proba, (0.5, 0.5), external=False),
+}
+
+
+def resolve_peer(spec):
+    """A Peer from a registry name or from ``module:function[:in|:ext]``.
+
+    For ``module:function`` the function is a runner; its scores are taken
+    as probabilities with cut-offs (0.5, 0.5) unless it has a ``cutoffs``
+    attribute; it runs in-process (``:in``, default) or through children
+    (``:ext``).  ``module`` must be importable (e.g. with ``scripts/`` or the
+    project on ``sys.path``).
+    """
+    if spec in PEERS:
+        return PEERS[spec]
+    parts = spec.split(":")
+    if len(parts) not in (2, 3) or (len(parts) == 3 and parts[2] not in ("in", "ext")):
+        raise ValueError(f"unknown peer {spec!r}: use one of {sorted(PEERS)} or module:function[:in|:ext]")
+    func = getattr(importlib.import_module(parts[0]), parts[1])
+    cutoffs = getattr(func, "cutoffs", (0.5, 0.5))
+    return Peer(spec, func, cutoffs, external=len(parts) == 3 and parts[2] == "ext")
+
+
+def _isolated_worker(run, external, train_ham, train_spam, test, queue):
+    try:
+        result = run(train_ham, train_spam, test)
+        who = resource.RUSAGE_CHILDREN if external else resource.RUSAGE_SELF
+        result.peak_mb = resource.getrusage(who).ru_maxrss / 1024.0  # Linux: KiB
+        queue.put(("ok", result))
+    except BaseException as exc:  # report any failure to the parent
+        queue.put(("error", f"{type(exc).__name__}: {exc}"))
+
+
+def run_isolated(peer, train_ham, train_spam, test):
+    """Run ``peer`` in a fresh (spawned) Python process; fill in ``peak_mb``.
+
+    Peak memory is the max RSS of the largest child process (external
+    tools) or of the worker process itself (in-process runners, including
+    the interpreter and the loaded messages).
+    """
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_isolated_worker,
+                       args=(peer.run, peer.external, list(train_ham), list(train_spam), list(test), queue))
+    proc.start()
+    status, payload = queue.get()
+    proc.join()
+    if status != "ok":
+        raise RuntimeError(f"peer {peer.name} failed: {payload}")
+    return payload
+
+
+# --------------------------------------------------------------------------
+# header filtering
+# --------------------------------------------------------------------------
+
+_FIELD = re.compile(rb"^([!-9;-~]+)[ \t]*:")
+
+
+def keep_headers(message: bytes, keep) -> bytes:
+    """Drop every header field whose name is not in ``keep``; body untouched.
+
+    Byte-wise: the header is the leading run of header-field lines (a name
+    of printable ASCII other than ':' then ':') and their continuation lines
+    (starting with space or tab), ended by the first empty line (LF or CRLF)
+    or by the first line that is neither.  A leading mbox ``From `` line is
+    dropped as well (it is not a header field).  Kept fields keep their
+    exact bytes, continuation lines and line endings, in their order; the
+    empty line and everything after it are copied unchanged.
+
+    Parameters
+    ----------
+    message : bytes
+    keep : iterable of str
+        Field names, compared case-insensitively (``Subject``, ``From``...).
+    """
+    keep = {k.strip().lower().encode("ascii") for k in keep}
+    lines = re.split(rb"(?<=\n)", message)  # keeps each line's own ending
+    out = []
+    i = 0
+    if lines and lines[0].startswith(b"From "):
+        i = 1
+    keeping = False
+    while i < len(lines):
+        line = lines[i]
+        if line in (b"\n", b"\r\n", b""):
+            break  # end of header: the separator and body are copied below
+        if line[:1] in (b" ", b"\t") and i > 0:
+            if keeping:
+                out.append(line)
+            i += 1
+            continue
+        m = _FIELD.match(line)
+        if m is None:
+            break  # not a header line: body starts here (no separator)
+        keeping = m.group(1).lower() in keep
+        if keeping:
+            out.append(line)
+        i += 1
+    out.extend(lines[i:])
+    return b"".join(out)
+
+
+def rewrite_with_headers(paths, keep, outdir):
+    """Write header-filtered copies of ``paths`` into ``outdir``; return their paths.
+
+    Copies are named by position (``000123``) so names never collide.
+    """
+    new = []
+    for n, path in enumerate(paths):
+        with open(path, "rb") as f:
+            data = keep_headers(f.read(), keep)
+        target = os.path.join(outdir, f"{n:06d}")
+        with open(target, "wb") as f:
+            f.write(data)
+        new.append(target)
+    return new
+
