@@ -1,0 +1,321 @@
+"""Safe persistence of model files.
+
+What is *in* a model is not this module's business: it stores any picklable
+object with joblib.  Its business is that a model file is
+
+* never half-written: :func:`save_atomic` writes a temporary file in the same
+  folder, syncs it to disk and renames it over the old one, so a crash at any
+  moment leaves either the old model or the new one, never a mixture;
+* never loaded from a place someone else can write: loading runs pickle, and
+  unpickling attacker-controlled bytes is arbitrary code execution, so
+  :func:`load_checked` refuses files (and folders) that another user could
+  have changed;
+* never updated by two writers at once: :func:`model_lock` serialises
+  read-modify-write cycles (incremental training) between processes.
+
+Trust policy (:func:`load_checked`)
+-----------------------------------
+A model file is trusted when it is a regular file, owned by the current
+effective user or by root, and not group- or world-writable; and its folder
+is owned by the current user or root and not group- or world-writable unless
+the sticky bit is set (as on ``/tmp``, where others cannot rename over our
+files).  Root-owned files are accepted for every user because root can
+already run code as anyone; root itself therefore loads only root-owned
+files.  An administrator who knows better can pass ``allow_insecure=True``
+(the CLI's ``--allow-insecure-model``), which skips the owner and permission
+checks (a non-regular file is still refused).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+
+__all__ = ["ModelError", "save_atomic", "load_checked", "model_lock", "default_model_path"]
+
+# New model files: read-write for the owner only.
+_NEW_FILE_MODE = 0o600
+# Folders created for a model (e.g. ~/.local/share/spamnb).
+_NEW_DIR_MODE = 0o700
+# Modes a trusted file may not have: writable by group or others.
+_UNSAFE_WRITE = stat.S_IWGRP | stat.S_IWOTH
+
+
+class ModelError(Exception):
+    """A model file cannot be saved, trusted or read; the message says why and what to do."""
+
+
+# -- saving ------------------------------------------------------------------
+
+
+def save_atomic(obj, path, *, compress=0) -> None:
+    """Write `obj` to `path` with joblib, atomically.
+
+    Parameters
+    ----------
+    obj : object
+        Anything picklable.
+    path : str or path-like
+        Destination.  Missing parent folders are created (mode 0o700).
+    compress : int, bool, str or tuple, default 0
+        Passed to :func:`joblib.dump`.
+
+    Notes
+    -----
+    The new file gets mode 0o600, or, when replacing a model, the old file's
+    mode without group/world write bits.  Steps: ``mkstemp`` in the target
+    folder, ``joblib.dump``, flush, ``fsync``, ``os.replace``, ``fsync`` of the
+    folder.  If the process is killed part-way a stray ``.NAME.*.tmp`` file may
+    remain beside the model; the model itself is the old one, intact.
+
+    Raises
+    ------
+    ModelError
+        On any failure (unpicklable object, full disk, no permission...); the
+        temporary file is removed and the previous model is left untouched.
+    """
+    import joblib
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, mode=_NEW_DIR_MODE, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    except OSError as exc:
+        raise ModelError(f"cannot save model to {path}: {_describe(exc)}") from exc
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _mode_for(path))
+            joblib.dump(obj, f, compress=compress)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        _remove_quietly(tmp)
+        if isinstance(exc, Exception):
+            raise ModelError(f"cannot save model to {path}: {_describe(exc)}") from exc
+        raise  # KeyboardInterrupt, SystemExit: cleaned up, now propagate
+    _fsync_dir(folder)
+
+
+def _mode_for(path: str) -> int:
+    """Keep an existing model's permissions (minus go-w), else 0o600."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode) & ~_UNSAFE_WRITE
+    except OSError:
+        return _NEW_FILE_MODE
+
+
+def _fsync_dir(folder: str) -> None:
+    # Makes the rename itself durable; some file systems cannot sync folders.
+    try:
+        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# -- loading -----------------------------------------------------------------
+
+
+def load_checked(path, *, allow_insecure: bool = False) -> object:
+    """Load a model written by :func:`save_atomic`, after checking it can be trusted.
+
+    Parameters
+    ----------
+    path : str or path-like
+    allow_insecure : bool, default False
+        Skip the owner and permission checks (see the module docstring).
+
+    Raises
+    ------
+    ModelError
+        Missing or unreadable file, not a regular file, untrusted owner or
+        permissions, or contents that do not unpickle (corrupt, truncated,
+        written by an incompatible version).
+    """
+    import joblib
+
+    path = os.fspath(path)
+    try:
+        # O_NONBLOCK: opening a FIFO planted at `path` must not hang us.  The
+        # checks run on the open descriptor, so the file we check is the file
+        # we read (no swap between stat and open).
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise ModelError(f"no model at {path}") from None
+    except OSError as exc:
+        raise ModelError(f"cannot read model {path}: {_describe(exc)}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelError(f"model {path} is not a regular file")
+        if not allow_insecure:
+            _check_trusted(path, st)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb") as f:
+        try:
+            return joblib.load(f)
+        except (ImportError, AttributeError) as exc:  # ModuleNotFoundError is an ImportError
+            raise ModelError(
+                f"model file {path} was written by an incompatible version of spamnb or its "
+                f"libraries ({_describe(exc)}); train a new model") from exc
+        except Exception as exc:  # EOFError, UnpicklingError, ValueError, KeyError, zlib.error...
+            raise ModelError(f"corrupt or truncated model file {path}: {_describe(exc)}") from exc
+
+
+def _trusted_owners() -> set[int]:
+    return {os.geteuid(), 0}
+
+
+def _check_trusted(path: str, st: os.stat_result) -> None:
+    """Refuse files and folders that a user other than us (or root) can change."""
+    if not hasattr(os, "geteuid"):  # no POSIX owners to check
+        return
+    override = "or pass --allow-insecure-model (allow_insecure=True) if you trust it"
+    owners = _trusted_owners()
+    if st.st_uid not in owners:
+        raise ModelError(
+            f"refusing to load model {path}: it is owned by uid {st.st_uid}, not by you "
+            f"(uid {os.geteuid()}) or root, and loading a model runs code from it; "
+            f"copy it to a file you own, {override}")
+    if st.st_mode & _UNSAFE_WRITE:
+        raise ModelError(
+            f"refusing to load model {path}: it is writable by group or others "
+            f"(mode {stat.S_IMODE(st.st_mode):04o}), and loading a model runs code from it; "
+            f"fix with `chmod go-w {path}`, {override}")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        dst = os.stat(folder)
+    except OSError as exc:
+        raise ModelError(f"cannot check the folder of model {path}: {_describe(exc)}") from exc
+    if dst.st_uid not in owners:
+        raise ModelError(
+            f"refusing to load model {path}: its folder {folder} is owned by uid {dst.st_uid}, "
+            f"who could replace the model; move the model, {override}")
+    if dst.st_mode & _UNSAFE_WRITE and not dst.st_mode & stat.S_ISVTX:
+        raise ModelError(
+            f"refusing to load model {path}: its folder {folder} is writable by group or others "
+            f"(mode {stat.S_IMODE(dst.st_mode):04o}), who could replace the model; "
+            f"fix with `chmod go-w {folder}`, {override}")
+
+
+# -- locking -----------------------------------------------------------------
+
+
+@contextmanager
+def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> Iterator[str]:
+    """Hold an advisory lock for the model at `path`.
+
+    ``flock`` on a sibling file ``PATH.lock`` (created 0o600, never deleted:
+    deleting a lock file races with processes waiting on it).  Writers take it
+    exclusive and do their whole read-modify-write inside; readers need no
+    lock for consistency (saves are atomic renames) but may take it shared to
+    wait for a writer to finish.
+
+    Parameters
+    ----------
+    path : str or path-like
+        The model path (not the lock file's).
+    shared : bool, default False
+    timeout : float or None, default None
+        Seconds to wait; None waits forever, 0 tries once.
+
+    Yields
+    ------
+    str
+        The lock file's path.
+
+    Raises
+    ------
+    ModelError
+        The lock file cannot be opened, or the timeout expired.
+    """
+    path = os.fspath(path)
+    lock_path = path + ".lock"
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, mode=_NEW_DIR_MODE, exist_ok=True)
+        # O_NOFOLLOW: never create or lock through a symlink someone planted.
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                     _NEW_FILE_MODE)
+    except OSError as exc:
+        raise ModelError(f"cannot open lock file {lock_path}: {_describe(exc)}") from exc
+    try:
+        _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, path)
+        try:
+            yield lock_path
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _flock(fd: int, operation: int, timeout: float | None, path: str) -> None:
+    if timeout is None:
+        fcntl.flock(fd, operation)
+        return
+    deadline = time.monotonic() + timeout
+    delay = 0.001
+    while True:
+        try:
+            fcntl.flock(fd, operation | fcntl.LOCK_NB)
+            return
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                raise ModelError(f"cannot lock model {path}: {_describe(exc)}") from exc
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise ModelError(
+                f"timed out after {timeout:g}s waiting for the lock on model {path} "
+                f"(another spamnb process is using it)")
+        time.sleep(min(delay, remaining))
+        delay = min(delay * 2, 0.1)
+
+
+# -- default location --------------------------------------------------------
+
+
+def default_model_path(env: Mapping[str, str] = os.environ) -> str:
+    """Where the model lives unless told otherwise.
+
+    ``$SPAMNB_MODEL`` if set and non-empty; else
+    ``$XDG_DATA_HOME/spamnb/model.joblib`` if ``XDG_DATA_HOME`` is an absolute
+    path (the XDG spec says to ignore relative ones); else
+    ``~/.local/share/spamnb/model.joblib`` (``~`` from ``$HOME`` in `env`).
+    """
+    explicit = env.get("SPAMNB_MODEL")
+    if explicit:
+        return os.path.expanduser(explicit)
+    data_home = env.get("XDG_DATA_HOME")
+    if not data_home or not os.path.isabs(data_home):
+        home = env.get("HOME") or os.path.expanduser("~")
+        data_home = os.path.join(home, ".local", "share")
+    return os.path.join(data_home, "spamnb", "model.joblib")
