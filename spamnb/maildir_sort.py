@@ -1,0 +1,67 @@
+"""Filing messages out of a maildir by their classification (``spamnb sort``).
+
+Moves are renames inside one maildir tree, so a message is always in exactly
+one place: it is hard-linked into the target folder and then unlinked from the
+source (a link never overwrites an existing file, unlike rename), with the same
+file name and the same ``cur/`` or ``new/`` sub-folder, as the maildir
+specification requires for moves between folders.
+"""
+
+from __future__ import annotations
+
+import os
+
+from spamnb.model import BATCH, _batches
+
+
+def ensure_maildir(path: str) -> None:
+    """Create ``path`` with ``cur/``, ``new/`` and ``tmp/`` when missing (mode 0700)."""
+    for sub in ("cur", "new", "tmp"):
+        os.makedirs(os.path.join(path, sub), mode=0o700, exist_ok=True)
+
+
+def messages_of(maildir: str):
+    """Paths of the messages in ``maildir``'s ``cur/`` and ``new/`` (not sub-folders)."""
+    for sub in ("new", "cur"):
+        folder = os.path.join(maildir, sub)
+        if not os.path.isdir(folder):
+            raise ValueError(f"{maildir} is not a maildir: it has no {sub}/ folder")
+        for name in sorted(os.listdir(folder)):
+            path = os.path.join(folder, name)
+            if not name.startswith(".") and os.path.isfile(path):
+                yield sub, name, path
+
+
+def plan_moves(model, maildir: str, folders: dict, cutoffs):
+    """Yield ``(source, target, label)`` for each message whose label has a folder.
+
+    ``folders`` maps a label ('spam', 'unsure', 'ham') to a Maildir++ folder name
+    (``.Junk``) or None. Target folders are created when a move is planned.
+    """
+    for batch in _batches(messages_of(maildir), BATCH):
+        raws, kept = [], []
+        for sub, name, path in batch:
+            try:
+                with open(path, "rb") as f:
+                    raws.append(f.read())
+                kept.append((sub, name, path))
+            except OSError:
+                continue  # vanished or unreadable: the mail client has it; leave it be
+        for (sub, name, path), result in zip(kept, model.classify_many(raws, cutoffs=cutoffs)):
+            folder = folders.get(result.label)
+            if folder:
+                target = os.path.join(maildir, folder)
+                ensure_maildir(target)
+                yield path, os.path.join(target, sub, name), result.label
+
+
+def move(source: str, target: str) -> bool:
+    """Move one message file without ever overwriting or duplicating; True if moved."""
+    try:
+        os.link(source, target)  # fails if target exists: never overwrites
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        return False  # the message went away meanwhile
+    os.unlink(source)
+    return True

@@ -1,0 +1,389 @@
+"""The spam model: tokenizer settings + vocabulary + naive Bayes counts + decision.
+
+:class:`SpamModel` ties the pipeline together for two classes, ham (0) and spam (1)::
+
+    raw bytes --tokenize--> tokens --Vocabulary--> CSR row --NB--> joint log-likelihoods
+              --log-sum-exp--> P(spam | x) --Bayes decision (cut-offs)--> ham / unsure / spam
+
+The *state* is counts (the estimator's ``class_count_`` / ``feature_count_``), the
+vocabulary, the per-token document frequency and a registry of learned messages;
+everything else is derived. A model is stored as a plain dict of builtins and
+numpy arrays (:meth:`SpamModel.to_state`), never as pickled spamnb classes, so a
+file written by one version can be checked and refused cleanly by another.
+
+The score reported everywhere is the log-odds
+
+    score(x) = log P(spam | x) − log P(ham | x)
+             = [log P(spam) + log P(x | spam)] − [log P(ham) + log P(x | ham)]
+
+and P(spam | x) = P(spam)·P(x|spam) / Σ_c P(c)·P(x|c) (docs section 2), computed
+with log-sum-exp by the estimator.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spamnb import naive_bayes
+from spamnb._version import __version__
+from spamnb.decision import Cutoffs
+from spamnb.tokenizer import TokenizerConfig, tokenize
+from spamnb.vocabulary import Vocabulary, document_frequency
+
+FORMAT = "spamnb-model"
+FORMAT_VERSION = 1
+
+HAM, SPAM = 0, 1
+LABELS = ("ham", "spam")
+
+MODEL_TYPES = {
+    "multinomial": naive_bayes.MultinomialNB,
+    "bernoulli": naive_bayes.BernoulliNB,
+    "complement": naive_bayes.ComplementNB,
+}
+PRIORS = ("learned", "smoothed", "uniform")
+
+# Default decision costs (docs section 1): filing a ham as spam is ten times worse
+# than letting a spam through; holding a message as "unsure" costs half a missed spam.
+# cutoffs_from_costs(10, 1, 0.5) -> ham if P(spam|x) <= 0.5, spam if > 0.95.
+DEFAULT_COSTS = (10.0, 1.0, 0.5)
+
+# Messages are tokenized and counted in batches of this many, so training holds
+# one batch of token lists at a time, never the whole corpus.
+BATCH = 512
+
+
+class ModelFormatError(ValueError):
+    """A stored model this version cannot read (wrong format or version)."""
+
+
+def label_id(label: str) -> int:
+    """'ham' -> 0, 'spam' -> 1 (ValueError otherwise)."""
+    try:
+        return LABELS.index(label)
+    except ValueError:
+        raise ValueError(f"unknown label {label!r}: expected 'ham' or 'spam'") from None
+
+
+_MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(<[^>\r\n]{1,500}>)", re.I | re.M)
+
+
+def message_key(raw: bytes) -> bytes:
+    """Identity of a message for learn/forget: its Message-ID, else its content.
+
+    Only the header block is searched for the Message-ID. The key is a 16-byte
+    BLAKE2b digest, so the registry stays small whatever the ids look like.
+    """
+    head = raw.split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
+    m = _MESSAGE_ID.search(head)
+    ident = b"mid:" + m.group(1).strip() if m else b"sha256:" + hashlib.sha256(raw).digest()
+    return hashlib.blake2b(ident, digest_size=16).digest()
+
+
+@dataclass
+class Classification:
+    """The outcome for one message."""
+
+    label: str  # 'ham' | 'unsure' | 'spam'
+    spam_probability: float  # P(spam | x)
+    score: float  # log-odds log P(spam|x) − log P(ham|x)
+    n_tokens: int
+    n_unknown: int  # tokens not in the vocabulary (ignored)
+
+
+@dataclass
+class Evidence:
+    """What moved a decision: the prior and the strongest tokens, in log-odds."""
+
+    prior: float  # log P(spam) − log P(ham), plus any per-class constant of the model
+    tokens: list = field(default_factory=list)  # [(token, count, contribution)] strongest first
+    score: float = 0.0
+
+
+class SpamModel:
+    """A two-class (ham/spam) naive Bayes mail filter.
+
+    Parameters
+    ----------
+    model_type : {'multinomial', 'bernoulli', 'complement'}
+        The naive Bayes event model (docs section 5).
+    alpha : float >= 0
+        Smoothing λ of every estimate.
+    prior : {'learned', 'smoothed', 'uniform'}
+        Class prior: N_k/N, (N_k + λ)/(N + K·λ), or 1/2.
+    presence : bool
+        Count each token once per message (boolean features). Bernoulli always does.
+    tokenizer : TokenizerConfig
+    cutoffs : Cutoffs
+        Decision cut-offs on P(spam | x); default from :data:`DEFAULT_COSTS`.
+    """
+
+    def __init__(self, model_type="multinomial", alpha=1.0, prior="learned", presence=True,
+                 tokenizer: TokenizerConfig | None = None, cutoffs: Cutoffs | None = None):
+        if model_type not in MODEL_TYPES:
+            raise ValueError(f"unknown model type {model_type!r}: choose from {', '.join(MODEL_TYPES)}")
+        if prior not in PRIORS:
+            raise ValueError(f"unknown prior {prior!r}: choose from {', '.join(PRIORS)}")
+        self.model_type = model_type
+        self.alpha = float(alpha)
+        self.prior = prior
+        self.presence = bool(presence) or model_type == "bernoulli"
+        self.tokenizer = tokenizer or TokenizerConfig()
+        self.cutoffs = cutoffs or Cutoffs.from_costs(*DEFAULT_COSTS)
+        self.vocabulary = Vocabulary()
+        self.doc_freq = np.zeros(0, dtype=np.int64)  # messages containing each token
+        self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
+        self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__}
+        self.estimator = self._new_estimator()
+        self.estimator.partial_fit(np.zeros((0, 0)), np.zeros(0, dtype=int), classes=[HAM, SPAM])
+
+    def _new_estimator(self):
+        kwargs = dict(alpha=self.alpha, fit_prior=self.prior != "uniform",
+                      smooth_prior=self.prior == "smoothed")
+        return MODEL_TYPES[self.model_type](**kwargs)
+
+    # -- counts ------------------------------------------------------------
+
+    @property
+    def class_count(self) -> np.ndarray:
+        """Messages learned per class, (ham, spam)."""
+        return self.estimator.class_count_
+
+    def tokens(self, raw: bytes) -> list[str]:
+        """The tokens of one message under this model's tokenizer settings."""
+        return tokenize(raw, self.tokenizer)
+
+    def _rows(self, token_lists, grow):
+        return self.vocabulary.transform(token_lists, grow=grow, binary=self.presence)
+
+    def _update(self, token_lists, y, sign):
+        """Add (sign=+1) or subtract (sign=-1) a batch of messages' counts."""
+        if not token_lists:
+            return
+        X, _ = self._rows(token_lists, grow=sign > 0)
+        y = np.asarray(y, dtype=np.int64)
+        if sign > 0:
+            self.estimator.partial_fit(X, y)  # grows feature_count_ with the vocabulary
+            self.doc_freq = _grown(self.doc_freq, X.shape[1])
+            self.doc_freq += document_frequency(X)  # df_w += #messages containing w
+        else:
+            self.estimator.forget(X, y)  # refuses (unchanged) below zero
+            self.doc_freq -= document_frequency(X)
+        self.stats["updated"] = time.time()
+
+    def learn(self, messages, *, registry=True):
+        """Learn labelled messages: an iterable of ``(raw_bytes, label)``.
+
+        With ``registry`` (the default) each message is remembered by
+        :func:`message_key`: learning it again under the same label changes
+        nothing, learning it under the other label *moves* it (its counts are
+        subtracted from the old class first). Returns a dict of counts:
+        ``learned``, ``moved``, ``unchanged``.
+        """
+        done = {"learned": 0, "moved": 0, "unchanged": 0}
+        for batch in _batches(messages, BATCH):
+            if not registry:
+                self._update([self.tokens(raw) for raw, _ in batch], [label_id(lb) for _, lb in batch], +1)
+                done["learned"] += len(batch)
+                continue
+            add: dict[bytes, tuple[list, int]] = {}  # key -> (tokens, class) to add
+            sub_toks, sub_y = [], []
+            for raw, label in batch:
+                y = label_id(label)
+                key = message_key(raw)
+                old = add[key][1] if key in add else self.registry.get(key)
+                if old == y:
+                    done["unchanged"] += 1
+                    continue
+                toks = self.tokens(raw)
+                if old is None:
+                    done["learned"] += 1
+                else:
+                    done["moved"] += 1
+                    if key not in add:  # learned in an earlier batch: take it out of its class
+                        sub_toks.append(toks)
+                        sub_y.append(old)
+                add[key] = (toks, y)  # a move within this batch just replaces the pending add
+            self._update(sub_toks, sub_y, -1)
+            self._update([t for t, _ in add.values()], [y for _, y in add.values()], +1)
+            self.registry.update((key, y) for key, (_, y) in add.items())
+        return done
+
+    def forget(self, messages):
+        """Undo learning: an iterable of ``(raw_bytes, label)``.
+
+        A message the registry knows under the other label, or not at all, is
+        refused with ValueError before anything changes (bogofilter would
+        subtract anyway and corrupt its counts). Returns the number forgotten.
+        """
+        toks, ys, keys = [], [], []
+        for raw, label in messages:
+            y = label_id(label)
+            key = message_key(raw)
+            known = self.registry.get(key)
+            if known != y:
+                where = "not learned" if known is None else f"learned as {LABELS[known]}"
+                raise ValueError(f"message was {where}, not as {label}: nothing to forget")
+            toks.append(self.tokens(raw))
+            ys.append(y)
+            keys.append(key)
+        self._update(toks, ys, -1)
+        for key in keys:
+            del self.registry[key]
+        return len(keys)
+
+    def prune(self, min_df=2):
+        """Drop tokens seen in fewer than ``min_df`` learned messages."""
+        keep = self.vocabulary.prune(self.doc_freq, min_df=min_df)
+        self.estimator.select_features(keep)
+        self.doc_freq = self.doc_freq[keep]
+        return len(keep)
+
+    # -- scoring -----------------------------------------------------------
+
+    def score_tokens(self, token_lists):
+        """Log-odds scores and P(spam | x) for token lists; also unknown-token counts."""
+        X, n_unknown = self._rows(token_lists, grow=False)
+        log_post = self.estimator.predict_log_proba(X)  # normalised by log-sum-exp
+        with np.errstate(invalid="ignore"):
+            score = log_post[:, SPAM] - log_post[:, HAM]  # log P(spam|x) − log P(ham|x)
+        return score, np.exp(log_post[:, SPAM]), n_unknown
+
+    def classify_many(self, raws, *, cutoffs: Cutoffs | None = None):
+        """Classify an iterable of raw messages; yields :class:`Classification`."""
+        cut = cutoffs or self.cutoffs
+        for batch in _batches(raws, BATCH):
+            token_lists = [self.tokens(raw) for raw in batch]
+            score, p, n_unknown = self.score_tokens(token_lists)
+            for toks, s, pi, u in zip(token_lists, score, p, n_unknown):
+                yield Classification(cut.label(pi), float(pi), float(s), len(toks), int(u))
+
+    def classify(self, raw: bytes, *, cutoffs: Cutoffs | None = None) -> Classification:
+        """Classify one raw message."""
+        return next(self.classify_many([raw], cutoffs=cutoffs))
+
+    def linear_weights(self):
+        """The model as log-odds weights: score(x) = bias + Σ_w f(x_w)·weight_w.
+
+        Every two-class model here is linear in f(x) (counts, or presence):
+        multinomial weight_w = log P(w|spam) − log P(w|ham); Bernoulli moves the
+        Σ_w log(1 − p_cw) terms into the bias. Read off the estimator itself: the
+        bias is the score of an empty message, weight_w that of a message holding
+        only w, minus the bias. Infinite (λ = 0) weights give NaN; use
+        :meth:`score_tokens` for those models.
+        """
+        import scipy.sparse as sp
+
+        n = len(self.vocabulary)
+        est = self.estimator
+        with np.errstate(invalid="ignore"):
+            empty = est.predict_joint_log_proba(sp.csr_matrix((1, n)))
+            bias = float(empty[0, SPAM] - empty[0, HAM])
+            jll = est.predict_joint_log_proba(sp.identity(n, format="csr"))
+            weights = (jll[:, SPAM] - jll[:, HAM]) - bias
+        return bias, weights
+
+    def explain(self, raw: bytes, n: int = 15) -> Evidence:
+        """The prior and the ``n`` tokens that moved the decision most."""
+        toks = self.tokens(raw)
+        X, _ = self._rows([toks], grow=False)
+        bias, weights = self.linear_weights()
+        ids, counts = X.indices, X.data
+        contrib = counts * weights[ids]  # f(x_w) · weight_w
+        order = np.argsort(-np.abs(contrib), kind="stable")[:n]
+        vocab = self.vocabulary.tokens()
+        score, _, _ = self.score_tokens([toks])
+        return Evidence(
+            prior=bias,
+            tokens=[(vocab[ids[i]], int(counts[i]), float(contrib[i])) for i in order],
+            score=float(score[0]),
+        )
+
+    # -- persistence -------------------------------------------------------
+
+    def to_state(self) -> dict:
+        """Plain dict of builtins and arrays, for :func:`spamnb.store.save_atomic`."""
+        est = self.estimator
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "spamnb_version": __version__,
+            "model_type": self.model_type,
+            "alpha": self.alpha,
+            "prior": self.prior,
+            "presence": self.presence,
+            "tokenizer": self.tokenizer.to_dict(),
+            "cutoffs": (float(self.cutoffs.ham_cutoff), float(self.cutoffs.spam_cutoff)),
+            "vocabulary": self.vocabulary.to_state(),
+            "class_count": np.asarray(est.class_count_, dtype=np.float64),
+            "feature_count": np.asarray(est.feature_count_, dtype=np.float64),
+            "doc_freq": self.doc_freq,
+            "registry": self.registry,
+            "stats": dict(self.stats),
+        }
+
+    @classmethod
+    def from_state(cls, state) -> "SpamModel":
+        """Rebuild a model from :meth:`to_state`'s dict; ModelFormatError if unreadable."""
+        if not isinstance(state, dict) or state.get("format") != FORMAT:
+            raise ModelFormatError("not a spamnb model file")
+        version = state.get("format_version")
+        if version != FORMAT_VERSION:
+            raise ModelFormatError(
+                f"model format version {version!r} is not supported by spamnb {__version__} "
+                f"(it reads version {FORMAT_VERSION}); retrain the model with this version"
+            )
+        try:
+            model = cls(
+                model_type=state["model_type"], alpha=state["alpha"], prior=state["prior"],
+                presence=state["presence"], tokenizer=TokenizerConfig.from_dict(state["tokenizer"]),
+                cutoffs=Cutoffs(*state["cutoffs"]),
+            )
+            model.vocabulary = Vocabulary.from_state(state["vocabulary"])
+            fc = np.asarray(state["feature_count"], dtype=np.float64)
+            cc = np.asarray(state["class_count"], dtype=np.float64)
+            if fc.shape != (2, len(model.vocabulary)) or cc.shape != (2,):
+                raise ModelFormatError("model counts do not match its vocabulary")
+            model.estimator.set_counts(cc, fc) if hasattr(model.estimator, "set_counts") else \
+                _set_counts(model.estimator, cc, fc)
+            model.doc_freq = np.asarray(state["doc_freq"], dtype=np.int64)
+            model.registry = dict(state["registry"])
+            model.stats = dict(state["stats"])
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ModelFormatError):
+                raise
+            raise ModelFormatError(f"model file is damaged: {exc}") from None
+        return model
+
+
+def _set_counts(est, class_count, feature_count):
+    """Install stored counts in a fresh estimator and derive its log-probabilities."""
+    est.grow_features(feature_count.shape[1])
+    est.class_count_ = class_count.copy()
+    est.feature_count_ = feature_count.copy()
+    est._update_derived()
+
+
+def _grown(a, n):
+    """``a`` padded with zeros to length ``n``."""
+    if len(a) >= n:
+        return a
+    out = np.zeros(n, dtype=a.dtype)
+    out[: len(a)] = a
+    return out
+
+
+def _batches(iterable, size):
+    batch = []
+    for item in iterable:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
