@@ -69,8 +69,22 @@ def _check_finite_data(data, what="X"):
             raise ValueError(f"{what} contains NaN or infinity")
 
 
-def _to_csr(X, *, dtype_numeric=True):
-    """Validate X and return it as a CSR matrix (never densifying sparse input)."""
+def _check_result_finite(result, X):
+    """Cheap NaN/inf check of X through a product's result (n×K or K×d).
+
+    NaN or inf in X make the result non-finite; only then is X itself scanned.
+    """
+    if not np.isfinite(result).all():
+        _check_finite_data(X.data)
+        raise ValueError("X values are too large: the products overflow")
+
+
+def _to_csr(X, *, check_finite=True):
+    """Validate X and return it as a CSR matrix (never densifying sparse input).
+
+    With ``check_finite=False`` the caller checks a product instead
+    (:func:`_check_result_finite`), saving a pass over the nonzeros.
+    """
     if sp.issparse(X):
         X = X.tocsr()
         if not isinstance(X, sp.csr_matrix):
@@ -81,21 +95,25 @@ def _to_csr(X, *, dtype_numeric=True):
             raise ValueError(f"X must be numeric, got dtype {X.dtype}")
         if X.ndim != 2:
             raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
-        _check_finite_data(X)
         X = sp.csr_matrix(X)
     if X.dtype.kind not in "biuf":
         raise ValueError(f"X must be numeric, got dtype {X.dtype}")
     if X.dtype.kind == "b":
         X = X.astype(np.float64)
-    _check_finite_data(X.data)
+    if check_finite:
+        _check_finite_data(X.data)
     return X
 
 
-def _csr_view(X, data, r0, r1):
-    """CSR of rows r0:r1 of X with the given data, sharing X's indices (no copy)."""
+def _csr_view(X, data, r0, r1, *, transpose=False):
+    """Rows r0:r1 of CSR X with the given data, sharing X's indices (no copy).
+
+    With ``transpose`` the same buffers are returned as the CSC transpose.
+    """
     s, e = X.indptr[r0], X.indptr[r1]
-    out = sp.csr_matrix((r1 - r0, X.shape[1]))
-    # assigned directly: the constructor would copy small views of big arrays
+    shape = (r1 - r0, X.shape[1])
+    # attributes assigned directly: the constructors copy small views of big arrays
+    out = sp.csc_matrix(shape[::-1]) if transpose else sp.csr_matrix(shape)
     out.indptr = X.indptr[r0 : r1 + 1] - s
     out.indices = X.indices[s:e]
     out.data = data
@@ -111,15 +129,26 @@ def _row_chunks(X, max_nnz=_CHUNK_NNZ):
         yield int(r0), int(r1)
 
 
-def _binary_chunks(X, threshold, max_nnz=_CHUNK_NNZ):
-    """Yield (r0, r1, Xb) with Xb = [X > threshold] for rows r0:r1, without copying X."""
+def _binary_chunks(X, threshold, max_nnz=_CHUNK_NNZ, *, transpose=False):
+    """Yield (r0, r1, Xb) with Xb = [X > threshold] for rows r0:r1, without copying X.
+
+    The binary values live in one buffer reused from chunk to chunk: use each
+    chunk before asking for the next.
+    """
     if threshold is None:
-        yield 0, X.shape[0], X
+        yield 0, X.shape[0], (X.T if transpose else X)
         return
+    # a chunk may overshoot max_nnz by up to one row
+    size = min(X.nnz, max_nnz + int(np.diff(X.indptr).max(initial=0)))
+    flags, values = np.empty(size, dtype=bool), np.empty(size)
     for r0, r1 in _row_chunks(X, max_nnz):
         s, e = X.indptr[r0], X.indptr[r1]
-        data = np.greater(X.data[s:e], threshold).astype(np.float64)
-        yield r0, r1, _csr_view(X, data, r0, r1)
+        if e - s > values.size:
+            flags, values = np.empty(e - s, dtype=bool), np.empty(e - s)
+        b, v = flags[: e - s], values[: e - s]
+        np.greater(X.data[s:e], threshold, out=b)
+        v[...] = b
+        yield r0, r1, _csr_view(X, v, r0, r1, transpose=transpose)
 
 
 def _pattern(X):
@@ -284,20 +313,23 @@ class _BaseCountNB(_BaseNB):
 
     # -- input --------------------------------------------------------------
     def _check_X(self, X):
-        X = _to_csr(X)
+        X = _to_csr(X, check_finite=False)  # checked through the counts
         if X.data.size and X.data.min() < 0:
             raise ValueError(f"Negative values in data passed to {type(self).__name__} (X)")
         return X
 
     def _check_X_predict(self, X):
-        X = _to_csr(X)
+        # with λ = 0 jll holds legitimate -inf: check X itself, else through jll
+        X = _to_csr(X, check_finite=self._D is not None)
         self._check_n_features(X)
         return X
 
     def _count(self, X, Y):
         """Per-class feature counts of a batch, shape (K, n_features)."""
         # n_cw = Σ_{i in c} x_iw, as (Xᵀ Y)ᵀ: one pass over the nonzeros, no densifying
-        return (X.T @ Y).T
+        counts = (X.T @ Y).T
+        _check_result_finite(counts, X)
+        return counts
 
     # -- state changes ------------------------------------------------------
     def fit(self, X, y, sample_weight=None):
@@ -425,6 +457,7 @@ class _BaseCountNB(_BaseNB):
     def _linear_jll(self, X, threshold=None):
         if threshold is None and self._D is None:
             jll = X @ self._W.T
+            _check_result_finite(jll, X)
             jll += self._const
             return jll
         jll = np.empty((X.shape[0], self.classes_.size))
@@ -511,16 +544,19 @@ class BernoulliNB(_BaseCountNB):
             raise ValueError("binarize must be >= 0 for sparse X (implicit zeros would become 1)")
         return float(t)
 
-    def _binarized_input(self, X):
+    def _binarized_input(self, X, predict=False):
+        # binarising would hide NaN, and with λ = 0 jll holds legitimate -inf:
+        # then check X itself, otherwise through the product
+        check = predict and self._D is not None
         if not sp.issparse(X):
             X = np.asarray(X)
             t = self._threshold(False)
             if t is not None and X.dtype.kind in "biuf":
                 _check_finite_data(X)
                 X = (X > t).astype(np.float64)
-            return _to_csr(X), None
+            return _to_csr(X, check_finite=check), None
         t = self._threshold(True)
-        X = _to_csr(X)
+        X = _to_csr(X, check_finite=check or t is not None)
         if t is not None and not X.has_canonical_format:
             X = X.copy()
             X.sum_duplicates()  # presence per (row, column), not per stored entry
@@ -534,22 +570,25 @@ class BernoulliNB(_BaseCountNB):
         return Xt[0].shape
 
     def _check_X_predict(self, X):
-        X, t = self._binarized_input(X)
+        X, t = self._binarized_input(X, predict=True)
         self._check_n_features(X)
         return X, t
 
     def _count(self, Xt, Y):
         X, t = Xt
         counts = None
-        for r0, r1, Xb in _binary_chunks(X, t, max_nnz=max(_CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])):
+        chunk = max(_CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])
+        for r0, r1, XbT in _binary_chunks(X, t, chunk, transpose=True):
             # m_cw = number of class-c samples with x_w > binarize
-            part = Xb.T @ Y[r0:r1]
+            part = XbT @ Y[r0:r1]
             if counts is None:
                 counts = part
             else:
                 counts += part
         if counts is None:
             counts = np.zeros((X.shape[1], Y.shape[1]))
+        if t is None:
+            _check_result_finite(counts, X)
         return counts.T
 
     def _update_feature_log_prob(self):
@@ -724,14 +763,15 @@ class CategoricalNB(_BaseNB):
         )
 
     def _relayout(self, n_categories):
-        """Move the flat counts to new block sizes (growing S_j)."""
+        """Move the flat counts to new block sizes S_j (growing or shrinking)."""
         new_off = np.concatenate([[0], np.cumsum(n_categories)])
         new = np.zeros((self.classes_.size, new_off[-1]))
         if hasattr(self, "_cat"):
             old_S = np.diff(self._off)
             feat = np.repeat(np.arange(old_S.size), old_S)
             a = np.arange(self._off[-1]) - self._off[feat]
-            new[:, new_off[feat] + a] = self._cat
+            keep = a < n_categories[feat]
+            new[:, new_off[feat[keep]] + a[keep]] = self._cat[:, keep]
         self._cat, self._off, self.n_categories_ = new, new_off, n_categories
 
     def fit(self, X, y, sample_weight=None):
@@ -788,6 +828,16 @@ class CategoricalNB(_BaseNB):
                     setattr(self, k, v)
                 raise
         self._cat, self.class_count_, self.n_features_in_ = new_cat, new_cc, d
+        if sign < 0:
+            # S_j is a function of the counts: max(1 + highest category seen, min_categories)
+            feat = np.repeat(np.arange(d), self.n_categories_)
+            a = np.arange(self._off[-1]) - self._off[feat]
+            seen = np.zeros(d, dtype=np.intp)
+            used = self._cat.sum(axis=0) > 0
+            np.maximum.at(seen, feat[used], a[used] + 1)
+            S = np.maximum(seen, self._min_categories(d))
+            if (S != self.n_categories_).any():
+                self._relayout(S)
         self._update_derived()
         return self
 

@@ -1,0 +1,497 @@
+"""Tests for spamnb.naive_bayes: hand-computed posteriors, sklearn as oracle,
+incremental learning invariants, λ = 0 edge cases, sparse-only memory."""
+
+import math
+import tracemalloc
+import warnings
+from fractions import Fraction as F
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamnb.naive_bayes import BernoulliNB, CategoricalNB, ComplementNB, GaussianNB, MultinomialNB
+
+COUNT_MODELS = [MultinomialNB, BernoulliNB, ComplementNB]
+
+
+def posterior(prior, likelihood):
+    """Exact P(c|x) = P(c)·P(x|c) / Σ_k P(c_k)·P(x|c_k) (Fractions)."""
+    joint = [p * lik for p, lik in zip(prior, likelihood)]
+    total = sum(joint)
+    return [j / total for j in joint]
+
+
+def prod(fs):
+    out = F(1)
+    for f in fs:
+        out *= f
+    return out
+
+
+def assert_proba(got, expected):
+    np.testing.assert_allclose(got, np.array([float(e) for e in expected]), rtol=0, atol=1e-14)
+
+
+@pytest.fixture(autouse=True)
+def _no_numpy_warnings():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        yield
+
+
+# --------------------------------------------------------------------------- hand-computed
+
+# class 0 ("A"): [2,0,1,0], [1,1,0,0]; class 1 ("B"): [0,2,1,0]; word 3 never seen.
+X_MN = np.array([[2, 0, 1, 0], [1, 1, 0, 0], [0, 2, 1, 0]])
+Y_MN = np.array([0, 0, 1])
+PRIOR_MN = [F(2, 3), F(1, 3)]
+
+
+def mn_likelihood(theta, x):
+    return [prod(t**k for t, k in zip(th, x)) for th in theta]
+
+
+def test_multinomial_laplace_by_hand():
+    # counts A [3,1,1,0] (5 words), B [0,2,1,0] (3 words); |V| = 4, λ = 1
+    theta = [[F(4, 9), F(2, 9), F(2, 9), F(1, 9)], [F(1, 7), F(3, 7), F(2, 7), F(1, 7)]]
+    m = MultinomialNB(alpha=1).fit(X_MN, Y_MN)
+    np.testing.assert_allclose(np.exp(m.feature_log_prob_), [[float(t) for t in r] for r in theta], atol=1e-15)
+    for x in ([1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 0, 3], [5, 0, 2, 1]):
+        assert_proba(m.predict_proba([x])[0], posterior(PRIOR_MN, mn_likelihood(theta, x)))
+
+
+def test_multinomial_ml_by_hand():
+    theta = [[F(3, 5), F(1, 5), F(1, 5), F(0)], [F(0), F(2, 3), F(1, 3), F(0)]]
+    m = MultinomialNB(alpha=0).fit(X_MN, Y_MN)
+    assert np.isneginf(m.feature_log_prob_[1, 0]) and not np.isnan(m.feature_log_prob_).any()
+    p = m.predict_proba([[1, 1, 0, 0]])[0]  # word 0 never seen in B: B ruled out
+    assert p[1] == 0.0 and p[0] == 1.0
+    assert_proba(m.predict_proba([[0, 1, 1, 0]])[0], posterior(PRIOR_MN, mn_likelihood(theta, [0, 1, 1, 0])))
+    assert_proba(m.predict_proba([[0, 1, 1, 0]])[0], [F(9, 34), F(25, 34)])
+    # word 3 never seen at all: every class ruled out -> documented fallback to the prior
+    assert_proba(m.predict_proba([[0, 0, 0, 1]])[0], PRIOR_MN)
+    assert m.predict([[0, 0, 0, 1]])[0] == 0
+    assert np.isneginf(m.predict_joint_log_proba([[0, 0, 0, 1]])).all()
+
+
+X_BE = np.array([[1, 0, 1], [1, 1, 0], [0, 1, 1]])
+Y_BE = np.array([0, 0, 1])
+
+
+def be_likelihood(p, x):
+    return [prod(pc if xi else 1 - pc for pc, xi in zip(row, x)) for row in p]
+
+
+def test_bernoulli_laplace_by_hand():
+    # N_A = 2, m_A = [2,1,1]; N_B = 1, m_B = [0,1,1]; p = (m + 1)/(N + 2)
+    p = [[F(3, 4), F(2, 4), F(2, 4)], [F(1, 3), F(2, 3), F(2, 3)]]
+    m = BernoulliNB(alpha=1).fit(X_BE, Y_BE)
+    for x in ([1, 0, 0], [0, 1, 1], [0, 0, 0], [1, 1, 1]):
+        assert_proba(m.predict_proba([x])[0], posterior(PRIOR_MN, be_likelihood(p, x)))
+    assert_proba(m.predict_proba([[1, 0, 0]])[0], posterior(PRIOR_MN, [F(3, 16), F(1, 27)]))
+
+
+def test_bernoulli_ml_by_hand():
+    p = [[F(1), F(1, 2), F(1, 2)], [F(0), F(1), F(1)]]
+    m = BernoulliNB(alpha=0).fit(X_BE, Y_BE)
+    assert_proba(m.predict_proba([[1, 1, 1]])[0], [1, 0])  # word 0 present: p_B0 = 0
+    assert_proba(m.predict_proba([[0, 1, 1]])[0], [0, 1])  # word 0 absent: p_A0 = 1
+    assert_proba(m.predict_proba([[1, 1, 0]])[0], posterior(PRIOR_MN, be_likelihood(p, [1, 1, 0])))
+    # absent w0 rules out A, absent w1 rules out B -> prior
+    assert_proba(m.predict_proba([[0, 0, 0]])[0], PRIOR_MN)
+
+
+def test_complement_by_hand():
+    # θ̃_A from B's counts [0,2,1,0], θ̃_B from A's [3,1,1,0]; exp(score_c) = Π θ̃_cw^(−x_w)
+    for lam, tA, tB in [
+        (1, [F(1, 7), F(3, 7), F(2, 7), F(1, 7)], [F(4, 9), F(2, 9), F(2, 9), F(1, 9)]),
+    ]:
+        m = ComplementNB(alpha=lam).fit(X_MN, Y_MN)
+        for x in ([1, 1, 0, 0], [0, 1, 1, 0], [2, 0, 1, 3]):
+            e = [prod(t ** (-k) for t, k in zip(th, x)) for th in (tA, tB)]
+            assert_proba(m.predict_proba([x])[0], [ei / sum(e) for ei in e])
+    assert_proba(ComplementNB(alpha=1).fit(X_MN, Y_MN).predict_proba([[1, 1, 0, 0]])[0],
+                 [F(49, 3) / (F(49, 3) + F(81, 8)), F(81, 8) / (F(49, 3) + F(81, 8))])
+
+
+def test_complement_ml_limit():
+    m = ComplementNB(alpha=0).fit(X_MN, Y_MN)
+    assert_proba(m.predict_proba([[0, 1, 0, 0]])[0], [F(3, 13), F(10, 13)])  # 3/2 : 5
+    # word 0 only ever seen in A: θ̃_A0 = 0, infinite weight -> A certain
+    assert_proba(m.predict_proba([[1, 1, 0, 0]])[0], [1, 0])
+    # word 3 never seen: infinite for both, tie -> finite parts decide (both 0)
+    assert_proba(m.predict_proba([[0, 0, 0, 1]])[0], [F(1, 2), F(1, 2)])
+    mn = ComplementNB(alpha=0, norm=True).fit(X_MN, Y_MN)
+    assert np.isfinite(mn.feature_log_prob_).all()
+    assert np.isfinite(mn.predict_log_proba(X_MN)).any(axis=1).all()
+
+
+X_CAT = np.array([[0, 1], [2, 1], [1, 0]])
+Y_CAT = np.array([0, 0, 1])
+
+
+def test_categorical_by_hand():
+    # A: f0 counts [1,0,1], f1 [0,2]; B: f0 [0,1,0], f1 [1,0]; S = (3, 2)
+    m = CategoricalNB(alpha=1).fit(X_CAT, Y_CAT)
+    assert_proba(m.predict_proba([[0, 1]])[0], posterior(PRIOR_MN, [F(2, 5) * F(3, 4), F(1, 4) * F(1, 3)]))
+    assert_proba(m.predict_proba([[1, 0]])[0], posterior(PRIOR_MN, [F(1, 5) * F(1, 4), F(2, 4) * F(2, 3)]))
+    np.testing.assert_array_equal(m.n_categories_, [3, 2])
+    np.testing.assert_array_equal(m.category_count_[0], [[1, 0, 1], [0, 1, 0]])
+    m0 = CategoricalNB(alpha=0).fit(X_CAT, Y_CAT)
+    assert_proba(m0.predict_proba([[0, 1]])[0], [1, 0])
+    assert_proba(m0.predict_proba([[1, 0]])[0], [0, 1])
+    assert_proba(m0.predict_proba([[1, 1]])[0], PRIOR_MN)  # both ruled out -> prior
+    # sparse input: implicit zeros are category 0
+    assert_proba(m.predict_proba(sp.csr_matrix([[0, 1]]))[0], m.predict_proba([[0, 1]])[0])
+
+
+def test_categorical_min_categories_and_unknown():
+    m = CategoricalNB(alpha=1, min_categories=[4, 2]).fit(X_CAT, Y_CAT)
+    np.testing.assert_array_equal(m.n_categories_, [4, 2])
+    # P(f0 = 3 | A) = (0 + 1) / (2 + 4)
+    assert m.feature_log_prob_[0][0, 3] == pytest.approx(math.log(1 / 6), abs=1e-15)
+    with pytest.raises(ValueError, match="category"):
+        m.predict([[7, 0]])
+
+
+def test_gaussian_closed_form():
+    # A: {0, 2} -> μ=1, σ²=1; B: {2, 4} -> μ=3, σ²=1 (no floor)
+    X = np.array([[0.0], [2.0], [2.0], [4.0]])
+    y = np.array([0, 0, 1, 1])
+    m = GaussianNB(var_smoothing=0).fit(X, y)
+    np.testing.assert_array_equal(m.theta_, [[1.0], [3.0]])
+    np.testing.assert_array_equal(m.var_, [[1.0], [1.0]])
+    # log P(A|x)/P(B|x) = [(x−3)² − (x−1)²]/2 with equal priors and variances
+    for x in (2.0, 1.0, -0.5, 7.0):
+        lo = ((x - 3) ** 2 - (x - 1) ** 2) / 2
+        pa = 1 / (1 + math.exp(-lo))
+        np.testing.assert_allclose(m.predict_proba([[x]])[0], [pa, 1 - pa], rtol=1e-12, atol=1e-300)
+    assert m.predict_proba([[2.0]])[0, 0] == 0.5
+
+
+def test_prior_modes():
+    y = np.array([0, 0, 0, 1])
+    X = np.eye(4)
+    assert_proba(np.exp(MultinomialNB().fit(X, y).class_log_prior_), [F(3, 4), F(1, 4)])
+    # P_λ(c_k) = (N_k + λ)/(N + K·λ) = (3+2)/(4+4), (1+2)/(4+4)
+    assert_proba(np.exp(MultinomialNB(alpha=2, smooth_prior=True).fit(X, y).class_log_prior_), [F(5, 8), F(3, 8)])
+    assert_proba(np.exp(BernoulliNB(fit_prior=False).fit(X, y).class_log_prior_), [F(1, 2), F(1, 2)])
+    assert_proba(np.exp(ComplementNB(class_prior=[0.1, 0.9]).fit(X, y).class_log_prior_), [F(1, 10), F(9, 10)])
+    assert_proba(np.exp(GaussianNB(priors=[0.2, 0.8]).fit(X, y).class_log_prior_), [F(1, 5), F(4, 5)])
+    with pytest.raises(ValueError):
+        MultinomialNB(class_prior=[1.0]).fit(X, y)
+
+
+# --------------------------------------------------------------------------- sklearn oracle
+
+
+def random_counts(seed, n=80, d=40, K=3, density=0.15):
+    rng = np.random.default_rng(seed)
+    X = sp.random(n, d, density=density, random_state=seed, format="csr")
+    X.data = np.ceil(X.data * 6)
+    y = rng.integers(0, K, n)
+    return X, y
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.5, 1.0, 2.5])
+@pytest.mark.parametrize(
+    "name,kw",
+    [("MultinomialNB", {}), ("BernoulliNB", {}), ("BernoulliNB", {"binarize": 2.0}),
+     ("ComplementNB", {}), ("ComplementNB", {"norm": True}),
+     ("MultinomialNB", {"fit_prior": False}), ("MultinomialNB", {"class_prior": [0.2, 0.3, 0.5]})],
+)
+def test_against_sklearn_count_models(name, kw, alpha):
+    skn = pytest.importorskip("sklearn.naive_bayes")
+    import spamnb.naive_bayes as nb
+
+    X, y = random_counts(int(alpha * 100))
+    ours = getattr(nb, name)(alpha=alpha, **kw).fit(X, y)
+    ref = getattr(skn, name)(alpha=alpha, force_alpha=True, **kw).fit(X, y)
+    Xt, _ = random_counts(7)
+    np.testing.assert_allclose(ours.feature_log_prob_, ref.feature_log_prob_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ours.class_log_prior_, ref.class_log_prior_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ours.predict_log_proba(Xt), ref.predict_log_proba(Xt), rtol=0, atol=1e-10)
+    np.testing.assert_array_equal(ours.feature_count_, ref.feature_count_)
+    np.testing.assert_array_equal(ours.class_count_, ref.class_count_)
+    np.testing.assert_array_equal(ours.predict(Xt), ref.predict(Xt))
+    if name == "ComplementNB":
+        np.testing.assert_array_equal(ours.feature_all_, ref.feature_all_)
+
+
+@pytest.mark.parametrize("alpha", [0.01, 0.5, 1.0, 2.5])
+def test_against_sklearn_categorical(alpha):
+    skn = pytest.importorskip("sklearn.naive_bayes")
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 5, (100, 6))
+    y = rng.integers(0, 3, 100)
+    ours = CategoricalNB(alpha=alpha, min_categories=6).fit(X, y)
+    ref = skn.CategoricalNB(alpha=alpha, force_alpha=True, min_categories=6).fit(X, y)
+    for a, b in zip(ours.feature_log_prob_, ref.feature_log_prob_):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
+    for a, b in zip(ours.category_count_, ref.category_count_):
+        np.testing.assert_array_equal(a, b)
+    Xt = rng.integers(0, 6, (30, 6))
+    np.testing.assert_allclose(ours.predict_log_proba(Xt), ref.predict_log_proba(Xt), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ours.predict_log_proba(sp.csr_matrix(Xt)), ref.predict_log_proba(Xt), atol=1e-10)
+
+
+@pytest.mark.parametrize("var_smoothing", [1e-9, 1e-3])
+def test_against_sklearn_gaussian(var_smoothing):
+    skn = pytest.importorskip("sklearn.naive_bayes")
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(120, 5)) * [1, 2, 3, 0.5, 10] + [0, 5, -3, 1, 2]
+    y = rng.integers(0, 3, 120)
+    ours = GaussianNB(var_smoothing=var_smoothing).fit(X, y)
+    ref = skn.GaussianNB(var_smoothing=var_smoothing).fit(X, y)
+    np.testing.assert_allclose(ours.theta_, ref.theta_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(ours.var_, ref.var_, rtol=1e-10)
+    Xt = rng.normal(size=(40, 5))
+    np.testing.assert_allclose(ours.predict_log_proba(Xt), ref.predict_log_proba(Xt), rtol=0, atol=1e-10)
+    np.testing.assert_allclose(ours.predict_log_proba(sp.csr_matrix(Xt)), ref.predict_log_proba(Xt), atol=1e-9)
+
+
+def test_sample_weight_against_sklearn():
+    skn = pytest.importorskip("sklearn.naive_bayes")
+    X, y = random_counts(11)
+    w = np.random.default_rng(0).integers(0, 4, X.shape[0]).astype(float)
+    for name in ("MultinomialNB", "BernoulliNB", "ComplementNB"):
+        ours = getattr(__import__("spamnb.naive_bayes", fromlist=[name]), name)().fit(X, y, sample_weight=w)
+        ref = getattr(skn, name)().fit(X, y, sample_weight=w)
+        np.testing.assert_allclose(ours.predict_log_proba(X), ref.predict_log_proba(X), atol=1e-10)
+
+
+# --------------------------------------------------------------------------- incremental
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS + [CategoricalNB])
+def test_fit_equals_chunked_partial_fit(cls):
+    X, y = random_counts(1)
+    if cls is CategoricalNB:
+        X = X.astype(np.int64)
+    full = cls().fit(X, y)
+    inc = cls()
+    for a in range(0, X.shape[0], 17):
+        inc.partial_fit(X[a : a + 17], y[a : a + 17], classes=np.unique(y))
+    np.testing.assert_array_equal(inc.class_count_, full.class_count_)
+    if cls is CategoricalNB:
+        for a, b in zip(inc.category_count_, full.category_count_):
+            np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_array_equal(inc.feature_count_, full.feature_count_)
+        np.testing.assert_array_equal(inc.feature_log_prob_, full.feature_log_prob_)
+    np.testing.assert_array_equal(inc.predict_log_proba(X), full.predict_log_proba(X))
+
+
+def snapshot(m):
+    keys = ("class_count_", "feature_count_", "class_log_prior_", "_cat", "_s1", "_s2", "n_features_in_")
+    out = {k: np.copy(getattr(m, k)) for k in keys if hasattr(m, k)}
+    flp = m.feature_log_prob_ if hasattr(m, "feature_log_prob_") else None
+    if flp is not None:
+        out["flp"] = np.concatenate([np.ravel(a) for a in flp]) if isinstance(flp, list) else np.copy(flp)
+    return out
+
+
+def assert_same_state(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS + [CategoricalNB, GaussianNB])
+def test_partial_fit_then_forget_is_identity(cls):
+    X, y = random_counts(2)
+    X2, y2 = random_counts(3)
+    if cls is CategoricalNB:
+        X, X2 = X.astype(np.int64), X2.astype(np.int64)
+    m = cls().fit(X, y)
+    before = snapshot(m)
+    m.partial_fit(X2, y2).forget(X2, y2)
+    assert_same_state(before, snapshot(m))  # integer data: exact
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS + [CategoricalNB, GaussianNB])
+def test_forget_refuses_and_leaves_model_unchanged(cls):
+    X, y = random_counts(4)
+    m = cls().fit(X[:40], y[:40])
+    before = snapshot(m)
+    with pytest.raises(ValueError):
+        m.forget(X, y)  # rows 40.. were never learnt
+    assert_same_state(before, snapshot(m))
+    with pytest.raises(ValueError, match="not in classes_"):
+        m.forget(X[:2], np.array([0, 9]))
+    assert_same_state(before, snapshot(m))
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS)
+def test_grow_features_equals_padded_fit(cls):
+    X, y = random_counts(5)
+    Xpad = sp.hstack([X, sp.csr_matrix((X.shape[0], 7))]).tocsr()
+    grown = cls(alpha=0.5).fit(X, y).grow_features(X.shape[1] + 7)
+    ref = cls(alpha=0.5).fit(Xpad, y)
+    np.testing.assert_array_equal(grown.feature_count_, ref.feature_count_)
+    np.testing.assert_allclose(grown.predict_log_proba(Xpad), ref.predict_log_proba(Xpad), atol=1e-12)
+    # partial_fit with more columns grows automatically
+    inc = cls(alpha=0.5).partial_fit(X, y, classes=[0, 1, 2]).partial_fit(Xpad[:3], y[:3])
+    assert inc.n_features_in_ == X.shape[1] + 7
+    with pytest.raises(ValueError, match="features"):
+        inc.predict(X)  # strict at predict time
+
+
+def test_grow_features_keeps_old_scores_with_ml():
+    # λ = 0: new zero-count words change no old probability
+    X, y = random_counts(6)
+    m = MultinomialNB(alpha=0).fit(X, y)
+    before = m.predict_joint_log_proba(X)
+    m.grow_features(X.shape[1] + 100)
+    Xpad = sp.hstack([X, sp.csr_matrix((X.shape[0], 100))]).tocsr()
+    np.testing.assert_array_equal(m.predict_joint_log_proba(Xpad), before)
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS)
+def test_select_features(cls):
+    X, y = random_counts(8)
+    keep = np.array([5, 3, 30, 0, 17])
+    m = cls().fit(X, y).select_features(keep)
+    ref = cls().fit(X[:, keep], y)
+    np.testing.assert_array_equal(m.feature_count_, ref.feature_count_)
+    np.testing.assert_allclose(m.predict_log_proba(X[:, keep]), ref.predict_log_proba(X[:, keep]), atol=1e-13)
+    with pytest.raises(ValueError):
+        cls().fit(X, y).select_features([0, 99])
+
+
+# --------------------------------------------------------------------------- numerics
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS)
+def test_long_documents_do_not_underflow(cls):
+    X, y = random_counts(9)
+    m = cls().fit(X, y)
+    rng = np.random.default_rng(0)
+    big = sp.csr_matrix(rng.integers(200, 400, (3, X.shape[1])).astype(float))  # > 10,000 tokens each
+    assert big.sum(axis=1).min() > 10_000
+    lp = m.predict_log_proba(big)
+    assert np.isfinite(lp).all() or cls is ComplementNB
+    p = m.predict_proba(big)
+    assert ((p >= 0) & (p <= 1)).all()
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+    assert np.isfinite(m.predict_joint_log_proba(big)).all()
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS + [CategoricalNB])
+def test_ml_random_no_nan(cls):
+    X, y = random_counts(10, density=0.05)
+    if cls is CategoricalNB:
+        X = X.astype(np.int64)
+    m = (cls(alpha=0, min_categories=7) if cls is CategoricalNB else cls(alpha=0)).fit(X, y)
+    Xt, _ = random_counts(12, density=0.3)
+    if cls is CategoricalNB:
+        Xt = Xt.minimum(1).astype(np.int64)
+    lp = m.predict_log_proba(Xt)
+    assert not np.isnan(lp).any()
+    p = m.predict_proba(Xt)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS + [CategoricalNB, GaussianNB])
+def test_dense_and_csr_identical(cls):
+    X, y = random_counts(13)
+    if cls is CategoricalNB:
+        X = X.astype(np.int64)
+    Xd = X.toarray()
+    a = cls().fit(X, y)
+    b = cls().fit(Xd, y)
+    if cls is GaussianNB:  # dense and sparse paths compute differently
+        np.testing.assert_allclose(a.predict_log_proba(X), b.predict_log_proba(Xd), atol=1e-9)
+        return
+    np.testing.assert_array_equal(a.predict_log_proba(X), b.predict_log_proba(Xd))
+    np.testing.assert_array_equal(a.predict_log_proba(Xd), a.predict_log_proba(sp.coo_matrix(X)))
+    np.testing.assert_array_equal(a.predict_log_proba(X), a.predict_log_proba(sp.csc_array(X)))
+
+
+@pytest.mark.parametrize("cls", [MultinomialNB, BernoulliNB, ComplementNB])
+def test_million_features_stay_sparse(cls):
+    n, d = 300, 1_000_000
+    rng = np.random.default_rng(0)
+    X = sp.random(n, d, density=20 / d, random_state=rng, format="csr")
+    X.data = np.ceil(X.data * 3)
+    y = rng.integers(0, 2, n)
+    tracemalloc.start()
+    m = cls().fit(X, y)
+    lp = m.predict_log_proba(X)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    dense_bytes = n * d * 8  # 2.4 GB
+    assert peak < dense_bytes / 20, peak
+    assert np.isfinite(lp).all()
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def test_validation_errors():
+    X, y = random_counts(14)
+    with pytest.raises(ValueError, match="alpha"):
+        MultinomialNB(alpha=-1).fit(X, y)
+    with pytest.raises(ValueError, match="samples"):
+        MultinomialNB().fit(X, y[:-1])
+    neg = X.copy()
+    neg.data[0] = -1
+    for cls in (MultinomialNB, ComplementNB):
+        with pytest.raises(ValueError, match="Negative"):
+            cls().fit(neg, y)
+    nan = X.copy()
+    nan.data[0] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        MultinomialNB().fit(nan, y)
+    with pytest.raises(ValueError, match="NaN"):
+        GaussianNB().fit(np.array([[np.nan], [1.0]]), [0, 1])
+    with pytest.raises(ValueError, match="classes"):
+        MultinomialNB().partial_fit(X, y)
+    with pytest.raises(ValueError, match="not fitted"):
+        MultinomialNB().predict(X)
+    with pytest.raises(ValueError, match="features"):
+        MultinomialNB().fit(X, y).predict(X[:, :5])
+    with pytest.raises(ValueError, match="binarize"):
+        BernoulliNB(binarize=-1).fit(X, y)
+    with pytest.raises(ValueError, match="sample_weight"):
+        MultinomialNB().fit(X, y, sample_weight=-np.ones(X.shape[0]))
+    with pytest.raises(ValueError, match="integer"):
+        CategoricalNB().fit([[0.5]], [0])
+
+
+def test_empty_class_and_forget_everything():
+    X, y = random_counts(15)
+    m = MultinomialNB(alpha=0).partial_fit(X, y, classes=[0, 1, 2, 3])  # class 3 never seen
+    p = m.predict_proba(X)
+    assert (p[:, 3] == 0).all() and not np.isnan(p).any()
+    m.forget(X, y)  # back to nothing: uniform prior, every class rules out every word
+    np.testing.assert_array_equal(m.class_count_, 0)
+    np.testing.assert_allclose(m.predict_proba(X[:2]), 0.25)
+
+
+# --------------------------------------------------------------------------- properties
+
+counts_strategy = st.integers(2, 12).flatmap(
+    lambda n: st.tuples(
+        st.lists(st.lists(st.integers(0, 4), min_size=5, max_size=5), min_size=n, max_size=n),
+        st.lists(st.integers(0, 1), min_size=n, max_size=n),
+    )
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(counts_strategy, counts_strategy, st.sampled_from([0.0, 0.5, 1.0]), st.sampled_from(COUNT_MODELS))
+def test_property_forget_inverts_partial_fit(a, b, alpha, cls):
+    Xa, ya = np.array(a[0]), np.array(a[1])
+    Xb, yb = np.array(b[0]), np.array(b[1])
+    m = cls(alpha=alpha).partial_fit(Xa, ya, classes=[0, 1])
+    before = snapshot(m)
+    m.partial_fit(Xb, yb)
+    p = m.predict_proba(np.vstack([Xa, Xb]))
+    assert not np.isnan(p).any()
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+    m.forget(Xb, yb)
+    assert_same_state(before, snapshot(m))
