@@ -1,0 +1,157 @@
+"""SpamModel: learning is counting, relabelling moves, state round-trips."""
+
+import numpy as np
+import pytest
+
+from spamnb.model import FORMAT_VERSION, ModelFormatError, SpamModel, message_key
+
+HAM1 = b"Message-ID: <h1@x>\nSubject: lunch meeting\n\nsee you at lunch tomorrow, the agenda is attached\n"
+HAM2 = b"Subject: perl question\n\nhow do I sort a hash by value in perl\n"
+SPAM1 = b"Message-ID: <s1@y>\nSubject: cheap pills\n\nbuy cheap pills now, click http://pills.example.biz/\n"
+SPAM2 = b"Subject: you won\n\nclaim your cheap prize now, click here\n"
+
+
+def trained(**kw):
+    m = SpamModel(**kw)
+    m.learn([(HAM1, "ham"), (HAM2, "ham"), (SPAM1, "spam"), (SPAM2, "spam")])
+    return m
+
+
+def counts(m):
+    return m.estimator.class_count_.copy(), m.estimator.feature_count_.copy()
+
+
+def test_classifies_training_mail():
+    m = trained()
+    assert m.classify(SPAM1).label == "spam"
+    assert m.classify(HAM2).label == "ham"
+    r = m.classify(SPAM2)
+    assert 0.5 < r.spam_probability <= 1 and r.score > 0
+
+
+def test_score_is_log_odds_of_probability():
+    m = trained(alpha=1.0)
+    r = m.classify(b"Subject: cheap lunch\n\nclick for lunch\n")
+    assert r.score == pytest.approx(np.log(r.spam_probability / (1 - r.spam_probability)), rel=1e-9)
+
+
+def test_learning_twice_counts_once():
+    m = trained()
+    before = counts(m)
+    done = m.learn([(SPAM1, "spam"), (HAM2, "ham")])
+    assert done == {"learned": 0, "moved": 0, "unchanged": 2}
+    after = counts(m)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1])
+
+
+def test_relearning_under_other_label_moves_message():
+    m = trained()
+    m.learn([(SPAM1, "ham")])
+    assert m.estimator.class_count_.tolist() == [3, 1]
+    # Same state as learning it as ham in the first place.
+    ref = SpamModel()
+    ref.learn([(HAM1, "ham"), (HAM2, "ham"), (SPAM1, "ham"), (SPAM2, "spam")])
+    for tok in ref.vocabulary.tokens():
+        i, j = m.vocabulary.index(tok), ref.vocabulary.index(tok)
+        np.testing.assert_array_equal(m.estimator.feature_count_[:, i], ref.estimator.feature_count_[:, j])
+
+
+def test_move_within_one_batch():
+    m = SpamModel()
+    m.learn([(HAM1, "ham"), (HAM1, "spam"), (HAM2, "ham"), (SPAM2, "spam")])
+    assert m.estimator.class_count_.tolist() == [1, 2]
+
+
+def test_forget_is_inverse_of_learn():
+    m = trained()
+    before = counts(m)
+    extra = b"Subject: new offer\n\nan entirely new offer with newwords\n"
+    m.learn([(extra, "spam")])
+    assert m.forget([(extra, "spam")]) == 1
+    after = counts(m)
+    np.testing.assert_array_equal(before[0], after[0])
+    np.testing.assert_array_equal(before[1], after[1][:, : before[1].shape[1]])
+    assert not after[1][:, before[1].shape[1]:].any()
+
+
+def test_forget_refuses_unknown_or_mislabelled_and_changes_nothing():
+    m = trained()
+    before = counts(m)
+    with pytest.raises(ValueError, match="not learned"):
+        m.forget([(b"Subject: never seen\n\nhello\n", "ham")])
+    with pytest.raises(ValueError, match="learned as spam"):
+        m.forget([(HAM1, "ham"), (SPAM1, "ham")])
+    np.testing.assert_array_equal(before[1], counts(m)[1])
+
+
+def test_message_key_prefers_message_id():
+    assert message_key(HAM1) == message_key(HAM1.replace(b"agenda", b"minutes"))
+    assert message_key(HAM2) != message_key(HAM2.replace(b"perl", b"python"))
+    # A Message-ID in the body is not the message's.
+    body_only = b"Subject: x\n\nMessage-ID: <h1@x>\n"
+    assert message_key(body_only) != message_key(HAM1)
+
+
+@pytest.mark.parametrize("model_type", ["multinomial", "bernoulli", "complement"])
+def test_linear_weights_reproduce_scores(model_type):
+    m = trained(model_type=model_type, alpha=0.5)
+    bias, w = m.linear_weights()
+    for raw in (HAM1, SPAM2, b"Subject: cheap perl\n\nunseen words only zzz\n"):
+        X, _ = m._rows([m.tokens(raw)], grow=False)
+        expected = m.score_tokens([m.tokens(raw)])[0][0]
+        assert bias + X.data @ w[X.indices] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+def test_state_round_trip():
+    m = trained(model_type="bernoulli", alpha=0.25, prior="smoothed")
+    m2 = SpamModel.from_state(m.to_state())
+    assert m2.model_type == "bernoulli" and m2.alpha == 0.25 and m2.prior == "smoothed"
+    assert m2.vocabulary.tokens() == m.vocabulary.tokens()
+    assert m2.registry == m.registry
+    for raw in (HAM1, SPAM1, SPAM2):
+        assert m2.classify(raw) == m.classify(raw)
+    # and it keeps learning from where it was
+    assert m2.learn([(SPAM1, "spam")])["unchanged"] == 1
+
+
+def test_state_refuses_other_versions_and_damage():
+    state = trained().to_state()
+    with pytest.raises(ModelFormatError, match="format version 99"):
+        SpamModel.from_state({**state, "format_version": 99})
+    assert FORMAT_VERSION != 99
+    with pytest.raises(ModelFormatError, match="not a spamnb model"):
+        SpamModel.from_state({"weights": [1, 2]})
+    bad = dict(state)
+    bad["feature_count"] = state["feature_count"][:, :3]
+    with pytest.raises(ModelFormatError):
+        SpamModel.from_state(bad)
+    missing = dict(state)
+    del missing["vocabulary"]
+    with pytest.raises(ModelFormatError, match="damaged"):
+        SpamModel.from_state(missing)
+
+
+def test_prune_drops_rare_tokens_and_keeps_counts_aligned():
+    m = trained()
+    common = [t for t in m.vocabulary.tokens() if m.doc_freq[m.vocabulary.index(t)] >= 2]
+    fc = {t: m.estimator.feature_count_[:, m.vocabulary.index(t)].copy() for t in common}
+    m.prune(2)
+    assert sorted(m.vocabulary.tokens()) == sorted(common)
+    for t in common:
+        np.testing.assert_array_equal(m.estimator.feature_count_[:, m.vocabulary.index(t)], fc[t])
+
+
+def test_unknown_tokens_are_counted():
+    m = trained()
+    r = m.classify(b"Subject: zzyzx qwertyuiop\n\nfrobnicate\n")
+    assert r.n_unknown >= 2 and r.n_tokens >= r.n_unknown
+
+
+def test_bad_labels_and_types():
+    with pytest.raises(ValueError, match="model type"):
+        SpamModel(model_type="svm")
+    with pytest.raises(ValueError, match="prior"):
+        SpamModel(prior="flat")
+    with pytest.raises(ValueError, match="label"):
+        SpamModel().learn([(HAM1, "maybe")])
