@@ -214,6 +214,11 @@ class SpamModel:
             self.registry.update((key, y) for key, (_, y) in add.items())
         return done
 
+    def learn_tokens(self, token_lists, labels):
+        """Learn already tokenized messages (no registry): labels 'ham'/'spam' or 0/1."""
+        y = [label if isinstance(label, (int, np.integer)) else label_id(label) for label in labels]
+        self._update(list(token_lists), y, +1)
+
     def forget(self, messages):
         """Undo learning: an iterable of ``(raw_bytes, label)``.
 

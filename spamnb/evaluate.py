@@ -1,0 +1,157 @@
+"""Evaluation protocols: K-fold cross-validation, train/test, and TREC's online run.
+
+Every protocol returns :class:`Scores`: for each test message its gold label, its
+score (log-odds, the ranking metrics' input) and P(spam | x) (the decision
+metrics' input), in the order the messages were given. :func:`spamnb.metrics.summary`
+turns them into the figures; ``--scores FILE`` writes them so anyone can
+recompute those figures.
+
+The protocols never let a model see a test message's label before scoring it:
+
+* K-fold: each fold is scored by a model trained on the other folds only. The
+  messages are tokenized and counted once; a fold's model keeps exactly the
+  tokens seen in its training folds, so it equals a model trained from scratch
+  on them (``test_evaluate`` checks this against :meth:`SpamModel.learn`).
+* train/test: one model from the training sources, scored on the test sources.
+* online (TREC spam track): in the given order, classify each message, *then*
+  train on its gold label: always, only on errors, or when the score falls
+  within a margin of the decision ("thick threshold").
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from spamnb.folds import stratified_kfold
+from spamnb.model import HAM, SPAM, LABELS, SpamModel, label_id
+from spamnb.vocabulary import Vocabulary, document_frequency
+
+TRAIN_ON = ("all", "errors", "margin")
+
+
+@dataclass
+class Scores:
+    """Per-message results of an evaluation, in input order."""
+
+    sources: list = field(default_factory=list)
+    y: np.ndarray = None  # 1 spam, 0 ham
+    score: np.ndarray = None  # log P(spam|x) − log P(ham|x)
+    proba: np.ndarray = None  # P(spam|x)
+    train_seconds: float = 0.0
+    classify_seconds: float = 0.0
+    tokenize_seconds: float = 0.0
+    n_trained: int = 0
+
+    def write_tsv(self, path) -> None:
+        """``label<TAB>score<TAB>probability<TAB>source`` per line (``--scores``)."""
+        with open(path, "w", encoding="utf-8") as f:
+            f.write("# gold\tscore\tspam_probability\tsource\n")
+            for src, y, s, p in zip(self.sources, self.y, self.score, self.proba):
+                f.write(f"{LABELS[int(y)]}\t{s:.6g}\t{p:.6g}\t{src}\n")
+
+
+def _tokenize(model: SpamModel, messages):
+    start = time.perf_counter()
+    sources, token_lists, y = [], [], []
+    for source, raw, label in messages:
+        sources.append(source)
+        token_lists.append(model.tokens(raw))
+        y.append(label_id(label))
+    return sources, token_lists, np.asarray(y, dtype=np.int64), time.perf_counter() - start
+
+
+def _log_odds(log_post):
+    with np.errstate(invalid="ignore"):
+        return log_post[:, SPAM] - log_post[:, HAM]  # log P(spam|x) − log P(ham|x)
+
+
+def cross_validate(make_model, messages, k=10, seed=0, folds=None) -> Scores:
+    """Stratified K-fold cross-validation; scores of all folds pooled.
+
+    Parameters
+    ----------
+    make_model : callable () -> SpamModel
+        A fresh, untrained model with the settings to evaluate.
+    messages : iterable of (source, raw bytes, label)
+    k, seed : fold count and shuffling seed of :func:`spamnb.folds.stratified_kfold`.
+    folds : array of fold ids, optional
+        Use these folds instead (e.g. :func:`spamnb.folds.hash_folds`).
+    """
+    template = make_model()
+    sources, token_lists, y, tok_s = _tokenize(template, messages)
+    vocab = Vocabulary()
+    X = vocab.fit_transform(token_lists, binary=template.presence)
+    del token_lists
+    fold = np.asarray(folds) if folds is not None else stratified_kfold(y, k, seed)
+    score, proba = np.empty(len(y)), np.empty(len(y))
+    train_s = classify_s = 0.0
+    for f in np.unique(fold):
+        tr, te = fold != f, fold == f
+        t0 = time.perf_counter()
+        Xtr = X[tr]
+        cols = np.flatnonzero(document_frequency(Xtr))  # the fold's own vocabulary
+        est = make_model().estimator
+        est.partial_fit(Xtr[:, cols], y[tr])
+        t1 = time.perf_counter()
+        log_post = est.predict_log_proba(X[te][:, cols])
+        classify_s += time.perf_counter() - t1
+        train_s += t1 - t0
+        score[te] = _log_odds(log_post)
+        proba[te] = np.exp(log_post[:, SPAM])
+    return Scores(sources, y, score, proba, train_s, classify_s, tok_s, int(len(y)))
+
+
+def train_test(make_model, train, test) -> Scores:
+    """Train one model on ``train``, score ``test`` (both iterables of (source, raw, label))."""
+    model = make_model()
+    t0 = time.perf_counter()
+    model.learn(((raw, label) for _, raw, label in train), registry=False)
+    train_s = time.perf_counter() - t0
+    sources, token_lists, y, tok_s = _tokenize(model, test)
+    t1 = time.perf_counter()
+    score, proba, _ = model.score_tokens(token_lists)
+    return Scores(sources, y, score, proba, train_s, time.perf_counter() - t1, tok_s,
+                  int(model.class_count.sum()))
+
+
+def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
+    """TREC's online protocol: classify each message, then learn its gold label.
+
+    Parameters
+    ----------
+    train_on : {'all', 'errors', 'margin'}
+        Learn every message; only those the model's cut-offs misfiled (an
+        unsure counts as an error); or those and the ones whose |score|
+        (log-odds) is at most ``margin`` ("thick threshold").
+    margin : float >= 0
+        The thick threshold's half-width, in log-odds.
+    """
+    if train_on not in TRAIN_ON:
+        raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}, not {train_on!r}")
+    model = make_model()
+    sources, scores, probas, ys = [], [], [], []
+    tok_s = classify_s = train_s = 0.0
+    n_trained = 0
+    for source, raw, label in messages:
+        y = label_id(label)
+        t0 = time.perf_counter()
+        toks = model.tokens(raw)
+        t1 = time.perf_counter()
+        s, p, _ = model.score_tokens([toks])  # classify first: the label is not known yet
+        t2 = time.perf_counter()
+        wrong = model.cutoffs.label(p[0]) != LABELS[y]  # an unsure counts as an error
+        if train_on == "all" or wrong or (train_on == "margin" and abs(s[0]) <= margin):
+            model.learn_tokens([toks], [y])
+            n_trained += 1
+        train_s += time.perf_counter() - t2
+        tok_s += t1 - t0
+        classify_s += t2 - t1
+        sources.append(source)
+        scores.append(s[0])
+        probas.append(p[0])
+        ys.append(y)
+    return Scores(sources, np.asarray(ys, dtype=np.int64), np.asarray(scores), np.asarray(probas),
+                  train_s, classify_s, tok_s, n_trained)
