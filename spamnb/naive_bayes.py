@@ -261,7 +261,7 @@ class _BaseNB:
 
     # -- prediction ---------------------------------------------------------
     def _check_fitted(self):
-        if not hasattr(self, "classes_"):
+        if not hasattr(self, "class_log_prior_"):
             raise ValueError(f"This {type(self).__name__} instance is not fitted yet; call fit first")
 
     def _check_n_features(self, X):
@@ -335,7 +335,7 @@ class _BaseCountNB(_BaseNB):
     def fit(self, X, y, sample_weight=None):
         """Fit from scratch (forget any previous state)."""
         self._check_params_prior()
-        for attr in ("classes_", "class_count_", "feature_count_", "n_features_in_"):
+        for attr in ("classes_", "class_count_", "feature_count_", "n_features_in_", "class_log_prior_"):
             self.__dict__.pop(attr, None)
         y_arr = np.asarray(y)
         self._init_classes(y_arr.ravel() if y_arr.ndim == 2 and y_arr.shape[-1] == 1 else y_arr)
@@ -626,10 +626,6 @@ class BernoulliNB(_BaseCountNB):
         X, t = Xt
         return self._linear_jll(X, threshold=t)
 
-    def predict_joint_log_proba(self, X):
-        """log P(c) + Σ_w log P(x_w|c) on binarised X, shape (n, K)."""
-        return super().predict_joint_log_proba(X)
-
 
 class ComplementNB(_BaseCountNB):
     """Complement naive Bayes (Rennie et al. 2003), as scikit-learn's ComplementNB.
@@ -670,6 +666,7 @@ class ComplementNB(_BaseCountNB):
             logged = np.log(comp / den)  # log θ̃_cw
         Z = (comp <= 0) | (den <= 0)  # θ̃_cw = 0 (or 0/0): infinite weight
         self._Zc = None
+        flp = None
         if self.norm:
             with np.errstate(divide="ignore", invalid="ignore"):
                 W = logged / logged.sum(axis=1, keepdims=True)  # ŵ_cw = log θ̃_cw / Σ_w' log θ̃_cw'
@@ -677,11 +674,11 @@ class ComplementNB(_BaseCountNB):
             for c in np.flatnonzero(m):  # limit λ → 0: 1/m_c on the zero entries, 0 elsewhere
                 W[c] = Z[c] / m[c]
         else:
-            W = -logged  # w_cw = −log θ̃_cw
-            if Z.any():
+            W = flp = -logged  # w_cw = −log θ̃_cw
+            if Z.any():  # +inf weights: score with the finite part, rank by Σ x_w over Z
                 W = np.where(Z, 0.0, W)
                 self._Zc = np.asfortranarray(Z, dtype=np.float64)
-        self.feature_log_prob_ = W
+        self.feature_log_prob_ = W if flp is None else flp
         const = self.class_log_prior_ if self.classes_.size == 1 else np.zeros(self.classes_.size)
         self._set_weights(W, const)
 
@@ -777,7 +774,7 @@ class CategoricalNB(_BaseNB):
     def fit(self, X, y, sample_weight=None):
         """Fit from scratch."""
         self._check_params_prior()
-        for attr in ("classes_", "class_count_", "_cat", "_off", "n_categories_", "n_features_in_"):
+        for attr in ("classes_", "class_count_", "_cat", "_off", "n_categories_", "n_features_in_", "class_log_prior_"):
             self.__dict__.pop(attr, None)
         self._init_classes(np.asarray(y))
         return self._update(X, y, sample_weight, sign=1)
@@ -949,7 +946,7 @@ class GaussianNB(_BaseNB):
 
     def fit(self, X, y, sample_weight=None):
         """Fit from scratch."""
-        for attr in ("classes_", "class_count_", "_s1", "_s2", "shift_", "n_features_in_"):
+        for attr in ("classes_", "class_count_", "_s1", "_s2", "shift_", "n_features_in_", "class_log_prior_"):
             self.__dict__.pop(attr, None)
         self._init_classes(np.asarray(y))
         return self._update(X, y, sample_weight, sign=1)

@@ -119,6 +119,7 @@ def test_complement_by_hand():
 
 def test_complement_ml_limit():
     m = ComplementNB(alpha=0).fit(X_MN, Y_MN)
+    assert np.isposinf(m.feature_log_prob_[0, 0]) and not np.isnan(m.feature_log_prob_).any()
     assert_proba(m.predict_proba([[0, 1, 0, 0]])[0], [F(3, 13), F(10, 13)])  # 3/2 : 5
     # word 0 only ever seen in A: θ̃_A0 = 0, infinite weight -> A certain
     assert_proba(m.predict_proba([[1, 1, 0, 0]])[0], [1, 0])
@@ -446,6 +447,14 @@ def test_validation_errors():
     nan.data[0] = np.nan
     with pytest.raises(ValueError, match="NaN"):
         MultinomialNB().fit(nan, y)
+    for cls in COUNT_MODELS:
+        for alpha in (0, 1):
+            m = cls(alpha=alpha).fit(X, y)
+            for bad in (np.nan, np.inf):
+                Xb = X.copy()
+                Xb.data[3] = bad
+                with pytest.raises(ValueError, match="NaN"):
+                    m.predict_log_proba(Xb)
     with pytest.raises(ValueError, match="NaN"):
         GaussianNB().fit(np.array([[np.nan], [1.0]]), [0, 1])
     with pytest.raises(ValueError, match="classes"):
