@@ -61,7 +61,7 @@ class RunResult:
     scores: np.ndarray
     train_seconds: float
     classify_seconds: float
-    peak_mb: float | None = None  # filled in by run_isolated
+    peak_mb: float | None = None  # max RSS; external runners fill it in, else run_isolated
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,6 +103,36 @@ def _check_tool(name):
     return path
 
 
+class _Tools:
+    """Runs external commands and keeps the largest max RSS among them.
+
+    Each command is wrapped in GNU ``/usr/bin/time -f %M`` when that exists:
+    ``time`` is a small process that forks the tool and reads its max RSS
+    with wait4().  Reading ``RUSAGE_CHILDREN`` from Python instead would
+    over-report: Linux carries the max RSS of a forking process across
+    fork and exec, so every tool would count the Python interpreter's
+    resident size as well.  Without ``/usr/bin/time`` ``peak_mb`` stays None.
+    """
+
+    def __init__(self):
+        self.time = "/usr/bin/time" if os.access("/usr/bin/time", os.X_OK) else None
+        self.peak_kib = None
+
+    def run(self, cmd, **kwargs):
+        if self.time is None:
+            return subprocess.run(cmd, **kwargs)
+        with tempfile.NamedTemporaryFile("r", prefix="peer-rss-") as rss:
+            proc = subprocess.run([self.time, "-q", "-f", "%M", "-o", rss.name, *cmd], **kwargs)
+            text = rss.read().split()
+        if text and text[-1].isdigit():
+            self.peak_kib = max(self.peak_kib or 0, int(text[-1]))
+        return proc
+
+    @property
+    def peak_mb(self):
+        return None if self.peak_kib is None else self.peak_kib / 1024.0
+
+
 # --------------------------------------------------------------------------
 # bogofilter
 # --------------------------------------------------------------------------
@@ -119,16 +149,17 @@ def run_bogofilter(train_ham, train_spam, test):
     spam/ham/unsure (of the last file), 3 an error.
     """
     bogofilter = _check_tool("bogofilter")
+    tools = _Tools()
     with tempfile.TemporaryDirectory(prefix="peer-bogofilter-") as db:
         t0 = time.perf_counter()
         for flag, files in (("-n", train_ham), ("-s", train_spam)):
             for chunk in _chunks(files):
-                subprocess.run([bogofilter, "-C", "-d", db, flag, "-B", *chunk],
-                               check=True, stdout=subprocess.DEVNULL)
+                tools.run([bogofilter, "-C", "-d", db, flag, "-B", *chunk],
+                          check=True, stdout=subprocess.DEVNULL)
         t1 = time.perf_counter()
         lines = []
         for chunk in _chunks(test):
-            proc = subprocess.run(
+            proc = tools.run(
                 [bogofilter, "-C", "-d", db, "-t", "--terse-format=%c %.12e", "-B", *chunk],
                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             )
@@ -140,7 +171,7 @@ def run_bogofilter(train_ham, train_spam, test):
             lines.extend(got)
         t2 = time.perf_counter()
     scores = np.array([float(line.split()[-1]) for line in lines])
-    return RunResult(scores, t1 - t0, t2 - t1)
+    return RunResult(scores, t1 - t0, t2 - t1, tools.peak_mb)
 
 
 def bogofilter_bulk_train_seconds(ham, spam):
@@ -174,23 +205,24 @@ def run_spamprobe(train_ham, train_spam, test):
     default spam threshold is 0.7 (``-l``), a two-state decision.
     """
     spamprobe = _check_tool("spamprobe")
+    tools = _Tools()
     with tempfile.TemporaryDirectory(prefix="peer-spamprobe-") as db:
         t0 = time.perf_counter()
         for command, files in (("good", train_ham), ("spam", train_spam)):
             for chunk in _chunks(files):
-                subprocess.run([spamprobe, "-c", "-M", "-d", db, command, *chunk],
+                tools.run([spamprobe, "-c", "-M", "-d", db, command, *chunk],
                                check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         t1 = time.perf_counter()
         scores = []
         for chunk in _chunks(test):
-            proc = subprocess.run([spamprobe, "-M", "-d", db, "score", *chunk],
+            proc = tools.run([spamprobe, "-M", "-d", db, "score", *chunk],
                                   check=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
             got = [float(m.group(2)) for m in _SPAMPROBE_LINE.finditer(proc.stdout.decode())]
             if len(got) != len(chunk):
                 raise RuntimeError(f"spamprobe printed {len(got)} scores for {len(chunk)} files")
             scores.extend(got)
         t2 = time.perf_counter()
-    return RunResult(np.array(scores), t1 - t0, t2 - t1)
+    return RunResult(np.array(scores), t1 - t0, t2 - t1, tools.peak_mb)
 
 
 # --------------------------------------------------------------------------
@@ -276,11 +308,21 @@ def resolve_peer(spec):
     return Peer(spec, func, cutoffs, external=len(parts) == 3 and parts[2] == "ext")
 
 
+def _vm_hwm_mb():
+    """This process's peak resident size (VmHWM), reset by exec unlike ru_maxrss."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def _isolated_worker(run, external, train_ham, train_spam, test, queue):
     try:
         result = run(train_ham, train_spam, test)
-        who = resource.RUSAGE_CHILDREN if external else resource.RUSAGE_SELF
-        result.peak_mb = resource.getrusage(who).ru_maxrss / 1024.0  # Linux: KiB
+        if result.peak_mb is None:
+            result.peak_mb = (resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+                              if external else _vm_hwm_mb())
         queue.put(("ok", result))
     except BaseException as exc:  # report any failure to the parent
         queue.put(("error", f"{type(exc).__name__}: {exc}"))
@@ -289,9 +331,10 @@ def _isolated_worker(run, external, train_ham, train_spam, test, queue):
 def run_isolated(peer, train_ham, train_spam, test):
     """Run ``peer`` in a fresh (spawned) Python process; fill in ``peak_mb``.
 
-    Peak memory is the max RSS of the largest child process (external
-    tools) or of the worker process itself (in-process runners, including
-    the interpreter and the loaded messages).
+    Peak memory: what the runner reported (external tools, measured with
+    ``/usr/bin/time``), else the worker's own VmHWM (in-process runners,
+    including the interpreter, numpy and the loaded messages), else the
+    largest child's ``ru_maxrss`` (an over-estimate, see :class:`_Tools`).
     """
     ctx = multiprocessing.get_context("spawn")
     queue = ctx.Queue()
