@@ -23,6 +23,8 @@ import re
 EXIT_SPAM, EXIT_HAM, EXIT_UNSURE, EXIT_ERROR = 0, 1, 2, 3
 EXIT_CODES = {"spam": EXIT_SPAM, "ham": EXIT_HAM, "unsure": EXIT_UNSURE}
 STATUS_WORD = {"spam": "Yes", "ham": "No", "unsure": "Unsure"}
+# Long added fields (the evidence) are folded to lines of about this many characters.
+FOLD_WIDTH = 78
 
 # A header field line (RFC 5322 field name, then a colon) or an mbox "From " line.
 _FIELD = re.compile(rb"[!-9;-~]+:|From ")
@@ -54,15 +56,32 @@ def header_end(raw: bytes) -> tuple[int, bytes]:
 
 def header_lines(label: str, probability: float, score: float, model: str, version: str,
                  evidence=None) -> list[bytes]:
-    """The added header fields (without line endings), ASCII only."""
+    """The added header lines (without line endings), ASCII only; a folded
+    field's continuation lines are separate items starting with a tab."""
     flag = b"YES" if label == "spam" else b"NO"
     status = (f"{STATUS_WORD[label]}, probability={probability:.6f}, score={score:.2f}, "
               f"model={_ascii(model)}, version={version}")
     lines = [b"X-Spam-Flag: " + flag, b"X-Spam-Status: " + status.encode("ascii")]
     if evidence:
-        items = ", ".join(f"{_ascii(tok)}:{c:+.2f}" for tok, c in evidence)
-        lines.append(b"X-Spam-Evidence: " + items.encode("ascii"))
+        items = [f"{_ascii(tok)}:{c:+.2f}" for tok, c in evidence]
+        lines.extend(_folded("X-Spam-Evidence: ", items))
     return lines
+
+
+def _folded(name: str, items: list[str], width: int = FOLD_WIDTH) -> list[bytes]:
+    """One header field as physical lines: ``items`` joined by ", ", folded
+    before an item (continuation lines start with a tab) once a line would pass
+    ``width`` characters, so no line nears RFC 5322's 998-character limit."""
+    out, line = [], name
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        fresh = line in (name, "\t")  # nothing on this line yet: never fold here
+        if not fresh and len(line) + 1 + len(piece) > width:
+            out.append(line)
+            line, fresh = "\t", True
+        line += ("" if fresh else " ") + piece
+    out.append(line)
+    return [x.encode("ascii") for x in out]
 
 
 def _ascii(text: str) -> str:
