@@ -36,7 +36,8 @@ def plan_moves(model, maildir: str, folders: dict, cutoffs):
     """Yield ``(source, target, label)`` for each message whose label has a folder.
 
     ``folders`` maps a label ('spam', 'unsure', 'ham') to a Maildir++ folder name
-    (``.Junk``) or None. Target folders are created when a move is planned.
+    (``.Junk``) or None. Planning changes nothing on disk (``sort --dry-run``
+    relies on that); :func:`move` creates the target folder.
     """
     for batch in _batches(messages_of(maildir), BATCH):
         raws, kept = [], []
@@ -50,13 +51,16 @@ def plan_moves(model, maildir: str, folders: dict, cutoffs):
         for (sub, name, path), result in zip(kept, model.classify_many(raws, cutoffs=cutoffs)):
             folder = folders.get(result.label)
             if folder:
-                target = os.path.join(maildir, folder)
-                ensure_maildir(target)
-                yield path, os.path.join(target, sub, name), result.label
+                yield path, os.path.join(maildir, folder, sub, name), result.label
 
 
 def move(source: str, target: str) -> bool:
-    """Move one message file without ever overwriting or duplicating; True if moved."""
+    """Move one message file without ever overwriting or duplicating; True if moved.
+
+    ``target`` is ``FOLDER/cur/NAME`` or ``FOLDER/new/NAME``; FOLDER is made a
+    maildir first when it is not one yet.
+    """
+    ensure_maildir(os.path.dirname(os.path.dirname(target)))
     try:
         os.link(source, target)  # fails if target exists: never overwrites
     except FileExistsError:
