@@ -85,7 +85,8 @@ def resolve(path, env=os.environ):
     if path is not None:
         return Path(path), False
     user = Path(store.default_model_path(env))
-    if user.exists() or "SPAMNB_MODEL" in env:
+    # An empty $SPAMNB_MODEL is unset (as store.default_model_path reads it).
+    if user.exists() or env.get("SPAMNB_MODEL"):
         return user, False
     return default_cache_path(env), True
 
