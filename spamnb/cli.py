@@ -28,6 +28,11 @@ class _Group(click.Group):
 
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:
+            # The reader went away (`spamnb tokens msg | head`): stop quietly, and
+            # point stdout at /dev/null so the flush at exit cannot complain again.
+            _silence_stdout()
+            ctx.exit(1)
         except (SourceError, ModelError, ValueError, OSError) as exc:
             if os.environ.get("SPAMNB_DEBUG"):
                 raise
@@ -37,6 +42,14 @@ class _Group(click.Group):
                 text = str(exc)
             click.echo(f"spamnb: error: {text}", err=True)
             ctx.exit(1)
+
+
+def _silence_stdout():
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (tests)
+        pass
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
