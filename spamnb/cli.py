@@ -105,7 +105,8 @@ def cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_
     if spam_cutoff is not None or ham_cutoff is not None:
         if any(c is not None for c in (cost_fp, cost_fn, cost_unsure)):
             raise click.UsageError("give either costs or cut-offs, not both")
-        spam = spam_cutoff if spam_cutoff is not None else model_cutoffs.spam_cutoff
+        # One cut-off given: the other is the model's, moved just enough to keep ham <= spam.
+        spam = spam_cutoff if spam_cutoff is not None else max(model_cutoffs.spam_cutoff, ham_cutoff)
         ham = ham_cutoff if ham_cutoff is not None else min(model_cutoffs.ham_cutoff, spam)
         return Cutoffs(float(ham), float(spam))
     if any(c is not None for c in (cost_fp, cost_fn, cost_unsure)):
