@@ -278,8 +278,10 @@ def classify(sources, model_path, allow_insecure_model, fmt, cost_fp, cost_fn, c
     model, path, is_default = _open(model_path, allow_insecure_model)
     cut = cutoffs_from(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     skipped = [0]
-    messages = (m for spec in sources
-                for m in iter_messages(spec, recursive=recursive, strict=strict, on_error=_skipper(skipped)))
+    # iter_messages checks its source when called: a missing one fails here, before any output.
+    readers = [iter_messages(spec, recursive=recursive, strict=strict, on_error=_skipper(skipped))
+               for spec in sources]
+    messages = (m for reader in readers for m in reader)
     out = click.get_text_stream("stdout")
     counts = {"ham": 0, "unsure": 0, "spam": 0}
     start = time.perf_counter()
