@@ -397,7 +397,33 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
 # -- filter --------------------------------------------------------------------
 
 
-@main.command("filter")
+class _FilterCommand(click.Command):
+    """``filter`` never loses mail: a bad command line passes the message through too.
+
+    Click rejects bad options (``--evidence abc``, a stray argument) while
+    parsing, before the command body runs; it would then print usage, write
+    nothing and exit 2, the *unsure* status. Here the message goes to stdout
+    unchanged and the exit status is 3, as for any other error.
+    """
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as exc:
+            from spamnb.hook import EXIT_ERROR
+
+            click.echo(f"spamnb filter: {exc.format_message().rstrip('.')}; message passed through unchanged",
+                       err=True)
+            try:
+                stdout = click.get_binary_stream("stdout")
+                stdout.write(click.get_binary_stream("stdin").read())
+                stdout.flush()
+            except OSError:
+                pass
+            raise click.exceptions.Exit(EXIT_ERROR) from None
+
+
+@main.command("filter", cls=_FilterCommand)
 @model_options
 @click.option("--exit-zero", is_flag=True, help="Exit 0 for any classification (for procmail's :0fw).")
 @click.option("--learn", "-u", "learn_", is_flag=True,
