@@ -515,16 +515,15 @@ def sort(maildir, model_path, allow_insecure_model, spam_folder, unsure_folder, 
     model, _, is_default = _open(model_path, allow_insecure_model)
     cut = cutoffs_from(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     folders = {"spam": spam_folder, "unsure": unsure_folder}
+    from spamnb.maildir_sort import move
+
     moved = 0
     for src, dst, label in plan_moves(model, maildir, folders, cut):
         click.echo(f"{label:<6} {os.path.relpath(src, maildir)} -> {os.path.relpath(dst, maildir)}")
-        if not dry_run:
-            from spamnb.maildir_sort import move
-
-            if move(src, dst):
-                moved += 1
-    click.echo(f"{'would move' if dry_run else 'moved'} "
-               f"{moved if not dry_run else 'the messages listed'}", err=True)
+        if dry_run or move(src, dst):
+            moved += 1
+    click.echo(f"{'would move' if dry_run else 'moved'} {moved} message(s)"
+               + (" [default model]" if is_default else ""), err=True)
 
 
 # -- explain / info / tokens -------------------------------------------------------
