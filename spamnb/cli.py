@@ -616,7 +616,7 @@ def tokens(message, model_path, allow_insecure_model, default_settings):
         from spamnb.modelfile import resolve
 
         path, is_default = resolve(model_path)
-        if path.exists():
+        if path.exists() or model_path is not None:  # an explicit --model must be there
             from spamnb.modelfile import load_model
 
             config = load_model(path, allow_insecure=allow_insecure_model).tokenizer
