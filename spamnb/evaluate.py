@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spamnb.folds import stratified_kfold
-from spamnb.model import HAM, SPAM, LABELS, SpamModel, label_id
+from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, transform_features
 from spamnb.vocabulary import Vocabulary, document_frequency
 
 TRAIN_ON = ("all", "errors", "margin")
@@ -83,7 +83,7 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None) -> Scores:
     template = make_model()
     sources, token_lists, y, tok_s = _tokenize(template, messages)
     vocab = Vocabulary()
-    X = vocab.fit_transform(token_lists, binary=template.presence)
+    X = vocab.fit_transform(token_lists, binary=template.features not in ("counts", "logtf-l2"))
     del token_lists
     fold = np.asarray(folds) if folds is not None else stratified_kfold(y, k, seed)
     score, proba = np.empty(len(y)), np.empty(len(y))
@@ -94,9 +94,9 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None) -> Scores:
         Xtr = X[tr]
         cols = np.flatnonzero(document_frequency(Xtr))  # the fold's own vocabulary
         est = make_model().estimator
-        est.partial_fit(Xtr[:, cols], y[tr])
+        est.partial_fit(transform_features(Xtr[:, cols], template.features), y[tr])
         t1 = time.perf_counter()
-        log_post = est.predict_log_proba(X[te][:, cols])
+        log_post = est.predict_log_proba(transform_features(X[te][:, cols], template.features))
         classify_s += time.perf_counter() - t1
         train_s += t1 - t0
         score[te] = _log_odds(log_post)

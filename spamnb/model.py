@@ -48,10 +48,22 @@ MODEL_TYPES = {
 }
 PRIORS = ("learned", "smoothed", "uniform")
 
+# What a message's row holds (Rennie et al. 2003 transforms; scripts/model_ablation.py):
+#   counts       x_w = tf_w, the multinomial model as in the docs
+#   presence     x_w = 1 if w occurs (boolean features; Metsis et al. 2006)
+#   presence-l2  x_w = 1 / sqrt(#distinct tokens): presence scaled to unit length,
+#                so long messages stop outvoting short ones
+#   logtf-l2     x_w = log(1 + tf_w), scaled to unit length
+FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
+
 # Default decision costs (docs section 1): filing a ham as spam is ten times worse
 # than letting a spam through; holding a message as "unsure" costs half a missed spam.
 # cutoffs_from_costs(10, 1, 0.5) -> ham if P(spam|x) <= 0.5, spam if > 0.95.
 DEFAULT_COSTS = (10.0, 1.0, 0.5)
+
+# Defaults chosen by measurement (scripts/model_ablation.py, see README "Accuracy").
+DEFAULT_FEATURES = "presence-l2"
+DEFAULT_ALPHA = 0.001
 
 # Messages are tokenized and counted in batches of this many, so training holds
 # one batch of token lists at a time, never the whole corpus.
@@ -116,14 +128,15 @@ class SpamModel:
         Smoothing λ of every estimate.
     prior : {'learned', 'smoothed', 'uniform'}
         Class prior: N_k/N, (N_k + λ)/(N + K·λ), or 1/2.
-    presence : bool
-        Count each token once per message (boolean features). Bernoulli always does.
+    features : {'counts', 'presence', 'presence-l2', 'logtf-l2'}
+        What a message's row holds (see :data:`FEATURES`). Bernoulli always
+        uses presence.
     tokenizer : TokenizerConfig
     cutoffs : Cutoffs
         Decision cut-offs on P(spam | x); default from :data:`DEFAULT_COSTS`.
     """
 
-    def __init__(self, model_type="multinomial", alpha=1.0, prior="learned", presence=True,
+    def __init__(self, model_type="multinomial", alpha=DEFAULT_ALPHA, prior="learned", features=DEFAULT_FEATURES,
                  tokenizer: TokenizerConfig | None = None, cutoffs: Cutoffs | None = None):
         if model_type not in MODEL_TYPES:
             raise ValueError(f"unknown model type {model_type!r}: choose from {', '.join(MODEL_TYPES)}")
@@ -132,7 +145,9 @@ class SpamModel:
         self.model_type = model_type
         self.alpha = float(alpha)
         self.prior = prior
-        self.presence = bool(presence) or model_type == "bernoulli"
+        if features not in FEATURES:
+            raise ValueError(f"unknown features {features!r}: choose from {', '.join(FEATURES)}")
+        self.features = "presence" if model_type == "bernoulli" else features
         self.tokenizer = tokenizer or TokenizerConfig()
         self.cutoffs = cutoffs or Cutoffs.from_costs(*DEFAULT_COSTS)
         self.vocabulary = Vocabulary()
@@ -159,7 +174,10 @@ class SpamModel:
         return tokenize(raw, self.tokenizer)
 
     def _rows(self, token_lists, grow):
-        return self.vocabulary.transform(token_lists, grow=grow, binary=self.presence)
+        """Feature rows of token lists, and their unknown-token counts."""
+        X, n_unknown = self.vocabulary.transform(token_lists, grow=grow, binary=self.features != "counts"
+                                                 and self.features != "logtf-l2")
+        return transform_features(X, self.features), n_unknown
 
     def _update(self, token_lists, y, sign):
         """Add (sign=+1) or subtract (sign=-1) a batch of messages' counts."""
@@ -275,7 +293,7 @@ class SpamModel:
     def linear_weights(self):
         """The model as log-odds weights: score(x) = bias + Σ_w f(x_w)·weight_w.
 
-        Every two-class model here is linear in f(x) (counts, or presence):
+        Every two-class model here is linear in the feature row f(x) (see :data:`FEATURES`):
         multinomial weight_w = log P(w|spam) − log P(w|ham); Bernoulli moves the
         Σ_w log(1 − p_cw) terms into the bias. Read off the estimator itself: the
         bias is the score of an empty message, weight_w that of a message holding
@@ -321,7 +339,7 @@ class SpamModel:
             "model_type": self.model_type,
             "alpha": self.alpha,
             "prior": self.prior,
-            "presence": self.presence,
+            "features": self.features,
             "tokenizer": self.tokenizer.to_dict(),
             "cutoffs": (float(self.cutoffs.ham_cutoff), float(self.cutoffs.spam_cutoff)),
             "vocabulary": self.vocabulary.to_state(),
@@ -346,7 +364,7 @@ class SpamModel:
         try:
             model = cls(
                 model_type=state["model_type"], alpha=state["alpha"], prior=state["prior"],
-                presence=state["presence"], tokenizer=TokenizerConfig.from_dict(state["tokenizer"]),
+                features=state["features"], tokenizer=TokenizerConfig.from_dict(state["tokenizer"]),
                 cutoffs=Cutoffs(*state["cutoffs"]),
             )
             model.vocabulary = Vocabulary.from_state(state["vocabulary"])
@@ -372,6 +390,21 @@ def _set_counts(est, class_count, feature_count):
     est.class_count_ = class_count.copy()
     est.feature_count_ = feature_count.copy()
     est._update_derived()
+
+
+def transform_features(X, features):
+    """Apply a :data:`FEATURES` transform, in place, to a CSR count (or presence) matrix."""
+    if features in ("counts", "presence"):
+        return X
+    if features == "logtf-l2":
+        np.log1p(X.data, out=X.data)  # d_w = log(1 + tf_w)
+    # x ← x / ‖x‖₂ (Rennie et al. 2003, length normalisation); empty rows stay empty
+    sq = np.add.reduceat(X.data * X.data, X.indptr[:-1]) if X.nnz else np.zeros(0)
+    lengths = np.diff(X.indptr)
+    norms = np.ones(X.shape[0])
+    norms[lengths > 0] = np.sqrt(sq[lengths > 0])
+    X.data /= np.repeat(norms, lengths)
+    return X
 
 
 def _grown(a, n):
