@@ -33,7 +33,7 @@ from spamnb import naive_bayes
 from spamnb._version import __version__
 from spamnb.decision import Cutoffs
 from spamnb.tokenizer import TokenizerConfig, tokenize
-from spamnb.vocabulary import Vocabulary, document_frequency
+from spamnb.vocabulary import Vocabulary
 
 FORMAT = "spamnb-model"
 FORMAT_VERSION = 1
@@ -151,7 +151,7 @@ class SpamModel:
         self.tokenizer = tokenizer or TokenizerConfig()
         self.cutoffs = cutoffs or Cutoffs.from_costs(*DEFAULT_COSTS)
         self.vocabulary = Vocabulary()
-        self.doc_freq = np.zeros(0, dtype=np.int64)  # messages containing each token
+        self._df = np.zeros(1024, dtype=np.int64)  # messages containing each token, with spare room
         self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
         self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__}
         self.estimator = self._new_estimator()
@@ -168,6 +168,11 @@ class SpamModel:
     def class_count(self) -> np.ndarray:
         """Messages learned per class, (ham, spam)."""
         return self.estimator.class_count_
+
+    @property
+    def doc_freq(self) -> np.ndarray:
+        """Learned messages containing each token (a view, in vocabulary order)."""
+        return self._df[: len(self.vocabulary)]
 
     def tokens(self, raw: bytes) -> list[str]:
         """The tokens of one message under this model's tokenizer settings."""
@@ -187,11 +192,12 @@ class SpamModel:
         y = np.asarray(y, dtype=np.int64)
         if sign > 0:
             self.estimator.partial_fit(X, y)  # grows feature_count_ with the vocabulary
-            self.doc_freq = _grown(self.doc_freq, X.shape[1])
-            self.doc_freq += document_frequency(X)  # df_w += #messages containing w
+            if X.shape[1] > len(self._df):  # grow by doubling: O(1) amortised per new token
+                self._df = _grown(self._df, max(X.shape[1], 2 * len(self._df)))
+            np.add.at(self._df, X.indices, 1)  # df_w += #messages containing w; O(nnz), not O(V)
         else:
             self.estimator.forget(X, y)  # refuses (unchanged) below zero
-            self.doc_freq -= document_frequency(X)
+            np.subtract.at(self._df, X.indices, 1)
         self.stats["updated"] = time.time()
 
     def learn(self, messages, *, registry=True):
@@ -264,7 +270,7 @@ class SpamModel:
         """Drop tokens seen in fewer than ``min_df`` learned messages."""
         keep = self.vocabulary.prune(self.doc_freq, min_df=min_df)
         self.estimator.select_features(keep)
-        self.doc_freq = self.doc_freq[keep]
+        self._df = self._df[keep]
         return len(keep)
 
     # -- scoring -----------------------------------------------------------
@@ -345,7 +351,7 @@ class SpamModel:
             "vocabulary": self.vocabulary.to_state(),
             "class_count": np.asarray(est.class_count_, dtype=np.float64),
             "feature_count": np.asarray(est.feature_count_, dtype=np.float64),
-            "doc_freq": self.doc_freq,
+            "doc_freq": self.doc_freq.copy(),
             "registry": self.registry,
             "stats": dict(self.stats),
         }
@@ -374,7 +380,9 @@ class SpamModel:
                 raise ModelFormatError("model counts do not match its vocabulary")
             model.estimator.set_counts(cc, fc) if hasattr(model.estimator, "set_counts") else \
                 _set_counts(model.estimator, cc, fc)
-            model.doc_freq = np.asarray(state["doc_freq"], dtype=np.int64)
+            model._df = np.array(state["doc_freq"], dtype=np.int64)
+            if model._df.shape != (len(model.vocabulary),):
+                raise ModelFormatError("model document frequencies do not match its vocabulary")
             model.registry = dict(state["registry"])
             model.stats = dict(state["stats"])
         except (KeyError, TypeError, ValueError) as exc:
