@@ -233,14 +233,17 @@ def train(ham, spam, index, model_path, allow_insecure_model, model_type, alpha,
         raise click.ClickException(
             f"no {' and no '.join(missing)} messages were read: a model needs both classes; "
             "nothing was saved")
+    # Σ_w df_w: each message's distinct tokens, summed. (The estimator's feature
+    # counts are sums of *feature values*, which are not token counts once rows are
+    # scaled to unit length.)
+    n_tokens = int(model.doc_freq.sum())
     if min_df > 1:
         model.prune(min_df)
     save_model(model, path)
     seconds = time.perf_counter() - start
-    n_tokens = int(model.estimator.feature_count_.sum())
     click.echo(
         f"trained {model.model_type} model on {int(counts[0])} ham and {int(counts[1])} spam "
-        f"({n_tokens} token counts, vocabulary {len(model.vocabulary)}) in {seconds:.1f} s"
+        f"({n_tokens} tokens, distinct per message; vocabulary {len(model.vocabulary)}) in {seconds:.1f} s"
         + (f"; skipped {skipped[0]} unreadable" if skipped[0] else "")
         + f"\nsaved to {path}", err=True)
 
