@@ -175,8 +175,12 @@ def _log_normalize(jll, log_prior):
         jll[dead] = log_prior
         m[dead] = np.max(log_prior)
     jll -= m[:, None]
-    # log P(c|x) = jll_c − log Σ_k exp(jll_k)   (log-sum-exp, shifted by the max)
-    jll -= np.log(np.exp(jll).sum(axis=1))[:, None]
+    # log P(c|x) = jll_c − log Σ_k exp(jll_k)   (log-sum-exp, shifted by the max);
+    # the max term is exp(0) = 1, so log Σ = log1p(Σ of the others): full precision
+    # when one class is nearly certain (log P of the winner ≈ −1e-11, not rounded to 1e-16)
+    e = np.exp(jll)
+    e[np.arange(jll.shape[0]), np.argmax(jll, axis=1)] = 0.0
+    jll -= np.log1p(e.sum(axis=1))[:, None]
     return jll
 
 
@@ -302,14 +306,171 @@ class _BaseNB:
 # --------------------------------------------------------------------------- count models
 
 
+def _restrict(X):
+    """(cols, Xc): the sorted columns X uses, and X with its columns renumbered to them.
+
+    Returns (None, X) when X is not much sparser than it is wide: then every
+    column counts as touched (a plain product beats sorting the indices).
+    """
+    if 4 * X.nnz >= X.shape[1]:
+        return None, X
+    cols, inv = np.unique(X.indices, return_inverse=True)
+    # attributes assigned directly: shares X's indptr and data
+    Xc = sp.csr_matrix((X.shape[0], cols.size))
+    Xc.indptr, Xc.indices, Xc.data = X.indptr, inv.astype(X.indices.dtype, copy=False), X.data
+    return cols, Xc
+
+
+def _row_sums(X):
+    """Σ_w x_w for each row of CSR X, shape (n,): O(n + nnz), no dense temporaries."""
+    out = np.zeros(X.shape[0])
+    full = np.diff(X.indptr) > 0
+    if full.any():
+        # reduceat over the starts of the non-empty rows: each sums exactly its row
+        out[full] = np.add.reduceat(X.data, X.indptr[:-1][full])
+    return out
+
+
+def _readonly(a):
+    v = a.view()
+    v.flags.writeable = False
+    return v
+
+
+def _finite_log(a):
+    """log(a) where a > 0, and 0 where a <= 0 (terms the caller handles apart)."""
+    pos = a > 0
+    return np.where(pos, _log(np.where(pos, a, 1.0)), 0.0)
+
+
 class _BaseCountNB(_BaseNB):
-    """Counts (class_count_, feature_count_) are the state of the discrete models."""
+    """Counts (class_count_, feature_count_) are the state of the discrete models.
+
+    Online learning (TREC: classify each message, then learn it) must cost per
+    step in proportion to the message's tokens, not to the vocabulary |V|:
+
+    * per-feature arrays (counts ``_fc``, scoring weights ``_Wt``, zero-probability
+      indicators ``_Dt``) are stored feature-major, shape (capacity, K), with
+      spare capacity that doubles when full, so growing by a few columns is
+      O(new columns) amortised; rows >= ``n_features_in_`` are always zero.
+      ``feature_count_`` is a read-only (K, |V|) view of the used rows;
+    * a batch X changes the counts, and the weights, only in the columns it
+      touches (np.unique(X.indices)); per-class terms are O(K) and derived on
+      demand; a 1-row X is scored as X @ W with W (|V|, K) C-contiguous;
+    * full derived arrays (``feature_log_prob_``) are computed when read, cached
+      until the next change.
+    """
+
+    _has_weights = True  # per-feature scoring weights are stored (not Bernoulli's)
 
     def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, smooth_prior=False):
         self.alpha = alpha
         self.fit_prior = fit_prior
         self.class_prior = class_prior
         self.smooth_prior = smooth_prior
+
+    # -- state --------------------------------------------------------------
+    @property
+    def class_count_(self):
+        """N_c: samples (total sample weight) per class, shape (K,); read-only."""
+        return _readonly(self._cc)
+
+    @class_count_.setter
+    def class_count_(self, value):
+        self._cc = np.array(value, dtype=np.float64)
+        self._derived_for = None  # everything derived is recomputed on next use
+
+    @property
+    def feature_count_(self):
+        """n_cw (Bernoulli: m_cw), shape (K, n_features_in_); a read-only view of the state."""
+        return _readonly(self._fc[: self.n_features_in_].T)
+
+    @feature_count_.setter
+    def feature_count_(self, value):
+        fc = np.asarray(value, dtype=np.float64)
+        if fc.ndim != 2 or fc.shape[0] != self.classes_.size:
+            raise ValueError(f"feature_count_ must have shape (n_classes, n_features), got {fc.shape}")
+        self._fc = np.ascontiguousarray(fc.T).copy()
+        self._Wt = self._Dt = None
+        self.n_features_in_ = fc.shape[1]
+        self._derived_for = None
+
+    def set_counts(self, class_count, feature_count):
+        """Install stored counts (N_c, shape (K,); n_cw, shape (K, n_features)) and derive
+        everything from them. ``classes_`` must be known (fit / partial_fit first)."""
+        if not hasattr(self, "classes_"):
+            raise ValueError("set_counts needs classes_: call partial_fit with classes first")
+        cc = np.asarray(class_count, dtype=np.float64)
+        fc = np.asarray(feature_count, dtype=np.float64)
+        K = self.classes_.size
+        if cc.shape != (K,) or fc.ndim != 2 or fc.shape[0] != K:
+            raise ValueError(f"counts have shapes {cc.shape}, {fc.shape}; expected ({K},), ({K}, n_features)")
+        for a, what in ((cc, "class"), (fc, "feature")):
+            if not np.isfinite(a).all() or (a < 0).any():
+                raise ValueError(f"{what} counts must be finite and non-negative")
+        self.class_count_ = cc
+        self.feature_count_ = fc
+        self._update_derived()
+        return self
+
+    def _params(self):
+        """Parameters the stored derived state depends on (a change forces a recompute)."""
+        return float(self.alpha), getattr(self, "norm", None)
+
+    def _ensure_derived(self):
+        if not hasattr(self, "_fc"):  # first batch: empty state
+            K = self.classes_.size
+            self._fc = np.zeros((0, K))
+            self.n_features_in_ = 0
+            self._Wt = self._Dt = None
+            self._derived_for = None
+        if self._derived_for != self._params():
+            self._update_derived()
+
+    def _update_derived(self):
+        """Recompute every derived quantity from the counts: O(K·|V|)."""
+        V = self.n_features_in_
+        self._T = self._fc[:V].sum(axis=0)  # Σ_w n_cw per class
+        self._Wt = np.zeros_like(self._fc) if self._has_weights else None
+        self._Dt = None
+        self._derived_for = self._params()
+        self._rebuild_summaries()
+        self._changed(slice(0, V))
+
+    def _rebuild_summaries(self):
+        """Hook: rebuild per-class summaries of the counts (Bernoulli's histogram)."""
+
+    def _reserve(self, d):
+        """Capacity for d features: double when full (O(1) amortised per new column)."""
+        cap = self._fc.shape[0]
+        if d <= cap:
+            return
+        new_cap = max(d, 2 * cap)
+        V = self.n_features_in_
+        for name in ("_fc", "_Wt", "_Dt"):
+            old = getattr(self, name)
+            if old is not None:
+                new = np.zeros((new_cap, old.shape[1]))
+                new[:V] = old[:V]
+                setattr(self, name, new)
+
+    def _grow_to(self, d):
+        """Use d > n_features_in_ features (capacity reserved): new columns have zero counts."""
+        V = self.n_features_in_
+        self.n_features_in_ = d
+        self._on_grow(V, d)
+        if self._has_weights and not self._weights_need_all():
+            # every new column has zero counts: one row of weights, broadcast
+            W, Z = self._column_weights(np.zeros((1, self.classes_.size)))
+            self._Wt[V:d] = W
+            self._store_indicator(slice(V, d), Z)
+        self._changed(None)
+
+    def _on_grow(self, V, d):
+        """Hook: features V..d-1 were added (zero counts)."""
+
+    def _on_counts(self, rows, old, new):
+        """Hook: counts in the given rows (features) change from old to new."""
 
     # -- input --------------------------------------------------------------
     def _check_X(self, X):
@@ -319,15 +480,23 @@ class _BaseCountNB(_BaseNB):
         return X
 
     def _check_X_predict(self, X):
-        # with λ = 0 jll holds legitimate -inf: check X itself, else through jll
-        X = _to_csr(X, check_finite=self._D is not None)
+        self._ensure_derived()
+        X = _to_csr(X, check_finite=False)  # checked through the product with the finite weights
         self._check_n_features(X)
         return X
 
+    @staticmethod
+    def _in_shape(X):
+        return X.shape
+
+    @staticmethod
+    def _restrict_input(X):
+        return _restrict(X)
+
     def _count(self, X, Y):
-        """Per-class feature counts of a batch, shape (K, n_features)."""
-        # n_cw = Σ_{i in c} x_iw, as (Xᵀ Y)ᵀ: one pass over the nonzeros, no densifying
-        counts = (X.T @ Y).T
+        """Per-class feature counts of a batch, shape (n_features of X, K)."""
+        # n_cw = Σ_{i in c} x_iw, as Xᵀ Y: one pass over the nonzeros, no densifying
+        counts = X.T @ Y
         _check_result_finite(counts, X)
         return counts
 
@@ -335,8 +504,8 @@ class _BaseCountNB(_BaseNB):
     def fit(self, X, y, sample_weight=None):
         """Fit from scratch (forget any previous state)."""
         self._check_params_prior()
-        for attr in ("classes_", "class_count_", "feature_count_", "n_features_in_", "class_log_prior_"):
-            self.__dict__.pop(attr, None)
+        for attr in [a for a in vars(self) if a.startswith("_") or a.endswith("_")]:
+            del self.__dict__[attr]
         y_arr = np.asarray(y)
         self._init_classes(y_arr.ravel() if y_arr.ndim == 2 and y_arr.shape[-1] == 1 else y_arr)
         return self._update(X, y, sample_weight, sign=1)
@@ -345,7 +514,8 @@ class _BaseCountNB(_BaseNB):
         """Add a batch to the counts (fit == partial_fit over all batches).
 
         ``classes`` is required on the first call. X with more columns than
-        ``n_features_in_`` grows the model first (new tokens).
+        ``n_features_in_`` grows the model first (new tokens). Costs
+        O(nnz(X)·K) plus O(new columns) amortised, not O(K·n_features).
         """
         self._check_params_prior()
         if not hasattr(self, "classes_"):
@@ -365,34 +535,31 @@ class _BaseCountNB(_BaseNB):
         self._check_fitted()
         return self._update(X, y, sample_weight, sign=-1)
 
-    @staticmethod
-    def _in_shape(X):
-        return X.shape
-
     def _update(self, X, y, sample_weight, sign):
-        X = self._check_X(X)
-        n, n_cols = self._in_shape(X)
+        self._ensure_derived()
+        Xt = self._check_X(X)
+        n, n_cols = self._in_shape(Xt)
         Y = self._label_matrix(y, n, sample_weight)
-        counts = self._count(X, Y)
-        d = max(getattr(self, "n_features_in_", 0), n_cols)
-        class_count = self.class_count_ + sign * Y.sum(axis=0)
-        if not hasattr(self, "feature_count_") and sign > 0 and n_cols == d:
-            feature_count = counts  # first batch: take the product as it is
-        else:
-            feature_count = self._padded(d)
-            if n_cols < d:
-                counts = np.pad(counts, ((0, 0), (0, d - n_cols)))
-            if sign > 0:
-                feature_count += counts
-            else:
-                feature_count = feature_count - counts
+        cols, Xt = self._restrict_input(Xt)
+        counts = self._count(Xt, Y)  # (touched columns, K)
+        rows = slice(0, n_cols) if cols is None else cols
+        V = self.n_features_in_
+        d = max(V, n_cols)
+        self._reserve(d)  # capacity only: rows >= n_features_in_ stay zero
+        old = self._fc[rows]
+        new = old + counts if sign > 0 else old - counts
+        cc = self._cc + sign * Y.sum(axis=0)
         if sign < 0:
-            class_count = self._clip_negative(class_count, self.class_count_, "class")
-            feature_count = self._clip_negative(feature_count, self.feature_count_, "feature")
-        self.class_count_ = class_count
-        self.feature_count_ = feature_count
-        self.n_features_in_ = d
-        self._update_derived()
+            cc = self._clip_negative(cc, self._cc, "class")
+            new = self._clip_negative(new, old, "feature")
+        # nothing can fail below: commit
+        if d > V:
+            self._grow_to(d)
+        self._on_counts(rows, old, new)
+        self._T = np.maximum(self._T + (new - old).sum(axis=0), 0.0)  # Σ_w n_cw, kept current
+        self._fc[rows] = new
+        self._cc = cc
+        self._changed(rows)
         return self
 
     @staticmethod
@@ -405,25 +572,20 @@ class _BaseCountNB(_BaseNB):
             )
         return np.where(new < 0, 0.0, new) if (new < 0).any() else new
 
-    def _padded(self, d):
-        fc = getattr(self, "feature_count_", None)
-        K = self.classes_.size
-        if fc is None:
-            return np.zeros((K, d))
-        if fc.shape[1] < d:
-            return np.pad(fc, ((0, 0), (0, d - fc.shape[1])))
-        return fc
-
     def grow_features(self, n_features):
-        """Pad the counts with zero columns up to ``n_features`` (new tokens); no refit."""
+        """Pad the counts with zero columns up to ``n_features`` (new tokens); no refit.
+
+        O(new columns) amortised (spare capacity doubles when full).
+        """
         self._check_fitted()
         if int(n_features) != n_features or n_features < self.n_features_in_:
             raise ValueError(
                 f"n_features must be an integer >= n_features_in_ ({self.n_features_in_}), got {n_features!r}"
             )
-        self.feature_count_ = self._padded(int(n_features))
-        self.n_features_in_ = int(n_features)
-        self._update_derived()
+        self._ensure_derived()
+        if int(n_features) > self.n_features_in_:
+            self._reserve(int(n_features))
+            self._grow_to(int(n_features))
         return self
 
     def select_features(self, keep):
@@ -437,43 +599,48 @@ class _BaseCountNB(_BaseNB):
             raise ValueError(f"keep has column ids outside [0, {self.n_features_in_})")
         if np.unique(keep).size != keep.size:
             raise ValueError("keep has repeated column ids")
-        self.feature_count_ = np.asfortranarray(self.feature_count_[:, keep])
+        self._fc = self._fc[keep]  # fancy indexing: a new C-contiguous array
         self.n_features_in_ = keep.size
         self._update_derived()
         return self
 
     # -- derived ------------------------------------------------------------
-    def _update_derived(self):
+    def _changed(self, rows):
+        """Counts changed in the given rows (None: only |V| or class counts):
+        refresh the weights of those rows; per-class terms are re-derived on demand."""
+        self._flp = None
+        self._terms_cache = None
         self.class_log_prior_ = self._class_log_prior()
-        self._update_feature_log_prob()
+        if rows is not None and self._has_weights and not self._weights_need_all():
+            W, Z = self._column_weights(self._fc[rows])
+            self._Wt[rows] = W
+            self._store_indicator(rows, Z)
 
-    def _set_weights(self, W, const, D=None, Dconst=None):
-        """Scoring is jll = X @ W.T + const; rows with X @ D.T + Dconst > 0 are ruled out."""
-        self._W = np.asfortranarray(W)  # W.T C-contiguous: no copy in the product
-        self._const = const
-        self._D = None if D is None else np.asfortranarray(D, dtype=np.float64)
-        self._Dconst = Dconst
+    def _weights_need_all(self):
+        """True if a weight depends on every column (then the weights are rebuilt on demand)."""
+        return False
 
-    def _linear_jll(self, X, threshold=None):
-        if threshold is None and self._D is None:
-            jll = X @ self._W.T
-            _check_result_finite(jll, X)
-            jll += self._const
-            return jll
-        jll = np.empty((X.shape[0], self.classes_.size))
-        for r0, r1, Xb in _binary_chunks(X, threshold):
-            jll[r0:r1] = Xb @ self._W.T
-            if self._D is not None:
-                Xp = Xb if threshold is not None else _pattern(Xb)
-                hits = Xp @ self._D.T
-                if self._Dconst is not None:
-                    hits += self._Dconst
-                jll[r0:r1][hits > 0] = -np.inf
-        jll += self._const
-        return jll
+    def _store_indicator(self, rows, Z):
+        """Record which weights are infinite (Z, bool) in rows of ``_Dt`` (allocated on first need)."""
+        if self._Dt is None:
+            if Z is None or not Z.any():
+                return
+            self._Dt = np.zeros_like(self._Wt)
+        self._Dt[rows] = 0.0 if Z is None else Z
 
-    def _joint_log_likelihood(self, X):
-        return self._linear_jll(X)
+    def _terms(self):
+        """Per-class terms of the score (cached until the next change)."""
+        if self._terms_cache is None:
+            self._terms_cache = self._class_terms()
+        return self._terms_cache
+
+    @property
+    def feature_log_prob_(self):
+        """The full (K, n_features) array, computed on first read after a change (O(K·|V|))."""
+        if getattr(self, "_flp", None) is None:
+            self._ensure_derived()
+            self._flp = _readonly(self._feature_log_prob())
+        return self._flp
 
 
 class MultinomialNB(_BaseCountNB):
@@ -493,23 +660,50 @@ class MultinomialNB(_BaseCountNB):
         Learned prior is (N_k + λ)/(N + K·λ) instead of N_k/N.
 
     See the module docstring for λ = 0 (ruled-out classes get posterior 0; a
-    sample every class rules out gets the prior as posterior).
+    sample every class rules out gets the prior as posterior). Learning is
+    incremental: O(nnz·K) per batch (see :class:`_BaseCountNB`).
     """
 
-    def _update_feature_log_prob(self):
-        fc = self.feature_count_
+    # The denominator is kept out of the per-feature weights, so that a batch
+    # changes only the weights of the columns it touches:
+    #   log P(w|c) = log(n_cw + λ) − log(Σ_w' n_cw' + |V|·λ)
+    #   score_c(x) = log P(c) + Σ_w x_w log P(w|c)
+    #              = log P(c) + Σ_w x_w·W_cw − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ),
+    # with W_cw = log(n_cw + λ); the denominator is O(K) from the class totals and |V|.
+
+    def _column_weights(self, fc):
         lam = float(self.alpha)
         num = fc + lam  # n_cw + λ
-        den = num.sum(axis=1)  # Σ_w' n_cw' + |V|·λ
-        with np.errstate(divide="ignore", invalid="ignore"):
-            np.log(num, out=num)
-            num -= np.log(den)[:, None]  # log P_λ(w|c) = log(n_cw + λ) − log(Σ_w' n_cw' + |V|·λ)
-        if (den == 0).any():
-            num[den == 0] = -np.inf  # 0/0: a class with no words and λ = 0
-        self.feature_log_prob_ = num
-        W, Z = _split_inf(num)
-        # score_c(x) = log P(c) + Σ_w x_w · log P(w|c)   (X @ log θᵀ on the CSR matrix)
-        self._set_weights(W, self.class_log_prior_, Z)
+        Z = num <= 0  # λ = 0 and n_cw = 0: P(w|c) = 0, a hit rules c out
+        W = _finite_log(num)  # W_cw = log(n_cw + λ), 0 where -inf (indicated by Z)
+        return W, (Z if Z.any() else None)
+
+    def _log_den(self):
+        den = self._T + self.n_features_in_ * float(self.alpha)  # Σ_w' n_cw' + |V|·λ
+        return den, _finite_log(den)
+
+    def _class_terms(self):
+        # 0/0 (a class with no words, λ = 0): every word of it is in _Dt, so any
+        # word rules it out and the (finite-part 0) denominator term is never used
+        return self._log_den()[1]
+
+    def _feature_log_prob(self):
+        den, log_den = self._log_den()
+        flp = _log(self._fc[: self.n_features_in_].T + float(self.alpha))
+        flp -= log_den[:, None]  # log P_λ(w|c) = log(n_cw + λ) − log(Σ_w' n_cw' + |V|·λ)
+        flp[den <= 0] = -np.inf  # 0/0: a class with no words and λ = 0
+        return flp
+
+    def _joint_log_likelihood(self, X):
+        V = self.n_features_in_
+        log_den = self._terms()
+        jll = X @ self._Wt[:V]  # Σ_w x_w·log(n_cw + λ)   (CSR @ (|V|, K) C-contiguous)
+        _check_result_finite(jll, X)
+        jll -= _row_sums(X)[:, None] * log_den  # − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ)
+        jll += self.class_log_prior_  # + log P(c)
+        if self._Dt is not None:  # a word with P(w|c) = 0 rules c out
+            jll[(_pattern(X) @ self._Dt[:V]) > 0] = -np.inf
+        return jll
 
 
 class BernoulliNB(_BaseCountNB):
@@ -528,7 +722,17 @@ class BernoulliNB(_BaseCountNB):
 
     With λ = 0 a word seen in every class-c sample has p = 1, so its *absence*
     rules c out (log(1 − p) = -inf), as a never-seen word's presence does.
+
+    Every p_cw depends on N_c, so no per-feature weight can be stored and
+    updated locally. Instead the weights are computed at predict time for the
+    columns X uses only, and the per-class constant Σ_w log(1 − p_cw) is kept
+    exact through a histogram of the counts (see :meth:`_absent_sums`): with
+    integral counts (no fractional sample weights) a learning step costs
+    O(nnz·K) and scoring one message O(nnz·K + K·max N_c), not O(K·|V|).
+    Fractional counts fall back to an O(K·|V|) pass per change.
     """
+
+    _has_weights = False
 
     def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None, smooth_prior=False):
         super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior)
@@ -544,19 +748,18 @@ class BernoulliNB(_BaseCountNB):
             raise ValueError("binarize must be >= 0 for sparse X (implicit zeros would become 1)")
         return float(t)
 
-    def _binarized_input(self, X, predict=False):
-        # binarising would hide NaN, and with λ = 0 jll holds legitimate -inf:
-        # then check X itself, otherwise through the product
-        check = predict and self._D is not None
+    def _binarized_input(self, X):
+        # binarising would hide NaN: then X itself is checked; with binarize=None
+        # it is checked through the product with the finite weights
         if not sp.issparse(X):
             X = np.asarray(X)
             t = self._threshold(False)
             if t is not None and X.dtype.kind in "biuf":
                 _check_finite_data(X)
                 X = (X > t).astype(np.float64)
-            return _to_csr(X, check_finite=check), None
+            return _to_csr(X, check_finite=False), None
         t = self._threshold(True)
-        X = _to_csr(X, check_finite=check or t is not None)
+        X = _to_csr(X, check_finite=t is not None)
         if t is not None and not X.has_canonical_format:
             X = X.copy()
             X.sum_duplicates()  # presence per (row, column), not per stored entry
@@ -569,8 +772,14 @@ class BernoulliNB(_BaseCountNB):
     def _in_shape(Xt):
         return Xt[0].shape
 
+    @staticmethod
+    def _restrict_input(Xt):
+        cols, X = _restrict(Xt[0])
+        return cols, (X, Xt[1])
+
     def _check_X_predict(self, X):
-        X, t = self._binarized_input(X, predict=True)
+        self._ensure_derived()
+        X, t = self._binarized_input(X)
         self._check_n_features(X)
         return X, t
 
@@ -589,42 +798,126 @@ class BernoulliNB(_BaseCountNB):
             counts = np.zeros((X.shape[1], Y.shape[1]))
         if t is None:
             _check_result_finite(counts, X)
-        return counts.T
+        return counts
 
-    def _update_feature_log_prob(self):
-        fc = self.feature_count_
-        lam = float(self.alpha)
-        n_c = self.class_count_[:, None]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            log_den = np.log(n_c + 2 * lam)  # log(N_c + 2λ)
-            flp = np.log(fc + lam)
-            flp -= log_den  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
-            neg = np.maximum(n_c - fc + lam, 0.0)
-            np.log(neg, out=neg)
-            neg -= log_den  # log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ)
-        empty = (n_c[:, 0] + 2 * lam) == 0
-        if empty.any():  # 0/0: no class-c samples and λ = 0 -> every event impossible
-            flp[empty] = -np.inf
-            neg[empty] = -np.inf
-        self.feature_log_prob_ = flp
-        flp_f, Zp = _split_inf(flp)
-        neg_f, Za = _split_inf(neg)
-        # score_c(x) = log P(c) + Σ_w log(1 − p_cw) + Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
-        # (the first sum is a per-class constant, so scoring stays sparse)
-        W = flp_f - neg_f
-        const = self.class_log_prior_ + neg_f.sum(axis=1)
-        if Zp is None and Za is None:
-            self._set_weights(W, const)
+    # -- histogram of the counts: Σ_w log(1 − p_cw) exactly, without a pass over |V|
+    # hist[c, v] = #{w : m_cw = v} for integral counts (None when some count is not)
+    def _rebuild_summaries(self):
+        self._hist = None
+        m = self._fc[: self.n_features_in_]
+        if m.size and not np.array_equal(m, np.floor(m)):
             return
-        Zp = np.zeros(flp.shape, bool) if Zp is None else Zp
-        Za = np.zeros(flp.shape, bool) if Za is None else Za
-        # ruled out: a present word with p = 0, or an absent word with p = 1
-        # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za > 0
-        self._set_weights(W, const, Zp.astype(np.float64) - Za, Za.sum(axis=1).astype(np.float64))
+        top = int(m.max(initial=0.0))
+        K = self.classes_.size
+        self._hist = np.zeros((K, max(64, 2 * (top + 1))), dtype=np.int64)
+        for c in range(K):
+            h = np.bincount(m[:, c].astype(np.intp), minlength=top + 1)
+            self._hist[c, : h.size] = h
+
+    def _on_grow(self, V, d):
+        if self._hist is not None:
+            self._hist[:, 0] += d - V  # new words: m_cw = 0
+
+    def _on_counts(self, rows, old, new):
+        if self._hist is None:
+            return
+        if not np.array_equal(new, np.floor(new)):
+            self._hist = None  # fractional counts: O(K·|V|) sums from now on
+            return
+        K, H = self._hist.shape
+        top = int(new.max(initial=0.0))
+        if top >= H:
+            grown = np.zeros((K, max(top + 1, 2 * H)), dtype=np.int64)
+            grown[:, :H] = self._hist
+            self._hist, H = grown, grown.shape[1]
+        flat = self._hist.reshape(-1)  # a view: updated in place
+        off = np.arange(K) * H
+        np.subtract.at(flat, (old.astype(np.intp) + off).ravel(), 1)
+        np.add.at(flat, (new.astype(np.intp) + off).ravel(), 1)
+
+    def _absent_sums(self):
+        """Per class: Σ_w log(N_c − m_cw + λ) over the terms with N_c − m_cw + λ > 0,
+        and the number Za_c of the others (p_cw = 1 at λ = 0: absence rules c out).
+
+        With integral counts Σ_w f(m_cw) = Σ_v hist[c, v]·f(v): O(K·max N_c).
+        """
+        lam = float(self.alpha)
+        N = self._cc
+        if self._hist is not None and np.array_equal(N, np.floor(N)):
+            v = np.arange(self._hist.shape[1])
+            arg = N[:, None] - v + lam  # N_c − v + λ
+            pos = arg > 0
+            G = (self._hist * _finite_log(arg)).sum(axis=1)
+            Za = (self._hist * ~pos).sum(axis=1)
+            return G, Za.astype(np.float64)
+        arg = N - self._fc[: self.n_features_in_] + lam  # (|V|, K): N_c − m_cw + λ
+        return _finite_log(arg).sum(axis=0), (arg <= 0).sum(axis=0).astype(np.float64)
+
+    def _log_den(self):
+        den = self._cc + 2 * float(self.alpha)  # N_c + 2λ
+        return den, _finite_log(den)
+
+    def _class_terms(self):
+        # score_c(x) = log P(c) + Σ_w log(1 − p_cw) + Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
+        # (the first sum is a per-class constant, so scoring stays sparse), with
+        # Σ_w log(1 − p_cw) = Σ_w log(N_c − m_cw + λ) − |V|·log(N_c + 2λ); the Za_c
+        # terms with p_cw = 1 (-inf) are left out here and rule c out through the hits
+        G, Za = self._absent_sums()
+        _, log_den = self._log_den()
+        const = self.class_log_prior_ + G - (self.n_features_in_ - Za) * log_den
+        return const, Za
+
+    def _present_weights(self, m):
+        """(W, D) for the rows (features) m of the counts, shape (rows, K):
+        W = finite part of log p_cw − log(1 − p_cw); D = [p_cw = 0] − [p_cw = 1]."""
+        lam = float(self.alpha)
+        den, log_den = self._log_den()
+        num = m + lam  # m_cw + λ
+        neg = self._cc - m + lam  # N_c − m_cw + λ
+        Zp = (num <= 0) | (den <= 0)  # p = 0 (or 0/0: every event impossible)
+        Za = (neg <= 0) | (den <= 0)  # 1 − p = 0
+        lp = np.where(Zp, 0.0, _finite_log(num) - log_den)  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
+        ln = np.where(Za, 0.0, _finite_log(neg) - log_den)  # log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ)
+        D = None
+        if Zp.any() or Za.any():
+            # ruled out: a present word with p = 0, or an absent word with p = 1
+            # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za > 0
+            D = Zp.astype(np.float64) - Za
+        return lp - ln, D
+
+    def _feature_log_prob(self):
+        den, log_den = self._log_den()
+        flp = _log(self._fc[: self.n_features_in_].T + float(self.alpha))
+        flp -= log_den[:, None]  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
+        flp[den <= 0] = -np.inf  # 0/0: no class-c samples and λ = 0 -> every event impossible
+        return flp
+
+    def _changed(self, rows):
+        super()._changed(rows)
+        self._full_weights = None
 
     def _joint_log_likelihood(self, Xt):
         X, t = Xt
-        return self._linear_jll(X, threshold=t)
+        const, Za = self._terms()
+        cols, Xc = _restrict(X)
+        if cols is None:  # a big batch: weights of every column (cached until a change)
+            if self._full_weights is None:
+                self._full_weights = self._present_weights(self._fc[: self.n_features_in_])
+            W, D = self._full_weights
+        else:  # the columns X uses only
+            W, D = self._present_weights(self._fc[cols])
+        jll = np.empty((X.shape[0], self.classes_.size))
+        for r0, r1, Xb in _binary_chunks(Xc, t):
+            jll[r0:r1] = Xb @ W
+            if t is None:
+                _check_result_finite(jll[r0:r1], Xb)
+            if D is not None:  # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za  (Za over every word)
+                hits = (Xb if t is not None else _pattern(Xb)) @ D + Za
+                jll[r0:r1][hits > 0] = -np.inf
+            elif Za.any():  # no zero-probability event among x's words: absent p = 1 words rule out
+                jll[r0:r1, Za > 0] = -np.inf
+        jll += const
+        return jll
 
 
 class ComplementNB(_BaseCountNB):
@@ -646,7 +939,16 @@ class ComplementNB(_BaseCountNB):
     such occurrences in x (Σ_w x_w over infinite weights) win and the finite
     parts of the weights decide among them; with ``norm=True`` the normalised
     weights tend to 1/m_c on the m_c infinite entries of class c and 0 elsewhere.
+
+    Learning is incremental (O(nnz·K) per batch) with ``norm=False``. With
+    ``norm=True`` every weight depends on Σ_w' log θ̃_cw', so the weights are
+    rebuilt (O(K·|V|)) at the first prediction after a change.
     """
+
+    # norm=False: as for MultinomialNB the denominator is pulled out of the weights,
+    #   w_cw = −log θ̃_cw = −log(Σ_{c'≠c} n_c'w + λ) + log(Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ)
+    #   score_c(x) = Σ_w x_w·W_cw + (Σ_w x_w)·log(Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ),
+    # with W_cw = −log(Σ_{c'≠c} n_c'w + λ), which depends on column w only.
 
     def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, norm=False, smooth_prior=False):
         super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior)
@@ -657,35 +959,72 @@ class ComplementNB(_BaseCountNB):
         """Σ_c n_cw: counts of every feature over all classes."""
         return self.feature_count_.sum(axis=0)
 
-    def _update_feature_log_prob(self):
-        fc = self.feature_count_
-        lam = float(self.alpha)
-        comp = self.feature_all_ + lam - fc  # Σ_{c'≠c} n_c'w + λ
+    def _weights_need_all(self):
+        return bool(self.norm)
+
+    @staticmethod
+    def _complement(fc, lam):
+        """Σ_{c'≠c} n_c'w + λ for count rows fc (features × K)."""
+        return fc.sum(axis=1, keepdims=True) + lam - fc
+
+    def _column_weights(self, fc):
+        comp = self._complement(fc, float(self.alpha))
+        Z = comp <= 0  # θ̃_cw = 0: infinite weight
+        W = -_finite_log(comp)  # W_cw = −log(Σ_{c'≠c} n_c'w + λ), finite part
+        return W, (Z if Z.any() else None)
+
+    def _log_den(self):
+        T = self._T
+        K = T.size
+        # Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ
+        den = np.array([T[np.arange(K) != c].sum() for c in range(K)]) + self.n_features_in_ * float(self.alpha)
+        return den, _finite_log(den)
+
+    def _normalized_weights(self):
+        """ŵ (K, |V|) for norm=True, from all the counts: O(K·|V|)."""
+        comp = self._complement(self._fc[: self.n_features_in_], float(self.alpha)).T
         den = comp.sum(axis=1, keepdims=True)  # Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ
         with np.errstate(divide="ignore", invalid="ignore"):
             logged = np.log(comp / den)  # log θ̃_cw
-        Z = (comp <= 0) | (den <= 0)  # θ̃_cw = 0 (or 0/0): infinite weight
-        self._Zc = None
-        flp = None
-        if self.norm:
-            with np.errstate(divide="ignore", invalid="ignore"):
-                W = logged / logged.sum(axis=1, keepdims=True)  # ŵ_cw = log θ̃_cw / Σ_w' log θ̃_cw'
-            m = Z.sum(axis=1)
-            for c in np.flatnonzero(m):  # limit λ → 0: 1/m_c on the zero entries, 0 elsewhere
-                W[c] = Z[c] / m[c]
-        else:
-            W = flp = -logged  # w_cw = −log θ̃_cw
-            if Z.any():  # +inf weights: score with the finite part, rank by Σ x_w over Z
-                W = np.where(Z, 0.0, W)
-                self._Zc = np.asfortranarray(Z, dtype=np.float64)
-        self.feature_log_prob_ = W if flp is None else flp
+            W = logged / logged.sum(axis=1, keepdims=True)  # ŵ_cw = log θ̃_cw / Σ_w' log θ̃_cw'
+        Z = (comp <= 0) | (den <= 0)  # θ̃_cw = 0 (or 0/0)
+        m = Z.sum(axis=1)
+        for c in np.flatnonzero(m):  # limit λ → 0: 1/m_c on the zero entries, 0 elsewhere
+            W[c] = Z[c] / m[c]
+        return W
+
+    def _class_terms(self):
         const = self.class_log_prior_ if self.classes_.size == 1 else np.zeros(self.classes_.size)
-        self._set_weights(W, const)
+        if self.norm:
+            self._Wt[: self.n_features_in_] = self._normalized_weights().T
+            return const, None
+        # 0/0 (λ = 0, no counts outside c): every weight of c is infinite (in _Dt)
+        return const, self._log_den()[1]
+
+    def _feature_log_prob(self):
+        if self.norm:
+            return self._normalized_weights()
+        den, log_den = self._log_den()
+        comp = self._complement(self._fc[: self.n_features_in_], float(self.alpha)).T
+        flp = log_den[:, None] - _finite_log(comp)  # w_cw = −log θ̃_cw
+        flp[(comp <= 0) | (den[:, None] <= 0)] = np.inf  # θ̃_cw = 0 (or 0/0): infinite weight
+        return flp
 
     def _joint_log_likelihood(self, X):
-        jll = self._linear_jll(X)
-        if self._Zc is not None:
-            h = X @ self._Zc.T  # Σ_w x_w over infinite weights (the λ → 0 leading term)
+        V = self.n_features_in_
+        const, log_den = self._terms()
+        jll = X @ self._Wt[:V]  # Σ_w x_w·W_cw   (CSR @ (|V|, K) C-contiguous)
+        _check_result_finite(jll, X)
+        jll += const
+        if log_den is None:  # norm=True: the weights are complete
+            return jll
+        n_words = _row_sums(X)[:, None]
+        h = None
+        if self._Dt is not None:
+            h = X @ self._Dt[:V]  # Σ_w x_w over infinite weights (the λ → 0 leading term)
+            n_words = n_words - h  # an infinite weight has no finite part at all
+        jll += n_words * log_den  # + (Σ_w x_w)·log(Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ)
+        if h is not None:
             jll[h < h.max(axis=1, keepdims=True)] = -np.inf
         return jll
 

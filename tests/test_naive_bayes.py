@@ -504,3 +504,155 @@ def test_property_forget_inverts_partial_fit(a, b, alpha, cls):
     np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
     m.forget(Xb, yb)
     assert_same_state(before, snapshot(m))
+
+
+# --------------------------------------------------------------------------- online (incremental) learning
+
+ONLINE_MODELS = [
+    (MultinomialNB, {}), (ComplementNB, {}), (ComplementNB, {"norm": True}),
+    (BernoulliNB, {}), (BernoulliNB, {"binarize": 1.0}),
+]
+
+
+def online_rows(seed, n=150, d=3000, nnz=12, fractional=False):
+    """Rows whose vocabulary grows: row i uses columns < d·(i+1)/n (new tokens keep
+    arriving), ~nnz per row, so a 1-row batch touches few of the columns."""
+    rng = np.random.default_rng(seed)
+    rows, cols, vals = [], [], []
+    for i in range(n):
+        hi = max(nnz, d * (i + 1) // n)
+        c = np.unique(np.concatenate([rng.integers(0, hi, nnz), [hi - 1]]))
+        rows += [i] * c.size
+        cols += c.tolist()
+        v = rng.integers(1, 4, c.size).astype(float)
+        vals += (v / np.sqrt((v * v).sum())).tolist() if fractional else v.tolist()
+    X = sp.csr_matrix((vals, (rows, cols)), shape=(n, d))
+    return X, rng.integers(0, 2, n)
+
+
+def width(X, i):
+    """Columns of row i's prefix matrix: up to its last nonzero (as a growing vocabulary gives)."""
+    return int(X.indices[X.indptr[i] : X.indptr[i + 1]].max()) + 1
+
+
+def run_online(cls, kw, X, y, weights=None, seed=0):
+    """Classify-then-learn one row at a time, with forgets and explicit growth mixed in.
+    Returns the model, the rows it holds, the weights, and the per-step log posteriors."""
+    rng = np.random.default_rng(seed)
+    m = cls(**kw).partial_fit(sp.csr_matrix((0, 0)), np.zeros(0, int), classes=[0, 1])
+    held, out = [], []
+    w = np.ones(X.shape[0]) if weights is None else weights
+    for i in range(X.shape[0]):
+        d = max(m.n_features_in_, width(X, i))
+        if i and rng.random() < 0.2:
+            m.grow_features(d + int(rng.integers(1, 4)))  # a few new tokens, no data yet
+            d = m.n_features_in_
+        Xi = padded(X[i : i + 1], d)
+        if i:  # classify with the model's vocabulary (unknown tokens dropped), then learn
+            out.append(m.predict_log_proba(padded(X[i : i + 1], m.n_features_in_)))
+        m.partial_fit(Xi, y[i : i + 1], sample_weight=w[i : i + 1])
+        held.append(i)
+        if held and rng.random() < 0.15:  # forget an earlier row (narrower X is fine)
+            j = held.pop(int(rng.integers(len(held))))
+            m.forget(X[j, : width(X, j)], y[j : j + 1], sample_weight=w[j : j + 1])
+    return m, np.array(held), w
+
+
+def padded(X, d):
+    return sp.hstack([X, sp.csr_matrix((X.shape[0], d - X.shape[1]))]).tocsr() if d > X.shape[1] else X[:, :d]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5, 1.0])
+@pytest.mark.parametrize("cls,kw", ONLINE_MODELS)
+def test_online_steps_equal_fresh_fit(cls, kw, alpha):
+    X, y = online_rows(20)
+    kw = dict(kw, alpha=alpha)
+    m, held, _ = run_online(cls, kw, X, y)
+    d = m.n_features_in_
+    ref = cls(**kw).fit(padded(X[held], d), y[held])
+    np.testing.assert_array_equal(m.class_count_, ref.class_count_)
+    np.testing.assert_array_equal(m.feature_count_, ref.feature_count_)  # integer counts: exact
+    np.testing.assert_allclose(m.feature_log_prob_, ref.feature_log_prob_, rtol=1e-12, atol=1e-12)
+    Xt = padded(X, d)
+    np.testing.assert_allclose(m.predict_joint_log_proba(Xt), ref.predict_joint_log_proba(Xt), rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(m.predict_log_proba(Xt), ref.predict_log_proba(Xt), rtol=1e-12, atol=1e-12)
+    np.testing.assert_array_equal(m.predict(Xt), ref.predict(Xt))
+
+
+@pytest.mark.parametrize("cls,kw", ONLINE_MODELS)
+def test_online_fractional_counts_equal_fresh_fit(cls, kw):
+    # unit-length rows (presence-l2) and fractional sample weights: float counts
+    X, y = online_rows(21, fractional=True)
+    w = np.random.default_rng(1).choice([0.5, 1.0, 2.25], X.shape[0])
+    m, held, _ = run_online(cls, dict(kw, alpha=0.5), X, y, weights=w, seed=1)
+    d = m.n_features_in_
+    ref = cls(**kw, alpha=0.5).fit(padded(X[held], d), y[held], sample_weight=w[held])
+    np.testing.assert_allclose(m.class_count_, ref.class_count_, rtol=1e-12)
+    np.testing.assert_allclose(m.feature_count_, ref.feature_count_, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(m.feature_log_prob_, ref.feature_log_prob_, rtol=1e-12, atol=1e-12)
+    Xt = padded(X, d)
+    np.testing.assert_allclose(m.predict_log_proba(Xt), ref.predict_log_proba(Xt), rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.5])
+@pytest.mark.parametrize("cls,kw", ONLINE_MODELS)
+def test_each_online_step_matches_recomputation(cls, kw, alpha):
+    # after every step the incrementally kept weights score like a model derived
+    # from scratch from the same counts (set_counts), and feature_log_prob_'s
+    # cache follows the changes
+    X, y = online_rows(22, n=60, d=2000)
+    m = cls(**kw, alpha=alpha).partial_fit(sp.csr_matrix((0, 0)), np.zeros(0, int), classes=[0, 1])
+    for i in range(X.shape[0]):
+        m.partial_fit(X[i, : width(X, i)], y[i : i + 1])
+        if i % 7:
+            continue
+        flp = m.feature_log_prob_
+        fresh = cls(**kw, alpha=alpha).partial_fit(sp.csr_matrix((0, 0)), np.zeros(0, int), classes=[0, 1])
+        fresh.set_counts(m.class_count_, m.feature_count_)
+        np.testing.assert_array_equal(flp, fresh.feature_log_prob_)
+        Xt = padded(X[: i + 5], m.n_features_in_)
+        np.testing.assert_allclose(m.predict_log_proba(Xt), fresh.predict_log_proba(Xt), rtol=1e-12, atol=1e-12)
+
+
+def test_online_multinomial_against_sklearn():
+    skn = pytest.importorskip("sklearn.naive_bayes")
+    X, y = online_rows(23)
+    m, held, _ = run_online(MultinomialNB, {"alpha": 0.3}, X, y)
+    d = m.n_features_in_
+    ref = skn.MultinomialNB(alpha=0.3, force_alpha=True).fit(padded(X[held], d), y[held])
+    np.testing.assert_allclose(m.feature_log_prob_, ref.feature_log_prob_, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(m.predict_log_proba(padded(X, d)), ref.predict_log_proba(padded(X, d)), atol=1e-10)
+
+
+def test_counts_are_read_only_views():
+    X, y = online_rows(24, n=20, d=100)
+    m = MultinomialNB().fit(X, y)
+    with pytest.raises(ValueError):
+        m.feature_count_[0, 0] = 5.0
+    with pytest.raises(ValueError):
+        m.feature_log_prob_[0, 0] = 5.0
+    with pytest.raises(ValueError, match="shapes"):
+        m.set_counts([1.0], m.feature_count_)
+
+
+@pytest.mark.parametrize("cls", COUNT_MODELS)
+def test_one_online_step_does_not_touch_the_vocabulary(cls):
+    # one classify-then-learn step on a model with 1,000,000 features: memory in
+    # proportion to the row's 300 nonzeros, far below one float per feature (8 MB)
+    d, rng = 1_000_000, np.random.default_rng(0)
+    X = sp.random(50, d, density=300 / d, random_state=rng, format="csr")
+    X.data = np.ceil(X.data * 3)
+    m = cls().fit(X, rng.integers(0, 2, 50)).grow_features(d + 1)  # spare capacity from here on
+    row = sp.random(1, d + 4, density=300 / d, random_state=rng, format="csr")
+    row.data = np.ceil(row.data * 3)
+    tracemalloc.start()
+    m.grow_features(d + 2)
+    lp = m.predict_log_proba(row[:, : d + 2])
+    m.partial_fit(row, [1])  # grows by 2 more columns
+    lp2 = m.predict_log_proba(row)
+    m.forget(row, [1])
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1_000_000, peak  # bytes; a dense (n_features,) float64 is 8 MB
+    assert np.isfinite(lp).all() and np.isfinite(lp2).all()
+    assert m.n_features_in_ == d + 4
