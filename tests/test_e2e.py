@@ -1,0 +1,241 @@
+"""End to end: the installed ``spamnb`` run as a subprocess, alone and as the
+filter of real mail delivery agents (procmail, maildrop) writing into maildirs.
+
+Each subprocess pays the start-up of numpy/scipy (~0.3-0.5 s), so the flows
+here are few and long rather than many and small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE_MAILDIR, gold_labels, strip_from_line
+from spamnb._version import __version__
+from spamnb.hook import add_headers
+from spamnb.modelfile import load_model
+
+
+def spamnb_command() -> list[str]:
+    """The installed console script of this interpreter, else any on PATH, else ``-m``."""
+    beside = Path(sys.executable).with_name("spamnb")
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("spamnb")
+    return [found] if found else [sys.executable, "-m", "spamnb"]
+
+
+SPAMNB = spamnb_command()
+
+
+def spamnb(*args, input=None, code=0):
+    proc = subprocess.run(SPAMNB + [str(a) for a in args], input=input, capture_output=True, timeout=120)
+    stderr = proc.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr
+    assert proc.returncode == code, stderr
+    return proc
+
+
+def added_lines(delivered: bytes, original: bytes) -> list[bytes]:
+    """The header lines the filter inserted, checking nothing else changed."""
+    lines = [line for line in delivered.split(b"\n") if line.startswith(b"X-Spam-")]
+    assert [line.split(b":")[0] for line in lines] == [b"X-Spam-Flag", b"X-Spam-Status"]
+    assert delivered == add_headers(original, lines)
+    return lines
+
+
+@pytest.fixture
+def confident(trained_model):
+    """Sample messages (without their From_ lines) the model is sure about, 4 spam and 4 ham."""
+    picked = {"spam": [], "ham": []}
+    for path in sorted((SAMPLE_MAILDIR / "cur").iterdir()):
+        raw = strip_from_line(path.read_bytes())
+        c = trained_model.classify(raw)
+        if c.label != "unsure" and min(c.spam_probability, 1 - c.spam_probability) < 1e-3:
+            if len(picked[c.label]) < 4:
+                picked[c.label].append(raw)
+    assert all(len(v) == 4 for v in picked.values())
+    return picked
+
+
+def make_maildir(path: Path) -> Path:
+    for sub in ("cur", "new", "tmp"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def delivered(folder: Path) -> list[bytes]:
+    return [p.read_bytes() for p in sorted((folder / "new").iterdir())]
+
+
+# -- the command line, end to end -----------------------------------------------------
+
+def test_train_classify_sort_learn_forget(small_archive, tmp_path):
+    model = tmp_path / "model.joblib"
+    err = spamnb("train", "--index", small_archive, "--model", model).stderr.decode()
+    assert re.search(r"trained multinomial model on 150 ham and 150 spam \(\d+ tokens, distinct per "
+                     r"message; vocabulary \d+\) in [\d.]+ s", err)
+    assert oct(model.stat().st_mode & 0o777) == "0o600"
+
+    out = spamnb("classify", SAMPLE_MAILDIR, "--model", model, "--format", "jsonl").stdout
+    rows = [json.loads(line) for line in out.splitlines()]
+    gold = gold_labels()
+    assert len(rows) == len(gold) == 103
+    right = sum(r["label"] == gold[os.path.basename(r["path"])] for r in rows)
+    assert right >= 93, right  # >= 90% after 300 training messages (measured: 102)
+
+    maildir = tmp_path / "Maildir"
+    shutil.copytree(SAMPLE_MAILDIR, maildir)
+    spamnb("sort", maildir, "--model", model)
+    junk = {p.name for p in (maildir / ".Junk" / "cur").iterdir()}
+    assert junk == {os.path.basename(r["path"]) for r in rows if r["label"] == "spam"}
+    assert len(junk) + len(list((maildir / "cur").iterdir())) == 103
+
+    ham = sorted(p for p in (maildir / "cur").iterdir())[0]
+    assert "learned 1 as spam" in spamnb("learn", "--spam", ham, "--model", model).stderr.decode()
+    assert load_model(model).class_count.tolist() == [150, 151]
+    assert "forgot 1 spam" in spamnb("forget", "--spam", ham, "--model", model).stderr.decode()
+    assert load_model(model).class_count.tolist() == [150, 150]
+
+
+def test_filter_exit_codes_and_bytes(trained_model_file, confident, tmp_path):
+    for label, code in (("spam", 0), ("ham", 1)):
+        raw = confident[label][0]
+        out = spamnb("filter", "--model", trained_model_file, input=raw, code=code).stdout
+        flag = added_lines(out, raw)[0]
+        assert flag == (b"X-Spam-Flag: YES" if label == "spam" else b"X-Spam-Flag: NO")
+    spamnb("filter", "--model", trained_model_file, "--exit-zero", input=confident["ham"][0], code=0)
+    # any failure: the original bytes, exit 3
+    raw = confident["spam"][0]
+    broken = tmp_path / "broken.joblib"
+    broken.write_bytes(trained_model_file.read_bytes()[:5000])
+    broken.chmod(0o600)
+    for args in (["--model", broken], ["--evidence", "many"]):
+        proc = spamnb("filter", *args, input=raw, code=3)
+        assert proc.stdout == raw
+        assert b"passed through unchanged" in proc.stderr
+
+
+def test_concurrent_filter_learn_loses_no_update(model_file, confident):
+    """Three deliveries learning at once: the model lock serialises them."""
+    procs = [subprocess.Popen(SPAMNB + ["filter", "--model", str(model_file), "--learn", "--exit-zero"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(3)]
+    for proc, raw in zip(procs, confident["spam"]):
+        out, err = proc.communicate(raw, timeout=120)
+        assert proc.returncode == 0, err
+        assert b"X-Spam-Flag: YES" in out
+    assert load_model(model_file).class_count.tolist() == [150, 153]
+
+
+# -- mail delivery agents --------------------------------------------------------------
+
+PROCMAILRC = """\
+SHELL=/bin/sh
+MAILDIR={maildir}/
+DEFAULT=$MAILDIR
+LOGFILE={log}
+:0fw
+| {spamnb} filter --exit-zero --model {model}
+:0
+* ^X-Spam-Flag: YES
+.Junk/
+"""
+
+
+def procmail_deliver(rc: Path, raw: bytes):
+    # -m: general-purpose mail filter mode with our rcfile; no setuid games, no
+    # /etc/procmailrc, works as root and as a user.
+    proc = subprocess.run(["procmail", "-m", str(rc)], input=raw, capture_output=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("procmail") is None, reason="procmail is not installed")
+def test_procmail_files_spam_into_junk(trained_model_file, confident, tmp_path):
+    maildir = make_maildir(tmp_path / "Maildir")
+    rc = tmp_path / "procmailrc"
+    rc.write_text(PROCMAILRC.format(maildir=maildir, log=tmp_path / "procmail.log",
+                                    spamnb=shlex.join(SPAMNB), model=trained_model_file))
+    spams, hams = confident["spam"][:2], confident["ham"][:2]
+    for raw in spams + hams:
+        procmail_deliver(rc, raw)
+    spam_in = delivered(maildir / ".Junk")
+    ham_in = delivered(maildir)
+    assert len(spam_in) == len(ham_in) == 2  # nothing lost, nothing duplicated
+    # each delivered file is exactly its input plus our two header lines (added_lines checks)
+    for raw, got in zip(spams, _match(spam_in, spams)):
+        flag, status = added_lines(got, raw)
+        assert flag == b"X-Spam-Flag: YES"
+        assert status.startswith(b"X-Spam-Status: Yes, probability=")
+        assert status.endswith(f", version={__version__}".encode())
+    for raw, got in zip(hams, _match(ham_in, hams)):
+        assert added_lines(got, raw)[0] == b"X-Spam-Flag: NO"
+
+
+@pytest.mark.skipif(shutil.which("procmail") is None, reason="procmail is not installed")
+def test_procmail_keeps_mail_when_the_filter_fails(tmp_path, confident):
+    maildir = make_maildir(tmp_path / "Maildir")
+    rc = tmp_path / "procmailrc"
+    rc.write_text(PROCMAILRC.format(maildir=maildir, log=tmp_path / "procmail.log",
+                                    spamnb=shlex.join(SPAMNB), model=tmp_path / "no-such-model"))
+    raw = confident["spam"][0]
+    procmail_deliver(rc, raw)
+    assert delivered(maildir) == [raw]  # unchanged, in the inbox
+    assert not (maildir / ".Junk").exists()
+
+
+MAILFILTER = """\
+SHELL="/bin/sh"
+xfilter "{spamnb} filter --exit-zero --model {model}"
+if (/^X-Spam-Flag: YES/)
+{{
+    to "{maildir}/.Junk/"
+}}
+to "{maildir}/"
+"""
+
+
+@pytest.mark.skipif(shutil.which("maildrop") is None, reason="maildrop is not installed")
+def test_maildrop_files_spam_into_junk(trained_model_file, confident, tmp_path):
+    maildir = make_maildir(tmp_path / "Maildir")
+    make_maildir(maildir / ".Junk")  # maildrop delivers only into existing maildirs
+    rc = tmp_path / "mailfilter"
+    rc.write_text(MAILFILTER.format(spamnb=shlex.join(SPAMNB), model=trained_model_file, maildir=maildir))
+    rc.chmod(0o600)  # maildrop refuses filter files others can write
+    spam, ham = confident["spam"][0], confident["ham"][0]
+    for raw in (spam, ham):
+        proc = subprocess.run(["maildrop", str(rc)], input=raw, capture_output=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+    spam_in, ham_in = delivered(maildir / ".Junk"), delivered(maildir)
+    assert len(spam_in) == len(ham_in) == 1
+    assert added_lines(spam_in[0], spam)[0] == b"X-Spam-Flag: YES"
+    assert added_lines(ham_in[0], ham)[0] == b"X-Spam-Flag: NO"
+    # a failing filter makes maildrop defer the message (EX_TEMPFAIL): the MTA keeps it
+    rc.write_text(MAILFILTER.format(spamnb=shlex.join(SPAMNB), model=tmp_path / "absent", maildir=maildir))
+    proc = subprocess.run(["maildrop", str(rc)], input=confident["ham"][3], capture_output=True, timeout=120)
+    assert proc.returncode == 75
+    assert len(delivered(maildir)) == 1
+
+
+def _match(got: list[bytes], inputs: list[bytes]) -> list[bytes]:
+    """The delivered file of each input, in input order (files are named by time, not input)."""
+    out = []
+    for raw in inputs:
+        body = raw.split(b"\n\n", 1)[1] if b"\n\n" in raw else raw
+        hits = [g for g in got if g.startswith(raw[:40]) and g.endswith(body)]
+        assert len(hits) == 1
+        out.append(hits[0])
+    return out
+
+
+def test_module_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "spamnb", "--version"], capture_output=True, timeout=60)
+    assert proc.returncode == 0 and __version__ in proc.stdout.decode()

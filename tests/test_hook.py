@@ -1,0 +1,137 @@
+"""The filter's message surgery (spamnb.hook): headers only ever *inserted*,
+at the end of the header block, with the message's own line ending."""
+
+from __future__ import annotations
+
+import email
+import email.policy
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spamnb import hook
+from spamnb.hook import add_headers, header_end, header_lines
+
+LINES = [b"X-Spam-Flag: YES", b"X-Spam-Status: Yes, probability=0.990000, score=4.60, model=m, version=1"]
+ADDED_LF = b"".join(line + b"\n" for line in LINES)
+ADDED_CRLF = b"".join(line + b"\r\n" for line in LINES)
+
+
+# -- golden cases: input -> exact output ------------------------------------------
+
+GOLDEN = [
+    pytest.param(b"Subject: hi\nFrom: a@b\n\nbody\n",
+                 b"Subject: hi\nFrom: a@b\n" + ADDED_LF + b"\nbody\n", id="lf"),
+    pytest.param(b"Subject: hi\r\nFrom: a@b\r\n\r\nbody\r\n",
+                 b"Subject: hi\r\nFrom: a@b\r\n" + ADDED_CRLF + b"\r\nbody\r\n", id="crlf"),
+    pytest.param(b"Subject: hi\nFrom: a@b\n", b"Subject: hi\nFrom: a@b\n" + ADDED_LF,
+                 id="headers-only"),
+    pytest.param(b"Subject: hi", b"Subject: hi\n" + ADDED_LF, id="headers-only-unterminated"),
+    pytest.param(b"Subject: hi\r\nX: y", b"Subject: hi\r\nX: y\r\n" + ADDED_CRLF,
+                 id="headers-only-unterminated-crlf"),
+    pytest.param(b"", ADDED_LF, id="empty"),
+    pytest.param(b"hello world\n\nmore\n", ADDED_LF + b"hello world\n\nmore\n", id="not-mail"),
+    pytest.param(b"\nbody only\n", ADDED_LF + b"\nbody only\n", id="blank-first-line"),
+    pytest.param(b"From a@b  Mon Sep  2 16:21:48 2002\nSubject: x\n\nb\n",
+                 b"From a@b  Mon Sep  2 16:21:48 2002\nSubject: x\n" + ADDED_LF + b"\nb\n",
+                 id="mbox-from-line"),
+    pytest.param(b"Subject: a\n long folded\n\tsubject\nTo: c\n\nbody\n\nmore: not a header\n",
+                 b"Subject: a\n long folded\n\tsubject\nTo: c\n" + ADDED_LF
+                 + b"\nbody\n\nmore: not a header\n", id="folded-header-and-later-blank-lines"),
+    pytest.param(b"X-Spam-Flag: NO\n\nforged\n", b"X-Spam-Flag: NO\n" + ADDED_LF + b"\nforged\n",
+                 id="forged-header-kept"),
+    pytest.param(b"Subject: caf\xc3\xa9 \xff\n\n\x00\xfe binary\n",
+                 b"Subject: caf\xc3\xa9 \xff\n" + ADDED_LF + b"\n\x00\xfe binary\n", id="non-ascii-bytes"),
+    pytest.param(b"Subject: lf first\nX: y\r\n\r\nbody\r\n",
+                 b"Subject: lf first\nX: y\r\n" + ADDED_LF + b"\r\nbody\r\n", id="mixed-first-line-lf"),
+]
+
+
+@pytest.mark.parametrize("raw, expected", GOLDEN)
+def test_add_headers_golden(raw, expected):
+    assert add_headers(raw, LINES) == expected
+
+
+def test_header_end_positions():
+    assert header_end(b"A: 1\n\nb") == (5, b"\n")
+    assert header_end(b"A: 1\r\n\r\nb") == (6, b"\r\n")
+    assert header_end(b"A: 1\n") == (5, b"\n")
+    assert header_end(b"body") == (0, b"\n")
+    assert header_end(b"") == (0, b"\n")
+
+
+# -- property: only an insertion, at a line boundary ---------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300) | st.lists(st.sampled_from(
+    [b"A: 1", b"Subject: x", b" cont", b"", b"body", b"From x", b"\r", b"\xff:"]), max_size=8)
+    .flatmap(lambda parts: st.sampled_from([b"\n", b"\r\n"]).map(lambda eol: eol.join(parts))))
+def test_add_headers_only_inserts(raw):
+    out = add_headers(raw, LINES)
+    pos, eol = header_end(raw)
+    assert out.startswith(raw[:pos]) and out.endswith(raw[pos:])
+    inserted = out[pos:len(out) - (len(raw) - pos)]
+    # What was inserted: our lines with the message's line ending, plus at most
+    # the end of an unterminated last header line.
+    assert inserted in (b"".join(line + eol for line in LINES),
+                        eol + b"".join(line + eol for line in LINES))
+    assert pos == 0 or raw[pos - 1:pos] == b"\n" or pos == len(raw)
+
+
+def test_added_headers_parse_as_headers():
+    raw = b"Subject: hi\r\nMessage-ID: <1@x>\r\n\r\nbody line\r\n"
+    msg = email.message_from_bytes(add_headers(raw, LINES), policy=email.policy.default)
+    assert msg["X-Spam-Flag"] == "YES"
+    assert msg["X-Spam-Status"].startswith("Yes, probability=0.990000")
+    assert msg["Subject"] == "hi"
+    assert msg.get_content().strip() == "body line"
+
+
+# -- header_lines -----------------------------------------------------------------
+
+def test_header_lines_exact_text():
+    assert header_lines("spam", 0.999874, 9.0, "model.joblib", "0.1.0") == [
+        b"X-Spam-Flag: YES",
+        b"X-Spam-Status: Yes, probability=0.999874, score=9.00, model=model.joblib, version=0.1.0",
+    ]
+    assert header_lines("ham", 0.0000004, -14.7312, "default", "0.1.0") == [
+        b"X-Spam-Flag: NO",
+        b"X-Spam-Status: No, probability=0.000000, score=-14.73, model=default, version=0.1.0",
+    ]
+    assert header_lines("unsure", 0.5, 0.0, "m", "1")[0] == b"X-Spam-Flag: NO"
+    assert header_lines("unsure", 0.5, 0.0, "m", "1")[1].startswith(b"X-Spam-Status: Unsure, ")
+
+
+def test_header_lines_model_name_is_header_safe():
+    # A comma would end the field's "model=" item; non-ASCII and newlines cannot go in a header.
+    lines = header_lines("ham", 0.1, -2.2, "my, modèl\n.joblib", "1")
+    status = lines[1]
+    assert status.isascii() and b"\n" not in status
+    assert b"model=my\\u002c mod\\u00e8l\\n.joblib, version=1" in status
+
+
+def test_evidence_header_items_and_signs():
+    lines = header_lines("spam", 0.9, 2.2, "m", "1", [("url:example.biz", 2.314), ("subject:free", 1.87),
+                                                        ("from:friend", -0.5)])
+    assert lines[2] == b"X-Spam-Evidence: url:example.biz:+2.31, subject:free:+1.87, from:friend:-0.50"
+
+
+def test_long_evidence_is_folded_under_the_line_limit():
+    evidence = [(f"url:some-long-domain-name-{i}.example", 1.0 + i / 100) for i in range(60)]
+    lines = header_lines("spam", 0.9, 2.2, "m", "1", evidence)
+    ev = lines[2:]
+    assert ev[0].startswith(b"X-Spam-Evidence: ") and len(ev) > 1
+    assert all(line.startswith(b"\t") for line in ev[1:])  # continuation lines
+    assert max(len(line) for line in ev) <= hook.FOLD_WIDTH
+    unfolded = b" ".join(line.lstrip(b"\t") for line in ev)
+    assert unfolded == b"X-Spam-Evidence: " + ", ".join(
+        f"{tok}:{c:+.2f}" for tok, c in evidence).encode()
+    # and the folded field survives insertion and parsing as one header
+    msg = email.message_from_bytes(add_headers(b"Subject: s\n\nb\n", lines), policy=email.policy.default)
+    assert str(msg["X-Spam-Evidence"]).count(":+") == 60
+
+
+def test_exit_codes_are_bogofilters():
+    assert hook.EXIT_CODES == {"spam": 0, "ham": 1, "unsure": 2}
+    assert hook.EXIT_ERROR == 3
