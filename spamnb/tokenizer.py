@@ -1,0 +1,534 @@
+"""MIME-aware e-mail tokenizer: raw RFC 5322 bytes -> namespaced tokens.
+
+Public API::
+
+    TokenizerConfig(...)          # frozen dataclass, to_dict()/from_dict()
+    DEFAULT_CONFIG
+    tokenize(raw, config)  -> list[str]   # never raises
+    iter_tokens(raw, config)             # the generator tokenize() drains
+
+Tokens (SpamBayes-style namespaces; a token never contains a newline):
+
+Body text (text/plain and text/html parts, and HTML sent as text/plain)
+    ``word``                 a body word (case-folded, NFKC), 3..12 characters;
+                             ``$99.95``, ``50%`` and ``1,000`` are words too
+    ``skip:c N``             a word longer than the bound: first char, length//10*10
+    ``字符``                  CJK runs as character bigrams (``cjk`` option)
+    ``bi:w1 w2``             consecutive body word pairs (``bigrams`` option)
+    ``url:proto:http``, ``url:example.com``, ``url:www.example.com``,
+    ``url:path:buy``, ``url:ip:1.2.3``, ``url:port``, ``url:userinfo``, ``url:escapes``
+                             URLs in text and link targets in HTML
+    ``email:local:bob``, ``email:domain:example.com``   addresses in body text
+    ``img:...``              image sources in HTML (scheme, host, domains)
+    ``html:...``             markup evidence, see :mod:`spamnb.html_text`
+MIME structure (each part, the top-level one included; emitted when the header
+it comes from is selected)
+    ``content-type:text/html``, ``content-type:missing``, ``content-type:plain-as-html``
+    ``content-type:boundary:----=_NextPart_9_9_9a9a``  boundary shape
+    ``charset:gb2312``, ``charset:none``, ``charset:guess:gb18030``
+                             declared charset; the codec that had to be guessed
+    ``content-transfer-encoding:base64``
+    ``content-disposition:attachment``, ``filename:report.pdf``, ``filename:ext:pdf``
+    ``mime:defect:NAME``, ``mime:too-deep``, ``mime:too-many-parts``, ``mime:parse-error``
+Headers (each selected header; see ``only_headers`` / ``skip_headers``)
+    ``header:Name``          a header is present (name case kept: spamware
+                             writes ``Content-type``)
+    ``subject:word``, ``subject:punct:!!``   subject words and punctuation runs
+    ``from:addr:a@b.com``, ``from:domain:b.com``, ``from:name:word``, ``from:name:none``
+                             address headers (from, to, cc, reply-to, sender,
+                             return-path, ...: the prefix is the header name)
+    ``to:count:N``           number of addresses, power-of-two bucket
+    ``received:host.example.com``, ``received:example.com``, ``received:ip:1.2.3.4``
+                             hosts and IPs of the first ``received_hops`` hops
+    ``message-id:@example.com``, ``message-id:shape:9.9``   Message-ID domain, local-part shape
+    ``date:shape:a, 9 a 9 9:9:9 +9``   Date format (spamware gets it wrong)
+    ``NAME:word``            words of any other selected header (``x-mailer:outlook``)
+Robustness
+    ``tokenizer:error``      an internal error (a bug): the raw bytes read as
+                             latin-1 text instead
+
+Caps: at most ``max_parts`` (100) MIME parts visited, ``max_depth`` (20)
+levels of nesting, ``max_part_bytes`` of each part decoded, 2,000 characters of
+an address header, 1,000 of other headers.  See :mod:`spamnb.mime`.
+
+Each default below carries the cross-validated figures that chose it and the
+command that produced them (``scripts/tokenizer_ablation.py``).
+"""
+
+import functools
+import re
+import unicodedata
+from dataclasses import asdict, dataclass, fields
+
+from spamnb import mime
+from spamnb.html_text import html_to_text, looks_like_html
+from spamnb.lexer import (
+    CJK_SCHEMES,
+    clean,
+    crack_email,
+    crack_url,
+    domain_tokens,
+    find_emails,
+    find_urls,
+    shape,
+    words,
+)
+
+__all__ = ["TokenizerConfig", "DEFAULT_CONFIG", "tokenize", "iter_tokens",
+           "header_tokens", "body_tokens", "text_tokens"]
+
+HTML_MODES = ("markup", "text", "strip", "raw")
+ALTERNATIVE_MODES = ("both", "html", "plain")
+
+
+@dataclass(frozen=True)
+class TokenizerConfig:
+    """Every tokenizer choice, explicit and serialisable (stored in model files).
+
+    Parameters
+    ----------
+    only_headers : tuple of str or None
+        Lower-case header names: tokenize only these.  ``None`` means every
+        header (the default header set is "all": see the ablation figures).
+    skip_headers : tuple of str
+        Lower-case header names never tokenized.
+    max_part_bytes : int
+        Decode and tokenize at most this many bytes of each MIME part.
+    cjk : {"bigram", "unigram", "uni+bigram", "none"}
+        How runs of Han / Kana / Hangul characters become tokens.
+    bigrams : bool
+        Also emit ``bi:w1 w2`` for consecutive body words.
+    case_fold : bool
+        Lower-case text before lexing.
+    nfkc : bool
+        NFKC-normalise non-ASCII text (full-width letters and digits -> ASCII).
+    min_word_len, max_word_len : int
+        Body/header word length bounds; longer words become ``skip:`` tokens.
+    html : {"markup", "text", "strip", "raw"}
+        "markup": visible text + markup tokens; "text": visible text only;
+        "strip": tags removed by a regex, no parser; "raw": HTML source lexed as text.
+    alternative : {"both", "html", "plain"}
+        Which parts of a multipart/alternative to read.
+    received_hops : int
+        Number of ``Received:`` headers (from the top) whose hosts/IPs are tokenized.
+    max_depth, max_parts : int
+        MIME nesting and part-count caps.
+    """
+
+    only_headers: tuple | None = None
+    skip_headers: tuple = ()
+    max_part_bytes: int = 200_000
+    cjk: str = "bigram"
+    bigrams: bool = False
+    case_fold: bool = True
+    nfkc: bool = True
+    min_word_len: int = 3
+    max_word_len: int = 12
+    html: str = "markup"
+    alternative: str = "both"
+    received_hops: int = 3
+    max_depth: int = mime.MAX_DEPTH
+    max_parts: int = mime.MAX_PARTS
+
+    def __post_init__(self):
+        # Normalise list -> tuple (from JSON) and validate, so that a bad
+        # model file fails loudly instead of tokenizing differently.
+        for name in ("only_headers", "skip_headers"):
+            v = getattr(self, name)
+            if v is not None and not isinstance(v, tuple):
+                if isinstance(v, str):
+                    raise ValueError("%s must be a sequence of header names, not a string" % name)
+                object.__setattr__(self, name, tuple(v))
+            v = getattr(self, name)
+            if v is not None:
+                if not all(isinstance(h, str) for h in v):
+                    raise ValueError("%s must contain strings" % name)
+                object.__setattr__(self, name, tuple(h.lower() for h in v))
+        if self.cjk not in CJK_SCHEMES:
+            raise ValueError("cjk must be one of %s, not %r" % (CJK_SCHEMES, self.cjk))
+        if self.html not in HTML_MODES:
+            raise ValueError("html must be one of %s, not %r" % (HTML_MODES, self.html))
+        if self.alternative not in ALTERNATIVE_MODES:
+            raise ValueError("alternative must be one of %s, not %r"
+                             % (ALTERNATIVE_MODES, self.alternative))
+        for name in ("max_part_bytes", "min_word_len", "max_word_len", "received_hops",
+                     "max_depth", "max_parts"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValueError("%s must be a non-negative integer, not %r" % (name, v))
+        for name in ("bigrams", "case_fold", "nfkc"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError("%s must be true or false" % name)
+
+    def to_dict(self):
+        """Plain JSON-able dict (tuples become lists)."""
+        d = asdict(self)
+        for k, v in d.items():
+            if isinstance(v, tuple):
+                d[k] = list(v)
+        return d
+
+    @classmethod
+    def from_dict(cls, d):
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        if not isinstance(d, dict):
+            raise ValueError("tokenizer config must be a dict, not %s" % type(d).__name__)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError("unknown tokenizer config keys: %s" % ", ".join(map(str, unknown)))
+        return cls(**d)
+
+
+DEFAULT_CONFIG = TokenizerConfig()
+
+# Headers whose value is a list of addresses; the token prefix is the name.
+_ADDRESS_HEADERS = frozenset(
+    "from to cc bcc reply-to sender return-path errors-to delivered-to "
+    "x-original-to x-envelope-from resent-from resent-to".split()
+)
+# MIME structure headers: tokenized per part in body_tokens().
+_MIME_HEADERS = frozenset(("content-type", "content-transfer-encoding", "content-disposition"))
+_PUNCT_RUN = re.compile(r"[^\w\s]{2,}")
+_RECEIVED_SPLIT = re.compile(r"[\s()\[\];<>=,\"']+")
+_HOSTNAME = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)+\Z")
+# An address in a header: look-behind anchored and bounded (linear time).
+_ADDRESS = re.compile(r"(?<![^\s<>(),:;\"'\[\]])[^\s<>(),:;\"'\[\]@]{1,64}@[A-Za-z0-9.\-]{1,255}")
+_NAME_JUNK = re.compile(r"[<>()\"',;:\[\]]+")
+_TAG_STRIP = re.compile(r"<[^<>]{0,2000}>")
+_MAX_ADDRESS_HEADER = 2000
+_MAX_HEADER = 1000
+_MAX_RAW_HEADER = 4000
+_MAX_ADDRESSES = 5
+
+
+@functools.lru_cache(maxsize=64)
+def _selector(config):
+    """A predicate on lower-case header names for this configuration."""
+    skip = frozenset(config.skip_headers)
+    if config.only_headers is None:
+        return lambda name: name not in skip
+    only = frozenset(config.only_headers) - skip
+    return only.__contains__
+
+
+def _bucket(n):
+    """Power-of-two bucket of a count: 0, 1, 2, 4, 8, ..."""
+    return 1 << (n.bit_length() - 1) if n > 0 else 0
+
+
+def _prepare(text, config):
+    """NFKC (non-ASCII only: ASCII is already NFKC) and case folding."""
+    if config.nfkc and not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    if config.case_fold:
+        text = text.lower()
+    return text
+
+
+def _words(text, config, prefix=""):
+    return words(text, config.min_word_len, config.max_word_len, config.cjk, prefix)
+
+
+# -- headers ------------------------------------------------------------------
+
+def _address_tokens(prefix, value, config, out):
+    """Addresses (up to 5), their domains, display-name words, the count.
+
+    A regex, not ``email.utils.getaddresses``: that one cost 16% of all
+    tokenizing time (cProfile over the SpamAssassin corpus) for the same tokens.
+    """
+    value = value[:_MAX_ADDRESS_HEADER]
+    addrs = _ADDRESS.findall(value)
+    if prefix != "from:":
+        out.append("%scount:%d" % (prefix, _bucket(len(addrs))))
+    for addr in addrs[:_MAX_ADDRESSES]:
+        addr = addr.lower().rstrip(".")
+        out.append(prefix + "addr:" + addr[:80])
+        out.extend(domain_tokens(addr.rpartition("@")[2], prefix + "domain:", levels=3))
+    name = _NAME_JUNK.sub(" ", _ADDRESS.sub(" ", value) if addrs else value)
+    if name.strip():
+        out.extend(_words(_prepare(name, config), config, prefix + "name:"))
+    else:
+        out.append(prefix + "name:none")
+
+
+def _received_tokens(value, out):
+    for piece in _RECEIVED_SPLIT.split(value.lower()[:_MAX_HEADER]):
+        if "." not in piece:
+            continue
+        piece = piece.strip(".")
+        if piece[:1].isdigit() and piece.replace(".", "").isdigit():
+            if piece.count(".") == 3:
+                out.extend(domain_tokens(piece, "received:"))
+        elif _HOSTNAME.match(piece) and piece.rpartition(".")[2].isalpha():
+            out.extend(domain_tokens(piece, "received:", levels=4))
+
+
+def _message_id_tokens(value, out):
+    v = value.strip().strip("<>")
+    local, at, domain = v.rpartition("@")
+    if not at:
+        out.append("message-id:no-at")
+        return
+    out.append("message-id:@" + clean(domain.lower().rstrip(">"), 60))
+    out.append("message-id:shape:" + shape(local))
+
+
+def header_tokens(msg, config=None, out=None):
+    """Tokens from the top-level headers selected by the configuration.
+
+    Appends to ``out`` (a new list if None) and returns it.
+    """
+    config = config or DEFAULT_CONFIG
+    out = [] if out is None else out
+    selected = _selector(config)
+    fallback = mime.header_charset(msg)
+    seen = set()
+    hops = 0
+    # raw_items(): the stored strings.  items() would wrap any header holding
+    # 8-bit bytes in an email.header.Header object; decode_header() wants the
+    # bytes (as surrogates) and the message's charset instead.
+    for name, value in msg.raw_items():
+        if not isinstance(name, str):
+            continue
+        if not isinstance(value, str):
+            value = str(value)
+        lname = name.lower().strip()
+        if not selected(lname):
+            continue
+        if name not in seen:
+            seen.add(name)
+            out.append("header:" + clean(name, 40))
+        if lname in _MIME_HEADERS:
+            continue
+        # Cut before decoding: the stdlib's RFC 2047 decoder is superlinear
+        # (50,000 encoded words took 6.9 s).
+        value = mime.decode_header(value[:_MAX_RAW_HEADER], fallback)
+        if lname == "subject":
+            text = _prepare(value[:_MAX_HEADER], config)
+            out.extend(_words(text, config, "subject:"))
+            for p in _PUNCT_RUN.findall(text):
+                out.append("subject:punct:" + p[:8])
+        elif lname in _ADDRESS_HEADERS:
+            _address_tokens(lname + ":", value, config, out)
+        elif lname == "received":
+            hops += 1
+            if hops <= config.received_hops:
+                _received_tokens(value, out)
+        elif lname == "message-id":
+            _message_id_tokens(value, out)
+        elif lname == "date":
+            out.append("date:shape:" + shape(value, 40))
+        else:
+            text = _prepare(value[:_MAX_HEADER], config)
+            out.extend(_words(text, config, clean(lname, 40) + ":"))
+    if hops:
+        out.append("received:count:%d" % _bucket(hops))
+    return out
+
+
+# -- body ---------------------------------------------------------------------
+
+def text_tokens(text, is_html, config=None, out=None):
+    """Tokens from one decoded text part (plain or HTML); appends to ``out``."""
+    config = config or DEFAULT_CONFIG
+    out = [] if out is None else out
+    if config.nfkc and not text.isascii():
+        text = unicodedata.normalize("NFKC", text)
+    if is_html:
+        if config.html == "markup":
+            text, markup = html_to_text(text)
+            out.extend(markup)
+        elif config.html == "text":
+            text = html_to_text(text)[0]
+        elif config.html == "strip":
+            text = _TAG_STRIP.sub(" ", text)
+    if config.case_fold:
+        text = text.lower()
+    urls, text = find_urls(text)
+    for u in urls:
+        out.extend(crack_url(u))
+    addrs, text = find_emails(text)
+    for local, domain in addrs:
+        out.extend(crack_email(local, domain))
+    ws = _words(text, config)
+    out.extend(ws)
+    if config.bigrams:
+        out.extend(["bi:%s %s" % pair for pair in zip(ws, ws[1:])])
+    return out
+
+
+def _split_params(value):
+    """``'text/plain; charset="x"; name=a'`` -> (``'text/plain'``, {param: value}).
+
+    A small, linear parser for the common case; RFC 2231 continuations
+    (``name*0*=``) are left to the stdlib (:func:`_filename`).
+    """
+    head, _, rest = value.partition(";")
+    params = {}
+    if rest:
+        for item in rest.split(";"):
+            k, eq, v = item.partition("=")
+            if eq:
+                params.setdefault(k.strip().lower(), v.strip().strip("\"'").strip())
+    return head.strip().lower(), params
+
+
+def _filename_tokens(part, params, disposition, fallback, out):
+    fn = None
+    if "*" in "".join(params) or "filename*" in disposition.lower():
+        try:
+            fn = part.get_filename()
+        except Exception:
+            fn = None
+    if not fn:
+        fn = _split_params(disposition)[1].get("filename") if disposition else None
+        fn = fn or params.get("name")
+    if not isinstance(fn, str) or not fn.strip():
+        return
+    fn = mime.decode_header(fn, fallback).strip().lower()
+    out.append("filename:" + clean(fn, 40))
+    base, dot, ext = fn.rpartition(".")
+    if dot:
+        out.append("filename:ext:" + clean(ext, 10))
+        if "." in base.rstrip(". ") and len(ext) <= 4:
+            out.append("filename:double-ext")
+    else:
+        out.append("filename:ext:none")
+
+
+def body_tokens(msg, config=None, out=None):
+    """Tokens from the MIME structure and text parts of a parsed message.
+
+    Appends to ``out`` (a new list if None) and returns it.
+    """
+    config = config or DEFAULT_CONFIG
+    out = [] if out is None else out
+    selected = _selector(config)
+    ct_on = selected("content-type")
+    cte_on = selected("content-transfer-encoding")
+    cd_on = selected("content-disposition")
+    fallback = mime.header_charset(msg)
+    skip_ids = set()
+    for item in mime.walk(msg, config.max_depth, config.max_parts):
+        if isinstance(item, str):
+            out.append(item)
+            continue
+        part, depth = item
+        if id(part) in skip_ids:
+            continue
+        # One pass over the part's headers instead of a linear get() per field.
+        raw_ct = cte = disposition = None
+        for k, v in part.raw_items():
+            k = k.lower()
+            if k == "content-type" and raw_ct is None:
+                raw_ct = str(v)
+            elif k == "content-transfer-encoding" and cte is None:
+                cte = str(v)
+            elif k == "content-disposition" and disposition is None:
+                disposition = str(v)
+        if raw_ct is None:
+            ctype, params = part.get_default_type(), {}
+        else:
+            ctype, params = _split_params(" ".join(raw_ct.split()))
+            if ctype.count("/") != 1:
+                ctype = "text/plain"  # what RFC 2045 says to assume
+        if ct_on:
+            if raw_ct is None:
+                if depth == 0:
+                    out.append("content-type:missing")
+            else:
+                out.append("content-type:" + clean(ctype, 60))
+            for d in part.defects:
+                out.append("mime:defect:" + type(d).__name__)
+        if cte_on and cte:
+            out.append("content-transfer-encoding:" + clean(cte.lower(), 30))
+        if part.is_multipart():
+            if ct_on and params.get("boundary"):
+                out.append("content-type:boundary:" + shape(params["boundary"]))
+            if ctype == "multipart/alternative" and config.alternative != "both":
+                skip_ids.update(_redundant_alternatives(part, config.alternative))
+            continue
+        disposition = disposition or ""
+        if cd_on and disposition:
+            out.append("content-disposition:" + clean(disposition.split(";")[0].lower(), 20))
+        if ct_on or cd_on:
+            _filename_tokens(part, params, disposition, fallback, out)
+        if ctype.startswith("multipart/"):
+            # A multipart whose boundary never occurs (the stdlib leaves the
+            # body as one string): read it as text, as a mail reader would.
+            ctype = "text/plain"
+        # Attachments are not decoded: they contribute type and name only.
+        if (ctype != "text/plain" and ctype != "text/html") or \
+                disposition.lower().startswith("attachment"):
+            continue
+        charset = params.get("charset")
+        if ct_on:
+            out.append("charset:" + (clean(charset.lower(), 30) if charset else "none"))
+        data = mime.payload_bytes(part, config.max_part_bytes, cte)
+        text, how = mime.decode_bytes(data, charset or fallback)
+        if how and ct_on:
+            out.append("charset:guess:" + how)
+        is_html = ctype == "text/html"
+        if not is_html and looks_like_html(text):
+            is_html = True
+            if ct_on:
+                out.append("content-type:plain-as-html")
+        text_tokens(text, is_html, config, out)
+    return out
+
+
+def _redundant_alternatives(part, prefer):
+    """ids of the non-preferred text children of a multipart/alternative."""
+    want = "text/" + prefer
+    other = "text/plain" if prefer == "html" else "text/html"
+    children = part.get_payload()
+    if not isinstance(children, list):
+        return ()
+    types = [c.get_content_type() for c in children if hasattr(c, "get_content_type")]
+    if want not in types:
+        return ()
+    return [id(c) for c, t in zip(children, types) if t == other]
+
+
+# -- entry points ---------------------------------------------------------------
+
+def _tokens(raw, config):
+    msg, problems = mime.parse(raw)
+    out = problems
+    header_tokens(msg, config, out)
+    body_tokens(msg, config, out)
+    return out
+
+
+def iter_tokens(raw, config=None):
+    """Generate the tokens of one raw message (for ``spamnb tokens``); never raises."""
+    yield from tokenize(raw, config or DEFAULT_CONFIG)
+
+
+def tokenize(raw, config=DEFAULT_CONFIG):
+    """Tokens of one raw RFC 5322 message, as a list; never raises.
+
+    Parameters
+    ----------
+    raw : bytes
+        The message exactly as stored (any bytes at all are accepted).
+    config : TokenizerConfig
+
+    Returns
+    -------
+    list of str
+    """
+    try:
+        return _tokens(raw, config)
+    except Exception:
+        pass
+    # Defence in depth: a bug must not lose a mail.  Read the raw bytes as text.
+    out = ["tokenizer:error"]
+    try:
+        text = bytes(raw)[: config.max_part_bytes].decode("latin-1").lower()
+        out.extend(words(text))
+    except Exception:
+        pass
+    return out

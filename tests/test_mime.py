@@ -1,0 +1,171 @@
+"""spamnb.mime: parsing with caps, transfer decoding, charsets, RFC 2047."""
+
+import base64
+
+import pytest
+
+from spamnb import mime
+
+
+# -- charsets -------------------------------------------------------------------
+
+@pytest.mark.parametrize("label, codec", [
+    ("gb2312", "gb18030"),
+    ("GB2312", "gb18030"),
+    ('"gbk"', "gb18030"),
+    ("euc-cn", "gb18030"),
+    ("big5", "big5hkscs"),
+    ("ks_c_5601-1987", "cp949"),
+    ("euc-kr", "cp949"),
+    ("iso-8859-1", "cp1252"),
+    ("us-ascii", "cp1252"),
+    ("3Diso-8859-1", "cp1252"),   # charset=3Diso-8859-1: a QP-mangled header
+    ("utf-8", "utf-8"),
+    ("koi8-r", "koi8-r"),
+    ("x-no-such-charset", None),
+    ("", None),
+    (None, None),
+])
+def test_normalize_charset(label, codec):
+    assert mime.normalize_charset(label) == codec
+
+
+def test_decode_ascii_fast_path():
+    assert mime.decode_bytes(b"hello", "gb2312") == ("hello", "")
+
+
+def test_decode_declared_charset():
+    assert mime.decode_bytes("café".encode("cp1252"), "iso-8859-1") == ("café", "")
+
+
+def test_decode_gbk_labelled_gb2312():
+    # U+9555 is in GBK but not in GB2312: the alias to gb18030 decodes it.
+    text = "中文镕"
+    assert mime.decode_bytes(text.encode("gbk"), "gb2312") == (text, "")
+
+
+def test_decode_lying_latin1_label_on_chinese():
+    text = "这是一封中文邮件，没有正确的字符集标签。"
+    assert mime.decode_bytes(text.encode("gb2312"), "iso-8859-1") == (text, "gb18030")
+
+
+def test_decode_missing_charset_utf8_then_cjk_guess():
+    assert mime.decode_bytes("naïve".encode("utf-8"), None) == ("naïve", "utf-8")
+    text = "没有字符集的中文邮件正文"
+    assert mime.decode_bytes(text.encode("gbk"), None) == (text, "gb18030")
+
+
+def test_decode_multibyte_char_cut_at_end():
+    data = "中文".encode("utf-8")[:-1]  # max_part_bytes cut inside a character
+    assert mime.decode_bytes(data, "utf-8") == ("中", "")
+
+
+def test_decode_garbage_never_raises():
+    data = bytes(range(256)) * 3
+    text, how = mime.decode_bytes(data, "utf-8")
+    assert how == "replace" and isinstance(text, str)
+    text, how = mime.decode_bytes(data, "x-bogus")
+    assert isinstance(text, str)
+
+
+# -- headers ----------------------------------------------------------------------
+
+def test_decode_header_rfc2047_b_and_q():
+    v = "=?utf-8?B?5Lit5paH?= and =?iso-8859-1?Q?caf=E9?="
+    assert mime.decode_header(v) == "中文 and café"
+
+
+def test_decode_header_adjacent_words_split_a_character():
+    raw = "中文标题".encode("gb2312")
+    a = base64.b64encode(raw[:3]).decode()
+    b = base64.b64encode(raw[3:]).decode()
+    v = "=?gb2312?B?%s?=\n =?gb2312?B?%s?=" % (a, b)
+    assert mime.decode_header(v) == "中文标题"
+
+
+def test_decode_header_raw_8bit_uses_fallback():
+    # The bytes parser keeps 8-bit header bytes as lone surrogates.
+    v = "中文主题".encode("gb2312").decode("ascii", "surrogateescape")
+    assert mime.decode_header(v, "gb2312") == "中文主题"
+    assert mime.decode_header(v, None) == "中文主题"  # guessed
+
+
+def test_decode_header_broken_encoded_word():
+    v = "=?utf-8?B?####?= tail"
+    assert "tail" in mime.decode_header(v)
+    assert mime.decode_header("=?x-bogus?Q?abc?=") == "abc"
+
+
+def test_decode_header_unfolds():
+    assert mime.decode_header("a\r\n\tb\n c") == "a b c"
+
+
+# -- parsing, walking, payloads ---------------------------------------------------
+
+def _nest(n):
+    s = b"From: a@b.c\nContent-Type: multipart/mixed; boundary=b0\n\n"
+    for i in range(n):
+        s += b"--b%d\nContent-Type: multipart/mixed; boundary=b%d\n\n" % (i, i + 1)
+    s += b"--b%d\nContent-Type: text/plain\n\ndeepword\n" % n
+    return s
+
+
+def test_walk_depth_cap():
+    msg, problems = mime.parse(_nest(30))
+    assert problems == []
+    items = list(mime.walk(msg, max_depth=5))
+    assert "mime:too-deep" in items
+    depths = [d for it in items if not isinstance(it, str) for d in [it[1]]]
+    assert max(depths) == 5
+
+
+def test_parse_nesting_beyond_recursion_limit_falls_back():
+    msg, problems = mime.parse(_nest(1000))
+    assert problems == ["mime:parse-error"]
+    assert msg["from"] == "a@b.c"
+    assert b"deepword" in mime.payload_bytes(msg, 10**6)
+
+
+def test_walk_part_cap():
+    raw = (b"Content-Type: multipart/mixed; boundary=b\n\n"
+           + b"--b\nContent-Type: text/plain\n\nx\n" * 500 + b"--b--\n")
+    msg, _ = mime.parse(raw)
+    items = list(mime.walk(msg, max_parts=10))
+    assert items[-1] == "mime:too-many-parts"
+    assert len(items) == 11
+
+
+def _part(cte, body):
+    msg, _ = mime.parse(b"Content-Transfer-Encoding: " + cte + b"\n\n" + body)
+    return msg
+
+
+def test_payload_base64():
+    assert mime.payload_bytes(_part(b"base64", base64.b64encode(b"hello world")), 100) == b"hello world"
+
+
+def test_payload_base64_junk_and_missing_padding():
+    enc = base64.b64encode(b"hello world!!").rstrip(b"=")
+    body = enc[:5] + b"\n*\n" + enc[5:]
+    assert mime.payload_bytes(_part(b"BASE64", body), 100).startswith(b"hello world")
+
+
+def test_payload_base64_header_lies():
+    body = "中文正文，不是 base64。".encode("gb2312")
+    assert mime.payload_bytes(_part(b"base64", body), 100) == body
+
+
+def test_payload_quoted_printable():
+    assert mime.payload_bytes(_part(b"quoted-printable", b"caf=E9 =\nsoft"), 100) == b"caf\xe9 soft"
+
+
+def test_payload_truncated_to_max_bytes():
+    body = base64.b64encode(b"x" * 10_000)
+    assert mime.payload_bytes(_part(b"base64", body), 100) == b"x" * 100
+    assert mime.payload_bytes(_part(b"8bit", b"y" * 1000), 10) == b"y" * 10
+
+
+def test_parse_never_raises_on_odd_inputs():
+    for raw in (b"", b"\x00" * 100, b"\n\n\n", bytes(range(256)), b"From nobody\n"):
+        msg, _ = mime.parse(raw)
+        list(mime.walk(msg))
