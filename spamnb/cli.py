@@ -347,7 +347,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.modelfile import build_default_model, resolve, updating
+    from spamnb.modelfile import resolve, updating
     from spamnb.sources import iter_messages
 
     if label is None:
@@ -361,11 +361,19 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     messages = [(m.raw, label) for spec in sources
                 for m in iter_messages(spec, label=label, recursive=recursive, strict=strict,
                                        on_error=_skipper(skipped))]
-    with updating(path, allow_insecure=allow_insecure_model, create=build_default_model) as model:
+    with updating(path, allow_insecure=allow_insecure_model, create=_default_seed) as model:
         done = model.learn(messages)
     click.echo(f"learned {done['learned']} as {label}, moved {done['moved']}, "
                f"{done['unchanged']} already known" + (f"; skipped {skipped[0]}" if skipped[0] else ""),
                err=True)
+
+
+def _default_seed():
+    """A new model's starting point: the cached default model, else a fresh build."""
+    from spamnb.modelfile import build_default_model, default_cache_path, load_model
+
+    cached = default_cache_path()
+    return load_model(cached) if cached.exists() else build_default_model()
 
 
 @main.command()

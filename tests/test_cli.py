@@ -627,7 +627,9 @@ def test_default_model_for_a_new_user(small_archive, monkeypatch, spam_msg, isol
     monkeypatch.setenv("SPAMNB_MODEL", "")
     assert "(default model)" in run(["info"]).stdout
     monkeypatch.delenv("SPAMNB_MODEL")
-    # the first learn makes the user's own model, starting from the default one
+    # the first learn makes the user's own model, starting from the cached default one
+    # (no corpus any more: it must not rebuild)
+    monkeypatch.setenv("SPAMNB_CORPUS", str(isolated_env / "gone.tar.gz"))
     res = run(["learn", "--ham", spam_msg])
     assert f"creating your model at {user}" in res.stderr
     assert load_model(user).class_count.tolist() == [151, 150]
