@@ -16,7 +16,8 @@ write a runner, wrap it in a ``Peer`` (or name it ``module:function`` on the
 command line of ``run_peers.py``).
 
 :func:`run_isolated` runs one runner in a fresh Python process so that its
-peak memory (max RSS, from ``resource.getrusage``) is that run's alone.
+peak memory is that run's alone (tools: ``/usr/bin/time -f %M``; in-process
+runners: the worker's VmHWM).
 """
 
 from __future__ import annotations
