@@ -58,6 +58,9 @@ _CHUNK_NNZ = 1 << 21
 
 def _log(a):
     """Natural log with log(0) = -inf and no warning."""
+    a = np.asarray(a)
+    if a.size and a.min() > 0:  # the common case, without the (slower) errstate context
+        return np.log(a)
     with np.errstate(divide="ignore"):
         return np.log(a)
 
@@ -306,29 +309,51 @@ class _BaseNB:
 # --------------------------------------------------------------------------- count models
 
 
-def _restrict(X):
-    """(cols, Xc): the sorted columns X uses, and X with its columns renumbered to them.
+# Batches with fewer nonzeros than this are scored by gathering weight rows
+# (no sparse matrix is built: scipy's constructors cost more than the arithmetic)
+_GATHER_NNZ = 1 << 14
 
-    Returns (None, X) when X is not much sparser than it is wide: then every
-    column counts as touched (a plain product beats sorting the indices).
-    """
-    if 4 * X.nnz >= X.shape[1]:
-        return None, X
+
+def _is_narrow(X, n_cols):
+    """True if X touches few of its columns: then only those are updated."""
+    return 4 * X.nnz < n_cols
+
+
+def _column_sums(X, data, Y):
+    """(cols, S): the sorted columns CSR X has entries in, and S = Xᵀ Y restricted to
+    them (S[j, c] = Σ_i data_ij·Y_ic, with ``data`` in place of X.data): O(nnz·K)."""
+    if X.shape[0] == 1 and X.has_canonical_format:  # one message: its columns are unique
+        return X.indices, data[:, None] * Y[0]
     cols, inv = np.unique(X.indices, return_inverse=True)
-    # attributes assigned directly: shares X's indptr and data
-    Xc = sp.csr_matrix((X.shape[0], cols.size))
-    Xc.indptr, Xc.indices, Xc.data = X.indptr, inv.astype(X.indices.dtype, copy=False), X.data
-    return cols, Xc
+    r = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))  # row of each nonzero
+    S = np.empty((cols.size, Y.shape[1]))
+    for c in range(Y.shape[1]):
+        S[:, c] = np.bincount(inv, weights=data * Y[r, c], minlength=cols.size)
+    return cols, S
+
+
+def _sum_rows(G, X):
+    """Per-row sums of G (one row per nonzero of CSR X), shape (n, G.shape[1])."""
+    if X.shape[0] == 1:
+        return G.sum(axis=0, keepdims=True)
+    out = np.zeros((X.shape[0],) + G.shape[1:])
+    full = np.diff(X.indptr) > 0
+    if full.any():
+        # reduceat over the starts of the non-empty rows: each sums exactly its row
+        out[full] = np.add.reduceat(G, X.indptr[:-1][full], axis=0)
+    return out
+
+
+def _product(X, M, data):
+    """X @ M with ``data`` in place of X.data (M: (n_features, K) C-contiguous)."""
+    if X.nnz <= _GATHER_NNZ:
+        return _sum_rows(M[X.indices] * data[:, None], X)
+    return _csr_view(X, data, 0, X.shape[0]) @ M
 
 
 def _row_sums(X):
     """Σ_w x_w for each row of CSR X, shape (n,): O(n + nnz), no dense temporaries."""
-    out = np.zeros(X.shape[0])
-    full = np.diff(X.indptr) > 0
-    if full.any():
-        # reduceat over the starts of the non-empty rows: each sums exactly its row
-        out[full] = np.add.reduceat(X.data, X.indptr[:-1][full])
-    return out
+    return _sum_rows(X.data, X)
 
 
 def _readonly(a):
@@ -339,8 +364,9 @@ def _readonly(a):
 
 def _finite_log(a):
     """log(a) where a > 0, and 0 where a <= 0 (terms the caller handles apart)."""
-    pos = a > 0
-    return np.where(pos, _log(np.where(pos, a, 1.0)), 0.0)
+    out = np.zeros(np.shape(a))
+    np.log(a, out=out, where=a > 0)
+    return out
 
 
 class _BaseCountNB(_BaseNB):
@@ -454,8 +480,9 @@ class _BaseCountNB(_BaseNB):
                 new[:V] = old[:V]
                 setattr(self, name, new)
 
-    def _grow_to(self, d):
-        """Use d > n_features_in_ features (capacity reserved): new columns have zero counts."""
+    def _grow_to(self, d, refresh=True):
+        """Use d > n_features_in_ features (capacity reserved): new columns have zero counts.
+        ``refresh=False``: the caller calls :meth:`_changed` itself."""
         V = self.n_features_in_
         self.n_features_in_ = d
         self._on_grow(V, d)
@@ -464,7 +491,8 @@ class _BaseCountNB(_BaseNB):
             W, Z = self._column_weights(np.zeros((1, self.classes_.size)))
             self._Wt[V:d] = W
             self._store_indicator(slice(V, d), Z)
-        self._changed(None)
+        if refresh:
+            self._changed(None)
 
     def _on_grow(self, V, d):
         """Hook: features V..d-1 were added (zero counts)."""
@@ -490,8 +518,9 @@ class _BaseCountNB(_BaseNB):
         return X.shape
 
     @staticmethod
-    def _restrict_input(X):
-        return _restrict(X)
+    def _values(X):
+        """(CSR X, the values counted for its nonzeros)."""
+        return X, X.data
 
     def _count(self, X, Y):
         """Per-class feature counts of a batch, shape (n_features of X, K)."""
@@ -540,9 +569,12 @@ class _BaseCountNB(_BaseNB):
         Xt = self._check_X(X)
         n, n_cols = self._in_shape(Xt)
         Y = self._label_matrix(y, n, sample_weight)
-        cols, Xt = self._restrict_input(Xt)
-        counts = self._count(Xt, Y)  # (touched columns, K)
-        rows = slice(0, n_cols) if cols is None else cols
+        X, data = self._values(Xt)
+        if _is_narrow(X, n_cols):  # only the columns X touches change
+            rows, counts = _column_sums(X, data, Y)
+            _check_result_finite(counts, X)
+        else:
+            rows, counts = slice(0, n_cols), self._count(Xt, Y)  # (n_cols, K)
         V = self.n_features_in_
         d = max(V, n_cols)
         self._reserve(d)  # capacity only: rows >= n_features_in_ stay zero
@@ -554,7 +586,7 @@ class _BaseCountNB(_BaseNB):
             new = self._clip_negative(new, old, "feature")
         # nothing can fail below: commit
         if d > V:
-            self._grow_to(d)
+            self._grow_to(d, refresh=False)
         self._on_counts(rows, old, new)
         self._T = np.maximum(self._T + (new - old).sum(axis=0), 0.0)  # Σ_w n_cw, kept current
         self._fc[rows] = new
@@ -702,7 +734,8 @@ class MultinomialNB(_BaseCountNB):
         jll -= _row_sums(X)[:, None] * log_den  # − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ)
         jll += self.class_log_prior_  # + log P(c)
         if self._Dt is not None:  # a word with P(w|c) = 0 rules c out
-            jll[(_pattern(X) @ self._Dt[:V]) > 0] = -np.inf
+            hits = _product(X, self._Dt[:V], np.not_equal(X.data, 0).astype(np.float64))
+            jll[hits > 0] = -np.inf
         return jll
 
 
@@ -773,9 +806,9 @@ class BernoulliNB(_BaseCountNB):
         return Xt[0].shape
 
     @staticmethod
-    def _restrict_input(Xt):
-        cols, X = _restrict(Xt[0])
-        return cols, (X, Xt[1])
+    def _values(Xt):
+        X, t = Xt
+        return X, (X.data if t is None else (X.data > t).astype(np.float64))
 
     def _check_X_predict(self, X):
         self._ensure_derived()
@@ -803,7 +836,7 @@ class BernoulliNB(_BaseCountNB):
     # -- histogram of the counts: Σ_w log(1 − p_cw) exactly, without a pass over |V|
     # hist[c, v] = #{w : m_cw = v} for integral counts (None when some count is not)
     def _rebuild_summaries(self):
-        self._hist = None
+        self._hist = self._logk = None
         m = self._fc[: self.n_features_in_]
         if m.size and not np.array_equal(m, np.floor(m)):
             return
@@ -835,21 +868,37 @@ class BernoulliNB(_BaseCountNB):
         np.subtract.at(flat, (old.astype(np.intp) + off).ravel(), 1)
         np.add.at(flat, (new.astype(np.intp) + off).ravel(), 1)
 
+    def _log_table(self, n):
+        """L[k] = log(k + λ) for k = 0..n (finite part: 0 for log 0), grown by doubling."""
+        L = getattr(self, "_logk", None)
+        if L is None or L.size <= n:
+            size = max(64, 2 * (n + 1), 0 if L is None else 2 * L.size)
+            L = self._logk = _finite_log(np.arange(size) + float(self.alpha))
+        return L
+
     def _absent_sums(self):
         """Per class: Σ_w log(N_c − m_cw + λ) over the terms with N_c − m_cw + λ > 0,
         and the number Za_c of the others (p_cw = 1 at λ = 0: absence rules c out).
 
-        With integral counts Σ_w f(m_cw) = Σ_v hist[c, v]·f(v): O(K·max N_c).
+        With integral counts Σ_w f(m_cw) = Σ_v hist[c, v]·f(v), and
+        log(N_c − v + λ) for v = N_c, N_c − 1, ..., 0 is the table log(k + λ) read
+        backwards: a dot product, O(K·max N_c), no logarithms per step.
         """
         lam = float(self.alpha)
         N = self._cc
         if self._hist is not None and np.array_equal(N, np.floor(N)):
-            v = np.arange(self._hist.shape[1])
-            arg = N[:, None] - v + lam  # N_c − v + λ
-            pos = arg > 0
-            G = (self._hist * _finite_log(arg)).sum(axis=1)
-            Za = (self._hist * ~pos).sum(axis=1)
-            return G, Za.astype(np.float64)
+            K = N.size
+            G, Za = np.zeros(K), np.zeros(K)
+            L = self._log_table(int(N.max(initial=0.0)))
+            for c in range(K):
+                n = int(N[c])
+                h = self._hist[c]
+                k = min(n + 1, h.size)  # hist may be shorter than N_c + 1 (no count that high)
+                G[c] = h[:k] @ L[n::-1][:k]  # Σ_v hist[c, v]·log(N_c − v + λ)
+                Za[c] = h[n + 1 :].sum()  # m_cw > N_c (inconsistent counts): 1 − p <= 0
+                if lam == 0 and n < h.size:
+                    Za[c] += h[n]  # m_cw = N_c: p_cw = 1 (its log(0) is 0 in the table)
+            return G, Za
         arg = N - self._fc[: self.n_features_in_] + lam  # (|V|, K): N_c − m_cw + λ
         return _finite_log(arg).sum(axis=0), (arg <= 0).sum(axis=0).astype(np.float64)
 
@@ -871,19 +920,21 @@ class BernoulliNB(_BaseCountNB):
         """(W, D) for the rows (features) m of the counts, shape (rows, K):
         W = finite part of log p_cw − log(1 − p_cw); D = [p_cw = 0] − [p_cw = 1]."""
         lam = float(self.alpha)
-        den, log_den = self._log_den()
         num = m + lam  # m_cw + λ
         neg = self._cc - m + lam  # N_c − m_cw + λ
-        Zp = (num <= 0) | (den <= 0)  # p = 0 (or 0/0: every event impossible)
-        Za = (neg <= 0) | (den <= 0)  # 1 − p = 0
-        lp = np.where(Zp, 0.0, _finite_log(num) - log_den)  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
-        ln = np.where(Za, 0.0, _finite_log(neg) - log_den)  # log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ)
-        D = None
-        if Zp.any() or Za.any():
-            # ruled out: a present word with p = 0, or an absent word with p = 1
-            # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za > 0
-            D = Zp.astype(np.float64) - Za
-        return lp - ln, D
+        # (0/0, N_c = 0 at λ = 0, has num = neg = 0: both indicators, every event impossible)
+        Zp = num <= 0  # p = 0
+        Za = neg <= 0  # 1 − p = 0
+        # log p_cw = log(m_cw + λ) − log(N_c + 2λ), log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ):
+        # the denominators cancel in the difference unless one side is -inf (finite part 0)
+        W = _finite_log(num) - _finite_log(neg)
+        if not (Zp.any() or Za.any()):
+            return W, None
+        # ruled out: a present word with p = 0, or an absent word with p = 1
+        # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za > 0
+        D = Zp.astype(np.float64) - Za
+        W += self._log_den()[1] * D  # restore the uncancelled −log(N_c + 2λ) of the finite side
+        return W, D
 
     def _feature_log_prob(self):
         den, log_den = self._log_den()
@@ -899,15 +950,23 @@ class BernoulliNB(_BaseCountNB):
     def _joint_log_likelihood(self, Xt):
         X, t = Xt
         const, Za = self._terms()
-        cols, Xc = _restrict(X)
-        if cols is None:  # a big batch: weights of every column (cached until a change)
-            if self._full_weights is None:
-                self._full_weights = self._present_weights(self._fc[: self.n_features_in_])
-            W, D = self._full_weights
-        else:  # the columns X uses only
-            W, D = self._present_weights(self._fc[cols])
+        if X.nnz <= _GATHER_NNZ:  # few nonzeros: the weights of exactly those
+            _, xb = self._values(Xt)
+            W, D = self._present_weights(self._fc[X.indices])
+            jll = _sum_rows(W * xb[:, None], X)  # Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
+            if t is None:
+                _check_result_finite(jll, X)
+            if D is not None:
+                jll[(_sum_rows(D * (xb != 0)[:, None], X) + Za) > 0] = -np.inf
+            elif Za.any():
+                jll[:, Za > 0] = -np.inf
+            jll += const
+            return jll
+        if self._full_weights is None:  # a big batch: every column's weights (cached until a change)
+            self._full_weights = self._present_weights(self._fc[: self.n_features_in_])
+        W, D = self._full_weights
         jll = np.empty((X.shape[0], self.classes_.size))
-        for r0, r1, Xb in _binary_chunks(Xc, t):
+        for r0, r1, Xb in _binary_chunks(X, t):
             jll[r0:r1] = Xb @ W
             if t is None:
                 _check_result_finite(jll[r0:r1], Xb)
