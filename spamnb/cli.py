@@ -162,46 +162,39 @@ def _open(model_path, allow_insecure_model):
 # -- train ---------------------------------------------------------------------
 
 
-@main.command()
-@click.option("--ham", multiple=True, metavar="SRC", help="Ham source (maildir, mbox, MH, folder, archive, file).")
-@click.option("--spam", multiple=True, metavar="SRC", help="Spam source.")
-@click.option("--index", multiple=True, metavar="FILE",
-              help="TREC index file (`spam PATH` / `ham PATH` lines), or an archive holding one.")
-@model_options
-@click.option("--model-type", type=click.Choice(["multinomial", "bernoulli", "complement"]),
-              default="multinomial", show_default=True, help="Naive Bayes event model.")
-@click.option("--alpha", type=click.FloatRange(min=0.0), default=None,
-              help="Smoothing λ >= 0 (0 = maximum likelihood, 1 = Laplace). Default: the model's.")
-@click.option("--prior", type=click.Choice(["learned", "smoothed", "uniform"]), default="learned",
-              show_default=True, help="Class prior: N_k/N, (N_k+λ)/(N+2λ), or 1/2.")
-@click.option("--presence/--counts", default=True, show_default=True,
-              help="Count a token once per message, or every time.")
-@click.option("--min-df", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Drop tokens seen in fewer messages than this.")
-@click.option("--only-headers", metavar="LIST", help="Comma-separated header names: tokenize only these.")
-@click.option("--skip-headers", metavar="LIST", help="Comma-separated header names never tokenized.")
-@click.option("--bigrams/--no-bigrams", default=None, help="Also use word pairs as tokens.")
-@click.option("--max-part-bytes", type=click.IntRange(min=1), help="Tokenize at most this many bytes of each part.")
-@decision_options
-@source_options
-def train(ham, spam, index, model_path, allow_insecure_model, model_type, alpha, prior, presence,
-          min_df, only_headers, skip_headers, bigrams, max_part_bytes,
-          cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, recursive, strict):
-    """Build a new model from labelled mail (replaces the model file).
+def model_settings_options(f):
+    """Options that define a model: event model, λ, prior, features, tokenizer, decision."""
+    opts = [
+        click.option("--model-type", type=click.Choice(["multinomial", "bernoulli", "complement"]),
+                     default="multinomial", show_default=True, help="Naive Bayes event model."),
+        click.option("--alpha", type=click.FloatRange(min=0.0), default=None,
+                     help="Smoothing λ >= 0 (0 = maximum likelihood, 1 = Laplace; default 0.001)."),
+        click.option("--prior", type=click.Choice(["learned", "smoothed", "uniform"]), default="learned",
+                     show_default=True, help="Class prior: N_k/N, (N_k+λ)/(N+2λ), or 1/2."),
+        click.option("--features", type=click.Choice(["counts", "presence", "presence-l2", "logtf-l2"]),
+                     default=None, help="What a message's row holds (default presence-l2: each token "
+                                        "once, the message scaled to unit length)."),
+        click.option("--only-headers", metavar="LIST", help="Comma-separated header names: tokenize only these."),
+        click.option("--skip-headers", metavar="LIST", help="Comma-separated header names never tokenized."),
+        click.option("--bigrams/--no-bigrams", default=None, help="Also use word pairs as tokens."),
+        click.option("--max-part-bytes", type=click.IntRange(min=1),
+                     help="Tokenize at most this many bytes of each part."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return decision_options(f)
 
-    \b
-    Example:
-      spamnb train --ham ~/Maildir/.Ham --spam ~/Maildir/.Junk --model model.joblib
-      spamnb train --index corpora/spamassassin.tar.xz --model model.joblib
+
+def model_factory(model_type, alpha, prior, features, only_headers, skip_headers, bigrams,
+                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+    """A function making fresh, untrained models with the settings of the options.
+
+    Settings are checked here, once, so a bad value fails before any mail is read.
     """
     from spamnb import model as model_mod
     from spamnb.decision import Cutoffs
-    from spamnb.modelfile import resolve, save_model
     from spamnb.tokenizer import TokenizerConfig
 
-    if not (ham or spam or index):
-        raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
-    tok = TokenizerConfig()
     changes = {}
     if only_headers is not None:
         changes["only_headers"] = _header_list(only_headers)
@@ -211,24 +204,50 @@ def train(ham, spam, index, model_path, allow_insecure_model, model_type, alpha,
         changes["bigrams"] = bigrams
     if max_part_bytes is not None:
         changes["max_part_bytes"] = max_part_bytes
-    if changes:
-        tok = TokenizerConfig.from_dict({**tok.to_dict(), **changes})
+    tok = TokenizerConfig.from_dict({**TokenizerConfig().to_dict(), **changes})
     default_cut = Cutoffs.from_costs(*model_mod.DEFAULT_COSTS)
     cutoffs = cutoffs_from(default_cut, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    kwargs = {"alpha": alpha, "features": features}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+
+    def make():
+        return model_mod.SpamModel(model_type=model_type, prior=prior, tokenizer=tok, cutoffs=cutoffs, **kwargs)
+
+    make()
+    return make
+
+
+@main.command()
+@click.option("--ham", multiple=True, metavar="SRC", help="Ham source (maildir, mbox, MH, folder, archive, file).")
+@click.option("--spam", multiple=True, metavar="SRC", help="Spam source.")
+@click.option("--index", multiple=True, metavar="FILE",
+              help="TREC index file (`spam PATH` / `ham PATH` lines), or an archive holding one.")
+@model_options
+@click.option("--min-df", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Drop tokens seen in fewer messages than this.")
+@model_settings_options
+@source_options
+def train(ham, spam, index, model_path, allow_insecure_model, min_df, recursive, strict, **settings):
+    """Build a new model from labelled mail (replaces the model file).
+
+    \b
+    Example:
+      spamnb train --ham ~/Maildir/.Ham --spam ~/Maildir/.Junk --model model.joblib
+      spamnb train --index corpora/spamassassin.tar.xz --model model.joblib
+    """
+    from spamnb.model import LABELS
+    from spamnb.modelfile import resolve, save_model
+
+    if not (ham or spam or index):
+        raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
+    model = model_factory(**settings)()
     path, _ = resolve(model_path)
-    kwargs = {} if alpha is None else {"alpha": alpha}
-    model = model_mod.SpamModel(model_type=model_type, prior=prior, presence=presence,
-                                tokenizer=tok, cutoffs=cutoffs, **kwargs)
     skipped = [0]
     start = time.perf_counter()
     messages = labelled(ham, spam, index, recursive=recursive, strict=strict, on_error=_skipper(skipped))
-    def pairs():
-        for m in _progress(messages):
-            yield m.raw, m.label
-
-    model.learn(pairs())
+    model.learn((m.raw, m.label) for m in _progress(messages))
     counts = model.class_count
-    missing = [name for name, n in zip(model_mod.LABELS, counts) if n == 0]
+    missing = [name for name, n in zip(LABELS, counts) if n == 0]
     if missing:
         raise click.ClickException(
             f"no {' and no '.join(missing)} messages were read: a model needs both classes; "
@@ -591,7 +610,7 @@ def info(model_path, allow_insecure_model):
     rows = [
         ("model file", f"{path}" + (" (default model)" if is_default else "")),
         ("size", f"{os.path.getsize(path) / 1e6:.1f} MB"),
-        ("model type", model.model_type + (" on token presence" if model.presence else " on token counts")),
+        ("model type", f"{model.model_type}, features {model.features}"),
         ("alpha (λ)", f"{model.alpha:g}"),
         ("prior", model.prior),
         ("cut-offs", f"ham if P(spam) <= {model.cutoffs.ham_cutoff:g}, spam if > {model.cutoffs.spam_cutoff:g}"),
@@ -635,3 +654,12 @@ def tokens(message, model_path, allow_insecure_model, default_settings):
     for msg in iter_messages(message, strict=True):
         for tok in tokenize(msg.raw, config):
             out.write(tok + "\n")
+
+
+def _register_evaluate():
+    from spamnb.cli_evaluate import evaluate
+
+    main.add_command(evaluate)
+
+
+_register_evaluate()

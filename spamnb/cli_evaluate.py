@@ -1,0 +1,141 @@
+"""``spamnb evaluate``: measure a model configuration on labelled mail."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from spamnb.cli import labelled, model_settings_options, model_factory, source_options, _skipper
+
+
+def _messages(ham, spam, index, recursive, strict, skipped):
+    return [(m.source, m.raw, m.label)
+            for m in labelled(ham, spam, index, recursive=recursive, strict=strict,
+                              on_error=_skipper(skipped))]
+
+
+@click.command()
+@click.option("--ham", multiple=True, metavar="SRC", help="Ham source.")
+@click.option("--spam", multiple=True, metavar="SRC", help="Spam source.")
+@click.option("--index", multiple=True, metavar="FILE", help="TREC index file or archive holding one.")
+@click.option("--folds", type=click.IntRange(min=2), default=None,
+              help="Stratified K-fold cross-validation (the default protocol, K=10).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of folds and --shuffle.")
+@click.option("--test-ham", multiple=True, metavar="SRC", help="Train on the sources above, test on this ham.")
+@click.option("--test-spam", multiple=True, metavar="SRC", help="... and this spam.")
+@click.option("--test-index", multiple=True, metavar="FILE", help="... or this index.")
+@click.option("--online", is_flag=True, help="TREC's protocol: in order, classify each message, then learn it.")
+@click.option("--train-on", type=click.Choice(["all", "errors", "margin"]), default="all", show_default=True,
+              help="With --online: learn every message, only errors (and unsures), or also "
+                   "those within --margin.")
+@click.option("--margin", type=click.FloatRange(min=0), default=5.0, show_default=True,
+              help="Thick threshold, in log-odds, for --train-on margin.")
+@click.option("--shuffle", is_flag=True, help="With --online: shuffle the order (deterministic with --seed).")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write the ROC curve and score histograms (PNG).")
+@click.option("--scores", type=click.Path(dir_okay=False),
+              help="Write each message's gold label, score and probability (TSV).")
+@model_settings_options
+@source_options
+def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, online, train_on, margin,
+             shuffle, as_json, plot, scores, recursive, strict, **settings):
+    """Measure a model configuration on labelled mail.
+
+    \b
+    Protocols (same sources as `train`):
+      --folds K        stratified K-fold cross-validation (default, K=10)
+      --test-* SRC     train on the sources, test on other ones
+      --online         TREC spam track: classify each message, then learn it
+    \b
+    Metrics: counts, accuracy and misclassification % at the model's cut-offs,
+    ROC AUC and (1-AUC)%, lam%, spam recall at 0.1% and 1% false positives,
+    weighted accuracy and total cost ratio (λ = 1, 9, 999), speeds.
+    \b
+    Example:
+      spamnb evaluate --index corpora/spamassassin.tar.xz --folds 10
+      spamnb evaluate --index corpora/trec06c-dev.tar.xz --online --shuffle \\
+          --only-headers subject,from,to,content-type,content-transfer-encoding
+    """
+    import numpy as np
+
+    from spamnb import evaluate as ev
+    from spamnb import metrics
+
+    make_model = model_factory(**settings)
+    if plot:
+        from spamnb.plots import PlotUnavailable, check_available
+
+        try:
+            check_available()  # before the long run, not after it
+        except PlotUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+    if not (ham or spam or index):
+        raise click.UsageError("give labelled mail: --ham SRC and --spam SRC, or --index FILE")
+    testing = bool(test_ham or test_spam or test_index)
+    if sum([online, testing, folds is not None]) > 1:
+        raise click.UsageError("choose one protocol: --folds, --test-..., or --online")
+    skipped = [0]
+    messages = _messages(ham, spam, index, recursive, strict, skipped)
+    if online:
+        if shuffle:
+            order = np.random.default_rng(seed).permutation(len(messages))
+            messages = [messages[i] for i in order]
+        result = ev.online(make_model, messages, train_on=train_on, margin=margin)
+        protocol = f"online (train on {train_on}{', shuffled' if shuffle else ''})"
+    elif testing:
+        test = _messages(test_ham, test_spam, test_index, recursive, strict, skipped)
+        result = ev.train_test(make_model, messages, test)
+        protocol = "train/test"
+    else:
+        k = folds or 10
+        result = ev.cross_validate(make_model, messages, k=k, seed=seed)
+        protocol = f"{k}-fold cross-validation"
+    if len(set(result.y.tolist())) < 2:
+        raise click.ClickException("the test messages need both ham and spam to compute the metrics")
+    cut = make_model().cutoffs
+    summary = metrics.summary(result.y, result.score, result.proba, (cut.ham_cutoff, cut.spam_cutoff))
+    n = len(result.y)
+    summary.update(protocol=protocol, train_seconds=result.train_seconds,
+                   tokenize_seconds=result.tokenize_seconds,
+                   messages_per_second=n / max(result.classify_seconds + result.tokenize_seconds, 1e-9),
+                   trained_messages=result.n_trained, skipped=skipped[0])
+    if scores:
+        result.write_tsv(scores)
+    if plot:
+        from spamnb.plots import plot_evaluation
+
+        plot_evaluation(plot, result.y, result.score, title=protocol)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(format_summary(summary))
+
+
+def format_summary(s) -> str:
+    """The metrics as an aligned text table."""
+    rec = s["recall_at_fpr"]
+    rows = [
+        ("protocol", s["protocol"]),
+        ("messages", f"{s['n_ham']} ham, {s['n_spam']} spam"),
+        ("cut-offs", f"ham if P(spam) <= {s['cutoffs'][0]:g}, spam if > {s['cutoffs'][1]:g}"),
+        ("ham", f"{s['n_ham_ham']} ham, {s['n_ham_unsure']} unsure, {s['n_ham_spam']} spam"),
+        ("spam", f"{s['n_spam_spam']} spam, {s['n_spam_unsure']} unsure, {s['n_spam_ham']} ham"),
+        ("accuracy", f"{s['accuracy_pct']:.3f} %"),
+        ("ham misclassified (FP)", f"{s['fp_pct']:.3f} %"),
+        ("spam misclassified (FN)", f"{s['fn_pct']:.3f} %"),
+        ("ROC AUC", f"{s['auc']:.6f}  ((1-AUC)% = {s['one_minus_auc_pct']:.4f})"),
+        ("lam%", f"{s['lam_pct']:.4f}"),
+        ("spam recall at 0.1% FP", f"{rec['0.001']:.2f} %"),
+        ("spam recall at 1% FP", f"{rec['0.01']:.2f} %"),
+    ]
+    for lam in ("1", "9", "999"):
+        tcr = s["tcr"][lam]
+        rows.append((f"WAcc / TCR (λ={lam})", f"{s['wacc_pct'][lam]:.3f} % / "
+                                           f"{'inf' if tcr is None else format(tcr, '.2f')}"))
+    rows += [
+        ("train seconds", f"{s['train_seconds']:.2f} (tokenizing {s['tokenize_seconds']:.2f})"),
+        ("messages/s classified", f"{s['messages_per_second']:.0f}"),
+    ]
+    width = max(len(k) for k, _ in rows) + 2
+    return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
