@@ -407,10 +407,10 @@ def transform_features(X, features):
     if features == "logtf-l2":
         np.log1p(X.data, out=X.data)  # d_w = log(1 + tf_w)
     # x ← x / ‖x‖₂ (Rennie et al. 2003, length normalisation); empty rows stay empty
-    sq = np.add.reduceat(X.data * X.data, X.indptr[:-1]) if X.nnz else np.zeros(0)
     lengths = np.diff(X.indptr)
-    norms = np.ones(X.shape[0])
-    norms[lengths > 0] = np.sqrt(sq[lengths > 0])
+    rows = np.repeat(np.arange(X.shape[0]), lengths)
+    norms = np.sqrt(np.bincount(rows, weights=X.data * X.data, minlength=X.shape[0]))
+    norms[lengths == 0] = 1.0
     X.data /= np.repeat(norms, lengths)
     return X
 

@@ -165,3 +165,17 @@ def test_bad_labels_and_types():
         SpamModel(prior="flat")
     with pytest.raises(ValueError, match="label"):
         SpamModel().learn([(HAM1, "maybe")])
+
+
+def test_unit_length_transform_with_empty_rows():
+    import scipy.sparse as sp
+
+    from spamnb.model import transform_features
+
+    X = sp.csr_matrix(np.array([[0, 0, 0], [3, 4, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]], dtype=float))
+    Y = transform_features(X.copy(), "presence-l2")
+    np.testing.assert_allclose(Y.toarray(), [[0, 0, 0], [0.6, 0.8, 0], [0, 0, 0], [1, 0, 0], [0, 0, 0]])
+    Z = transform_features(X.copy(), "logtf-l2")
+    v = np.log1p([3.0, 4.0])
+    np.testing.assert_allclose(Z.toarray()[1, :2], v / np.linalg.norm(v))
+    assert transform_features(sp.csr_matrix((2, 4)), "presence-l2").nnz == 0

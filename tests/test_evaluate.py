@@ -1,0 +1,129 @@
+"""Evaluation protocols: no peeking, exact fold models, and the command."""
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from spamnb import evaluate as ev
+from spamnb.cli import main
+from spamnb.folds import stratified_kfold
+from spamnb.model import SpamModel
+
+
+def corpus(n=40, seed=0):
+    """Small synthetic labelled mail: spam talks money, ham talks code."""
+    rng = np.random.default_rng(seed)
+    spam_words = ["cash", "winner", "free", "offer", "click", "viagra", "prize", "money"]
+    ham_words = ["python", "meeting", "patch", "review", "lunch", "kernel", "thanks", "draft"]
+    shared = ["the", "and", "today", "please", "about", "this"]
+    out = []
+    for i in range(n):
+        label = "spam" if i % 3 == 0 else "ham"
+        pool = spam_words if label == "spam" else ham_words
+        # a little noise: one word from the other class
+        other = ham_words if label == "spam" else spam_words
+        words = list(rng.choice(pool, 6)) + list(rng.choice(shared, 4)) + [str(rng.choice(other))]
+        raw = f"Subject: {words[0]} {words[1]}\n\n{' '.join(words)} msg{i}\n".encode()
+        out.append((f"m{i}", raw, label))
+    return out
+
+
+def test_cross_validation_equals_models_trained_from_scratch():
+    msgs = corpus(30)
+    folds = stratified_kfold([lb for _, _, lb in msgs], 3, seed=1)
+    result = ev.cross_validate(lambda: SpamModel(alpha=0.5), msgs, folds=folds)
+    for f in range(3):
+        model = SpamModel(alpha=0.5)
+        model.learn([(raw, lb) for (_, raw, lb), g in zip(msgs, folds) if g != f], registry=False)
+        test = [raw for (_, raw, _), g in zip(msgs, folds) if g == f]
+        scores = [r.score for r in model.classify_many(test)]
+        np.testing.assert_allclose(result.score[folds == f], scores, rtol=1e-9, atol=1e-9)
+
+
+def test_online_classifies_before_learning():
+    msgs = corpus(12)
+    seen = []
+
+    class Spy(SpamModel):
+        def score_tokens(self, token_lists):
+            seen.append(("score", int(self.class_count.sum())))
+            return super().score_tokens(token_lists)
+
+    result = ev.online(lambda: Spy(alpha=0.5), msgs)
+    # message i is scored by a model that has learned exactly the i messages before it
+    assert seen == [("score", i) for i in range(len(msgs))]
+    assert result.n_trained == len(msgs)
+    # the very first message is scored by an empty model: no evidence, P = 1/2
+    assert result.proba[0] == pytest.approx(0.5)
+
+
+def test_online_matches_replayed_models():
+    msgs = corpus(10)
+    result = ev.online(lambda: SpamModel(alpha=0.5), msgs)
+    for i in (3, 7):
+        m = SpamModel(alpha=0.5)
+        m.learn([(raw, lb) for _, raw, lb in msgs[:i]], registry=False)
+        assert m.classify(msgs[i][1]).score == pytest.approx(result.score[i], rel=1e-9, abs=1e-9)
+
+
+def test_online_train_on_errors_learns_less():
+    msgs = corpus(60)
+    all_ = ev.online(lambda: SpamModel(alpha=0.5), msgs)
+    errors = ev.online(lambda: SpamModel(alpha=0.5), msgs, train_on="errors")
+    margin = ev.online(lambda: SpamModel(alpha=0.5), msgs, train_on="margin", margin=1e9)
+    assert errors.n_trained < all_.n_trained
+    assert margin.n_trained == len(msgs)  # every score is within an infinite margin
+    with pytest.raises(ValueError, match="train_on"):
+        ev.online(SpamModel, msgs, train_on="sometimes")
+
+
+def test_train_test_scores_every_test_message():
+    msgs = corpus(30)
+    result = ev.train_test(lambda: SpamModel(alpha=0.5), msgs[:20], msgs[20:])
+    assert result.sources == [s for s, _, _ in msgs[20:]]
+    assert result.n_trained == 20
+
+
+@pytest.fixture
+def labelled_dirs(tmp_path):
+    for name, raw, label in corpus(45):
+        d = tmp_path / label
+        d.mkdir(exist_ok=True)
+        (d / name).write_bytes(raw)
+    return tmp_path
+
+
+def test_evaluate_command_json_and_scores(labelled_dirs, tmp_path):
+    scores = tmp_path / "scores.tsv"
+    r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
+                                  str(labelled_dirs / "spam"), "--folds", "3", "--json",
+                                  "--scores", str(scores), "--alpha", "0.5"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    assert s["n_ham"] == 30 and s["n_spam"] == 15
+    assert s["n_ham_ham"] + s["n_ham_unsure"] + s["n_ham_spam"] == 30
+    for key in ("auc", "one_minus_auc_pct", "lam_pct", "recall_at_fpr", "wacc_pct", "tcr",
+                "train_seconds", "messages_per_second", "fp_pct", "fn_pct"):
+        assert key in s
+    lines = scores.read_text().splitlines()[1:]
+    assert len(lines) == 45 and {ln.split("\t")[0] for ln in lines} == {"ham", "spam"}
+
+
+def test_evaluate_command_protocol_errors(labelled_dirs):
+    args = ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam", str(labelled_dirs / "spam")]
+    r = CliRunner().invoke(main, args + ["--online", "--folds", "3"])
+    assert r.exit_code != 0 and "one protocol" in r.output
+    r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham")])
+    assert r.exit_code != 0 and "both ham and spam" in r.output
+    assert "Traceback" not in r.output
+
+
+def test_evaluate_online_table(labelled_dirs):
+    r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
+                                  str(labelled_dirs / "spam"), "--online", "--shuffle", "--seed", "3",
+                                  "--train-on", "errors"])
+    assert r.exit_code == 0, r.output
+    assert "online (train on errors, shuffled)" in r.stdout
+    assert "(1-AUC)%" in r.stdout and "lam%" in r.stdout
