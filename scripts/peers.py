@@ -279,7 +279,64 @@ def _sklearn_nb(train_ham, train_spam, test, logodds):
 # registry, isolation
 # --------------------------------------------------------------------------
 
+
+def _read_bytes(paths):
+    out = []
+    for p in paths:
+        with open(p, "rb") as f:
+            out.append(f.read())
+    return out
+
+
+def _spamnb(train_ham, train_spam, test, **settings):
+    """spamnb with its default tokenizer and the given model settings.
+
+    Score: the log-odds ln P(spam|x) - ln P(ham|x); the default decision's
+    cut-offs (0.5, 0.95 on P(spam|x)) are given on that scale.
+    """
+    from spamnb.model import SpamModel
+
+    t0 = time.perf_counter()
+    model = SpamModel(**settings)
+    model.learn([(raw, "ham") for raw in _read_bytes(train_ham)]
+                + [(raw, "spam") for raw in _read_bytes(train_spam)], registry=False)
+    t1 = time.perf_counter()
+    raws = _read_bytes(test)
+    scores = np.array([r.score for r in model.classify_many(raws)])
+    return RunResult(scores, t1 - t0, time.perf_counter() - t1)
+
+
+def run_spamnb(train_ham, train_spam, test):
+    """spamnb's default model: multinomial NB on unit-length presence rows, λ = 0.001."""
+    return _spamnb(train_ham, train_spam, test)
+
+
+def run_spamnb_bernoulli(train_ham, train_spam, test):
+    """spamnb, Bernoulli NB (presence and absence), λ = 0.001."""
+    return _spamnb(train_ham, train_spam, test, model_type="bernoulli")
+
+
+def run_spamnb_complement(train_ham, train_spam, test):
+    """spamnb, complement NB (Rennie et al. 2003) on unit-length presence rows."""
+    return _spamnb(train_ham, train_spam, test, model_type="complement")
+
+
+def run_spamnb_counts(train_ham, train_spam, test):
+    """spamnb, multinomial NB on raw token counts (the textbook model), λ = 1."""
+    return _spamnb(train_ham, train_spam, test, features="counts", alpha=1.0)
+
+
+def _logit(p):
+    return float(np.log(p / (1 - p)))
+
+
+_SPAMNB_CUTOFFS = (_logit(0.5), _logit(0.95))
+
 PEERS = {
+    "spamnb": Peer("spamnb", run_spamnb, _SPAMNB_CUTOFFS, external=False),
+    "spamnb-bernoulli": Peer("spamnb-bernoulli", run_spamnb_bernoulli, _SPAMNB_CUTOFFS, external=False),
+    "spamnb-complement": Peer("spamnb-complement", run_spamnb_complement, _SPAMNB_CUTOFFS, external=False),
+    "spamnb-counts": Peer("spamnb-counts", run_spamnb_counts, _SPAMNB_CUTOFFS, external=False),
     # bogofilter's compiled-in defaults (bogofilter -Q): ham_cutoff 0.45, spam_cutoff 0.99
     "bogofilter": Peer("bogofilter", run_bogofilter, (0.45, 0.99), external=True),
     # spamprobe's default spam probability threshold -l 0.7, no unsure band
