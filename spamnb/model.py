@@ -33,7 +33,7 @@ from spamnb import naive_bayes
 from spamnb._version import __version__
 from spamnb.decision import Cutoffs
 from spamnb.tokenizer import TokenizerConfig, tokenize
-from spamnb.vocabulary import Vocabulary
+from spamnb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
 
 FORMAT = "spamnb-model"
 FORMAT_VERSION = 1
@@ -134,10 +134,14 @@ class SpamModel:
     tokenizer : TokenizerConfig
     cutoffs : Cutoffs
         Decision cut-offs on P(spam | x); default from :data:`DEFAULT_COSTS`.
+    hash_features : int, optional
+        Hash tokens into this many columns (:class:`HashingVocabulary`)
+        instead of keeping a vocabulary: memory bounded by the column count.
     """
 
     def __init__(self, model_type="multinomial", alpha=DEFAULT_ALPHA, prior="learned", features=DEFAULT_FEATURES,
-                 tokenizer: TokenizerConfig | None = None, cutoffs: Cutoffs | None = None):
+                 tokenizer: TokenizerConfig | None = None, cutoffs: Cutoffs | None = None,
+                 hash_features: int | None = None):
         if model_type not in MODEL_TYPES:
             raise ValueError(f"unknown model type {model_type!r}: choose from {', '.join(MODEL_TYPES)}")
         if prior not in PRIORS:
@@ -150,12 +154,16 @@ class SpamModel:
         self.features = "presence" if model_type == "bernoulli" else features
         self.tokenizer = tokenizer or TokenizerConfig()
         self.cutoffs = cutoffs or Cutoffs.from_costs(*DEFAULT_COSTS)
-        self.vocabulary = Vocabulary()
-        self._df = np.zeros(1024, dtype=np.int64)  # messages containing each token, with spare room
+        self.hash_features = None if hash_features is None else int(hash_features)
+        self.vocabulary = Vocabulary() if hash_features is None else HashingVocabulary(hash_features)
+        # messages containing each token, with spare room (a hashed model has all its columns from the start)
+        self._df = np.zeros(max(1024, len(self.vocabulary)), dtype=np.int64)
         self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
         self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__}
         self.estimator = self._new_estimator()
         self.estimator.partial_fit(np.zeros((0, 0)), np.zeros(0, dtype=int), classes=[HAM, SPAM])
+        if len(self.vocabulary):
+            self.estimator.grow_features(len(self.vocabulary))
 
     def _new_estimator(self):
         kwargs = dict(alpha=self.alpha, fit_prior=self.prior != "uniform",
@@ -243,6 +251,53 @@ class SpamModel:
         y = [label if isinstance(label, (int, np.integer)) else label_id(label) for label in labels]
         self._update(list(token_lists), y, +1)
 
+    def add_counts(self, class_count, feature_count, doc_freq, *, tokens=None, registry_items=()):
+        """Add counts made elsewhere (shards, :mod:`spamnb.parallel`) to the model, exactly.
+
+        Parameters
+        ----------
+        class_count : array (2,)
+            Messages per class, N_c.
+        feature_count : array (2, F)
+            Per-class sums of the messages' feature rows (this model's
+            transform), n_cw; ``doc_freq`` (F,): messages containing each column.
+        tokens : sequence of str, optional
+            The tokens of the F columns; they are looked up in (and added to)
+            the vocabulary. Without it the columns are this model's ids 0..F-1
+            (a caller that grew ``self.vocabulary`` itself).
+        registry_items : iterable of (key, class)
+            Message keys to record (later learn/forget see them as learned).
+
+        Counts are added as n_cw ← n_cw + Δn_cw: on a fresh model the result is
+        bit-for-bit the given arrays. Costs O(|V|) (the estimator re-derives its
+        weights once), so merge shards first and add once.
+        """
+        cc = np.asarray(class_count, dtype=np.float64)
+        fc = np.asarray(feature_count, dtype=np.float64)
+        df = np.asarray(doc_freq, dtype=np.int64)
+        if cc.shape != (2,) or fc.ndim != 2 or fc.shape[0] != 2 or df.shape != (fc.shape[1],):
+            raise ValueError(f"counts have shapes {cc.shape}, {fc.shape}, {df.shape}; "
+                             "expected (2,), (2, F), (F,)")
+        if tokens is None:
+            ids = np.arange(fc.shape[1])
+            if fc.shape[1] > len(self.vocabulary):
+                raise ValueError(f"{fc.shape[1]} columns of counts for a vocabulary of {len(self.vocabulary)}")
+        else:
+            ids = self.vocabulary.ids(tokens, grow=True)
+            if ids.shape != (fc.shape[1],):
+                raise ValueError(f"{ids.size} tokens for {fc.shape[1]} columns of counts")
+        n = len(self.vocabulary)
+        est = self.estimator
+        new_fc = np.zeros((2, n))
+        new_fc[:, : est.n_features_in_] = est.feature_count_
+        np.add.at(new_fc, (slice(None), ids), fc)  # n_cw += Δn_cw (hashed ids may repeat)
+        est.set_counts(est.class_count_ + cc, new_fc) if hasattr(est, "set_counts") else \
+            _set_counts(est, est.class_count_ + cc, new_fc)
+        self._df = _grown(self._df, n)
+        np.add.at(self._df, ids, df)  # df_w += Δdf_w
+        self.registry.update(registry_items)
+        self.stats["updated"] = time.time()
+
     def forget(self, messages):
         """Undo learning: an iterable of ``(raw_bytes, label)``.
 
@@ -325,11 +380,11 @@ class SpamModel:
         ids, counts = X.indices, X.data
         contrib = counts * weights[ids]  # f(x_w) · weight_w
         order = np.argsort(-np.abs(contrib), kind="stable")[:n]
-        vocab = self.vocabulary.tokens()
+        names = self.vocabulary.describe(ids[order], toks)  # hashed columns: the message's tokens there
         score, _, _ = self.score_tokens([toks])
         return Evidence(
             prior=bias,
-            tokens=[(vocab[ids[i]], int(counts[i]), float(contrib[i])) for i in order],
+            tokens=[(name, int(counts[i]), float(contrib[i])) for name, i in zip(names, order)],
             score=float(score[0]),
         )
 
@@ -346,6 +401,7 @@ class SpamModel:
             "alpha": self.alpha,
             "prior": self.prior,
             "features": self.features,
+            "hash_features": self.hash_features,
             "tokenizer": self.tokenizer.to_dict(),
             "cutoffs": (float(self.cutoffs.ham_cutoff), float(self.cutoffs.spam_cutoff)),
             "vocabulary": self.vocabulary.to_state(),
@@ -371,9 +427,9 @@ class SpamModel:
             model = cls(
                 model_type=state["model_type"], alpha=state["alpha"], prior=state["prior"],
                 features=state["features"], tokenizer=TokenizerConfig.from_dict(state["tokenizer"]),
-                cutoffs=Cutoffs(*state["cutoffs"]),
+                cutoffs=Cutoffs(*state["cutoffs"]), hash_features=state.get("hash_features"),
             )
-            model.vocabulary = Vocabulary.from_state(state["vocabulary"])
+            model.vocabulary = vocabulary_from_state(state["vocabulary"])
             fc = np.asarray(state["feature_count"], dtype=np.float64)
             cc = np.asarray(state["class_count"], dtype=np.float64)
             if fc.shape != (2, len(model.vocabulary)) or cc.shape != (2,):

@@ -23,6 +23,7 @@ row).
 
 from __future__ import annotations
 
+import hashlib
 from array import array
 from collections.abc import Iterable, Sequence
 from itertools import repeat
@@ -30,7 +31,7 @@ from itertools import repeat
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["Vocabulary", "document_frequency", "remap_csr"]
+__all__ = ["Vocabulary", "HashingVocabulary", "vocabulary_from_state", "document_frequency", "remap_csr"]
 
 # Column indices are stored as int32 (scipy's default index type); a vocabulary
 # larger than this cannot be represented.
@@ -82,6 +83,28 @@ class Vocabulary:
     def tokens(self) -> list[str]:
         """All tokens, in id order (a copy)."""
         return list(self._tokens)
+
+    def ids(self, tokens: Iterable[str], *, grow: bool = False) -> np.ndarray:
+        """Column ids of `tokens` (int64; -1 for unknown ones unless `grow`).
+
+        With ``grow`` new tokens are appended in order of first appearance, so
+        merging shard vocabularies in shard order gives the ids one pass over
+        all the messages would (:mod:`spamnb.parallel`).
+        """
+        if not grow:
+            get = self._index.get
+            return np.fromiter((get(t, -1) for t in tokens), dtype=np.int64)
+        index = self._index
+        add = index.setdefault  # a new token gets len(index), the next free id
+        try:
+            return np.fromiter((add(t, len(index)) for t in tokens), dtype=np.int64)
+        finally:
+            if len(index) != len(self._tokens):
+                self._tokens.extend(list(index)[len(self._tokens):])
+
+    def describe(self, ids, doc_tokens: Iterable[str] = ()) -> list[str]:
+        """Display names of column ids: here simply their tokens."""
+        return [self._tokens[i] for i in ids]
 
     # -- persistence -----------------------------------------------------
 
@@ -228,6 +251,114 @@ class Vocabulary:
         self._tokens = [self._tokens[i] for i in keep.tolist()]
         self._index = {t: i for i, t in enumerate(self._tokens)}
         return keep
+
+
+class HashingVocabulary:
+    """Tokens mapped to a fixed number of columns by a stable hash (the hashing trick).
+
+    column(t) = BLAKE2b-64(UTF-8 bytes of t) mod n_features
+
+    The mapping needs no state, so memory no longer grows with the vocabulary
+    (only the model's (K, n_features) counts) and every process, on every
+    machine, maps a token to the same column without a shared dictionary.
+    The price: tokens that share a column are one feature (their counts add
+    up); with n_features much larger than the vocabulary few informative
+    tokens collide (README "Scale" has the measured cost).
+
+    Same interface as :class:`Vocabulary` for counting (:meth:`transform`,
+    :meth:`ids`, ``len``); every token is "known", so ``n_unknown`` is always
+    zero, and there is nothing to prune. Column names are not stored:
+    :meth:`describe` names a column by the tokens of the message at hand that
+    hash to it.
+    """
+
+    hashed = True
+
+    def __init__(self, n_features: int):
+        if isinstance(n_features, bool) or int(n_features) != n_features or not 1 <= n_features <= _MAX_FEATURES:
+            raise ValueError(f"n_features must be an integer in [1, {_MAX_FEATURES}], got {n_features!r}")
+        self.n_features = int(n_features)
+
+    def __len__(self) -> int:
+        return self.n_features
+
+    def __contains__(self, token) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return f"HashingVocabulary({self.n_features})"
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, HashingVocabulary):
+            return NotImplemented
+        return self.n_features == other.n_features
+
+    __hash__ = None
+
+    def column(self, token: str) -> int:
+        """The column of one token (stable across processes, machines and versions)."""
+        digest = hashlib.blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        return int.from_bytes(digest, "little") % self.n_features
+
+    def index(self, token) -> int:
+        return self.column(token)
+
+    def ids(self, tokens: Iterable[str], *, grow: bool = False) -> np.ndarray:
+        """Columns of `tokens` (int64), each distinct token hashed once."""
+        cache: dict[str, int] = {}
+        column = self.column
+        return np.fromiter((cache[t] if t in cache else cache.setdefault(t, column(t)) for t in tokens),
+                           dtype=np.int64)
+
+    def tokens(self) -> list[str]:
+        """Placeholder names ``#hash:J`` for every column (no token list is kept)."""
+        return [f"#hash:{j}" for j in range(self.n_features)]
+
+    def describe(self, ids, doc_tokens: Iterable[str] = ()) -> list[str]:
+        """Names of columns: the message's tokens hashing there ("a|b"), else ``#hash:J``."""
+        doc_tokens = list(dict.fromkeys(doc_tokens))
+        by_col: dict[int, list[str]] = {}
+        for t, j in zip(doc_tokens, self.ids(doc_tokens).tolist()):
+            by_col.setdefault(j, []).append(t)
+        return ["|".join(by_col[j]) if j in by_col else f"#hash:{j}" for j in np.asarray(ids).tolist()]
+
+    def to_state(self) -> dict:
+        return {"hashing": self.n_features}
+
+    @classmethod
+    def from_state(cls, state) -> "HashingVocabulary":
+        return cls(state["hashing"])
+
+    def __reduce__(self):
+        return (type(self), (self.n_features,))
+
+    def transform(self, docs: Iterable[Iterable[str]], *, grow: bool = False, binary: bool = False,
+                  dtype=np.float64) -> tuple[sp.csr_matrix, np.ndarray]:
+        """Count hashed columns per document: as :meth:`Vocabulary.transform`, shape
+        (n_docs, n_features); tokens sharing a column add up (binary: present once)."""
+        cache: dict[str, int] = {}  # each distinct token hashed once per call
+        column = self.column
+        ids = array("q")
+        ends = array("q")
+        for doc in docs:
+            ids.extend([cache[t] if t in cache else cache.setdefault(t, column(t)) for t in doc])
+            ends.append(len(ids))
+        return _count_csr(np.frombuffer(ids, dtype=np.int64), np.frombuffer(ends, dtype=np.int64),
+                          self.n_features, binary=binary, dtype=dtype)
+
+    def fit_transform(self, docs, *, binary: bool = False, dtype=np.float64) -> sp.csr_matrix:
+        X, _ = self.transform(docs, binary=binary, dtype=dtype)
+        return X
+
+    def prune(self, *args, **kwargs):
+        raise ValueError("a hashed vocabulary has no tokens to prune (do not combine min_df with hashing)")
+
+
+def vocabulary_from_state(state):
+    """A :class:`Vocabulary` or :class:`HashingVocabulary` from its ``to_state()``."""
+    if isinstance(state, dict):
+        return HashingVocabulary.from_state(state)
+    return Vocabulary.from_state(state)
 
 
 def _per_feature(a, n: int, name: str) -> np.ndarray | None:
