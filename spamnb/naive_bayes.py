@@ -1,7 +1,11 @@
 """Naive Bayes estimators (docs sections 2-6), scikit-learn's names and conventions.
 
-Counts are the state; log-probabilities are derived from them after every
-``fit`` / ``partial_fit`` / ``forget`` / ``grow_features`` / ``select_features``.
+Counts are the state; log-probabilities are derived from them. For the count
+models (Multinomial, Bernoulli, Complement) a ``partial_fit`` / ``forget`` of a
+batch updates only what depends on the columns it touches, and growing by a
+few features is O(new features) amortised, so one classify-then-learn step of
+the online protocol costs O(nnz·K), not O(K·|V|) (see :class:`_BaseCountNB`);
+full arrays such as ``feature_log_prob_`` are computed when read.
 Everything is computed in log space; posteriors are normalised with log-sum-exp.
 
 Models
@@ -488,7 +492,8 @@ class _BaseCountNB(_BaseNB):
         self._on_grow(V, d)
         if self._has_weights and not self._weights_need_all():
             # every new column has zero counts: one row of weights, broadcast
-            W, Z = self._column_weights(np.zeros((1, self.classes_.size)))
+            W = np.empty((1, self.classes_.size))
+            Z = self._column_weights(np.zeros((1, self.classes_.size)), W)
             self._Wt[V:d] = W
             self._store_indicator(slice(V, d), Z)
         if refresh:
@@ -577,6 +582,22 @@ class _BaseCountNB(_BaseNB):
             rows, counts = slice(0, n_cols), self._count(Xt, Y)  # (n_cols, K)
         V = self.n_features_in_
         d = max(V, n_cols)
+        if sign > 0 and isinstance(rows, slice):  # a wide batch: add in place, no (|V|, K) temporaries
+            if self._fc.shape[0] == 0 and n_cols == d:  # first batch: the product is the count array
+                self._fc = np.ascontiguousarray(counts)
+                self._Wt = np.zeros_like(self._fc) if self._has_weights else None
+                self._Dt = None
+                self._grow_to(d, refresh=False)
+            else:
+                self._reserve(d)
+                if d > V:
+                    self._grow_to(d, refresh=False)
+                self._fc[rows] += counts
+            self._T = self._T + counts.sum(axis=0)  # Σ_w n_cw, kept current
+            self._cc = self._cc + Y.sum(axis=0)
+            self._rebuild_summaries()
+            self._changed(rows)
+            return self
         self._reserve(d)  # capacity only: rows >= n_features_in_ stay zero
         old = self._fc[rows]
         new = old + counts if sign > 0 else old - counts
@@ -644,8 +665,12 @@ class _BaseCountNB(_BaseNB):
         self._terms_cache = None
         self.class_log_prior_ = self._class_log_prior()
         if rows is not None and self._has_weights and not self._weights_need_all():
-            W, Z = self._column_weights(self._fc[rows])
-            self._Wt[rows] = W
+            if isinstance(rows, slice):
+                Z = self._column_weights(self._fc[rows], self._Wt[rows])  # in place
+            else:
+                W = np.empty((rows.size, self.classes_.size))
+                Z = self._column_weights(self._fc[rows], W)
+                self._Wt[rows] = W
             self._store_indicator(rows, Z)
 
     def _weights_need_all(self):
@@ -703,12 +728,13 @@ class MultinomialNB(_BaseCountNB):
     #              = log P(c) + Σ_w x_w·W_cw − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ),
     # with W_cw = log(n_cw + λ); the denominator is O(K) from the class totals and |V|.
 
-    def _column_weights(self, fc):
-        lam = float(self.alpha)
-        num = fc + lam  # n_cw + λ
-        Z = num <= 0  # λ = 0 and n_cw = 0: P(w|c) = 0, a hit rules c out
-        W = _finite_log(num)  # W_cw = log(n_cw + λ), 0 where -inf (indicated by Z)
-        return W, (Z if Z.any() else None)
+    def _column_weights(self, fc, out):
+        """Write the weights of count rows fc into out; return the -inf indicator (or None)."""
+        np.add(fc, float(self.alpha), out=out)  # n_cw + λ
+        Z = out <= 0  # λ = 0 and n_cw = 0: P(w|c) = 0, a hit rules c out
+        np.log(out, out=out, where=~Z)  # W_cw = log(n_cw + λ)
+        out[Z] = 0.0  # finite part 0 where -inf (indicated by Z)
+        return Z if Z.any() else None
 
     def _log_den(self):
         den = self._T + self.n_features_in_ * float(self.alpha)  # Σ_w' n_cw' + |V|·λ
@@ -1026,11 +1052,14 @@ class ComplementNB(_BaseCountNB):
         """Σ_{c'≠c} n_c'w + λ for count rows fc (features × K)."""
         return fc.sum(axis=1, keepdims=True) + lam - fc
 
-    def _column_weights(self, fc):
-        comp = self._complement(fc, float(self.alpha))
-        Z = comp <= 0  # θ̃_cw = 0: infinite weight
-        W = -_finite_log(comp)  # W_cw = −log(Σ_{c'≠c} n_c'w + λ), finite part
-        return W, (Z if Z.any() else None)
+    def _column_weights(self, fc, out):
+        """Write the weights of count rows fc into out; return the +inf indicator (or None)."""
+        np.subtract(fc.sum(axis=1, keepdims=True) + float(self.alpha), fc, out=out)  # Σ_{c'≠c} n_c'w + λ
+        Z = out <= 0  # θ̃_cw = 0: infinite weight
+        np.log(out, out=out, where=~Z)
+        np.negative(out, out=out)  # W_cw = −log(Σ_{c'≠c} n_c'w + λ)
+        out[Z] = 0.0  # finite part 0 where +inf (indicated by Z)
+        return Z if Z.any() else None
 
     def _log_den(self):
         T = self._T
