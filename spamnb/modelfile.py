@@ -20,7 +20,7 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from spamnb import store
+from spamnb import locate, store
 from spamnb.store import ModelError
 
 DEFAULT_NAME = "default"
@@ -36,8 +36,7 @@ def shipped_corpus() -> Path | None:
 
 
 def default_cache_path(env=os.environ) -> Path:
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "spamnb" / "default-model.joblib"
+    return Path(locate.default_cache_path(env))
 
 
 def load_model(path, *, allow_insecure=False):
@@ -52,9 +51,53 @@ def load_model(path, *, allow_insecure=False):
 
 
 def save_model(model, path) -> None:
-    """Write ``model`` to ``path`` atomically (the folder is created if needed)."""
+    """Write ``model`` to ``path`` atomically, with its compiled scorer beside it.
+
+    The folder is created if needed. Steps: the model goes to a temporary name
+    in the target folder (itself written atomically by :func:`store.save_atomic`),
+    the scorer (:mod:`spamnb.scorer`, ``PATH.scorer``) is compiled from that
+    file's identity, and only then is the model renamed into place. Racing
+    saves can therefore leave a scorer that does not match the model beside it
+    (the filter then takes the full path), never one that matches the wrong weights.
+    """
+    import secrets
+
+    from spamnb import scorer
+
+    path = os.fspath(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    store.save_atomic(model.to_state(), path)
+    state = model.to_state()
+    # A fresh random id in the file's tail: two saves never look alike to the scorer check.
+    state["stats"]["save_id"] = secrets.token_hex(8)
+    mode = _keep_mode(path)
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
+                       f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
+    try:
+        store.save_atomic(state, tmp)
+        os.chmod(tmp, mode)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            identity = scorer.file_identity(fd)
+        finally:
+            os.close(fd)
+        scorer.write_scorer(model, scorer.scorer_path(path), identity)
+        os.replace(tmp, path)
+    except BaseException as exc:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(exc, OSError):
+            raise ModelError(f"cannot save model to {path}: {exc.strerror or exc}") from exc
+        raise
+
+
+def _keep_mode(path) -> int:
+    """A replaced model keeps its permissions (minus group/world write); new ones get 0600."""
+    try:
+        return os.stat(path).st_mode & 0o755
+    except OSError:
+        return 0o600
 
 
 def build_default_model(progress=None):
@@ -82,13 +125,8 @@ def resolve(path, env=os.environ):
     An explicit ``--model`` path is used as it is. Otherwise ``$SPAMNB_MODEL`` or
     the XDG data path when a model is there, else the cached default model.
     """
-    if path is not None:
-        return Path(path), False
-    user = Path(store.default_model_path(env))
-    # An empty $SPAMNB_MODEL is unset (as store.default_model_path reads it).
-    if user.exists() or env.get("SPAMNB_MODEL"):
-        return user, False
-    return default_cache_path(env), True
+    found, is_default = locate.resolve_model(path, env)  # shared with the fast filter path
+    return Path(found), is_default
 
 
 def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):

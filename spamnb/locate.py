@@ -1,0 +1,69 @@
+"""Where models and the filter server's socket live: paths only, ``os`` only.
+
+Both filter paths resolve the model here, so they can never disagree about
+which model a delivery uses: the full click path (through
+:func:`spamnb.modelfile.resolve`) and the fast path (:mod:`spamnb.fastfilter`),
+which must not import joblib, numpy or even :mod:`pathlib` to stay quick.
+
+Resolution order (the same everywhere):
+
+1. an explicit ``--model PATH``, as given;
+2. ``$SPAMNB_MODEL`` when set and non-empty (even if nothing is there yet:
+   the command then says there is no model);
+3. ``$XDG_DATA_HOME/spamnb/model.joblib`` (``~/.local/share/...`` when
+   ``XDG_DATA_HOME`` is unset or relative) when a model is there;
+4. else the cached default model ``$XDG_CACHE_HOME/spamnb/default-model.joblib``.
+"""
+
+from __future__ import annotations
+
+import os
+
+__all__ = ["default_model_path", "default_cache_path", "resolve_model", "default_socket_path"]
+
+
+def default_model_path(env=os.environ) -> str:
+    """The user's model: ``$SPAMNB_MODEL``, else the XDG data path.
+
+    Same rules as :func:`spamnb.store.default_model_path` (a test holds them equal).
+    """
+    explicit = env.get("SPAMNB_MODEL")
+    if explicit:
+        return os.path.expanduser(explicit)
+    data_home = env.get("XDG_DATA_HOME")
+    if not data_home or not os.path.isabs(data_home):
+        home = env.get("HOME") or os.path.expanduser("~")
+        data_home = os.path.join(home, ".local", "share")
+    return os.path.join(data_home, "spamnb", "model.joblib")
+
+
+def default_cache_path(env=os.environ) -> str:
+    """The cached default model (trained on the shipped corpus on first use)."""
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "spamnb", "default-model.joblib")
+
+
+def resolve_model(path, env=os.environ) -> tuple[str, bool]:
+    """Which model a command uses: ``(path, is_default)`` (see the module docstring)."""
+    if path is not None:
+        return os.fspath(path), False
+    user = default_model_path(env)
+    # An empty $SPAMNB_MODEL is unset (as default_model_path reads it).
+    if os.path.exists(user) or env.get("SPAMNB_MODEL"):
+        return user, False
+    return default_cache_path(env), True
+
+
+def default_socket_path(env=os.environ) -> str:
+    """The filter server's socket: ``$SPAMNB_SOCKET``, else
+    ``$XDG_RUNTIME_DIR/spamnb/socket``, else ``/tmp/spamnb-$UID/socket``.
+
+    The folder is the server's to create with mode 0700; an empty variable is unset.
+    """
+    explicit = env.get("SPAMNB_SOCKET")
+    if explicit:
+        return os.path.expanduser(explicit)
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, "spamnb", "socket")
+    return os.path.join("/tmp", f"spamnb-{os.geteuid()}", "socket")
