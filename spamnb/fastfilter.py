@@ -1,0 +1,281 @@
+"""``spamnb filter`` without click, numpy, scipy or joblib: the per-message fast path.
+
+procmail and maildrop start ``spamnb filter`` once for every delivered
+message, so its start-up is the product's latency. :mod:`spamnb._entry` sends
+``filter`` command lines here when they use only the options handled below;
+this module then, in order:
+
+1. reads the message from standard input, once;
+2. asks the filter server (:mod:`spamnb.server`) when a socket is there
+   (``--socket PATH``, else ``$SPAMNB_SOCKET``, else the default path of
+   :func:`spamnb.locate.default_socket_path`) and it serves the same model;
+3. else scores the message itself with the model's compiled scorer
+   (:mod:`spamnb.scorer`): tokenizer + binary search, standard library only;
+4. else -- scorer missing, stale or untrusted, model not built yet, bad
+   options, any error at all -- runs the full click command in this process
+   with the bytes already read (:func:`full_path`), which gives the exact
+   output and error messages of ``spamnb filter``.
+
+Every step gives byte-identical output and the same exit status as the click
+command (tests/test_fastpath.py holds them equal), and nothing is written
+until a step has the whole answer, so a failing step leaves nothing behind for
+the next. Mail is never lost: if even the full path cannot run, the message is
+written out unchanged and the exit status is 3.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import stat
+import sys
+
+from spamnb import locate
+
+EXIT_CODES = {"spam": 0, "ham": 1, "unsure": 2}
+EXIT_ERROR = 3
+# Must equal spamnb.model.DEFAULT_COSTS (C_fp, C_fn, C_u); a test checks it.
+DEFAULT_COSTS = (10.0, 1.0, 0.5)
+# Seconds to wait for the server before doing the work here.
+SOCKET_TIMEOUT = 10.0
+
+_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
+                  "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
+                  "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
+_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure"}
+_FLOATS = ("ham_cutoff", "spam_cutoff", "cost_unsure", "cost_fn", "cost_fp")
+
+
+class Fallback(Exception):
+    """This path cannot answer (the reason is in the message): take the next one."""
+
+
+def parse_args(args):
+    """The options of a ``filter`` command line, or None when the fast path does
+    not handle it (another option, a repeated one, an argument, ``--help``...)."""
+    opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False,
+            **{k: None for k in _FLOATS}}
+    seen = set()
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name in _VALUE_OPTIONS:
+            if not eq:
+                if i + 1 >= len(args):
+                    return None
+                i += 1
+                value = args[i]
+            key = _VALUE_OPTIONS[name]
+        elif arg in _FLAGS:
+            key, value = _FLAGS[arg], True
+        else:
+            return None
+        if key in seen:
+            return None
+        seen.add(key)
+        if key in _FLOATS:
+            try:
+                value = float(value)  # what click's FLOAT type does
+            except ValueError:
+                return None
+        opts[key] = value
+        i += 1
+    return opts
+
+
+# -- the decision (spamnb.cli.cutoffs_from and spamnb.decision, without numpy) -------
+
+
+def cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+    """The (ham, spam) cut-offs to apply: explicit cut-offs, else costs, else the model's.
+
+    Mirrors :func:`spamnb.cli.cutoffs_from` for float options; anything the
+    click path would reject raises Fallback, so that path reports it.
+    """
+    costs = (cost_fp, cost_fn, cost_unsure)
+    if spam_cutoff is not None or ham_cutoff is not None:
+        if any(c is not None for c in costs):
+            raise Fallback("costs and cut-offs together")
+        spam = spam_cutoff if spam_cutoff is not None else max(model_cutoffs[1], ham_cutoff)
+        ham = ham_cutoff if ham_cutoff is not None else min(model_cutoffs[0], spam)
+        return _checked(float(ham), float(spam))
+    if any(c is not None for c in costs):
+        c_fp = DEFAULT_COSTS[0] if cost_fp is None else cost_fp
+        c_fn = DEFAULT_COSTS[1] if cost_fn is None else cost_fn
+        for c in (c_fp, c_fn) + ((cost_unsure,) if cost_unsure is not None else ()):
+            if not (math.isfinite(c) and c > 0):
+                raise Fallback("bad cost")
+        threshold = c_fp / (c_fp + c_fn)  # spam iff P(spam|x) > C_fp / (C_fp + C_fn)
+        if cost_unsure is None:
+            return _checked(threshold, threshold)
+        ham_cut = cost_unsure / c_fn  # ham iff C_fn·p <= C_u
+        spam_cut = 1 - cost_unsure / c_fp  # spam iff C_fp·(1−p) < C_u
+        return _checked(ham_cut, spam_cut) if ham_cut < spam_cut else _checked(threshold, threshold)
+    return _checked(float(model_cutoffs[0]), float(model_cutoffs[1]))
+
+
+def _checked(ham, spam):
+    if not (0.0 <= ham <= spam <= 1.0):
+        raise Fallback("cut-offs out of order")
+    return ham, spam
+
+
+def decide(p, cutoffs):
+    """'ham' if p <= ham cut-off, 'spam' if p > spam cut-off, else 'unsure'."""
+    if not 0.0 <= p <= 1.0:
+        raise Fallback("probability out of range")
+    if p <= cutoffs[0]:
+        return "ham"
+    if p > cutoffs[1]:
+        return "spam"
+    return "unsure"
+
+
+# -- the two fast ways ---------------------------------------------------------------
+
+
+def model_name(path, is_default):
+    return "default" if is_default else os.path.basename(path)
+
+
+def via_server(sock_path, raw, path, is_default, opts):
+    """Ask the filter server; ``(output, label)``, or Fallback for any failure."""
+    import socket  # only when there is a socket to talk to
+
+    from spamnb import wire
+
+    if not wire.private_socket_dir(sock_path):
+        raise Fallback("no private server socket")
+    header = {"model": os.path.abspath(path), "name": model_name(path, is_default),
+              "allow_insecure": opts["allow_insecure"],
+              "decision": [opts[k] for k in ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")]}
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(SOCKET_TIMEOUT)
+            s.connect(sock_path)
+            if wire.peer_uid(s) != os.geteuid():
+                raise Fallback("server runs as another user")
+            wire.send_all(s, wire.encode_request(header, raw))
+            status, reply, out = wire.read_reply(s)
+    except (OSError, ValueError, wire.WireError) as exc:
+        raise Fallback(f"server: {exc}") from None
+    if status != wire.OK or reply.get("label") not in EXIT_CODES:
+        raise Fallback(f"server declined: {reply.get('reason')}")
+    return out, reply["label"]
+
+
+def cold(raw, path, is_default, opts):
+    """Score with the compiled scorer beside the model; ``(output, label)`` or Fallback."""
+    from spamnb import scorer
+
+    allow = opts["allow_insecure"]
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        raise Fallback("no model file") from None
+    try:
+        st = os.fstat(fd)
+        # The checks of spamnb.store.load_checked, as yes/no: a "no" lets the full path say why.
+        if not stat.S_ISREG(st.st_mode):
+            raise Fallback("model is not a regular file")
+        if not allow and not scorer.trusted(path, st):
+            raise Fallback("model not trusted")
+        identity = scorer.file_identity(fd)
+    finally:
+        os.close(fd)
+    try:
+        sc = scorer.load_scorer(scorer.scorer_path(path), allow_insecure=allow)
+    except scorer.ScorerError as exc:
+        raise Fallback(str(exc)) from None
+    if not sc.matches(identity):
+        raise Fallback("scorer is stale")
+    from spamnb._version import __version__
+    from spamnb.hook import add_headers, header_lines
+    from spamnb.tokenizer import TokenizerConfig, tokenize
+
+    cut = cutoffs_from(sc.cutoffs, opts["cost_fp"], opts["cost_fn"], opts["cost_unsure"],
+                       opts["spam_cutoff"], opts["ham_cutoff"])
+    score, p, _ = sc.score(tokenize(raw, TokenizerConfig.from_dict(sc.tokenizer)))
+    label = decide(p, cut)
+    lines = header_lines(label, p, score, model_name(path, is_default), __version__)
+    return add_headers(raw, lines), label
+
+
+def socket_path(opts, env=os.environ):
+    return opts["socket"] if opts["socket"] else locate.default_socket_path(env)
+
+
+def answer(raw, opts, env=os.environ):
+    """``(output, label)`` from the server or the scorer; Fallback when neither can."""
+    path, is_default = locate.resolve_model(opts["model"], env)
+    sock = socket_path(opts, env)
+    result = None
+    if os.path.exists(sock):
+        try:
+            result = via_server(sock, raw, path, is_default, opts)
+        except Fallback:
+            result = None
+    if result is None:
+        result = cold(raw, path, is_default, opts)
+    if is_default:  # the notice the click path prints (spamnb.modelfile.open_model)
+        sys.stderr.write(f"spamnb: no model of yours yet: using the default model trained on "
+                         f"the shipped corpus ({path})\n")
+    return result
+
+
+# -- entry ----------------------------------------------------------------------------
+
+
+def full_path(args, raw=None):
+    """Run the click ``filter`` command in this process (it exits).
+
+    ``raw``, when given, is the message already read from standard input: the
+    command reads it from a replacement stdin. If even that cannot start
+    (say numpy is broken), the message goes out unchanged with exit status 3.
+    """
+    if raw is not None:
+        sys.stdin = io.TextIOWrapper(io.BytesIO(raw))
+    try:
+        from spamnb.cli import main
+    except BaseException as exc:  # noqa: BLE001 - mail is never lost
+        sys.stderr.write(f"spamnb filter: {exc.__class__.__name__}: {exc}; message passed through unchanged\n")
+        if raw is None:
+            raw = _read_stdin()
+        _write_and_exit(raw if raw is not None else b"", EXIT_ERROR)
+    main(args=["filter", *args])
+
+
+def _read_stdin():
+    try:
+        return sys.stdin.buffer.read()
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _write_and_exit(out, code):
+    try:
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):
+        code = EXIT_ERROR
+    sys.exit(code)
+
+
+def main(args, env=os.environ):
+    """``spamnb filter ARGS``: the fast way when it can, else the click command."""
+    opts = parse_args(args)
+    if opts is None:
+        full_path(args)
+        return
+    raw = _read_stdin()
+    if raw is None:
+        full_path(args)
+        return
+    try:
+        out, label = answer(raw, opts, env)
+    except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
+        full_path(args, raw)
+        return
+    _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
