@@ -279,9 +279,11 @@ def _header_list(text):
 @model_options
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl", "tsv"]), default="table",
               show_default=True, help="Output format.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Worker processes (output stays in input order).")
 @decision_options
 @source_options
-def classify(sources, model_path, allow_insecure_model, fmt, cost_fp, cost_fn, cost_unsure,
+def classify(sources, model_path, allow_insecure_model, fmt, jobs, cost_fp, cost_fn, cost_unsure,
              spam_cutoff, ham_cutoff, recursive, strict):
     """Classify messages: one line each with label, spam probability and score.
 
@@ -316,7 +318,9 @@ def classify(sources, model_path, allow_insecure_model, fmt, cost_fp, cost_fn, c
             pending.append(m.source)
             yield m.raw
 
-    for result in model.classify_many(raws(), cutoffs=cut):
+    from spamnb.batch import classify_parallel
+
+    for result in classify_parallel(model, raws(), cutoffs=cut, jobs=jobs):
         source = pending.popleft()
         counts[result.label] += 1
         if fmt == "jsonl":
@@ -460,8 +464,11 @@ class _FilterCommand(click.Command):
               help="Also learn the message as what it was classified, when not unsure (as bogofilter -u).")
 @click.option("--evidence", type=click.IntRange(min=0), default=0, metavar="N",
               help="Add an X-Spam-Evidence header with the N strongest tokens.")
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
+                   "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
 @decision_options
-def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence,
+def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
             cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
     """Filter one message from standard input to standard output.
 
@@ -469,6 +476,10 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence,
     score=..., model=..., version=... to the header. Exit status as bogofilter's:
     0 spam, 1 ham, 2 unsure, 3 error (0 for all with --exit-zero). On any error
     the message is written out unchanged and the exit status is 3: mail is never lost.
+
+    Started as the `spamnb` program, it answers through a running `spamnb serve`
+    when it can, else from the model's compiled scorer, else the full way:
+    the output is the same whichever way answers.
 
     \b
     procmail:
@@ -517,6 +528,42 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
         with updating(path, allow_insecure=allow_insecure_model) as m:
             m.learn([(raw, result.label)])
     return add_headers(raw, lines), result.label
+
+
+# -- serve -----------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="Socket to listen on (default $SPAMNB_SOCKET, else $XDG_RUNTIME_DIR/spamnb/socket, "
+                   "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).")
+@model_options
+@click.option("--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
+              help="Refuse messages larger than this (the client then filters them itself).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Drop a client that sends nothing for this many seconds.")
+def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout):
+    """Keep the model loaded and filter messages for `spamnb filter`.
+
+    `spamnb filter` uses the server when its socket is there and it serves the
+    same model, and does the work itself otherwise, with the same result. The
+    model is reloaded when its file changes (after learn, forget or train).
+    Only your own processes may connect. Stops on SIGTERM or Ctrl-C.
+
+    \b
+    Example:
+      spamnb serve &
+      spamnb filter --exit-zero < message.eml
+    """
+    from spamnb.locate import default_socket_path
+    from spamnb.server import ServerError, serve as run_server
+
+    _, path, _ = _open(model_path, allow_insecure_model)  # builds the default model if needed
+    try:
+        run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
+                   max_bytes=max_bytes, timeout=timeout)
+    except ServerError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 # -- sort ------------------------------------------------------------------------

@@ -1,0 +1,235 @@
+"""``spamnb serve``: a resident filter that loads the model once.
+
+``spamnb filter`` (:mod:`spamnb.fastfilter`) sends each message over a Unix
+socket and gets the filtered message back, so a delivery costs a small
+process start and a round trip instead of loading the model. The server is
+only a shortcut: when it is not running, declines, or fails in any way, the
+client does the work itself, with the same result.
+
+Guarantees
+----------
+* Same answer as the cold path: the server holds the full :class:`SpamModel`
+  and formats with :mod:`spamnb.hook` exactly as ``spamnb filter`` does.
+  It answers only for the model the client resolved (same real path), and
+  declines what it does not do (evidence, learning, bad options: the client
+  then runs the click command, which reports them).
+* Fresh model: each request stats the model file (dev, inode, size, mtime,
+  ctime); when it changed (``learn``, ``forget``, ``train``) the new model is
+  loaded completely before it is swapped in. Requests already running keep the
+  model they started with; concurrent requests wait for one shared reload.
+* Private: the socket lives in a folder of mode 0700 that we own, is created
+  0600, and every connection's peer user (SO_PEERCRED) must be ours.
+* Bounded: requests over ``max_bytes`` (64 MB) are refused before their body
+  is read, and a client that stalls for ``timeout`` seconds is dropped.
+* SIGTERM / SIGINT: stop accepting, let running requests finish, remove the socket.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import socketserver
+import stat
+import sys
+import threading
+from dataclasses import dataclass
+
+from spamnb import wire
+
+MAX_BYTES = 64 * 1024 * 1024
+TIMEOUT = 10.0
+
+
+class ServerError(Exception):
+    """The server cannot start (socket in use, unsafe folder...)."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    model: object
+    identity: tuple
+
+
+def _identity(st):
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+class ModelHolder:
+    """The served model, reloaded when its file changes."""
+
+    def __init__(self, path, *, allow_insecure=False, log=None):
+        self.path = os.path.abspath(path)
+        self.real = os.path.realpath(self.path)
+        self.allow_insecure = allow_insecure
+        self.log = log or (lambda text: None)
+        self.current: Loaded | None = None
+        self.loads = 0
+        self._lock = threading.Lock()
+
+    def get(self) -> Loaded:
+        """The model as the file is now (loading it if it changed); ModelError/OSError otherwise."""
+        ident = _identity(os.stat(self.path))
+        cur = self.current
+        if cur is not None and cur.identity == ident:
+            return cur
+        with self._lock:  # one reload at a time; the others wait for it and share it
+            cur = self.current
+            if cur is not None and cur.identity == _identity(os.stat(self.path)):
+                return cur
+            self.current = self._load()
+            self.loads += 1
+            self.log(f"loaded model {self.path}")
+            return self.current
+
+    def _load(self) -> Loaded:
+        from spamnb.modelfile import load_model
+
+        for _ in range(5):  # a save between the stats: load again
+            before = _identity(os.stat(self.path))
+            model = load_model(self.path, allow_insecure=self.allow_insecure)
+            if _identity(os.stat(self.path)) == before:
+                return Loaded(model, before)
+        raise OSError(f"model {self.path} keeps changing while it is loaded")
+
+
+def filter_bytes(model, raw, name, decision):
+    """The filtered message and its label: what ``spamnb filter`` writes for ``raw``."""
+    from spamnb._version import __version__
+    from spamnb.cli import cutoffs_from
+    from spamnb.hook import add_headers, header_lines
+
+    cut = cutoffs_from(model.cutoffs, *decision)
+    result = model.classify(raw, cutoffs=cut)
+    lines = header_lines(result.label, result.spam_probability, result.score, name, __version__)
+    return add_headers(raw, lines), result.label
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self):
+        srv = self.server
+        conn = self.request
+        conn.settimeout(srv.timeout_s)
+        try:
+            if wire.peer_uid(conn) != os.geteuid():
+                return  # another user: not a word
+            header, blen = wire.read_request_head(conn, srv.max_bytes)
+        except (OSError, wire.WireError) as exc:
+            srv.log(f"request refused: {exc}")
+            self._reply(wire.DECLINED, {"reason": str(exc)})
+            return
+        try:
+            raw = wire.recv_exact(conn, blen)
+        except (OSError, wire.WireError) as exc:
+            srv.log(f"request dropped: {exc}")
+            return
+        status, reply, out = self._answer(header, raw)
+        self._reply(status, reply, out)
+
+    def _answer(self, header, raw):
+        srv = self.server
+        try:
+            holder = srv.holder
+            path = header["model"]
+            if os.path.realpath(path) != os.path.realpath(holder.path):
+                return wire.DECLINED, {"reason": "another model"}, b""
+            loaded = holder.get()
+            if not header.get("allow_insecure") and not _trusted_now(holder.path):
+                return wire.DECLINED, {"reason": "model not trusted"}, b""
+            decision = header["decision"]
+            if len(decision) != 5 or not all(d is None or isinstance(d, (int, float)) for d in decision):
+                return wire.DECLINED, {"reason": "bad decision options"}, b""
+            out, label = filter_bytes(loaded.model, raw, str(header["name"]), decision)
+            return wire.OK, {"label": label}, out
+        except Exception as exc:  # noqa: BLE001 - the client does it itself
+            return wire.DECLINED, {"reason": f"{exc.__class__.__name__}: {exc}"}, b""
+
+    def _reply(self, status, reply, out=b""):
+        try:
+            wire.send_all(self.request, wire.encode_reply(status, reply, out))
+        except OSError:
+            pass
+
+
+def _trusted_now(path):
+    from spamnb import scorer
+
+    try:
+        return scorer.trusted(path, os.stat(path))
+    except OSError:
+        return False
+
+
+class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    daemon_threads = False
+    block_on_close = True  # server_close() waits for running requests
+
+    def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None):
+        self.holder = holder
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout
+        self.log = log or (lambda text: None)
+        self.sock_path = sock_path
+        _prepare_socket_path(sock_path)
+        old = os.umask(0o177)  # the socket file is created 0600
+        try:
+            super().__init__(sock_path, _Handler)
+        finally:
+            os.umask(old)
+        os.chmod(sock_path, 0o600)
+
+    def remove_socket(self):
+        try:
+            if stat.S_ISSOCK(os.lstat(self.sock_path).st_mode):
+                os.unlink(self.sock_path)
+        except OSError:
+            pass
+
+
+def _prepare_socket_path(path):
+    """A private folder for the socket, and no live server on it already."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    st = os.lstat(folder)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
+        raise ServerError(f"socket folder {folder} must be a folder of yours with mode 0700 "
+                          f"(it is {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})")
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ServerError(f"{path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # stale: left by a server that died
+            return
+    raise ServerError(f"a server is already listening on {path}")
+
+
+def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
+          log=None, ready=None):
+    """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens."""
+    log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
+    holder = ModelHolder(model_path, allow_insecure=allow_insecure, log=log)
+    holder.get()  # a model that cannot load is an error now, not at the first message
+    server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
+    thread.start()
+    log(f"listening on {sock_path} (model {holder.path})")
+    if ready:
+        ready()
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.shutdown()  # stop accepting
+        server.remove_socket()
+        server.server_close()  # waits for running requests
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        log("stopped")
