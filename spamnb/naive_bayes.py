@@ -484,13 +484,16 @@ class _BaseCountNB(_BaseNB):
                 new[:V] = old[:V]
                 setattr(self, name, new)
 
-    def _grow_to(self, d, refresh=True):
+    def _grow_to(self, d, refresh=True, fill=True):
         """Use d > n_features_in_ features (capacity reserved): new columns have zero counts.
-        ``refresh=False``: the caller calls :meth:`_changed` itself."""
+
+        ``fill=False``: the caller sets every new column's weights itself;
+        ``refresh=False``: the caller calls :meth:`_changed` itself.
+        """
         V = self.n_features_in_
         self.n_features_in_ = d
         self._on_grow(V, d)
-        if self._has_weights and not self._weights_need_all():
+        if fill and self._has_weights and not self._weights_need_all():
             # every new column has zero counts: one row of weights, broadcast
             W = np.empty((1, self.classes_.size))
             Z = self._column_weights(np.zeros((1, self.classes_.size)), W)
@@ -587,11 +590,11 @@ class _BaseCountNB(_BaseNB):
                 self._fc = np.ascontiguousarray(counts)
                 self._Wt = np.zeros_like(self._fc) if self._has_weights else None
                 self._Dt = None
-                self._grow_to(d, refresh=False)
+                self._grow_to(d, refresh=False, fill=False)  # _changed below sets every column
             else:
                 self._reserve(d)
                 if d > V:
-                    self._grow_to(d, refresh=False)
+                    self._grow_to(d, refresh=False, fill=False)  # rows = every column: set below
                 self._fc[rows] += counts
             self._T = self._T + counts.sum(axis=0)  # Σ_w n_cw, kept current
             self._cc = self._cc + Y.sum(axis=0)
@@ -732,7 +735,10 @@ class MultinomialNB(_BaseCountNB):
         """Write the weights of count rows fc into out; return the -inf indicator (or None)."""
         np.add(fc, float(self.alpha), out=out)  # n_cw + λ
         Z = out <= 0  # λ = 0 and n_cw = 0: P(w|c) = 0, a hit rules c out
-        np.log(out, out=out, where=~Z)  # W_cw = log(n_cw + λ)
+        if Z.any():
+            np.log(out, out=out, where=~Z)  # W_cw = log(n_cw + λ)
+        else:
+            np.log(out, out=out)
         out[Z] = 0.0  # finite part 0 where -inf (indicated by Z)
         return Z if Z.any() else None
 
@@ -1056,7 +1062,10 @@ class ComplementNB(_BaseCountNB):
         """Write the weights of count rows fc into out; return the +inf indicator (or None)."""
         np.subtract(fc.sum(axis=1, keepdims=True) + float(self.alpha), fc, out=out)  # Σ_{c'≠c} n_c'w + λ
         Z = out <= 0  # θ̃_cw = 0: infinite weight
-        np.log(out, out=out, where=~Z)
+        if Z.any():
+            np.log(out, out=out, where=~Z)
+        else:
+            np.log(out, out=out)
         np.negative(out, out=out)  # W_cw = −log(Σ_{c'≠c} n_c'w + λ)
         out[Z] = 0.0  # finite part 0 where +inf (indicated by Z)
         return Z if Z.any() else None
