@@ -154,7 +154,7 @@ def via_server(sock_path, raw, path, is_default, opts):
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(SOCKET_TIMEOUT)
-            s.connect(sock_path)
+            _connect(s, sock_path)
             if wire.peer_uid(s) != os.geteuid():
                 raise Fallback("server runs as another user")
             wire.send_all(s, wire.encode_request(header, raw))
@@ -164,6 +164,21 @@ def via_server(sock_path, raw, path, is_default, opts):
     if status != wire.OK or reply.get("label") not in EXIT_CODES:
         raise Fallback(f"server declined: {reply.get('reason')}")
     return out, reply["label"]
+
+
+def _connect(s, sock_path, tries=20):
+    """Connect; a full accept queue (EAGAIN on a socket with a timeout) is retried briefly."""
+    import errno
+    import time
+
+    for i in range(tries):
+        try:
+            s.connect(sock_path)
+            return
+        except BlockingIOError as exc:
+            if exc.errno != errno.EAGAIN or i == tries - 1:
+                raise
+            time.sleep(0.005 * (i + 1))
 
 
 def cold(raw, path, is_default, opts):

@@ -163,6 +163,9 @@ def _trusted_now(path):
 class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     daemon_threads = False
     block_on_close = True  # server_close() waits for running requests
+    # Connections waiting to be accepted; a burst of deliveries beyond this
+    # makes clients see EAGAIN (they retry briefly, then filter by themselves).
+    request_queue_size = 128
 
     def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None):
         self.holder = holder

@@ -1,0 +1,245 @@
+"""``spamnb serve`` and the filter's use of it: same answers as the cold path,
+concurrency, reload on change, limits, fallback, privacy and a clean stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import stat
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from conftest import SAMPLE_MAILDIR, sample_message
+from spamnb import fastfilter, server, wire
+from spamnb.hook import EXIT_CODES
+from spamnb.modelfile import save_model
+from test_e2e import SPAMNB
+from test_fastpath import ODD_INPUTS, click_filter
+
+START_TIMEOUT = 60
+
+
+def messages():
+    return [p.read_bytes() for p in sorted((SAMPLE_MAILDIR / "cur").iterdir())]
+
+
+@pytest.fixture
+def compiled(trained_model, tmp_path):
+    path = tmp_path / "m" / "model.joblib"
+    save_model(trained_model, path)
+    return path
+
+
+@pytest.fixture
+def sock_path(tmp_path):
+    return str(tmp_path / "run" / "socket")
+
+
+def start_server(sock_path, model, *extra):
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", sock_path, "--model", str(model), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read().decode()}")
+        if os.path.exists(sock_path):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                try:
+                    s.connect(sock_path)
+                    return proc
+                except OSError:
+                    pass
+        time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("server did not start")
+
+
+@pytest.fixture
+def serving(request, compiled, sock_path):
+    """A server on a private socket for the compiled model; killed at the end whatever happens."""
+    extra = getattr(request, "param", ())
+    proc = start_server(sock_path, compiled, *extra)
+
+    def stop():
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
+
+    request.addfinalizer(stop)
+    return proc
+
+
+def opts_for(model, *args):
+    return fastfilter.parse_args([*args, "--model", str(model)])
+
+
+def through_server(sock_path, model, raw, *args):
+    out, label = fastfilter.via_server(sock_path, raw, str(model), False, opts_for(model, *args))
+    return out, label
+
+
+def cold(model, raw, *args):
+    return fastfilter.cold(raw, str(model), False, opts_for(model, *args))
+
+
+def test_socket_is_private(serving, sock_path):
+    assert stat.S_IMODE(os.stat(sock_path).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.dirname(sock_path)).st_mode) == 0o700
+    assert wire.private_socket_dir(sock_path)
+
+
+def test_server_answers_like_the_cold_path(serving, sock_path, compiled):
+    for raw in messages() + ODD_INPUTS:
+        assert through_server(sock_path, compiled, raw) == cold(compiled, raw)
+    for args in (["--ham-cutoff", "0.2", "--spam-cutoff", "0.8"], ["--cost-unsure", "0.3"], ["--exit-zero"]):
+        raw = b"Subject: meeting notes\n\nclick here for the meeting notes, free of charge\n"
+        assert through_server(sock_path, compiled, raw, *args) == cold(compiled, raw, *args)
+
+
+def test_console_script_uses_the_server_with_same_bytes_and_codes(serving, sock_path, compiled):
+    for label in ("spam", "ham"):
+        raw = sample_message(label, 2).read_bytes()
+        for args in ([], ["--exit-zero"]):
+            proc = subprocess.run(SPAMNB + ["filter", "--socket", sock_path, "--model", str(compiled), *args],
+                                  input=raw, capture_output=True, timeout=60)
+            assert (proc.stdout, proc.returncode) == click_filter([*args, "--model", compiled], raw)
+
+
+def test_server_declines_another_model_and_bad_options(serving, sock_path, compiled, trained_model_file):
+    raw = sample_message("spam", 0).read_bytes()
+    with pytest.raises(fastfilter.Fallback, match="another model"):
+        through_server(sock_path, trained_model_file, raw)
+    with pytest.raises(fastfilter.Fallback, match="declined"):  # cut-offs out of order: click reports it
+        through_server(sock_path, compiled, raw, "--spam-cutoff", "2")
+
+
+def test_eight_concurrent_clients(serving, sock_path, compiled):
+    raws = messages()[:40]
+    want = [cold(compiled, raw) for raw in raws]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(lambda raw: through_server(sock_path, compiled, raw), raws))
+    assert got == want
+    # and as 8 separate processes at once
+    procs = [subprocess.Popen(SPAMNB + ["filter", "--socket", sock_path, "--model", str(compiled)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for _ in range(8)]
+    for proc, raw, (out, label) in zip(procs, raws, want):
+        stdout, _ = proc.communicate(raw, timeout=60)
+        assert (stdout, proc.returncode) == (out, EXIT_CODES[label])
+
+
+def test_reload_after_learn_changes_the_answer(serving, sock_path, compiled):
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    path = sample_message("ham", 3)
+    raw = path.read_bytes()
+    before = through_server(sock_path, compiled, raw)
+    res = CliRunner().invoke(main, ["learn", "--spam", str(path), "--model", str(compiled)])
+    assert res.exit_code == 0, res.output
+    after = through_server(sock_path, compiled, raw)
+    assert after != before
+    assert after == cold(compiled, raw)  # the fresh scorer agrees with the reloaded server
+
+
+def test_stale_socket_falls_back_to_the_cold_path(compiled, sock_path):
+    os.makedirs(os.path.dirname(sock_path), mode=0o700)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(sock_path)  # a socket file nobody listens on: a server that died
+    s.close()
+    raw = sample_message("spam", 1).read_bytes()
+    with pytest.raises(fastfilter.Fallback):
+        through_server(sock_path, compiled, raw)
+    proc = subprocess.run(SPAMNB + ["filter", "--socket", sock_path, "--model", str(compiled)],
+                          input=raw, capture_output=True, timeout=60)
+    assert (proc.stdout, proc.returncode) == click_filter(["--model", compiled], raw)
+    # and a new server takes the stale socket over
+    proc = start_server(sock_path, compiled)
+    try:
+        assert through_server(sock_path, compiled, raw) == cold(compiled, raw)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("serving", [("--max-bytes", "2000")], indirect=True)
+def test_oversized_request_is_refused_and_the_client_does_the_work(serving, sock_path, compiled):
+    small = b"Subject: hi\n\nshort\n"
+    assert through_server(sock_path, compiled, small) == cold(compiled, small)
+    raw = sample_message("spam", 1).read_bytes()
+    assert len(raw) > 2000
+    with pytest.raises(fastfilter.Fallback):
+        through_server(sock_path, compiled, raw)
+    proc = subprocess.run(SPAMNB + ["filter", "--socket", sock_path, "--model", str(compiled)],
+                          input=raw, capture_output=True, timeout=60)
+    assert (proc.stdout, proc.returncode) == click_filter(["--model", compiled], raw)
+
+
+@pytest.mark.parametrize("serving", [("--timeout", "0.5")], indirect=True)
+def test_stalled_client_is_dropped_and_others_are_served(serving, sock_path, compiled):
+    stalled = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stalled.connect(sock_path)
+    stalled.sendall(wire.MAGIC)  # then nothing
+    raw = sample_message("ham", 0).read_bytes()
+    assert through_server(sock_path, compiled, raw) == cold(compiled, raw)  # not blocked by it
+    stalled.settimeout(10)
+    start = time.monotonic()
+    status, reply, _ = wire.read_reply(stalled)  # the server gives up on it and says why
+    assert status == wire.DECLINED and time.monotonic() - start < 5
+    stalled.close()
+
+
+def test_sigterm_stops_cleanly_and_removes_the_socket(serving, sock_path):
+    serving.send_signal(signal.SIGTERM)
+    assert serving.wait(15) == 0
+    assert not os.path.exists(sock_path)
+
+
+def test_second_server_on_a_live_socket_is_refused(serving, sock_path, compiled):
+    proc = subprocess.run(SPAMNB + ["serve", "--socket", sock_path, "--model", str(compiled)],
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 1 and b"already listening" in proc.stderr
+    assert os.path.exists(sock_path)
+
+
+def test_socket_folder_others_can_enter_is_refused(compiled, tmp_path):
+    folder = tmp_path / "open"
+    folder.mkdir(mode=0o755)
+    folder.chmod(0o755)
+    proc = subprocess.run(SPAMNB + ["serve", "--socket", str(folder / "s"), "--model", str(compiled)],
+                          capture_output=True, timeout=60)
+    assert proc.returncode == 1 and b"mode 0700" in proc.stderr
+
+
+def test_connections_from_other_users_are_refused(compiled, sock_path, monkeypatch, trained_model):
+    """In process, with the peer check told the client is someone else: no answer at all."""
+    holder = server.ModelHolder(str(compiled))
+    holder.current = server.Loaded(trained_model, server._identity(os.stat(compiled)))
+    srv = server.FilterServer(sock_path, holder)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    try:
+        raw = sample_message("spam", 0).read_bytes()
+        assert through_server(sock_path, compiled, raw) == cold(compiled, raw)
+        monkeypatch.setattr(server.wire, "peer_uid", lambda conn: os.geteuid() + 1)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(10)
+            s.connect(sock_path)
+            wire.send_all(s, wire.encode_request({"model": str(compiled)}, raw))
+            try:
+                reply = s.recv(100)
+            except ConnectionResetError:  # closed with our request unread
+                reply = b""
+            assert reply == b""  # no answer at all
+    finally:
+        srv.shutdown()
+        srv.remove_socket()
+        srv.server_close()
