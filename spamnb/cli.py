@@ -149,6 +149,13 @@ def _progress(items, what="messages"):
     click.echo(f"\r  {n} {what}.   ", err=True)
 
 
+def _shard_progress():
+    """A progress callback for sharded work: messages merged so far, in place on stderr."""
+    def show(n):
+        click.echo(f"\r  {n} messages...", err=True, nl=False)
+    return show
+
+
 def _notice(text):
     click.echo(f"spamnb: {text}", err=True)
 
@@ -179,14 +186,43 @@ def model_settings_options(f):
         click.option("--bigrams/--no-bigrams", default=None, help="Also use word pairs as tokens."),
         click.option("--max-part-bytes", type=click.IntRange(min=1),
                      help="Tokenize at most this many bytes of each part."),
+        click.option("--hash-features", type=click.IntRange(min=1, max=2**31 - 1), metavar="N",
+                     help="Hash tokens into N columns (e.g. 1048576) instead of keeping a vocabulary: "
+                          "memory bounded by N, at a small cost in accuracy."),
     ]
     for opt in reversed(opts):
         f = opt(f)
     return decision_options(f)
 
 
+def scale_options(f):
+    """Where tokenizing and counting run: --jobs local processes, or a Dask cluster."""
+    opts = [
+        click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Worker processes tokenizing and counting (the model is the same for any N)."),
+        click.option("--backend", type=click.Choice(["loky", "dask"]), default="loky", show_default=True,
+                     help="loky: local processes; dask: the workers of a Dask cluster (--scheduler)."),
+        click.option("--scheduler", metavar="ADDRESS",
+                     help="Dask scheduler address, e.g. tcp://10.0.0.1:8786 (with --backend dask)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def runner_from(jobs, backend, scheduler):
+    """The :class:`spamnb.parallel.Runner` of the --jobs/--backend/--scheduler options."""
+    from spamnb.parallel import Runner
+
+    if backend == "dask" and not scheduler:
+        raise click.UsageError("--backend dask needs --scheduler ADDRESS")
+    if scheduler and backend != "dask":
+        raise click.UsageError("--scheduler is for --backend dask")
+    return Runner(jobs=jobs, backend=backend, scheduler=scheduler)
+
+
 def model_factory(model_type, alpha, prior, features, only_headers, skip_headers, bigrams,
-                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, hash_features=None):
     """A function making fresh, untrained models with the settings of the options.
 
     Settings are checked here, once, so a bad value fails before any mail is read.
@@ -207,7 +243,7 @@ def model_factory(model_type, alpha, prior, features, only_headers, skip_headers
     tok = TokenizerConfig.from_dict({**TokenizerConfig().to_dict(), **changes})
     default_cut = Cutoffs.from_costs(*model_mod.DEFAULT_COSTS)
     cutoffs = cutoffs_from(default_cut, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-    kwargs = {"alpha": alpha, "features": features}
+    kwargs = {"alpha": alpha, "features": features, "hash_features": hash_features}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
 
     def make():
@@ -225,27 +261,48 @@ def model_factory(model_type, alpha, prior, features, only_headers, skip_headers
 @model_options
 @click.option("--min-df", type=click.IntRange(min=1), default=1, show_default=True,
               help="Drop tokens seen in fewer messages than this.")
+@click.option("--dedupe/--no-dedupe", default=True, show_default=True,
+              help="Count a message given twice once (by Message-ID, else content) and record every "
+                   "message's key in the model, for learn/forget; --no-dedupe counts every message "
+                   "given and records no keys (huge corpora: a key costs ~100 bytes of memory).")
 @model_settings_options
+@scale_options
 @source_options
-def train(ham, spam, index, model_path, allow_insecure_model, min_df, recursive, strict, **settings):
+def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jobs, backend, scheduler,
+          recursive, strict, **settings):
     """Build a new model from labelled mail (replaces the model file).
+
+    Messages are read, tokenized and counted in shards of 512, on --jobs
+    processes or a Dask cluster, and merged in order: the model is the same
+    whatever the number of workers.
 
     \b
     Example:
       spamnb train --ham ~/Maildir/.Ham --spam ~/Maildir/.Junk --model model.joblib
       spamnb train --index corpora/spamassassin.tar.xz --model model.joblib
+      spamnb train --index big/index --jobs 8 --model model.joblib
+      spamnb train --index /shared/big/index --backend dask --scheduler tcp://10.0.0.1:8786
     """
+    from spamnb import parallel
     from spamnb.model import LABELS
     from spamnb.modelfile import resolve, save_model
 
     if not (ham or spam or index):
         raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
+    if min_df > 1 and settings.get("hash_features"):
+        raise click.UsageError("--min-df needs a vocabulary: it cannot be combined with --hash-features")
     model = model_factory(**settings)()
+    runner = runner_from(jobs, backend, scheduler)
     path, _ = resolve(model_path)
     skipped = [0]
     start = time.perf_counter()
-    messages = labelled(ham, spam, index, recursive=recursive, strict=strict, on_error=_skipper(skipped))
-    model.learn((m.raw, m.label) for m in _progress(messages))
+    on_error = _skipper(skipped)
+    shards = parallel.plan(ham, spam, index, recursive=recursive, strict=strict, on_error=on_error)
+    tty = sys.stderr.isatty()
+    parallel.train(model, shards, runner=runner, registry=dedupe, on_error=on_error,
+                   progress=_shard_progress() if tty else None)
+    if tty:
+        click.echo("", err=True)
     counts = model.class_count
     missing = [name for name, n in zip(LABELS, counts) if n == 0]
     if missing:

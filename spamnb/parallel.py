@@ -1,0 +1,579 @@
+"""Sharded counting: training on every core, or on a Dask cluster, with one result.
+
+Naive Bayes training is a sum of counts, so it splits into independent pieces
+and merges exactly. The pipeline::
+
+    plan(sources)  --> Shard 0, Shard 1, ...       (parent, lazily, in source order)
+    count_shard(shard, spec) --> ShardCounts        (a worker: read, tokenize, count)
+    ShardMerger.add(counts), in shard order         (parent)
+    ShardMerger.install(model)                      (parent, once)
+
+Design decisions, each made here:
+
+* Shards are defined by the data, never by the number of workers: consecutive
+  chunks of :data:`SHARD_SIZE` messages in source order. Every worker count
+  and every backend therefore computes the same shards, and the parent merges
+  them in shard order, so the model is identical bit for bit whatever
+  ``--jobs`` or ``--backend`` is (the default presence-l2 features are floats:
+  the order of additions matters, and is fixed). :data:`SHARD_SIZE` equals the
+  model's learning batch, so a corpus without duplicates gives exactly the
+  model :meth:`SpamModel.learn` gives (for counts, presence and presence-l2
+  features; logtf-l2 row norms may differ in the last bit).
+* A worker counts its shard against a shard-local :class:`Vocabulary` (or the
+  stateless :class:`HashingVocabulary`): per-class feature sums
+  n_cw = Σ_{i in c} f(x_i)_w (rows added in message order), document
+  frequencies df_w and class counts N_c. The parent maps the shard's tokens to
+  global ids in shard order (a new token gets the next id), which is the
+  vocabulary one sequential pass would build, then adds the arrays.
+* Where a worker can read its own input (message files: maildirs, folder
+  trees, single files, index files) a shard carries only paths, so a Dask
+  worker reads its own shards (from a file system it shares with the client).
+  Streams that cannot be split (standard input, mbox, MH, archives) are read by
+  the parent, which ships the raw bytes of one shard at a time.
+* Memory is bounded: shards are planned lazily and at most ``2 × workers`` of
+  them are in flight (joblib's ``pre_dispatch``); the parent keeps only the
+  vocabulary, the count arrays and, with the registry, 16 bytes per message
+  key (a dict entry, ~100 bytes: pass ``registry=False`` for very large corpora).
+* Duplicates (same :func:`message_key`, i.e. Message-ID, else content) are
+  decided at merge time with :meth:`SpamModel.learn`'s rules: a message
+  already counted under the same label is not counted again; under the other
+  label it moves (its row is subtracted from the old class). Within one shard
+  the last occurrence of a key is the one counted. To decide, the worker
+  returns the shard's feature rows along with its sums (O(nnz) more to ship);
+  without the registry every message given is counted, duplicates too.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from spamnb import sources as _src
+from spamnb._version import __version__
+from spamnb.model import BATCH, LABELS, SpamModel, label_id, message_key, transform_features
+from spamnb.tokenizer import TokenizerConfig, tokenize
+from spamnb.vocabulary import HashingVocabulary, Vocabulary
+
+__all__ = [
+    "SHARD_SIZE", "BACKENDS", "Shard", "ShardPlan", "CountSpec", "ShardCounts", "ShardMatrix",
+    "Runner", "ShardMerger", "plan", "shards_of", "count_shard", "matrix_shard", "train", "count_matrix",
+]
+
+# Messages per shard. Part of the result (float sums are added shard by shard),
+# so it is a constant, equal to the model's learning batch.
+SHARD_SIZE = BATCH
+
+BACKENDS = ("loky", "dask")
+
+
+# -- shards ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Shard:
+    """A chunk of consecutive messages: ``(source, raw, label)`` items.
+
+    ``raw`` is None when ``source`` is a file the worker reads itself.
+    ``strict``: an unreadable file raises instead of being skipped.
+    """
+
+    number: int
+    items: tuple
+    strict: bool = False
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def read(self):
+        """The shard's messages ``[(source, raw, label)]`` and the skipped ``[(source, exc)]``."""
+        skipped = []
+        report = _src._reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
+        out = []
+        for source, raw, label in self.items:
+            if raw is not None:
+                out.append((source, raw, label))
+            else:
+                out.extend((m.source, m.raw, m.label) for m in _src._message_file(source, label, report))
+        return out, skipped
+
+
+class ShardPlan:
+    """An iterable of :class:`Shard` (lazily, in source order), built by :func:`plan`."""
+
+    def __init__(self, items_factory, size: int = SHARD_SIZE, strict: bool = False):
+        self._items = items_factory
+        self.size = int(size)
+        self.strict = strict
+
+    def __iter__(self) -> Iterator[Shard]:
+        chunk = []
+        number = 0
+        for item in self._items():
+            if isinstance(item, Shard):  # already a shard: passed through as it is
+                yield item
+                continue
+            chunk.append(item)
+            if len(chunk) == self.size:
+                yield Shard(number, tuple(chunk), self.strict)
+                number += 1
+                chunk = []
+        if chunk:
+            yield Shard(number, tuple(chunk), self.strict)
+
+
+def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=None,
+         size: int = SHARD_SIZE) -> ShardPlan:
+    """The shards of the messages ``--ham``/``--spam``/``--index`` name.
+
+    The messages, and their order, are those of :func:`spamnb.cli.labelled`
+    (ham sources, spam sources, then index files). Every source is checked
+    here, before any mail is read, so a typo fails at once. Message files
+    become paths (read by the workers); other kinds are read here.
+
+    Index files are read line by line as shards are needed, so a bad line
+    raises :class:`~spamnb.sources.SourceError` when it is reached.
+    Listing a maildir or folder tree holds its file names (sorted) in memory;
+    for very large corpora use an index file.
+    """
+    report = _src._reporter(strict, on_error)
+    specs = []
+    for label, group in (("ham", ham), ("spam", spam)):
+        for spec in group:
+            spec = os.fspath(spec)
+            kind = _src.detect_kind(spec)
+            if kind == "index":
+                raise _src.SourceError(f"{spec} is a labelled index file; do not give it a label too")
+            specs.append((kind, spec, label))
+    for spec in index:
+        spec = os.fspath(spec)
+        if not os.path.exists(spec):
+            raise _src.SourceError(f"no such index file or archive: {spec}")
+        if os.path.isdir(spec):
+            raise _src.SourceError(f"{spec} is a directory, not an index file")
+        specs.append(("archive-index" if _src.is_archive(spec) else "index", spec, None))
+
+    def items():
+        for kind, spec, label in specs:
+            if kind == "maildir":
+                yield from ((p, None, label) for p in _maildir_paths(spec, recursive, report))
+            elif kind == "tree":
+                yield from ((p, None, label) for p in _tree_paths(spec, report))
+            elif kind == "file":
+                yield spec, None, label
+            elif kind == "index":
+                yield from ((p, None, lb) for p, lb in _index_paths(spec))
+            elif kind == "archive-index":
+                yield from ((m.source, m.raw, m.label)
+                            for m in _src.iter_index(spec, strict=strict, on_error=on_error))
+            else:  # stdin, mbox, MH, archive: one sequential reader, bytes shipped
+                yield from ((m.source, m.raw, m.label)
+                            for m in _src.iter_messages(spec, label=label, recursive=recursive,
+                                                        strict=strict, on_error=on_error))
+
+    return ShardPlan(items, size, strict)
+
+
+def shards_of(messages, size: int = SHARD_SIZE) -> ShardPlan:
+    """Shards of messages already in hand: an iterable of ``(source, raw, label)``
+    (a :class:`ShardPlan` is returned as it is, :class:`Shard` items pass through)."""
+    if isinstance(messages, ShardPlan):
+        return messages
+    return ShardPlan(lambda: iter(messages), size)
+
+
+def _maildir_paths(path, recursive, report):
+    # as sources: cur/ then new/, sorted names, no dot files; Maildir++ sub-folders if recursive
+    for sub in ("cur", "new"):
+        folder = os.path.join(path, sub)
+        for name in _src._sorted_listing(folder, report):
+            if not name.startswith("."):
+                yield os.path.join(folder, name)
+    if recursive:
+        for name in _src._sorted_listing(path, report):
+            sub = os.path.join(path, name)
+            if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")):
+                yield from _maildir_paths(sub, False, report)
+
+
+def _tree_paths(path, report):
+    # as sources: every regular file below, no hidden names, no "index" files, sorted
+    files = []
+    for top, dirs, names in os.walk(path, onerror=lambda exc: report(exc.filename or path, exc)):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        files.extend(os.path.join(top, n) for n in names if not n.startswith(".") and n != "index")
+    yield from sorted(files)
+
+
+def _index_paths(path):
+    """``(path, label)`` of an index file's lines, read lazily (TREC format, as sources)."""
+    base = os.path.dirname(path)
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise _src.SourceError(f"cannot read index {path}: {exc.strerror or exc}") from exc
+    with f:
+        lineno = 0
+        for physical in f:
+            for line in physical.decode("utf-8", "surrogateescape").splitlines() or [""]:
+                lineno += 1
+                line = line.strip()
+                if not line or line.startswith("#"):
+                    continue
+                m = _src._INDEX_LINE.fullmatch(line)
+                if m is None:
+                    raise _src.SourceError(
+                        f"{path}, line {lineno}: expected 'spam PATH' or 'ham PATH', got {line[:80]!r}")
+                yield os.path.join(base, m.group(2)), m.group(1)
+
+
+# -- counting one shard (in a worker) -------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CountSpec:
+    """What a worker needs to count a shard as a given model would."""
+
+    tokenizer: TokenizerConfig
+    features: str
+    hash_features: int | None = None
+    keys: bool = True  # registry keys (and the rows, to decide duplicates at merge time)
+    version: str = __version__  # a worker running another spamnb would tokenize differently
+
+    def check(self) -> None:
+        if self.version != __version__:
+            raise RuntimeError(f"this worker runs spamnb {__version__}, the client {self.version}: "
+                               "install the same version on every worker")
+
+    @classmethod
+    def of(cls, model: SpamModel, keys: bool = True) -> "CountSpec":
+        return cls(model.tokenizer, model.features, model.hash_features, keys, __version__)
+
+    @property
+    def binary(self) -> bool:
+        # as SpamModel._rows: presence for every transform but counts and logtf-l2
+        return self.features not in ("counts", "logtf-l2")
+
+    def vocabulary(self):
+        return Vocabulary() if self.hash_features is None else HashingVocabulary(self.hash_features)
+
+
+@dataclass
+class ShardCounts:
+    """The counts of one shard, over its own columns.
+
+    ``columns``: the shard's tokens in first-seen order (a hashed model: its
+    column ids, ascending). ``feature_count`` (2, len(columns)): n_cw;
+    ``doc_freq``: df_w; ``class_count``: N_c. ``keys``/``rows`` only when the
+    registry is kept: each message's key and its feature row.
+    """
+
+    number: int
+    y: np.ndarray
+    columns: list | np.ndarray
+    class_count: np.ndarray
+    feature_count: np.ndarray
+    doc_freq: np.ndarray
+    keys: list | None = None
+    rows: sp.csr_matrix | None = None
+    skipped: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class ShardMatrix:
+    """One shard as rows of counts (presence when binary) over its own columns."""
+
+    number: int
+    sources: list
+    y: np.ndarray
+    columns: list | np.ndarray
+    X: sp.csr_matrix
+    skipped: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _tokenized(shard: Shard, spec: CountSpec):
+    spec.check()
+    messages, skipped = shard.read()
+    token_lists = [tokenize(raw, spec.tokenizer) for _, raw, _ in messages]
+    y = np.fromiter((label_id(lb) for _, _, lb in messages), dtype=np.int64, count=len(messages))
+    return messages, token_lists, y, skipped
+
+
+def _local_matrix(token_lists, spec: CountSpec):
+    """Counts (or presence) over the shard's own columns, and those columns."""
+    vocab = spec.vocabulary()
+    X, _ = vocab.transform(token_lists, grow=True, binary=spec.binary)
+    if spec.hash_features is None:
+        return X, vocab.tokens()
+    # sparse rewrite: keep only the hashed columns the shard touches (ascending, so rows stay sorted)
+    cols = np.unique(X.indices)
+    X = sp.csr_matrix((X.data, np.searchsorted(cols, X.indices).astype(np.int32), X.indptr),
+                      shape=(X.shape[0], cols.size))
+    X.has_sorted_indices = True
+    X.has_canonical_format = True
+    return X, cols.astype(np.int64)
+
+
+def class_sums(F: sp.csr_matrix, y: np.ndarray):
+    """N_c, n_cw = Σ_{i in c} F_iw and df_w = |{i : F_iw ≠ 0}| of canonical CSR rows.
+
+    Each column's sum is accumulated row by row in message order (bincount
+    adds in array order), the order the estimator's own batch update uses.
+    """
+    rows = np.repeat(np.arange(F.shape[0]), np.diff(F.indptr))
+    yc = y[rows]
+    V = F.shape[1]
+    fc = np.empty((len(LABELS), V))
+    for c in range(len(LABELS)):
+        mine = yc == c
+        fc[c] = np.bincount(F.indices[mine], weights=F.data[mine], minlength=V)  # n_cw
+    df = np.bincount(F.indices, minlength=V).astype(np.int64)  # df_w (canonical: no explicit zeros)
+    cc = np.bincount(y, minlength=len(LABELS)).astype(np.float64)  # N_c
+    return cc, fc, df
+
+
+def count_shard(shard: Shard, spec: CountSpec) -> ShardCounts:
+    """Read, tokenize and count one shard (runs in a worker process)."""
+    start = time.perf_counter()
+    messages, token_lists, y, skipped = _tokenized(shard, spec)
+    X, columns = _local_matrix(token_lists, spec)
+    del token_lists
+    F = transform_features(X, spec.features)  # f(x): this model's feature transform, in place
+    cc, fc, df = class_sums(F, y)
+    keys = [message_key(raw) for _, raw, _ in messages] if spec.keys else None
+    return ShardCounts(shard.number, y, columns, cc, fc, df, keys, F if spec.keys else None,
+                       skipped, time.perf_counter() - start)
+
+
+def matrix_shard(shard: Shard, spec: CountSpec) -> ShardMatrix:
+    """Read and tokenize one shard into count rows (runs in a worker process)."""
+    start = time.perf_counter()
+    messages, token_lists, y, skipped = _tokenized(shard, spec)
+    X, columns = _local_matrix(token_lists, spec)
+    return ShardMatrix(shard.number, [s for s, _, _ in messages], y, columns, X, skipped,
+                       time.perf_counter() - start)
+
+
+# -- running shards ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Where shards are counted: ``jobs`` local processes (joblib/loky; 1 = this
+    process, -1 = every core), or the workers of a Dask cluster at ``scheduler``."""
+
+    jobs: int = 1
+    backend: str = "loky"
+    scheduler: str | None = None
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}: choose from {', '.join(BACKENDS)}")
+        if self.jobs == 0 or int(self.jobs) != self.jobs:
+            raise ValueError(f"jobs must be a positive number of processes or -1 (every core), not {self.jobs!r}")
+        if self.backend == "dask" and not self.scheduler:
+            raise ValueError("the dask backend needs the address of a scheduler (--scheduler tcp://HOST:8786)")
+
+    def map(self, func, items: Iterable, *args) -> Iterator:
+        """``func(item, *args)`` for every item, results in item order.
+
+        Items are taken from ``items`` only as workers free up (at most twice
+        as many in flight as there are workers), so a lazy plan stays lazy.
+        """
+        from joblib import Parallel, delayed
+
+        calls = (delayed(func)(item, *args) for item in items)
+        opts = dict(return_as="generator", pre_dispatch="2*n_jobs", batch_size=1)
+        if self.backend == "loky":
+            yield from Parallel(n_jobs=self.jobs, backend="loky", **opts)(calls)
+            return
+        from joblib import parallel_config
+
+        client = _dask_client(self.scheduler)
+        try:
+            with parallel_config(backend="dask", client=client):
+                yield from Parallel(n_jobs=-1, **opts)(calls)
+        finally:
+            client.close()
+
+
+def _dask_client(address):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ValueError("the dask backend needs Dask: pip install 'spamnb[dask]'") from None
+    try:
+        return Client(address, timeout=30)
+    except (OSError, TimeoutError) as exc:
+        raise ValueError(f"cannot reach the Dask scheduler at {address}: {exc}") from None
+
+
+# -- merging (in the parent, in shard order) ------------------------------------------------
+
+
+class ShardMerger:
+    """Adds shard counts, in shard order, to arrays aligned with a vocabulary.
+
+    Parameters
+    ----------
+    vocabulary : Vocabulary or HashingVocabulary
+        Grown in place (the model's own, for :meth:`install`).
+    registry : dict or None
+        Message key -> class of the messages counted so far (the model's own
+        registry); None counts every message given, duplicates too.
+    """
+
+    def __init__(self, vocabulary, registry: dict | None = None):
+        self.vocabulary = vocabulary
+        self.hashed = isinstance(vocabulary, HashingVocabulary)
+        self.registry = registry
+        cap = max(len(vocabulary), 1024)
+        self._fc = np.zeros((cap, len(LABELS)))  # feature-major: growing appends rows
+        self._df = np.zeros(cap, dtype=np.int64)
+        self.class_count = np.zeros(len(LABELS))
+        self.done = {"learned": 0, "moved": 0, "unchanged": 0}
+        self.seconds = 0.0  # worker time, summed
+
+    @property
+    def feature_count(self) -> np.ndarray:
+        return self._fc[: len(self.vocabulary)].T
+
+    @property
+    def doc_freq(self) -> np.ndarray:
+        return self._df[: len(self.vocabulary)]
+
+    def _reserve(self, n):
+        cap = self._fc.shape[0]
+        if n > cap:  # double when full: O(1) amortised per new column
+            new = max(n, 2 * cap)
+            fc = np.zeros((new, len(LABELS)))
+            fc[:cap] = self._fc
+            df = np.zeros(new, dtype=np.int64)
+            df[:cap] = self._df
+            self._fc, self._df = fc, df
+
+    def add(self, s: ShardCounts) -> None:
+        """Merge one shard (call in shard order)."""
+        ids = s.columns if self.hashed else self.vocabulary.ids(s.columns, grow=True)  # local -> global
+        self._reserve(len(self.vocabulary))
+        cc, fc, df = s.class_count, s.feature_count, s.doc_freq
+        if self.registry is None:
+            self.done["learned"] += len(s.y)
+        else:
+            keep = self._decide(s, ids)
+            if not keep.all():  # duplicates: recount the kept rows, in the same order
+                cc, fc, df = class_sums(s.rows[keep], s.y[keep])
+        self._fc[ids] += fc.T  # n_cw += Δn_cw (ids are distinct within a shard)
+        self._df[ids] += df  # df_w += Δdf_w
+        self.class_count += cc  # N_c += ΔN_c
+        self.seconds += s.seconds
+
+    def _decide(self, s: ShardCounts, ids) -> np.ndarray:
+        """Which rows count (SpamModel.learn's rules); subtract moved messages' old rows."""
+        last = {}
+        for i, key in enumerate(s.keys):
+            last[key] = i  # within a shard, the last occurrence of a key counts
+        keep = np.zeros(len(s.y), dtype=bool)
+        self.done["unchanged"] += len(s.y) - len(last)
+        for key, i in last.items():
+            y = int(s.y[i])
+            old = self.registry.get(key)
+            if old == y:
+                self.done["unchanged"] += 1
+                continue
+            keep[i] = True
+            self.registry[key] = y
+            if old is None:
+                self.done["learned"] += 1
+            else:  # learned under the other label: take it out of its old class first
+                self.done["moved"] += 1
+                self._subtract(s.rows[i], ids, old)
+        return keep
+
+    def _subtract(self, row, ids, c):
+        cols = ids[row.indices]
+        new = self._fc[cols, c] - row.data
+        if (new < -1e-9 * max(1.0, float(np.abs(self._fc[cols, c]).max(initial=0.0)))).any():
+            raise ValueError("a message learned under the other label has different content "
+                             "(same Message-ID): cannot move it")
+        self._fc[cols, c] = np.maximum(new, 0.0)
+        self._df[cols] -= 1
+        self.class_count[c] -= 1
+
+    def install(self, model: SpamModel) -> None:
+        """Add the merged counts to ``model`` (whose vocabulary this merger grew)."""
+        model.add_counts(self.class_count, self.feature_count, self.doc_freq)
+
+
+def _report_skipped(result, on_error):
+    for source, exc in result.skipped:
+        if on_error is not None:
+            on_error(source, exc)
+        else:
+            _src._reporter(False, None)(source, exc)
+
+
+def train(model: SpamModel, shards, *, runner: Runner | None = None, registry: bool = True,
+          on_error=None, progress=None) -> dict:
+    """Count ``shards`` (a :class:`ShardPlan`, or ``(source, raw, label)`` items)
+    in parallel and add them to the fresh ``model``.
+
+    ``registry``: remember each message's key and count duplicates once
+    (:meth:`SpamModel.learn`'s rules); False counts every message given.
+    ``progress(n)`` is called with the number of messages merged so far.
+    Returns learn's counts: ``learned``, ``moved``, ``unchanged``.
+    """
+    if model.class_count.sum() or len(model.registry):
+        raise ValueError("sharded training builds a new model: this one has already learned messages")
+    runner = runner or Runner()
+    spec = CountSpec.of(model, keys=registry)
+    merger = ShardMerger(model.vocabulary, model.registry if registry else None)
+    n = 0
+    for result in runner.map(count_shard, shards_of(shards), spec):
+        _report_skipped(result, on_error)
+        merger.add(result)
+        n += len(result.y)
+        if progress is not None:
+            progress(n)
+    merger.install(model)
+    return dict(merger.done)
+
+
+def count_matrix(model: SpamModel, shards, *, runner: Runner | None = None, on_error=None):
+    """All messages as one count matrix, as ``vocabulary.fit_transform`` in one pass would give.
+
+    Returns ``(sources, X, y, vocabulary)``: X (n, |V|) canonical CSR of counts
+    (presence when the model's features are binary), columns in first-seen
+    order of a fresh vocabulary of the model's kind.
+    """
+    runner = runner or Runner()
+    spec = CountSpec.of(model, keys=False)
+    vocab = spec.vocabulary()
+    hashed = spec.hash_features is not None
+    sources, ys, data, indices, lengths = [], [], [], [], []
+    for m in runner.map(matrix_shard, shards_of(shards), spec):
+        _report_skipped(m, on_error)
+        ids = m.columns if hashed else vocab.ids(m.columns, grow=True)
+        sources.extend(m.sources)
+        ys.append(m.y)
+        data.append(m.X.data)
+        indices.append(ids[m.X.indices].astype(np.int32))  # shard-local -> global column ids
+        lengths.append(np.diff(m.X.indptr))
+    n_rows = sum(len(y) for y in ys)
+    nnz = sum(len(d) for d in data)
+    indptr = np.zeros(n_rows + 1, dtype=np.int32 if nnz <= np.iinfo(np.int32).max else np.int64)
+    if lengths:
+        np.cumsum(np.concatenate(lengths), out=indptr[1:])
+    X = sp.csr_matrix((np.concatenate(data) if data else np.zeros(0),
+                       np.concatenate(indices) if indices else np.zeros(0, dtype=np.int32),
+                       indptr), shape=(n_rows, len(vocab)))
+    X.has_sorted_indices = False
+    X.sort_indices()  # remapped rows are no longer in column order
+    y = np.concatenate(ys) if ys else np.zeros(0, dtype=np.int64)
+    return sources, X, y, vocab
