@@ -6,7 +6,8 @@ import json
 
 import click
 
-from spamnb.cli import labelled, model_settings_options, model_factory, source_options, _skipper
+from spamnb.cli import (labelled, model_settings_options, model_factory, runner_from, scale_options,
+                        source_options, _skipper)
 
 
 def _messages(ham, spam, index, recursive, strict, skipped):
@@ -37,9 +38,10 @@ def _messages(ham, spam, index, recursive, strict, skipped):
 @click.option("--scores", type=click.Path(dir_okay=False),
               help="Write each message's gold label, score and probability (TSV).")
 @model_settings_options
+@scale_options
 @source_options
 def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, online, train_on, margin,
-             shuffle, as_json, plot, scores, recursive, strict, **settings):
+             shuffle, as_json, plot, scores, jobs, backend, scheduler, recursive, strict, **settings):
     """Measure a model configuration on labelled mail.
 
     \b
@@ -47,6 +49,10 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
       --folds K        stratified K-fold cross-validation (default, K=10)
       --test-* SRC     train on the sources, test on other ones
       --online         TREC spam track: classify each message, then learn it
+    \b
+    --jobs/--backend: K-fold tokenizes and counts the messages on that many
+    processes (or a Dask cluster), and train/test its training messages; the
+    figures are the same for any number of workers. --online is sequential.
     \b
     Metrics: counts, accuracy and misclassification % at the model's cut-offs,
     ROC AUC and (1-AUC)%, lam%, spam recall at 0.1% and 1% false positives,
@@ -63,6 +69,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     from spamnb import metrics
 
     make_model = model_factory(**settings)
+    runner = runner_from(jobs, backend, scheduler)
     if plot:
         from spamnb.plots import PlotUnavailable, check_available
 
@@ -76,7 +83,13 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     if sum([online, testing, folds is not None]) > 1:
         raise click.UsageError("choose one protocol: --folds, --test-..., or --online")
     skipped = [0]
-    messages = _messages(ham, spam, index, recursive, strict, skipped)
+    if not (online or testing):  # K-fold: the workers read the messages themselves
+        from spamnb import parallel
+
+        messages = parallel.plan(ham, spam, index, recursive=recursive, strict=strict,
+                                 on_error=_skipper(skipped))
+    else:
+        messages = _messages(ham, spam, index, recursive, strict, skipped)
     if online:
         if shuffle:
             order = np.random.default_rng(seed).permutation(len(messages))
@@ -85,11 +98,11 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
         protocol = f"online (train on {train_on}{', shuffled' if shuffle else ''})"
     elif testing:
         test = _messages(test_ham, test_spam, test_index, recursive, strict, skipped)
-        result = ev.train_test(make_model, messages, test)
+        result = ev.train_test(make_model, messages, test, runner=runner)
         protocol = "train/test"
     else:
         k = folds or 10
-        result = ev.cross_validate(make_model, messages, k=k, seed=seed)
+        result = ev.cross_validate(make_model, messages, k=k, seed=seed, runner=runner)
         protocol = f"{k}-fold cross-validation"
     if len(set(result.y.tolist())) < 2:
         raise click.ClickException("the test messages need both ham and spam to compute the metrics")

@@ -27,7 +27,7 @@ import numpy as np
 
 from spamnb.folds import stratified_kfold
 from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, transform_features
-from spamnb.vocabulary import Vocabulary, document_frequency
+from spamnb.vocabulary import document_frequency
 
 TRAIN_ON = ("all", "errors", "margin")
 
@@ -68,23 +68,29 @@ def _log_odds(log_post):
         return log_post[:, SPAM] - log_post[:, HAM]  # log P(spam|x) − log P(ham|x)
 
 
-def cross_validate(make_model, messages, k=10, seed=0, folds=None) -> Scores:
+def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) -> Scores:
     """Stratified K-fold cross-validation; scores of all folds pooled.
 
     Parameters
     ----------
     make_model : callable () -> SpamModel
         A fresh, untrained model with the settings to evaluate.
-    messages : iterable of (source, raw bytes, label)
+    messages : iterable of (source, raw bytes, label), or a :func:`spamnb.parallel.plan`
     k, seed : fold count and shuffling seed of :func:`spamnb.folds.stratified_kfold`.
     folds : array of fold ids, optional
         Use these folds instead (e.g. :func:`spamnb.folds.hash_folds`).
+    runner : spamnb.parallel.Runner, optional
+        Where the messages are tokenized and counted (default: this process).
+        The count matrix, hence every score, is the same for any runner.
     """
+    from spamnb import parallel
+
     template = make_model()
-    sources, token_lists, y, tok_s = _tokenize(template, messages)
-    vocab = Vocabulary()
-    X = vocab.fit_transform(token_lists, binary=template.features not in ("counts", "logtf-l2"))
-    del token_lists
+    t0 = time.perf_counter()
+    # One count matrix of all messages, built shard by shard (in parallel with a runner):
+    # the same matrix vocabulary.fit_transform of all token lists gives.
+    sources, X, y, _ = parallel.count_matrix(template, messages, runner=runner)
+    tok_s = time.perf_counter() - t0
     fold = np.asarray(folds) if folds is not None else stratified_kfold(y, k, seed)
     score, proba = np.empty(len(y)), np.empty(len(y))
     train_s = classify_s = 0.0
@@ -104,11 +110,16 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None) -> Scores:
     return Scores(sources, y, score, proba, train_s, classify_s, tok_s, int(len(y)))
 
 
-def train_test(make_model, train, test) -> Scores:
-    """Train one model on ``train``, score ``test`` (both iterables of (source, raw, label))."""
+def train_test(make_model, train, test, runner=None) -> Scores:
+    """Train one model on ``train``, score ``test`` (both iterables of (source, raw, label)).
+
+    Training is sharded (:func:`spamnb.parallel.train`, on ``runner``); scoring runs here.
+    """
+    from spamnb import parallel
+
     model = make_model()
     t0 = time.perf_counter()
-    model.learn(((raw, label) for _, raw, label in train), registry=False)
+    parallel.train(model, train, runner=runner, registry=False)
     train_s = time.perf_counter() - t0
     sources, token_lists, y, tok_s = _tokenize(model, test)
     t1 = time.perf_counter()
@@ -119,6 +130,9 @@ def train_test(make_model, train, test) -> Scores:
 
 def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
     """TREC's online protocol: classify each message, then learn its gold label.
+
+    Sequential by nature (each step needs the model of all steps before it),
+    so it never runs on a :class:`spamnb.parallel.Runner`.
 
     Parameters
     ----------
