@@ -45,6 +45,8 @@ _VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
 _FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure"}
 _FLOATS = ("ham_cutoff", "spam_cutoff", "cost_unsure", "cost_fn", "cost_fp")
+# The decision options in the order of cutoffs_from's parameters.
+DECISION = ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")
 
 
 class Fallback(Exception):
@@ -142,28 +144,30 @@ def model_name(path, is_default):
 
 def via_server(sock_path, raw, path, is_default, opts):
     """Ask the filter server; ``(output, label)``, or Fallback for any failure."""
-    import socket  # only when there is a socket to talk to
+    import _socket  # not `socket`: its wrapper module costs more than the round trip
 
     from spamnb import wire
 
     if not wire.private_socket_dir(sock_path):
         raise Fallback("no private server socket")
-    header = {"model": os.path.abspath(path), "name": model_name(path, is_default),
-              "allow_insecure": opts["allow_insecure"],
-              "decision": [opts[k] for k in ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")]}
+    request = wire.encode_request(os.path.abspath(path), model_name(path, is_default),
+                                  [opts[k] for k in DECISION], raw,
+                                  allow_insecure=opts["allow_insecure"])
+    s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-            s.settimeout(SOCKET_TIMEOUT)
-            _connect(s, sock_path)
-            if wire.peer_uid(s) != os.geteuid():
-                raise Fallback("server runs as another user")
-            wire.send_all(s, wire.encode_request(header, raw))
-            status, reply, out = wire.read_reply(s)
+        s.settimeout(SOCKET_TIMEOUT)
+        _connect(s, sock_path)
+        if wire.peer_uid(s) != os.geteuid():
+            raise Fallback("server runs as another user")
+        wire.send_all(s, request)
+        status, label, out, reason = wire.read_reply(s)
     except (OSError, ValueError, wire.WireError) as exc:
         raise Fallback(f"server: {exc}") from None
-    if status != wire.OK or reply.get("label") not in EXIT_CODES:
-        raise Fallback(f"server declined: {reply.get('reason')}")
-    return out, reply["label"]
+    finally:
+        s.close()
+    if status != wire.OK or label not in EXIT_CODES:
+        raise Fallback(f"server declined: {reason}")
+    return out, label
 
 
 def _connect(s, sock_path, tries=20):
@@ -181,11 +185,11 @@ def _connect(s, sock_path, tries=20):
             time.sleep(0.005 * (i + 1))
 
 
-def cold(raw, path, is_default, opts):
-    """Score with the compiled scorer beside the model; ``(output, label)`` or Fallback."""
+def fresh_scorer(path, allow_insecure=False):
+    """The scorer of the model at ``path`` if it is trusted and compiled from that very
+    file (:func:`spamnb.scorer.file_identity`); Fallback otherwise."""
     from spamnb import scorer
 
-    allow = opts["allow_insecure"]
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError:
@@ -195,27 +199,40 @@ def cold(raw, path, is_default, opts):
         # The checks of spamnb.store.load_checked, as yes/no: a "no" lets the full path say why.
         if not stat.S_ISREG(st.st_mode):
             raise Fallback("model is not a regular file")
-        if not allow and not scorer.trusted(path, st):
+        if not allow_insecure and not scorer.trusted(path, st):
             raise Fallback("model not trusted")
         identity = scorer.file_identity(fd)
     finally:
         os.close(fd)
     try:
-        sc = scorer.load_scorer(scorer.scorer_path(path), allow_insecure=allow)
+        sc = scorer.load_scorer(scorer.scorer_path(path), allow_insecure=allow_insecure)
     except scorer.ScorerError as exc:
         raise Fallback(str(exc)) from None
     if not sc.matches(identity):
         raise Fallback("scorer is stale")
+    return sc
+
+
+def render(sc, raw, name, decision):
+    """``(output, label)``: ``raw`` with the headers of its score under scorer ``sc``.
+
+    ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None when not given.
+    """
     from spamnb._version import __version__
     from spamnb.hook import add_headers, header_lines
     from spamnb.tokenizer import TokenizerConfig, tokenize
 
-    cut = cutoffs_from(sc.cutoffs, opts["cost_fp"], opts["cost_fn"], opts["cost_unsure"],
-                       opts["spam_cutoff"], opts["ham_cutoff"])
+    cut = cutoffs_from(sc.cutoffs, *decision)
     score, p, _ = sc.score(tokenize(raw, TokenizerConfig.from_dict(sc.tokenizer)))
     label = decide(p, cut)
-    lines = header_lines(label, p, score, model_name(path, is_default), __version__)
+    lines = header_lines(label, p, score, name, __version__)
     return add_headers(raw, lines), label
+
+
+def cold(raw, path, is_default, opts):
+    """Score with the compiled scorer beside the model; ``(output, label)`` or Fallback."""
+    sc = fresh_scorer(path, opts["allow_insecure"])
+    return render(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION])
 
 
 def socket_path(opts, env=os.environ):

@@ -8,8 +8,9 @@ client does the work itself, with the same result.
 
 Guarantees
 ----------
-* Same answer as the cold path: the server holds the full :class:`SpamModel`
-  and formats with :mod:`spamnb.hook` exactly as ``spamnb filter`` does.
+* Same answer as the cold path: the server holds the model's compiled scorer
+  when it is fresh and scores exactly as the fast path does, else the full
+  :class:`SpamModel`, formatting as the click command does (λ = 0 models).
   It answers only for the model the client resolved (same real path), and
   declines what it does not do (evidence, learning, bad options: the client
   then runs the click command, which reports them).
@@ -60,12 +61,15 @@ class ModelHolder:
 
     def __init__(self, path, *, allow_insecure=False, log=None):
         self.path = os.path.abspath(path)
-        self.real = os.path.realpath(self.path)
         self.allow_insecure = allow_insecure
         self.log = log or (lambda text: None)
         self.current: Loaded | None = None
         self.loads = 0
         self._lock = threading.Lock()
+
+    def real_now(self) -> str:
+        """The model's real path now (a symlink may have been repointed)."""
+        return os.path.realpath(self.path)
 
     def get(self) -> Loaded:
         """The model as the file is now (loading it if it changed); ModelError/OSError otherwise."""
@@ -83,18 +87,33 @@ class ModelHolder:
             return self.current
 
     def _load(self) -> Loaded:
+        """The compiled scorer when it is fresh (a few ms: mmap), else the full model."""
+        from spamnb.fastfilter import Fallback, fresh_scorer
         from spamnb.modelfile import load_model
 
         for _ in range(5):  # a save between the stats: load again
             before = _identity(os.stat(self.path))
-            model = load_model(self.path, allow_insecure=self.allow_insecure)
+            try:
+                model = fresh_scorer(self.path, self.allow_insecure)
+            except Fallback:
+                model = load_model(self.path, allow_insecure=self.allow_insecure)
             if _identity(os.stat(self.path)) == before:
                 return Loaded(model, before)
         raise OSError(f"model {self.path} keeps changing while it is loaded")
 
 
 def filter_bytes(model, raw, name, decision):
-    """The filtered message and its label: what ``spamnb filter`` writes for ``raw``."""
+    """The filtered message and its label: what ``spamnb filter`` writes for ``raw``.
+
+    ``model`` is a compiled :class:`spamnb.scorer.Scorer` (scored as the fast
+    path does) or a :class:`SpamModel` (as the click command does).
+    """
+    from spamnb.scorer import Scorer
+
+    if isinstance(model, Scorer):
+        from spamnb.fastfilter import render
+
+        return render(model, raw, name, decision)
     from spamnb._version import __version__
     from spamnb.cli import cutoffs_from
     from spamnb.hook import add_headers, header_lines
@@ -114,39 +133,35 @@ class _Handler(socketserver.BaseRequestHandler):
             if wire.peer_uid(conn) != os.geteuid():
                 return  # another user: not a word
             header, blen = wire.read_request_head(conn, srv.max_bytes)
-        except (OSError, wire.WireError) as exc:
+        except (OSError, ValueError, wire.WireError) as exc:
             srv.log(f"request refused: {exc}")
-            self._reply(wire.DECLINED, {"reason": str(exc)})
+            self._reply(wire.DECLINED, reason=str(exc))
             return
         try:
             raw = wire.recv_exact(conn, blen)
         except (OSError, wire.WireError) as exc:
             srv.log(f"request dropped: {exc}")
             return
-        status, reply, out = self._answer(header, raw)
-        self._reply(status, reply, out)
+        self._reply(*self._answer(header, raw))
 
     def _answer(self, header, raw):
+        """``(status, label, output, reason)`` for one request."""
         srv = self.server
         try:
             holder = srv.holder
-            path = header["model"]
-            if os.path.realpath(path) != os.path.realpath(holder.path):
-                return wire.DECLINED, {"reason": "another model"}, b""
+            if os.path.realpath(header["model"]) != holder.real_now():
+                return wire.DECLINED, None, b"", "another model"
             loaded = holder.get()
-            if not header.get("allow_insecure") and not _trusted_now(holder.path):
-                return wire.DECLINED, {"reason": "model not trusted"}, b""
-            decision = header["decision"]
-            if len(decision) != 5 or not all(d is None or isinstance(d, (int, float)) for d in decision):
-                return wire.DECLINED, {"reason": "bad decision options"}, b""
-            out, label = filter_bytes(loaded.model, raw, str(header["name"]), decision)
-            return wire.OK, {"label": label}, out
+            if not header["allow_insecure"] and not _trusted_now(holder.path):
+                return wire.DECLINED, None, b"", "model not trusted"
+            out, label = filter_bytes(loaded.model, raw, header["name"], header["decision"])
+            return wire.OK, label, out, ""
         except Exception as exc:  # noqa: BLE001 - the client does it itself
-            return wire.DECLINED, {"reason": f"{exc.__class__.__name__}: {exc}"}, b""
+            return wire.DECLINED, None, b"", f"{exc.__class__.__name__}: {exc}"
 
-    def _reply(self, status, reply, out=b""):
+    def _reply(self, status, label=None, out=b"", reason=""):
         try:
-            wire.send_all(self.request, wire.encode_reply(status, reply, out))
+            wire.send_all(self.request, wire.encode_reply(status, label, out, reason))
         except OSError:
             pass
 

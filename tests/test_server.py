@@ -192,8 +192,9 @@ def test_stalled_client_is_dropped_and_others_are_served(serving, sock_path, com
     assert through_server(sock_path, compiled, raw) == cold(compiled, raw)  # not blocked by it
     stalled.settimeout(10)
     start = time.monotonic()
-    status, reply, _ = wire.read_reply(stalled)  # the server gives up on it and says why
-    assert status == wire.DECLINED and time.monotonic() - start < 5
+    status, label, _, reason = wire.read_reply(stalled)  # the server gives up on it and says why
+    assert status == wire.DECLINED and label is None and "timed out" in reason
+    assert time.monotonic() - start < 5
     stalled.close()
 
 
@@ -233,7 +234,7 @@ def test_connections_from_other_users_are_refused(compiled, sock_path, monkeypat
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(10)
             s.connect(sock_path)
-            wire.send_all(s, wire.encode_request({"model": str(compiled)}, raw))
+            wire.send_all(s, wire.encode_request(str(compiled), "model.joblib", [None] * 5, raw))
             try:
                 reply = s.recv(100)
             except ConnectionResetError:  # closed with our request unread
@@ -243,3 +244,18 @@ def test_connections_from_other_users_are_refused(compiled, sock_path, monkeypat
         srv.shutdown()
         srv.remove_socket()
         srv.server_close()
+
+
+def test_server_without_a_scorer_uses_the_full_model(model_file, sock_path):
+    """A model with no scorer beside it (copied by hand): served from the full model, same bytes."""
+    assert not os.path.exists(str(model_file) + ".scorer")
+    proc = start_server(sock_path, model_file)
+    try:
+        for raw in messages()[:15] + ODD_INPUTS[:3]:
+            out, label = through_server(sock_path, model_file, raw)
+            assert (out, EXIT_CODES[label]) == click_filter(["--model", model_file], raw)
+    finally:
+        proc.kill()
+        proc.wait(10)
+        proc.stdout.close()
+        proc.stderr.close()
