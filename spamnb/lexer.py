@@ -35,7 +35,8 @@ __all__ = [
     "clean",
 ]
 
-CJK_SCHEMES = ("bigram", "unigram", "uni+bigram", "none")
+CJK_SCHEMES = ("bigram", "unigram", "uni+bigram", "none", "bigram+run", "unigram+run",
+               "run-or-bigram")
 
 # Punctuation stripped from both ends of a whitespace-separated chunk.  '$' and
 # '%' are kept so that money and percentages ("$99.95", "50%") stay tokens.
@@ -53,8 +54,10 @@ _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30fc"
 # One match is either a CJK run (group 1) or a non-CJK word (group 2): letters,
 # marks and digits, with single inner apostrophes/dots/hyphens ("l'été",
 # "3.5").  Possessive quantifiers: a failed inner piece never backtracks.
+# A CJK run is one script's run (Han, Hiragana, Katakana, Hangul): in
+# Japanese the script changes approximate word boundaries; Chinese is all Han.
 _UNI_WORD = regex.compile(
-    r"([" + _CJK + r"]++)"
+    r"(\p{Han}++|\p{Hiragana}++|[\p{Katakana}\u30fc]++|\p{Hangul}++)"
     r"|([$\u20ac\u00a3\u00a5]?+[[\p{L}\p{M}\p{N}]--[" + _CJK + r"]]++"
     r"(?:['\u2019.,\-][[\p{L}\p{M}\p{N}]--[" + _CJK + r"]]++)*+%?+)",
     regex.V1,
@@ -107,7 +110,13 @@ def cjk_tokens(run, scheme):
     ``"bigram"``: overlapping character pairs (a lone character stays a unigram),
     ``"unigram"``: single characters, ``"uni+bigram"``: both,
     ``"none"``: the run is one word (subject to the word length bounds).
+    ``"bigram+run"`` / ``"unigram+run"``: as named, and :func:`words` adds
+    the whole run as a word too; ``"run-or-bigram"`` (handled in
+    :func:`words`): a run up to the maximum word length is one word, a
+    longer one is cut into bigrams.
     """
+    if scheme.endswith("+run"):
+        scheme = scheme[:-4]
     n = len(run)
     if scheme == "bigram":
         if n == 1:
@@ -120,7 +129,7 @@ def cjk_tokens(run, scheme):
     return [run]
 
 
-def words(text, min_len=3, max_len=12, cjk="bigram", prefix=""):
+def words(text, min_len=2, max_len=12, cjk="none", prefix=""):
     """Lex running text into word tokens, each with ``prefix`` prepended.
 
     ASCII chunks: split on whitespace, strip surrounding punctuation, keep
@@ -143,6 +152,8 @@ def words(text, min_len=3, max_len=12, cjk="bigram", prefix=""):
         return out
     out = []
     append = out.append
+    with_run = cjk.endswith("+run")
+    run_or_bigram = cjk == "run-or-bigram"
     for w in text.split():
         if w.isascii():
             w = w.strip(strip)
@@ -154,12 +165,20 @@ def words(text, min_len=3, max_len=12, cjk="bigram", prefix=""):
             continue
         for run, word in _UNI_WORD.findall(w):
             if run:
-                if cjk == "none":
-                    word = run
-                else:
+                if run_or_bigram:
+                    if len(run) <= max_len:
+                        append(prefix + run)
+                    else:
+                        for t in cjk_tokens(run, "bigram"):
+                            append(prefix + t)
+                    continue
+                if cjk != "none":
                     for t in cjk_tokens(run, cjk):
                         append(prefix + t)
-                    continue
+                    if not with_run:
+                        continue
+                # The whole run (a phrase between punctuation) as a word.
+                word = run
             n = len(word)
             if n > max_len:
                 append(prefix + skip_token(word))

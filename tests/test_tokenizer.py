@@ -42,13 +42,13 @@ def test_golden_facts():
     assert "html:comment-in-word" in t
     assert "seen" in t and "dieting" in t          # se<!--5-->en, dieti<!--D-->ng
     t = toks("sa_spam_big5_rfc2047")
-    assert "subject:不看" in t and "charset:big5" in t
+    assert "subject:不看會後悔" in t and "charset:big5" in t
     t = toks("trec_spam_gbk_rfc2047")
-    assert "subject:美标" in t and "from:name:环球" in t
+    assert "subject:安心空气" in t and "from:name:环球网" in t
     t = toks("sa_spam_base64_attachment")
     assert "filename:ext:txt" in t and "content-disposition:attachment" in t
     t = toks("trec_ham_gbk_lost_boundary")
-    assert "工作" in t                              # the body is read although its boundary is gone
+    assert "制作简历" in t                          # the body is read although its boundary is gone
 
 
 # -- configuration ----------------------------------------------------------------
@@ -126,24 +126,27 @@ def test_skip_headers():
 def test_rfc2047_subject_and_8bit_subject():
     raw = ("Subject: =?gb2312?B?%s?=\nContent-Type: text/plain; charset=gb2312\n\nx\n"
            % base64.b64encode("免费发票".encode("gb2312")).decode()).encode()
-    assert [x for x in tokenize(raw) if x.startswith("subject:")] == [
+    bigram = TokenizerConfig(cjk="bigram")
+    assert [x for x in tokenize(raw, bigram) if x.startswith("subject:")] == [
         "subject:免费", "subject:费发", "subject:发票"]
+    assert [x for x in tokenize(raw) if x.startswith("subject:")] == ["subject:免费发票"]
     raw = b"Subject: " + "免费发票".encode("gb2312") + b"\nContent-Type: text/plain; charset=gb2312\n\nx\n"
-    assert [x for x in tokenize(raw) if x.startswith("subject:")] == [
+    assert [x for x in tokenize(raw, bigram) if x.startswith("subject:")] == [
         "subject:免费", "subject:费发", "subject:发票"]
 
 
 # -- lexer --------------------------------------------------------------------
 
 def test_words_ascii():
-    assert lexer.words("Hello, (world)! a an the $99.95 50% 1,000 x-ray") == [
+    assert lexer.words("Hello, (world)! a an the $99.95 50% 1,000 x-ray", min_len=3) == [
         "Hello", "world", "the", "$99.95", "50%", "1,000", "x-ray"]
 
 
 def test_words_length_bounds_and_skip_tokens():
-    assert lexer.words("ab abc abcdefghijkl abcdefghijklm " + "z" * 35) == [
+    assert lexer.words("a ab abc abcdefghijkl abcdefghijklm " + "z" * 35, min_len=3) == [
         "abc", "abcdefghijkl", "skip:a 10", "skip:z 30"]
-    assert lexer.words("ab abc", min_len=1) == ["ab", "abc"]
+    assert lexer.words("a ab abc", min_len=1) == ["a", "ab", "abc"]
+    assert lexer.words("a ab abc") == ["ab", "abc"]
     assert lexer.skip_token("\x00" * 20) == "skip:? 20"
 
 
@@ -156,16 +159,30 @@ def test_words_unicode_and_prefix():
     ("unigram", ["中", "文", "邮", "件"]),
     ("uni+bigram", ["中", "文", "邮", "件", "中文", "文邮", "邮件"]),
     ("none", ["中文邮件"]),
+    ("bigram+run", ["中文", "文邮", "邮件", "中文邮件"]),
+    ("unigram+run", ["中", "文", "邮", "件", "中文邮件"]),
+    ("run-or-bigram", ["中文邮件"]),
 ])
 def test_cjk_schemes(scheme, expected):
     assert lexer.words("中文邮件", cjk=scheme) == expected
 
 
+def test_cjk_long_runs():
+    run = "这是一个很长的没有标点的中文句子"  # 16 characters
+    assert lexer.words(run, cjk="none") == ["skip:这 10"]
+    assert lexer.words(run, cjk="run-or-bigram") == lexer.words(run, cjk="bigram")
+    assert len(lexer.words(run, cjk="bigram")) == 15
+
+
 def test_cjk_mixed_with_latin_and_punctuation():
-    assert lexer.words("价格3000元，详情请见ABC公司。") == [
+    text = "价格3000元，详情请见ABC公司。"
+    assert lexer.words(text, cjk="bigram", min_len=3) == [
         "价格", "3000", "元", "详情", "情请", "请见", "ABC", "公司"]
-    assert lexer.words("ひらがなカタカナ한국어") == [
-        "ひら", "らが", "がな", "なカ", "カタ", "タカ", "カナ", "ナ한", "한국", "국어"]
+    assert lexer.words(text, cjk="none", min_len=2) == ["价格", "3000", "详情请见", "ABC", "公司"]
+    # Runs are split where the script changes (Han / Hiragana / Katakana / Hangul).
+    assert lexer.words("ひらがなカタカナ한국어", cjk="bigram") == [
+        "ひら", "らが", "がな", "カタ", "タカ", "カナ", "한국", "국어"]
+    assert lexer.words("東京へ行くカメラ", cjk="none", min_len=1) == ["東京", "へ", "行", "く", "カメラ"]
 
 
 def test_crack_url():

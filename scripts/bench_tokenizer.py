@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Tokenizing throughput (MB/s, messages/s) on whole corpora, in one process.
+
+Messages are read into memory first; only ``tokenize`` is timed.  Best of
+``--repeat`` passes (wall clock and CPU time), since other jobs share the box.
+
+    python3 scripts/bench_tokenizer.py                       # both corpora
+    python3 scripts/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
+
+CORPORA = "/work/shared/corpora"
+DEFAULT_INDEXES = [os.path.join(CORPORA, "spamassassin", "index"),
+                   os.path.join(CORPORA, "trec06c-dev", "index")]
+
+
+def load(index):
+    base = os.path.dirname(os.path.abspath(index))
+    raws = []
+    with open(index, encoding="utf-8") as fh:
+        for line in fh:
+            parts = line.split()
+            if len(parts) == 2:
+                with open(os.path.join(base, parts[1]), "rb") as m:
+                    raws.append(m.read())
+    return raws
+
+
+def bench(raws, cfg, repeat):
+    best_wall = best_cpu = float("inf")
+    ntok = 0
+    for _ in range(repeat):
+        w0, c0 = time.perf_counter(), time.process_time()
+        ntok = 0
+        for r in raws:
+            ntok += len(tokenize(r, cfg))
+        best_wall = min(best_wall, time.perf_counter() - w0)
+        best_cpu = min(best_cpu, time.process_time() - c0)
+    return best_wall, best_cpu, ntok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("indexes", nargs="*", default=DEFAULT_INDEXES)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--only-headers", help="comma-separated header set")
+    ap.add_argument("--profile", type=int, default=0, metavar="N",
+                    help="also profile one pass and print the top N functions by own time")
+    args = ap.parse_args()
+    cfg = TokenizerConfig()
+    if args.only_headers is not None:
+        cfg = TokenizerConfig(only_headers=tuple(h for h in args.only_headers.split(",") if h))
+    print("| corpus | messages | MB | wall s | CPU s | MB/s | messages/s | ms/message | tokens/message |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for index in args.indexes:
+        raws = load(index)
+        mb = sum(map(len, raws)) / 1e6
+        wall, cpu, ntok = bench(raws, cfg, args.repeat)
+        name = os.path.basename(os.path.dirname(os.path.abspath(index)))
+        print(f"| {name} | {len(raws)} | {mb:.1f} | {wall:.2f} | {cpu:.2f} | {mb / wall:.1f} | "
+              f"{len(raws) / wall:.0f} | {1000 * wall / len(raws):.3f} | {ntok / len(raws):.0f} |",
+              flush=True)
+        if args.profile:
+            import cProfile
+            import pstats
+            prof = cProfile.Profile()
+            prof.enable()
+            for r in raws:
+                tokenize(r, cfg)
+            prof.disable()
+            pstats.Stats(prof, stream=sys.stdout).sort_stats("tottime").print_stats(args.profile)
+
+
+if __name__ == "__main__":
+    main()
