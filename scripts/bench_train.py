@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Benchmark sharded training: parallel speed-up, streaming memory, hashing, per-message costs.
+
+Every figure comes from ``spamnb`` commands run as fresh subprocesses, so start-up
+(imports, spawning the worker processes) is counted, as a user would see it.
+
+(a) speed-up   ``spamnb train --index SA/index --jobs 1`` and ``--jobs 2``, alternated
+               --repeats times in the same run; median wall times and their ratio, and
+               the median of the paired ratios (robust on a loaded machine).
+(b) memory     peak RSS (``ru_maxrss`` of RUSAGE_CHILDREN, read by a fresh wrapper
+               process per run, so it is that one run's largest process) of
+               ``spamnb train --no-dedupe --jobs 1`` on an index listing every message of
+               ../shared/corpora once (x1) and four times (x4): x4 really counts four
+               times as many messages (--no-dedupe), with the same vocabulary. Also the
+               default (deduplicating) train on everything, and with --jobs 2.
+(c) hashing    ``spamnb evaluate --folds 5`` on SA with and without --hash-features
+               2^18, 2^20: (1-AUC)%, train peak RSS and model file size.
+(d) costs      in-process: worker seconds per message (read + tokenize + count), the
+               parent's merge seconds per message, bytes shipped per message, and the
+               vocabulary's growth with the number of messages (for README "Scale").
+
+    python3 scripts/bench_train.py                 # all sections
+    python3 scripts/bench_train.py --only a --repeats 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CORPORA = (ROOT / ".." / "shared" / "corpora").resolve()
+SA = CORPORA / "spamassassin" / "index"
+
+# Runs one command and prints its peak RSS (KiB): RUSAGE_CHILDREN of this fresh wrapper
+# covers exactly that command and the processes it waited for (the largest one's peak).
+_WRAPPER = (
+    "import resource, subprocess, sys, time\n"
+    "t = time.perf_counter()\n"
+    "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)\n"
+    "sys.stderr.buffer.write(r.stderr)\n"
+    "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, time.perf_counter() - t, r.returncode)\n"
+)
+
+
+def spamnb(*args):
+    return [sys.executable, "-m", "spamnb", *map(str, args)]
+
+
+def measured(cmd):
+    """(wall seconds, peak RSS MiB, stderr) of one command in a fresh wrapper."""
+    out = subprocess.run([sys.executable, "-c", _WRAPPER, *cmd], capture_output=True, text=True)
+    kib, seconds, code = out.stdout.split()
+    if int(code) != 0:
+        raise SystemExit(f"failed: {' '.join(cmd)}\n{out.stderr}")
+    return float(seconds), int(kib) / 1024, out.stderr
+
+
+def index_of(entries, path, times=1):
+    """An index file listing ``entries`` (label, absolute path) ``times`` times over."""
+    with open(path, "w") as f:
+        for _ in range(times):
+            f.writelines(f"{label} {p}\n" for label, p in entries)
+    return path
+
+
+def entries_of(index):
+    base = Path(index).parent
+    out = []
+    for line in Path(index).read_text().splitlines():
+        if line.strip():
+            label, rel = line.split(None, 1)
+            out.append((label, str(base / rel)))
+    return out
+
+
+def section_a(tmp, repeats):
+    print("## (a) train on SpamAssassin: --jobs 1 vs --jobs 2\n")
+    times = {1: [], 2: []}
+    for r in range(repeats):
+        for jobs in ((1, 2) if r % 2 == 0 else (2, 1)):
+            s, _, err = measured(spamnb("train", "--index", SA, "--jobs", jobs, "--model", tmp / f"a{jobs}.joblib"))
+            times[jobs].append(s)
+            print(f"  repeat {r + 1} jobs {jobs}: {s:.2f} s  ({err.strip().splitlines()[0]})")
+    m1, m2 = statistics.median(times[1]), statistics.median(times[2])
+    paired = statistics.median(a / b for a, b in zip(times[1], times[2]))
+    same = (tmp / "a1.joblib").exists() and _same_model(tmp / "a1.joblib", tmp / "a2.joblib")
+    print(f"\n| jobs | median s | min s |\n|---|---|---|\n| 1 | {m1:.2f} | {min(times[1]):.2f} |\n"
+          f"| 2 | {m2:.2f} | {min(times[2]):.2f} |\n")
+    print(f"speed-up (ratio of medians) {m1 / m2:.2f}x; median of paired ratios {paired:.2f}x; "
+          f"models identical: {same}; cpus: {os.cpu_count()}\n")
+    return {"jobs1": times[1], "jobs2": times[2], "speedup": m1 / m2, "paired": paired, "identical": same}
+
+
+def _same_model(a, b):
+    import numpy as np
+
+    from spamnb.modelfile import load_model
+
+    ma, mb = load_model(a), load_model(b)
+    return (ma.vocabulary == mb.vocabulary
+            and np.array_equal(ma.estimator.feature_count_, mb.estimator.feature_count_)
+            and np.array_equal(ma.class_count, mb.class_count) and np.array_equal(ma.doc_freq, mb.doc_freq))
+
+
+def section_b(tmp):
+    print("## (b) peak memory: streaming\n")
+    everything = [e for name in ("spamassassin", "trec06c-dev") for e in entries_of(CORPORA / name / "index")]
+    x1 = index_of(everything, tmp / "x1.index", 1)
+    x4 = index_of(everything, tmp / "x4.index", 4)
+    rows = []
+    for what, idx, extra in [
+        ("x1, --no-dedupe, --jobs 1", x1, ["--no-dedupe"]),
+        ("x4, --no-dedupe, --jobs 1", x4, ["--no-dedupe"]),
+        ("x1 (all of shared/corpora), dedupe, --jobs 1", x1, []),
+        ("x4, dedupe, --jobs 1", x4, []),
+        ("x1, dedupe, --jobs 2", x1, ["--jobs", "2"]),
+    ]:
+        cmd = spamnb("train", "--index", idx, "--model", tmp / "b.joblib", *extra)
+        s, mib, err = measured(cmd)
+        summary = err.strip().splitlines()[0]
+        rows.append({"run": what, "seconds": s, "peak_rss_mib": mib, "summary": summary})
+        print(f"  {what}: {mib:.0f} MiB, {s:.1f} s  ({summary})")
+    base, big = rows[0]["peak_rss_mib"], rows[1]["peak_rss_mib"]
+    print("\n| run | peak RSS MiB | seconds |\n|---|---|---|")
+    for r in rows:
+        print(f"| {r['run']} | {r['peak_rss_mib']:.0f} | {r['seconds']:.1f} |")
+    print(f"\nx4 / x1 peak RSS (no dedupe): {big / base:.3f} (+{100 * (big / base - 1):.1f}%)\n")
+    return {"rows": rows, "x4_over_x1": big / base, "messages_x1": len(everything)}
+
+
+def section_c(tmp):
+    print("## (c) hashing on SpamAssassin: 5-fold (1-AUC)%, train memory, model size\n")
+    rows = []
+    for n in (None, 2**18, 2**20):
+        extra = [] if n is None else ["--hash-features", n]
+        out = subprocess.run(spamnb("evaluate", "--index", SA, "--folds", 5, "--json", *extra),
+                             capture_output=True, text=True, check=True)
+        auc = json.loads(out.stdout)["one_minus_auc_pct"]
+        model = tmp / f"c{n}.joblib"
+        s, mib, _ = measured(spamnb("train", "--index", SA, "--model", model, *extra))
+        size = model.stat().st_size / 2**20
+        rows.append({"hash_features": n, "one_minus_auc_pct": auc, "train_peak_rss_mib": mib,
+                     "model_mib": size, "train_seconds": s})
+        label = "vocabulary" if n is None else f"hash 2^{n.bit_length() - 1}"
+        print(f"  {label}: (1-AUC)% {auc:.4f}, peak RSS {mib:.0f} MiB, model {size:.1f} MiB")
+    print("\n| columns | (1-AUC)% | train peak RSS MiB | model file MiB |\n|---|---|---|---|")
+    for r in rows:
+        n = r["hash_features"]
+        label = "exact vocabulary" if n is None else f"hashed, 2^{n.bit_length() - 1}"
+        print(f"| {label} | {r['one_minus_auc_pct']:.4f} | {r['train_peak_rss_mib']:.0f} | {r['model_mib']:.1f} |")
+    print()
+    return {"rows": rows}
+
+
+def section_d():
+    print("## (d) per-message costs (in-process, --jobs 1)\n")
+    from spamnb import parallel as par
+    from spamnb.model import SpamModel
+
+    out = {}
+    for name in ("spamassassin", "trec06c-dev"):
+        index = CORPORA / name / "index"
+        spec = par.CountSpec.of(SpamModel(), keys=True)
+        model = SpamModel()
+        merger = par.ShardMerger(model.vocabulary, model.registry)
+        n = shipped = 0
+        work = merge = 0.0
+        growth = []
+        start = time.perf_counter()
+        for shard in par.plan(index=[index]):
+            t0 = time.perf_counter()
+            counts = par.count_shard(shard, spec)
+            t1 = time.perf_counter()
+            shipped += len(pickle.dumps(shard, protocol=5)) + len(pickle.dumps(counts, protocol=5))
+            t2 = time.perf_counter()
+            merger.add(counts)
+            t3 = time.perf_counter()
+            work += t1 - t0
+            merge += t3 - t2
+            n += len(counts.y)
+            growth.append((n, len(model.vocabulary)))
+        t4 = time.perf_counter()
+        merger.install(model)
+        install = time.perf_counter() - t4
+        total = time.perf_counter() - start
+        shard_bytes = sum(len(pickle.dumps(s, protocol=5)) for s in par.plan(index=[index]))
+        row = {"messages": n, "vocabulary": len(model.vocabulary), "worker_ms_per_msg": 1e3 * work / n,
+               "merge_ms_per_msg": 1e3 * merge / n, "install_s": install, "total_s": total,
+               "shipped_bytes_per_msg": shipped / n, "shard_description_bytes_per_msg": shard_bytes / n,
+               "growth": growth}
+        out[name] = row
+        print(f"  {name}: {n} messages, vocabulary {len(model.vocabulary)}; worker "
+              f"{row['worker_ms_per_msg']:.2f} ms/msg (read+tokenize+count), parent merge "
+              f"{row['merge_ms_per_msg']:.3f} ms/msg, install {install:.2f} s; shipped "
+              f"{row['shipped_bytes_per_msg'] / 1e3:.1f} kB/msg (paths {row['shard_description_bytes_per_msg']:.0f} B/msg)")
+        # Heaps' law V = K n^beta, fitted on the growth curve
+        import numpy as np
+
+        g = np.array(growth[len(growth) // 4:], dtype=float)
+        beta, logk = np.polyfit(np.log(g[:, 0]), np.log(g[:, 1]), 1)
+        row["heaps_beta"], row["heaps_k"] = float(beta), float(np.exp(logk))
+        print(f"    vocabulary growth: V ≈ {np.exp(logk):.1f} · n^{beta:.3f} "
+              f"(-> {np.exp(logk) * 1e8 ** beta / 1e6:.0f} M tokens at 10^8 messages, if it held)")
+    print()
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--only", default="abcd", help="sections to run, e.g. 'ab'")
+    ap.add_argument("--repeats", type=int, default=3, help="paired repeats in (a)")
+    ap.add_argument("--json", type=Path, help="also write the figures here")
+    args = ap.parse_args()
+    results = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        if "a" in args.only:
+            results["a"] = section_a(tmp, args.repeats)
+        if "b" in args.only:
+            results["b"] = section_b(tmp)
+        if "c" in args.only:
+            results["c"] = section_c(tmp)
+        if "d" in args.only:
+            results["d"] = section_d()
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()
