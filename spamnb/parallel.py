@@ -386,14 +386,13 @@ class Runner:
         Items are taken from ``items`` only as workers free up (at most twice
         as many in flight as there are workers), so a lazy plan stays lazy.
         """
-        from joblib import Parallel, delayed
+        if self.backend == "loky":
+            yield from _local_map(func, items, args, self._n_local())
+            return
+        from joblib import Parallel, delayed, parallel_config
 
         calls = (delayed(func)(item, *args) for item in items)
         opts = dict(return_as="generator", pre_dispatch="2*n_jobs", batch_size=1)
-        if self.backend == "loky":
-            yield from Parallel(n_jobs=self.jobs, backend="loky", **opts)(calls)
-            return
-        from joblib import parallel_config
 
         client = _dask_client(self.scheduler)
         try:
@@ -401,6 +400,71 @@ class Runner:
                 yield from Parallel(n_jobs=-1, **opts)(calls)
         finally:
             client.close()
+
+
+    def _n_local(self) -> int:
+        return os.cpu_count() or 1 if self.jobs < 0 else int(self.jobs)
+
+
+def _local_map(func, items, args, jobs):
+    """Ordered ``func(item, *args)`` on ``jobs`` processes: this one and ``jobs - 1``
+    joblib (loky) worker processes.
+
+    Whenever the next result in order is not ready yet, this process counts the
+    next shard itself instead of waiting, so the time the workers take to start
+    (an interpreter importing numpy, scipy and the tokenizer: ~1 s) is not lost,
+    and jobs=1 is simply a loop here. At most ``2 × jobs`` shards are in flight.
+    """
+    from collections import deque
+    from concurrent.futures import Future
+
+    it = iter(items)
+    if jobs <= 1:
+        for item in it:
+            yield func(item, *args)
+        return
+    from joblib.externals.loky import get_reusable_executor
+
+    executor = get_reusable_executor(max_workers=jobs - 1)
+    window: deque = deque()  # Futures (workers) and finished results (this process), in item order
+    limit = 2 * jobs
+    exhausted = False
+
+    def take():
+        nonlocal exhausted
+        try:
+            return next(it)
+        except StopIteration:
+            exhausted = True
+            return None
+
+    try:
+        while True:
+            # keep each worker busy, with one shard queued behind the one it counts
+            while not exhausted and len(window) < limit and \
+                    sum(isinstance(w, Future) and not w.done() for w in window) < 2 * (jobs - 1):
+                item = take()
+                if not exhausted:
+                    window.append(executor.submit(func, item, *args))
+            if not window:
+                return
+            head = window[0]
+            if isinstance(head, Future) and not head.done() and not exhausted and len(window) < limit:
+                item = take()  # the next result is not ready: count a shard here meanwhile
+                if not exhausted:
+                    window.append(_Done(func(item, *args)))
+                continue
+            window.popleft()
+            yield head.result() if isinstance(head, Future) else head.value
+    finally:
+        for w in window:
+            if isinstance(w, Future):
+                w.cancel()
+
+
+@dataclass
+class _Done:
+    value: object
 
 
 def _dask_client(address):
