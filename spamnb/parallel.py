@@ -31,7 +31,9 @@ Design decisions, each made here:
   Streams that cannot be split (standard input, mbox, MH, archives) are read by
   the parent, which ships the raw bytes of one shard at a time.
 * Memory is bounded: shards are planned lazily and at most ``2 × workers`` of
-  them are in flight (joblib's ``pre_dispatch``); the parent keeps only the
+  them are in flight (locally a window over joblib's loky executor, in which
+  this process counts shards too while it would otherwise wait; on Dask
+  joblib's ``pre_dispatch``); the parent keeps only the
   vocabulary, the count arrays and, with the registry, 16 bytes per message
   key (a dict entry, ~100 bytes: pass ``registry=False`` for very large corpora).
 * Duplicates (same :func:`message_key`, i.e. Message-ID, else content) are
@@ -365,8 +367,9 @@ def matrix_shard(shard: Shard, spec: CountSpec) -> ShardMatrix:
 
 @dataclass(frozen=True)
 class Runner:
-    """Where shards are counted: ``jobs`` local processes (joblib/loky; 1 = this
-    process, -1 = every core), or the workers of a Dask cluster at ``scheduler``."""
+    """Where shards are counted: ``jobs`` local processes (this one and ``jobs - 1``
+    joblib/loky workers; 1 = only this one, -1 = one per core), or the workers of a
+    Dask cluster at ``scheduler`` (through joblib's Dask backend)."""
 
     jobs: int = 1
     backend: str = "loky"
