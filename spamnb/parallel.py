@@ -406,7 +406,7 @@ class Runner:
 
 
     def _n_local(self) -> int:
-        return os.cpu_count() or 1 if self.jobs < 0 else int(self.jobs)
+        return (os.cpu_count() or 1) if self.jobs < 0 else int(self.jobs)
 
 
 def _local_map(func, items, args, jobs):
