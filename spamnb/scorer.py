@@ -134,8 +134,9 @@ def write_scorer(model, path, identity: dict) -> bool:
 
     ``identity`` is :func:`file_identity` of the model file the scorer stands for.
     Returns False, and removes any old scorer at ``path``, when the model
-    cannot be compiled: non-finite weights (λ = 0 models give ±inf/NaN) or two
-    vocabulary tokens with the same 64-bit hash. Those models are scored by
+    cannot be compiled: a hashed vocabulary (columns, not tokens), non-finite
+    weights (λ = 0 models give ±inf/NaN) or two vocabulary tokens with the
+    same 64-bit hash. Those models are scored by
     the full path only.
     """
     import tempfile
@@ -145,7 +146,12 @@ def write_scorer(model, path, identity: dict) -> bool:
 
     from spamnb._version import __version__
 
+    from spamnb.vocabulary import Vocabulary
+
     path = os.fspath(path)
+    if type(model.vocabulary) is not Vocabulary:  # hashed columns: no token list to key by
+        remove_scorer(path)
+        return False
     bias, weights = model.linear_weights()
     tokens = model.vocabulary.tokens()
     keys = np.fromiter((token_hash(t) for t in tokens), dtype=np.uint64, count=len(tokens))

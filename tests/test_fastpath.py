@@ -129,6 +129,21 @@ def test_no_scorer_for_infinite_weights(small_corpus, tmp_path, compiled):
         fast(tmp_path / "zero.joblib", raw, [])
 
 
+def test_no_scorer_for_hashed_models(small_corpus, tmp_path, compiled):
+    """A hashed model keeps no token list: a scorer keyed by tokens would be wrong."""
+    model = SpamModel(hash_features=4096)
+    model.learn((m.raw, m.label) for m in iter_index(str(small_corpus.index)))
+    path = tmp_path / "hashed.joblib"
+    shutil.copyfile(scorer.scorer_path(compiled), scorer.scorer_path(path))
+    save_model(model, path)
+    assert not os.path.exists(scorer.scorer_path(path))
+    raw = sample_message("spam", 0).read_bytes()
+    with pytest.raises(fastfilter.Fallback):
+        fast(path, raw, [])
+    proc = subprocess.run(SPAMNB + ["filter", "--model", str(path)], input=raw, capture_output=True)
+    assert (proc.stdout, proc.returncode) == click_filter(["--model", path], raw)
+
+
 # -- fast path == click path -------------------------------------------------------------
 
 def test_fast_path_equals_click_path_on_real_and_odd_mail(compiled, trained_model):
