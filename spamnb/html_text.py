@@ -96,6 +96,11 @@ class _Extractor(HTMLParser):
         self.tail_alnum = False  # visible text so far ends inside a word
         self.pending = None      # "comment"/"tag" seen right after a word
 
+    def updatepos(self, i, j):
+        # Line/column bookkeeping (counting newlines of every construct) is
+        # never read here; skipping it saves ~5% of HTML time.
+        return j
+
     # -- elements -------------------------------------------------------
     def handle_starttag(self, tag, attrs):
         if tag in _BLOCK:

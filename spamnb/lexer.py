@@ -18,8 +18,6 @@ so a 10 MB line without spaces is scanned once.
 
 import re
 
-import regex
-
 __all__ = [
     "CJK_SCHEMES",
     "crack_url",
@@ -56,12 +54,29 @@ _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30fc"
 # "3.5").  Possessive quantifiers: a failed inner piece never backtracks.
 # A CJK run is one script's run (Han, Hiragana, Katakana, Hangul): in
 # Japanese the script changes approximate word boundaries; Chinese is all Han.
-_UNI_WORD = regex.compile(
+# One match is either a CJK run (group 1) or a non-CJK word (group 2): letters,
+# marks and digits, with single inner apostrophes/dots/hyphens ("l'été",
+# "3.5").  Possessive quantifiers: a failed inner piece never backtracks.
+_UNI_WORD_PATTERN = (
     r"(\p{Han}++|\p{Hiragana}++|[\p{Katakana}\u30fc]++|\p{Hangul}++)"
     r"|([$\u20ac\u00a3\u00a5]?+[[\p{L}\p{M}\p{N}]--[" + _CJK + r"]]++"
-    r"(?:['\u2019.,\-][[\p{L}\p{M}\p{N}]--[" + _CJK + r"]]++)*+%?+)",
-    regex.V1,
+    r"(?:['\u2019.,\-][[\p{L}\p{M}\p{N}]--[" + _CJK + r"]]++)*+%?+)"
 )
+_uni_word = None
+
+
+def _uni_findall(chunk):
+    """``findall`` of the Unicode word pattern, compiled on first use.
+
+    ``regex`` and this pattern cost ~10 ms to import and compile; an ASCII
+    message (the per-message filter's common case) never needs them.
+    """
+    global _uni_word
+    if _uni_word is None:
+        import regex
+        _uni_word = regex.compile(_UNI_WORD_PATTERN, regex.V1).findall
+    return _uni_word(chunk)
+
 
 # URLs: a scheme or "www." followed by a run of URL characters.  One class run,
 # nothing required after it: cannot backtrack.
@@ -163,7 +178,7 @@ def words(text, min_len=2, max_len=12, cjk="none", prefix=""):
             elif n >= min_len:
                 append(prefix + w)
             continue
-        for run, word in _UNI_WORD.findall(w):
+        for run, word in _uni_findall(w):
             if run:
                 if run_or_bigram:
                     if len(run) <= max_len:

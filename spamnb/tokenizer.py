@@ -133,20 +133,21 @@ class TokenizerConfig:
     # differences under ~0.005 are noise.
 
     # Headers: all of them.  SA round 1: all 0.097 / 94.4, only subject, from,
-    # to, content-type, cte 0.216 / 91.8, none 0.479 / 88.7.  TC (fair set) vs
-    # no headers at all: 0.090 / 97.6 vs 0.149 / 94.3.
+    # to, content-type, cte 0.216 / 91.8, none 0.479 / 88.7.  TC round 2, the
+    # fair set vs no headers at all: 0.048 / 99.3 vs 0.216 / 93.5.
     only_headers: tuple | None = None
     skip_headers: tuple = ()
     # 200 kB per part.  SA round 1: 20 kB 0.098 / 94.5 (counts: 92.1 recall),
-    # 50 kB 0.096 / 94.5, 200 kB 0.097 / 94.4, 1 MB 0.097 / 94.4: the bound
-    # costs nothing and caps the work on huge parts.
+    # 50 kB 0.096 / 94.5, 200 kB 0.097 / 94.4, 1 MB 0.097 / 94.4 (TC round 2:
+    # 20 kB = 200 kB): the bound costs nothing and caps the work on huge parts.
     max_part_bytes: int = 200_000
     # CJK: a run of one script, between punctuation, spaces or other scripts,
     # is one word (bounded like any word: a run over max_word_len becomes
-    # "skip:<first char> <len//10*10>").  TC: none 0.061 / 98.5 (0.048 / 99.3
-    # with min_word_len=2), bigram 0.090 / 97.6, unigram 0.125 / 95.3,
-    # uni+bigram 0.111 / 97.3, bigram+run 0.080 / 98.4, unigram+run 0.058 / 98.3,
-    # run-or-bigram (long runs as bigrams instead of a skip token) 0.074 / 98.0.
+    # "skip:<first char> <len//10*10>").  TC round 2: none 0.048 / 99.3,
+    # bigram 0.086 / 97.9, unigram 0.113 / 95.3, uni+bigram 0.107 / 97.3,
+    # bigram+run 0.076 / 98.5, run-or-bigram (long runs as bigrams instead of
+    # a skip token) 0.074 / 98.0; round 1 (min_word_len=3): none 0.061 / 98.5,
+    # bigram 0.090 / 97.6, unigram+run 0.058 / 98.3.
     # Many correlated bigrams per sentence over-count evidence under the naive
     # assumption; short phrases and run-length summaries do not.  SA is
     # indifferent (none 0.077 / 95.4, bigram 0.081 / 95.4, round 2).  Caveat:
@@ -154,24 +155,27 @@ class TokenizerConfig:
     # unseen campaigns, and "bigram" stays one setting away.
     cjk: str = "none"
     # Word pairs: off.  SA round 2: 0.139 / 95.3 with, 0.077 / 95.4 without
-    # (vocabulary 627k vs 141k); TC round 1: 0.077 / 96.3 vs 0.090 / 97.6.
+    # (vocabulary 627k vs 141k); TC round 2: 0.050 / 99.3 vs 0.048 / 99.3
+    # (216k vs 94k tokens); round 1 (CJK bigrams): 0.077 / 96.3 vs 0.090 / 97.6.
     bigrams: bool = False
     # Case folding: on.  SA round 2: 0.077 / 95.4 folded vs 0.097 / 93.0 not;
-    # TC round 1: 0.090 / 97.6 vs 0.089 / 97.5 (no Latin text to fold).
+    # TC round 2: 0.048 / 99.3 vs 0.041 / 99.3 (little Latin text there; the
+    # recall that SA loses outweighs TC's AUC difference).
     case_fold: bool = True
-    # NFKC: on.  No measurable effect on either corpus (SA 0.097 / 94.4 both,
-    # TC 0.090 / 97.6 both, round 1); kept because full-width Latin and
+    # NFKC: on.  No measurable effect on either corpus (SA round 1 0.097 / 94.4
+    # both; TC round 2 0.048 / 99.3 both); kept because full-width Latin and
     # digits are a known obfuscation in CJK spam.
     nfkc: bool = True
     # Word lengths 2..12.  SA round 2: min 1 0.078 / 95.5, 2 0.077 / 95.4,
-    # 3 0.081 / 95.3; max 20 0.080 / 95.6.  TC (cjk=none): min 1 0.046 / 99.4,
-    # 2 0.048 / 99.3, 3 0.061 / 98.5; max 20 0.068 / 98.4, 30 0.070 / 98.5.
+    # 3 0.081 / 95.3; max 20 0.080 / 95.6.  TC round 2: min 1 0.046 / 99.4,
+    # 2 0.048 / 99.3, 3 0.061 / 98.5; max 20 0.052 / 98.9 (30: 0.070 / 98.5
+    # from round 1 with cjk=none).
     min_word_len: int = 2
     max_word_len: int = 12
     # HTML: visible text plus markup tokens.  SA round 1: markup 0.097 / 94.4,
     # text only 0.091 / 92.7, regex-stripped 0.099 / 93.2, raw source
     # 0.173 / 71.0; round 2: markup 0.077 / 95.4, text 0.072 / 93.9.  TC has
-    # little HTML (0.090 / 97.6 for every mode).
+    # little HTML (0.048 / 99.3 for markup and text, round 2).
     html: str = "markup"
     # multipart/alternative: read both parts.  SA round 2: plain only
     # 0.072 / 95.6, both 0.077 / 95.4 (round 1: 0.090 / 94.2 vs 0.097 / 94.4,
