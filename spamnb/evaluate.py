@@ -99,8 +99,8 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
         t0 = time.perf_counter()
         Xtr = X[tr]
         cols = np.flatnonzero(document_frequency(Xtr))  # the fold's own vocabulary
-        est = make_model().estimator
-        est.partial_fit(transform_features(Xtr[:, cols], template.features), y[tr])
+        est = make_model()._new_estimator()  # sized by the fold's columns (a hashed model's is pre-grown)
+        est.partial_fit(transform_features(Xtr[:, cols], template.features), y[tr], classes=[HAM, SPAM])
         t1 = time.perf_counter()
         log_post = est.predict_log_proba(transform_features(X[te][:, cols], template.features))
         classify_s += time.perf_counter() - t1

@@ -326,8 +326,9 @@ def test_hashed_model_trains_saves_and_classifies(messages, small_corpus, tmp_pa
     assert any(t in tokenize(raw, loaded.tokenizer) for t in top.split("|"))
 
 
-def test_cli_evaluate_jobs_gives_the_same_figures(tiny_corpus):
-    outs = [run(["evaluate", "--index", tiny_corpus.index, "--folds", "2", "--json", "--jobs", j]).output
+@pytest.mark.parametrize("extra", [[], ["--hash-features", "4096"]])
+def test_cli_evaluate_jobs_gives_the_same_figures(tiny_corpus, extra):
+    outs = [run(["evaluate", "--index", tiny_corpus.index, "--folds", "2", "--json", "--jobs", j, *extra]).output
             for j in ("1", "2")]
     import json
 
