@@ -30,7 +30,6 @@ elements (``p``, ``div``, ``br``, ``td``...) do.
 """
 
 import re
-from html.parser import HTMLParser
 
 from spamnb.lexer import crack_url
 
@@ -79,157 +78,171 @@ def _bucket(n):
     return 1 << (n.bit_length() - 1)
 
 
-class _Extractor(HTMLParser):
-    """Collects visible text and markup evidence; see the module docstring."""
+_extractor = None
 
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.chunks = []
-        self.tokens = []
-        self.notable = set()
-        # Element stack entries: (tag, hidden, invisible, fg, bg), inherited.
-        self.stack = [("", False, False, None, None)]
-        self.fonts = 0
-        self.imgs = 0
-        self.hidden_chars = 0
-        self.comments = 0
-        self.tail_alnum = False  # visible text so far ends inside a word
-        self.pending = None      # "comment"/"tag" seen right after a word
 
-    def updatepos(self, i, j):
-        # Line/column bookkeeping (counting newlines of every construct) is
-        # never read here; skipping it saves ~5% of HTML time.
-        return j
+def _extractor_class():
+    """The HTMLParser subclass, defined on first use: ``html.parser`` costs
+    ~4 ms to import, which plain-text mail on the filter path need not pay."""
+    global _extractor
+    if _extractor is not None:
+        return _extractor
+    from html.parser import HTMLParser
 
-    # -- elements -------------------------------------------------------
-    def handle_starttag(self, tag, attrs):
-        if tag in _BLOCK:
-            self.chunks.append("\n")
-            self.tail_alnum = False
-            self.pending = None
-        elif self.tail_alnum:
-            self.pending = "tag"
-        if tag in _SPECIAL:
-            self._special(tag, attrs)
-        if tag in _VOID or len(self.stack) >= _MAX_STACK:
-            return
-        top = self.stack[-1]
-        if not attrs and tag not in _INVISIBLE:
-            # Fast path (most tags): inherit the parent's state.
-            self.stack.append((tag,) + top[1:])
-            return
-        _, hidden, invisible, fg, bg = top
-        if tag in _INVISIBLE:
-            invisible = True
-        a = dict(attrs)
-        style = a.get("style")
-        if style:
-            s = style.lower().replace(" ", "")
-            if "display:none" in s or "visibility:hidden" in s or _TINY_CSS.search(s):
+    class _Extractor(HTMLParser):
+        """Collects visible text and markup evidence; see the module docstring."""
+
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.chunks = []
+            self.tokens = []
+            self.notable = set()
+            # Element stack entries: (tag, hidden, invisible, fg, bg), inherited.
+            self.stack = [("", False, False, None, None)]
+            self.fonts = 0
+            self.imgs = 0
+            self.hidden_chars = 0
+            self.comments = 0
+            self.tail_alnum = False  # visible text so far ends inside a word
+            self.pending = None      # "comment"/"tag" seen right after a word
+
+        def updatepos(self, i, j):
+            # Line/column bookkeeping (counting newlines of every construct) is
+            # never read here; skipping it saves ~5% of HTML time.
+            return j
+
+        # -- elements -------------------------------------------------------
+        def handle_starttag(self, tag, attrs):
+            if tag in _BLOCK:
+                self.chunks.append("\n")
+                self.tail_alnum = False
+                self.pending = None
+            elif self.tail_alnum:
+                self.pending = "tag"
+            if tag in _SPECIAL:
+                self._special(tag, attrs)
+            if tag in _VOID or len(self.stack) >= _MAX_STACK:
+                return
+            top = self.stack[-1]
+            if not attrs and tag not in _INVISIBLE:
+                # Fast path (most tags): inherit the parent's state.
+                self.stack.append((tag,) + top[1:])
+                return
+            _, hidden, invisible, fg, bg = top
+            if tag in _INVISIBLE:
+                invisible = True
+            a = dict(attrs)
+            style = a.get("style")
+            if style:
+                s = style.lower().replace(" ", "")
+                if "display:none" in s or "visibility:hidden" in s or _TINY_CSS.search(s):
+                    hidden = True
+                m = _CSS_COLOR.search(s)
+                if m:
+                    fg = _color(m.group(1))
+                m = _CSS_BG.search(s)
+                if m:
+                    bg = _color(m.group(1))
+            if "hidden" in a:
                 hidden = True
-            m = _CSS_COLOR.search(s)
-            if m:
-                fg = _color(m.group(1))
-            m = _CSS_BG.search(s)
-            if m:
-                bg = _color(m.group(1))
-        if "hidden" in a:
-            hidden = True
-        color = a.get("color")
-        if color and tag == "font":
-            fg = _color(color)
-        bgcolor = a.get("bgcolor")
-        if bgcolor:
-            bg = _color(bgcolor)
-        if fg is not None and fg == bg:
-            hidden = True
-        self.stack.append((tag, hidden, invisible, fg, bg))
+            color = a.get("color")
+            if color and tag == "font":
+                fg = _color(color)
+            bgcolor = a.get("bgcolor")
+            if bgcolor:
+                bg = _color(bgcolor)
+            if fg is not None and fg == bg:
+                hidden = True
+            self.stack.append((tag, hidden, invisible, fg, bg))
 
-    def _special(self, tag, attrs):
-        """Evidence from tags that carry links or are rare in ham."""
-        a = {k: v for k, v in attrs if v is not None}
-        if tag in _NOTABLE:
-            self.notable.add(tag)
-        if tag == "a" or tag == "area":
-            self._href(a.get("href"))
-        elif tag == "img":
-            self.imgs += 1
-            src = a.get("src")
-            if src:
-                self.tokens.extend(crack_url(src, "img:", path=False))
-            if a.get("width", "").strip() in ("0", "1") or a.get("height", "").strip() in ("0", "1"):
-                self.tokens.append("html:web-bug")
-        elif tag == "form":
-            action = a.get("action")
-            if action and "://" in action:
-                self.tokens.extend(crack_url(action, "url:"))
-        elif tag == "meta":
-            if a.get("http-equiv", "").lower() == "refresh":
-                self.notable.add("meta-refresh")
-        elif tag == "font":
-            self.fonts += 1
-            if a.get("size", "").strip() in ("0", "1", "-1", "-2", "-3"):
-                self.tokens.append("html:tiny-font")
+        def _special(self, tag, attrs):
+            """Evidence from tags that carry links or are rare in ham."""
+            a = {k: v for k, v in attrs if v is not None}
+            if tag in _NOTABLE:
+                self.notable.add(tag)
+            if tag == "a" or tag == "area":
+                self._href(a.get("href"))
+            elif tag == "img":
+                self.imgs += 1
+                src = a.get("src")
+                if src:
+                    self.tokens.extend(crack_url(src, "img:", path=False))
+                if a.get("width", "").strip() in ("0", "1") or a.get("height", "").strip() in ("0", "1"):
+                    self.tokens.append("html:web-bug")
+            elif tag == "form":
+                action = a.get("action")
+                if action and "://" in action:
+                    self.tokens.extend(crack_url(action, "url:"))
+            elif tag == "meta":
+                if a.get("http-equiv", "").lower() == "refresh":
+                    self.notable.add("meta-refresh")
+            elif tag == "font":
+                self.fonts += 1
+                if a.get("size", "").strip() in ("0", "1", "-1", "-2", "-3"):
+                    self.tokens.append("html:tiny-font")
 
-    def handle_endtag(self, tag):
-        if tag in _BLOCK:
-            self.chunks.append("\n")
-            self.tail_alnum = False
+        def handle_endtag(self, tag):
+            if tag in _BLOCK:
+                self.chunks.append("\n")
+                self.tail_alnum = False
+                self.pending = None
+            elif self.tail_alnum:
+                self.pending = "tag"
+            stack = self.stack
+            # Pop to the matching open element, if it is near the top (malformed
+            # HTML leaves elements unclosed; a bounded search keeps this linear).
+            for i in range(len(stack) - 1, max(0, len(stack) - _POP_SEARCH), -1):
+                if stack[i][0] == tag:
+                    del stack[i:]
+                    break
+
+        def handle_data(self, data):
+            _, hidden, invisible, _fg, _bg = self.stack[-1]
+            if invisible:
+                return
+            if hidden:
+                if not data.isspace():
+                    self.hidden_chars += len(data)
+                return
+            if self.pending and data[:1].isalnum():
+                self.tokens.append("html:%s-in-word" % self.pending)
             self.pending = None
-        elif self.tail_alnum:
-            self.pending = "tag"
-        stack = self.stack
-        # Pop to the matching open element, if it is near the top (malformed
-        # HTML leaves elements unclosed; a bounded search keeps this linear).
-        for i in range(len(stack) - 1, max(0, len(stack) - _POP_SEARCH), -1):
-            if stack[i][0] == tag:
-                del stack[i:]
-                break
+            self.chunks.append(data)
+            self.tail_alnum = data[-1:].isalnum()
 
-    def handle_data(self, data):
-        _, hidden, invisible, _fg, _bg = self.stack[-1]
-        if invisible:
-            return
-        if hidden:
-            if not data.isspace():
-                self.hidden_chars += len(data)
-            return
-        if self.pending and data[:1].isalnum():
-            self.tokens.append("html:%s-in-word" % self.pending)
-        self.pending = None
-        self.chunks.append(data)
-        self.tail_alnum = data[-1:].isalnum()
+        def handle_comment(self, data):
+            self.comments += 1
+            if self.tail_alnum:
+                self.pending = "comment"
 
-    def handle_comment(self, data):
-        self.comments += 1
-        if self.tail_alnum:
-            self.pending = "comment"
+        # -- helpers ----------------------------------------------------------
+        def _href(self, href):
+            if not href:
+                return
+            h = href.strip()
+            low = h[:11].lower()
+            if low.startswith("mailto:"):
+                self.tokens.append("html:mailto")
+            elif low.startswith("javascript:"):
+                self.tokens.append("html:js-href")
+            elif "://" in h[:12] or low.startswith("www."):
+                self.tokens.extend(crack_url(h, "url:"))
 
-    # -- helpers ----------------------------------------------------------
-    def _href(self, href):
-        if not href:
-            return
-        h = href.strip()
-        low = h[:11].lower()
-        if low.startswith("mailto:"):
-            self.tokens.append("html:mailto")
-        elif low.startswith("javascript:"):
-            self.tokens.append("html:js-href")
-        elif "://" in h[:12] or low.startswith("www."):
-            self.tokens.extend(crack_url(h, "url:"))
+        def summary(self):
+            out = self.tokens
+            out.extend("html:tag:" + t for t in sorted(self.notable))
+            if self.fonts:
+                out.append("html:font:%d" % _bucket(self.fonts))
+            if self.imgs:
+                out.append("html:img:%d" % _bucket(self.imgs))
+            if self.hidden_chars:
+                out.append("html:hidden-text")
+            if self.comments:
+                out.append("html:comment")
+            return out
 
-    def summary(self):
-        out = self.tokens
-        out.extend("html:tag:" + t for t in sorted(self.notable))
-        if self.fonts:
-            out.append("html:font:%d" % _bucket(self.fonts))
-        if self.imgs:
-            out.append("html:img:%d" % _bucket(self.imgs))
-        if self.hidden_chars:
-            out.append("html:hidden-text")
-        if self.comments:
-            out.append("html:comment")
-        return out
+    _extractor = _Extractor
+    return _extractor
 
 
 def looks_like_html(text):
@@ -306,7 +319,7 @@ def _sanitize(html):
 
 def html_to_text(html):
     """Return ``(visible_text, markup_tokens)`` for an HTML document; never raises."""
-    p = _Extractor()
+    p = _extractor_class()()
     try:
         p.feed(_sanitize(html))
         p.close()

@@ -81,11 +81,11 @@ def _uni_findall(chunk):
 # URLs: a scheme or "www." followed by a run of URL characters.  One class run,
 # nothing required after it: cannot backtrack.
 _URL = re.compile(r"""(?:https?|ftp)://[^\s<>"'`{}|\\^\[\]]+|www\.[^\s<>"'`{}|\\^\[\]]+""", re.I)
-# E-mail addresses.  The look-behind makes a long run of address characters be
-# tried from its first character only, and the bounds cap each attempt.
-_EMAIL = re.compile(
-    r"(?<![\w.+=\-])([\w.+=\-]{1,64})@([\w\-]{1,63}(?:\.[\w\-]{1,63}){1,8})", re.ASCII
-)
+_URL_BODY = re.compile(r"""[^\s<>"'`{}|\\^\[\]]+""")
+# E-mail addresses: local part ending at the "@" (searched within 64
+# characters before it), then the domain.  Both bounded: linear time.
+_LOCAL_TAIL = re.compile(r"[\w.+=\-]{1,64}\Z", re.ASCII)
+_DOMAIN_AT = re.compile(r"[\w\-]{1,63}(?:\.[\w\-]{1,63}){1,8}", re.ASCII)
 _URL_PATH_SPLIT = re.compile(r"[/?&=#.\-_+;:,~%!*()$@]+")
 _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\Z")
 _SHAPE_DIGITS = re.compile(r"[0-9]+")
@@ -202,25 +202,85 @@ def words(text, min_len=2, max_len=12, cjk="none", prefix=""):
     return out
 
 
+def _cut(text, spans):
+    """``text`` with the sorted, disjoint ``spans`` replaced by a space each."""
+    out = []
+    last = 0
+    for a, b in spans:
+        out.append(text[last:a])
+        last = b
+    out.append(text[last:])
+    return " ".join(out)
+
+
 def find_urls(text):
-    """Return ``(urls, text_without_urls)``; cheap when there is no URL."""
+    """Return ``(urls, text_without_urls)``; cheap when there is no URL.
+
+    ``str.find`` locates each ``://`` and ``www.`` (C speed), a short regex
+    match takes the URL's extent.  A regex scan for the same URLs was the
+    slowest step of plain-text tokenizing (0.62 s of 1.3 s for the 9.8 M
+    characters of SpamAssassin text/plain parts).
+    """
     low = text if text.islower() else text.lower()
     if "://" not in text and "www." not in low:
         return [], text
-    urls = _URL.findall(text)
-    if not urls:
+    if len(low) != len(text):  # lower() changed lengths (e.g. U+0130): no shared offsets
+        urls = _URL.findall(text)
+        return urls, (_URL.sub(" ", text) if urls else text)
+    urls = []
+    spans = []
+    pos = 0
+    i = low.find("://")
+    j = low.find("www.")
+    while i >= 0 or j >= 0:
+        if j >= 0 and (i < 0 or j < i):
+            e = _URL_BODY.match(text, j).end()  # "www." itself always matches
+            spans.append((j, e))
+            pos = e
+        else:
+            pos = i + 3
+            for scheme in ("https", "http", "ftp"):
+                if low.endswith(scheme, max(0, i - len(scheme)), i):
+                    m = _URL_BODY.match(text, pos)
+                    if m:
+                        start = max(i - len(scheme), spans[-1][1] if spans else 0)
+                        spans.append((start, m.end()))
+                        pos = m.end()
+                    break
+        if 0 <= i < pos:
+            i = low.find("://", pos)
+        if 0 <= j < pos:
+            j = low.find("www.", pos)
+    if not spans:
         return [], text
-    return urls, _URL.sub(" ", text)
+    urls = [text[a:b] for a, b in spans]
+    return urls, _cut(text, spans)
 
 
 def find_emails(text):
-    """Return ``([(local, domain), ...], text_without_addresses)``."""
-    if "@" not in text:
+    """Return ``([(local, domain), ...], text_without_addresses)``.
+
+    Each ``@`` (found by ``str.find``) is tried once: the local part is the
+    run of address characters just before it (at most 64), the domain a
+    dotted name just after it.
+    """
+    at = text.find("@")
+    if at < 0:
         return [], text
-    found = _EMAIL.findall(text)
-    if not found:
+    found = []
+    spans = []
+    pos = 0
+    while at >= 0:
+        m = _LOCAL_TAIL.search(text, max(pos, at - 64), at)
+        d = _DOMAIN_AT.match(text, at + 1) if m else None
+        if d:
+            found.append((m.group(), d.group()))
+            spans.append((m.start(), d.end()))
+            pos = d.end()
+        at = text.find("@", max(at + 1, pos))
+    if not spans:
         return [], text
-    return found, _EMAIL.sub(" ", text)
+    return found, _cut(text, spans)
 
 
 def domain_tokens(host, prefix, levels=4):

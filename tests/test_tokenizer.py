@@ -196,6 +196,27 @@ def test_crack_url():
     assert lexer.crack_url("www.shop.example")[0] == "url:proto:http"
 
 
+@pytest.mark.parametrize("text, urls, rest", [
+    ("http:// nothing", [], "http:// nothing"),
+    ("go to https://A.example/P?q=1, then", ["https://A.example/P?q=1,"], "go to   then"),
+    ("WWW.Example.com and http://www.x.example/www.y", ["WWW.Example.com", "http://www.x.example/www.y"],
+     "  and  "),
+    ("xftp://f.example/", ["ftp://f.example/"], "x "),
+    ("İ http://i.example/", ["http://i.example/"], "İ  "),  # lower() changes the length
+    ("mailto:bob@example.com", [], "mailto:bob@example.com"),
+])
+def test_find_urls_edges(text, urls, rest):
+    assert lexer.find_urls(text) == (urls, rest)
+
+
+def test_find_emails_edges():
+    assert lexer.find_emails("a@b") == ([], "a@b")
+    assert lexer.find_emails("x <a.b+c@d.example>, e@f.example")[0] == [
+        ("a.b+c", "d.example"), ("e", "f.example")]
+    assert lexer.find_emails("a" * 100 + "@d.example")[0] == [("a" * 64, "d.example")]
+    assert lexer.find_emails("@@@ @x.y a@@b.c")[0] == []
+
+
 def test_find_urls_and_emails():
     urls, rest = lexer.find_urls("see http://a.example/x and www.b.example now")
     assert urls == ["http://a.example/x", "www.b.example"] and rest.split() == ["see", "and", "now"]
