@@ -15,9 +15,10 @@ Every figure comes from ``spamnb`` commands run as fresh subprocesses, so start-
                default (deduplicating) train on everything, and with --jobs 2.
 (c) hashing    ``spamnb evaluate --folds 5`` on SA with and without --hash-features
                2^18, 2^20: (1-AUC)%, train peak RSS and model file size.
-(d) costs      in-process: worker seconds per message (read + tokenize + count), the
-               parent's merge seconds per message, bytes shipped per message, and the
-               vocabulary's growth with the number of messages (for README "Scale").
+(d) costs      in-process, messages in shuffled order (seed 0): worker seconds per message
+               (read + tokenize + count), the parent's merge seconds per message, bytes
+               shipped per message, and the vocabulary's growth with the number of
+               messages, V = K·n^β fitted (Heaps' law; for README "Scale").
 
     python3 scripts/bench_train.py                 # all sections
     python3 scripts/bench_train.py --only a --repeats 5
@@ -166,9 +167,14 @@ def section_d():
     from spamnb import parallel as par
     from spamnb.model import SpamModel
 
+    import random
+
     out = {}
     for name in ("spamassassin", "trec06c-dev"):
-        index = CORPORA / name / "index"
+        # shuffled (seed 0): the growth curve of the vocabulary must not see all ham first
+        entries = entries_of(CORPORA / name / "index")
+        random.Random(0).shuffle(entries)
+        index = index_of(entries, Path(tempfile.mkdtemp()) / "index")
         spec = par.CountSpec.of(SpamModel(), keys=True)
         model = SpamModel()
         merger = par.ShardMerger(model.vocabulary, model.registry)
