@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spamnb.folds import stratified_kfold
-from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, transform_features
+from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, refine, transform_features
 from spamnb.vocabulary import document_frequency
 
 TRAIN_ON = ("all", "errors", "margin")
@@ -100,7 +100,9 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
         Xtr = X[tr]
         cols = np.flatnonzero(document_frequency(Xtr))  # the fold's own vocabulary
         est = make_model()._new_estimator()  # sized by the fold's columns (a hashed model's is pre-grown)
-        est.partial_fit(transform_features(Xtr[:, cols], template.features), y[tr], classes=[HAM, SPAM])
+        Ftr = transform_features(Xtr[:, cols], template.features)
+        est.partial_fit(Ftr, y[tr], classes=[HAM, SPAM])
+        refine(est, Ftr, y[tr], template.refine_rounds, template.refine_margin)  # as `train` does
         t1 = time.perf_counter()
         log_post = est.predict_log_proba(transform_features(X[te][:, cols], template.features))
         classify_s += time.perf_counter() - t1

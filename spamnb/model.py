@@ -63,11 +63,46 @@ DEFAULT_COSTS = (10.0, 1.0, 0.5)
 
 # Defaults chosen by measurement (scripts/model_ablation.py, see README "Accuracy").
 DEFAULT_FEATURES = "presence-l2"
-DEFAULT_ALPHA = 0.001
+DEFAULT_ALPHA = 0.01
+# Training on errors after the counting pass ("thick threshold", see refine()):
+# rounds and margin (log-odds) by measurement, README "Accuracy".
+DEFAULT_REFINE_ROUNDS = 10
+DEFAULT_REFINE_MARGIN = 10.0
+# At most this many training rows are kept for refine(): memory stays bounded
+# (~12 bytes per token a row) however large the corpus (a uniform sample beyond it).
+REFINE_MAX_ROWS = 20_000
 
 # Messages are tokenized and counted in batches of this many, so training holds
 # one batch of token lists at a time, never the whole corpus.
 BATCH = 512
+
+
+def refine(estimator, X, y, rounds=DEFAULT_REFINE_ROUNDS, margin=DEFAULT_REFINE_MARGIN):
+    """Training on errors with a margin ("thick threshold"), after the counting pass.
+
+    Each round scores the training rows X (feature rows, labels y in {0, 1}) and
+    adds once more, to the counts, every row not classified right by at least
+    ``margin`` in log-odds:
+
+        hard = { i : s_i · (log P(spam|x_i) − log P(ham|x_i)) < margin },  s_i = +1 spam, −1 ham
+
+    It stops early when no row is hard. The estimator is still a naive Bayes
+    model: its counts are those of the corpus with its hard messages repeated,
+    which moves weight to the tokens that tell the hard cases apart (the
+    "training on errors" lever; on the SpamAssassin corpus it takes
+    (1-AUC)% from 0.053 to 0.013 at λ = 0.01). Returns the rows added.
+    """
+    sign = np.where(np.asarray(y) == SPAM, 1.0, -1.0)
+    added = 0
+    for _ in range(rounds):
+        jll = estimator.predict_joint_log_proba(X)
+        with np.errstate(invalid="ignore"):
+            hard = np.flatnonzero(~(sign * (jll[:, SPAM] - jll[:, HAM]) >= margin))
+        if not hard.size:
+            break
+        estimator.partial_fit(X[hard], y[hard])  # n_cw += f(x_i) for the hard rows
+        added += hard.size
+    return added
 
 
 class ModelFormatError(ValueError):
@@ -141,7 +176,8 @@ class SpamModel:
 
     def __init__(self, model_type="multinomial", alpha=DEFAULT_ALPHA, prior="learned", features=DEFAULT_FEATURES,
                  tokenizer: TokenizerConfig | None = None, cutoffs: Cutoffs | None = None,
-                 hash_features: int | None = None):
+                 hash_features: int | None = None, refine_rounds: int = DEFAULT_REFINE_ROUNDS,
+                 refine_margin: float = DEFAULT_REFINE_MARGIN):
         if model_type not in MODEL_TYPES:
             raise ValueError(f"unknown model type {model_type!r}: choose from {', '.join(MODEL_TYPES)}")
         if prior not in PRIORS:
@@ -155,11 +191,16 @@ class SpamModel:
         self.tokenizer = tokenizer or TokenizerConfig()
         self.cutoffs = cutoffs or Cutoffs.from_costs(*DEFAULT_COSTS)
         self.hash_features = None if hash_features is None else int(hash_features)
+        if refine_rounds < 0 or not refine_margin >= 0:
+            raise ValueError("refine rounds and margin must be >= 0")
+        self.refine_rounds = int(refine_rounds)
+        self.refine_margin = float(refine_margin)
         self.vocabulary = Vocabulary() if hash_features is None else HashingVocabulary(hash_features)
         # messages containing each token, with spare room (a hashed model has all its columns from the start)
         self._df = np.zeros(max(1024, len(self.vocabulary)), dtype=np.int64)
         self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
-        self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__}
+        self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__,
+                      "refine_copies": [0, 0]}  # class counts added by refine(), not messages
         self.estimator = self._new_estimator()
         self.estimator.partial_fit(np.zeros((0, 0)), np.zeros(0, dtype=int), classes=[HAM, SPAM])
         if len(self.vocabulary):
@@ -174,8 +215,22 @@ class SpamModel:
 
     @property
     def class_count(self) -> np.ndarray:
-        """Messages learned per class, (ham, spam)."""
+        """Class counts N_c of the estimator, (ham, spam): messages, plus refine()'s copies."""
         return self.estimator.class_count_
+
+    @property
+    def messages(self) -> np.ndarray:
+        """Messages learned per class, (ham, spam)."""
+        return self.estimator.class_count_ - np.asarray(self.stats.get("refine_copies", (0, 0)))
+
+    def refine_rows(self, X, y) -> int:
+        """:func:`refine` this model on training feature rows X (labels 0/1) with its settings."""
+        y = np.asarray(y, dtype=np.int64)
+        before = self.estimator.class_count_.copy()
+        added = refine(self.estimator, X, y, self.refine_rounds, self.refine_margin)
+        copies = np.asarray(self.stats.get("refine_copies", (0, 0)), dtype=float)
+        self.stats["refine_copies"] = (copies + self.estimator.class_count_ - before).tolist()
+        return added
 
     @property
     def doc_freq(self) -> np.ndarray:
@@ -399,6 +454,7 @@ class SpamModel:
             "spamnb_version": __version__,
             "model_type": self.model_type,
             "alpha": self.alpha,
+            "refine": [self.refine_rounds, self.refine_margin],
             "prior": self.prior,
             "features": self.features,
             "hash_features": self.hash_features,
@@ -426,6 +482,7 @@ class SpamModel:
         try:
             model = cls(
                 model_type=state["model_type"], alpha=state["alpha"], prior=state["prior"],
+                refine_rounds=state["refine"][0], refine_margin=state["refine"][1],
                 features=state["features"], tokenizer=TokenizerConfig.from_dict(state["tokenizer"]),
                 cutoffs=Cutoffs(*state["cutoffs"]), hash_features=state.get("hash_features"),
             )

@@ -179,3 +179,36 @@ def test_unit_length_transform_with_empty_rows():
     v = np.log1p([3.0, 4.0])
     np.testing.assert_allclose(Z.toarray()[1, :2], v / np.linalg.norm(v))
     assert transform_features(sp.csr_matrix((2, 4)), "presence-l2").nnz == 0
+
+
+def test_refine_adds_hard_rows_until_margin():
+    from spamnb.model import refine
+
+    m = SpamModel(alpha=1.0, refine_rounds=0)
+    train = [(HAM1, "ham"), (HAM2, "ham"), (SPAM1, "spam"), (SPAM2, "spam"),
+             (b"Subject: cheap lunch\n\nlunch offer now\n", "ham")]
+    m.learn(train)
+    X, _ = m._rows([m.tokens(r) for r, _ in train], grow=False)
+    y = np.array([lb == "spam" for _, lb in train], dtype=int)
+    jll = m.estimator.predict_joint_log_proba(X)
+    margins = np.where(y == 1, 1, -1) * (jll[:, 1] - jll[:, 0])
+    before = m.estimator.class_count_.copy()
+    added = refine(m.estimator, X, y, rounds=1, margin=3.0)
+    # one round adds exactly the rows inside the margin, once each
+    assert added == int((margins < 3.0).sum()) > 0
+    np.testing.assert_array_equal(m.estimator.class_count_ - before,
+                                  [((margins < 3.0) & (y == 0)).sum(), ((margins < 3.0) & (y == 1)).sum()])
+    # more rounds only widen every margin that was short
+    refine(m.estimator, X, y, rounds=20, margin=3.0)
+    jll = m.estimator.predict_joint_log_proba(X)
+    assert (np.where(y == 1, 1, -1) * (jll[:, 1] - jll[:, 0]) > margins - 1e-9).all()
+
+
+def test_refine_copies_are_not_messages():
+    m = trained()
+    X, _ = m._rows([m.tokens(r) for r in (HAM1, SPAM2)], grow=False)
+    m.refine_rows(X, [0, 1])
+    np.testing.assert_array_equal(m.messages, [2, 2])
+    m2 = SpamModel.from_state(m.to_state())
+    np.testing.assert_array_equal(m2.messages, [2, 2])
+    assert m2.refine_rounds == m.refine_rounds and m2.refine_margin == m.refine_margin
