@@ -295,15 +295,21 @@ def domain_tokens(host, prefix, levels=4):
         return []
     # Callers pass hosts without whitespace or control characters
     # (regex-extracted, or cleaned once by crack_url): no per-token clean().
-    if _IPV4.match(host):
+    if host[-1].isdigit() and _IPV4.match(host):
         a = host.split(".")
         return [prefix + "ip:" + host, prefix + "ip:" + ".".join(a[:3]),
                 prefix + "ip:" + ".".join(a[:2])]
-    labels = host.split(".")
-    if len(labels) == 1:
+    i = host.rfind(".")
+    if i < 0:
         return [prefix + host[:63]]
-    return [prefix + ".".join(labels[-k:])[:80]
-            for k in range(2, min(len(labels), levels) + 1)]
+    out = []
+    for _ in range(levels - 1):  # suffixes of 2, 3, ... labels (rfind, no split/join)
+        i = host.rfind(".", 0, i)
+        if i < 0:
+            out.append(prefix + host[:80])
+            break
+        out.append(prefix + host[i + 1:][:80])
+    return out
 
 
 def crack_url(url, prefix="url:", path=True):
