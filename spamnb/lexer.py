@@ -235,7 +235,8 @@ def find_urls(text):
     while i >= 0 or j >= 0:
         if j >= 0 and (i < 0 or j < i):
             e = _URL_BODY.match(text, j).end()  # "www." itself always matches
-            spans.append((j, e))
+            if e > j + 4:  # something after "www."
+                spans.append((j, e))
             pos = e
         else:
             pos = i + 3

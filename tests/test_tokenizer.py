@@ -204,6 +204,7 @@ def test_crack_url():
     ("xftp://f.example/", ["ftp://f.example/"], "x "),
     ("İ http://i.example/", ["http://i.example/"], "İ  "),  # lower() changes the length
     ("mailto:bob@example.com", [], "mailto:bob@example.com"),
+    ("visit www. or www.x", ["www.x"], "visit www. or  "),
 ])
 def test_find_urls_edges(text, urls, rest):
     assert lexer.find_urls(text) == (urls, rest)
