@@ -175,7 +175,12 @@ def model_settings_options(f):
         click.option("--model-type", type=click.Choice(["multinomial", "bernoulli", "complement"]),
                      default="multinomial", show_default=True, help="Naive Bayes event model."),
         click.option("--alpha", type=click.FloatRange(min=0.0), default=None,
-                     help="Smoothing λ >= 0 (0 = maximum likelihood, 1 = Laplace; default 0.001)."),
+                     help="Smoothing λ >= 0 (0 = maximum likelihood, 1 = Laplace; default 0.01)."),
+        click.option("--refine-rounds", type=click.IntRange(min=0), default=None,
+                     help="Rounds of training on errors after counting: the training messages not "
+                          "classified right by --refine-margin are added again (default 10; 0 = off)."),
+        click.option("--refine-margin", type=click.FloatRange(min=0.0), default=None,
+                     help="The margin, in log-odds, for --refine-rounds (default 10)."),
         click.option("--prior", type=click.Choice(["learned", "smoothed", "uniform"]), default="learned",
                      show_default=True, help="Class prior: N_k/N, (N_k+λ)/(N+2λ), or 1/2."),
         click.option("--features", type=click.Choice(["counts", "presence", "presence-l2", "logtf-l2"]),
@@ -222,7 +227,8 @@ def runner_from(jobs, backend, scheduler):
 
 
 def model_factory(model_type, alpha, prior, features, only_headers, skip_headers, bigrams,
-                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, hash_features=None):
+                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, hash_features=None,
+                  refine_rounds=None, refine_margin=None):
     """A function making fresh, untrained models with the settings of the options.
 
     Settings are checked here, once, so a bad value fails before any mail is read.
@@ -243,7 +249,8 @@ def model_factory(model_type, alpha, prior, features, only_headers, skip_headers
     tok = TokenizerConfig.from_dict({**TokenizerConfig().to_dict(), **changes})
     default_cut = Cutoffs.from_costs(*model_mod.DEFAULT_COSTS)
     cutoffs = cutoffs_from(default_cut, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-    kwargs = {"alpha": alpha, "features": features, "hash_features": hash_features}
+    kwargs = {"alpha": alpha, "features": features, "hash_features": hash_features,
+              "refine_rounds": refine_rounds, "refine_margin": refine_margin}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}
 
     def make():
@@ -303,7 +310,7 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
                    progress=_shard_progress() if tty else None)
     if tty:
         click.echo("", err=True)
-    counts = model.class_count
+    counts = model.messages
     missing = [name for name, n in zip(LABELS, counts) if n == 0]
     if missing:
         raise click.ClickException(
@@ -705,7 +712,7 @@ def info(model_path, allow_insecure_model):
     import datetime
 
     model, path, is_default = _open(model_path, allow_insecure_model)
-    counts = model.class_count
+    counts = model.messages
     stats = model.stats
 
     def when(t):

@@ -100,10 +100,10 @@ def _keep_mode(path) -> int:
         return 0o600
 
 
-def build_default_model(progress=None):
-    """Train the default model on the shipped corpus."""
+def build_default_model():
+    """Train the default model on the shipped corpus, as ``spamnb train`` would."""
+    from spamnb import parallel
     from spamnb.model import SpamModel
-    from spamnb.sources import iter_index
 
     corpus = shipped_corpus()
     if corpus is None or not corpus.exists():
@@ -112,10 +112,7 @@ def build_default_model(progress=None):
             "train one with `spamnb train --ham DIR --spam DIR` (or set SPAMNB_CORPUS)"
         )
     model = SpamModel()
-    messages = ((m.raw, m.label) for m in iter_index(str(corpus), on_error=lambda *_: None))
-    if progress is not None:
-        messages = progress(messages)
-    model.learn(messages, registry=False)
+    parallel.train(model, parallel.plan(index=[str(corpus)], on_error=lambda *_: None))
     return model
 
 

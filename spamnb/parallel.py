@@ -57,7 +57,7 @@ import scipy.sparse as sp
 
 from spamnb import sources as _src
 from spamnb._version import __version__
-from spamnb.model import BATCH, LABELS, SpamModel, label_id, message_key, transform_features
+from spamnb.model import BATCH, LABELS, REFINE_MAX_ROWS, SpamModel, label_id, message_key, transform_features
 from spamnb.tokenizer import TokenizerConfig, tokenize
 from spamnb.vocabulary import HashingVocabulary, Vocabulary
 
@@ -244,6 +244,7 @@ class CountSpec:
     features: str
     hash_features: int | None = None
     keys: bool = True  # registry keys (and the rows, to decide duplicates at merge time)
+    rows: bool = False  # the feature rows, for refine() (training on errors) after the merge
     version: str = __version__  # a worker running another spamnb would tokenize differently
 
     def check(self) -> None:
@@ -253,7 +254,8 @@ class CountSpec:
 
     @classmethod
     def of(cls, model: SpamModel, keys: bool = True) -> "CountSpec":
-        return cls(model.tokenizer, model.features, model.hash_features, keys, __version__)
+        return cls(model.tokenizer, model.features, model.hash_features, keys,
+                   model.refine_rounds > 0, __version__)
 
     @property
     def binary(self) -> bool:
@@ -349,7 +351,7 @@ def count_shard(shard: Shard, spec: CountSpec) -> ShardCounts:
     F = transform_features(X, spec.features)  # f(x): this model's feature transform, in place
     cc, fc, df = class_sums(F, y)
     keys = [message_key(raw) for _, raw, _ in messages] if spec.keys else None
-    return ShardCounts(shard.number, y, columns, cc, fc, df, keys, F if spec.keys else None,
+    return ShardCounts(shard.number, y, columns, cc, fc, df, keys, F if spec.keys or spec.rows else None,
                        skipped, time.perf_counter() - start)
 
 
@@ -496,8 +498,14 @@ class ShardMerger:
         registry); None counts every message given, duplicates too.
     """
 
-    def __init__(self, vocabulary, registry: dict | None = None):
+    def __init__(self, vocabulary, registry: dict | None = None, keep_rows: int = 0):
         self.vocabulary = vocabulary
+        # A uniform sample of at most keep_rows counted rows (global columns), for
+        # refine(): reservoir sampling, so memory is bounded whatever the corpus size.
+        self.keep_rows = keep_rows
+        self._sample: list = []  # (indices, data, y)
+        self._seen_rows = 0
+        self._rng = np.random.default_rng(0)
         self.hashed = isinstance(vocabulary, HashingVocabulary)
         self.registry = registry
         cap = max(len(vocabulary), 1024)
@@ -532,10 +540,13 @@ class ShardMerger:
         cc, fc, df = s.class_count, s.feature_count, s.doc_freq
         if self.registry is None:
             self.done["learned"] += len(s.y)
+            keep = None
         else:
             keep = self._decide(s, ids)
             if not keep.all():  # duplicates: recount the kept rows, in the same order
                 cc, fc, df = class_sums(s.rows[keep], s.y[keep])
+        if self.keep_rows and s.rows is not None:
+            self._sample_rows(s.rows if keep is None else s.rows[keep], s.y if keep is None else s.y[keep], ids)
         self._fc[ids] += fc.T  # n_cw += Δn_cw (ids are distinct within a shard)
         self._df[ids] += df  # df_w += Δdf_w
         self.class_count += cc  # N_c += ΔN_c
@@ -573,9 +584,36 @@ class ShardMerger:
         self._df[cols] -= 1
         self.class_count[c] -= 1
 
+    def _sample_rows(self, rows, y, ids):
+        """Reservoir-sample the shard's rows (Algorithm R), in global column ids."""
+        for i in range(rows.shape[0]):
+            a, b = rows.indptr[i], rows.indptr[i + 1]
+            item = (ids[rows.indices[a:b]].astype(np.int32), rows.data[a:b].copy(), int(y[i]))
+            if len(self._sample) < self.keep_rows:
+                self._sample.append(item)
+            else:
+                j = self._rng.integers(0, self._seen_rows + 1)
+                if j < self.keep_rows:
+                    self._sample[j] = item
+            self._seen_rows += 1
+
+    def sample(self):
+        """The sampled rows as (CSR over the merged columns, labels)."""
+        lengths = [len(ix) for ix, _, _ in self._sample]
+        indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=indptr[1:])
+        X = sp.csr_matrix((np.concatenate([d for _, d, _ in self._sample]) if self._sample else np.zeros(0),
+                           np.concatenate([ix for ix, _, _ in self._sample]) if self._sample
+                           else np.zeros(0, dtype=np.int32), indptr),
+                          shape=(len(lengths), len(self.vocabulary)))
+        X.sort_indices()  # global ids of a shard's first-seen columns are not in ascending order
+        return X, np.array([c for _, _, c in self._sample], dtype=np.int64)
+
     def install(self, model: SpamModel) -> None:
-        """Add the merged counts to ``model`` (whose vocabulary this merger grew)."""
+        """Add the merged counts to ``model`` (whose vocabulary this merger grew), then refine it."""
         model.add_counts(self.class_count, self.feature_count, self.doc_freq)
+        if self.keep_rows and model.refine_rounds:
+            model.refine_rows(*self.sample())
 
 
 def _report_skipped(result, on_error):
@@ -600,7 +638,8 @@ def train(model: SpamModel, shards, *, runner: Runner | None = None, registry: b
         raise ValueError("sharded training builds a new model: this one has already learned messages")
     runner = runner or Runner()
     spec = CountSpec.of(model, keys=registry)
-    merger = ShardMerger(model.vocabulary, model.registry if registry else None)
+    merger = ShardMerger(model.vocabulary, model.registry if registry else None,
+                         keep_rows=REFINE_MAX_ROWS if model.refine_rounds else 0)
     n = 0
     for result in runner.map(count_shard, shards_of(shards), spec):
         _report_skipped(result, on_error)

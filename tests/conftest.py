@@ -127,8 +127,10 @@ def trained_model_file(small_corpus, tmp_path_factory) -> Path:
     from spamnb.modelfile import save_model
     from spamnb.sources import iter_index
 
+    from spamnb import parallel
+
     model = SpamModel()
-    model.learn((m.raw, m.label) for m in iter_index(str(small_corpus.index)))
+    parallel.train(model, [(m.source, m.raw, m.label) for m in iter_index(str(small_corpus.index))])
     path = tmp_path_factory.mktemp("model") / "small.joblib"
     save_model(model, path)
     return path

@@ -84,7 +84,7 @@ def test_train_from_folders_summary_matches_model(small_corpus, tmp_path):
     kind, n_ham, n_spam, n_tok, n_vocab = SUMMARY.search(out).groups()
     model = load_model(path)
     assert (kind, int(n_ham), int(n_spam)) == ("multinomial", 150, 150)
-    assert model.class_count.tolist() == [150, 150]
+    assert model.messages.tolist() == [150, 150]
     assert int(n_vocab) == len(model.vocabulary)
     raws = [p.read_bytes() for d in (small_corpus.ham_dir, small_corpus.spam_dir) for p in d.iterdir()]
     assert int(n_tok) == sum(len(set(tokenize(raw, model.tokenizer))) for raw in raws)
@@ -104,13 +104,13 @@ def test_train_sources_are_repeatable(tiny_corpus, spam_msg, tmp_path):
     path = tmp_path / "m.joblib"
     run(["train", "--ham", tiny_corpus.ham_dir, "--spam", tiny_corpus.spam_dir, "--spam", spam_msg,
          "--model", path])
-    assert load_model(path).class_count.tolist() == [10, 11]
+    assert load_model(path).messages.tolist() == [10, 11]
 
 
 def test_train_twice_the_same_messages_counts_once(tiny_corpus, tmp_path):
     path = tmp_path / "m.joblib"
     run(["train", "--index", tiny_corpus.index, "--index", tiny_corpus.index, "--model", path])
-    assert load_model(path).class_count.tolist() == [10, 10]
+    assert load_model(path).messages.tolist() == [10, 10]
 
 
 @pytest.mark.parametrize("model_type", ["bernoulli", "complement"])
@@ -260,14 +260,14 @@ def test_learn_counts_once_and_moves(model_file, spam_msg):
     before = load_model(model_file)
     out = run(["learn", "--spam", spam_msg, "--model", model_file]).output
     assert "learned 1 as spam, moved 0, 0 already known" in out
-    assert load_model(model_file).class_count.tolist() == [150, 151]
+    assert load_model(model_file).messages.tolist() == [150, 151]
     out = run(["learn", "--spam", spam_msg, "--model", model_file]).output
     assert "learned 0 as spam, moved 0, 1 already known" in out
-    assert load_model(model_file).class_count.tolist() == [150, 151]
+    assert load_model(model_file).messages.tolist() == [150, 151]
     out = run(["learn", "--ham", spam_msg, "--model", model_file]).output
     assert "moved 1" in out
     after = load_model(model_file)
-    assert after.class_count.tolist() == [151, 150]
+    assert after.messages.tolist() == [151, 150]
     # the spam counts are back to what they were before the message was learned
     n = len(before.vocabulary)  # (features are floats: equal up to rounding)
     np.testing.assert_allclose(after.estimator.feature_count_[1, :n], before.estimator.feature_count_[1],
@@ -285,7 +285,7 @@ def test_learn_identity_is_the_message_id(model_file, tmp_path):
     c.write_bytes(b"Subject: three\n\nthird body\n")
     run(["learn", "--spam", c, "--model", model_file])
     assert "1 already known" in run(["learn", "--spam", c, "--model", model_file]).output
-    assert load_model(model_file).class_count.tolist() == [150, 152]
+    assert load_model(model_file).messages.tolist() == [150, 152]
 
 
 def test_forget_undoes_learn_exactly(model_file, spam_msg):
@@ -294,7 +294,7 @@ def test_forget_undoes_learn_exactly(model_file, spam_msg):
     out = run(["forget", "--spam", spam_msg, "--model", model_file]).output
     assert "forgot 1 spam message(s)" in out
     after = load_model(model_file)
-    assert after.class_count.tolist() == [150, 150]
+    assert after.messages.tolist() == [150, 150]
     n = len(before.vocabulary)  # (features are floats: equal up to rounding)
     np.testing.assert_allclose(after.estimator.feature_count_[:, :n], before.estimator.feature_count_,
                                rtol=0, atol=1e-9)
@@ -309,7 +309,7 @@ def test_forget_what_was_not_learned_is_refused(model_file, spam_msg):
     out = run(["forget", "--spam", spam_msg, "--model", model_file], code=1).output
     assert "learned as ham, not as spam" in out
     assert before != model_file.read_bytes()  # the learn above did change it...
-    assert load_model(model_file).class_count.tolist() == [151, 150]  # ...the failed forget did not
+    assert load_model(model_file).messages.tolist() == [151, 150]  # ...the failed forget did not
 
 
 @pytest.mark.parametrize("command", ["learn", "forget"])
@@ -400,13 +400,13 @@ def test_filter_learn_when_confident(model_file):
     spam = sample_message("spam", 3).read_bytes()
     sure = ["--spam-cutoff", "0.5", "--ham-cutoff", "0.5"]
     run(["filter", "--model", model_file, "--learn", *sure], input=spam, code=0)
-    assert load_model(model_file).class_count.tolist() == [150, 151]
+    assert load_model(model_file).messages.tolist() == [150, 151]
     run(["filter", "--model", model_file, "-u", *sure], input=spam, code=0)  # same message: counted once
-    assert load_model(model_file).class_count.tolist() == [150, 151]
+    assert load_model(model_file).messages.tolist() == [150, 151]
     unsure = b"Subject: meeting notes\n\nclick here for the meeting notes, free of charge\n"
     run(["filter", "--model", model_file, "-u", "--ham-cutoff", "0", "--spam-cutoff", "1"],
         input=unsure, code=2)
-    assert load_model(model_file).class_count.tolist() == [150, 151]  # unsure: not learned
+    assert load_model(model_file).messages.tolist() == [150, 151]  # unsure: not learned
 
 
 def _write_state(path, **changes):
@@ -616,7 +616,7 @@ def test_default_model_for_a_new_user(small_archive, monkeypatch, spam_msg, isol
     assert "[default model]" in res.stderr
     assert jsonl(res)[0]["label"] == "spam"
     assert cache.exists() and not user.exists()
-    assert load_model(cache).class_count.tolist() == [150, 150]
+    assert load_model(cache).messages.tolist() == [150, 150]
     res = run(["classify", spam_msg])  # cached now: no second build
     assert "using the default model" in res.stderr and "building" not in res.stderr
     assert "(default model)" in run(["info"]).stdout
@@ -631,7 +631,7 @@ def test_default_model_for_a_new_user(small_archive, monkeypatch, spam_msg, isol
     monkeypatch.setenv("SPAMNB_CORPUS", str(isolated_env / "gone.tar.gz"))
     res = run(["learn", "--ham", spam_msg])
     assert f"creating your model at {user}" in res.stderr
-    assert load_model(user).class_count.tolist() == [151, 150]
+    assert load_model(user).messages.tolist() == [151, 150]
     assert "(default model)" not in run(["info"]).stdout
     assert "[default model]" not in run(["classify", spam_msg]).stderr
 

@@ -101,9 +101,9 @@ def test_train_classify_sort_learn_forget(small_archive, tmp_path):
 
     ham = sorted(p for p in (maildir / "cur").iterdir())[0]
     assert "learned 1 as spam" in spamnb("learn", "--spam", ham, "--model", model).stderr.decode()
-    assert load_model(model).class_count.tolist() == [150, 151]
+    assert load_model(model).messages.tolist() == [150, 151]
     assert "forgot 1 spam" in spamnb("forget", "--spam", ham, "--model", model).stderr.decode()
-    assert load_model(model).class_count.tolist() == [150, 150]
+    assert load_model(model).messages.tolist() == [150, 150]
 
 
 def test_filter_exit_codes_and_bytes(trained_model_file, confident, tmp_path):
@@ -133,7 +133,7 @@ def test_concurrent_filter_learn_loses_no_update(model_file, confident):
         out, err = proc.communicate(raw, timeout=120)
         assert proc.returncode == 0, err
         assert b"X-Spam-Flag: YES" in out
-    assert load_model(model_file).class_count.tolist() == [150, 153]
+    assert load_model(model_file).messages.tolist() == [150, 153]
 
 
 # -- mail delivery agents --------------------------------------------------------------
