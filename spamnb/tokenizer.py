@@ -263,10 +263,18 @@ _MAX_RAW_HEADER = 4000
 _MAX_ADDRESSES = 5
 
 
+# A filter's verdict is not evidence about the sender: the headers spamnb adds
+# (and SpamAssassin's of the same names) are never tokenized, whatever the
+# configuration. Otherwise learning from a Junk folder that spamnb filed would
+# teach "x-spam-flag:yes means spam", and a message would tokenize differently
+# before and after the filter (breaking forget and the move of a relabelled message).
+VERDICT_HEADERS = frozenset({"x-spam-flag", "x-spam-status", "x-spam-evidence"})
+
+
 @functools.lru_cache(maxsize=64)
 def _selector(config):
     """A predicate on lower-case header names for this configuration."""
-    skip = frozenset(config.skip_headers)
+    skip = frozenset(config.skip_headers) | VERDICT_HEADERS
     if config.only_headers is None:
         return lambda name: name not in skip
     only = frozenset(config.only_headers) - skip

@@ -95,8 +95,11 @@ def test_forget_refuses_unknown_or_mislabelled_and_changes_nothing():
     np.testing.assert_array_equal(before[1], counts(m)[1])
 
 
-def test_message_key_prefers_message_id():
-    assert message_key(HAM1) == message_key(HAM1.replace(b"agenda", b"minutes"))
+def test_message_key_is_message_id_and_body():
+    # header fields added on the way (a filter's verdict, a client's status) keep the key
+    assert message_key(HAM1) == message_key(HAM1.replace(b"Subject:", b"X-Spam-Flag: YES\nSubject:"))
+    # another message that reuses the Message-ID does not share it
+    assert message_key(HAM1) != message_key(HAM1.replace(b"agenda", b"minutes"))
     assert message_key(HAM2) != message_key(HAM2.replace(b"perl", b"python"))
     # A Message-ID in the body is not the message's.
     body_only = b"Subject: x\n\nMessage-ID: <h1@x>\n"

@@ -426,3 +426,14 @@ def test_tokenizer_imports_stay_lean():
             "print(sorted(m for m in ('numpy', 'scipy', 'joblib', 'sklearn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_verdict_headers_are_never_tokens():
+    from spamnb.tokenizer import TokenizerConfig, tokenize
+
+    raw = b"Subject: hello there\nFrom: a@example.org\n\nbody words here\n"
+    filtered = raw.replace(b"\n\n", b"\nX-Spam-Flag: YES\nX-Spam-Status: Yes, probability=1.0\n"
+                                     b"X-Spam-Evidence: cheap:+2.00\n\n", 1)
+    assert tokenize(filtered) == tokenize(raw)
+    only = TokenizerConfig(only_headers=("subject", "x-spam-flag"))
+    assert tokenize(filtered, only) == tokenize(raw, only)
