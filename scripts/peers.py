@@ -294,12 +294,12 @@ def _spamnb(train_ham, train_spam, test, **settings):
     Score: the log-odds ln P(spam|x) - ln P(ham|x); the default decision's
     cut-offs (0.5, 0.95 on P(spam|x)) are given on that scale.
     """
+    from spamnb import parallel
     from spamnb.model import SpamModel
 
     t0 = time.perf_counter()
-    model = SpamModel(**settings)
-    model.learn([(raw, "ham") for raw in _read_bytes(train_ham)]
-                + [(raw, "spam") for raw in _read_bytes(train_spam)], registry=False)
+    model = SpamModel(**settings)  # trained as `spamnb train` does (counting, then refine())
+    parallel.train(model, parallel.plan(ham=train_ham, spam=train_spam), registry=False)
     t1 = time.perf_counter()
     raws = _read_bytes(test)
     scores = np.array([r.score for r in model.classify_many(raws)])
@@ -307,12 +307,12 @@ def _spamnb(train_ham, train_spam, test, **settings):
 
 
 def run_spamnb(train_ham, train_spam, test):
-    """spamnb's default model: multinomial NB on unit-length presence rows, λ = 0.001."""
+    """spamnb's default model: multinomial NB on unit-length presence rows, λ = 0.01, refined."""
     return _spamnb(train_ham, train_spam, test)
 
 
 def run_spamnb_bernoulli(train_ham, train_spam, test):
-    """spamnb, Bernoulli NB (presence and absence), λ = 0.001."""
+    """spamnb, Bernoulli NB (presence and absence), λ = 0.01, refined."""
     return _spamnb(train_ham, train_spam, test, model_type="bernoulli")
 
 
@@ -322,8 +322,8 @@ def run_spamnb_complement(train_ham, train_spam, test):
 
 
 def run_spamnb_counts(train_ham, train_spam, test):
-    """spamnb, multinomial NB on raw token counts (the textbook model), λ = 1."""
-    return _spamnb(train_ham, train_spam, test, features="counts", alpha=1.0)
+    """spamnb, multinomial NB on raw token counts (the textbook model), λ = 1, not refined."""
+    return _spamnb(train_ham, train_spam, test, features="counts", alpha=1.0, refine_rounds=0)
 
 
 def _logit(p):
