@@ -2,7 +2,7 @@
 
 Public API::
 
-    TokenizerConfig(...)          # frozen dataclass, to_dict()/from_dict()
+    TokenizerConfig(...)          # frozen value, to_dict()/from_dict()
     DEFAULT_CONFIG
     tokenize(raw, config)  -> list[str]   # never raises
     iter_tokens(raw, config)             # the generator tokenize() drains
@@ -59,7 +59,6 @@ command that produced them (``scripts/tokenizer_ablation.py``).
 import functools
 import re
 import unicodedata
-from dataclasses import asdict, dataclass, fields
 
 from spamnb import mime
 from spamnb.html_text import html_to_text, looks_like_html
@@ -82,7 +81,6 @@ HTML_MODES = ("markup", "text", "strip", "raw")
 ALTERNATIVE_MODES = ("both", "html", "plain")
 
 
-@dataclass(frozen=True)
 class TokenizerConfig:
     """Every tokenizer choice, explicit and serialisable (stored in model files).
 
@@ -116,7 +114,16 @@ class TokenizerConfig:
         tokenized (all of them are counted in ``received:count:N``).
     max_depth, max_parts : int
         MIME nesting and part-count caps.
+
+    A frozen value (equality, hash, repr by fields), written out by hand: a
+    ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect`, ~10 ms of
+    every ``spamnb filter`` start-up.
     """
+
+    # The fields, in the order of __init__'s parameters (to_dict() keeps it).
+    __slots__ = ("only_headers", "skip_headers", "max_part_bytes", "cjk", "bigrams",
+                 "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
+                 "received_hops", "max_depth", "max_parts")
 
     # Defaults chosen by cross-validation with scripts/tokenizer_ablation.py:
     #   SA  = python3 scripts/tokenizer_ablation.py /work/shared/corpora/spamassassin/index --alpha 0.01
@@ -132,64 +139,72 @@ class TokenizerConfig:
     # (one mailing-list spam makes a third of all misordered pairs), so
     # differences under ~0.005 are noise.
 
-    # Headers: all of them.  SA round 1: all 0.097 / 94.4, only subject, from,
-    # to, content-type, cte 0.216 / 91.8, none 0.479 / 88.7.  TC round 2, the
-    # fair set vs no headers at all: 0.048 / 99.3 vs 0.216 / 93.5.
-    only_headers: tuple | None = None
-    skip_headers: tuple = ()
-    # 200 kB per part.  SA round 1: 20 kB 0.098 / 94.5 (counts: 92.1 recall),
-    # 50 kB 0.096 / 94.5, 200 kB 0.097 / 94.4, 1 MB 0.097 / 94.4 (TC round 2:
-    # 20 kB = 200 kB): the bound costs nothing and caps the work on huge parts.
-    max_part_bytes: int = 200_000
-    # CJK: a run of one script, between punctuation, spaces or other scripts,
-    # is one word (bounded like any word: a run over max_word_len becomes
-    # "skip:<first char> <len//10*10>").  TC round 2: none 0.048 / 99.3,
-    # bigram 0.086 / 97.9, unigram 0.113 / 95.3, uni+bigram 0.107 / 97.3,
-    # bigram+run 0.076 / 98.5, run-or-bigram (long runs as bigrams instead of
-    # a skip token) 0.074 / 98.0; round 1 (min_word_len=3): none 0.061 / 98.5,
-    # bigram 0.090 / 97.6, unigram+run 0.058 / 98.3.
-    # Many correlated bigrams per sentence over-count evidence under the naive
-    # assumption; short phrases and run-length summaries do not.  SA is
-    # indifferent (none 0.077 / 95.4, bigram 0.081 / 95.4, round 2).  Caveat:
-    # trec06c spam is heavily templated; bigrams may generalise better to
-    # unseen campaigns, and "bigram" stays one setting away.
-    cjk: str = "none"
-    # Word pairs: off.  SA round 2: 0.139 / 95.3 with, 0.077 / 95.4 without
-    # (vocabulary 627k vs 141k); TC round 2: 0.050 / 99.3 vs 0.048 / 99.3
-    # (216k vs 94k tokens); round 1 (CJK bigrams): 0.077 / 96.3 vs 0.090 / 97.6.
-    bigrams: bool = False
-    # Case folding: on.  SA round 2: 0.077 / 95.4 folded vs 0.097 / 93.0 not;
-    # TC round 2: 0.048 / 99.3 vs 0.041 / 99.3 (little Latin text there; the
-    # recall that SA loses outweighs TC's AUC difference).
-    case_fold: bool = True
-    # NFKC: on.  No measurable effect on either corpus (SA round 1 0.097 / 94.4
-    # both; TC round 2 0.048 / 99.3 both); kept because full-width Latin and
-    # digits are a known obfuscation in CJK spam.
-    nfkc: bool = True
-    # Word lengths 2..12.  SA round 2: min 1 0.078 / 95.5, 2 0.077 / 95.4,
-    # 3 0.081 / 95.3; max 20 0.080 / 95.6.  TC round 2: min 1 0.046 / 99.4,
-    # 2 0.048 / 99.3, 3 0.061 / 98.5; max 20 0.052 / 98.9 (30: 0.070 / 98.5
-    # from round 1 with cjk=none).
-    min_word_len: int = 2
-    max_word_len: int = 12
-    # HTML: visible text plus markup tokens.  SA round 1: markup 0.097 / 94.4,
-    # text only 0.091 / 92.7, regex-stripped 0.099 / 93.2, raw source
-    # 0.173 / 71.0; round 2: markup 0.077 / 95.4, text 0.072 / 93.9.  TC has
-    # little HTML (0.048 / 99.3 for markup and text, round 2).
-    html: str = "markup"
-    # multipart/alternative: read both parts.  SA round 2: plain only
-    # 0.072 / 95.6, both 0.077 / 95.4 (round 1: 0.090 / 94.2 vs 0.097 / 94.4,
-    # html only 0.094 / 94.4): within noise, and reading only the plain
-    # part would let spam hide its payload in the HTML alternative.
-    alternative: str = "both"
-    # Received: the first 10 hops (from the top).  SA round 1: 1 hop
-    # 0.097 / 94.5, 3 hops 0.097 / 94.4, 10 hops 0.084 / 95.4; round 2:
-    # 3 0.091 / 94.0, 5 0.086 / 94.6, 10 0.077 / 95.4, all 0.077 / 95.4.
-    received_hops: int = 10
-    max_depth: int = mime.MAX_DEPTH
-    max_parts: int = mime.MAX_PARTS
+    def __init__(
+        self,
+        # Headers: all of them.  SA round 1: all 0.097 / 94.4, only subject, from,
+        # to, content-type, cte 0.216 / 91.8, none 0.479 / 88.7.  TC round 2, the
+        # fair set vs no headers at all: 0.048 / 99.3 vs 0.216 / 93.5.
+        only_headers=None,
+        skip_headers=(),
+        # 200 kB per part.  SA round 1: 20 kB 0.098 / 94.5 (counts: 92.1 recall),
+        # 50 kB 0.096 / 94.5, 200 kB 0.097 / 94.4, 1 MB 0.097 / 94.4 (TC round 2:
+        # 20 kB = 200 kB): the bound costs nothing and caps the work on huge parts.
+        max_part_bytes=200_000,
+        # CJK: a run of one script, between punctuation, spaces or other scripts,
+        # is one word (bounded like any word: a run over max_word_len becomes
+        # "skip:<first char> <len//10*10>").  TC round 2: none 0.048 / 99.3,
+        # bigram 0.086 / 97.9, unigram 0.113 / 95.3, uni+bigram 0.107 / 97.3,
+        # bigram+run 0.076 / 98.5, run-or-bigram (long runs as bigrams instead of
+        # a skip token) 0.074 / 98.0; round 1 (min_word_len=3): none 0.061 / 98.5,
+        # bigram 0.090 / 97.6, unigram+run 0.058 / 98.3.
+        # Many correlated bigrams per sentence over-count evidence under the naive
+        # assumption; short phrases and run-length summaries do not.  SA is
+        # indifferent (none 0.077 / 95.4, bigram 0.081 / 95.4, round 2).  Caveat:
+        # trec06c spam is heavily templated; bigrams may generalise better to
+        # unseen campaigns, and "bigram" stays one setting away.
+        cjk="none",
+        # Word pairs: off.  SA round 2: 0.139 / 95.3 with, 0.077 / 95.4 without
+        # (vocabulary 627k vs 141k); TC round 2: 0.050 / 99.3 vs 0.048 / 99.3
+        # (216k vs 94k tokens); round 1 (CJK bigrams): 0.077 / 96.3 vs 0.090 / 97.6.
+        bigrams=False,
+        # Case folding: on.  SA round 2: 0.077 / 95.4 folded vs 0.097 / 93.0 not;
+        # TC round 2: 0.048 / 99.3 vs 0.041 / 99.3 (little Latin text there; the
+        # recall that SA loses outweighs TC's AUC difference).
+        case_fold=True,
+        # NFKC: on.  No measurable effect on either corpus (SA round 1 0.097 / 94.4
+        # both; TC round 2 0.048 / 99.3 both); kept because full-width Latin and
+        # digits are a known obfuscation in CJK spam.
+        nfkc=True,
+        # Word lengths 2..12.  SA round 2: min 1 0.078 / 95.5, 2 0.077 / 95.4,
+        # 3 0.081 / 95.3; max 20 0.080 / 95.6.  TC round 2: min 1 0.046 / 99.4,
+        # 2 0.048 / 99.3, 3 0.061 / 98.5; max 20 0.052 / 98.9 (30: 0.070 / 98.5
+        # from round 1 with cjk=none).
+        min_word_len=2,
+        max_word_len=12,
+        # HTML: visible text plus markup tokens.  SA round 1: markup 0.097 / 94.4,
+        # text only 0.091 / 92.7, regex-stripped 0.099 / 93.2, raw source
+        # 0.173 / 71.0; round 2: markup 0.077 / 95.4, text 0.072 / 93.9.  TC has
+        # little HTML (0.048 / 99.3 for markup and text, round 2).
+        html="markup",
+        # multipart/alternative: read both parts.  SA round 2: plain only
+        # 0.072 / 95.6, both 0.077 / 95.4 (round 1: 0.090 / 94.2 vs 0.097 / 94.4,
+        # html only 0.094 / 94.4): within noise, and reading only the plain
+        # part would let spam hide its payload in the HTML alternative.
+        alternative="both",
+        # Received: the first 10 hops (from the top).  SA round 1: 1 hop
+        # 0.097 / 94.5, 3 hops 0.097 / 94.4, 10 hops 0.084 / 95.4; round 2:
+        # 3 0.091 / 94.0, 5 0.086 / 94.6, 10 0.077 / 95.4, all 0.077 / 95.4.
+        received_hops=10,
+        max_depth=mime.MAX_DEPTH,
+        max_parts=mime.MAX_PARTS,
+    ):
+        values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
+                  min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts)
+        for name, value in zip(self.__slots__, values):
+            object.__setattr__(self, name, value)
+        self._check()
 
-    def __post_init__(self):
+    def _check(self):
         # Normalise list -> tuple (from JSON) and validate, so that a bad
         # model file fails loudly instead of tokenizing differently.
         for name in ("only_headers", "skip_headers"):
@@ -219,20 +234,42 @@ class TokenizerConfig:
             if not isinstance(getattr(self, name), bool):
                 raise ValueError("%s must be true or false" % name)
 
+    def _values(self):
+        return tuple(getattr(self, name) for name in self.__slots__)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("cannot assign to field %r" % name)
+
+    def __delattr__(self, name):
+        raise AttributeError("cannot delete field %r" % name)
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self):
+        return hash(self._values())
+
+    def __repr__(self):
+        return "%s(%s)" % (self.__class__.__qualname__,
+                           ", ".join("%s=%r" % (name, getattr(self, name)) for name in self.__slots__))
+
+    def __reduce__(self):
+        # Slots and a frozen __setattr__: pickle through __init__ (positional fields).
+        return self.__class__, self._values()
+
     def to_dict(self):
         """Plain JSON-able dict (tuples become lists)."""
-        d = asdict(self)
-        for k, v in d.items():
-            if isinstance(v, tuple):
-                d[k] = list(v)
-        return d
+        return {name: list(v) if isinstance(v, tuple) else v
+                for name, v in zip(self.__slots__, self._values())}
 
     @classmethod
     def from_dict(cls, d):
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
         if not isinstance(d, dict):
             raise ValueError("tokenizer config must be a dict, not %s" % type(d).__name__)
-        known = {f.name for f in fields(cls)}
+        known = set(cls.__slots__)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError("unknown tokenizer config keys: %s" % ", ".join(map(str, unknown)))
