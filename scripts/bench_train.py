@@ -15,6 +15,8 @@ Every figure comes from ``spamnb`` commands run as fresh subprocesses, so start-
                default (deduplicating) train on everything, and with --jobs 2.
 (c) hashing    ``spamnb evaluate --folds 5`` on SA with and without --hash-features
                2^18, 2^20: (1-AUC)%, train peak RSS and model file size.
+(e) vs peer    ``spamnb train`` (--jobs 1 and 2) beside bogofilter's bulk registration
+               (``-n -B`` ham, ``-s -B`` spam) of the same messages, same run: the ratio.
 (d) costs      in-process, messages in shuffled order (seed 0): worker seconds per message
                (read + tokenize + count), the parent's merge seconds per message, bytes
                shipped per message, and the vocabulary's growth with the number of
@@ -99,6 +101,40 @@ def section_a(tmp, repeats):
     print(f"speed-up (ratio of medians) {m1 / m2:.2f}x; median of paired ratios {paired:.2f}x; "
           f"models identical: {same}; cpus: {os.cpu_count()}\n")
     return {"jobs1": times[1], "jobs2": times[2], "speedup": m1 / m2, "paired": paired, "identical": same}
+
+
+def section_e(tmp, repeats):
+    """spamnb train beside bogofilter's bulk registration on the same messages, same run."""
+    import shutil
+
+    print("## (e) train on SpamAssassin: spamnb vs bogofilter bulk registration (-n -B / -s -B)\n")
+    bogo = shutil.which("bogofilter")
+    entries = entries_of(SA)
+    ham = [p for label, p in entries if label == "ham"]
+    spam = [p for label, p in entries if label == "spam"]
+    rows = {"spamnb --jobs 1": [], "spamnb --jobs 2": [], "bogofilter -B": []}
+    for r in range(repeats):
+        for jobs in (1, 2):
+            s, _, _ = measured(spamnb("train", "--index", SA, "--jobs", jobs, "--model", tmp / f"e{jobs}.joblib"))
+            rows[f"spamnb --jobs {jobs}"].append(s)
+        if bogo:
+            db = tmp / f"bogo{r}"
+            db.mkdir()
+            t = time.perf_counter()
+            for flag, files in (("-n", ham), ("-s", spam)):
+                for i in range(0, len(files), 1000):
+                    subprocess.run([bogo, "-C", "-d", str(db), flag, "-B", *files[i:i + 1000]],
+                                   check=True, stdout=subprocess.DEVNULL)
+            rows["bogofilter -B"].append(time.perf_counter() - t)
+    print("| trainer | median s | ratio to bogofilter |\n|---|---|---|")
+    ref = statistics.median(rows["bogofilter -B"]) if rows["bogofilter -B"] else None
+    for name, times in rows.items():
+        if times:
+            m = statistics.median(times)
+            print(f"| {name} | {m:.2f} | {m / ref:.2f} |" if ref else f"| {name} | {m:.2f} | - |")
+    mb = sum(os.path.getsize(p) for _, p in entries) / 1e6
+    print(f"\n{len(entries)} messages, {mb:.1f} MB\n")
+    return {k: v for k, v in rows.items()}
 
 
 def _same_model(a, b):
@@ -222,7 +258,7 @@ def section_d():
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", default="abcd", help="sections to run, e.g. 'ab'")
+    ap.add_argument("--only", default="abcde", help="sections to run, e.g. 'ab'")
     ap.add_argument("--repeats", type=int, default=3, help="paired repeats in (a)")
     ap.add_argument("--json", type=Path, help="also write the figures here")
     args = ap.parse_args()
@@ -237,6 +273,8 @@ def main():
             results["c"] = section_c(tmp)
         if "d" in args.only:
             results["d"] = section_d()
+        if "e" in args.only:
+            results["e"] = section_e(tmp, args.repeats)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
 
