@@ -322,7 +322,10 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     n_tokens = int(model.doc_freq.sum())
     if min_df > 1:
         model.prune(min_df)
-    save_model(model, path)
+    from spamnb.store import model_lock
+
+    with model_lock(path):  # a concurrent learn/forget finishes first, then sees the new model
+        save_model(model, path)
     seconds = time.perf_counter() - start
     click.echo(
         f"trained {model.model_type} model on {int(counts[0])} ham and {int(counts[1])} spam "

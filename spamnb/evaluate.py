@@ -127,7 +127,7 @@ def train_test(make_model, train, test, runner=None) -> Scores:
     t1 = time.perf_counter()
     score, proba, _ = model.score_tokens(token_lists)
     return Scores(sources, y, score, proba, train_s, time.perf_counter() - t1, tok_s,
-                  int(model.class_count.sum()))
+                  int(model.messages.sum()))
 
 
 def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
