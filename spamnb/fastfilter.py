@@ -238,8 +238,6 @@ def _import_deferring(module, names=_DEFERRED):
     here keep a stub that forwards to the real module, loaded on first use; every
     later ``import`` gets the real module.
     """
-    if module in sys.modules:
-        return sys.modules[module]
     module_spec = type(sys.__spec__)  # importlib.machinery.ModuleSpec, already loaded
     stubs = {}
     for name in names:
