@@ -213,52 +213,6 @@ def fresh_scorer(path, allow_insecure=False):
     return sc
 
 
-# Modules that email.utils and email._parseaddr import at load time but call only
-# for work the filter never or rarely does (Message-ID making, date formatting,
-# RFC 2231 parameters): ~10 ms of every cold start (socket's enums, ipaddress,
-# locale...).  They are loaded on first use instead.
-_DEFERRED = ("socket", "random", "datetime", "calendar", "urllib.parse")
-
-
-class _Deferred(type(os)):
-    """Stands in for a module not loaded yet; any attribute read loads the real one."""
-
-    def __getattr__(self, attr):
-        name = self.__name__
-        if sys.modules.get(name) is self:  # read while still stubbed: load it for good
-            del sys.modules[name]
-        __import__(name)
-        return getattr(sys.modules[name], attr)
-
-
-def _import_deferring(module, names=_DEFERRED):
-    """Import ``module`` while the modules ``names`` (those not loaded yet) are stubs.
-
-    The stubs are in :data:`sys.modules` only during this import: modules imported
-    here keep a stub that forwards to the real module, loaded on first use; every
-    later ``import`` gets the real module.
-    """
-    module_spec = type(sys.__spec__)  # importlib.machinery.ModuleSpec, already loaded
-    stubs = {}
-    for name in names:
-        if name not in sys.modules:
-            stub = _Deferred(name)
-            stub.__spec__ = module_spec(name, None)  # what `import` reads of a loaded module
-            stubs[name] = sys.modules[name] = stub
-    try:
-        for name, stub in stubs.items():
-            parent, _, child = name.rpartition(".")
-            if parent:  # `import urllib.parse` binds the package; the stub is its attribute
-                __import__(parent)
-                setattr(sys.modules[parent], child, stub)
-        __import__(module)
-        return sys.modules[module]
-    finally:
-        for name, stub in stubs.items():
-            if sys.modules.get(name) is stub:
-                del sys.modules[name]
-
-
 def render(sc, raw, name, decision):
     """``(output, label)``: ``raw`` with the headers of its score under scorer ``sc``.
 
@@ -266,9 +220,7 @@ def render(sc, raw, name, decision):
     """
     from spamnb._version import __version__
     from spamnb.hook import add_headers, header_lines
-
-    tokenizer = _import_deferring("spamnb.tokenizer")
-    TokenizerConfig, tokenize = tokenizer.TokenizerConfig, tokenizer.tokenize
+    from spamnb.tokenizer import TokenizerConfig, tokenize
 
     cut = cutoffs_from(sc.cutoffs, *decision)
     score, p, _ = sc.score(tokenize(raw, TokenizerConfig.from_dict(sc.tokenizer)))
