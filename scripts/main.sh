@@ -3,12 +3,7 @@
 # corpus, and classify the held-out sample maildir, printing the table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e .
+. scripts/_venv.sh
 mkdir -p out
 .venv/bin/spamnb train --index corpora/spamassassin.tar.xz --model out/model.joblib
 .venv/bin/spamnb classify --model out/model.joblib corpora/sample-maildir

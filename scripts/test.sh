@@ -4,12 +4,7 @@
 # (when we are root and apt is there), then run the default test suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PY" -m venv .venv
-fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
-.venv/bin/python -m pip install -q -e '.[test,dask]'  # dask: the cluster test of sharded training
+. scripts/_venv.sh test,dask  # dask: the cluster test of sharded training
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v procmail >/dev/null; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq procmail) >/dev/null 2>&1 \
         || echo "note: procmail could not be installed; its integration test will be skipped" >&2

@@ -15,6 +15,8 @@ import collections
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
+from spamnb.model import _batches as batches
+
 # Messages per task: large enough that pickling and scheduling are noise
 # next to tokenizing, small enough to keep both workers busy to the end.
 BATCH = 128
@@ -24,17 +26,6 @@ _MODEL = None  # the model inherited by forked workers
 
 def _classify_batch(raws, cutoffs):
     return list(_MODEL.classify_many(raws, cutoffs=cutoffs))
-
-
-def _batches(items, size):
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def classify_parallel(model, raws, *, cutoffs=None, jobs=2, batch=BATCH):
@@ -51,7 +42,7 @@ def classify_parallel(model, raws, *, cutoffs=None, jobs=2, batch=BATCH):
     try:
         with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
             pending = collections.deque()
-            for chunk in _batches(raws, batch):
+            for chunk in batches(raws, batch):
                 pending.append(pool.submit(_classify_batch, chunk, cutoffs))
                 while len(pending) >= 2 * jobs:
                     yield from pending.popleft().result()

@@ -23,9 +23,10 @@ __all__ = ["default_model_path", "default_cache_path", "resolve_model", "default
 
 
 def default_model_path(env=os.environ) -> str:
-    """The user's model: ``$SPAMNB_MODEL``, else the XDG data path.
-
-    Same rules as :func:`spamnb.store.default_model_path` (a test holds them equal).
+    """The user's model: ``$SPAMNB_MODEL`` if set and non-empty; else
+    ``$XDG_DATA_HOME/spamnb/model.joblib`` if ``XDG_DATA_HOME`` is an absolute
+    path (the XDG spec says to ignore relative ones); else
+    ``~/.local/share/spamnb/model.joblib`` (``~`` from ``$HOME`` in `env`).
     """
     explicit = env.get("SPAMNB_MODEL")
     if explicit:

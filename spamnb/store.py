@@ -304,18 +304,7 @@ def _flock(fd: int, operation: int, timeout: float | None, path: str) -> None:
 
 
 def default_model_path(env: Mapping[str, str] = os.environ) -> str:
-    """Where the model lives unless told otherwise.
+    """Where the model lives unless told otherwise (see :func:`spamnb.locate.default_model_path`)."""
+    from spamnb.locate import default_model_path as locate
 
-    ``$SPAMNB_MODEL`` if set and non-empty; else
-    ``$XDG_DATA_HOME/spamnb/model.joblib`` if ``XDG_DATA_HOME`` is an absolute
-    path (the XDG spec says to ignore relative ones); else
-    ``~/.local/share/spamnb/model.joblib`` (``~`` from ``$HOME`` in `env`).
-    """
-    explicit = env.get("SPAMNB_MODEL")
-    if explicit:
-        return os.path.expanduser(explicit)
-    data_home = env.get("XDG_DATA_HOME")
-    if not data_home or not os.path.isabs(data_home):
-        home = env.get("HOME") or os.path.expanduser("~")
-        data_home = os.path.join(home, ".local", "share")
-    return os.path.join(data_home, "spamnb", "model.joblib")
+    return locate(env)
