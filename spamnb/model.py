@@ -70,7 +70,7 @@ DEFAULT_REFINE_ROUNDS = 10
 DEFAULT_REFINE_MARGIN = 10.0
 # At most this many training rows are kept for refine(): memory stays bounded
 # (~12 bytes per token a row) however large the corpus (a uniform sample beyond it).
-REFINE_MAX_ROWS = 20_000
+REFINE_MAX_ROWS = 10_000
 
 # Messages are tokenized and counted in batches of this many, so training holds
 # one batch of token lists at a time, never the whole corpus.
