@@ -130,3 +130,31 @@ def test_evaluate_online_table(labelled_dirs):
     assert r.exit_code == 0, r.output
     assert "online (train on errors, shuffled)" in r.stdout
     assert "(1-AUC)%" in r.stdout and "lam%" in r.stdout
+
+
+def test_evaluate_plot_writes_a_png(labelled_dirs, tmp_path):
+    pytest.importorskip("matplotlib")
+    png = tmp_path / "roc.png"
+    r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
+                                  str(labelled_dirs / "spam"), "--folds", "3", "--plot", str(png)])
+    assert r.exit_code == 0, r.output
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def test_evaluate_plot_without_matplotlib_fails_before_working(labelled_dirs, tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name == "matplotlib" or name.startswith("matplotlib."):
+            raise ImportError("no matplotlib here")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    calls = []
+    monkeypatch.setattr(ev, "cross_validate", lambda *a, **k: calls.append(1))
+    r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
+                                  str(labelled_dirs / "spam"), "--plot", str(tmp_path / "x.png")])
+    assert r.exit_code != 0 and "matplotlib" in r.output and "Traceback" not in r.output
+    assert calls == []  # refused before any evaluation work
