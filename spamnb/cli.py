@@ -726,6 +726,7 @@ def info(model_path, allow_insecure_model):
         ("size", f"{os.path.getsize(path) / 1e6:.1f} MB"),
         ("model type", f"{model.model_type}, features {model.features}"),
         ("alpha (λ)", f"{model.alpha:g}"),
+        ("refine", f"{model.refine_rounds} rounds, margin {model.refine_margin:g}"),
         ("prior", model.prior),
         ("cut-offs", f"ham if P(spam) <= {model.cutoffs.ham_cutoff:g}, spam if > {model.cutoffs.spam_cutoff:g}"),
         ("messages", f"{int(counts[0])} ham, {int(counts[1])} spam"),

@@ -448,15 +448,17 @@ class SpamModel:
         """The prior and the ``n`` tokens that moved the decision most."""
         toks = self.tokens(raw)
         X, _ = self._rows([toks], grow=False)
+        occurrences, _ = self.vocabulary.transform([toks])  # raw counts, for the reader
         bias, weights = self.linear_weights()
-        ids, counts = X.indices, X.data
-        contrib = counts * weights[ids]  # f(x_w) · weight_w
+        ids, values = X.indices, X.data
+        contrib = values * weights[ids]  # f(x_w) · weight_w
         order = np.argsort(-np.abs(contrib), kind="stable")[:n]
         names = self.vocabulary.describe(ids[order], toks)  # hashed columns: the message's tokens there
+        times = occurrences[0, ids[order]].toarray().ravel()
         score, _, _ = self.score_tokens([toks])
         return Evidence(
             prior=bias,
-            tokens=[(name, int(counts[i]), float(contrib[i])) for name, i in zip(names, order)],
+            tokens=[(name, int(t), float(contrib[i])) for name, t, i in zip(names, times, order)],
             score=float(score[0]),
         )
 

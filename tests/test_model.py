@@ -215,3 +215,13 @@ def test_refine_copies_are_not_messages():
     m2 = SpamModel.from_state(m.to_state())
     np.testing.assert_array_equal(m2.messages, [2, 2])
     assert m2.refine_rounds == m.refine_rounds and m2.refine_margin == m.refine_margin
+
+
+def test_explain_reports_occurrences_not_feature_values():
+    m = trained()
+    raw = b"Subject: cheap cheap cheap\n\ncheap pills, click now\n"
+    ev = m.explain(raw, 50)
+    counts = {tok: n for tok, n, _ in ev.tokens}
+    assert counts["subject:cheap"] == 3
+    assert all(n >= 1 for n in counts.values())
+    assert ev.prior + sum(c for _, _, c in ev.tokens) == pytest.approx(ev.score, rel=1e-9, abs=1e-9)
