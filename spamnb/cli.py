@@ -373,7 +373,7 @@ def classify(sources, model_path, allow_insecure_model, fmt, jobs, cost_fp, cost
     readers = [iter_messages(spec, recursive=recursive, strict=strict, on_error=_skipper(skipped))
                for spec in sources]
     messages = (m for reader in readers for m in reader)
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     counts = {"ham": 0, "unsure": 0, "spam": 0}
     start = time.perf_counter()
     if fmt == "table":
@@ -516,8 +516,8 @@ class _FilterCommand(click.Command):
             click.echo(f"spamnb filter: {exc.format_message().rstrip('.')}; message passed through unchanged",
                        err=True)
             try:
-                stdout = click.get_binary_stream("stdout")
-                stdout.write(click.get_binary_stream("stdin").read())
+                stdout = sys.stdout.buffer
+                stdout.write(sys.stdin.buffer.read())
                 stdout.flush()
             except OSError:
                 pass
@@ -558,8 +558,8 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     """
     from spamnb.hook import EXIT_CODES, EXIT_ERROR
 
-    stdin = click.get_binary_stream("stdin")
-    stdout = click.get_binary_stream("stdout")
+    stdin = sys.stdin.buffer
+    stdout = sys.stdout.buffer
     raw = b""
     try:
         raw = stdin.read()
@@ -765,7 +765,7 @@ def tokens(message, model_path, allow_insecure_model, default_settings):
             from spamnb.modelfile import load_model
 
             config = load_model(path, allow_insecure=allow_insecure_model).tokenizer
-    out = click.get_text_stream("stdout")
+    out = sys.stdout
     for msg in iter_messages(message, strict=True):
         for tok in tokenize(msg.raw, config):
             out.write(tok + "\n")
