@@ -112,13 +112,17 @@ def _extractor_class():
             return j
 
         # -- elements -------------------------------------------------------
-        def handle_starttag(self, tag, attrs):
+        def _tag_boundary(self, tag):
+            # a block element ends the word; an inline tag inside a word may split it
             if tag in _BLOCK:
                 self.chunks.append("\n")
                 self.tail_alnum = False
                 self.pending = None
             elif self.tail_alnum:
                 self.pending = "tag"
+
+        def handle_starttag(self, tag, attrs):
+            self._tag_boundary(tag)
             if tag in _SPECIAL:
                 self._special(tag, attrs)
             if tag in _VOID or len(self.stack) >= _MAX_STACK:
@@ -182,12 +186,7 @@ def _extractor_class():
                     self.tokens.append("html:tiny-font")
 
         def handle_endtag(self, tag):
-            if tag in _BLOCK:
-                self.chunks.append("\n")
-                self.tail_alnum = False
-                self.pending = None
-            elif self.tail_alnum:
-                self.pending = "tag"
+            self._tag_boundary(tag)
             stack = self.stack
             # Pop to the matching open element, if it is near the top (malformed
             # HTML leaves elements unclosed; a bounded search keeps this linear).

@@ -19,20 +19,10 @@ from spamnb import fastfilter, server, wire
 from spamnb.hook import EXIT_CODES
 from spamnb.modelfile import save_model
 from test_e2e import SPAMNB
-from test_fastpath import ODD_INPUTS, click_filter
+from test_fastpath import ODD_INPUTS, click_filter, compiled, messages  # noqa: F401 (fixture)
 
 START_TIMEOUT = 60
 
-
-def messages():
-    return [p.read_bytes() for p in sorted((SAMPLE_MAILDIR / "cur").iterdir())]
-
-
-@pytest.fixture
-def compiled(trained_model, tmp_path):
-    path = tmp_path / "m" / "model.joblib"
-    save_model(trained_model, path)
-    return path
 
 
 @pytest.fixture
