@@ -14,10 +14,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from conftest import SAMPLE_MAILDIR, sample_message
+from conftest import sample_message
 from spamnb import fastfilter, server, wire
 from spamnb.hook import EXIT_CODES
-from spamnb.modelfile import save_model
 from test_e2e import SPAMNB
 from test_fastpath import ODD_INPUTS, click_filter, compiled, messages  # noqa: F401 (fixture)
 
