@@ -363,8 +363,7 @@ class SpamModel:
         new_fc = np.zeros((2, n))
         new_fc[:, : est.n_features_in_] = est.feature_count_
         np.add.at(new_fc, (slice(None), ids), fc)  # n_cw += Δn_cw (hashed ids may repeat)
-        est.set_counts(est.class_count_ + cc, new_fc) if hasattr(est, "set_counts") else \
-            _set_counts(est, est.class_count_ + cc, new_fc)
+        est.set_counts(est.class_count_ + cc, new_fc)
         self._df = _grown(self._df, n)
         np.add.at(self._df, ids, df)  # df_w += Δdf_w
         self.registry.update(registry_items)
@@ -510,8 +509,7 @@ class SpamModel:
             cc = np.asarray(state["class_count"], dtype=np.float64)
             if fc.shape != (2, len(model.vocabulary)) or cc.shape != (2,):
                 raise ModelFormatError("model counts do not match its vocabulary")
-            model.estimator.set_counts(cc, fc) if hasattr(model.estimator, "set_counts") else \
-                _set_counts(model.estimator, cc, fc)
+            model.estimator.set_counts(cc, fc)
             model._df = np.array(state["doc_freq"], dtype=np.int64)
             if model._df.shape != (len(model.vocabulary),):
                 raise ModelFormatError("model document frequencies do not match its vocabulary")
@@ -522,14 +520,6 @@ class SpamModel:
                 raise
             raise ModelFormatError(f"model file is damaged: {exc}") from None
         return model
-
-
-def _set_counts(est, class_count, feature_count):
-    """Install stored counts in a fresh estimator and derive its log-probabilities."""
-    est.grow_features(feature_count.shape[1])
-    est.class_count_ = class_count.copy()
-    est.feature_count_ = feature_count.copy()
-    est._update_derived()
 
 
 def transform_features(X, features):

@@ -23,7 +23,6 @@ from pathlib import Path
 from spamnb import locate, store
 from spamnb.store import ModelError
 
-DEFAULT_NAME = "default"
 
 
 def shipped_corpus() -> Path | None:
