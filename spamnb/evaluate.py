@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spamnb.folds import stratified_kfold
-from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, refine, transform_features
+from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, log_odds, refine, transform_features
 from spamnb.vocabulary import document_frequency
 
 TRAIN_ON = ("all", "errors", "margin")
@@ -63,11 +63,6 @@ def _tokenize(model: SpamModel, messages):
     return sources, token_lists, np.asarray(y, dtype=np.int64), time.perf_counter() - start
 
 
-def _log_odds(log_post):
-    with np.errstate(invalid="ignore"):
-        return log_post[:, SPAM] - log_post[:, HAM]  # log P(spam|x) − log P(ham|x)
-
-
 def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) -> Scores:
     """Stratified K-fold cross-validation; scores of all folds pooled.
 
@@ -99,7 +94,7 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
         t0 = time.perf_counter()
         Xtr = X[tr]
         cols = np.flatnonzero(document_frequency(Xtr))  # the fold's own vocabulary
-        est = make_model()._new_estimator()  # sized by the fold's columns (a hashed model's is pre-grown)
+        est = template._new_estimator()  # a fresh estimator, sized by the fold's columns
         Ftr = transform_features(Xtr[:, cols], template.features)
         est.partial_fit(Ftr, y[tr], classes=[HAM, SPAM])
         refine(est, Ftr, y[tr], template.refine_rounds, template.refine_margin)  # as `train` does
@@ -107,7 +102,7 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
         log_post = est.predict_log_proba(transform_features(X[te][:, cols], template.features))
         classify_s += time.perf_counter() - t1
         train_s += t1 - t0
-        score[te] = _log_odds(log_post)
+        score[te] = log_odds(log_post)
         proba[te] = np.exp(log_post[:, SPAM])
     return Scores(sources, y, score, proba, train_s, classify_s, tok_s, int(len(y)))
 

@@ -260,8 +260,8 @@ class SpamModel:
 
     def _rows(self, token_lists, grow):
         """Feature rows of token lists, and their unknown-token counts."""
-        X, n_unknown = self.vocabulary.transform(token_lists, grow=grow, binary=self.features != "counts"
-                                                 and self.features != "logtf-l2")
+        X, n_unknown = self.vocabulary.transform(token_lists, grow=grow,
+                                                 binary=binary_features(self.features))
         return transform_features(X, self.features), n_unknown
 
     def _update(self, token_lists, y, sign):
@@ -405,9 +405,7 @@ class SpamModel:
         """Log-odds scores and P(spam | x) for token lists; also unknown-token counts."""
         X, n_unknown = self._rows(token_lists, grow=False)
         log_post = self.estimator.predict_log_proba(X)  # normalised by log-sum-exp
-        with np.errstate(invalid="ignore"):
-            score = log_post[:, SPAM] - log_post[:, HAM]  # log P(spam|x) − log P(ham|x)
-        return score, np.exp(log_post[:, SPAM]), n_unknown
+        return log_odds(log_post), np.exp(log_post[:, SPAM]), n_unknown
 
     def classify_many(self, raws, *, cutoffs: Cutoffs | None = None):
         """Classify an iterable of raw messages; yields :class:`Classification`."""
@@ -454,7 +452,7 @@ class SpamModel:
         order = np.argsort(-np.abs(contrib), kind="stable")[:n]
         names = self.vocabulary.describe(ids[order], toks)  # hashed columns: the message's tokens there
         times = occurrences[0, ids[order]].toarray().ravel()
-        score, _, _ = self.score_tokens([toks])
+        score = log_odds(self.estimator.predict_log_proba(X))  # the same row scored
         return Evidence(
             prior=bias,
             tokens=[(name, int(t), float(contrib[i])) for name, t, i in zip(names, times, order)],
@@ -520,6 +518,17 @@ class SpamModel:
                 raise
             raise ModelFormatError(f"model file is damaged: {exc}") from None
         return model
+
+
+def binary_features(features) -> bool:
+    """Whether a :data:`FEATURES` transform starts from presence (else from counts)."""
+    return features not in ("counts", "logtf-l2")
+
+
+def log_odds(log_post):
+    """score = log P(spam|x) − log P(ham|x) from rows of log posteriors (NaN-free for ±inf)."""
+    with np.errstate(invalid="ignore"):
+        return log_post[:, SPAM] - log_post[:, HAM]
 
 
 def transform_features(X, features):

@@ -57,7 +57,7 @@ import scipy.sparse as sp
 
 from spamnb import sources as _src
 from spamnb._version import __version__
-from spamnb.model import BATCH, LABELS, REFINE_MAX_ROWS, SpamModel, label_id, message_key, transform_features
+from spamnb.model import BATCH, LABELS, REFINE_MAX_ROWS, SpamModel, binary_features, label_id, message_key, transform_features
 from spamnb.tokenizer import TokenizerConfig, tokenize
 from spamnb.vocabulary import HashingVocabulary, Vocabulary
 
@@ -259,8 +259,7 @@ class CountSpec:
 
     @property
     def binary(self) -> bool:
-        # as SpamModel._rows: presence for every transform but counts and logtf-l2
-        return self.features not in ("counts", "logtf-l2")
+        return binary_features(self.features)
 
     def vocabulary(self):
         return Vocabulary() if self.hash_features is None else HashingVocabulary(self.hash_features)
@@ -538,15 +537,16 @@ class ShardMerger:
         ids = s.columns if self.hashed else self.vocabulary.ids(s.columns, grow=True)  # local -> global
         self._reserve(len(self.vocabulary))
         cc, fc, df = s.class_count, s.feature_count, s.doc_freq
+        rows, y = s.rows, s.y
         if self.registry is None:
             self.done["learned"] += len(s.y)
-            keep = None
         else:
             keep = self._decide(s, ids)
             if not keep.all():  # duplicates: recount the kept rows, in the same order
-                cc, fc, df = class_sums(s.rows[keep], s.y[keep])
-        if self.keep_rows and s.rows is not None:
-            self._sample_rows(s.rows if keep is None else s.rows[keep], s.y if keep is None else s.y[keep], ids)
+                rows, y = s.rows[keep], s.y[keep]
+                cc, fc, df = class_sums(rows, y)
+        if self.keep_rows and rows is not None:
+            self._sample_rows(rows, y, ids)
         self._fc[ids] += fc.T  # n_cw += Δn_cw (ids are distinct within a shard)
         self._df[ids] += df  # df_w += Δdf_w
         self.class_count += cc  # N_c += ΔN_c

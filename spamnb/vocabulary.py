@@ -272,7 +272,6 @@ class HashingVocabulary:
     hash to it.
     """
 
-    hashed = True
 
     def __init__(self, n_features: int):
         if isinstance(n_features, bool) or int(n_features) != n_features or not 1 <= n_features <= _MAX_FEATURES:
