@@ -587,7 +587,9 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
     evidence = None
     if n_evidence:
         evidence = [(tok, c) for tok, _, c in model.explain(raw, n_evidence).tokens]
-    name = "default" if is_default else os.path.basename(path)
+    from spamnb.fastfilter import model_name
+
+    name = model_name(path, is_default)  # the header says the same on both paths
     lines = header_lines(result.label, result.spam_probability, result.score, name, __version__, evidence)
     if learn_ and result.label != "unsure" and not is_default:
         from spamnb.modelfile import updating

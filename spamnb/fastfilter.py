@@ -201,7 +201,7 @@ def fresh_scorer(path, allow_insecure=False):
             raise Fallback("model is not a regular file")
         if not allow_insecure and not scorer.trusted(path, st):
             raise Fallback("model not trusted")
-        identity = scorer.file_identity(fd)
+        identity = scorer.file_identity(fd, st)
     finally:
         os.close(fd)
     try:

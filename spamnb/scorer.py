@@ -70,7 +70,6 @@ SUFFIX = ".scorer"
 # Bytes at the end of a model file that go into its identity digest.
 TAIL_BYTES = 4096
 FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
-_UNSAFE_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 try:  # the builtin BLAKE2 (what hashlib.blake2b is), without loading OpenSSL (~3 ms)
     from _blake2 import blake2b
@@ -96,9 +95,12 @@ def token_hash(token: str) -> int:
 # -- identity and trust ------------------------------------------------------------
 
 
-def file_identity(fd: int) -> dict:
-    """Identity of an open model file: stat fields that survive a rename, and a tail digest."""
-    st = os.fstat(fd)
+def file_identity(fd: int, st: os.stat_result | None = None) -> dict:
+    """Identity of an open model file: stat fields that survive a rename, and a tail digest.
+
+    ``st``: the file's ``os.fstat`` when the caller already has it.
+    """
+    st = st or os.fstat(fd)
     start = max(0, st.st_size - TAIL_BYTES)
     tail = os.pread(fd, st.st_size - start, start)
     return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
@@ -106,24 +108,13 @@ def file_identity(fd: int) -> dict:
 
 
 def trusted(path: str, st: os.stat_result) -> bool:
-    """Whether :func:`spamnb.store.load_checked` would trust this file (as a yes/no).
-
-    Regular file owned by us or root, not group/world-writable, in a folder
-    owned by us or root that others cannot write (unless sticky). A "no" only
+    """Whether :func:`spamnb.store.load_checked` would trust this file, as a yes/no:
+    a regular file that passes :func:`spamnb.store.trust_problem`. A "no" only
     sends the caller to the full path, which says what is wrong.
     """
-    if not stat.S_ISREG(st.st_mode):
-        return False
-    if not hasattr(os, "geteuid"):
-        return True
-    owners = (os.geteuid(), 0)
-    if st.st_uid not in owners or st.st_mode & _UNSAFE_WRITE:
-        return False
-    try:
-        dst = os.stat(os.path.dirname(os.path.abspath(path)))
-    except OSError:
-        return False
-    return dst.st_uid in owners and not (dst.st_mode & _UNSAFE_WRITE and not dst.st_mode & stat.S_ISVTX)
+    from spamnb.store import trust_problem
+
+    return stat.S_ISREG(st.st_mode) and trust_problem(path, st) is None
 
 
 # -- writing -----------------------------------------------------------------------
@@ -205,7 +196,6 @@ class Scorer:
     """A loaded scorer: :meth:`score` token lists with the compiled weights."""
 
     def __init__(self, header: dict, keys: memoryview, weights: memoryview):
-        self.header = header
         self.bias = float(header["bias"])
         self.features = header["features"]
         self.cutoffs = tuple(header["cutoffs"])

@@ -32,7 +32,6 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -86,6 +85,8 @@ def save_atomic(obj, path, *, compress=0) -> None:
     folder = os.path.dirname(os.path.abspath(path))
     try:
         os.makedirs(folder, mode=_NEW_DIR_MODE, exist_ok=True)
+        import tempfile  # here, not at import: the filter's fast path imports this module
+
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     except OSError as exc:
         raise ModelError(f"cannot save model to {path}: {_describe(exc)}") from exc
@@ -195,36 +196,44 @@ def _trusted_owners() -> set[int]:
     return {os.geteuid(), 0}
 
 
-def _check_trusted(path: str, st: os.stat_result) -> None:
-    """Refuse files and folders that a user other than us (or root) can change."""
+def trust_problem(path: str, st: os.stat_result) -> str | None:
+    """Why a model file must not be loaded (someone other than us or root can change it), or None.
+
+    The one definition of the rule: :func:`load_checked` raises it, and the filter's
+    fast path (:func:`spamnb.scorer.trusted`) asks it as a yes/no.
+    """
     if not hasattr(os, "geteuid"):  # no POSIX owners to check
-        return
+        return None
     override = "or pass --allow-insecure-model (allow_insecure=True) if you trust it"
     owners = _trusted_owners()
     if st.st_uid not in owners:
-        raise ModelError(
-            f"refusing to load model {path}: it is owned by uid {st.st_uid}, not by you "
-            f"(uid {os.geteuid()}) or root, and loading a model runs code from it; "
-            f"copy it to a file you own, {override}")
+        return (f"refusing to load model {path}: it is owned by uid {st.st_uid}, not by you "
+                f"(uid {os.geteuid()}) or root, and loading a model runs code from it; "
+                f"copy it to a file you own, {override}")
     if st.st_mode & _UNSAFE_WRITE:
-        raise ModelError(
-            f"refusing to load model {path}: it is writable by group or others "
-            f"(mode {stat.S_IMODE(st.st_mode):04o}), and loading a model runs code from it; "
-            f"fix with `chmod go-w {path}`, {override}")
+        return (f"refusing to load model {path}: it is writable by group or others "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}), and loading a model runs code from it; "
+                f"fix with `chmod go-w {path}`, {override}")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         dst = os.stat(folder)
     except OSError as exc:
-        raise ModelError(f"cannot check the folder of model {path}: {_describe(exc)}") from exc
+        return f"cannot check the folder of model {path}: {_describe(exc)}"
     if dst.st_uid not in owners:
-        raise ModelError(
-            f"refusing to load model {path}: its folder {folder} is owned by uid {dst.st_uid}, "
-            f"who could replace the model; move the model, {override}")
+        return (f"refusing to load model {path}: its folder {folder} is owned by uid {dst.st_uid}, "
+                f"who could replace the model; move the model, {override}")
     if dst.st_mode & _UNSAFE_WRITE and not dst.st_mode & stat.S_ISVTX:
-        raise ModelError(
-            f"refusing to load model {path}: its folder {folder} is writable by group or others "
-            f"(mode {stat.S_IMODE(dst.st_mode):04o}), who could replace the model; "
-            f"fix with `chmod go-w {folder}`, {override}")
+        return (f"refusing to load model {path}: its folder {folder} is writable by group or others "
+                f"(mode {stat.S_IMODE(dst.st_mode):04o}), who could replace the model; "
+                f"fix with `chmod go-w {folder}`, {override}")
+    return None
+
+
+def _check_trusted(path: str, st: os.stat_result) -> None:
+    """Refuse files and folders that a user other than us (or root) can change."""
+    problem = trust_problem(path, st)
+    if problem is not None:
+        raise ModelError(problem)
 
 
 # -- locking -----------------------------------------------------------------

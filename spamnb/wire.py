@@ -35,7 +35,6 @@ _REQUEST = struct.Struct("<BBHHQ5d")
 _REPLY = struct.Struct("<BBHQ")
 OK, DECLINED = 0, 1
 LABELS = ("spam", "ham", "unsure")  # codes = the filter's exit statuses
-DECISION = ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")
 # SO_PEERCRED's struct ucred: pid, uid, gid.
 _UCRED = struct.Struct("3i")
 
@@ -58,7 +57,8 @@ def recv_exact(sock, n: int) -> bytes:
 
 
 def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False) -> list[bytes]:
-    """The request for ``body``; ``decision`` holds the five :data:`DECISION` values or None."""
+    """The request for ``body``; ``decision`` holds the five decision values or None, in the order of
+    :data:`spamnb.fastfilter.DECISION`."""
     path, text = os.fsencode(model), name.encode("utf-8", "surrogatepass")
     mask = sum(1 << i for i, v in enumerate(decision) if v is not None)
     values = [0.0 if v is None else float(v) for v in decision]
