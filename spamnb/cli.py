@@ -583,10 +583,11 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 
     model, path, is_default = _open(model_path, allow_insecure_model)
     cut = cutoffs_from(model.cutoffs, *decision)
-    result = model.classify(raw, cutoffs=cut)
+    toks = model.tokens(raw)  # once, for the decision and the evidence
+    result = model.classify_tokens(toks, cutoffs=cut)
     evidence = None
     if n_evidence:
-        evidence = [(tok, c) for tok, _, c in model.explain(raw, n_evidence).tokens]
+        evidence = [(tok, c) for tok, _, c in model.explain(raw, n_evidence, toks=toks).tokens]
     from spamnb.fastfilter import model_name
 
     name = model_name(path, is_default)  # the header says the same on both paths
@@ -696,8 +697,9 @@ def explain(message, model_path, allow_insecure_model, count):
     msg = next(iter(iter_messages(message, strict=True)), None)
     if msg is None:
         raise click.ClickException(f"no message in {message}")
-    result = model.classify(msg.raw)
-    ev = model.explain(msg.raw, count)
+    toks = model.tokens(msg.raw)
+    result = model.classify_tokens(toks)
+    ev = model.explain(msg.raw, count, toks=toks)
     click.echo(f"label {result.label}, P(spam) {result.spam_probability:.6f}, score {result.score:+.2f}")
     click.echo(f"{ev.prior:+10.3f}  prior and per-class constants")
     for tok, n, c in ev.tokens:

@@ -409,16 +409,21 @@ class SpamModel:
 
     def classify_many(self, raws, *, cutoffs: Cutoffs | None = None):
         """Classify an iterable of raw messages; yields :class:`Classification`."""
-        cut = cutoffs or self.cutoffs
         for batch in _batches(raws, BATCH):
-            token_lists = [self.tokens(raw) for raw in batch]
-            score, p, n_unknown = self.score_tokens(token_lists)
-            for toks, s, pi, u in zip(token_lists, score, p, n_unknown):
-                yield Classification(cut.label(pi), float(pi), float(s), len(toks), int(u))
+            yield from self._classifications([self.tokens(raw) for raw in batch], cutoffs or self.cutoffs)
+
+    def _classifications(self, token_lists, cut):
+        score, p, n_unknown = self.score_tokens(token_lists)
+        for toks, s, pi, u in zip(token_lists, score, p, n_unknown):
+            yield Classification(cut.label(pi), float(pi), float(s), len(toks), int(u))
 
     def classify(self, raw: bytes, *, cutoffs: Cutoffs | None = None) -> Classification:
         """Classify one raw message."""
-        return next(self.classify_many([raw], cutoffs=cutoffs))
+        return self.classify_tokens(self.tokens(raw), cutoffs=cutoffs)
+
+    def classify_tokens(self, toks, *, cutoffs: Cutoffs | None = None) -> Classification:
+        """Classify one message already tokenized with :meth:`tokens`."""
+        return next(self._classifications([toks], cutoffs or self.cutoffs))
 
     def linear_weights(self):
         """The model as log-odds weights: score(x) = bias + Σ_w f(x_w)·weight_w.
@@ -441,9 +446,12 @@ class SpamModel:
             weights = (jll[:, SPAM] - jll[:, HAM]) - bias
         return bias, weights
 
-    def explain(self, raw: bytes, n: int = 15) -> Evidence:
-        """The prior and the ``n`` tokens that moved the decision most."""
-        toks = self.tokens(raw)
+    def explain(self, raw: bytes, n: int = 15, *, toks=None) -> Evidence:
+        """The prior and the ``n`` tokens that moved the decision most.
+
+        ``toks``: the message's :meth:`tokens`, when the caller has them already.
+        """
+        toks = self.tokens(raw) if toks is None else toks
         X, _ = self._rows([toks], grow=False)
         occurrences, _ = self.vocabulary.transform([toks])  # raw counts, for the reader
         bias, weights = self.linear_weights()
