@@ -23,10 +23,7 @@ the next. Mail is never lost: if even the full path cannot run, the message is
 written out unchanged and the exit status is 3.
 """
 
-from __future__ import annotations
-
 import io
-import math
 import os
 import stat
 import sys
@@ -107,7 +104,7 @@ def cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_
         c_fp = DEFAULT_COSTS[0] if cost_fp is None else cost_fp
         c_fn = DEFAULT_COSTS[1] if cost_fn is None else cost_fn
         for c in (c_fp, c_fn) + ((cost_unsure,) if cost_unsure is not None else ()):
-            if not (math.isfinite(c) and c > 0):
+            if not (0 < c < float("inf")):  # finite and positive (NaN fails too)
                 raise Fallback("bad cost")
         threshold = c_fp / (c_fp + c_fn)  # spam iff P(spam|x) > C_fp / (C_fp + C_fn)
         if cost_unsure is None:
@@ -287,12 +284,23 @@ def _read_stdin():
 
 
 def _write_and_exit(out, code):
+    """Write ``out`` to standard output and end the process with status ``code``.
+
+    The interpreter's clean shutdown (module teardown, a last garbage
+    collection) is skipped with ``os._exit`` once both streams are flushed:
+    it was ~1-2 ms of each delivery through the server, and this process
+    holds nothing that needs it.
+    """
     try:
         sys.stdout.buffer.write(out)
         sys.stdout.buffer.flush()
     except (OSError, ValueError):
         code = EXIT_ERROR
-    sys.exit(code)
+    try:
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    os._exit(code)
 
 
 def main(args, env=os.environ):

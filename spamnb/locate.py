@@ -15,8 +15,6 @@ Resolution order (the same everywhere):
 4. else the cached default model ``$XDG_CACHE_HOME/spamnb/default-model.joblib``.
 """
 
-from __future__ import annotations
-
 import os
 
 __all__ = ["default_model_path", "default_cache_path", "resolve_model", "default_socket_path"]

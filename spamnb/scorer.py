@@ -203,6 +203,7 @@ class Scorer:
         self.identity = header["model"]
         self._keys = keys
         self._weights = weights
+        self._table = None  # token hash -> weight, once resident()
 
     def __len__(self):
         return len(self._keys)
@@ -211,9 +212,19 @@ class Scorer:
         """Whether this scorer was compiled from the model file with ``identity``."""
         return self.identity == identity
 
+    def resident(self) -> "Scorer":
+        """Index the weights in a dict, for a process that scores many messages
+        (``spamnb serve``): a lookup is then one hash probe instead of a binary
+        search over the mapped file. Costs ~20 ms and ~15 MB per 100k tokens; the
+        one-message filter path does not call it. Returns self."""
+        self._table = dict(zip(self._keys.tolist(), self._weights.tolist()))
+        return self
+
     def weight(self, token: str):
         """The token's weight, or None when it is not in the model's vocabulary."""
         h = token_hash(token)
+        if self._table is not None:
+            return self._table.get(h)
         i = bisect.bisect_left(self._keys, h)
         if i < len(self._keys) and self._keys[i] == h:
             return self._weights[i]

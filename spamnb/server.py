@@ -94,7 +94,7 @@ class ModelHolder:
         for _ in range(5):  # a save between the stats: load again
             before = _identity(os.stat(self.path))
             try:
-                model = fresh_scorer(self.path, self.allow_insecure)
+                model = fresh_scorer(self.path, self.allow_insecure).resident()
             except Fallback:
                 model = load_model(self.path, allow_insecure=self.allow_insecure)
             if _identity(os.stat(self.path)) == before:

@@ -24,8 +24,6 @@ any socket error, timeout or malformed reply: the server is only ever a
 shortcut, never a place where mail can be lost.
 """
 
-from __future__ import annotations
-
 import os
 import stat
 import struct

@@ -96,6 +96,8 @@ def test_scorer_scores_equal_the_model(small_corpus, tmp_path, model_type, featu
         assert got == pytest.approx(s, rel=1e-12, abs=1e-9)
         assert p_got == pytest.approx(p, rel=1e-12, abs=1e-15)
         assert n_known == len({x for x in t if x in model.vocabulary})
+    resident = scorer.load_scorer(scorer.scorer_path(path)).resident()  # the server's dict lookups
+    assert [resident.score(t) for t in toks] == [sc.score(t) for t in toks]
 
 
 def test_scorer_file_layout_and_mode(compiled, trained_model):
@@ -243,9 +245,15 @@ def test_bad_or_missing_scorer_falls_back(compiled, spam_and_ham, breakage):
 
 
 def test_console_script_fast_path_imports_nothing_heavy(compiled, spam_and_ham):
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: sys.stderr.write('HEAVY=' + ','.join(sorted(m for m in "
-            "('numpy', 'scipy', 'joblib', 'click') if m in sys.modules))))\n"
+    # The fast path ends with os._exit (no atexit handlers): report the modules there.
+    code = ("import os, sys\n"
+            "real_exit = os._exit\n"
+            "def report(code):\n"
+            "    sys.stderr.write('HEAVY=' + ','.join(sorted(m for m in "
+            "('numpy', 'scipy', 'joblib', 'click') if m in sys.modules)))\n"
+            "    sys.stderr.flush()\n"
+            "    real_exit(code)\n"
+            "os._exit = report\n"
             f"sys.argv = ['spamnb', 'filter', '--model', {str(compiled)!r}]\n"
             "from spamnb._entry import main\nmain()\n")
     raw = spam_and_ham["spam"]
