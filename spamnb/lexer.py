@@ -92,6 +92,7 @@ _URL_PATH_SPLIT = re.compile(r"[/?&=#.\-_+;:,~%!*()$@]+")
 _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\Z")
 _SHAPE_DIGITS = re.compile(r"[0-9]+")
 _SHAPE_ALPHA = re.compile(r"[A-Za-z]+")
+_URL_DROP = dict.fromkeys(map(ord, "\t\r\n"))
 _UNCLEAN = re.compile(r"[\s\x00-\x1f\x7f]+")
 
 
@@ -327,7 +328,9 @@ def crack_url(url, prefix="url:", path=True):
     >>> crack_url("http://www.Example.com:8080/buy/now.html?id=7")[:4]
     ['url:proto:http', 'url:port', 'url:example.com', 'url:www.example.com']
     """
-    url = url.lower()
+    # A browser drops ASCII tab, CR and LF anywhere in a URL (WHATWG URL parsing),
+    # and HTML attributes wrap long links; so does this (tokens never hold newlines).
+    url = url.translate(_URL_DROP).lower()
     scheme, sep, rest = url.partition("://")
     if not sep:
         scheme, rest = "http", url

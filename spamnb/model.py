@@ -120,6 +120,9 @@ def label_id(label: str) -> int:
 _MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(<[^>\r\n]{1,500}>)", re.I | re.M)
 
 
+KEY_BYTES = 16  # length of a message key (a BLAKE2b digest)
+
+
 def message_key(raw: bytes) -> bytes:
     """Identity of a message for learn/forget: its Message-ID and body, else its content.
 
@@ -136,7 +139,7 @@ def message_key(raw: bytes) -> bytes:
         ident = b"mid:" + m.group(1).strip() + b"\0" + hashlib.sha256(body).digest()
     else:
         ident = b"sha256:" + hashlib.sha256(raw).digest()
-    return hashlib.blake2b(ident, digest_size=16).digest()
+    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
 
 
 def _split_header(raw: bytes) -> tuple[bytes, bytes]:
@@ -488,7 +491,7 @@ class SpamModel:
             "class_count": np.asarray(est.class_count_, dtype=np.float64),
             "feature_count": np.asarray(est.feature_count_, dtype=np.float64),
             "doc_freq": self.doc_freq.copy(),
-            "registry": self.registry,
+            "registry": _pack_registry(self.registry),
             "stats": dict(self.stats),
         }
 
@@ -519,13 +522,32 @@ class SpamModel:
             model._df = np.array(state["doc_freq"], dtype=np.int64)
             if model._df.shape != (len(model.vocabulary),):
                 raise ModelFormatError("model document frequencies do not match its vocabulary")
-            model.registry = dict(state["registry"])
+            model.registry = _unpack_registry(state["registry"])
             model.stats = dict(state["stats"])
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelFormatError):
                 raise
             raise ModelFormatError(f"model file is damaged: {exc}") from None
         return model
+
+
+def _pack_registry(registry: dict) -> dict:
+    """The registry as two flat objects (16-byte keys joined, their classes as int8):
+    joblib pickles a dict entry by entry in pure Python, two objects per learned message."""
+    keys = list(registry)
+    if not all(type(k) is bytes and len(k) == KEY_BYTES for k in keys):
+        return dict(registry)
+    return {"keys16": b"".join(keys), "classes": np.fromiter(registry.values(), dtype=np.int8, count=len(keys))}
+
+
+def _unpack_registry(state) -> dict:
+    """Inverse of :func:`_pack_registry`; also reads a plain dict (older files)."""
+    if "keys16" not in state:
+        return dict(state)
+    blob, classes = state["keys16"], state["classes"]
+    if len(blob) != KEY_BYTES * len(classes):
+        raise ValueError("registry keys do not match their classes")
+    return dict(zip([blob[i:i + KEY_BYTES] for i in range(0, len(blob), KEY_BYTES)], classes.tolist()))
 
 
 def binary_features(features) -> bool:

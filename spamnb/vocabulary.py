@@ -108,13 +108,27 @@ class Vocabulary:
 
     # -- persistence -----------------------------------------------------
 
-    def to_state(self) -> list[str]:
-        """Compact picklable state: the token list in id order."""
-        return list(self._tokens)
+    def to_state(self) -> dict | list[str]:
+        """Compact picklable state: the tokens in id order, as one newline-joined string.
+
+        One string instead of a list of 140,000: joblib pickles in pure Python,
+        object by object, and the list was 0.5 s of a 0.7 s model save (cProfile of
+        ``save_model`` on the SpamAssassin model); ``str.split`` gets it back at C
+        speed. The plain list is kept for a vocabulary holding a token with a newline.
+        """
+        joined = "\n".join(self._tokens)
+        if self._tokens and joined.count("\n") != len(self._tokens) - 1:
+            return list(self._tokens)
+        return {"tokens": joined, "n": len(self._tokens)}
 
     @classmethod
-    def from_state(cls, state: Sequence[str]) -> "Vocabulary":
+    def from_state(cls, state: dict | Sequence[str]) -> "Vocabulary":
         """Inverse of :meth:`to_state`."""
+        if isinstance(state, dict):
+            tokens = state["tokens"].split("\n") if state["n"] else []
+            if len(tokens) != state["n"]:
+                raise ValueError(f"vocabulary state lists {len(tokens)} tokens, not {state['n']}")
+            return cls(tokens)
         return cls(state)
 
     def __reduce__(self):
@@ -355,7 +369,7 @@ class HashingVocabulary:
 
 def vocabulary_from_state(state):
     """A :class:`Vocabulary` or :class:`HashingVocabulary` from its ``to_state()``."""
-    if isinstance(state, dict):
+    if isinstance(state, dict) and "hashing" in state:
         return HashingVocabulary.from_state(state)
     return Vocabulary.from_state(state)
 

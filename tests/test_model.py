@@ -121,7 +121,13 @@ def test_state_round_trip():
     m2 = SpamModel.from_state(m.to_state())
     assert m2.model_type == "bernoulli" and m2.alpha == 0.25 and m2.prior == "smoothed"
     assert m2.vocabulary.tokens() == m.vocabulary.tokens()
-    assert m2.registry == m.registry
+    assert m2.registry == m.registry and len(m.registry) == 4
+    state = m.to_state()
+    assert set(state["registry"]) == {"keys16", "classes"}  # packed: two objects, not 2 per message
+    # the plain forms earlier files hold still load
+    older = {**state, "registry": dict(m.registry), "vocabulary": m.vocabulary.tokens()}
+    m3 = SpamModel.from_state(older)
+    assert m3.registry == m.registry and m3.vocabulary.tokens() == m.vocabulary.tokens()
     for raw in (HAM1, SPAM1, SPAM2):
         assert m2.classify(raw) == m.classify(raw)
     # and it keeps learning from where it was

@@ -208,9 +208,14 @@ def test_remap_csr_validation():
 def test_state_and_pickle_roundtrip():
     v = Vocabulary(["x", "y", "z"])
     state = v.to_state()
-    assert state == ["x", "y", "z"]
+    assert state == {"tokens": "x\ny\nz", "n": 3}
     w = Vocabulary.from_state(state)
     assert w == v and w.index("z") == 2
+    for tokens in ([], [""], ["", "a"], ["a", ""]):  # empty tokens survive the joined form
+        assert Vocabulary.from_state(Vocabulary(tokens).to_state()).tokens() == tokens
+    odd = Vocabulary(["line\nbreak", "x"])  # a token with a newline: the plain list
+    assert odd.to_state() == ["line\nbreak", "x"] and Vocabulary.from_state(odd.to_state()) == odd
+    assert Vocabulary.from_state(["x", "y", "z"]) == v  # the list form older files hold
     u = pickle.loads(pickle.dumps(v))
     assert u == v and u.index("y") == 1
     # the pickle holds the token list only, not the dict
