@@ -205,8 +205,10 @@ def scale_options(f):
     opts = [
         click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
                      help="Worker processes tokenizing and counting (the model is the same for any N)."),
-        click.option("--backend", type=click.Choice(["loky", "dask"]), default="loky", show_default=True,
-                     help="loky: local processes; dask: the workers of a Dask cluster (--scheduler)."),
+        click.option("--backend", type=click.Choice(["multiprocessing", "loky", "dask"]), default="multiprocessing",
+                     show_default=True,
+                     help="multiprocessing: local worker processes forked from this one (fast to start); "
+                          "loky: fresh local interpreters; dask: the workers of a Dask cluster (--scheduler)."),
         click.option("--scheduler", metavar="ADDRESS",
                      help="Dask scheduler address, e.g. tcp://10.0.0.1:8786 (with --backend dask)."),
     ]

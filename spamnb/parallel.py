@@ -31,9 +31,9 @@ Design decisions, each made here:
   Streams that cannot be split (standard input, mbox, MH, archives) are read by
   the parent, which ships the raw bytes of one shard at a time.
 * Memory is bounded: shards are planned lazily and at most ``2 × workers`` of
-  them are in flight (locally a window over joblib's loky executor, in which
-  this process counts shards too while it would otherwise wait; on Dask
-  joblib's ``pre_dispatch``); the parent keeps only the
+  them are in flight (joblib's ``pre_dispatch``; with loky a window over its
+  executor, in which this process counts shards too while it would otherwise
+  wait for the workers to start); the parent keeps only the
   vocabulary, the count arrays and, with the registry, 16 bytes per message
   key (a dict entry, ~100 bytes: pass ``registry=False`` for very large corpora).
 * Duplicates (same :func:`message_key`, i.e. Message-ID, else content) are
@@ -70,7 +70,13 @@ __all__ = [
 # so it is a constant, equal to the model's learning batch.
 SHARD_SIZE = BATCH
 
-BACKENDS = ("loky", "dask")
+# Where shards are counted. "multiprocessing" (the default): joblib's pool of
+# processes made by the platform's default start method, fork on Linux, so a
+# worker starts in milliseconds with this process's modules already imported.
+# "loky": joblib's fresh interpreters (~1 s each to import numpy, scipy and the
+# tokenizer; safe where fork is not). "dask": the workers of a Dask cluster.
+# Measured by scripts/bench_train.py (section a): README "Scale".
+BACKENDS = ("multiprocessing", "loky", "dask")
 
 
 # -- shards ------------------------------------------------------------------------
@@ -368,12 +374,13 @@ def matrix_shard(shard: Shard, spec: CountSpec) -> ShardMatrix:
 
 @dataclass(frozen=True)
 class Runner:
-    """Where shards are counted: ``jobs`` local processes (this one and ``jobs - 1``
-    joblib/loky workers; 1 = only this one, -1 = one per core), or the workers of a
+    """Where shards are counted: ``jobs`` local processes (1 = only this one, -1 =
+    one per core): joblib's multiprocessing pool of ``jobs`` forked workers, or with
+    ``backend="loky"`` this process and ``jobs - 1`` loky workers; or the workers of a
     Dask cluster at ``scheduler`` (through joblib's Dask backend)."""
 
     jobs: int = 1
-    backend: str = "loky"
+    backend: str = "multiprocessing"
     scheduler: str | None = None
 
     def __post_init__(self):
@@ -390,8 +397,8 @@ class Runner:
         Items are taken from ``items`` only as workers free up (at most twice
         as many in flight as there are workers), so a lazy plan stays lazy.
         """
-        if self.backend == "loky":
-            yield from _local_map(func, items, args, self._n_local())
+        if self.backend != "dask":
+            yield from _local_map(func, items, args, self._n_local(), self.backend)
             return
         from joblib import Parallel, delayed, parallel_config
 
@@ -410,14 +417,36 @@ class Runner:
         return (os.cpu_count() or 1) if self.jobs < 0 else int(self.jobs)
 
 
-def _local_map(func, items, args, jobs):
-    """Ordered ``func(item, *args)`` on ``jobs`` processes: this one and ``jobs - 1``
-    joblib (loky) worker processes.
+def _executor(backend, jobs):
+    """``(executor, workers, forked)`` for ``jobs`` local processes.
 
-    Whenever the next result in order is not ready yet, this process counts the
-    next shard itself instead of waiting, so the time the workers take to start
-    (an interpreter importing numpy, scipy and the tokenizer: ~1 s) is not lost,
-    and jobs=1 is simply a loop here. At most ``2 × jobs`` shards are in flight.
+    "multiprocessing" where the platform forks: ``jobs`` forked workers of our
+    own (they start in milliseconds), this process only merging. Else joblib's
+    reusable loky executor (it outlives the call) with ``jobs - 1`` workers, this
+    process counting too while they start. Measured on SpamAssassin, 2 cores
+    (scripts/bench_train.py --only a): counting took 6.7-7.1 s with two forked
+    workers, 8.1-8.7 s with one forked worker beside this process (the merge in
+    shard order waits whenever this process is busy counting).
+    """
+    if backend == "multiprocessing":
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        if "fork" in multiprocessing.get_all_start_methods():
+            return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")), jobs, True
+    from joblib.externals.loky import get_reusable_executor
+
+    return get_reusable_executor(max_workers=jobs - 1), jobs - 1, False
+
+
+def _local_map(func, items, args, jobs, backend="multiprocessing"):
+    """Ordered ``func(item, *args)`` on ``jobs`` local processes (:func:`_executor`).
+
+    With loky workers, whenever the next result in order is not ready yet, this
+    process counts the next shard itself instead of waiting, so the time the
+    workers take to start (an interpreter importing numpy, scipy and the
+    tokenizer: ~1 s) is not lost. jobs=1 is simply a loop here. At most
+    ``2 × jobs`` shards are in flight.
     """
     from collections import deque
     from concurrent.futures import Future
@@ -427,9 +456,7 @@ def _local_map(func, items, args, jobs):
         for item in it:
             yield func(item, *args)
         return
-    from joblib.externals.loky import get_reusable_executor
-
-    executor = get_reusable_executor(max_workers=jobs - 1)
+    executor, workers, forked = _executor(backend, jobs)
     window: deque = deque()  # Futures (workers) and finished results (this process), in item order
     limit = 2 * jobs
     exhausted = False
@@ -446,14 +473,15 @@ def _local_map(func, items, args, jobs):
         while True:
             # keep each worker busy, with one shard queued behind the one it counts
             while not exhausted and len(window) < limit and \
-                    sum(isinstance(w, Future) and not w.done() for w in window) < 2 * (jobs - 1):
+                    sum(isinstance(w, Future) and not w.done() for w in window) < 2 * workers:
                 item = take()
                 if not exhausted:
                     window.append(executor.submit(func, item, *args))
             if not window:
                 return
             head = window[0]
-            if isinstance(head, Future) and not head.done() and not exhausted and len(window) < limit:
+            if not forked and isinstance(head, Future) and not head.done() and not exhausted \
+                    and len(window) < limit:
                 item = take()  # the next result is not ready: count a shard here meanwhile
                 if not exhausted:
                     window.append(_Done(func(item, *args)))
@@ -464,6 +492,8 @@ def _local_map(func, items, args, jobs):
         for w in window:
             if isinstance(w, Future):
                 w.cancel()
+        if forked:
+            executor.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass

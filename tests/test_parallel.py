@@ -65,10 +65,11 @@ def messages(small_corpus):
 # -- the same model whatever runs the shards -------------------------------------------
 
 
-def test_jobs_1_and_2_give_identical_models(small_corpus):
+@pytest.mark.parametrize("backend", ["multiprocessing", "loky"])
+def test_jobs_1_and_2_give_identical_models(small_corpus, backend):
     shards = par.plan(index=[small_corpus.index], size=40)  # 8 shards of 300 messages
     one = sharded(shards, par.Runner(1), refine_rounds=10)
-    two = sharded(shards, par.Runner(2), refine_rounds=10)
+    two = sharded(shards, par.Runner(2, backend=backend), refine_rounds=10)
     assert_same(one, two)  # refined too: the row sample and its order do not depend on the workers
     assert one.messages.tolist() == [150, 150]
     assert one.class_count.sum() > 300  # refine() added copies of the hard messages
@@ -162,8 +163,8 @@ def test_sharded_training_needs_a_fresh_model(messages):
 # -- streaming -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_a_generator_source_is_consumed_lazily(messages, jobs):
+@pytest.mark.parametrize("jobs, backend", [(1, "multiprocessing"), (2, "multiprocessing"), (2, "loky")])
+def test_a_generator_source_is_consumed_lazily(messages, jobs, backend):
     consumed = []
     lead = []  # messages taken from the source but not yet merged, at each merge
 
@@ -175,14 +176,14 @@ def test_a_generator_source_is_consumed_lazily(messages, jobs):
     def progress(n):
         lead.append(len(consumed) - n)
 
-    par.train(SpamModel(), par.shards_of(source(), size=10), runner=par.Runner(jobs), progress=progress,
-              registry=False)
+    par.train(SpamModel(), par.shards_of(source(), size=10), runner=par.Runner(jobs, backend=backend),
+              progress=progress, registry=False)
     assert len(consumed) == 600 and len(lead) == 60
     if jobs == 1:
         assert lead == [0] * 60  # one shard at a time
     else:
-        # a bounded window: joblib's pre_dispatch (2 x workers) plus what finished while the
-        # parent merged (measured 5 shards ahead; generous here for a loaded machine), never all
+        # a bounded window (2 x jobs shards in flight) plus what finished while the parent
+        # merged (measured 5 shards ahead; generous here for a loaded machine), never all
         assert max(lead) <= 200
 
 
