@@ -613,7 +613,7 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 @click.option("--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
               help="Refuse messages larger than this (the client then filters them itself).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Drop a client that sends nothing for this many seconds.")
+              help="Drop a request that has not arrived whole within this many seconds.")
 def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout):
     """Keep the model loaded and filter messages for `spamnb filter`.
 

@@ -21,7 +21,8 @@ Guarantees
 * Private: the socket lives in a folder of mode 0700 that we own, is created
   0600, and every connection's peer user (SO_PEERCRED) must be ours.
 * Bounded: requests over ``max_bytes`` (64 MB) are refused before their body
-  is read, and a client that stalls for ``timeout`` seconds is dropped.
+  is read, and a request that has not arrived whole within ``timeout`` seconds
+  (a stalled client, or one sending a byte now and then) is dropped.
 * SIGTERM / SIGINT: stop accepting, let running requests finish, remove the socket.
 """
 
@@ -34,6 +35,7 @@ import socketserver
 import stat
 import sys
 import threading
+import time
 from dataclasses import dataclass
 
 from spamnb import wire
@@ -129,18 +131,21 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         conn = self.request
         conn.settimeout(srv.timeout_s)
+        # The whole request must arrive within the time limit, not each piece of it.
+        deadline = time.monotonic() + srv.timeout_s
         try:
             if wire.peer_uid(conn) != os.geteuid():
                 return  # another user: not a word
-            header, blen = wire.read_request_head(conn, srv.max_bytes)
+            header, blen = wire.read_request_head(conn, srv.max_bytes, deadline)
         except (OSError, ValueError, wire.WireError) as exc:
             srv.log(f"request refused: {exc}")
             self._reply(wire.DECLINED, reason=str(exc))
             return
         try:
-            raw = wire.recv_exact(conn, blen)
+            raw = wire.recv_exact(conn, blen, deadline)
         except (OSError, wire.WireError) as exc:
             srv.log(f"request dropped: {exc}")
+            self._reply(wire.DECLINED, reason=str(exc))
             return
         self._reply(*self._answer(header, raw))
 

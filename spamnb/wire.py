@@ -41,17 +41,31 @@ class WireError(Exception):
     """A malformed, truncated or oversized message on the socket."""
 
 
-def recv_exact(sock, n: int) -> bytes:
-    """Exactly ``n`` bytes from ``sock``; WireError if the peer closes first."""
+def recv_exact(sock, n: int, deadline: float | None = None) -> bytes:
+    """Exactly ``n`` bytes from ``sock``; WireError if the peer closes first, or
+    when ``deadline`` (a ``time.monotonic()`` value) passes first."""
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            _wait_at_most(sock, deadline)
         k = sock.recv_into(view[got:], min(n - got, 1 << 20))
         if k == 0:
             raise WireError(f"connection closed after {got} of {n} bytes")
         got += k
     return bytes(buf)
+
+
+def _wait_at_most(sock, deadline):
+    """Let the next receive wait only until ``deadline``: a client sending a byte now
+    and then cannot hold the server's thread longer than the request's time limit."""
+    import time
+
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise WireError("timed out: the request took too long to arrive")
+    sock.settimeout(left)
 
 
 def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False) -> list[bytes]:
@@ -64,15 +78,15 @@ def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecu
     return [MAGIC + head + path + text, body]
 
 
-def read_request_head(sock, max_body: int) -> tuple[dict, int]:
+def read_request_head(sock, max_body: int, deadline: float | None = None) -> tuple[dict, int]:
     """The request's fields and body length; WireError when malformed or over ``max_body``."""
-    pre = recv_exact(sock, len(MAGIC) + _REQUEST.size)
+    pre = recv_exact(sock, len(MAGIC) + _REQUEST.size, deadline)
     if pre[:len(MAGIC)] != MAGIC:
         raise WireError("not a spamnb request")
     mask, flags, plen, nlen, blen, *values = _REQUEST.unpack(pre[len(MAGIC):])
     if blen > max_body:
         raise WireError(f"message of {blen} bytes is over the server's limit of {max_body}")
-    rest = recv_exact(sock, plen + nlen)
+    rest = recv_exact(sock, plen + nlen, deadline)
     header = {"model": os.fsdecode(rest[:plen]), "name": rest[plen:].decode("utf-8", "surrogatepass"),
               "allow_insecure": bool(flags & 1),
               "decision": [v if mask >> i & 1 else None for i, v in enumerate(values)]}

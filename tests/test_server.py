@@ -187,6 +187,49 @@ def test_stalled_client_is_dropped_and_others_are_served(serving, sock_path, com
     stalled.close()
 
 
+@pytest.mark.parametrize("serving", [("--timeout", "0.5")], indirect=True)
+def test_a_client_dripping_bytes_is_dropped_at_the_deadline(serving, sock_path, compiled):
+    """The time limit is for the whole request: a byte every 0.1 s never lets one receive
+    time out, and still the server gives up 0.5 s after the request began."""
+    raw = sample_message("ham", 0).read_bytes()
+    request = b"".join(wire.encode_request(str(compiled), "model", [None] * 5, raw))
+    drip = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    drip.connect(sock_path)
+    start = time.monotonic()
+    reply = b""
+    drip.settimeout(0.1)
+    for byte in request:
+        try:
+            drip.sendall(bytes([byte]))
+            reply = drip.recv(4096)
+        except socket.timeout:
+            continue
+        except OSError:
+            break
+        if reply or time.monotonic() - start > 5:
+            break
+    drip.settimeout(10)
+    assert time.monotonic() - start < 3
+    status, label, _, reason = wire.read_reply(_Prefixed(drip, reply))
+    assert status == wire.DECLINED and label is None and "timed out" in reason
+    drip.close()
+
+
+class _Prefixed:
+    """A socket whose first bytes were already received."""
+
+    def __init__(self, sock, head):
+        self.sock, self.head = sock, head
+
+    def recv_into(self, view, n):
+        if self.head:
+            k = min(n, len(self.head))
+            view[:k] = self.head[:k]
+            self.head = self.head[k:]
+            return k
+        return self.sock.recv_into(view, n)
+
+
 def test_sigterm_stops_cleanly_and_removes_the_socket(serving, sock_path):
     serving.send_signal(signal.SIGTERM)
     assert serving.wait(15) == 0
