@@ -31,9 +31,9 @@ Design decisions, each made here:
   Streams that cannot be split (standard input, mbox, MH, archives) are read by
   the parent, which ships the raw bytes of one shard at a time.
 * Memory is bounded: shards are planned lazily and at most ``2 × workers`` of
-  them are in flight (joblib's ``pre_dispatch``; with loky a window over its
-  executor, in which this process counts shards too while it would otherwise
-  wait for the workers to start); the parent keeps only the
+  them are in flight (locally a window over the executor -- with loky this
+  process counts shards too while it would otherwise wait for the workers to
+  start; on Dask joblib's ``pre_dispatch``); the parent keeps only the
   vocabulary, the count arrays and, with the registry, 16 bytes per message
   key (a dict entry, ~100 bytes: pass ``registry=False`` for very large corpora).
 * Duplicates (same :func:`message_key`, i.e. Message-ID, else content) are
@@ -70,12 +70,14 @@ __all__ = [
 # so it is a constant, equal to the model's learning batch.
 SHARD_SIZE = BATCH
 
-# Where shards are counted. "multiprocessing" (the default): joblib's pool of
-# processes made by the platform's default start method, fork on Linux, so a
-# worker starts in milliseconds with this process's modules already imported.
-# "loky": joblib's fresh interpreters (~1 s each to import numpy, scipy and the
-# tokenizer; safe where fork is not). "dask": the workers of a Dask cluster.
-# Measured by scripts/bench_train.py (section a): README "Scale".
+# Where shards are counted. "multiprocessing" (the default): worker processes
+# forked from this one (the standard library's ProcessPoolExecutor), so a worker
+# starts in milliseconds with this process's modules already imported; joblib's
+# own multiprocessing backend cannot hand results back as a generator, which the
+# bounded window below needs. "loky": joblib's fresh interpreters (~1 s each to
+# import numpy, scipy and the tokenizer; for where forking is unsafe, e.g. a
+# caller with threads running). "dask": the workers of a Dask cluster, through
+# joblib. Measured by scripts/bench_train.py (section a): README "Scale".
 BACKENDS = ("multiprocessing", "loky", "dask")
 
 
@@ -375,9 +377,9 @@ def matrix_shard(shard: Shard, spec: CountSpec) -> ShardMatrix:
 @dataclass(frozen=True)
 class Runner:
     """Where shards are counted: ``jobs`` local processes (1 = only this one, -1 =
-    one per core): joblib's multiprocessing pool of ``jobs`` forked workers, or with
-    ``backend="loky"`` this process and ``jobs - 1`` loky workers; or the workers of a
-    Dask cluster at ``scheduler`` (through joblib's Dask backend)."""
+    one per core): ``jobs`` forked workers, or with ``backend="loky"`` this process
+    and ``jobs - 1`` joblib/loky workers; or the workers of a Dask cluster at
+    ``scheduler`` (through joblib's Dask backend)."""
 
     jobs: int = 1
     backend: str = "multiprocessing"
