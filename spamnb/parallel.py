@@ -48,6 +48,7 @@ Design decisions, each made here:
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -422,8 +423,8 @@ class Runner:
 def _executor(backend, jobs):
     """``(executor, workers, forked)`` for ``jobs`` local processes.
 
-    "multiprocessing" where the platform forks: ``jobs`` forked workers of our
-    own (they start in milliseconds), this process only merging. Else joblib's
+    "multiprocessing" where the platform forks safely (not macOS): ``jobs``
+    forked workers of our own (they start in milliseconds), this process only merging. Else joblib's
     reusable loky executor (it outlives the call) with ``jobs - 1`` workers, this
     process counting too while they start. Measured on SpamAssassin, 2 cores
     (scripts/bench_train.py --only a): counting took 6.7-7.1 s with two forked
@@ -434,7 +435,8 @@ def _executor(backend, jobs):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        if "fork" in multiprocessing.get_all_start_methods():
+        # Not on macOS, where system frameworks make forking unsafe (Python spawns there).
+        if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
             return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")), jobs, True
     from joblib.externals.loky import get_reusable_executor
 
