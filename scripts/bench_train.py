@@ -151,6 +151,8 @@ def section_e(tmp, repeats):
     """spamnb train beside bogofilter's bulk registration on the same messages, same run."""
     import shutil
 
+    import peers  # scripts/peers.py: the peers' commands, one definition
+
     print("## (e) train on SpamAssassin: spamnb vs bogofilter bulk registration (-n -B / -s -B)\n")
     bogo = shutil.which("bogofilter")
     entries = entries_of(SA)
@@ -162,14 +164,7 @@ def section_e(tmp, repeats):
             s, _, _ = measured(spamnb("train", "--index", SA, "--jobs", jobs, "--model", tmp / f"e{jobs}.joblib"))
             rows[f"spamnb --jobs {jobs}"].append(s)
         if bogo:
-            db = tmp / f"bogo{r}"
-            db.mkdir()
-            t = time.perf_counter()
-            for flag, files in (("-n", ham), ("-s", spam)):
-                for i in range(0, len(files), 1000):
-                    subprocess.run([bogo, "-C", "-d", str(db), flag, "-B", *files[i:i + 1000]],
-                                   check=True, stdout=subprocess.DEVNULL)
-            rows["bogofilter -B"].append(time.perf_counter() - t)
+            rows["bogofilter -B"].append(peers.bogofilter_bulk_train_seconds(ham, spam))
     print("| trainer | median s | ratio to bogofilter |\n|---|---|---|")
     ref = statistics.median(rows["bogofilter -B"]) if rows["bogofilter -B"] else None
     for name, times in rows.items():

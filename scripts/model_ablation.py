@@ -18,7 +18,6 @@ import sys
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -27,7 +26,8 @@ from spamnb.folds import hash_folds  # noqa: E402
 from spamnb.sources import iter_index  # noqa: E402
 from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 from spamnb.model import refine, transform_features  # noqa: E402
-from spamnb.vocabulary import Vocabulary, document_frequency  # noqa: E402
+from spamnb.vocabulary import Vocabulary  # noqa: E402
+from tokenizer_ablation import cv_scores  # noqa: E402  (scripts/: same folds, one definition)
 
 
 def transform(X, how):
@@ -53,25 +53,16 @@ def transform(X, how):
 
 
 def cv(X, y, fold, make, refine_rounds=0, margin=0.0, unit=False):
-    score = np.empty(len(y))
-    for f in np.unique(fold):
-        tr, te = fold != f, fold == f
-        Xtr = X[tr]
-        cols = np.flatnonzero(document_frequency(Xtr))
-        est = make()
-        if unit:  # the model's own presence-l2 (unit length, after the fold's columns are chosen)
-            F = transform_features(Xtr[:, cols], "presence-l2")
-            est.fit(F, y[tr])
-            refine(est, F, y[tr], refine_rounds, margin)
-            jll = est.predict_joint_log_proba(transform_features(X[te][:, cols], "presence-l2"))
-            with np.errstate(invalid="ignore"):
-                score[te] = jll[:, 1] - jll[:, 0]
-            continue
-        est.fit(Xtr[:, cols], y[tr])
-        jll = est.predict_joint_log_proba(X[te][:, cols])
-        with np.errstate(invalid="ignore"):
-            score[te] = jll[:, 1] - jll[:, 0]
-    return score
+    """tokenizer_ablation.cv_scores; with ``unit`` the model's own presence-l2 rows
+    (unit length, after the fold's columns are chosen) and training on errors."""
+    if not unit:
+        return cv_scores(X, y, fold, make)
+
+    def train(est, F, y_train):
+        est.fit(F, y_train)
+        refine(est, F, y_train, refine_rounds, margin)
+
+    return cv_scores(X, y, fold, make, lambda M: transform_features(M, "presence-l2"), train)
 
 
 def main():

@@ -153,10 +153,7 @@ def run_bogofilter(train_ham, train_spam, test):
     tools = _Tools()
     with tempfile.TemporaryDirectory(prefix="peer-bogofilter-") as db:
         t0 = time.perf_counter()
-        for flag, files in (("-n", train_ham), ("-s", train_spam)):
-            for chunk in _chunks(files):
-                tools.run([bogofilter, "-C", "-d", db, flag, "-B", *chunk],
-                          check=True, stdout=subprocess.DEVNULL)
+        _bogofilter_register(tools.run, bogofilter, db, train_ham, train_spam)
         t1 = time.perf_counter()
         lines = []
         for chunk in _chunks(test):
@@ -175,15 +172,19 @@ def run_bogofilter(train_ham, train_spam, test):
     return RunResult(scores, t1 - t0, t2 - t1, tools.peak_mb)
 
 
+def _bogofilter_register(run, bogofilter, db, ham, spam):
+    """Bulk registration into ``db``: ``-n -B`` for ham, then ``-s -B`` for spam."""
+    for flag, files in (("-n", ham), ("-s", spam)):
+        for chunk in _chunks(files):
+            run([bogofilter, "-C", "-d", db, flag, "-B", *chunk], check=True, stdout=subprocess.DEVNULL)
+
+
 def bogofilter_bulk_train_seconds(ham, spam):
     """Seconds for bogofilter to bulk-train (-n -B ham, then -s -B spam) from empty."""
     bogofilter = _check_tool("bogofilter")
     with tempfile.TemporaryDirectory(prefix="peer-bogofilter-") as db:
         t0 = time.perf_counter()
-        for flag, files in (("-n", ham), ("-s", spam)):
-            for chunk in _chunks(files):
-                subprocess.run([bogofilter, "-C", "-d", db, flag, "-B", *chunk],
-                               check=True, stdout=subprocess.DEVNULL)
+        _bogofilter_register(subprocess.run, bogofilter, db, ham, spam)
         return time.perf_counter() - t0
 
 

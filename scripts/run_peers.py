@@ -40,23 +40,20 @@ sys.path.insert(0, os.path.dirname(HERE))
 import peers  # noqa: E402
 from spamnb.folds import hash_folds  # noqa: E402
 from spamnb.metrics import summary  # noqa: E402
+from spamnb.sources import SourceError, index_entries  # noqa: E402
 
 
 def read_index(index_path):
     """(labels 0/1, index paths, absolute paths) from a TREC-style index."""
     base = os.path.dirname(os.path.abspath(index_path))
-    labels, rel = [], []
-    with open(index_path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
-                continue
-            label, _, path = line.partition(" ")
-            if label not in ("ham", "spam") or not path:
-                raise SystemExit(f"{index_path}:{lineno}: expected 'ham PATH' or 'spam PATH'")
-            labels.append(1 if label == "spam" else 0)
-            rel.append(path.strip())
-    return np.array(labels, dtype=np.int8), rel, [os.path.join(base, p) for p in rel]
+    try:
+        with open(index_path, encoding="utf-8", errors="surrogateescape") as f:
+            entries = list(index_entries(f, index_path))
+    except (OSError, SourceError) as exc:
+        raise SystemExit(str(exc))
+    labels = np.array([label == "spam" for label, _ in entries], dtype=np.int8)
+    rel = [p for _, p in entries]
+    return labels, rel, [os.path.join(base, p) for p in rel]
 
 
 def plan(keys, protocol, k):

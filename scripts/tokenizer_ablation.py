@@ -29,6 +29,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from spamnb import metrics, naive_bayes  # noqa: E402
 from spamnb.folds import hash_folds  # noqa: E402
+from spamnb.model import log_odds  # noqa: E402
+from spamnb.sources import index_entries  # noqa: E402
 from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 from spamnb.vocabulary import Vocabulary, document_frequency  # noqa: E402
 
@@ -97,17 +99,26 @@ def tokenize_all(cfg, workers):
     return out
 
 
-def cv_scores(X, y, fold, make):
-    """Pooled out-of-fold log-odds; each fold's model sees only its training columns."""
+def cv_scores(X, y, fold, make, transform=None, train=None):
+    """Pooled out-of-fold log-odds; each fold's model sees only its training columns.
+
+    ``transform(M)``: the feature transform of a fold's rows, applied after its
+    columns are chosen (default none); ``train(est, F, y)``: how to fit (default
+    ``est.fit``).
+    """
+    transform = transform or (lambda M: M)
     score = np.empty(len(y))
     for f in np.unique(fold):
         tr, te = fold != f, fold == f
         Xtr = X[tr]
         cols = np.flatnonzero(document_frequency(Xtr))
         est = make()
-        est.fit(Xtr[:, cols], y[tr])
-        jll = est.predict_joint_log_proba(X[te][:, cols])
-        score[te] = jll[:, 1] - jll[:, 0]
+        F = transform(Xtr[:, cols])
+        if train is None:
+            est.fit(F, y[tr])
+        else:
+            train(est, F, y[tr])
+        score[te] = log_odds(est.predict_joint_log_proba(transform(X[te][:, cols])))
     return score
 
 
@@ -124,19 +135,15 @@ MODELS = {
 
 
 def read_index(index):
+    """(labels 0/1, index paths, raw messages) of a TREC-style index."""
     base = os.path.dirname(os.path.abspath(index))
-    labels, keys, raws = [], [], []
-    with open(index, encoding="utf-8") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) != 2:
-                continue
-            label, rel = parts
-            with open(os.path.join(base, rel), "rb") as m:
-                raws.append(m.read())
-            labels.append(label == "spam")
-            keys.append(rel)
-    return np.array(labels, dtype=np.int64), keys, raws
+    with open(index, encoding="utf-8", errors="surrogateescape") as fh:
+        entries = list(index_entries(fh, index))
+    raws = []
+    for _, rel in entries:
+        with open(os.path.join(base, rel), "rb") as m:
+            raws.append(m.read())
+    return np.array([label == "spam" for label, _ in entries], dtype=np.int64), [rel for _, rel in entries], raws
 
 
 def main():

@@ -16,9 +16,6 @@ import click
 
 from spamnb._version import __version__
 
-EXAMPLE_TRAIN = "spamnb train --index corpora/spamassassin.tar.xz --model model.joblib"
-
-
 class _Group(click.Group):
     """Turns library errors into clear one-line messages with exit status 1."""
 
@@ -134,19 +131,6 @@ def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None):
                                      on_error=on_error)
     for spec in index:
         yield from iter_index(spec, strict=strict, on_error=on_error)
-
-
-def _progress(items, what="messages"):
-    """Count items on stderr, in place, when stderr is a terminal."""
-    if not sys.stderr.isatty():
-        yield from items
-        return
-    n = 0
-    for n, item in enumerate(items, 1):
-        if n % 200 == 0:
-            click.echo(f"\r  {n} {what}...", err=True, nl=False)
-        yield item
-    click.echo(f"\r  {n} {what}.   ", err=True)
 
 
 def _shard_progress():
@@ -418,16 +402,27 @@ def _finite(x, bound=1e300):
 
 
 def _learn_options(f):
+    """The options and arguments learn and forget share."""
+    f = click.argument("sources", nargs=-1, required=True, metavar="SRC...")(model_options(source_options(f)))
     f = click.option("--ham", "label", flag_value="ham", help="The messages are ham.")(f)
     f = click.option("--spam", "label", flag_value="spam", help="The messages are spam.")(f)
     return f
 
 
+def _labelled(sources, label, recursive, strict):
+    """``(raw, label)`` of every message in ``sources``; unreadable ones are reported
+    and counted in the returned one-element list."""
+    from spamnb.sources import iter_messages
+
+    skipped = [0]
+    messages = [(m.raw, label) for spec in sources
+                for m in iter_messages(spec, label=label, recursive=recursive, strict=strict,
+                                       on_error=_skipper(skipped))]
+    return messages, skipped
+
+
 @main.command()
 @_learn_options
-@click.argument("sources", nargs=-1, required=True, metavar="SRC...")
-@model_options
-@source_options
 def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     """Learn messages as spam or ham (as bogofilter -s / -n).
 
@@ -440,7 +435,6 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
     from spamnb.modelfile import resolve, updating
-    from spamnb.sources import iter_messages
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
@@ -449,10 +443,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
         from spamnb import store
         path = store.default_model_path()
         _notice(f"creating your model at {path}, starting from the default model")
-    skipped = [0]
-    messages = [(m.raw, label) for spec in sources
-                for m in iter_messages(spec, label=label, recursive=recursive, strict=strict,
-                                       on_error=_skipper(skipped))]
+    messages, skipped = _labelled(sources, label, recursive, strict)
     with updating(path, allow_insecure=allow_insecure_model, create=_default_seed) as model:
         done = model.learn(messages)
     click.echo(f"learned {done['learned']} as {label}, moved {done['moved']}, "
@@ -470,9 +461,6 @@ def _default_seed():
 
 @main.command()
 @_learn_options
-@click.argument("sources", nargs=-1, required=True, metavar="SRC...")
-@model_options
-@source_options
 def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
     """Undo learning messages as spam or ham (as bogofilter -S / -N).
 
@@ -481,17 +469,13 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
       spamnb forget --spam message.eml
     """
     from spamnb.modelfile import resolve, updating
-    from spamnb.sources import iter_messages
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
     path, is_default = resolve(model_path)
     if is_default:
         raise click.ClickException("there is no model of yours to forget from")
-    skipped = [0]
-    messages = [(m.raw, label) for spec in sources
-                for m in iter_messages(spec, label=label, recursive=recursive, strict=strict,
-                                       on_error=_skipper(skipped))]
+    messages, _ = _labelled(sources, label, recursive, strict)
     with updating(path, allow_insecure=allow_insecure_model) as model:
         n = model.forget(messages)
     click.echo(f"forgot {n} {label} message(s)", err=True)

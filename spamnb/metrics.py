@@ -259,6 +259,11 @@ def lam_pct(hm, sm, n_ham=None, n_spam=None):
     return 100.0 * _expit((_logit(hm) + _logit(sm)) / 2.0)
 
 
+
+def _pct(part, whole):
+    """100 · part / whole, NaN when there is nothing to divide by."""
+    return 100.0 * part / whole if whole else float("nan")
+
 class Confusion:
     """Counts of a three-way (ham / unsure / spam) decision against the truth.
 
@@ -292,20 +297,20 @@ class Confusion:
     @property
     def fp_pct(self):
         """Ham misclassification %: ham filed as spam / all ham (unsure ham excluded)."""
-        return 100.0 * self.n_ham_spam / self.n_ham if self.n_ham else float("nan")
+        return _pct(self.n_ham_spam, self.n_ham)
 
     @property
     def fn_pct(self):
         """Spam misclassification %: spam filed as ham / all spam (unsure spam excluded)."""
-        return 100.0 * self.n_spam_ham / self.n_spam if self.n_spam else float("nan")
+        return _pct(self.n_spam_ham, self.n_spam)
 
     @property
     def unsure_ham_pct(self):
-        return 100.0 * self.n_ham_unsure / self.n_ham if self.n_ham else float("nan")
+        return _pct(self.n_ham_unsure, self.n_ham)
 
     @property
     def unsure_spam_pct(self):
-        return 100.0 * self.n_spam_unsure / self.n_spam if self.n_spam else float("nan")
+        return _pct(self.n_spam_unsure, self.n_spam)
 
     @property
     def accuracy(self):

@@ -228,18 +228,11 @@ def _index_paths(path):
     except OSError as exc:
         raise _src.SourceError(f"cannot read index {path}: {exc.strerror or exc}") from exc
     with f:
-        lineno = 0
-        for physical in f:
-            for line in physical.decode("utf-8", "surrogateescape").splitlines() or [""]:
-                lineno += 1
-                line = line.strip()
-                if not line or line.startswith("#"):
-                    continue
-                m = _src._INDEX_LINE.fullmatch(line)
-                if m is None:
-                    raise _src.SourceError(
-                        f"{path}, line {lineno}: expected 'spam PATH' or 'ham PATH', got {line[:80]!r}")
-                yield os.path.join(base, m.group(2)), m.group(1)
+        # the lines sources reads: splitlines() of each physical line
+        lines = (line for physical in f
+                 for line in physical.decode("utf-8", "surrogateescape").splitlines() or [""])
+        for label, rel in _src.index_entries(lines, path):
+            yield os.path.join(base, rel), label
 
 
 # -- counting one shard (in a worker) -------------------------------------------------

@@ -46,7 +46,7 @@ import sys
 import tarfile
 import warnings
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 __all__ = [
@@ -57,6 +57,7 @@ __all__ = [
     "detect_kind",
     "iter_messages",
     "iter_index",
+    "index_entries",
     "is_archive",
 ]
 
@@ -489,10 +490,11 @@ def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = No
     return _iter_file_index(entries, base, report)
 
 
-def _parse_index(text: bytes, where: str) -> list[tuple[str, str]]:
-    """``[(label, relative path)]`` from index bytes; SourceError on a bad line."""
-    entries = []
-    for lineno, line in enumerate(text.decode("utf-8", "surrogateescape").splitlines(), 1):
+def index_entries(lines: Iterable[str], where: str) -> Iterator[tuple[str, str]]:
+    """``(label, relative path)`` of TREC index lines, lazily; blank lines and
+    ``#`` comments are skipped, a bad line raises SourceError naming ``where`` and
+    its line number."""
+    for lineno, line in enumerate(lines, 1):
         line = line.strip()
         if not line or line.startswith("#"):
             continue
@@ -500,8 +502,12 @@ def _parse_index(text: bytes, where: str) -> list[tuple[str, str]]:
         if m is None:
             raise SourceError(
                 f"{where}, line {lineno}: expected 'spam PATH' or 'ham PATH', got {line[:80]!r}")
-        entries.append((m.group(1), m.group(2)))
-    return entries
+        yield m.group(1), m.group(2)
+
+
+def _parse_index(text: bytes, where: str) -> list[tuple[str, str]]:
+    """``[(label, relative path)]`` from index bytes; SourceError on a bad line."""
+    return list(index_entries(text.decode("utf-8", "surrogateescape").splitlines(), where))
 
 
 def _iter_file_index(entries, base, report) -> Iterator[Message]:

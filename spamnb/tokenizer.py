@@ -300,6 +300,9 @@ _MAX_RAW_HEADER = 4000
 _MAX_ADDRESSES = 5
 
 
+_UNSET = object()  # an argument not given (None is a valid charset: none declared)
+
+
 # A filter's verdict is not evidence about the sender: the headers spamnb adds
 # (and SpamAssassin's of the same names) are never tokenized, whatever the
 # configuration. Otherwise learning from a Junk folder that spamnb filed would
@@ -381,15 +384,18 @@ def _message_id_tokens(value, out):
     out.append("message-id:shape:" + shape(local))
 
 
-def header_tokens(msg, config=None, out=None):
+def header_tokens(msg, config=None, out=None, fallback=_UNSET):
     """Tokens from the top-level headers selected by the configuration.
 
-    Appends to ``out`` (a new list if None) and returns it.
+    Appends to ``out`` (a new list if None) and returns it. ``fallback``: the
+    charset for raw 8-bit header bytes (:func:`spamnb.mime.header_charset`), when
+    the caller has it already.
     """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
     selected = _selector(config)
-    fallback = mime.header_charset(msg)
+    if fallback is _UNSET:
+        fallback = mime.header_charset(msg)
     seen = set()
     hops = 0
     # raw_items(): the stored strings.  items() would wrap any header holding
@@ -506,10 +512,11 @@ def _filename_tokens(part, params, disposition, fallback, out):
         out.append("filename:ext:none")
 
 
-def body_tokens(msg, config=None, out=None):
+def body_tokens(msg, config=None, out=None, fallback=_UNSET):
     """Tokens from the MIME structure and text parts of a parsed message.
 
-    Appends to ``out`` (a new list if None) and returns it.
+    Appends to ``out`` (a new list if None) and returns it; ``fallback`` as for
+    :func:`header_tokens`.
     """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
@@ -517,7 +524,8 @@ def body_tokens(msg, config=None, out=None):
     ct_on = selected("content-type")
     cte_on = selected("content-transfer-encoding")
     cd_on = selected("content-disposition")
-    fallback = mime.header_charset(msg)
+    if fallback is _UNSET:
+        fallback = mime.header_charset(msg)
     skip_ids = set()
     for item in mime.walk(msg, config.max_depth, config.max_parts):
         if isinstance(item, str):
@@ -605,8 +613,9 @@ def _redundant_alternatives(part, prefer):
 def _tokens(raw, config):
     msg, problems = mime.parse(raw)
     out = problems
-    header_tokens(msg, config, out)
-    body_tokens(msg, config, out)
+    fallback = mime.header_charset(msg)  # Content-Type's parameters, parsed once
+    header_tokens(msg, config, out, fallback)
+    body_tokens(msg, config, out, fallback)
     return out
 
 

@@ -27,6 +27,7 @@ shortcut, never a place where mail can be lost.
 import os
 import stat
 import struct
+import time  # loaded by the interpreter's own start-up: free here
 
 MAGIC = b"SPNB\x01"
 _REQUEST = struct.Struct("<BBHHQ5d")
@@ -60,8 +61,6 @@ def recv_exact(sock, n: int, deadline: float | None = None) -> bytes:
 def _wait_at_most(sock, deadline):
     """Let the next receive wait only until ``deadline``: a client sending a byte now
     and then cannot hold the server's thread longer than the request's time limit."""
-    import time
-
     left = deadline - time.monotonic()
     if left <= 0:
         raise WireError("timed out: the request took too long to arrive")

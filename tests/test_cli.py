@@ -17,7 +17,6 @@ from click.testing import CliRunner
 from conftest import SAMPLE_MAILDIR, gold_labels, sample_message
 from spamnb import store
 from spamnb.cli import main
-from spamnb.decision import Cutoffs
 from spamnb.hook import add_headers, header_lines
 from spamnb.modelfile import load_model
 from spamnb.tokenizer import TokenizerConfig, tokenize

@@ -8,7 +8,6 @@ import shutil
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 from click.testing import CliRunner
 
 from conftest import SAMPLE_MAILDIR

@@ -24,7 +24,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
