@@ -6,6 +6,7 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
 
     python3 scripts/bench_tokenizer.py                       # both corpora
     python3 scripts/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
+    python3 scripts/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
 """
 
 import argparse
@@ -15,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+from spamnb.sources import index_entries  # noqa: E402
 from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 
 CORPORA = "/work/shared/corpora"
@@ -24,14 +26,41 @@ DEFAULT_INDEXES = [os.path.join(CORPORA, "spamassassin", "index"),
 
 def load(index):
     base = os.path.dirname(os.path.abspath(index))
+    with open(index, encoding="utf-8", errors="surrogateescape") as fh:
+        entries = list(index_entries(fh, index))
     raws = []
-    with open(index, encoding="utf-8") as fh:
-        for line in fh:
-            parts = line.split()
-            if len(parts) == 2:
-                with open(os.path.join(base, parts[1]), "rb") as m:
-                    raws.append(m.read())
+    for _, rel in entries:
+        with open(os.path.join(base, rel), "rb") as m:
+            raws.append(m.read())
     return raws
+
+
+def stages(raws, cfg, repeat):
+    """Best-of-``repeat`` CPU seconds of each stage, the stages run on their own:
+    parsing, header tokens, body tokens, and within the bodies HTML to text."""
+    from spamnb import html_text, mime, tokenizer
+
+    def best(f):
+        times = []
+        for _ in range(repeat):
+            c0 = time.process_time()
+            f()
+            times.append(time.process_time() - c0)
+        return min(times)
+
+    msgs = [mime.parse(r)[0] for r in raws]
+    htmls = []
+    real = tokenizer.html_to_text
+    tokenizer.html_to_text = lambda h: htmls.append(h) or real(h)  # collect the HTML parts once
+    try:
+        for m in msgs:
+            tokenizer.body_tokens(m, cfg)
+    finally:
+        tokenizer.html_to_text = real
+    return {"parse": best(lambda: [mime.parse(r) for r in raws]),
+            "header tokens": best(lambda: [tokenizer.header_tokens(m, cfg) for m in msgs]),
+            "body tokens": best(lambda: [tokenizer.body_tokens(m, cfg) for m in msgs]),
+            "  of which HTML to text": best(lambda: [html_text.html_to_text(h) for h in htmls])}
 
 
 def bench(raws, cfg, repeat):
@@ -52,6 +81,8 @@ def main():
     ap.add_argument("indexes", nargs="*", default=DEFAULT_INDEXES)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only-headers", help="comma-separated header set")
+    ap.add_argument("--stages", action="store_true",
+                    help="also the CPU seconds of parsing, header tokens, body tokens and HTML, each alone")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one pass and print the top N functions by own time")
     args = ap.parse_args()
@@ -68,6 +99,9 @@ def main():
         print(f"| {name} | {len(raws)} | {mb:.1f} | {wall:.2f} | {cpu:.2f} | {mb / wall:.1f} | "
               f"{len(raws) / wall:.0f} | {1000 * wall / len(raws):.3f} | {ntok / len(raws):.0f} |",
               flush=True)
+        if args.stages:
+            for stage, cpu_s in stages(raws, cfg, args.repeat).items():
+                print(f"|   {stage} | | | | {cpu_s:.2f} | | | | |", flush=True)
         if args.profile:
             import cProfile
             import pstats
