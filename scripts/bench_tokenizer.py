@@ -16,7 +16,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spamnb.sources import index_entries  # noqa: E402
+from spamnb.sources import iter_index  # noqa: E402
 from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 
 CORPORA = "/work/shared/corpora"
@@ -25,14 +25,7 @@ DEFAULT_INDEXES = [os.path.join(CORPORA, "spamassassin", "index"),
 
 
 def load(index):
-    base = os.path.dirname(os.path.abspath(index))
-    with open(index, encoding="utf-8", errors="surrogateescape") as fh:
-        entries = list(index_entries(fh, index))
-    raws = []
-    for _, rel in entries:
-        with open(os.path.join(base, rel), "rb") as m:
-            raws.append(m.read())
-    return raws
+    return [m.raw for m in iter_index(index)]
 
 
 def stages(raws, cfg, repeat):

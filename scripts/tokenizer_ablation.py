@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from spamnb import metrics, naive_bayes  # noqa: E402
 from spamnb.folds import hash_folds  # noqa: E402
 from spamnb.model import log_odds  # noqa: E402
-from spamnb.sources import index_entries  # noqa: E402
+from spamnb.sources import iter_index  # noqa: E402
 from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 from spamnb.vocabulary import Vocabulary, document_frequency  # noqa: E402
 
@@ -137,13 +137,9 @@ MODELS = {
 def read_index(index):
     """(labels 0/1, index paths, raw messages) of a TREC-style index."""
     base = os.path.dirname(os.path.abspath(index))
-    with open(index, encoding="utf-8", errors="surrogateescape") as fh:
-        entries = list(index_entries(fh, index))
-    raws = []
-    for _, rel in entries:
-        with open(os.path.join(base, rel), "rb") as m:
-            raws.append(m.read())
-    return np.array([label == "spam" for label, _ in entries], dtype=np.int64), [rel for _, rel in entries], raws
+    msgs = list(iter_index(index))
+    return (np.array([m.label == "spam" for m in msgs], dtype=np.int64),
+            [os.path.relpath(m.source, base) for m in msgs], [m.raw for m in msgs])
 
 
 def main():
