@@ -380,6 +380,11 @@ ADVERSARIAL = {
     "many-attributes": lambda n: _body(b"<a " + b'h="x" ' * n, html=True),
     "entities": lambda n: _body(b"&#" * n, html=True),
     "css": lambda n: _body(b'<p style="' + b"font-size:0" * n + b'">x</p>', html=True),
+    "tag-opens": lambda n: _body(b"<a" * n, html=True),
+    "end-tag-opens": lambda n: _body(b"</a" * n, html=True),
+    "far-gt": lambda n: _body(b"<b" + b" " * n + b">" + b"<i x=" * n + b">", html=True),
+    "unclosed-script": lambda n: _body(b"<script>" * n, html=True),
+    "bogus-comments": lambda n: _body(b"<!x" * n + b"</3" * n, html=True),
     "base64-garbage": lambda n: (b"Content-Transfer-Encoding: base64\n\n"
                                  + fuzz._pseudo_random(n).hex().encode()[:2 * n]),
     "qp-equals": lambda n: b"Content-Transfer-Encoding: quoted-printable\n\n" + b"=" * n,

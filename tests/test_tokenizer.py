@@ -186,13 +186,13 @@ def test_cjk_mixed_with_latin_and_punctuation():
 
 
 def test_crack_url():
-    assert lexer.crack_url("http://user@www.Example.co.uk:8080/Buy/now.php?id=7%20") == [
+    assert list(lexer.crack_url("http://user@www.Example.co.uk:8080/Buy/now.php?id=7%20")) == [
         "url:proto:http", "url:userinfo", "url:port", "url:co.uk", "url:example.co.uk",
         "url:www.example.co.uk", "url:escapes", "url:path:buy", "url:path:now",
         "url:path:php", "url:path:id", "url:path:7", "url:path:20"]
-    assert lexer.crack_url("https://1.2.3.4/", "img:", path=False) == [
+    assert list(lexer.crack_url("https://1.2.3.4/", "img:", path=False)) == [
         "img:proto:https", "img:ip:1.2.3.4", "img:ip:1.2.3", "img:ip:1.2"]
-    assert lexer.crack_url("http://3232235777/x")[:2] == ["url:proto:http", "url:ip:numeric"]
+    assert lexer.crack_url("http://3232235777/x")[:2] == ("url:proto:http", "url:ip:numeric")
     assert lexer.crack_url("www.shop.example")[0] == "url:proto:http"
 
 

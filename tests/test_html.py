@@ -1,0 +1,110 @@
+"""The fast HTML pass (html_text._scan) against the stdlib HTMLParser it replaces.
+
+Both drivers feed the same evidence collector, so equal events give equal
+results: the visible text (as words) and the markup tokens must agree on
+tricky hand-written markup and on real mail (the small corpus here; every
+HTML part of both shipped archives with ``-m slow``).
+"""
+
+from __future__ import annotations
+
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from spamnb import html_text, tokenizer
+from spamnb.html_text import html_to_text
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _agree(doc):
+    fast, ref = html_to_text(doc), html_to_text(doc, stdlib=True)
+    assert fast[0].split() == ref[0].split()
+    assert fast[1] == ref[1]
+    return fast
+
+
+TRICKY = [
+    "a < b > c, 3<4 and x<y",                          # "<" that opens no tag is text
+    "<p>one<p>two</P><BR>three<Br/>four",             # case, unclosed p, self-closing
+    "<b>V</b>iagra V<!-- x -->alium <i></i>now",       # words split by tags and comments
+    "<!DOCTYPE html><?xml version='1.0'?><![CDATA[x]]>text",   # dropped constructs
+    "before <!-- never closed <b>bold</b>",             # unterminated comment ends the doc
+    "<script>var a = '<b>not text</b>';</script>after <style>p{}</style>shown",
+    "<script src=x.js>unclosed script: <b>hidden</b>",
+    "</ 3> </> <//b> </b x=1> text",                   # odd end tags, bogus comments
+    "<a href=\"http://x.example/a?b=1&amp;c=2\">link</a> <a href=http://y.example/>y</a>",
+    "<a href='http://x.example/'  title=\"it's\">quote in value</a>",
+    "<a href=\"http://x.example/>broken quote</a> next <b>bold</b>",
+    "<font color=#FFFFFF><font style='color:#fff'>white</font></font> visible",
+    "<div style=\"display:none\">hidden <span>deeper</span></div> shown",
+    "<span style='font-size: 0px'>zero</span><font size=1>tiny</font>",
+    "<table bgcolor=white><tr><td><font color=white>same</font></td></tr></table>",
+    "<img src=http://i.example/p.gif width=1 height=1><img src='cid:part1'>",
+    "<form action=http://f.example/post><input type=hidden name=a value=b></form>",
+    "<meta http-equiv=Refresh content='0;url=http://m.example/'><marquee>m</marquee>",
+    "<a href=mailto:bob@example.com>mail</a><a href='javascript:go()'>js</a>",
+    "caf&eacute; &amp; &#233;t&#xE9; &nbsp;&lt;tag&gt; &unknown; &",
+    "<p " + "x" * 1500 + ">after a tag too long to be one",
+    "<b" + " a=1" * 300 + ">many attributes</b>",
+    "<a\nhref=\"http://x.example/\"\n>multi-line tag</a>",
+    "<span hidden>gone</span><p hidden=hidden>also gone</p>kept",
+    "<div/><span/>text<span style='display:none'/>still shown",
+]
+
+
+@pytest.mark.parametrize("doc", TRICKY)
+def test_fast_pass_agrees_with_the_stdlib_parser(doc):
+    _agree(doc)
+
+
+def test_the_fast_pass_reads_what_a_reader_sees():
+    text, tokens = _agree(TRICKY[2])
+    assert text.split() == ["Viagra", "Valium", "now"]
+    assert "html:tag-in-word" in tokens and "html:comment-in-word" in tokens
+    text, _ = _agree(TRICKY[5])
+    assert text.split() == ["after", "shown"]
+    text, _ = _agree(TRICKY[19])
+    assert "café" in text and "été" in text and "<tag>" in text
+
+
+def _html_parts(raws):
+    """The HTML documents the tokenizer hands to html_to_text for these messages."""
+    found = []
+    real = tokenizer.html_to_text
+    tokenizer.html_to_text = lambda doc, **kw: found.append(doc) or real(doc, **kw)
+    try:
+        for raw in raws:
+            tokenizer.tokenize(raw)
+    finally:
+        tokenizer.html_to_text = real
+    return found
+
+
+def test_fast_pass_agrees_on_real_mail(small_corpus):
+    raws = [p.read_bytes() for d in (small_corpus.ham_dir, small_corpus.spam_dir) for p in sorted(d.iterdir())]
+    docs = _html_parts(raws)
+    assert len(docs) > 50
+    for doc in docs:
+        _agree(doc)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("archive", ["spamassassin.tar.xz", "trec06c-dev.tar.xz"])
+def test_fast_pass_agrees_on_every_shipped_html_part(archive):
+    path = ROOT / "corpora" / archive
+    if not path.exists():
+        pytest.skip("the shipped corpus is not in this checkout")
+    with tarfile.open(path) as tar:
+        raws = [tar.extractfile(m).read() for m in tar if m.isfile() and not m.name.endswith("index")]
+    docs = _html_parts(raws)
+    assert len(docs) > 500
+    for doc in docs:
+        _agree(doc)
+
+
+def test_attribute_parsing_matches_htmlparser():
+    got = html_text._attrs(' href="a&amp;b" x=\'y\' bare=v checked  data-x = "q" ')
+    assert got == [("href", "a&b"), ("x", "y"), ("bare", "v"), ("checked", None), ("data-x", "q")]
