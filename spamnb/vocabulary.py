@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from contextlib import contextmanager
 from itertools import repeat
 
 import numpy as np
@@ -54,7 +56,7 @@ class Vocabulary:
 
     def __init__(self, tokens: Iterable[str] = ()):
         self._tokens: list[str] = list(tokens)
-        self._index: dict[str, int] = {t: i for i, t in enumerate(self._tokens)}
+        self._index = _lookup(self._tokens)
         if len(self._index) != len(self._tokens):
             raise ValueError("duplicate tokens in vocabulary")
 
@@ -94,11 +96,28 @@ class Vocabulary:
         if not grow:
             get = self._index.get
             return np.fromiter((get(t, -1) for t in tokens), dtype=np.int64)
+        with self._growing() as lookup:
+            return np.fromiter(map(lookup, tokens), dtype=np.int64)
+
+    @contextmanager
+    def _growing(self):
+        """A token -> id function that gives an unseen token the next free id.
+
+        The lookup is the dict's own ``__getitem__`` (mapped over a document in
+        C): while growing, a missing key calls ``default_factory``, the dict's
+        ``__len__``, before it is inserted, so a new token gets ``len(index)``
+        and dict order stays id order. Faster than a ``setdefault`` list
+        comprehension: SpamAssassin's 12 shards, three interleaved ad-hoc runs,
+        0.64 / 0.54 / 0.42 s against 0.91 / 0.73 / 0.50 s.
+        """
         index = self._index
-        add = index.setdefault  # a new token gets len(index), the next free id
+        index.default_factory = index.__len__
         try:
-            return np.fromiter((add(t, len(index)) for t in tokens), dtype=np.int64)
+            yield index.__getitem__
         finally:
+            index.default_factory = None  # a plain dict again: missing keys raise
+            # Keep the id -> token list in step with the dict, even if a
+            # document raised midway (its new tokens stay, harmlessly).
             if len(index) != len(self._tokens):
                 self._tokens.extend(list(index)[len(self._tokens):])
 
@@ -172,19 +191,10 @@ class Vocabulary:
         ids = array("q")  # flat column ids of all tokens, -1 for unknown
         ends = array("q")  # ids[ends[i-1]:ends[i]] are the tokens of doc i
         if grow:
-            index = self._index
-            # setdefault evaluates len(index) before inserting, so a new token
-            # gets the next free id; dict order then equals id order.
-            add = index.setdefault
-            try:
+            with self._growing() as lookup:
                 for doc in docs:
-                    ids.extend([add(t, len(index)) for t in doc])
+                    ids.extend(map(lookup, doc))
                     ends.append(len(ids))
-            finally:
-                # Keep the id -> token list in step with the dict, even if a
-                # document raised midway (its new tokens stay, harmlessly).
-                if len(index) != len(self._tokens):
-                    self._tokens.extend(list(index)[len(self._tokens):])
         else:
             get = self._index.get
             for doc in docs:
@@ -263,7 +273,7 @@ class Vocabulary:
             keep = np.sort(keep[top])
 
         self._tokens = [self._tokens[i] for i in keep.tolist()]
-        self._index = {t: i for i, t in enumerate(self._tokens)}
+        self._index = _lookup(self._tokens)
         return keep
 
 
@@ -327,6 +337,28 @@ class HashingVocabulary:
         """Placeholder names ``#hash:J`` for every column (no token list is kept)."""
         return [f"#hash:{j}" for j in range(self.n_features)]
 
+    @contextmanager
+    def _growing(self):
+        """A token -> id function that gives an unseen token the next free id.
+
+        The lookup is the dict's own ``__getitem__`` (mapped over a document in
+        C): while growing, a missing key calls ``default_factory``, the dict's
+        ``__len__``, before it is inserted, so a new token gets ``len(index)``
+        and dict order stays id order. Faster than a ``setdefault`` list
+        comprehension: SpamAssassin's 12 shards, three interleaved ad-hoc runs,
+        0.64 / 0.54 / 0.42 s against 0.91 / 0.73 / 0.50 s.
+        """
+        index = self._index
+        index.default_factory = index.__len__
+        try:
+            yield index.__getitem__
+        finally:
+            index.default_factory = None  # a plain dict again: missing keys raise
+            # Keep the id -> token list in step with the dict, even if a
+            # document raised midway (its new tokens stay, harmlessly).
+            if len(index) != len(self._tokens):
+                self._tokens.extend(list(index)[len(self._tokens):])
+
     def describe(self, ids, doc_tokens: Iterable[str] = ()) -> list[str]:
         """Names of columns: the message's tokens hashing there ("a|b"), else ``#hash:J``."""
         doc_tokens = list(dict.fromkeys(doc_tokens))
@@ -382,6 +414,12 @@ def _per_feature(a, n: int, name: str) -> np.ndarray | None:
     if a.shape != (n,):
         raise ValueError(f"{name} has {a.size} entries for a vocabulary of {n} tokens")
     return a
+
+
+def _lookup(tokens) -> defaultdict:
+    """token -> id for ``tokens`` in id order: a ``defaultdict`` with no
+    factory (a plain dict) except while :meth:`Vocabulary._growing`."""
+    return defaultdict(None, zip(tokens, range(len(tokens))))
 
 
 def _count_csr(ids: np.ndarray, ends: np.ndarray, n_features: int, *,
