@@ -473,22 +473,6 @@ def text_tokens(text, is_html, config=None, out=None):
     return out
 
 
-def _split_params(value):
-    """``'text/plain; charset="x"; name=a'`` -> (``'text/plain'``, {param: value}).
-
-    A small, linear parser for the common case; RFC 2231 continuations
-    (``name*0*=``) are left to the stdlib (:func:`_filename`).
-    """
-    head, _, rest = value.partition(";")
-    params = {}
-    if rest:
-        for item in rest.split(";"):
-            k, eq, v = item.partition("=")
-            if eq:
-                params.setdefault(k.strip().lower(), v.strip().strip("\"'").strip())
-    return head.strip().lower(), params
-
-
 def _filename_tokens(part, params, disposition, fallback, out):
     fn = None
     if "*" in "".join(params) or "filename*" in disposition.lower():
@@ -497,7 +481,7 @@ def _filename_tokens(part, params, disposition, fallback, out):
         except Exception:
             fn = None
     if not fn:
-        fn = _split_params(disposition)[1].get("filename") if disposition else None
+        fn = mime.split_params(disposition)[1].get("filename") if disposition else None
         fn = fn or params.get("name")
     if not isinstance(fn, str) or not fn.strip():
         return
@@ -547,7 +531,7 @@ def body_tokens(msg, config=None, out=None, fallback=_UNSET):
         if raw_ct is None:
             ctype, params = part.get_default_type(), {}
         else:
-            ctype, params = _split_params(" ".join(raw_ct.split()))
+            ctype, params = mime.split_params(" ".join(raw_ct.split()))
             if ctype.count("/") != 1:
                 ctype = "text/plain"  # what RFC 2045 says to assume
         if ct_on:
