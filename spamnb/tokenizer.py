@@ -286,7 +286,11 @@ _ADDRESS_HEADERS = frozenset(
 # MIME structure headers: tokenized per part in body_tokens().
 _MIME_HEADERS = frozenset(("content-type", "content-transfer-encoding", "content-disposition"))
 _PUNCT_RUN = re.compile(r"[^\w\s]{2,}")
-_RECEIVED_SPLIT = re.compile(r"[\s()\[\];<>=,\"']+")
+# A dotted piece of a Received header (host name or IP): a run of non-separator
+# characters that holds a ".", found from the start of its run only (the
+# look-behind), so each run is scanned once.
+_RECEIVED_SEP = r"""\s()\[\];<>=,"'"""
+_RECEIVED_DOTTED = re.compile(r"(?<![^%s])[^%s.]*\.[^%s]*" % ((_RECEIVED_SEP,) * 3))
 _HOSTNAME = re.compile(r"[a-z0-9\-]+(?:\.[a-z0-9\-]+)+\Z")
 # An address in a header: look-behind anchored and bounded (linear time).
 _ADDRESS = re.compile(r"(?<![^\s<>(),:;\"'\[\]])[^\s<>(),:;\"'\[\]@]{1,64}@[A-Za-z0-9.\-]{1,255}")
@@ -363,9 +367,7 @@ def _address_tokens(prefix, value, config, out):
 
 
 def _received_tokens(value, out):
-    for piece in _RECEIVED_SPLIT.split(value.lower()[:_MAX_HEADER]):
-        if "." not in piece:
-            continue
+    for piece in _RECEIVED_DOTTED.findall(value.lower()[:_MAX_HEADER]):
         piece = piece.strip(".")
         if piece[:1].isdigit() and piece.replace(".", "").isdigit():
             if piece.count(".") == 3:

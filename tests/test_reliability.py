@@ -369,6 +369,7 @@ ADVERSARIAL = {
     "encoded-word-body": lambda n: _body(b"=?utf-8?b?" * n),
     "encoded-word-subject": lambda n: _header(b"Subject", b"=?utf-8?q?a?= " * n),
     "address-header": lambda n: _header(b"To", b"a@" * n),
+    "received-header": lambda n: _header(b"Received", b"from a" + b"x" * n + b".b (c)"),
     "long-word": lambda n: _body(b"a" * n),
     "hyphen-word": lambda n: _body(b"a-" * n),
     "cjk-run": lambda n: _body("汉字".encode() * n),
