@@ -47,10 +47,12 @@ Design decisions, each made here:
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -302,10 +304,31 @@ class ShardMatrix:
     seconds: float = 0.0
 
 
+@contextmanager
+def _cyclic_gc_paused():
+    """No cyclic garbage collection while a shard is tokenized.
+
+    Tokenizing allocates millions of short-lived, acyclic objects, freed by
+    reference counting; the collector's passes over them (and, in a forked
+    worker, over every object inherited from the parent) were 2.7% of the
+    workers' CPU time on SpamAssassin (0.23 of 8.6 s, timed with gc.callbacks
+    in one --jobs 2 train). Collection resumes after the shard, so the rare
+    cycle is still freed.
+    """
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
 def _tokenized(shard: Shard, spec: CountSpec):
     spec.check()
     messages, skipped = shard.read()
-    token_lists = [tokenize(raw, spec.tokenizer) for _, raw, _ in messages]
+    with _cyclic_gc_paused():
+        token_lists = [tokenize(raw, spec.tokenizer) for _, raw, _ in messages]
     y = np.fromiter((label_id(lb) for _, _, lb in messages), dtype=np.int64, count=len(messages))
     return messages, token_lists, y, skipped
 
