@@ -183,6 +183,9 @@ class _Evidence:
     def handle_endtag(self, tag):
         self._tag_boundary(tag)
         stack = self.stack
+        if stack[-1][0] == tag and len(stack) > 1:  # the usual case: it closes the top
+            del stack[-1]
+            return
         # Pop to the matching open element, if it is near the top (malformed
         # HTML leaves elements unclosed; a bounded search keeps this linear).
         for i in range(len(stack) - 1, max(0, len(stack) - _POP_SEARCH), -1):
@@ -416,7 +419,7 @@ def _scan(doc, ev):
         if m is None:
             return
         i = m.end()
-        tag, rest = m.group(3, 4)
+        comment, inner, tag, rest = m.groups()
         if tag is not None:  # a start tag
             tag = tag.lower()
             attrs = ()
@@ -437,7 +440,6 @@ def _scan(doc, ev):
                 i = len(doc) if k < 0 else k + 1
                 end(tag)
             continue
-        inner = m.group(2)
         if inner is not None:  # "</...>"
             name = _END_NAME.match(inner)
             if name:
@@ -445,7 +447,7 @@ def _scan(doc, ev):
             elif inner:
                 ev.handle_comment(inner)  # "</3>": a bogus comment
             continue
-        if m.group(1):  # "<!--"
+        if comment:  # "<!--"
             k = doc.find("-->", i)
             if k < 0:
                 return  # an unterminated comment ends the document
