@@ -325,6 +325,31 @@ def _selector(config):
     return only.__contains__
 
 
+# How a header is read, by its lower-case name; any other header: its words.
+_HEADER_KIND = {**dict.fromkeys(_ADDRESS_HEADERS, "address"), **dict.fromkeys(_MIME_HEADERS, "mime"),
+                "subject": "subject", "received": "received", "message-id": "message-id", "date": "date"}
+_PLAN_MAX = 4096  # names remembered per configuration (spam invents header names)
+
+
+@functools.lru_cache(maxsize=64)
+def _header_plan(config):
+    """Header name as stored -> :func:`_plan_header` of it, for this configuration.
+
+    Filled as names are met: a message's 24 headers (SpamAssassin's mean) are
+    then one dict lookup each instead of a name check, two case changes and a
+    selection test.
+    """
+    return {}
+
+
+def _plan_header(name, selected):
+    """``(presence token, lower-case name, kind)``; kind None when not selected."""
+    if not _PRINTABLE_NAME(name):  # the parser's own names always are
+        name = clean(name, 40)
+    lname = name.lower().strip()
+    return "header:" + name[:40], lname, (_HEADER_KIND.get(lname, "words") if selected(lname) else None)
+
+
 def _bucket(n):
     """Power-of-two bucket of a count: 0, 1, 2, 4, 8, ..."""
     return 1 << (n.bit_length() - 1) if n > 0 else 0
@@ -396,6 +421,7 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
     selected = _selector(config)
+    plan = _header_plan(config)
     if fallback is _UNSET:
         fallback = mime.header_charset(msg)
     seen = set()
@@ -404,41 +430,44 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
     # 8-bit bytes in an email.header.Header object; decode_header() wants the
     # bytes (as surrogates) and the message's charset instead.
     for name, value in msg.raw_items():
-        if not isinstance(name, str):
+        how = plan.get(name)
+        if how is None:
+            if not isinstance(name, str):
+                continue
+            how = _plan_header(name, selected)
+            if len(plan) < _PLAN_MAX:
+                plan[name] = how
+        present, lname, kind = how
+        if kind is None:
+            continue
+        if present not in seen:
+            seen.add(present)
+            out.append(present)
+        if kind == "mime":  # per part, in body_tokens()
             continue
         if not isinstance(value, str):
             value = str(value)
-        if not _PRINTABLE_NAME(name):  # the parser's own names always are
-            name = clean(name, 40)
-        lname = name.lower().strip()
-        if not selected(lname):
-            continue
-        if name not in seen:
-            seen.add(name)
-            out.append("header:" + name[:40])
-        if lname in _MIME_HEADERS:
-            continue
         # Cut before decoding: the stdlib's RFC 2047 decoder is superlinear
         # (50,000 encoded words took 6.9 s).
         value = mime.decode_header(value[:_MAX_RAW_HEADER], fallback)
-        if lname == "subject":
+        if kind == "words":
+            text = _prepare(value[:_MAX_HEADER], config)
+            out.extend(_words(text, config, lname[:40] + ":"))
+        elif kind == "address":
+            _address_tokens(lname + ":", value, config, out)
+        elif kind == "received":
+            hops += 1
+            if hops <= config.received_hops:
+                _received_tokens(value, out)
+        elif kind == "subject":
             text = _prepare(value[:_MAX_HEADER], config)
             out.extend(_words(text, config, "subject:"))
             for p in _PUNCT_RUN.findall(text):
                 out.append("subject:punct:" + p[:8])
-        elif lname in _ADDRESS_HEADERS:
-            _address_tokens(lname + ":", value, config, out)
-        elif lname == "received":
-            hops += 1
-            if hops <= config.received_hops:
-                _received_tokens(value, out)
-        elif lname == "message-id":
+        elif kind == "message-id":
             _message_id_tokens(value, out)
-        elif lname == "date":
+        else:  # date
             out.append("date:shape:" + shape(value, 40))
-        else:
-            text = _prepare(value[:_MAX_HEADER], config)
-            out.extend(_words(text, config, lname[:40] + ":"))
     if hops:
         out.append("received:count:%d" % _bucket(hops))
     return out
