@@ -121,9 +121,12 @@ class TokenizerConfig:
     """
 
     # The fields, in the order of __init__'s parameters (to_dict() keeps it).
-    __slots__ = ("only_headers", "skip_headers", "max_part_bytes", "cjk", "bigrams",
-                 "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
-                 "received_hops", "max_depth", "max_parts")
+    _FIELDS = ("only_headers", "skip_headers", "max_part_bytes", "cjk", "bigrams",
+               "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
+               "received_hops", "max_depth", "max_parts")
+    # _hash: computed once (the tokenizer's per-configuration caches hash it for
+    # every message).
+    __slots__ = _FIELDS + ("_hash",)
 
     # Defaults chosen by cross-validation with scripts/tokenizer_ablation.py:
     #   SA  = python3 scripts/tokenizer_ablation.py /work/shared/corpora/spamassassin/index --alpha 0.01
@@ -200,9 +203,10 @@ class TokenizerConfig:
     ):
         values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
                   min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts)
-        for name, value in zip(self.__slots__, values):
+        for name, value in zip(self._FIELDS, values):
             object.__setattr__(self, name, value)
         self._check()
+        object.__setattr__(self, "_hash", hash(self._values()))
 
     def _check(self):
         # Normalise list -> tuple (from JSON) and validate, so that a bad
@@ -235,7 +239,7 @@ class TokenizerConfig:
                 raise ValueError("%s must be true or false" % name)
 
     def _values(self):
-        return tuple(getattr(self, name) for name in self.__slots__)
+        return tuple(getattr(self, name) for name in self._FIELDS)
 
     def __setattr__(self, name, value):
         raise AttributeError("cannot assign to field %r" % name)
@@ -249,11 +253,11 @@ class TokenizerConfig:
         return self._values() == other._values()
 
     def __hash__(self):
-        return hash(self._values())
+        return self._hash
 
     def __repr__(self):
         return "%s(%s)" % (self.__class__.__qualname__,
-                           ", ".join("%s=%r" % (name, getattr(self, name)) for name in self.__slots__))
+                           ", ".join("%s=%r" % (name, getattr(self, name)) for name in self._FIELDS))
 
     def __reduce__(self):
         # Slots and a frozen __setattr__: pickle through __init__ (positional fields).
@@ -262,14 +266,14 @@ class TokenizerConfig:
     def to_dict(self):
         """Plain JSON-able dict (tuples become lists)."""
         return {name: list(v) if isinstance(v, tuple) else v
-                for name, v in zip(self.__slots__, self._values())}
+                for name, v in zip(self._FIELDS, self._values())}
 
     @classmethod
     def from_dict(cls, d):
         """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
         if not isinstance(d, dict):
             raise ValueError("tokenizer config must be a dict, not %s" % type(d).__name__)
-        known = set(cls.__slots__)
+        known = set(cls._FIELDS)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError("unknown tokenizer config keys: %s" % ", ".join(map(str, unknown)))
