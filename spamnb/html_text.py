@@ -378,8 +378,9 @@ _END_NAME = re.compile(r"[\s/]*([a-zA-Z][^\t\n\r\f />\x00]*)")
 # One attribute: name, then optionally "=" and a double-quoted, single-quoted
 # or bare value.  No nested quantifiers: linear in the tag's length.
 _ATTR = re.compile(r"""([^\s/>=][^\s/>=]*)(?:\s*(=)\s*(?:"([^"]*)"|'([^']*)'|([^\s>]*)))?""")
-# Attribute names the handlers read on tags that are not in _SPECIAL.
-_READ_ON_ANY_TAG = ("style", "hidden", "color")
+# Attribute names the handlers read on tags that are not in _SPECIAL (a cheap
+# test on the attribute text: a false positive only costs parsing the attributes).
+_READ_ON_ANY_TAG = re.compile("style|hidden|color", re.I).search
 
 
 def _unescape(s):
@@ -423,8 +424,7 @@ def _scan(doc, ev):
         if tag is not None:  # a start tag
             tag = tag.lower()
             attrs = ()
-            if rest and not rest.isspace() and (
-                    tag in _SPECIAL or any(a in rest.lower() for a in _READ_ON_ANY_TAG)):
+            if rest and not rest.isspace() and (tag in _SPECIAL or _READ_ON_ANY_TAG(rest)):
                 attrs = _attrs(rest)
             start(tag, attrs)
             if rest.endswith("/") and (len(rest) == 1 or rest[-2] in " \t\n\r\f\"'"):
