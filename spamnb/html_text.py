@@ -364,7 +364,8 @@ def _stdlib_parse(html, ev):
 # - </name ...>: an end tag; "</>" nothing; "</" + non-letter: a (bogus) comment;
 # - <name attrs>: a start tag; "/>" at the end makes it also an end tag; a
 #   tag with an odd number of quotes loses its quotes; attributes are parsed
-#   only where the handler reads them (_wants_attrs);
+#   only where the handler reads them (tags in _SPECIAL, or attribute text
+#   that may hold a style, hidden or colour: _READ_ON_ANY_TAG);
 # - <script> / <style>: the content up to the matching end tag is skipped
 #   (to the end of the document if there is none).
 
