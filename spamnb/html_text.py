@@ -8,7 +8,8 @@ what a reader would actually see (:class:`_Evidence`).  The stdlib
 :class:`html.parser.HTMLParser` drives the same collector with
 ``html_to_text(doc, stdlib=True)``: it is the reference the fast pass is
 tested against (identical text and tokens on all 1,937 HTML parts of both
-corpora), kept out of the hot path because it costs twice as much.
+corpora in ../shared/corpora), kept out of the hot path because it costs twice
+as much.
 
 Markup tokens (all namespaced; listed in :mod:`spamnb.tokenizer` too):
 
