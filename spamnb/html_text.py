@@ -362,9 +362,9 @@ def _stdlib_parse(html, ev):
 #   no ">" before the next "<" (or within _MAX_TAG characters);
 # - <!-- ... -->: a comment; an unterminated comment ends the document;
 # - other <!...> and <?...> (doctype, CDATA sections, processing instructions): dropped;
+# - a tag with an odd number of quotes loses its quotes;
 # - </name ...>: an end tag; "</>" nothing; "</" + non-letter: a (bogus) comment;
-# - <name attrs>: a start tag; "/>" at the end makes it also an end tag; a
-#   tag with an odd number of quotes loses its quotes; attributes are parsed
+# - <name attrs>: a start tag; "/>" at the end makes it also an end tag; attributes are parsed
 #   only where the handler reads them (tags in _SPECIAL, or attribute text
 #   that may hold a style, hidden or colour: _READ_ON_ANY_TAG);
 # - <script> / <style>: the content up to the matching end tag is skipped
@@ -376,7 +376,9 @@ def _stdlib_parse(html, ev):
 # quantifiers, and every run stops at "<" or ">": linear in the document.
 _MARKUP = re.compile(r"<(?:(!--)|/([^<>]{0,%d})>|([a-zA-Z][^\t\n\r\f />\x00<]*)([^<>]{0,%d})>|[!?][^<>]{0,%d}>)"
                      % (_MAX_TAG, _MAX_TAG, _MAX_TAG))
-_END_NAME = re.compile(r"[\s/]*([a-zA-Z][^\t\n\r\f />\x00]*)")
+# An end tag's name: "</ b >" (spaces around a plain name), else a name right
+# after "</" ("</b x=1>"); anything else after "</" makes a bogus comment.
+_END_NAME = re.compile(r"\s*([a-zA-Z][-.a-zA-Z0-9:_]*)\s*\Z|([a-zA-Z][^\t\n\r\f />\x00]*)")
 # One attribute: name, then optionally "=" and a double-quoted, single-quoted
 # or bare value.  No nested quantifiers: linear in the tag's length.
 _ATTR = re.compile(r"""([^\s/>=][^\s/>=]*)(?:\s*(=)\s*(?:"([^"]*)"|'([^']*)'|([^\s>]*)))?""")
@@ -443,9 +445,11 @@ def _scan(doc, ev):
                 end(tag)
             continue
         if inner is not None:  # "</...>"
+            if inner.count('"') % 2 or inner.count("'") % 2:
+                inner = inner.replace('"', " ").replace("'", " ")  # as for a start tag
             name = _END_NAME.match(inner)
             if name:
-                end(name.group(1).lower())
+                end((name.group(1) or name.group(2)).lower())
             elif inner:
                 ev.handle_comment(inner)  # "</3>": a bogus comment
             continue
