@@ -78,27 +78,25 @@ def index_of(entries, path, times=1):
 
 
 def entries_of(index):
+    """``(label, absolute path)`` of every line of a TREC index (sources.index_entries)."""
+    from spamnb.sources import index_entries
+
     base = Path(index).parent
-    out = []
-    for line in Path(index).read_text().splitlines():
-        if line.strip():
-            label, rel = line.split(None, 1)
-            out.append((label, str(base / rel)))
-    return out
+    return [(label, str(base / rel)) for label, rel in index_entries(Path(index).read_text().splitlines(), index)]
 
 
 # The machine's own ceiling for two processes: the same tokenizing work (every
 # message of SA) done by one process, or split over two independent processes
 # that never communicate. On a shared VM two vCPUs need not give twice the
 # throughput of one (measured here: 1.3-1.7x); spamnb's speed-up is read against it.
-_HALF = (
+_HALF = (  # each process reads only its own share of the files
     "import os, sys\n"
+    "from spamnb.sources import index_entries\n"
     "from spamnb.tokenizer import tokenize\n"
     "index, k, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
-    "base = os.path.dirname(index)\n"
-    "paths = [line.split()[1] for line in open(index) if line.strip()]\n"
-    "for p in paths[k::n]:\n"
-    "    tokenize(open(os.path.join(base, p), 'rb').read())\n"
+    "entries = list(index_entries(open(index).read().splitlines(), index))\n"
+    "for _, rel in entries[k::n]:\n"
+    "    tokenize(open(os.path.join(os.path.dirname(index), rel), 'rb').read())\n"
 )
 
 

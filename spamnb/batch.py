@@ -15,7 +15,7 @@ import collections
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 
-from spamnb.model import _batches as batches
+from spamnb.model import batches
 
 # Messages per task: large enough that pickling and scheduling are noise
 # next to tokenizing, small enough to keep both workers busy to the end.

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 
-from spamnb.model import BATCH, _batches
+from spamnb.model import BATCH, batches
 
 
 def ensure_maildir(path: str) -> None:
@@ -39,7 +39,7 @@ def plan_moves(model, maildir: str, folders: dict, cutoffs):
     (``.Junk``) or None. Planning changes nothing on disk (``sort --dry-run``
     relies on that); :func:`move` creates the target folder.
     """
-    for batch in _batches(messages_of(maildir), BATCH):
+    for batch in batches(messages_of(maildir), BATCH):
         raws, kept = [], []
         for sub, name, path in batch:
             try:

@@ -259,10 +259,10 @@ def lam_pct(hm, sm, n_ham=None, n_spam=None):
     return 100.0 * _expit((_logit(hm) + _logit(sm)) / 2.0)
 
 
-
 def _pct(part, whole):
     """100 · part / whole, NaN when there is nothing to divide by."""
     return 100.0 * part / whole if whole else float("nan")
+
 
 class Confusion:
     """Counts of a three-way (ham / unsure / spam) decision against the truth.

@@ -293,7 +293,7 @@ class SpamModel:
         ``learned``, ``moved``, ``unchanged``.
         """
         done = {"learned": 0, "moved": 0, "unchanged": 0}
-        for batch in _batches(messages, BATCH):
+        for batch in batches(messages, BATCH):
             if not registry:
                 self._update([self.tokens(raw) for raw, _ in batch], [label_id(lb) for _, lb in batch], +1)
                 done["learned"] += len(batch)
@@ -412,7 +412,7 @@ class SpamModel:
 
     def classify_many(self, raws, *, cutoffs: Cutoffs | None = None):
         """Classify an iterable of raw messages; yields :class:`Classification`."""
-        for batch in _batches(raws, BATCH):
+        for batch in batches(raws, BATCH):
             yield from self._classifications([self.tokens(raw) for raw in batch], cutoffs or self.cutoffs)
 
     def _classifications(self, token_lists, cut):
@@ -585,7 +585,8 @@ def _grown(a, n):
     return out
 
 
-def _batches(iterable, size):
+def batches(iterable, size):
+    """Lists of up to ``size`` consecutive items of ``iterable``, lazily."""
     batch = []
     for item in iterable:
         batch.append(item)

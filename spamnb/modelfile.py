@@ -24,7 +24,6 @@ from spamnb import locate, store
 from spamnb.store import ModelError
 
 
-
 def shipped_corpus() -> Path | None:
     """The shipped training corpus, or None when this install has none."""
     env = os.environ.get("SPAMNB_CORPUS")

@@ -86,10 +86,14 @@ def scorer_path(model_path) -> str:
     return os.fspath(model_path) + SUFFIX
 
 
+def _token_digest(token: str) -> bytes:
+    """BLAKE2b-64 of a token's UTF-8 bytes (lone surrogates kept)."""
+    return blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+
+
 def token_hash(token: str) -> int:
-    """64-bit key of a token: BLAKE2b-64 of its UTF-8 bytes (lone surrogates kept)."""
-    digest = blake2b(token.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    """64-bit key of a token: :func:`_token_digest` read little-endian."""
+    return int.from_bytes(_token_digest(token), "little")
 
 
 # -- identity and trust ------------------------------------------------------------
@@ -145,9 +149,8 @@ def write_scorer(model, path, identity: dict) -> bool:
         return False
     bias, weights = model.linear_weights()
     tokens = model.vocabulary.tokens()
-    # token_hash of every token, as one little-endian buffer (25% faster than ints).
-    keys = np.frombuffer(b"".join([blake2b(t.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-                                   for t in tokens]), dtype="<u8").astype(np.uint64)
+    # token_hash of every token, read from one buffer of digests (25% faster than ints).
+    keys = np.frombuffer(b"".join(map(_token_digest, tokens)), dtype="<u8").astype(np.uint64)
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
     ok = math.isfinite(bias) and bool(np.isfinite(weights).all())

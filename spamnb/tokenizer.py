@@ -424,7 +424,6 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
     """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
-    selected = _selector(config)
     plan = _header_plan(config)
     if fallback is _UNSET:
         fallback = mime.header_charset(msg)
@@ -438,7 +437,7 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
         if how is None:
             if not isinstance(name, str):
                 continue
-            how = _plan_header(name, selected)
+            how = _plan_header(name, _selector(config))
             if len(plan) < _PLAN_MAX:
                 plan[name] = how
         present, lname, kind = how

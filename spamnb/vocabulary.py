@@ -296,7 +296,6 @@ class HashingVocabulary:
     hash to it.
     """
 
-
     def __init__(self, n_features: int):
         if isinstance(n_features, bool) or int(n_features) != n_features or not 1 <= n_features <= _MAX_FEATURES:
             raise ValueError(f"n_features must be an integer in [1, {_MAX_FEATURES}], got {n_features!r}")
