@@ -57,7 +57,7 @@ def interpreter_of(script):
 
 def extract(corpus, folder):
     """All messages of the corpus as files: [(label, path)]."""
-    from spamnb.sources import iter_index
+    from spamnb.mail.sources import iter_index
 
     out = []
     for i, msg in enumerate(iter_index(str(corpus), on_error=lambda *_: None)):

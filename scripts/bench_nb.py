@@ -31,7 +31,7 @@ def make_data(rows, features, nnz, seed):
     indices = rng.integers(0, features, indptr[-1], dtype=np.int32)  # uniform columns
     data = rng.integers(1, 6, indptr[-1]).astype(np.float64)
     X = sp.csr_matrix((data, indices, indptr.astype(np.int32)), shape=(rows, features))
-    X.sum_duplicates()  # canonical CSR, as spamnb.vocabulary produces
+    X.sum_duplicates()  # canonical CSR, as spamnb.nb.vocabulary produces
     y = rng.integers(0, 2, rows)
     return X, y
 
@@ -65,7 +65,7 @@ def main():
 
     from sklearn import naive_bayes as sk
 
-    from spamnb import naive_bayes as nb
+    from spamnb.nb import naive_bayes as nb
 
     X, y = make_data(args.rows, args.features, args.nnz, args.seed)
     print(

@@ -22,8 +22,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spamnb import metrics  # noqa: E402
-from spamnb.sources import iter_index  # noqa: E402
+from spamnb.evaluation import metrics  # noqa: E402
+from spamnb.mail.sources import iter_index  # noqa: E402
 
 
 def bogofilter_online(items):

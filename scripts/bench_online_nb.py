@@ -98,7 +98,7 @@ def main():
 
     from sklearn import naive_bayes as sk
 
-    from spamnb import naive_bayes as nb
+    from spamnb.nb import naive_bayes as nb
 
     names = {"multinomial": "MultinomialNB", "complement": "ComplementNB", "bernoulli": "BernoulliNB"}
     rows = make_rows(args.steps, args.vocab, args.nnz, args.seed)

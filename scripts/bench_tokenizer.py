@@ -16,8 +16,8 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spamnb.sources import iter_index  # noqa: E402
-from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
+from spamnb.mail.sources import iter_index  # noqa: E402
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 
 CORPORA = "/work/shared/corpora"
 DEFAULT_INDEXES = [os.path.join(CORPORA, "spamassassin", "index"),
@@ -32,7 +32,7 @@ def stages(raws, cfg, repeat):
     """Best-of-``repeat`` CPU seconds of each stage, the stages run on their own:
     parsing, header tokens, body tokens, and within the bodies HTML to text
     (and the same with the stdlib HTMLParser, the reference driver, for comparison)."""
-    from spamnb import html_text, mime, tokenizer
+    from spamnb.mail import html_text, mime, tokenizer
 
     def best(f):
         times = []
@@ -63,7 +63,7 @@ def stages(raws, cfg, repeat):
 def _cold():
     """Empty the lexer's memo caches, so that every pass costs what one pass
     of training costs (a repeated pass would find every host already cracked)."""
-    from spamnb import lexer
+    from spamnb.mail import lexer
 
     lexer.domain_tokens.cache_clear()
     lexer.crack_url.cache_clear()

@@ -79,7 +79,7 @@ def index_of(entries, path, times=1):
 
 def entries_of(index):
     """``(label, absolute path)`` of every line of a TREC index (sources.index_entries)."""
-    from spamnb.sources import index_entries
+    from spamnb.mail.sources import index_entries
 
     base = Path(index).parent
     return [(label, str(base / rel)) for label, rel in index_entries(Path(index).read_text().splitlines(), index)]
@@ -91,8 +91,8 @@ def entries_of(index):
 # throughput of one (measured here: 1.3-1.7x); spamnb's speed-up is read against it.
 _HALF = (  # each process reads only its own share of the files
     "import os, sys\n"
-    "from spamnb.sources import index_entries\n"
-    "from spamnb.tokenizer import tokenize\n"
+    "from spamnb.mail.sources import index_entries\n"
+    "from spamnb.mail.tokenizer import tokenize\n"
     "index, k, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])\n"
     "entries = list(index_entries(open(index).read().splitlines(), index))\n"
     "for _, rel in entries[k::n]:\n"
@@ -185,7 +185,7 @@ def section_e(tmp, repeats):
 def _same_model(a, b):
     import numpy as np
 
-    from spamnb.modelfile import load_model
+    from spamnb.storage.modelfile import load_model
 
     ma, mb = load_model(a), load_model(b)
     return (ma.vocabulary == mb.vocabulary
@@ -245,7 +245,7 @@ def section_c(tmp):
 
 def section_d():
     print("## (d) per-message costs (in-process, --jobs 1)\n")
-    from spamnb import parallel as par
+    from spamnb.scale import parallel as par
     from spamnb.model import SpamModel
 
     import random

@@ -13,11 +13,11 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spamnb import evaluate, metrics  # noqa: E402
-from spamnb.folds import hash_folds  # noqa: E402
+from spamnb.evaluation import evaluate, metrics  # noqa: E402
+from spamnb.evaluation.folds import hash_folds  # noqa: E402
 from spamnb.model import SpamModel  # noqa: E402
-from spamnb.sources import iter_index  # noqa: E402
-from spamnb.tokenizer import TokenizerConfig  # noqa: E402
+from spamnb.mail.sources import iter_index  # noqa: E402
+from spamnb.mail.tokenizer import TokenizerConfig  # noqa: E402
 
 INDEX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "corpora",
                      "trec06c-dev", "index")

@@ -21,12 +21,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spamnb import metrics, naive_bayes  # noqa: E402
-from spamnb.folds import hash_folds  # noqa: E402
-from spamnb.sources import iter_index  # noqa: E402
-from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
+from spamnb.evaluation import metrics
+from spamnb.nb import naive_bayes  # noqa: E402
+from spamnb.evaluation.folds import hash_folds  # noqa: E402
+from spamnb.mail.sources import iter_index  # noqa: E402
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 from spamnb.model import refine, transform_features  # noqa: E402
-from spamnb.vocabulary import Vocabulary  # noqa: E402
+from spamnb.nb.vocabulary import Vocabulary  # noqa: E402
 from tokenizer_ablation import cv_scores  # noqa: E402  (scripts/: same folds, one definition)
 
 

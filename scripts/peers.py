@@ -295,7 +295,7 @@ def _spamnb(train_ham, train_spam, test, **settings):
     Score: the log-odds ln P(spam|x) - ln P(ham|x); the default decision's
     cut-offs (0.5, 0.95 on P(spam|x)) are given on that scale.
     """
-    from spamnb import parallel
+    from spamnb.scale import parallel
     from spamnb.model import SpamModel
 
     t0 = time.perf_counter()

@@ -17,7 +17,7 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spamnb.tokenizer import DEFAULT_CONFIG, tokenize  # noqa: E402
+from spamnb.mail.tokenizer import DEFAULT_CONFIG, tokenize  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "golden"
 

@@ -8,7 +8,7 @@
     python3 scripts/run_peers.py INDEX --peers mymodule:runner   # any runner
 
 Protocols (all keyed by md5 of the path as written in the index, so every
-program splits the corpus identically; see spamnb.folds.hash_folds):
+program splits the corpus identically; see spamnb.evaluation.folds.hash_folds):
 
     --folds K   fold = md5(path) % K; each fold is scored by a model trained
                 on the other K-1; the scores of all folds are pooled.
@@ -38,9 +38,9 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import peers  # noqa: E402
-from spamnb.folds import hash_folds  # noqa: E402
-from spamnb.metrics import summary  # noqa: E402
-from spamnb.sources import SourceError, index_entries  # noqa: E402
+from spamnb.evaluation.folds import hash_folds  # noqa: E402
+from spamnb.evaluation.metrics import summary  # noqa: E402
+from spamnb.mail.sources import SourceError, index_entries  # noqa: E402
 
 
 def read_index(index_path):

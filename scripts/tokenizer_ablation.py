@@ -2,9 +2,9 @@
 """Cross-validated comparison of tokenizer configurations.
 
 Every message is tokenized once per configuration (token lists cached in
-memory, 2 worker processes), counted with ``spamnb.vocabulary.Vocabulary`` and
-scored with ``spamnb.naive_bayes`` models on folds by md5 of the path as
-written in the index (``spamnb.folds.hash_folds``).  Scores are log-odds of
+memory, 2 worker processes), counted with ``spamnb.nb.vocabulary.Vocabulary`` and
+scored with ``spamnb.nb.naive_bayes`` models on folds by md5 of the path as
+written in the index (``spamnb.evaluation.folds.hash_folds``).  Scores are log-odds of
 spam, ``jll[:, 1] - jll[:, 0]`` (probabilities saturate to 1.0 and tie),
 pooled over the folds; (1-AUC)% is rank-based with ties counted half.
 
@@ -27,12 +27,13 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spamnb import metrics, naive_bayes  # noqa: E402
-from spamnb.folds import hash_folds  # noqa: E402
+from spamnb.evaluation import metrics
+from spamnb.nb import naive_bayes  # noqa: E402
+from spamnb.evaluation.folds import hash_folds  # noqa: E402
 from spamnb.model import log_odds  # noqa: E402
-from spamnb.sources import iter_index  # noqa: E402
-from spamnb.tokenizer import TokenizerConfig, tokenize  # noqa: E402
-from spamnb.vocabulary import Vocabulary, document_frequency  # noqa: E402
+from spamnb.mail.sources import iter_index  # noqa: E402
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize  # noqa: E402
+from spamnb.nb.vocabulary import Vocabulary, document_frequency  # noqa: E402
 
 # name -> changes to the base configuration
 VARIANTS = {

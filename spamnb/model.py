@@ -29,11 +29,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spamnb import naive_bayes
+from spamnb.nb import naive_bayes
 from spamnb._version import __version__
-from spamnb.decision import Cutoffs
-from spamnb.tokenizer import TokenizerConfig, tokenize
-from spamnb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
+from spamnb.nb.decision import Cutoffs
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
 
 FORMAT = "spamnb-model"
 FORMAT_VERSION = 1
@@ -327,7 +327,7 @@ class SpamModel:
         self._update(list(token_lists), y, +1)
 
     def add_counts(self, class_count, feature_count, doc_freq, *, tokens=None, registry_items=()):
-        """Add counts made elsewhere (shards, :mod:`spamnb.parallel`) to the model, exactly.
+        """Add counts made elsewhere (shards, :mod:`spamnb.scale.parallel`) to the model, exactly.
 
         Parameters
         ----------
@@ -473,7 +473,7 @@ class SpamModel:
     # -- persistence -------------------------------------------------------
 
     def to_state(self) -> dict:
-        """Plain dict of builtins and arrays, for :func:`spamnb.store.save_atomic`."""
+        """Plain dict of builtins and arrays, for :func:`spamnb.storage.store.save_atomic`."""
         est = self.estimator
         return {
             "format": FORMAT,

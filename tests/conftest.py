@@ -63,7 +63,7 @@ class SmallCorpus:
 @pytest.fixture(scope="session")
 def small_corpus(tmp_path_factory) -> SmallCorpus:
     """~300 real messages from the shipped archive, as folders plus a TREC index."""
-    from spamnb.sources import iter_index
+    from spamnb.mail.sources import iter_index
 
     if not SHIPPED_ARCHIVE.exists():
         pytest.skip("the shipped corpus is not in this checkout")
@@ -124,10 +124,10 @@ def trained_model_file(small_corpus, tmp_path_factory) -> Path:
     """A default-settings model trained on the small corpus (never modify it:
     use :func:`model_file` for a private copy)."""
     from spamnb.model import SpamModel
-    from spamnb.modelfile import save_model
-    from spamnb.sources import iter_index
+    from spamnb.storage.modelfile import save_model
+    from spamnb.mail.sources import iter_index
 
-    from spamnb import parallel
+    from spamnb.scale import parallel
 
     model = SpamModel()
     parallel.train(model, [(m.source, m.raw, m.label) for m in iter_index(str(small_corpus.index))])
@@ -149,7 +149,7 @@ def model_file(trained_model_file, tmp_path) -> Path:
 @pytest.fixture(scope="session")
 def trained_model(trained_model_file):
     """The trained model, loaded (read-only use)."""
-    from spamnb.modelfile import load_model
+    from spamnb.storage.modelfile import load_model
 
     return load_model(trained_model_file)
 

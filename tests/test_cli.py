@@ -15,11 +15,11 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SAMPLE_MAILDIR, gold_labels, sample_message
-from spamnb import store
+from spamnb.storage import store
 from spamnb.cli import main
-from spamnb.hook import add_headers, header_lines
-from spamnb.modelfile import load_model
-from spamnb.tokenizer import TokenizerConfig, tokenize
+from spamnb.delivery.hook import add_headers, header_lines
+from spamnb.storage.modelfile import load_model
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb._version import __version__
 
 COMMANDS = ["train", "classify", "learn", "forget", "filter", "sort", "explain", "info", "tokens"]

@@ -1,4 +1,4 @@
-"""Tests for spamnb.decision: minimum-risk decisions and cost cut-offs."""
+"""Tests for spamnb.nb.decision: minimum-risk decisions and cost cut-offs."""
 
 from fractions import Fraction as F
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from spamnb.decision import (
+from spamnb.nb.decision import (
     Cutoffs,
     bayes_decision,
     conditional_risk,
@@ -112,7 +112,7 @@ def test_decision_imports_only_numpy():
     import ast
     import pathlib
 
-    import spamnb.decision as d
+    import spamnb.nb.decision as d
 
     tree = ast.parse(pathlib.Path(d.__file__).read_text())
     mods = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

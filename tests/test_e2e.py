@@ -20,8 +20,8 @@ import pytest
 
 from conftest import SAMPLE_MAILDIR, gold_labels, strip_from_line
 from spamnb._version import __version__
-from spamnb.hook import add_headers
-from spamnb.modelfile import load_model
+from spamnb.delivery.hook import add_headers
+from spamnb.storage.modelfile import load_model
 
 
 def spamnb_command() -> list[str]:

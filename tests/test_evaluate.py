@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from spamnb import evaluate as ev
+from spamnb.evaluation import evaluate as ev
 from spamnb.cli import main
-from spamnb.folds import stratified_kfold
+from spamnb.evaluation.folds import stratified_kfold
 from spamnb.model import SpamModel
 
 

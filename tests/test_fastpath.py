@@ -20,14 +20,15 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SAMPLE_MAILDIR, sample_message
-from spamnb import fastfilter, locate, scorer, store
+from spamnb.delivery import fastfilter
+from spamnb.storage import locate, scorer, store
 from spamnb._version import __version__
 from spamnb.cli import cutoffs_from, main
-from spamnb.decision import Cutoffs
-from spamnb.hook import EXIT_CODES, add_headers, header_lines
+from spamnb.nb.decision import Cutoffs
+from spamnb.delivery.hook import EXIT_CODES, add_headers, header_lines
 from spamnb.model import DEFAULT_COSTS, SpamModel
-from spamnb.modelfile import load_model, save_model
-from spamnb.sources import iter_index
+from spamnb.storage.modelfile import load_model, save_model
+from spamnb.mail.sources import iter_index
 from test_e2e import SPAMNB
 
 ODD_INPUTS = [b"", b"Subject: no body", b"Subject: no body\r\n", b"just some text, not mail\n",
@@ -290,9 +291,9 @@ def test_full_path_fallback_never_loses_mail_when_it_cannot_start(spam_and_ham, 
 # -- classify --jobs ------------------------------------------------------------------------
 
 def test_classify_jobs_gives_the_same_lines_in_input_order(trained_model_file, monkeypatch):
-    import spamnb.batch
+    import spamnb.scale.batch
 
-    monkeypatch.setattr(spamnb.batch, "BATCH", 7)  # several batches in flight for 103 messages
+    monkeypatch.setattr(spamnb.scale.batch, "BATCH", 7)  # several batches in flight for 103 messages
     outs = []
     for jobs in ("1", "2"):
         res = CliRunner().invoke(main, ["classify", str(SAMPLE_MAILDIR), "--model", str(trained_model_file),

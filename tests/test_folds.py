@@ -5,7 +5,7 @@ import hashlib
 import numpy as np
 import pytest
 
-from spamnb.folds import hash_folds, split_half, stratified_kfold, train_test_split
+from spamnb.evaluation.folds import hash_folds, split_half, stratified_kfold, train_test_split
 
 LABELS = np.array([1] * 37 + [0] * 83)
 

@@ -1,4 +1,4 @@
-"""The filter's message surgery (spamnb.hook): headers only ever *inserted*,
+"""The filter's message surgery (spamnb.delivery.hook): headers only ever *inserted*,
 at the end of the header block, with the message's own line ending."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamnb import hook
-from spamnb.hook import add_headers, header_end, header_lines
+from spamnb.delivery import hook
+from spamnb.delivery.hook import add_headers, header_end, header_lines
 
 LINES = [b"X-Spam-Flag: YES", b"X-Spam-Status: Yes, probability=0.990000, score=4.60, model=m, version=1"]
 ADDED_LF = b"".join(line + b"\n" for line in LINES)

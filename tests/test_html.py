@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamnb import html_text, tokenizer
-from spamnb.html_text import html_to_text
+from spamnb.mail import html_text, tokenizer
+from spamnb.mail.html_text import html_to_text
 
 ROOT = Path(__file__).resolve().parent.parent
 

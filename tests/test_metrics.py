@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from spamnb.metrics import (
+from spamnb.evaluation.metrics import (
     Confusion,
     confusion_at_cutoffs,
     lam_pct,

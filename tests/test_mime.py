@@ -1,10 +1,10 @@
-"""spamnb.mime: parsing with caps, transfer decoding, charsets, RFC 2047."""
+"""spamnb.mail.mime: parsing with caps, transfer decoding, charsets, RFC 2047."""
 
 import base64
 
 import pytest
 
-from spamnb import mime
+from spamnb.mail import mime
 
 
 # -- charsets -------------------------------------------------------------------

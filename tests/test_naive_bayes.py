@@ -1,4 +1,4 @@
-"""Tests for spamnb.naive_bayes: hand-computed posteriors, sklearn as oracle,
+"""Tests for spamnb.nb.naive_bayes: hand-computed posteriors, sklearn as oracle,
 incremental learning invariants, λ = 0 edge cases, sparse-only memory."""
 
 import math
@@ -12,7 +12,7 @@ import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamnb.naive_bayes import BernoulliNB, CategoricalNB, ComplementNB, GaussianNB, MultinomialNB
+from spamnb.nb.naive_bayes import BernoulliNB, CategoricalNB, ComplementNB, GaussianNB, MultinomialNB
 
 COUNT_MODELS = [MultinomialNB, BernoulliNB, ComplementNB]
 
@@ -206,7 +206,7 @@ def random_counts(seed, n=80, d=40, K=3, density=0.15):
 )
 def test_against_sklearn_count_models(name, kw, alpha):
     skn = pytest.importorskip("sklearn.naive_bayes")
-    import spamnb.naive_bayes as nb
+    import spamnb.nb.naive_bayes as nb
 
     X, y = random_counts(int(alpha * 100))
     ours = getattr(nb, name)(alpha=alpha, **kw).fit(X, y)
@@ -259,7 +259,7 @@ def test_sample_weight_against_sklearn():
     X, y = random_counts(11)
     w = np.random.default_rng(0).integers(0, 4, X.shape[0]).astype(float)
     for name in ("MultinomialNB", "BernoulliNB", "ComplementNB"):
-        ours = getattr(__import__("spamnb.naive_bayes", fromlist=[name]), name)().fit(X, y, sample_weight=w)
+        ours = getattr(__import__("spamnb.nb.naive_bayes", fromlist=[name]), name)().fit(X, y, sample_weight=w)
         ref = getattr(skn, name)().fit(X, y, sample_weight=w)
         np.testing.assert_allclose(ours.predict_log_proba(X), ref.predict_log_proba(X), atol=1e-10)
 

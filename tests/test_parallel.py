@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from conftest import SAMPLE_MAILDIR
-from spamnb import parallel as par
+from spamnb.scale import parallel as par
 from spamnb.cli import labelled, main
 from spamnb.model import SpamModel
-from spamnb.modelfile import load_model
-from spamnb.sources import SourceError, iter_index
-from spamnb.tokenizer import TokenizerConfig, tokenize
-from spamnb.vocabulary import HashingVocabulary, Vocabulary
+from spamnb.storage.modelfile import load_model
+from spamnb.mail.sources import SourceError, iter_index
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary
 
 
 def run(args, code=0):

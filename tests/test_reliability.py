@@ -34,10 +34,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, sample_message
-from spamnb import fastfilter, mime, scorer, server
-from spamnb.hook import header_end
-from spamnb.modelfile import load_model, save_model
-from spamnb.tokenizer import DEFAULT_CONFIG, tokenize
+from spamnb.delivery import fastfilter, server
+from spamnb.mail import mime
+from spamnb.storage import scorer
+from spamnb.delivery.hook import header_end
+from spamnb.storage.modelfile import load_model, save_model
+from spamnb.mail.tokenizer import DEFAULT_CONFIG, tokenize
 from test_e2e import SPAMNB
 
 _spec = importlib.util.spec_from_file_location("make_fuzz_corpus", ROOT / "scripts" / "make_fuzz_corpus.py")
@@ -306,7 +308,7 @@ def test_big_inputs_through_the_filter(compiled, big_inputs, name):
 
 
 def test_parse_caps_and_nesting_guard():
-    """The parser's own bounds (spamnb.mime): size, lines, open multiparts."""
+    """The parser's own bounds (spamnb.mail.mime): size, lines, open multiparts."""
     msg, problems = mime.parse(fuzz.nested(mime.MAX_OPEN_MULTIPARTS))
     assert problems == [] and msg.is_multipart()  # within the cap: a real MIME tree
     msg, problems = mime.parse(fuzz.nested(mime.MAX_OPEN_MULTIPARTS + 1))
@@ -516,7 +518,7 @@ def test_concurrent_learn_loses_nothing_8x200(model_file, tmp_path):
 # -- crash safety -------------------------------------------------------------------------------
 
 
-# The moments of a save (spamnb.modelfile.save_model), told by the files it makes:
+# The moments of a save (spamnb.storage.modelfile.save_model), told by the files it makes:
 # the model being dumped to a temporary file, dumped (renamed to .new), the
 # scorer being written, then both renamed into place.
 STAGES = {
@@ -570,7 +572,7 @@ _TINY = {}
 
 def _tiny_model(tiny_corpus):
     from spamnb.model import SpamModel
-    from spamnb.sources import iter_index
+    from spamnb.mail.sources import iter_index
 
     if "m" not in _TINY:
         m = SpamModel()
@@ -706,7 +708,7 @@ def serving(compiled, tmp_path):
 def test_server_path_fuzz_and_garbage(serving, compiled, fuzz_inputs, big_inputs):
     import socket
 
-    from spamnb import wire
+    from spamnb.delivery import wire
 
     sock, proc = serving
     picked = ["empty", "not_mail_binary", "nul_bytes", "header_only_no_newline", "bad_base64",

@@ -1,4 +1,4 @@
-"""Tests for spamnb.sources: every kind of mail store, built in tmp_path."""
+"""Tests for spamnb.mail.sources: every kind of mail store, built in tmp_path."""
 
 import io
 import os
@@ -7,8 +7,8 @@ import zipfile
 
 import pytest
 
-from spamnb import sources
-from spamnb.sources import (
+from spamnb.mail import sources
+from spamnb.mail.sources import (
     Message,
     SourceError,
     SourceWarning,
@@ -434,5 +434,5 @@ def test_sources_module_needs_no_numpy():
     import subprocess
     import sys
 
-    code = "import sys, spamnb.sources; assert 'numpy' not in sys.modules"
+    code = "import sys, spamnb.mail.sources; assert 'numpy' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)

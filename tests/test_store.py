@@ -1,4 +1,4 @@
-"""Tests for spamnb.store: atomic saves, trust checks on load, the model lock."""
+"""Tests for spamnb.storage.store: atomic saves, trust checks on load, the model lock."""
 
 import multiprocessing
 import os
@@ -12,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from spamnb.store import ModelError, default_model_path, load_checked, model_lock, save_atomic
+from spamnb.storage.store import ModelError, default_model_path, load_checked, model_lock, save_atomic
 
 is_root = hasattr(os, "geteuid") and os.geteuid() == 0
 needs_root = pytest.mark.skipif(not is_root, reason="os.chown to another user needs root")
@@ -101,7 +101,7 @@ def test_process_killed_midway_keeps_old_model(tmp_path):
     code = textwrap.dedent(f"""
         import os, signal
         import numpy as np
-        from spamnb.store import save_atomic
+        from spamnb.storage.store import save_atomic
         class Die:
             def __reduce__(self):
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -205,7 +205,7 @@ def test_root_owned_files_are_trusted_for_other_users(tmp_path):
     code = textwrap.dedent(f"""
         import os, sys
         sys.path.insert(0, {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))!r})
-        import spamnb.store as store
+        import spamnb.storage.store as store
         store.os.geteuid = lambda: 1000      # pretend to be an ordinary user
         print(store.load_checked({str(tmp_path / "model.joblib")!r}))
     """)

@@ -1,4 +1,4 @@
-"""spamnb.tokenizer, spamnb.lexer, spamnb.html_text: golden files and unit tests."""
+"""spamnb.mail.tokenizer, spamnb.mail.lexer, spamnb.mail.html_text: golden files and unit tests."""
 
 import base64
 import json
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from spamnb import lexer
-from spamnb.html_text import html_to_text, looks_like_html
-from spamnb.tokenizer import DEFAULT_CONFIG, TokenizerConfig, iter_tokens, tokenize
+from spamnb.mail import lexer
+from spamnb.mail.html_text import html_to_text, looks_like_html
+from spamnb.mail.tokenizer import DEFAULT_CONFIG, TokenizerConfig, iter_tokens, tokenize
 
 GOLDEN = pathlib.Path(__file__).parent / "golden"
 TREC_FAIR = ("subject", "from", "to", "content-type", "content-transfer-encoding")
@@ -422,14 +422,14 @@ def test_single_line_time_grows_linearly(unit, head):
 
 
 def test_tokenizer_imports_stay_lean():
-    code = ("import sys, spamnb.tokenizer; "
+    code = ("import sys, spamnb.mail.tokenizer; "
             "print(sorted(m for m in ('numpy', 'scipy', 'joblib', 'sklearn') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_verdict_headers_are_never_tokens():
-    from spamnb.tokenizer import TokenizerConfig, tokenize
+    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 
     raw = b"Subject: hello there\nFrom: a@example.org\n\nbody words here\n"
     filtered = raw.replace(b"\n\n", b"\nX-Spam-Flag: YES\nX-Spam-Status: Yes, probability=1.0\n"

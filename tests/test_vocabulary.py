@@ -1,4 +1,4 @@
-"""Tests for spamnb.vocabulary: hand-checked CSR matrices, pruning, oracles."""
+"""Tests for spamnb.nb.vocabulary: hand-checked CSR matrices, pruning, oracles."""
 
 import pickle
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from spamnb.vocabulary import Vocabulary, document_frequency, remap_csr
+from spamnb.nb.vocabulary import Vocabulary, document_frequency, remap_csr
 
 
 def assert_csr(X, data, indices, indptr, shape):

@@ -1,7 +1,7 @@
 """Parsing raw RFC 5322 bytes and decoding what the tokenizer reads.
 
 One concern: bytes in, ``email.message.Message`` objects and ``str`` out,
-never an exception.  Tokens are made elsewhere (:mod:`spamnb.tokenizer`).
+never an exception.  Tokens are made elsewhere (:mod:`spamnb.mail.tokenizer`).
 
 Parser policy: ``email.policy.compat32``.  Measured on the whole SpamAssassin
 corpus (6046 messages, 32.5 MB), parsing every message and reading every part's

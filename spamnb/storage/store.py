@@ -200,7 +200,7 @@ def trust_problem(path: str, st: os.stat_result) -> str | None:
     """Why a model file must not be loaded (someone other than us or root can change it), or None.
 
     The one definition of the rule: :func:`load_checked` raises it, and the filter's
-    fast path (:func:`spamnb.scorer.trusted`) asks it as a yes/no.
+    fast path (:func:`spamnb.storage.scorer.trusted`) asks it as a yes/no.
     """
     if not hasattr(os, "geteuid"):  # no POSIX owners to check
         return None
@@ -313,7 +313,7 @@ def _flock(fd: int, operation: int, timeout: float | None, path: str) -> None:
 
 
 def default_model_path(env: Mapping[str, str] = os.environ) -> str:
-    """Where the model lives unless told otherwise (see :func:`spamnb.locate.default_model_path`)."""
-    from spamnb.locate import default_model_path as locate
+    """Where the model lives unless told otherwise (see :func:`spamnb.storage.locate.default_model_path`)."""
+    from spamnb.storage.locate import default_model_path as locate
 
     return locate(env)

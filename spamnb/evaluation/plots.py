@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spamnb.metrics import roc_curve
+from spamnb.evaluation.metrics import roc_curve
 
 
 class PlotUnavailable(RuntimeError):

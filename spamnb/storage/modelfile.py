@@ -1,7 +1,7 @@
 """Model files: where they live, loading them safely, updating them under a lock.
 
 A model file is one joblib file holding :meth:`SpamModel.to_state`'s dict.
-Saving is atomic and writers are serialised (:mod:`spamnb.store`); loading
+Saving is atomic and writers are serialised (:mod:`spamnb.storage.store`); loading
 refuses foreign-writable files, because loading joblib runs pickle.
 
 The default model
@@ -20,8 +20,8 @@ import os
 from contextlib import contextmanager
 from pathlib import Path
 
-from spamnb import locate, store
-from spamnb.store import ModelError
+from spamnb.storage import locate, store
+from spamnb.storage.store import ModelError
 
 
 def shipped_corpus() -> Path | None:
@@ -29,7 +29,7 @@ def shipped_corpus() -> Path | None:
     env = os.environ.get("SPAMNB_CORPUS")
     if env:
         return Path(env)
-    path = Path(__file__).resolve().parent.parent / "corpora" / "spamassassin.tar.xz"
+    path = Path(__file__).resolve().parents[2] / "corpora" / "spamassassin.tar.xz"
     return path if path.exists() else None
 
 
@@ -53,14 +53,14 @@ def save_model(model, path) -> None:
 
     The folder is created if needed. Steps: the model goes to a temporary name
     in the target folder (itself written atomically by :func:`store.save_atomic`),
-    the scorer (:mod:`spamnb.scorer`, ``PATH.scorer``) is compiled from that
+    the scorer (:mod:`spamnb.storage.scorer`, ``PATH.scorer``) is compiled from that
     file's identity, and only then is the model renamed into place. Racing
     saves can therefore leave a scorer that does not match the model beside it
     (the filter then takes the full path), never one that matches the wrong weights.
     """
     import secrets
 
-    from spamnb import scorer
+    from spamnb.storage import scorer
 
     path = os.fspath(path)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
@@ -100,7 +100,7 @@ def _keep_mode(path) -> int:
 
 def build_default_model():
     """Train the default model on the shipped corpus, as ``spamnb train`` would."""
-    from spamnb import parallel
+    from spamnb.scale import parallel
     from spamnb.model import SpamModel
 
     corpus = shipped_corpus()

@@ -2,7 +2,7 @@
 
 Both filter paths resolve the model here, so they can never disagree about
 which model a delivery uses: the full click path (through
-:func:`spamnb.modelfile.resolve`) and the fast path (:mod:`spamnb.fastfilter`),
+:func:`spamnb.storage.modelfile.resolve`) and the fast path (:mod:`spamnb.delivery.fastfilter`),
 which must not import joblib, numpy or even :mod:`pathlib` to stay quick.
 
 Resolution order (the same everywhere):

@@ -69,7 +69,7 @@ def _wait_at_most(sock, deadline):
 
 def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False) -> list[bytes]:
     """The request for ``body``; ``decision`` holds the five decision values or None, in the order of
-    :data:`spamnb.fastfilter.DECISION`."""
+    :data:`spamnb.delivery.fastfilter.DECISION`."""
     path, text = os.fsencode(model), name.encode("utf-8", "surrogatepass")
     mask = sum(1 << i for i, v in enumerate(decision) if v is not None)
     values = [0.0 if v is None else float(v) for v in decision]

@@ -2,7 +2,7 @@
 
 Every protocol returns :class:`Scores`: for each test message its gold label, its
 score (log-odds, the ranking metrics' input) and P(spam | x) (the decision
-metrics' input), in the order the messages were given. :func:`spamnb.metrics.summary`
+metrics' input), in the order the messages were given. :func:`spamnb.evaluation.metrics.summary`
 turns them into the figures; ``--scores FILE`` writes them so anyone can
 recompute those figures.
 
@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from spamnb.folds import stratified_kfold
+from spamnb.evaluation.folds import stratified_kfold
 from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, log_odds, refine, transform_features
-from spamnb.vocabulary import document_frequency
+from spamnb.nb.vocabulary import document_frequency
 
 TRAIN_ON = ("all", "errors", "margin")
 
@@ -70,15 +70,15 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
     ----------
     make_model : callable () -> SpamModel
         A fresh, untrained model with the settings to evaluate.
-    messages : iterable of (source, raw bytes, label), or a :func:`spamnb.parallel.plan`
-    k, seed : fold count and shuffling seed of :func:`spamnb.folds.stratified_kfold`.
+    messages : iterable of (source, raw bytes, label), or a :func:`spamnb.scale.parallel.plan`
+    k, seed : fold count and shuffling seed of :func:`spamnb.evaluation.folds.stratified_kfold`.
     folds : array of fold ids, optional
-        Use these folds instead (e.g. :func:`spamnb.folds.hash_folds`).
-    runner : spamnb.parallel.Runner, optional
+        Use these folds instead (e.g. :func:`spamnb.evaluation.folds.hash_folds`).
+    runner : spamnb.scale.parallel.Runner, optional
         Where the messages are tokenized and counted (default: this process).
         The count matrix, hence every score, is the same for any runner.
     """
-    from spamnb import parallel
+    from spamnb.scale import parallel
 
     template = make_model()
     t0 = time.perf_counter()
@@ -110,9 +110,9 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
 def train_test(make_model, train, test, runner=None) -> Scores:
     """Train one model on ``train``, score ``test`` (both iterables of (source, raw, label)).
 
-    Training is sharded (:func:`spamnb.parallel.train`, on ``runner``); scoring runs here.
+    Training is sharded (:func:`spamnb.scale.parallel.train`, on ``runner``); scoring runs here.
     """
-    from spamnb import parallel
+    from spamnb.scale import parallel
 
     model = make_model()
     t0 = time.perf_counter()
@@ -129,7 +129,7 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
     """TREC's online protocol: classify each message, then learn its gold label.
 
     Sequential by nature (each step needs the model of all steps before it),
-    so it never runs on a :class:`spamnb.parallel.Runner`.
+    so it never runs on a :class:`spamnb.scale.parallel.Runner`.
 
     Parameters
     ----------

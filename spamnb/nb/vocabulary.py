@@ -91,7 +91,7 @@ class Vocabulary:
 
         With ``grow`` new tokens are appended in order of first appearance, so
         merging shard vocabularies in shard order gives the ids one pass over
-        all the messages would (:mod:`spamnb.parallel`).
+        all the messages would (:mod:`spamnb.scale.parallel`).
         """
         if not grow:
             get = self._index.get

@@ -58,11 +58,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from spamnb import sources as _src
+from spamnb.mail import sources as _src
 from spamnb._version import __version__
 from spamnb.model import BATCH, LABELS, REFINE_MAX_ROWS, SpamModel, binary_features, label_id, message_key, transform_features
-from spamnb.tokenizer import TokenizerConfig, tokenize
-from spamnb.vocabulary import HashingVocabulary, Vocabulary
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary
 
 __all__ = [
     "SHARD_SIZE", "BACKENDS", "Shard", "ShardPlan", "CountSpec", "ShardCounts", "ShardMatrix",
@@ -149,7 +149,7 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     become paths (read by the workers); other kinds are read here.
 
     Index files are read line by line as shards are needed, so a bad line
-    raises :class:`~spamnb.sources.SourceError` when it is reached.
+    raises :class:`~spamnb.mail.sources.SourceError` when it is reached.
     Listing a maildir or folder tree holds its file names (sorted) in memory;
     for very large corpora use an index file.
     """

@@ -11,10 +11,10 @@ tested against (identical text and tokens on all 1,937 HTML parts of both
 corpora in ../shared/corpora), kept out of the hot path because it costs twice
 as much.
 
-Markup tokens (all namespaced; listed in :mod:`spamnb.tokenizer` too):
+Markup tokens (all namespaced; listed in :mod:`spamnb.mail.tokenizer` too):
 
 - ``url:...``            link targets (``<a href>``, ``<area href>``, ``<form action>``),
-  cracked by :func:`spamnb.lexer.crack_url`;
+  cracked by :func:`spamnb.mail.lexer.crack_url`;
 - ``img:...``            image sources (host and parent domains, scheme);
 - ``html:tag:NAME``      once per message for tags rare in ham
   (form, script, iframe, object, embed, applet, base, meta refresh, map, marquee...);
@@ -37,7 +37,7 @@ elements (``p``, ``div``, ``br``, ``td``...) do.
 
 import re
 
-from spamnb.lexer import crack_url
+from spamnb.mail.lexer import crack_url
 
 __all__ = ["html_to_text", "looks_like_html"]
 

@@ -65,13 +65,13 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     """
     import numpy as np
 
-    from spamnb import evaluate as ev
-    from spamnb import metrics
+    from spamnb.evaluation import evaluate as ev
+    from spamnb.evaluation import metrics
 
     make_model = model_factory(**settings)
     runner = runner_from(jobs, backend, scheduler)
     if plot:
-        from spamnb.plots import PlotUnavailable, check_available
+        from spamnb.evaluation.plots import PlotUnavailable, check_available
 
         try:
             check_available()  # before the long run, not after it
@@ -84,7 +84,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
         raise click.UsageError("choose one protocol: --folds, --test-..., or --online")
     skipped = [0]
     if not (online or testing):  # K-fold: the workers read the messages themselves
-        from spamnb import parallel
+        from spamnb.scale import parallel
 
         messages = parallel.plan(ham, spam, index, recursive=recursive, strict=strict,
                                  on_error=_skipper(skipped))
@@ -116,7 +116,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     if scores:
         result.write_tsv(scores)
     if plot:
-        from spamnb.plots import plot_evaluation
+        from spamnb.evaluation.plots import plot_evaluation
 
         plot_evaluation(plot, result.y, result.score, title=protocol)
     if as_json:

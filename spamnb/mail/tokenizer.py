@@ -21,7 +21,7 @@ Body text (text/plain and text/html parts, and HTML sent as text/plain)
                              URLs in text and link targets in HTML
     ``email:local:bob``, ``email:domain:example.com``   addresses in body text
     ``img:...``              image sources in HTML (scheme, host, domains)
-    ``html:...``             markup evidence, see :mod:`spamnb.html_text`
+    ``html:...``             markup evidence, see :mod:`spamnb.mail.html_text`
 MIME structure (each part, the top-level one included; emitted when the header
 it comes from is selected)
     ``content-type:text/html``, ``content-type:missing``, ``content-type:plain-as-html``
@@ -50,7 +50,7 @@ Robustness
 
 Caps: at most ``max_parts`` (100) MIME parts visited, ``max_depth`` (20)
 levels of nesting, ``max_part_bytes`` of each part decoded, 2,000 characters of
-an address header, 1,000 of other headers.  See :mod:`spamnb.mime`.
+an address header, 1,000 of other headers.  See :mod:`spamnb.mail.mime`.
 
 Each default below carries the cross-validated figures that chose it and the
 command that produced them (``scripts/tokenizer_ablation.py``).
@@ -60,9 +60,9 @@ import functools
 import re
 import unicodedata
 
-from spamnb import mime
-from spamnb.html_text import html_to_text, looks_like_html
-from spamnb.lexer import (
+from spamnb.mail import mime
+from spamnb.mail.html_text import html_to_text, looks_like_html
+from spamnb.mail.lexer import (
     CJK_SCHEMES,
     clean,
     crack_email,
@@ -95,7 +95,7 @@ class TokenizerConfig:
         Decode and tokenize at most this many bytes of each MIME part.
     cjk : {"none", "bigram", "unigram", "uni+bigram", "bigram+run", "unigram+run", "run-or-bigram"}
         How runs of Han / Kana / Hangul characters become tokens
-        (:func:`spamnb.lexer.cjk_tokens`); "none": each run is one word.
+        (:func:`spamnb.mail.lexer.cjk_tokens`); "none": each run is one word.
     bigrams : bool
         Also emit ``bi:w1 w2`` for consecutive body words.
     case_fold : bool
@@ -419,7 +419,7 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
     """Tokens from the top-level headers selected by the configuration.
 
     Appends to ``out`` (a new list if None) and returns it. ``fallback``: the
-    charset for raw 8-bit header bytes (:func:`spamnb.mime.header_charset`), when
+    charset for raw 8-bit header bytes (:func:`spamnb.mail.mime.header_charset`), when
     the caller has it already.
     """
     config = config or DEFAULT_CONFIG

@@ -1,6 +1,6 @@
 """``spamnb serve``: a resident filter that loads the model once.
 
-``spamnb filter`` (:mod:`spamnb.fastfilter`) sends each message over a Unix
+``spamnb filter`` (:mod:`spamnb.delivery.fastfilter`) sends each message over a Unix
 socket and gets the filtered message back, so a delivery costs a small
 process start and a round trip instead of loading the model. The server is
 only a shortcut: when it is not running, declines, or fails in any way, the
@@ -38,7 +38,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from spamnb import wire
+from spamnb.delivery import wire
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -90,8 +90,8 @@ class ModelHolder:
 
     def _load(self) -> Loaded:
         """The compiled scorer when it is fresh (a few ms: mmap), else the full model."""
-        from spamnb.fastfilter import Fallback, fresh_scorer
-        from spamnb.modelfile import load_model
+        from spamnb.delivery.fastfilter import Fallback, fresh_scorer
+        from spamnb.storage.modelfile import load_model
 
         for _ in range(5):  # a save between the stats: load again
             before = _identity(os.stat(self.path))
@@ -107,18 +107,18 @@ class ModelHolder:
 def filter_bytes(model, raw, name, decision):
     """The filtered message and its label: what ``spamnb filter`` writes for ``raw``.
 
-    ``model`` is a compiled :class:`spamnb.scorer.Scorer` (scored as the fast
+    ``model`` is a compiled :class:`spamnb.storage.scorer.Scorer` (scored as the fast
     path does) or a :class:`SpamModel` (as the click command does).
     """
-    from spamnb.scorer import Scorer
+    from spamnb.storage.scorer import Scorer
 
     if isinstance(model, Scorer):
-        from spamnb.fastfilter import render
+        from spamnb.delivery.fastfilter import render
 
         return render(model, raw, name, decision)
     from spamnb._version import __version__
     from spamnb.cli import cutoffs_from
-    from spamnb.hook import add_headers, header_lines
+    from spamnb.delivery.hook import add_headers, header_lines
 
     cut = cutoffs_from(model.cutoffs, *decision)
     result = model.classify(raw, cutoffs=cut)
@@ -172,7 +172,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 def _trusted_now(path):
-    from spamnb import scorer
+    from spamnb.storage import scorer
 
     try:
         return scorer.trusted(path, os.stat(path))

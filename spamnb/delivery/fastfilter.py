@@ -6,11 +6,11 @@ message, so its start-up is the product's latency. :mod:`spamnb._entry` sends
 this module then, in order:
 
 1. reads the message from standard input, once;
-2. asks the filter server (:mod:`spamnb.server`) when a socket is there
+2. asks the filter server (:mod:`spamnb.delivery.server`) when a socket is there
    (``--socket PATH``, else ``$SPAMNB_SOCKET``, else the default path of
-   :func:`spamnb.locate.default_socket_path`) and it serves the same model;
+   :func:`spamnb.storage.locate.default_socket_path`) and it serves the same model;
 3. else scores the message itself with the model's compiled scorer
-   (:mod:`spamnb.scorer`): tokenizer + binary search, standard library only;
+   (:mod:`spamnb.storage.scorer`): tokenizer + binary search, standard library only;
 4. else -- scorer missing, stale or untrusted, model not built yet, bad
    options, any error at all -- runs the full click command in this process
    with the bytes already read (:func:`full_path`), which gives the exact
@@ -28,7 +28,7 @@ import os
 import stat
 import sys
 
-from spamnb import locate
+from spamnb.storage import locate
 
 EXIT_CODES = {"spam": 0, "ham": 1, "unsure": 2}
 EXIT_ERROR = 3
@@ -84,7 +84,7 @@ def parse_args(args):
     return opts
 
 
-# -- the decision (spamnb.cli.cutoffs_from and spamnb.decision, without numpy) -------
+# -- the decision (spamnb.cli.cutoffs_from and spamnb.nb.decision, without numpy) -------
 
 
 def cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
@@ -143,7 +143,7 @@ def via_server(sock_path, raw, path, is_default, opts):
     """Ask the filter server; ``(output, label)``, or Fallback for any failure."""
     import _socket  # not `socket`: its wrapper module costs more than the round trip
 
-    from spamnb import wire
+    from spamnb.delivery import wire
 
     if not wire.private_socket_dir(sock_path):
         raise Fallback("no private server socket")
@@ -184,8 +184,8 @@ def _connect(s, sock_path, tries=20):
 
 def fresh_scorer(path, allow_insecure=False):
     """The scorer of the model at ``path`` if it is trusted and compiled from that very
-    file (:func:`spamnb.scorer.file_identity`); Fallback otherwise."""
-    from spamnb import scorer
+    file (:func:`spamnb.storage.scorer.file_identity`); Fallback otherwise."""
+    from spamnb.storage import scorer
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -193,7 +193,7 @@ def fresh_scorer(path, allow_insecure=False):
         raise Fallback("no model file") from None
     try:
         st = os.fstat(fd)
-        # The checks of spamnb.store.load_checked, as yes/no: a "no" lets the full path say why.
+        # The checks of spamnb.storage.store.load_checked, as yes/no: a "no" lets the full path say why.
         if not stat.S_ISREG(st.st_mode):
             raise Fallback("model is not a regular file")
         if not allow_insecure and not scorer.trusted(path, st):
@@ -216,8 +216,8 @@ def render(sc, raw, name, decision):
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None when not given.
     """
     from spamnb._version import __version__
-    from spamnb.hook import add_headers, header_lines
-    from spamnb.tokenizer import TokenizerConfig, tokenize
+    from spamnb.delivery.hook import add_headers, header_lines
+    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 
     cut = cutoffs_from(sc.cutoffs, *decision)
     score, p, _ = sc.score(tokenize(raw, TokenizerConfig.from_dict(sc.tokenizer)))
@@ -248,7 +248,7 @@ def answer(raw, opts, env=os.environ):
             result = None
     if result is None:
         result = cold(raw, path, is_default, opts)
-    if is_default:  # the notice the click path prints (spamnb.modelfile.open_model)
+    if is_default:  # the notice the click path prints (spamnb.storage.modelfile.open_model)
         sys.stderr.write(f"spamnb: no model of yours yet: using the default model trained on "
                          f"the shipped corpus ({path})\n")
     return result

@@ -37,7 +37,7 @@ Staleness
 The header records the identity of the model file it was compiled from:
 ``(st_dev, st_ino, st_size, st_mtime_ns)`` and a BLAKE2b digest of the file's
 last 4 KiB (where the model's ``stats`` -- update time and a per-save random
-``save_id`` -- are pickled). :func:`spamnb.modelfile.save_model` compiles the
+``save_id`` -- are pickled). :func:`spamnb.storage.modelfile.save_model` compiles the
 scorer from the *new* file before renaming it into place, so however saves
 race, a scorer either describes the model file beside it or does not match
 it; a mismatch sends the filter down the full path (slow, never wrong).
@@ -45,7 +45,7 @@ it; a mismatch sends the filter down the full path (slow, never wrong).
 Trust
 -----
 A scorer is data, not code (no pickle), but a forged one changes verdicts, so
-:func:`load_scorer` applies the model files' rules (:mod:`spamnb.store`):
+:func:`load_scorer` applies the model files' rules (:mod:`spamnb.storage.store`):
 regular file, owned by us or root, not group/world-writable.
 """
 
@@ -112,11 +112,11 @@ def file_identity(fd: int, st: os.stat_result | None = None) -> dict:
 
 
 def trusted(path: str, st: os.stat_result) -> bool:
-    """Whether :func:`spamnb.store.load_checked` would trust this file, as a yes/no:
-    a regular file that passes :func:`spamnb.store.trust_problem`. A "no" only
+    """Whether :func:`spamnb.storage.store.load_checked` would trust this file, as a yes/no:
+    a regular file that passes :func:`spamnb.storage.store.trust_problem`. A "no" only
     sends the caller to the full path, which says what is wrong.
     """
-    from spamnb.store import trust_problem
+    from spamnb.storage.store import trust_problem
 
     return stat.S_ISREG(st.st_mode) and trust_problem(path, st) is None
 
@@ -141,7 +141,7 @@ def write_scorer(model, path, identity: dict) -> bool:
 
     from spamnb._version import __version__
 
-    from spamnb.vocabulary import Vocabulary
+    from spamnb.nb.vocabulary import Vocabulary
 
     path = os.fspath(path)
     if type(model.vocabulary) is not Vocabulary:  # hashed columns: no token list to key by

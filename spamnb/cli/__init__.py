@@ -20,8 +20,8 @@ class _Group(click.Group):
     """Turns library errors into clear one-line messages with exit status 1."""
 
     def invoke(self, ctx):
-        from spamnb.sources import SourceError
-        from spamnb.store import ModelError
+        from spamnb.mail.sources import SourceError
+        from spamnb.storage.store import ModelError
 
         try:
             return super().invoke(ctx)
@@ -96,7 +96,7 @@ def source_options(f):
 
 def cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
     """The decision to apply: explicit cut-offs, else costs, else the model's."""
-    from spamnb.decision import Cutoffs
+    from spamnb.nb.decision import Cutoffs
     from spamnb.model import DEFAULT_COSTS
 
     if spam_cutoff is not None or ham_cutoff is not None:
@@ -123,7 +123,7 @@ def _skipper(counter):
 
 def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None):
     """All messages of the --ham/--spam/--index sources, as sources.Message."""
-    from spamnb.sources import iter_index, iter_messages
+    from spamnb.mail.sources import iter_index, iter_messages
 
     for label, specs in (("ham", ham), ("spam", spam)):
         for spec in specs:
@@ -145,7 +145,7 @@ def _notice(text):
 
 
 def _open(model_path, allow_insecure_model):
-    from spamnb.modelfile import open_model
+    from spamnb.storage.modelfile import open_model
 
     return open_model(model_path, allow_insecure=allow_insecure_model, notice=_notice)
 
@@ -202,8 +202,8 @@ def scale_options(f):
 
 
 def runner_from(jobs, backend, scheduler):
-    """The :class:`spamnb.parallel.Runner` of the --jobs/--backend/--scheduler options."""
-    from spamnb.parallel import Runner
+    """The :class:`spamnb.scale.parallel.Runner` of the --jobs/--backend/--scheduler options."""
+    from spamnb.scale.parallel import Runner
 
     if backend == "dask" and not scheduler:
         raise click.UsageError("--backend dask needs --scheduler ADDRESS")
@@ -220,8 +220,8 @@ def model_factory(model_type, alpha, prior, features, only_headers, skip_headers
     Settings are checked here, once, so a bad value fails before any mail is read.
     """
     from spamnb import model as model_mod
-    from spamnb.decision import Cutoffs
-    from spamnb.tokenizer import TokenizerConfig
+    from spamnb.nb.decision import Cutoffs
+    from spamnb.mail.tokenizer import TokenizerConfig
 
     changes = {}
     if only_headers is not None:
@@ -276,9 +276,9 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
       spamnb train --index big/index --jobs 8 --model model.joblib
       spamnb train --index /shared/big/index --backend dask --scheduler tcp://10.0.0.1:8786
     """
-    from spamnb import parallel
+    from spamnb.scale import parallel
     from spamnb.model import LABELS
-    from spamnb.modelfile import resolve, save_model
+    from spamnb.storage.modelfile import resolve, save_model
 
     if not (ham or spam or index):
         raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
@@ -308,7 +308,7 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     n_tokens = int(model.doc_freq.sum())
     if min_df > 1:
         model.prune(min_df)
-    from spamnb.store import model_lock
+    from spamnb.storage.store import model_lock
 
     with model_lock(path):  # a concurrent learn/forget finishes first, then sees the new model
         save_model(model, path)
@@ -350,7 +350,7 @@ def classify(sources, model_path, allow_insecure_model, fmt, jobs, cost_fp, cost
     import collections
     import json
 
-    from spamnb.sources import iter_messages
+    from spamnb.mail.sources import iter_messages
 
     model, path, is_default = _open(model_path, allow_insecure_model)
     cut = cutoffs_from(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
@@ -371,7 +371,7 @@ def classify(sources, model_path, allow_insecure_model, fmt, jobs, cost_fp, cost
             pending.append(m.source)
             yield m.raw
 
-    from spamnb.batch import classify_parallel
+    from spamnb.scale.batch import classify_parallel
 
     for result in classify_parallel(model, raws(), cutoffs=cut, jobs=jobs):
         source = pending.popleft()
@@ -412,7 +412,7 @@ def _learn_options(f):
 def _labelled(sources, label, recursive, strict):
     """``(raw, label)`` of every message in ``sources``; unreadable ones are reported
     and counted in the returned one-element list."""
-    from spamnb.sources import iter_messages
+    from spamnb.mail.sources import iter_messages
 
     skipped = [0]
     messages = [(m.raw, label) for spec in sources
@@ -434,13 +434,13 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.modelfile import resolve, updating
+    from spamnb.storage.modelfile import resolve, updating
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
     path, is_default = resolve(model_path)
     if is_default:  # a user's first learn: their own model, seeded with the default one
-        from spamnb import store
+        from spamnb.storage import store
         path = store.default_model_path()
         _notice(f"creating your model at {path}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
@@ -453,7 +453,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
 
 def _default_seed():
     """A new model's starting point: the cached default model, else a fresh build."""
-    from spamnb.modelfile import build_default_model, default_cache_path, load_model
+    from spamnb.storage.modelfile import build_default_model, default_cache_path, load_model
 
     cached = default_cache_path()
     return load_model(cached) if cached.exists() else build_default_model()
@@ -468,7 +468,7 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb forget --spam message.eml
     """
-    from spamnb.modelfile import resolve, updating
+    from spamnb.storage.modelfile import resolve, updating
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
@@ -497,7 +497,7 @@ class _FilterCommand(click.Command):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.ClickException as exc:
-            from spamnb.hook import EXIT_ERROR
+            from spamnb.delivery.hook import EXIT_ERROR
 
             click.echo(f"spamnb filter: {exc.format_message().rstrip('.')}; message passed through unchanged",
                        err=True)
@@ -542,7 +542,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
       * ^X-Spam-Flag: YES
       .Junk/
     """
-    from spamnb.hook import EXIT_CODES, EXIT_ERROR
+    from spamnb.delivery.hook import EXIT_CODES, EXIT_ERROR
 
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
@@ -565,7 +565,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
 
 
 def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):
-    from spamnb.hook import add_headers, header_lines
+    from spamnb.delivery.hook import add_headers, header_lines
 
     model, path, is_default = _open(model_path, allow_insecure_model)
     cut = cutoffs_from(model.cutoffs, *decision)
@@ -574,12 +574,12 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
     evidence = None
     if n_evidence:
         evidence = [(tok, c) for tok, _, c in model.explain(raw, n_evidence, toks=toks).tokens]
-    from spamnb.fastfilter import model_name
+    from spamnb.delivery.fastfilter import model_name
 
     name = model_name(path, is_default)  # the header says the same on both paths
     lines = header_lines(result.label, result.spam_probability, result.score, name, __version__, evidence)
     if learn_ and result.label != "unsure" and not is_default:
-        from spamnb.modelfile import updating
+        from spamnb.storage.modelfile import updating
 
         with updating(path, allow_insecure=allow_insecure_model) as m:
             m.learn([(raw, result.label)])
@@ -611,8 +611,8 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout):
       spamnb serve &
       spamnb filter --exit-zero < message.eml
     """
-    from spamnb.locate import default_socket_path
-    from spamnb.server import ServerError, serve as run_server
+    from spamnb.storage.locate import default_socket_path
+    from spamnb.delivery.server import ServerError, serve as run_server
 
     _, path, _ = _open(model_path, allow_insecure_model)  # builds the default model if needed
     try:
@@ -643,12 +643,12 @@ def sort(maildir, model_path, allow_insecure_model, spam_folder, unsure_folder, 
     Example:
       spamnb sort ~/Maildir --spam-folder .Junk --unsure-folder .Unsure --dry-run
     """
-    from spamnb.maildir_sort import plan_moves
+    from spamnb.delivery.maildir_sort import plan_moves
 
     model, _, is_default = _open(model_path, allow_insecure_model)
     cut = cutoffs_from(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     folders = {"spam": spam_folder, "unsure": unsure_folder}
-    from spamnb.maildir_sort import move
+    from spamnb.delivery.maildir_sort import move
 
     moved = 0
     for src, dst, label in plan_moves(model, maildir, folders, cut):
@@ -677,7 +677,7 @@ def explain(message, model_path, allow_insecure_model, count):
     Example:
       spamnb explain ~/Maildir/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.sources import iter_messages
+    from spamnb.mail.sources import iter_messages
 
     model, _, is_default = _open(model_path, allow_insecure_model)
     msg = next(iter(iter_messages(message, strict=True)), None)
@@ -743,16 +743,16 @@ def tokens(message, model_path, allow_insecure_model, default_settings):
     Example:
       spamnb tokens message.eml | sort | uniq -c | sort -rn | head
     """
-    from spamnb.sources import iter_messages
-    from spamnb.tokenizer import TokenizerConfig, tokenize
+    from spamnb.mail.sources import iter_messages
+    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 
     config = TokenizerConfig()
     if not default_settings:
-        from spamnb.modelfile import resolve
+        from spamnb.storage.modelfile import resolve
 
         path, is_default = resolve(model_path)
         if path.exists() or model_path is not None:  # an explicit --model must be there
-            from spamnb.modelfile import load_model
+            from spamnb.storage.modelfile import load_model
 
             config = load_model(path, allow_insecure=allow_insecure_model).tokenizer
     out = sys.stdout
@@ -762,7 +762,7 @@ def tokens(message, model_path, allow_insecure_model, default_settings):
 
 
 def _register_evaluate():
-    from spamnb.cli_evaluate import evaluate
+    from spamnb.cli.evaluate import evaluate
 
     main.add_command(evaluate)
 

@@ -1,0 +1,1 @@
+"""Evaluation: protocols (cross-validation, train/test, online), metrics, folds, plots."""

@@ -1,0 +1,1 @@
+"""Scale: sharded training and ordered parallel classification, on local processes or Dask."""
