@@ -34,12 +34,12 @@ from spamnb._version import __version__
 from spamnb.nb.decision import Cutoffs
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
+from spamnb.verdict import DEFAULT_COSTS, LABELS
 
 FORMAT = "spamnb-model"
 FORMAT_VERSION = 1
 
-HAM, SPAM = 0, 1
-LABELS = ("ham", "spam")
+HAM, SPAM = 0, 1  # column of each class: verdict.LABELS[HAM] == "ham"
 
 MODEL_TYPES = {
     "multinomial": naive_bayes.MultinomialNB,
@@ -55,11 +55,6 @@ PRIORS = ("learned", "smoothed", "uniform")
 #                so long messages stop outvoting short ones
 #   logtf-l2     x_w = log(1 + tf_w), scaled to unit length
 FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
-
-# Default decision costs (docs section 1): filing a ham as spam is ten times worse
-# than letting a spam through; holding a message as "unsure" costs half a missed spam.
-# cutoffs_from_costs(10, 1, 0.5) -> ham if P(spam|x) <= 0.5, spam if > 0.95.
-DEFAULT_COSTS = (10.0, 1.0, 0.5)
 
 # Defaults chosen by measurement (scripts/model_ablation.py, see README "Accuracy").
 DEFAULT_FEATURES = "presence-l2"

@@ -17,7 +17,8 @@ from click.testing import CliRunner
 from conftest import SAMPLE_MAILDIR, gold_labels, sample_message
 from spamnb.storage import store
 from spamnb.cli import main
-from spamnb.delivery.hook import add_headers, header_lines
+from spamnb.delivery.hook import add_headers
+from spamnb.verdict import header_lines
 from spamnb.storage.modelfile import load_model
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb._version import __version__
@@ -235,8 +236,9 @@ def test_cutoffs_and_costs_together_are_refused(trained_model_file, spam_msg):
 
 
 def test_bad_cutoff_values(trained_model_file, spam_msg):
+    # a usage error, like every bad decision option (spamnb.verdict.DecisionError)
     out = run(["classify", spam_msg, "--model", trained_model_file, "--spam-cutoff", "0.2",
-               "--ham-cutoff", "0.6"], code=1).output
+               "--ham-cutoff", "0.6"], code=2).output
     assert "ham_cutoff <= spam_cutoff" in out
 
 
@@ -332,7 +334,7 @@ def test_learn_missing_source(model_file):
 
 def expected_filter_output(model, raw, name, cutoffs=None):
     c = model.classify(raw, cutoffs=cutoffs)
-    return add_headers(raw, header_lines(c.label, c.spam_probability, c.score, name, __version__)), c
+    return add_headers(raw, header_lines(c.label, c.spam_probability, c.score, name)), c
 
 
 @pytest.mark.parametrize("label, code", [("spam", 0), ("ham", 1)])

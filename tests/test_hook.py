@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spamnb.delivery import hook
-from spamnb.delivery.hook import add_headers, header_end, header_lines
+from spamnb.delivery.hook import add_headers, header_end
 
 LINES = [b"X-Spam-Flag: YES", b"X-Spam-Status: Yes, probability=0.990000, score=4.60, model=m, version=1"]
 ADDED_LF = b"".join(line + b"\n" for line in LINES)
@@ -86,52 +86,3 @@ def test_added_headers_parse_as_headers():
     assert msg["X-Spam-Status"].startswith("Yes, probability=0.990000")
     assert msg["Subject"] == "hi"
     assert msg.get_content().strip() == "body line"
-
-
-# -- header_lines -----------------------------------------------------------------
-
-def test_header_lines_exact_text():
-    assert header_lines("spam", 0.999874, 9.0, "model.joblib", "0.1.0") == [
-        b"X-Spam-Flag: YES",
-        b"X-Spam-Status: Yes, probability=0.999874, score=9.00, model=model.joblib, version=0.1.0",
-    ]
-    assert header_lines("ham", 0.0000004, -14.7312, "default", "0.1.0") == [
-        b"X-Spam-Flag: NO",
-        b"X-Spam-Status: No, probability=0.000000, score=-14.73, model=default, version=0.1.0",
-    ]
-    assert header_lines("unsure", 0.5, 0.0, "m", "1")[0] == b"X-Spam-Flag: NO"
-    assert header_lines("unsure", 0.5, 0.0, "m", "1")[1].startswith(b"X-Spam-Status: Unsure, ")
-
-
-def test_header_lines_model_name_is_header_safe():
-    # A comma would end the field's "model=" item; non-ASCII and newlines cannot go in a header.
-    lines = header_lines("ham", 0.1, -2.2, "my, modèl\n.joblib", "1")
-    status = lines[1]
-    assert status.isascii() and b"\n" not in status
-    assert b"model=my\\u002c mod\\u00e8l\\n.joblib, version=1" in status
-
-
-def test_evidence_header_items_and_signs():
-    lines = header_lines("spam", 0.9, 2.2, "m", "1", [("url:example.biz", 2.314), ("subject:free", 1.87),
-                                                        ("from:friend", -0.5)])
-    assert lines[2] == b"X-Spam-Evidence: url:example.biz:+2.31, subject:free:+1.87, from:friend:-0.50"
-
-
-def test_long_evidence_is_folded_under_the_line_limit():
-    evidence = [(f"url:some-long-domain-name-{i}.example", 1.0 + i / 100) for i in range(60)]
-    lines = header_lines("spam", 0.9, 2.2, "m", "1", evidence)
-    ev = lines[2:]
-    assert ev[0].startswith(b"X-Spam-Evidence: ") and len(ev) > 1
-    assert all(line.startswith(b"\t") for line in ev[1:])  # continuation lines
-    assert max(len(line) for line in ev) <= hook.FOLD_WIDTH
-    unfolded = b" ".join(line.lstrip(b"\t") for line in ev)
-    assert unfolded == b"X-Spam-Evidence: " + ", ".join(
-        f"{tok}:{c:+.2f}" for tok, c in evidence).encode()
-    # and the folded field survives insertion and parsing as one header
-    msg = email.message_from_bytes(add_headers(b"Subject: s\n\nb\n", lines), policy=email.policy.default)
-    assert str(msg["X-Spam-Evidence"]).count(":+") == 60
-
-
-def test_exit_codes_are_bogofilters():
-    assert hook.EXIT_CODES == {"spam": 0, "ham": 1, "unsure": 2}
-    assert hook.EXIT_ERROR == 3

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from conftest import SAMPLE_MAILDIR
 from spamnb.scale import parallel as par
-from spamnb.cli import labelled, main
+from spamnb.cli import main
+from spamnb.cli.options import labelled
 from spamnb.model import SpamModel
 from spamnb.storage.modelfile import load_model
 from spamnb.mail.sources import SourceError, iter_index

@@ -37,7 +37,7 @@ from conftest import ROOT, sample_message
 from spamnb.delivery import fastfilter, server
 from spamnb.mail import mime
 from spamnb.storage import scorer
-from spamnb.delivery.hook import header_end
+from spamnb.delivery.hook import filter_message, header_end
 from spamnb.storage.modelfile import load_model, save_model
 from spamnb.mail.tokenizer import DEFAULT_CONFIG, tokenize
 from test_e2e import SPAMNB
@@ -155,8 +155,8 @@ def test_fuzz_corpus_fast_and_full_filters_agree(trained_model, compiled, fuzz_i
     """In process, every kind: the scorer's bytes are the full model's bytes."""
     sc = scorer.load_scorer(scorer.scorer_path(compiled))
     for name, raw in fuzz_inputs.items():
-        full = server.filter_bytes(trained_model, raw, "m", [None] * 5)
-        assert server.filter_bytes(sc, raw, "m", [None] * 5) == full, name
+        full = filter_message(trained_model, raw, "m", [None] * 5)
+        assert filter_message(sc, raw, "m", [None] * 5) == full, name
         added_block(raw, full[0], {"spam": 0, "ham": 1, "unsure": 2}[full[1]])
 
 
@@ -249,8 +249,8 @@ def test_filter_functions_only_add_headers(both_scorers, raw):
     """The fast path's render and the full model's filter: same bytes, only our headers added."""
     model, sc = both_scorers
     decision = [None] * 5
-    fast_out, fast_label = server.filter_bytes(sc, raw, "m", decision)
-    full_out, full_label = server.filter_bytes(model, raw, "m", decision)
+    fast_out, fast_label = filter_message(sc, raw, "m", decision)
+    full_out, full_label = filter_message(model, raw, "m", decision)
     added_block(raw, full_out, {"spam": 0, "ham": 1, "unsure": 2}[full_label])
     assert (fast_out, fast_label) == (full_out, full_label)
 

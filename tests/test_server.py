@@ -16,7 +16,7 @@ import pytest
 
 from conftest import sample_message
 from spamnb.delivery import fastfilter, server, wire
-from spamnb.delivery.hook import EXIT_CODES
+from spamnb.verdict import EXIT_CODES
 from test_e2e import SPAMNB
 from test_fastpath import ODD_INPUTS, click_filter, compiled, messages  # noqa: F401 (fixture)
 

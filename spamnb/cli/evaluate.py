@@ -6,14 +6,14 @@ import json
 
 import click
 
-from spamnb.cli import (labelled, model_settings_options, model_factory, runner_from, scale_options,
-                        source_options, _skipper)
+from spamnb.cli.options import (labelled, model_factory, model_settings_options, runner_from, scale_options,
+                                skipper, source_options)
 
 
 def _messages(ham, spam, index, recursive, strict, skipped):
     return [(m.source, m.raw, m.label)
             for m in labelled(ham, spam, index, recursive=recursive, strict=strict,
-                              on_error=_skipper(skipped))]
+                              on_error=skipper(skipped))]
 
 
 @click.command()
@@ -87,7 +87,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
         from spamnb.scale import parallel
 
         messages = parallel.plan(ham, spam, index, recursive=recursive, strict=strict,
-                                 on_error=_skipper(skipped))
+                                 on_error=skipper(skipped))
     else:
         messages = _messages(ham, spam, index, recursive, strict, skipped)
     if online:

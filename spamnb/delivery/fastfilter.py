@@ -25,15 +25,12 @@ written out unchanged and the exit status is 3.
 
 import io
 import os
-import stat
 import sys
 
 from spamnb.storage import locate
+from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
+                            default_model_notice, model_name)
 
-EXIT_CODES = {"spam": 0, "ham": 1, "unsure": 2}
-EXIT_ERROR = 3
-# Must equal spamnb.model.DEFAULT_COSTS (C_fp, C_fn, C_u); a test checks it.
-DEFAULT_COSTS = (10.0, 1.0, 0.5)
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
 
@@ -41,13 +38,7 @@ _VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
 _FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure"}
-_FLOATS = ("ham_cutoff", "spam_cutoff", "cost_unsure", "cost_fn", "cost_fp")
-# The decision options in the order of cutoffs_from's parameters.
-DECISION = ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")
-
-
-class Fallback(Exception):
-    """This path cannot answer (the reason is in the message): take the next one."""
+_FLOATS = DECISION_OPTIONS
 
 
 def parse_args(args):
@@ -84,59 +75,7 @@ def parse_args(args):
     return opts
 
 
-# -- the decision (spamnb.cli.cutoffs_from and spamnb.nb.decision, without numpy) -------
-
-
-def cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
-    """The (ham, spam) cut-offs to apply: explicit cut-offs, else costs, else the model's.
-
-    Mirrors :func:`spamnb.cli.cutoffs_from` for float options; anything the
-    click path would reject raises Fallback, so that path reports it.
-    """
-    costs = (cost_fp, cost_fn, cost_unsure)
-    if spam_cutoff is not None or ham_cutoff is not None:
-        if any(c is not None for c in costs):
-            raise Fallback("costs and cut-offs together")
-        spam = spam_cutoff if spam_cutoff is not None else max(model_cutoffs[1], ham_cutoff)
-        ham = ham_cutoff if ham_cutoff is not None else min(model_cutoffs[0], spam)
-        return _checked(float(ham), float(spam))
-    if any(c is not None for c in costs):
-        c_fp = DEFAULT_COSTS[0] if cost_fp is None else cost_fp
-        c_fn = DEFAULT_COSTS[1] if cost_fn is None else cost_fn
-        for c in (c_fp, c_fn) + ((cost_unsure,) if cost_unsure is not None else ()):
-            if not (0 < c < float("inf")):  # finite and positive (NaN fails too)
-                raise Fallback("bad cost")
-        threshold = c_fp / (c_fp + c_fn)  # spam iff P(spam|x) > C_fp / (C_fp + C_fn)
-        if cost_unsure is None:
-            return _checked(threshold, threshold)
-        ham_cut = cost_unsure / c_fn  # ham iff C_fn·p <= C_u
-        spam_cut = 1 - cost_unsure / c_fp  # spam iff C_fp·(1−p) < C_u
-        return _checked(ham_cut, spam_cut) if ham_cut < spam_cut else _checked(threshold, threshold)
-    return _checked(float(model_cutoffs[0]), float(model_cutoffs[1]))
-
-
-def _checked(ham, spam):
-    if not (0.0 <= ham <= spam <= 1.0):
-        raise Fallback("cut-offs out of order")
-    return ham, spam
-
-
-def decide(p, cutoffs):
-    """'ham' if p <= ham cut-off, 'spam' if p > spam cut-off, else 'unsure'."""
-    if not 0.0 <= p <= 1.0:
-        raise Fallback("probability out of range")
-    if p <= cutoffs[0]:
-        return "ham"
-    if p > cutoffs[1]:
-        return "spam"
-    return "unsure"
-
-
 # -- the two fast ways ---------------------------------------------------------------
-
-
-def model_name(path, is_default):
-    return "default" if is_default else os.path.basename(path)
 
 
 def via_server(sock_path, raw, path, is_default, opts):
@@ -148,7 +87,7 @@ def via_server(sock_path, raw, path, is_default, opts):
     if not wire.private_socket_dir(sock_path):
         raise Fallback("no private server socket")
     request = wire.encode_request(os.path.abspath(path), model_name(path, is_default),
-                                  [opts[k] for k in DECISION], raw,
+                                  [opts[k] for k in DECISION_OPTIONS], raw,
                                   allow_insecure=opts["allow_insecure"])
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
@@ -182,54 +121,16 @@ def _connect(s, sock_path, tries=20):
             time.sleep(0.005 * (i + 1))
 
 
-def fresh_scorer(path, allow_insecure=False):
-    """The scorer of the model at ``path`` if it is trusted and compiled from that very
-    file (:func:`spamnb.storage.scorer.file_identity`); Fallback otherwise."""
-    from spamnb.storage import scorer
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        raise Fallback("no model file") from None
-    try:
-        st = os.fstat(fd)
-        # The checks of spamnb.storage.store.load_checked, as yes/no: a "no" lets the full path say why.
-        if not stat.S_ISREG(st.st_mode):
-            raise Fallback("model is not a regular file")
-        if not allow_insecure and not scorer.trusted(path, st):
-            raise Fallback("model not trusted")
-        identity = scorer.file_identity(fd, st)
-    finally:
-        os.close(fd)
-    try:
-        sc = scorer.load_scorer(scorer.scorer_path(path), allow_insecure=allow_insecure)
-    except scorer.ScorerError as exc:
-        raise Fallback(str(exc)) from None
-    if not sc.matches(identity):
-        raise Fallback("scorer is stale")
-    return sc
-
-
-def render(sc, raw, name, decision):
-    """``(output, label)``: ``raw`` with the headers of its score under scorer ``sc``.
-
-    ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None when not given.
-    """
-    from spamnb._version import __version__
-    from spamnb.delivery.hook import add_headers, header_lines
-    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
-
-    cut = cutoffs_from(sc.cutoffs, *decision)
-    score, p, _ = sc.score(tokenize(raw, TokenizerConfig.from_dict(sc.tokenizer)))
-    label = decide(p, cut)
-    lines = header_lines(label, p, score, name, __version__)
-    return add_headers(raw, lines), label
-
-
 def cold(raw, path, is_default, opts):
     """Score with the compiled scorer beside the model; ``(output, label)`` or Fallback."""
-    sc = fresh_scorer(path, opts["allow_insecure"])
-    return render(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION])
+    from spamnb.delivery.hook import filter_message  # the tokenizer: not needed when the server answers
+    from spamnb.storage.scorer import ScorerError, fresh_scorer
+
+    try:
+        sc = fresh_scorer(path, allow_insecure=opts["allow_insecure"])
+        return filter_message(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])
+    except (ScorerError, DecisionError) as exc:  # the click command says what is wrong
+        raise Fallback(str(exc)) from None
 
 
 def socket_path(opts, env=os.environ):
@@ -248,32 +149,33 @@ def answer(raw, opts, env=os.environ):
             result = None
     if result is None:
         result = cold(raw, path, is_default, opts)
-    if is_default:  # the notice the click path prints (spamnb.storage.modelfile.open_model)
-        sys.stderr.write(f"spamnb: no model of yours yet: using the default model trained on "
-                         f"the shipped corpus ({path})\n")
+    if is_default:  # the notice the click path prints
+        sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result
 
 
 # -- entry ----------------------------------------------------------------------------
 
 
-def full_path(args, raw=None):
+def full_path(load_cli, args, raw=None):
     """Run the click ``filter`` command in this process (it exits).
 
-    ``raw``, when given, is the message already read from standard input: the
-    command reads it from a replacement stdin. If even that cannot start
-    (say numpy is broken), the message goes out unchanged with exit status 3.
+    ``load_cli()`` imports and returns the click group (:mod:`spamnb._entry`
+    passes it in: delivery sits below the command line). ``raw``, when given,
+    is the message already read from standard input: the command reads it from
+    a replacement stdin. If even that cannot start (say numpy is broken), the
+    message goes out unchanged with exit status 3.
     """
     if raw is not None:
         sys.stdin = io.TextIOWrapper(io.BytesIO(raw))
     try:
-        from spamnb.cli import main
+        cli_main = load_cli()
     except BaseException as exc:  # noqa: BLE001 - mail is never lost
         sys.stderr.write(f"spamnb filter: {exc.__class__.__name__}: {exc}; message passed through unchanged\n")
         if raw is None:
             raw = _read_stdin()
         _write_and_exit(raw if raw is not None else b"", EXIT_ERROR)
-    main(args=["filter", *args])
+    cli_main(args=["filter", *args])
 
 
 def _read_stdin():
@@ -303,19 +205,20 @@ def _write_and_exit(out, code):
     os._exit(code)
 
 
-def main(args, env=os.environ):
-    """``spamnb filter ARGS``: the fast way when it can, else the click command."""
+def main(args, load_cli, env=os.environ):
+    """``spamnb filter ARGS``: the fast way when it can, else the click command
+    (see :func:`full_path` for ``load_cli``)."""
     opts = parse_args(args)
     if opts is None:
-        full_path(args)
+        full_path(load_cli, args)
         return
     raw = _read_stdin()
     if raw is None:
-        full_path(args)
+        full_path(load_cli, args)
         return
     try:
         out, label = answer(raw, opts, env)
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
-        full_path(args, raw)
+        full_path(load_cli, args, raw)
         return
     _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])

@@ -39,6 +39,9 @@ import time
 from dataclasses import dataclass
 
 from spamnb.delivery import wire
+from spamnb.delivery.hook import filter_message
+from spamnb.storage.modelfile import load_model
+from spamnb.storage.scorer import ScorerError, fresh_scorer, trusted
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -90,40 +93,15 @@ class ModelHolder:
 
     def _load(self) -> Loaded:
         """The compiled scorer when it is fresh (a few ms: mmap), else the full model."""
-        from spamnb.delivery.fastfilter import Fallback, fresh_scorer
-        from spamnb.storage.modelfile import load_model
-
         for _ in range(5):  # a save between the stats: load again
             before = _identity(os.stat(self.path))
             try:
-                model = fresh_scorer(self.path, self.allow_insecure).resident()
-            except Fallback:
+                model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
+            except ScorerError:
                 model = load_model(self.path, allow_insecure=self.allow_insecure)
             if _identity(os.stat(self.path)) == before:
                 return Loaded(model, before)
         raise OSError(f"model {self.path} keeps changing while it is loaded")
-
-
-def filter_bytes(model, raw, name, decision):
-    """The filtered message and its label: what ``spamnb filter`` writes for ``raw``.
-
-    ``model`` is a compiled :class:`spamnb.storage.scorer.Scorer` (scored as the fast
-    path does) or a :class:`SpamModel` (as the click command does).
-    """
-    from spamnb.storage.scorer import Scorer
-
-    if isinstance(model, Scorer):
-        from spamnb.delivery.fastfilter import render
-
-        return render(model, raw, name, decision)
-    from spamnb._version import __version__
-    from spamnb.cli import cutoffs_from
-    from spamnb.delivery.hook import add_headers, header_lines
-
-    cut = cutoffs_from(model.cutoffs, *decision)
-    result = model.classify(raw, cutoffs=cut)
-    lines = header_lines(result.label, result.spam_probability, result.score, name, __version__)
-    return add_headers(raw, lines), result.label
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -159,7 +137,7 @@ class _Handler(socketserver.BaseRequestHandler):
             loaded = holder.get()
             if not header["allow_insecure"] and not _trusted_now(holder.path):
                 return wire.DECLINED, None, b"", "model not trusted"
-            out, label = filter_bytes(loaded.model, raw, header["name"], header["decision"])
+            out, label = filter_message(loaded.model, raw, header["name"], header["decision"])
             return wire.OK, label, out, ""
         except Exception as exc:  # noqa: BLE001 - the client does it itself
             return wire.DECLINED, None, b"", f"{exc.__class__.__name__}: {exc}"
@@ -172,10 +150,8 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 def _trusted_now(path):
-    from spamnb.storage import scorer
-
     try:
-        return scorer.trusted(path, os.stat(path))
+        return trusted(path, os.stat(path))
     except OSError:
         return False
 

@@ -14,7 +14,7 @@ One request and one reply per connection, over a Unix stream socket
               uint16 model path length  uint16 model name length  uint64 message length
               float64[5] decision values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
               model path (file-system encoding)  model name (UTF-8)  the raw message
-    reply:    b"SPNB\x01"  uint8 status  uint8 label (0 spam, 1 ham, 2 unsure)
+    reply:    b"SPNB\x01"  uint8 status  uint8 label (its exit status: 0 spam, 1 ham, 2 unsure)
               uint16 reason length  uint64 body length   reason (UTF-8)  the filtered message
 
 Status ``OK`` carries the filtered message; ``DECLINED`` (model not served
@@ -29,11 +29,14 @@ import stat
 import struct
 import time  # loaded by the interpreter's own start-up: free here
 
+from spamnb.verdict import EXIT_CODES
+
 MAGIC = b"SPNB\x01"
 _REQUEST = struct.Struct("<BBHHQ5d")
 _REPLY = struct.Struct("<BBHQ")
 OK, DECLINED = 0, 1
-LABELS = ("spam", "ham", "unsure")  # codes = the filter's exit statuses
+# A label travels as the filter's exit status for it.
+_LABEL_OF_CODE = {code: label for label, code in EXIT_CODES.items()}
 # SO_PEERCRED's struct ucred: pid, uid, gid.
 _UCRED = struct.Struct("3i")
 
@@ -94,7 +97,7 @@ def read_request_head(sock, max_body: int, deadline: float | None = None) -> tup
 
 def encode_reply(status: int, label: str | None = None, body: bytes = b"", reason: str = "") -> list[bytes]:
     text = reason.encode("utf-8", "replace")[:60000]
-    code = LABELS.index(label) if label in LABELS else 255
+    code = EXIT_CODES.get(label, 255)
     return [MAGIC + _REPLY.pack(status, code, len(text), len(body)) + text, body]
 
 
@@ -106,7 +109,7 @@ def read_reply(sock) -> tuple[int, str | None, bytes, str]:
     status, code, rlen, blen = _REPLY.unpack(pre[len(MAGIC):])
     reason = recv_exact(sock, rlen).decode("utf-8", "replace")
     body = recv_exact(sock, blen)
-    return status, LABELS[code] if code < len(LABELS) else None, body, reason
+    return status, _LABEL_OF_CODE.get(code), body, reason
 
 
 def send_all(sock, parts) -> None:

@@ -49,11 +49,12 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from spamnb.verdict import LABELS
+
 __all__ = [
     "Message",
     "SourceError",
     "SourceWarning",
-    "LABELS",
     "detect_kind",
     "iter_messages",
     "iter_index",
@@ -61,7 +62,6 @@ __all__ = [
     "is_archive",
 ]
 
-LABELS = ("ham", "spam")
 
 # Suffixes recognised as archives, longest first so ".tar.gz" wins over ".gz".
 _TAR_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz2", ".txz", ".tar")

@@ -17,12 +17,14 @@ This module imports only numpy: it sits on the filter's fast path.
 
 from __future__ import annotations
 
-import math
 import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
+
+from spamnb.verdict import ACTIONS, check_cost, check_cutoffs, label_for
+from spamnb.verdict import cutoffs_from_costs as _costs_rule
 
 __all__ = [
     "ACTIONS",
@@ -34,8 +36,6 @@ __all__ = [
     "zero_one_loss",
 ]
 
-#: Row order of :func:`spam_loss_matrix` and the labels of :class:`Cutoffs`.
-ACTIONS = ("ham", "unsure", "spam")
 
 
 def _check_proba_loss(proba, loss):
@@ -106,13 +106,6 @@ def zero_one_loss(n_classes):
     return 1.0 - np.eye(int(n_classes))
 
 
-def _check_cost(name, value):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name} must be positive and finite, got {value!r}")
-
-
 def spam_loss_matrix(cost_fp, cost_fn, cost_unsure=None):
     """Loss matrix for classes (ham, spam) and actions (ham, unsure, spam).
 
@@ -125,12 +118,12 @@ def spam_loss_matrix(cost_fp, cost_fn, cost_unsure=None):
     -------
     loss : ndarray of shape (3, 2)
     """
-    _check_cost("cost_fp", cost_fp)
-    _check_cost("cost_fn", cost_fn)
+    check_cost("cost_fp", cost_fp)
+    check_cost("cost_fn", cost_fn)
     if cost_unsure is None:
         unsure = np.inf
     else:
-        _check_cost("cost_unsure", cost_unsure)
+        check_cost("cost_unsure", cost_unsure)
         unsure = float(cost_unsure)
     return np.array(
         [
@@ -142,22 +135,9 @@ def spam_loss_matrix(cost_fp, cost_fn, cost_unsure=None):
 
 
 def cutoffs_from_costs(cost_fp, cost_fn, cost_unsure=None):
-    """Spam-probability cut-offs implied by the costs.
-
-    With p = P(spam | x):
-
-        R(ham | x)    = C_fn · p
-        R(spam | x)   = C_fp · (1 − p)
-        R(unsure | x) = C_u
-
-    * Two actions: spam wins iff C_fp·(1−p) < C_fn·p iff p > C_fp / (C_fp + C_fn);
-      both cut-offs equal that threshold (ten times worse ham loss: 10/11).
-    * With unsure: spam beats unsure iff p > 1 − C_u/C_fp, ham beats unsure iff
-      p < C_u/C_fn. The band (C_u/C_fn, 1 − C_u/C_fp) is non-empty iff
-      C_u < C_fp·C_fn/(C_fp + C_fn); inside it unsure has the least risk, outside
-      ham (below) or spam (above) wins against both others. If the band is empty
-      the unsure action never wins (at best it ties) and both cut-offs collapse to
-      C_fp / (C_fp + C_fn).
+    """Spam-probability cut-offs implied by the costs: the rule of
+    :func:`spamnb.verdict.cutoffs_from_costs` (where its derivation is written),
+    in exact arithmetic when it can be.
 
     Integer or :class:`fractions.Fraction` costs give exact ``Fraction`` cut-offs;
     otherwise floats.
@@ -168,24 +148,16 @@ def cutoffs_from_costs(cost_fp, cost_fn, cost_unsure=None):
         Decide ham when p <= ham_cutoff, spam when p > spam_cutoff, unsure in
         between (ties go as in :func:`bayes_decision`: towards ham).
     """
-    _check_cost("cost_fp", cost_fp)
-    _check_cost("cost_fn", cost_fn)
+    check_cost("cost_fp", cost_fp)
+    check_cost("cost_fn", cost_fn)
     costs = [cost_fp, cost_fn]
     if cost_unsure is not None:
-        _check_cost("cost_unsure", cost_unsure)
+        check_cost("cost_unsure", cost_unsure)
         costs.append(cost_unsure)
     exact = all(isinstance(c, numbers.Rational) for c in costs)
     conv = Fraction if exact else float
-    c_fp, c_fn = conv(cost_fp), conv(cost_fn)
-    threshold = c_fp / (c_fp + c_fn)  # P(spam|x) > C_fp / (C_fp + C_fn)
-    if cost_unsure is None:
-        return threshold, threshold
-    c_u = conv(cost_unsure)
-    ham_cut = c_u / c_fn  # ham iff C_fn·p <= C_u
-    spam_cut = 1 - c_u / c_fp  # spam iff C_fp·(1−p) < C_u
-    if ham_cut < spam_cut:
-        return ham_cut, spam_cut
-    return threshold, threshold
+    return _costs_rule(*(conv(c) for c in (cost_fp, cost_fn)),
+                       None if cost_unsure is None else conv(cost_unsure))
 
 
 @dataclass(frozen=True)
@@ -200,11 +172,11 @@ class Cutoffs:
     spam_cutoff: float
 
     def __post_init__(self):
-        h, s = float(self.ham_cutoff), float(self.spam_cutoff)
-        if not (0.0 <= h <= s <= 1.0):
-            raise ValueError(
-                f"need 0 <= ham_cutoff <= spam_cutoff <= 1, got {self.ham_cutoff}, {self.spam_cutoff}"
-            )
+        check_cutoffs(self.ham_cutoff, self.spam_cutoff)
+
+    def __iter__(self):
+        """``ham, spam = cutoffs``: the pair the rules of :mod:`spamnb.verdict` take."""
+        return iter((self.ham_cutoff, self.spam_cutoff))
 
     @classmethod
     def from_costs(cls, cost_fp, cost_fn, cost_unsure=None):
@@ -212,15 +184,8 @@ class Cutoffs:
         return cls(*cutoffs_from_costs(cost_fp, cost_fn, cost_unsure))
 
     def label(self, p):
-        """Label of one spam probability."""
-        p = float(p)
-        if not 0.0 <= p <= 1.0:
-            raise ValueError(f"spam probability must be in [0, 1], got {p}")
-        if p <= self.ham_cutoff:
-            return "ham"
-        if p > self.spam_cutoff:
-            return "spam"
-        return "unsure"
+        """Label of one spam probability (:func:`spamnb.verdict.label_for`)."""
+        return label_for(p, self)
 
     def labels(self, p):
         """Vectorised :meth:`label`: array of 'ham' / 'unsure' / 'spam'."""

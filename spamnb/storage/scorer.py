@@ -11,7 +11,7 @@ because every two-class model here is linear in its feature row
     score(x) = bias + Σ_w f(x)_w · weight_w        (log-odds, natural log)
     P(spam | x) = 1 / (1 + exp(−score(x)))
 
-where f is the model's feature transform (:data:`spamnb.model.FEATURES`):
+where f is the model's feature transform (one of :data:`spamnb.model.FEATURES`):
 
     counts       f_w = tf_w
     presence     f_w = 1                              (w occurs)
@@ -61,7 +61,7 @@ import struct
 import sys
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "Scorer", "scorer_path", "token_hash",
-           "file_identity", "trusted", "write_scorer", "load_scorer", "remove_scorer"]
+           "file_identity", "trusted", "write_scorer", "load_scorer", "fresh_scorer", "remove_scorer"]
 
 MAGIC = b"SPAMNBSC"
 FORMAT_VERSION = 1
@@ -69,7 +69,6 @@ _PREAMBLE = struct.Struct("<8sII")
 SUFFIX = ".scorer"
 # Bytes at the end of a model file that go into its identity digest.
 TAIL_BYTES = 4096
-FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
 
 try:  # the builtin BLAKE2 (what hashlib.blake2b is), without loading OpenSSL (~3 ms)
     from _blake2 import blake2b
@@ -140,7 +139,7 @@ def write_scorer(model, path, identity: dict) -> bool:
     import numpy as np
 
     from spamnb._version import __version__
-
+    from spamnb.model import FEATURES
     from spamnb.nb.vocabulary import Vocabulary
 
     path = os.fspath(path)
@@ -255,10 +254,12 @@ class Scorer:
             s = math.fsum(w for w, _ in known)
         elif feats == "presence-l2":  # f_w = 1 / sqrt(#distinct known tokens)
             s = math.fsum(w for w, _ in known) / math.sqrt(len(known)) if known else 0.0
-        else:  # logtf-l2: f_w = log(1 + tf_w) / ‖log(1 + tf)‖₂
+        elif feats == "logtf-l2":  # f_w = log(1 + tf_w) / ‖log(1 + tf)‖₂
             d = [(w, math.log1p(n)) for w, n in known]
             norm = math.sqrt(math.fsum(v * v for _, v in d)) or 1.0
             s = math.fsum(w * (v / norm) for w, v in d)
+        else:  # written by a later version: the full path scores it
+            raise ScorerError(f"the scorer cannot score features {feats!r}")
         score = self.bias + s
         return score, sigmoid(score), len(known)
 
@@ -269,6 +270,30 @@ def sigmoid(score: float) -> float:
         return 1.0 / (1.0 + math.exp(-score))
     e = math.exp(score)
     return e / (1.0 + e)
+
+
+def fresh_scorer(model_path, *, allow_insecure: bool = False) -> Scorer:
+    """The scorer of the model at ``model_path`` if that model is trusted and the
+    scorer was compiled from that very file (:func:`file_identity`); ScorerError
+    otherwise (the caller then loads the model itself, which says what is wrong)."""
+    try:
+        fd = os.open(model_path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        raise ScorerError(f"no model file {model_path}") from None
+    try:
+        st = os.fstat(fd)
+        # The checks of spamnb.storage.store.load_checked, as yes/no.
+        if not stat.S_ISREG(st.st_mode):
+            raise ScorerError(f"model {model_path} is not a regular file")
+        if not allow_insecure and not trusted(model_path, st):
+            raise ScorerError(f"model {model_path} is not trusted")
+        identity = file_identity(fd, st)
+    finally:
+        os.close(fd)
+    sc = load_scorer(scorer_path(model_path), allow_insecure=allow_insecure)
+    if not sc.matches(identity):
+        raise ScorerError(f"scorer of {model_path} is stale")
+    return sc
 
 
 def load_scorer(path, *, allow_insecure: bool = False) -> Scorer:

@@ -1,0 +1,137 @@
+"""``spamnb filter`` (the delivery hook, the full way) and ``spamnb serve``."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from spamnb.cli.options import decision_options, model_options, open_model
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR, model_name
+
+
+class _FilterCommand(click.Command):
+    """``filter`` never loses mail: a bad command line passes the message through too.
+
+    Click rejects bad options (``--evidence abc``, a stray argument) while
+    parsing, before the command body runs; it would then print usage, write
+    nothing and exit 2, the *unsure* status. Here the message goes to stdout
+    unchanged and the exit status is 3, as for any other error.
+    """
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.ClickException as exc:
+            click.echo(f"spamnb filter: {exc.format_message().rstrip('.')}; message passed through unchanged",
+                       err=True)
+            try:
+                stdout = sys.stdout.buffer
+                stdout.write(sys.stdin.buffer.read())
+                stdout.flush()
+            except OSError:
+                pass
+            raise click.exceptions.Exit(EXIT_ERROR) from None
+
+
+@click.command("filter", cls=_FilterCommand)
+@model_options
+@click.option("--exit-zero", is_flag=True, help="Exit 0 for any classification (for procmail's :0fw).")
+@click.option("--learn", "-u", "learn_", is_flag=True,
+              help="Also learn the message as what it was classified, when not unsure (as bogofilter -u).")
+@click.option("--evidence", type=click.IntRange(min=0), default=0, metavar="N",
+              help="Add an X-Spam-Evidence header with the N strongest tokens.")
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
+                   "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
+@decision_options
+def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
+            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+    """Filter one message from standard input to standard output.
+
+    Adds X-Spam-Flag: YES|NO and X-Spam-Status: Yes|No|Unsure, probability=...,
+    score=..., model=..., version=... to the header. Exit status as bogofilter's:
+    0 spam, 1 ham, 2 unsure, 3 error (0 for all with --exit-zero). On any error
+    the message is written out unchanged and the exit status is 3: mail is never lost.
+
+    Started as the `spamnb` program, it answers through a running `spamnb serve`
+    when it can, else from the model's compiled scorer, else the full way:
+    the output is the same whichever way answers.
+
+    \b
+    procmail:
+      :0fw
+      | spamnb filter --exit-zero
+      :0:
+      * ^X-Spam-Flag: YES
+      .Junk/
+    """
+    stdin = sys.stdin.buffer
+    stdout = sys.stdout.buffer
+    raw = b""
+    try:
+        raw = stdin.read()
+        out, label = _filter_message(raw, model_path, allow_insecure_model, learn_, evidence,
+                                     (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff))
+        code = 0 if exit_zero else EXIT_CODES[label]
+    except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
+        click.echo(f"spamnb filter: {exc.__class__.__name__}: {exc}; message passed through unchanged",
+                   err=True)
+        out, code = raw, EXIT_ERROR
+    try:
+        stdout.write(out)
+        stdout.flush()
+    except OSError:
+        code = EXIT_ERROR
+    sys.exit(code)
+
+
+def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):
+    from spamnb.delivery.hook import filter_message
+
+    model, path, is_default = open_model(model_path, allow_insecure_model)
+    out, label = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
+    if learn_ and label != "unsure" and not is_default:
+        from spamnb.storage.modelfile import updating
+
+        with updating(path, allow_insecure=allow_insecure_model) as m:
+            m.learn([(raw, label)])
+    return out, label
+
+
+# -- serve -----------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="Socket to listen on (default $SPAMNB_SOCKET, else $XDG_RUNTIME_DIR/spamnb/socket, "
+                   "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).")
+@model_options
+@click.option("--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
+              help="Refuse messages larger than this (the client then filters them itself).")
+@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Drop a request that has not arrived whole within this many seconds.")
+def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout):
+    """Keep the model loaded and filter messages for `spamnb filter`.
+
+    `spamnb filter` uses the server when its socket is there and it serves the
+    same model, and does the work itself otherwise, with the same result. The
+    model is reloaded when its file changes (after learn, forget or train).
+    Only your own processes may connect. Stops on SIGTERM or Ctrl-C.
+
+    \b
+    Example:
+      spamnb serve &
+      spamnb filter --exit-zero < message.eml
+    """
+    from spamnb.storage.locate import default_socket_path
+    from spamnb.delivery.server import ServerError, serve as run_server
+
+    _, path, _ = open_model(model_path, allow_insecure_model)  # builds the default model if needed
+    try:
+        run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
+                   max_bytes=max_bytes, timeout=timeout)
+    except ServerError as exc:
+        raise click.ClickException(str(exc)) from None
+
+

@@ -1,0 +1,111 @@
+"""``spamnb explain``, ``info`` and ``tokens``: look inside a model and a message."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from spamnb.cli.options import model_options, open_model
+
+
+@click.command()
+@click.argument("message", metavar="MSG")
+@model_options
+@click.option("-n", "count", type=click.IntRange(min=1), default=15, show_default=True,
+              help="How many tokens to show.")
+def explain(message, model_path, allow_insecure_model, count):
+    """Show why a message got its score: the prior and the strongest tokens.
+
+    Contributions are in log-odds (natural log); positive means spammier.
+    MSG is a message file or - for standard input.
+
+    \b
+    Example:
+      spamnb explain ~/Maildir/cur/1700000000.M1P2.host:2,S
+    """
+    from spamnb.mail.sources import iter_messages
+
+    model, _, is_default = open_model(model_path, allow_insecure_model)
+    msg = next(iter(iter_messages(message, strict=True)), None)
+    if msg is None:
+        raise click.ClickException(f"no message in {message}")
+    toks = model.tokens(msg.raw)
+    result = model.classify_tokens(toks)
+    ev = model.explain(msg.raw, count, toks=toks)
+    click.echo(f"label {result.label}, P(spam) {result.spam_probability:.6f}, score {result.score:+.2f}")
+    click.echo(f"{ev.prior:+10.3f}  prior and per-class constants")
+    for tok, n, c in ev.tokens:
+        click.echo(f"{c:+10.3f}  {tok}" + (f"  (x{n})" if n != 1 else ""))
+    click.echo(f"{result.n_tokens} tokens, {result.n_unknown} not in the vocabulary")
+
+
+@click.command()
+@model_options
+def info(model_path, allow_insecure_model):
+    """Show what a model holds.
+
+    \b
+    Example:
+      spamnb info --model model.joblib
+    """
+    import datetime
+
+    model, path, is_default = open_model(model_path, allow_insecure_model)
+    counts = model.messages
+    stats = model.stats
+
+    def when(t):
+        return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "never"
+
+    rows = [
+        ("model file", f"{path}" + (" (default model)" if is_default else "")),
+        ("size", f"{os.path.getsize(path) / 1e6:.1f} MB"),
+        ("model type", f"{model.model_type}, features {model.features}"),
+        ("alpha (λ)", f"{model.alpha:g}"),
+        ("refine", f"{model.refine_rounds} rounds, margin {model.refine_margin:g}"),
+        ("prior", model.prior),
+        ("cut-offs", f"ham if P(spam) <= {model.cutoffs.ham_cutoff:g}, spam if > {model.cutoffs.spam_cutoff:g}"),
+        ("messages", f"{int(counts[0])} ham, {int(counts[1])} spam"),
+        ("vocabulary", f"{len(model.vocabulary)} tokens"),
+        ("tokenizer", ", ".join(f"{k}={v}" for k, v in model.tokenizer.to_dict().items())),
+        ("created", when(stats.get("created"))),
+        ("updated", when(stats.get("updated"))),
+        ("written by", f"spamnb {stats.get('spamnb_version')}"),
+    ]
+    for k, v in rows:
+        click.echo(f"{k + ':':<12} {v}")
+
+
+@click.command()
+@click.argument("message", metavar="FILE|-")
+@model_options
+@click.option("--default-settings", is_flag=True, help="Use the default tokenizer settings, not the model's.")
+def tokens(message, model_path, allow_insecure_model, default_settings):
+    """Print a message's tokens, one per line (like bogolexer).
+
+    Uses the tokenizer settings of the model when one exists.
+
+    \b
+    Example:
+      spamnb tokens message.eml | sort | uniq -c | sort -rn | head
+    """
+    from spamnb.mail.sources import iter_messages
+    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+
+    config = TokenizerConfig()
+    if not default_settings:
+        from spamnb.storage.modelfile import resolve
+
+        path, is_default = resolve(model_path)
+        if path.exists() or model_path is not None:  # an explicit --model must be there
+            from spamnb.storage.modelfile import load_model
+
+            config = load_model(path, allow_insecure=allow_insecure_model).tokenizer
+    out = sys.stdout
+    for msg in iter_messages(message, strict=True):
+        for tok in tokenize(msg.raw, config):
+            out.write(tok + "\n")
+
+

@@ -1,0 +1,194 @@
+"""Options and helpers the commands share: one definition of each option and rule.
+
+Decision options become cut-offs through :func:`spamnb.verdict.cutoffs_from`
+(:func:`cutoffs`), whose errors are usage errors here.
+"""
+
+from __future__ import annotations
+
+import click
+
+from spamnb import verdict
+
+
+def model_options(f):
+    f = click.option("--allow-insecure-model", is_flag=True,
+                     help="Load a model file that other users can write (administrators only: "
+                          "a model file is code).")(f)
+    f = click.option("--model", "model_path", type=click.Path(dir_okay=False),
+                     help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")(f)
+    return f
+
+
+def decision_options(f):
+    for name, text in [
+        ("--ham-cutoff", "Decide ham when P(spam|x) <= this."),
+        ("--spam-cutoff", "Decide spam when P(spam|x) > this."),
+        ("--cost-unsure", "Loss of holding a message as unsure."),
+        ("--cost-fn", "Loss of letting a spam through (default 1)."),
+        ("--cost-fp", "Loss of filing a ham as spam (default 10)."),
+    ]:
+        f = click.option(name, type=float, help=text)(f)
+    return f
+
+
+def source_options(f):
+    f = click.option("--strict", is_flag=True, help="Stop at the first unreadable message.")(f)
+    f = click.option("--recursive", "-r", is_flag=True, help="Also read maildir/MH sub-folders.")(f)
+    return f
+
+
+
+
+def cutoffs(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+    """The :class:`~spamnb.nb.decision.Cutoffs` to apply: explicit cut-offs, else costs,
+    else the model's (:func:`spamnb.verdict.cutoffs_from`); bad values are usage errors."""
+    from spamnb.nb.decision import Cutoffs
+
+    try:
+        return Cutoffs(*verdict.cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure,
+                                             spam_cutoff, ham_cutoff))
+    except verdict.DecisionError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def skipper(counter):
+    """An on_error callback that reports a skipped message and counts it in ``counter[0]``."""
+    def on_error(source, exc):
+        counter[0] += 1
+        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        click.echo(f"spamnb: skipped {source}: {reason}", err=True)
+    return on_error
+
+
+def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None):
+    """All messages of the --ham/--spam/--index sources, as sources.Message."""
+    from spamnb.mail.sources import iter_index, iter_messages
+
+    for label, specs in (("ham", ham), ("spam", spam)):
+        for spec in specs:
+            yield from iter_messages(spec, label=label, recursive=recursive, strict=strict,
+                                     on_error=on_error)
+    for spec in index:
+        yield from iter_index(spec, strict=strict, on_error=on_error)
+
+
+def shard_progress():
+    """A progress callback for sharded work: messages merged so far, in place on stderr."""
+    def show(n):
+        click.echo(f"\r  {n} messages...", err=True, nl=False)
+    return show
+
+
+def notice(text):
+    """Tell the user something on stderr, as ``spamnb: text``."""
+    click.echo(f"spamnb: {text}", err=True)
+
+
+
+
+def open_model(model_path, allow_insecure_model):
+    """``(model, path, is_default)`` of the model a command uses (the default one built if needed)."""
+    from spamnb.storage import modelfile
+
+    return modelfile.open_model(model_path, allow_insecure=allow_insecure_model, notice=notice)
+
+
+
+def model_settings_options(f):
+    """Options that define a model: event model, λ, prior, features, tokenizer, decision."""
+    opts = [
+        click.option("--model-type", type=click.Choice(["multinomial", "bernoulli", "complement"]),
+                     default="multinomial", show_default=True, help="Naive Bayes event model."),
+        click.option("--alpha", type=click.FloatRange(min=0.0), default=None,
+                     help="Smoothing λ >= 0 (0 = maximum likelihood, 1 = Laplace; default 0.01)."),
+        click.option("--refine-rounds", type=click.IntRange(min=0), default=None,
+                     help="Rounds of training on errors after counting: the training messages not "
+                          "classified right by --refine-margin are added again (default 10; 0 = off)."),
+        click.option("--refine-margin", type=click.FloatRange(min=0.0), default=None,
+                     help="The margin, in log-odds, for --refine-rounds (default 10)."),
+        click.option("--prior", type=click.Choice(["learned", "smoothed", "uniform"]), default="learned",
+                     show_default=True, help="Class prior: N_k/N, (N_k+λ)/(N+2λ), or 1/2."),
+        click.option("--features", type=click.Choice(["counts", "presence", "presence-l2", "logtf-l2"]),
+                     default=None, help="What a message's row holds (default presence-l2: each token "
+                                        "once, the message scaled to unit length)."),
+        click.option("--only-headers", metavar="LIST", help="Comma-separated header names: tokenize only these."),
+        click.option("--skip-headers", metavar="LIST", help="Comma-separated header names never tokenized."),
+        click.option("--bigrams/--no-bigrams", default=None, help="Also use word pairs as tokens."),
+        click.option("--max-part-bytes", type=click.IntRange(min=1),
+                     help="Tokenize at most this many bytes of each part."),
+        click.option("--hash-features", type=click.IntRange(min=1, max=2**31 - 1), metavar="N",
+                     help="Hash tokens into N columns (e.g. 1048576) instead of keeping a vocabulary: "
+                          "memory bounded by N, at a small cost in accuracy."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return decision_options(f)
+
+
+def scale_options(f):
+    """Where tokenizing and counting run: --jobs local processes, or a Dask cluster."""
+    opts = [
+        click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+                     help="Worker processes tokenizing and counting (the model is the same for any N)."),
+        click.option("--backend", type=click.Choice(["multiprocessing", "loky", "dask"]), default="multiprocessing",
+                     show_default=True,
+                     help="multiprocessing: local worker processes forked from this one (fast to start); "
+                          "loky: fresh local interpreters; dask: the workers of a Dask cluster (--scheduler)."),
+        click.option("--scheduler", metavar="ADDRESS",
+                     help="Dask scheduler address, e.g. tcp://10.0.0.1:8786 (with --backend dask)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def runner_from(jobs, backend, scheduler):
+    """The :class:`spamnb.scale.parallel.Runner` of the --jobs/--backend/--scheduler options."""
+    from spamnb.scale.parallel import Runner
+
+    if backend == "dask" and not scheduler:
+        raise click.UsageError("--backend dask needs --scheduler ADDRESS")
+    if scheduler and backend != "dask":
+        raise click.UsageError("--scheduler is for --backend dask")
+    return Runner(jobs=jobs, backend=backend, scheduler=scheduler)
+
+
+def model_factory(model_type, alpha, prior, features, only_headers, skip_headers, bigrams,
+                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, hash_features=None,
+                  refine_rounds=None, refine_margin=None):
+    """A function making fresh, untrained models with the settings of the options.
+
+    Settings are checked here, once, so a bad value fails before any mail is read.
+    """
+    from spamnb import model as model_mod
+    from spamnb.mail.tokenizer import TokenizerConfig
+
+    changes = {}
+    if only_headers is not None:
+        changes["only_headers"] = header_list(only_headers)
+    if skip_headers is not None:
+        changes["skip_headers"] = header_list(skip_headers)
+    if bigrams is not None:
+        changes["bigrams"] = bigrams
+    if max_part_bytes is not None:
+        changes["max_part_bytes"] = max_part_bytes
+    tok = TokenizerConfig.from_dict({**TokenizerConfig().to_dict(), **changes})
+    default_cut = verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS)
+    cut = cutoffs(default_cut, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    kwargs = {"alpha": alpha, "features": features, "hash_features": hash_features,
+              "refine_rounds": refine_rounds, "refine_margin": refine_margin}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+
+    def make():
+        return model_mod.SpamModel(model_type=model_type, prior=prior, tokenizer=tok, cutoffs=cut, **kwargs)
+
+    make()
+    return make
+
+
+
+
+def header_list(text):
+    """``--only-headers``/``--skip-headers``: comma-separated names, lower-cased."""
+    return tuple(h.strip().lower() for h in text.split(",") if h.strip())

@@ -1,0 +1,87 @@
+"""``spamnb train``: build a new model from labelled mail."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import click
+
+from spamnb.cli.options import (model_factory, model_options, model_settings_options, runner_from,
+                                scale_options, shard_progress, skipper, source_options)
+
+
+@click.command()
+@click.option("--ham", multiple=True, metavar="SRC", help="Ham source (maildir, mbox, MH, folder, archive, file).")
+@click.option("--spam", multiple=True, metavar="SRC", help="Spam source.")
+@click.option("--index", multiple=True, metavar="FILE",
+              help="TREC index file (`spam PATH` / `ham PATH` lines), or an archive holding one.")
+@model_options
+@click.option("--min-df", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Drop tokens seen in fewer messages than this.")
+@click.option("--dedupe/--no-dedupe", default=True, show_default=True,
+              help="Count a message given twice once (by Message-ID, else content) and record every "
+                   "message's key in the model, for learn/forget; --no-dedupe counts every message "
+                   "given and records no keys (huge corpora: a key costs ~100 bytes of memory).")
+@model_settings_options
+@scale_options
+@source_options
+def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jobs, backend, scheduler,
+          recursive, strict, **settings):
+    """Build a new model from labelled mail (replaces the model file).
+
+    Messages are read, tokenized and counted in shards of 512, on --jobs
+    processes or a Dask cluster, and merged in order: the model is the same
+    whatever the number of workers.
+
+    \b
+    Example:
+      spamnb train --ham ~/Maildir/.Ham --spam ~/Maildir/.Junk --model model.joblib
+      spamnb train --index corpora/spamassassin.tar.xz --model model.joblib
+      spamnb train --index big/index --jobs 8 --model model.joblib
+      spamnb train --index /shared/big/index --backend dask --scheduler tcp://10.0.0.1:8786
+    """
+    from spamnb.scale import parallel
+    from spamnb.verdict import LABELS
+    from spamnb.storage.modelfile import resolve, save_model
+
+    if not (ham or spam or index):
+        raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
+    if min_df > 1 and settings.get("hash_features"):
+        raise click.UsageError("--min-df needs a vocabulary: it cannot be combined with --hash-features")
+    model = model_factory(**settings)()
+    runner = runner_from(jobs, backend, scheduler)
+    path, _ = resolve(model_path)
+    skipped = [0]
+    start = time.perf_counter()
+    on_error = skipper(skipped)
+    shards = parallel.plan(ham, spam, index, recursive=recursive, strict=strict, on_error=on_error)
+    tty = sys.stderr.isatty()
+    parallel.train(model, shards, runner=runner, registry=dedupe, on_error=on_error,
+                   progress=shard_progress() if tty else None)
+    if tty:
+        click.echo("", err=True)
+    counts = model.messages
+    missing = [name for name, n in zip(LABELS, counts) if n == 0]
+    if missing:
+        raise click.ClickException(
+            f"no {' and no '.join(missing)} messages were read: a model needs both classes; "
+            "nothing was saved")
+    # Σ_w df_w: each message's distinct tokens, summed. (The estimator's feature
+    # counts are sums of *feature values*, which are not token counts once rows are
+    # scaled to unit length.)
+    n_tokens = int(model.doc_freq.sum())
+    if min_df > 1:
+        model.prune(min_df)
+    from spamnb.storage.store import model_lock
+
+    with model_lock(path):  # a concurrent learn/forget finishes first, then sees the new model
+        save_model(model, path)
+    seconds = time.perf_counter() - start
+    click.echo(
+        f"trained {model.model_type} model on {int(counts[0])} ham and {int(counts[1])} spam "
+        f"({n_tokens} tokens, distinct per message; vocabulary {len(model.vocabulary)}) in {seconds:.1f} s"
+        + (f"; skipped {skipped[0]} unreadable" if skipped[0] else "")
+        + f"\nsaved to {path}", err=True)
+
+

@@ -1,0 +1,193 @@
+"""The rules of a verdict, once: labels, exit codes, costs, cut-offs, the header lines.
+
+Every way spamnb answers for a message -- the click commands, ``spamnb
+filter``'s cold path, the resident server -- decides with these functions, so
+the ways cannot drift apart. Standard library only, and only its cheap
+modules: ``spamnb filter`` imports this before it asks the server, and must not
+pay for numpy, click, joblib, or even ``json`` and ``re``.
+
+The decision (``docs/naive-bayes.md`` §1) with p = P(spam | x) and the costs
+C_fp (ham filed as spam), C_fn (spam let through), C_u (any message held as
+unsure)::
+
+    R(ham | x) = C_fn·p     R(spam | x) = C_fp·(1 − p)     R(unsure | x) = C_u
+
+gives two cut-offs on p: ham when p <= ham cut-off, spam when p > spam cut-off,
+unsure between (:func:`cutoffs_from_costs`, :func:`label_for`).
+
+Errors are plain :class:`DecisionError` (a ValueError); the command line turns
+them into usage errors, the cold path into a :class:`Fallback`.
+"""
+
+import math
+import numbers
+import os
+
+from spamnb._version import __version__
+
+#: The classes, in the column order of every model.
+LABELS = ("ham", "spam")
+#: The actions of the decision, in the row order of its loss matrix.
+ACTIONS = ("ham", "unsure", "spam")
+
+#: ``spamnb filter``'s exit status for each label (bogofilter's: 0 spam, 1 ham,
+#: 2 unsure), and for an error (the message is then passed through unchanged).
+EXIT_SPAM, EXIT_HAM, EXIT_UNSURE, EXIT_ERROR = 0, 1, 2, 3
+EXIT_CODES = {"spam": EXIT_SPAM, "ham": EXIT_HAM, "unsure": EXIT_UNSURE}
+
+#: Default costs (C_fp, C_fn, C_u): filing a ham as spam is ten times worse
+#: than letting a spam through, and holding a message for a look costs half a
+#: missed spam. Cut-offs: ham below C_u/C_fn = 0.5, spam above 1 − C_u/C_fp = 0.95.
+DEFAULT_COSTS = (10.0, 1.0, 0.5)
+
+#: The decision options, in the order of :func:`cutoffs_from`'s parameters.
+DECISION_OPTIONS = ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")
+
+STATUS_WORD = {"spam": "Yes", "ham": "No", "unsure": "Unsure"}
+#: Long header fields (the evidence) are folded to lines of about this many characters.
+FOLD_WIDTH = 78
+
+
+class DecisionError(ValueError):
+    """Decision options that make no decision (bad costs, cut-offs out of order, both)."""
+
+
+class Fallback(Exception):
+    """This way of answering cannot (the reason is the message): take the next one."""
+
+
+# -- cut-offs --------------------------------------------------------------------
+
+
+def check_cost(name, value):
+    """A cost must be a positive, finite real number (NaN fails too)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r}")
+    if not (math.isfinite(value) and value > 0):
+        raise DecisionError(f"{name} must be positive and finite, got {value!r}")
+
+
+def cutoffs_from_costs(cost_fp, cost_fn, cost_unsure=None):
+    """``(ham_cutoff, spam_cutoff)`` of minimum risk for these costs.
+
+    * Two actions: spam iff C_fp·(1−p) < C_fn·p iff p > C_fp / (C_fp + C_fn);
+      both cut-offs are that threshold (ten times worse ham loss: 10/11).
+    * With unsure: spam beats unsure iff p > 1 − C_u/C_fp, ham beats unsure iff
+      p <= C_u/C_fn. The band between is non-empty iff C_u < C_fp·C_fn/(C_fp + C_fn);
+      when it is empty unsure never wins and both cut-offs are the threshold.
+
+    The arithmetic is the costs' own: :class:`fractions.Fraction` costs give
+    exact cut-offs (:func:`spamnb.nb.decision.cutoffs_from_costs` relies on it).
+    """
+    check_cost("cost_fp", cost_fp)
+    check_cost("cost_fn", cost_fn)
+    threshold = cost_fp / (cost_fp + cost_fn)  # spam iff P(spam|x) > C_fp / (C_fp + C_fn)
+    if cost_unsure is None:
+        return threshold, threshold
+    check_cost("cost_unsure", cost_unsure)
+    ham_cut = cost_unsure / cost_fn  # ham iff C_fn·p <= C_u
+    spam_cut = 1 - cost_unsure / cost_fp  # spam iff C_fp·(1−p) < C_u
+    if ham_cut < spam_cut:
+        return ham_cut, spam_cut
+    return threshold, threshold
+
+
+def check_cutoffs(ham, spam):
+    """``(ham, spam)`` as floats when 0 <= ham <= spam <= 1; DecisionError otherwise."""
+    h, s = float(ham), float(spam)
+    if not (0.0 <= h <= s <= 1.0):
+        raise DecisionError(f"need 0 <= ham_cutoff <= spam_cutoff <= 1, got {ham}, {spam}")
+    return h, s
+
+
+def cutoffs_from(model_cutoffs, cost_fp=None, cost_fn=None, cost_unsure=None,
+                 spam_cutoff=None, ham_cutoff=None):
+    """The cut-offs a command applies: explicit cut-offs, else costs, else the model's.
+
+    ``model_cutoffs`` is the model's ``(ham, spam)`` pair. One cut-off given:
+    the other is the model's, moved just enough to keep ham <= spam. Costs not
+    given default to :data:`DEFAULT_COSTS` (C_u: no unsure band).
+    """
+    model_ham, model_spam = model_cutoffs
+    costs = (cost_fp, cost_fn, cost_unsure)
+    if spam_cutoff is not None or ham_cutoff is not None:
+        if any(c is not None for c in costs):
+            raise DecisionError("give either costs or cut-offs, not both")
+        spam = spam_cutoff if spam_cutoff is not None else max(model_spam, ham_cutoff)
+        ham = ham_cutoff if ham_cutoff is not None else min(model_ham, spam)
+        return check_cutoffs(ham, spam)
+    if any(c is not None for c in costs):
+        fp = DEFAULT_COSTS[0] if cost_fp is None else cost_fp
+        fn = DEFAULT_COSTS[1] if cost_fn is None else cost_fn
+        return check_cutoffs(*cutoffs_from_costs(fp, fn, cost_unsure))
+    return check_cutoffs(model_ham, model_spam)
+
+
+def label_for(p, cutoffs):
+    """'ham' if p <= ham cut-off, 'spam' if p > spam cut-off, else 'unsure'."""
+    p = float(p)
+    if not 0.0 <= p <= 1.0:
+        raise DecisionError(f"spam probability must be in [0, 1], got {p}")
+    ham, spam = cutoffs
+    if p <= ham:
+        return "ham"
+    if p > spam:
+        return "spam"
+    return "unsure"
+
+
+# -- what the verdict says ---------------------------------------------------------
+
+
+def model_name(path, is_default):
+    """The model's name in the verdict header: ``default``, or the file's name."""
+    return "default" if is_default else os.path.basename(path)
+
+
+def default_model_notice(path):
+    """What every command says when it falls back to the default model."""
+    return f"no model of yours yet: using the default model trained on the shipped corpus ({path})"
+
+
+def header_lines(label, probability, score, model, evidence=None):
+    """The verdict's header lines (without line endings), ASCII only; a folded
+    field's continuation lines are separate items starting with a tab::
+
+        X-Spam-Flag: YES
+        X-Spam-Status: Yes, probability=0.999874, score=9.00, model=model.joblib, version=0.1.0
+        X-Spam-Evidence: url:example.biz:+2.31, subject:free:+1.87, ...   (with evidence)
+
+    In SpamAssassin's style, so rules written for its headers keep working.
+    """
+    flag = b"YES" if label == "spam" else b"NO"
+    status = (f"{STATUS_WORD[label]}, probability={probability:.6f}, score={score:.2f}, "
+              f"model={header_safe(model)}, version={__version__}")
+    lines = [b"X-Spam-Flag: " + flag, b"X-Spam-Status: " + status.encode("ascii")]
+    if evidence:
+        items = [f"{header_safe(tok)}:{c:+.2f}" for tok, c in evidence]
+        lines.extend(folded("X-Spam-Evidence: ", items))
+    return lines
+
+
+def folded(name, items, width=FOLD_WIDTH):
+    """One header field as physical lines: ``items`` joined by ", ", folded
+    before an item (continuation lines start with a tab) once a line would pass
+    ``width`` characters, so no line nears RFC 5322's 998-character limit."""
+    out, line = [], name
+    for i, item in enumerate(items):
+        piece = item + ("," if i < len(items) - 1 else "")
+        fresh = line in (name, "\t")  # nothing on this line yet: never fold here
+        if not fresh and len(line) + 1 + len(piece) > width:
+            out.append(line)
+            line, fresh = "\t", True
+        line += ("" if fresh else " ") + piece
+    out.append(line)
+    return [x.encode("ascii") for x in out]
+
+
+def header_safe(text):
+    """Header-safe text: non-ASCII and control characters as JSON escapes, commas escaped
+    (they separate the fields' items)."""
+    import json  # not at the top: the server's client never writes a header
+
+    return json.dumps(text, ensure_ascii=True)[1:-1].replace(",", "\\u002c")
