@@ -51,155 +51,28 @@ import numbers
 import numpy as np
 import scipy.sparse as sp
 
+from spamnb.nb.kernels import (
+    CHUNK_NNZ,
+    GATHER_NNZ,
+    binary_chunks,
+    check_finite_data,
+    check_result_finite,
+    check_sample_weight,
+    column_sums,
+    finite_log,
+    is_narrow,
+    log_normalize,
+    pattern,
+    product,
+    quiet_log,
+    readonly,
+    row_sums,
+    split_inf,
+    sum_rows,
+    to_csr,
+)
+
 __all__ = ["BernoulliNB", "CategoricalNB", "ComplementNB", "GaussianNB", "MultinomialNB"]
-
-# Row chunks for the binarised (Bernoulli) products: bounds temporary memory.
-_CHUNK_NNZ = 1 << 21
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _log(a):
-    """Natural log with log(0) = -inf and no warning."""
-    a = np.asarray(a)
-    if a.size and a.min() > 0:  # the common case, without the (slower) errstate context
-        return np.log(a)
-    with np.errstate(divide="ignore"):
-        return np.log(a)
-
-
-def _check_finite_data(data, what="X"):
-    # fast path: the sum is finite iff no NaN/inf (unless it overflows)
-    if data.size and not np.isfinite(data.sum()):
-        if not np.isfinite(data).all():
-            raise ValueError(f"{what} contains NaN or infinity")
-
-
-def _check_result_finite(result, X):
-    """Cheap NaN/inf check of X through a product's result (n×K or K×d).
-
-    NaN or inf in X make the result non-finite; only then is X itself scanned.
-    """
-    if not np.isfinite(result).all():
-        _check_finite_data(X.data)
-        raise ValueError("X values are too large: the products overflow")
-
-
-def _to_csr(X, *, check_finite=True):
-    """Validate X and return it as a CSR matrix (never densifying sparse input).
-
-    With ``check_finite=False`` the caller checks a product instead
-    (:func:`_check_result_finite`), saving a pass over the nonzeros.
-    """
-    if sp.issparse(X):
-        X = X.tocsr()
-        if not isinstance(X, sp.csr_matrix):
-            X = sp.csr_matrix(X)  # sparse array -> matrix, shares the buffers
-    else:
-        X = np.asarray(X)
-        if X.dtype.kind not in "biuf":
-            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
-        X = sp.csr_matrix(X)
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-    if X.dtype.kind == "b":
-        X = X.astype(np.float64)
-    if check_finite:
-        _check_finite_data(X.data)
-    return X
-
-
-def _csr_view(X, data, r0, r1, *, transpose=False):
-    """Rows r0:r1 of CSR X with the given data, sharing X's indices (no copy).
-
-    With ``transpose`` the same buffers are returned as the CSC transpose.
-    """
-    s, e = X.indptr[r0], X.indptr[r1]
-    shape = (r1 - r0, X.shape[1])
-    # attributes assigned directly: the constructors copy small views of big arrays
-    out = sp.csc_matrix(shape[::-1]) if transpose else sp.csr_matrix(shape)
-    out.indptr = X.indptr[r0 : r1 + 1] - s
-    out.indices = X.indices[s:e]
-    out.data = data
-    return out
-
-
-def _row_chunks(X, max_nnz=_CHUNK_NNZ):
-    """Yield (r0, r1) row ranges of about max_nnz nonzeros each."""
-    n = X.shape[0]
-    cuts = np.searchsorted(X.indptr, np.arange(max_nnz, X.nnz, max_nnz))
-    edges = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]]))
-    for r0, r1 in zip(edges[:-1], edges[1:]):
-        yield int(r0), int(r1)
-
-
-def _binary_chunks(X, threshold, max_nnz=_CHUNK_NNZ, *, transpose=False):
-    """Yield (r0, r1, Xb) with Xb = [X > threshold] for rows r0:r1, without copying X.
-
-    The binary values live in one buffer reused from chunk to chunk: use each
-    chunk before asking for the next.
-    """
-    if threshold is None:
-        yield 0, X.shape[0], (X.T if transpose else X)
-        return
-    # a chunk may overshoot max_nnz by up to one row
-    size = min(X.nnz, max_nnz + int(np.diff(X.indptr).max(initial=0)))
-    flags, values = np.empty(size, dtype=bool), np.empty(size)
-    for r0, r1 in _row_chunks(X, max_nnz):
-        s, e = X.indptr[r0], X.indptr[r1]
-        if e - s > values.size:
-            flags, values = np.empty(e - s, dtype=bool), np.empty(e - s)
-        b, v = flags[: e - s], values[: e - s]
-        np.greater(X.data[s:e], threshold, out=b)
-        v[...] = b
-        yield r0, r1, _csr_view(X, v, r0, r1, transpose=transpose)
-
-
-def _pattern(X):
-    """CSR with 1.0 where X has a nonzero entry (shares indices)."""
-    return _csr_view(X, np.not_equal(X.data, 0).astype(np.float64), 0, X.shape[0])
-
-
-def _split_inf(W):
-    """Split weights into finite part (inf -> 0) and indicator of -inf entries."""
-    Z = np.isneginf(W)
-    if not Z.any():
-        return W, None
-    return np.where(Z, 0.0, W), Z
-
-
-def _log_normalize(jll, log_prior):
-    """Row-wise log posteriors via log-sum-exp (in place on jll).
-
-    Rows where every class is ruled out (all -inf) fall back to the prior.
-    """
-    m = jll.max(axis=1)
-    dead = ~np.isfinite(m)
-    if dead.any():
-        jll[dead] = log_prior
-        m[dead] = np.max(log_prior)
-    jll -= m[:, None]
-    # log P(c|x) = jll_c − log Σ_k exp(jll_k)   (log-sum-exp, shifted by the max);
-    # the max term is exp(0) = 1, so log Σ = log1p(Σ of the others): full precision
-    # when one class is nearly certain (log P of the winner ≈ −1e-11, not rounded to 1e-16)
-    e = np.exp(jll)
-    e[np.arange(jll.shape[0]), np.argmax(jll, axis=1)] = 0.0
-    jll -= np.log1p(e.sum(axis=1))[:, None]
-    return jll
-
-
-def _check_sample_weight(sample_weight, n):
-    if sample_weight is None:
-        return None
-    w = np.asarray(sample_weight, dtype=np.float64)
-    if w.ndim != 1 or w.shape[0] != n:
-        raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},)")
-    if not np.all(np.isfinite(w)) or (w < 0).any():
-        raise ValueError("sample_weight must be finite and non-negative")
-    return w
 
 
 # --------------------------------------------------------------------------- base
@@ -243,7 +116,7 @@ class _BaseNB:
                 f"y contains labels not in classes_ {self.classes_.tolist()}: "
                 f"{np.unique(y[bad]).tolist()[:10]}"
             )
-        w = _check_sample_weight(sample_weight, n)
+        w = check_sample_weight(sample_weight, n)
         Y = np.zeros((n, self.classes_.size), dtype=np.float64)
         Y[np.arange(n), idx] = 1.0 if w is None else w
         return Y
@@ -257,7 +130,7 @@ class _BaseNB:
                 raise ValueError(f"class_prior has {p.size} entries but there are {K} classes")
             if not np.all(np.isfinite(p)) or (p < 0).any() or not np.isclose(p.sum(), 1.0):
                 raise ValueError("class_prior must be non-negative and sum to 1")
-            return _log(p)  # given P(c_k)
+            return quiet_log(p)  # given P(c_k)
         if not self.fit_prior:
             return np.full(K, -np.log(K))  # uniform P(c_k) = 1/K
         N_k = self.class_count_
@@ -265,9 +138,9 @@ class _BaseNB:
         if self.smooth_prior:
             lam = float(self.alpha)
             if N + K * lam > 0:
-                return _log(N_k + lam) - np.log(N + K * lam)  # P_λ(c_k) = (N_k + λ)/(N + K·λ)
+                return quiet_log(N_k + lam) - np.log(N + K * lam)  # P_λ(c_k) = (N_k + λ)/(N + K·λ)
         elif N > 0:
-            return _log(N_k) - np.log(N)  # P(c_k) = N_k / N
+            return quiet_log(N_k) - np.log(N)  # P(c_k) = N_k / N
         return np.full(K, -np.log(K))  # no observations: uniform
 
     # -- prediction ---------------------------------------------------------
@@ -295,7 +168,7 @@ class _BaseNB:
         class prior as its posterior.
         """
         jll = self.predict_joint_log_proba(X)
-        return _log_normalize(jll, self.class_log_prior_)
+        return log_normalize(jll, self.class_log_prior_)
 
     def predict_proba(self, X):
         """Posteriors P(c|x), shape (n, K); rows sum to 1."""
@@ -311,66 +184,6 @@ class _BaseNB:
 
 
 # --------------------------------------------------------------------------- count models
-
-
-# Batches with fewer nonzeros than this are scored by gathering weight rows
-# (no sparse matrix is built: scipy's constructors cost more than the arithmetic)
-_GATHER_NNZ = 1 << 14
-
-
-def _is_narrow(X, n_cols):
-    """True if X touches few of its columns: then only those are updated."""
-    return 4 * X.nnz < n_cols
-
-
-def _column_sums(X, data, Y):
-    """(cols, S): the sorted columns CSR X has entries in, and S = Xᵀ Y restricted to
-    them (S[j, c] = Σ_i data_ij·Y_ic, with ``data`` in place of X.data): O(nnz·K)."""
-    if X.shape[0] == 1 and X.has_canonical_format:  # one message: its columns are unique
-        return X.indices, data[:, None] * Y[0]
-    cols, inv = np.unique(X.indices, return_inverse=True)
-    r = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))  # row of each nonzero
-    S = np.empty((cols.size, Y.shape[1]))
-    for c in range(Y.shape[1]):
-        S[:, c] = np.bincount(inv, weights=data * Y[r, c], minlength=cols.size)
-    return cols, S
-
-
-def _sum_rows(G, X):
-    """Per-row sums of G (one row per nonzero of CSR X), shape (n, G.shape[1])."""
-    if X.shape[0] == 1:
-        return G.sum(axis=0, keepdims=True)
-    out = np.zeros((X.shape[0],) + G.shape[1:])
-    full = np.diff(X.indptr) > 0
-    if full.any():
-        # reduceat over the starts of the non-empty rows: each sums exactly its row
-        out[full] = np.add.reduceat(G, X.indptr[:-1][full], axis=0)
-    return out
-
-
-def _product(X, M, data):
-    """X @ M with ``data`` in place of X.data (M: (n_features, K) C-contiguous)."""
-    if X.nnz <= _GATHER_NNZ:
-        return _sum_rows(M[X.indices] * data[:, None], X)
-    return _csr_view(X, data, 0, X.shape[0]) @ M
-
-
-def _row_sums(X):
-    """Σ_w x_w for each row of CSR X, shape (n,): O(n + nnz), no dense temporaries."""
-    return _sum_rows(X.data, X)
-
-
-def _readonly(a):
-    v = a.view()
-    v.flags.writeable = False
-    return v
-
-
-def _finite_log(a):
-    """log(a) where a > 0, and 0 where a <= 0 (terms the caller handles apart)."""
-    out = np.zeros(np.shape(a))
-    np.log(a, out=out, where=a > 0)
-    return out
 
 
 class _BaseCountNB(_BaseNB):
@@ -403,7 +216,7 @@ class _BaseCountNB(_BaseNB):
     @property
     def class_count_(self):
         """N_c: samples (total sample weight) per class, shape (K,); read-only."""
-        return _readonly(self._cc)
+        return readonly(self._cc)
 
     @class_count_.setter
     def class_count_(self, value):
@@ -413,7 +226,7 @@ class _BaseCountNB(_BaseNB):
     @property
     def feature_count_(self):
         """n_cw (Bernoulli: m_cw), shape (K, n_features_in_); a read-only view of the state."""
-        return _readonly(self._fc[: self.n_features_in_].T)
+        return readonly(self._fc[: self.n_features_in_].T)
 
     @feature_count_.setter
     def feature_count_(self, value):
@@ -510,14 +323,14 @@ class _BaseCountNB(_BaseNB):
 
     # -- input --------------------------------------------------------------
     def _check_X(self, X):
-        X = _to_csr(X, check_finite=False)  # checked through the counts
+        X = to_csr(X, check_finite=False)  # checked through the counts
         if X.data.size and X.data.min() < 0:
             raise ValueError(f"Negative values in data passed to {type(self).__name__} (X)")
         return X
 
     def _check_X_predict(self, X):
         self._ensure_derived()
-        X = _to_csr(X, check_finite=False)  # checked through the product with the finite weights
+        X = to_csr(X, check_finite=False)  # checked through the product with the finite weights
         self._check_n_features(X)
         return X
 
@@ -534,7 +347,7 @@ class _BaseCountNB(_BaseNB):
         """Per-class feature counts of a batch, shape (n_features of X, K)."""
         # n_cw = Σ_{i in c} x_iw, as Xᵀ Y: one pass over the nonzeros, no densifying
         counts = X.T @ Y
-        _check_result_finite(counts, X)
+        check_result_finite(counts, X)
         return counts
 
     # -- state changes ------------------------------------------------------
@@ -578,9 +391,9 @@ class _BaseCountNB(_BaseNB):
         n, n_cols = self._in_shape(Xt)
         Y = self._label_matrix(y, n, sample_weight)
         X, data = self._values(Xt)
-        if _is_narrow(X, n_cols):  # only the columns X touches change
-            rows, counts = _column_sums(X, data, Y)
-            _check_result_finite(counts, X)
+        if is_narrow(X, n_cols):  # only the columns X touches change
+            rows, counts = column_sums(X, data, Y)
+            check_result_finite(counts, X)
         else:
             rows, counts = slice(0, n_cols), self._count(Xt, Y)  # (n_cols, K)
         V = self.n_features_in_
@@ -699,7 +512,7 @@ class _BaseCountNB(_BaseNB):
         """The full (K, n_features) array, computed on first read after a change (O(K·|V|))."""
         if getattr(self, "_flp", None) is None:
             self._ensure_derived()
-            self._flp = _readonly(self._feature_log_prob())
+            self._flp = readonly(self._feature_log_prob())
         return self._flp
 
 
@@ -744,7 +557,7 @@ class MultinomialNB(_BaseCountNB):
 
     def _log_den(self):
         den = self._T + self.n_features_in_ * float(self.alpha)  # Σ_w' n_cw' + |V|·λ
-        return den, _finite_log(den)
+        return den, finite_log(den)
 
     def _class_terms(self):
         # 0/0 (a class with no words, λ = 0): every word of it is in _Dt, so any
@@ -753,7 +566,7 @@ class MultinomialNB(_BaseCountNB):
 
     def _feature_log_prob(self):
         den, log_den = self._log_den()
-        flp = _log(self._fc[: self.n_features_in_].T + float(self.alpha))
+        flp = quiet_log(self._fc[: self.n_features_in_].T + float(self.alpha))
         flp -= log_den[:, None]  # log P_λ(w|c) = log(n_cw + λ) − log(Σ_w' n_cw' + |V|·λ)
         flp[den <= 0] = -np.inf  # 0/0: a class with no words and λ = 0
         return flp
@@ -762,11 +575,11 @@ class MultinomialNB(_BaseCountNB):
         V = self.n_features_in_
         log_den = self._terms()
         jll = X @ self._Wt[:V]  # Σ_w x_w·log(n_cw + λ)   (CSR @ (|V|, K) C-contiguous)
-        _check_result_finite(jll, X)
-        jll -= _row_sums(X)[:, None] * log_den  # − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ)
+        check_result_finite(jll, X)
+        jll -= row_sums(X)[:, None] * log_den  # − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ)
         jll += self.class_log_prior_  # + log P(c)
         if self._Dt is not None:  # a word with P(w|c) = 0 rules c out
-            hits = _product(X, self._Dt[:V], np.not_equal(X.data, 0).astype(np.float64))
+            hits = product(X, self._Dt[:V], np.not_equal(X.data, 0).astype(np.float64))
             jll[hits > 0] = -np.inf
         return jll
 
@@ -820,11 +633,11 @@ class BernoulliNB(_BaseCountNB):
             X = np.asarray(X)
             t = self._threshold(False)
             if t is not None and X.dtype.kind in "biuf":
-                _check_finite_data(X)
+                check_finite_data(X)
                 X = (X > t).astype(np.float64)
-            return _to_csr(X, check_finite=False), None
+            return to_csr(X, check_finite=False), None
         t = self._threshold(True)
-        X = _to_csr(X, check_finite=t is not None)
+        X = to_csr(X, check_finite=t is not None)
         if t is not None and not X.has_canonical_format:
             X = X.copy()
             X.sum_duplicates()  # presence per (row, column), not per stored entry
@@ -851,8 +664,8 @@ class BernoulliNB(_BaseCountNB):
     def _count(self, Xt, Y):
         X, t = Xt
         counts = None
-        chunk = max(_CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])
-        for r0, r1, XbT in _binary_chunks(X, t, chunk, transpose=True):
+        chunk = max(CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])
+        for r0, r1, XbT in binary_chunks(X, t, chunk, transpose=True):
             # m_cw = number of class-c samples with x_w > binarize
             part = XbT @ Y[r0:r1]
             if counts is None:
@@ -862,7 +675,7 @@ class BernoulliNB(_BaseCountNB):
         if counts is None:
             counts = np.zeros((X.shape[1], Y.shape[1]))
         if t is None:
-            _check_result_finite(counts, X)
+            check_result_finite(counts, X)
         return counts
 
     # -- histogram of the counts: Σ_w log(1 − p_cw) exactly, without a pass over |V|
@@ -905,7 +718,7 @@ class BernoulliNB(_BaseCountNB):
         L = getattr(self, "_logk", None)
         if L is None or L.size <= n:
             size = max(64, 2 * (n + 1), 0 if L is None else 2 * L.size)
-            L = self._logk = _finite_log(np.arange(size) + float(self.alpha))
+            L = self._logk = finite_log(np.arange(size) + float(self.alpha))
         return L
 
     def _absent_sums(self):
@@ -932,11 +745,11 @@ class BernoulliNB(_BaseCountNB):
                     Za[c] += h[n]  # m_cw = N_c: p_cw = 1 (its log(0) is 0 in the table)
             return G, Za
         arg = N - self._fc[: self.n_features_in_] + lam  # (|V|, K): N_c − m_cw + λ
-        return _finite_log(arg).sum(axis=0), (arg <= 0).sum(axis=0).astype(np.float64)
+        return finite_log(arg).sum(axis=0), (arg <= 0).sum(axis=0).astype(np.float64)
 
     def _log_den(self):
         den = self._cc + 2 * float(self.alpha)  # N_c + 2λ
-        return den, _finite_log(den)
+        return den, finite_log(den)
 
     def _class_terms(self):
         # score_c(x) = log P(c) + Σ_w log(1 − p_cw) + Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
@@ -959,7 +772,7 @@ class BernoulliNB(_BaseCountNB):
         Za = neg <= 0  # 1 − p = 0
         # log p_cw = log(m_cw + λ) − log(N_c + 2λ), log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ):
         # the denominators cancel in the difference unless one side is -inf (finite part 0)
-        W = _finite_log(num) - _finite_log(neg)
+        W = finite_log(num) - finite_log(neg)
         if not (Zp.any() or Za.any()):
             return W, None
         # ruled out: a present word with p = 0, or an absent word with p = 1
@@ -970,7 +783,7 @@ class BernoulliNB(_BaseCountNB):
 
     def _feature_log_prob(self):
         den, log_den = self._log_den()
-        flp = _log(self._fc[: self.n_features_in_].T + float(self.alpha))
+        flp = quiet_log(self._fc[: self.n_features_in_].T + float(self.alpha))
         flp -= log_den[:, None]  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
         flp[den <= 0] = -np.inf  # 0/0: no class-c samples and λ = 0 -> every event impossible
         return flp
@@ -982,14 +795,14 @@ class BernoulliNB(_BaseCountNB):
     def _joint_log_likelihood(self, Xt):
         X, t = Xt
         const, Za = self._terms()
-        if X.nnz <= _GATHER_NNZ:  # few nonzeros: the weights of exactly those
+        if X.nnz <= GATHER_NNZ:  # few nonzeros: the weights of exactly those
             _, xb = self._values(Xt)
             W, D = self._present_weights(self._fc[X.indices])
-            jll = _sum_rows(W * xb[:, None], X)  # Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
+            jll = sum_rows(W * xb[:, None], X)  # Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
             if t is None:
-                _check_result_finite(jll, X)
+                check_result_finite(jll, X)
             if D is not None:
-                jll[(_sum_rows(D * (xb != 0)[:, None], X) + Za) > 0] = -np.inf
+                jll[(sum_rows(D * (xb != 0)[:, None], X) + Za) > 0] = -np.inf
             elif Za.any():
                 jll[:, Za > 0] = -np.inf
             jll += const
@@ -998,12 +811,12 @@ class BernoulliNB(_BaseCountNB):
             self._full_weights = self._present_weights(self._fc[: self.n_features_in_])
         W, D = self._full_weights
         jll = np.empty((X.shape[0], self.classes_.size))
-        for r0, r1, Xb in _binary_chunks(X, t):
+        for r0, r1, Xb in binary_chunks(X, t):
             jll[r0:r1] = Xb @ W
             if t is None:
-                _check_result_finite(jll[r0:r1], Xb)
+                check_result_finite(jll[r0:r1], Xb)
             if D is not None:  # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za  (Za over every word)
-                hits = (Xb if t is not None else _pattern(Xb)) @ D + Za
+                hits = (Xb if t is not None else pattern(Xb)) @ D + Za
                 jll[r0:r1][hits > 0] = -np.inf
             elif Za.any():  # no zero-probability event among x's words: absent p = 1 words rule out
                 jll[r0:r1, Za > 0] = -np.inf
@@ -1075,7 +888,7 @@ class ComplementNB(_BaseCountNB):
         K = T.size
         # Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ
         den = np.array([T[np.arange(K) != c].sum() for c in range(K)]) + self.n_features_in_ * float(self.alpha)
-        return den, _finite_log(den)
+        return den, finite_log(den)
 
     def _normalized_weights(self):
         """ŵ (K, |V|) for norm=True, from all the counts: O(K·|V|)."""
@@ -1103,7 +916,7 @@ class ComplementNB(_BaseCountNB):
             return self._normalized_weights()
         den, log_den = self._log_den()
         comp = self._complement(self._fc[: self.n_features_in_], float(self.alpha)).T
-        flp = log_den[:, None] - _finite_log(comp)  # w_cw = −log θ̃_cw
+        flp = log_den[:, None] - finite_log(comp)  # w_cw = −log θ̃_cw
         flp[(comp <= 0) | (den[:, None] <= 0)] = np.inf  # θ̃_cw = 0 (or 0/0): infinite weight
         return flp
 
@@ -1111,11 +924,11 @@ class ComplementNB(_BaseCountNB):
         V = self.n_features_in_
         const, log_den = self._terms()
         jll = X @ self._Wt[:V]  # Σ_w x_w·W_cw   (CSR @ (|V|, K) C-contiguous)
-        _check_result_finite(jll, X)
+        check_result_finite(jll, X)
         jll += const
         if log_den is None:  # norm=True: the weights are complete
             return jll
-        n_words = _row_sums(X)[:, None]
+        n_words = row_sums(X)[:, None]
         h = None
         if self._Dt is not None:
             h = X @ self._Dt[:V]  # Σ_w x_w over infinite weights (the λ → 0 leading term)
@@ -1157,7 +970,7 @@ class CategoricalNB(_BaseNB):
 
     # state: self._cat (K, Σ S_j) flat counts; self._off (d+1,) block offsets
     def _check_X(self, X):
-        X = _to_csr(X)
+        X = to_csr(X)
         if not X.has_canonical_format:
             X = X.copy()
             X.sum_duplicates()
@@ -1295,7 +1108,7 @@ class CategoricalNB(_BaseNB):
         L[np.broadcast_to(den == 0, L.shape)] = -np.inf  # 0/0 with λ = 0
         self._logp = L
         # sparse rewrite: score_c(x) = log P(c) + Σ_j log P(x_j=0|c) + Σ_{x_j≠0} [log P(x_j=a|c) − log P(x_j=0|c)]
-        Lf, Z = _split_inf(L)
+        Lf, Z = split_inf(L)
         zero_col = self._off[:-1][feat]
         self._W = np.asfortranarray(Lf - Lf[:, zero_col])
         self._const = self.class_log_prior_ + Lf[:, self._off[:-1]].sum(axis=1)
@@ -1367,12 +1180,12 @@ class GaussianNB(_BaseNB):
 
     def _check_X(self, X):
         if sp.issparse(X):
-            return _to_csr(X)
+            return to_csr(X)
         X = np.asarray(X)
         if X.dtype.kind not in "biuf" or X.ndim != 2:
             raise ValueError(f"X must be a numeric 2-D array, got dtype {X.dtype} shape {X.shape}")
         X = X.astype(np.float64, copy=False)
-        _check_finite_data(X)
+        check_finite_data(X)
         return X
 
     def _check_X_predict(self, X):
