@@ -121,6 +121,65 @@ class _BaseNB:
         Y[np.arange(n), idx] = 1.0 if w is None else w
         return Y
 
+    # -- learning -----------------------------------------------------------
+    def fit(self, X, y, sample_weight=None):
+        """Fit from scratch (forget any previous state)."""
+        self._check_params()
+        self._reset()
+        self._init_classes(np.asarray(y))
+        return self._update(X, y, sample_weight, sign=1)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Add a batch (fit == partial_fit over all batches); ``classes`` is required on the first call.
+
+        The count models first grow to the columns of X beyond ``n_features_in_``
+        (new tokens) and cost O(nnz(X)·K) plus O(new columns) amortised, not
+        O(K·n_features); CategoricalNB grows S_j to the categories X holds.
+        """
+        self._check_params()
+        if not hasattr(self, "classes_"):
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._init_classes(classes)
+        elif classes is not None:
+            self._check_classes(classes)
+        return self._update(X, y, sample_weight, sign=1)
+
+    def forget(self, X, y, sample_weight=None):
+        """Subtract a batch: the exact inverse of :meth:`partial_fit` (GaussianNB: up to
+        float rounding, bit-exact for integer-valued data).
+
+        Raises ValueError, leaving the model unchanged, if a count would go below
+        zero (the batch was not learnt), y holds an unknown class or (CategoricalNB)
+        X a category never learnt.
+        """
+        self._check_fitted()
+        return self._update(X, y, sample_weight, sign=-1)
+
+    def _check_params(self):
+        """Validate the parameters before fit / partial_fit change anything (here λ)."""
+        self._check_params_prior()
+
+    def _reset(self):
+        """Drop the learnt state for a fit from scratch: every attribute named _x or x_
+        (parameters have plain names)."""
+        for attr in [a for a in vars(self) if a.startswith("_") or a.endswith("_")]:
+            del self.__dict__[attr]
+
+    def _check_classes(self, classes):
+        """``classes`` given again after the first partial_fit: not compared here
+        (the count models refuse a different set)."""
+
+    @staticmethod
+    def _clip_negative(new, old, what):
+        # exact for integral weights; tolerate float rounding of fractional ones
+        tol = 1e-9 * max(1.0, float(np.max(np.abs(old), initial=0.0)))
+        if (new < -tol).any():
+            raise ValueError(
+                f"forget would make a {what} count negative: the batch was not learnt by this model"
+            )
+        return np.where(new < 0, 0.0, new) if (new < 0).any() else new
+
     # -- prior --------------------------------------------------------------
     def _class_log_prior(self):
         K = self.classes_.size
@@ -351,39 +410,10 @@ class _BaseCountNB(_BaseNB):
         return counts
 
     # -- state changes ------------------------------------------------------
-    def fit(self, X, y, sample_weight=None):
-        """Fit from scratch (forget any previous state)."""
-        self._check_params_prior()
-        for attr in [a for a in vars(self) if a.startswith("_") or a.endswith("_")]:
-            del self.__dict__[attr]
-        y_arr = np.asarray(y)
-        self._init_classes(y_arr.ravel() if y_arr.ndim == 2 and y_arr.shape[-1] == 1 else y_arr)
-        return self._update(X, y, sample_weight, sign=1)
-
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add a batch to the counts (fit == partial_fit over all batches).
-
-        ``classes`` is required on the first call. X with more columns than
-        ``n_features_in_`` grows the model first (new tokens). Costs
-        O(nnz(X)·K) plus O(new columns) amortised, not O(K·n_features).
-        """
-        self._check_params_prior()
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._init_classes(classes)
-        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+    def _check_classes(self, classes):
+        """A set of classes other than the first call's is refused."""
+        if not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(f"classes {list(classes)} differ from classes_ {self.classes_.tolist()}")
-        return self._update(X, y, sample_weight, sign=1)
-
-    def forget(self, X, y, sample_weight=None):
-        """Subtract a batch: the exact inverse of :meth:`partial_fit`.
-
-        Raises ValueError, leaving the model unchanged, if a count would go below
-        zero (the batch was not learnt) or y holds an unknown class.
-        """
-        self._check_fitted()
-        return self._update(X, y, sample_weight, sign=-1)
 
     def _update(self, X, y, sample_weight, sign):
         self._ensure_derived()
@@ -430,16 +460,6 @@ class _BaseCountNB(_BaseNB):
         self._cc = cc
         self._changed(rows)
         return self
-
-    @staticmethod
-    def _clip_negative(new, old, what):
-        # exact for integral weights; tolerate float rounding of fractional ones
-        tol = 1e-9 * max(1.0, float(np.max(np.abs(old), initial=0.0)))
-        if (new < -tol).any():
-            raise ValueError(
-                f"forget would make a {what} count negative: the batch was not learnt by this model"
-            )
-        return np.where(new < 0, 0.0, new) if (new < 0).any() else new
 
     def grow_features(self, n_features):
         """Pad the counts with zero columns up to ``n_features`` (new tokens); no refit.
@@ -1020,29 +1040,6 @@ class CategoricalNB(_BaseNB):
             new[:, new_off[feat[keep]] + a[keep]] = self._cat[:, keep]
         self._cat, self._off, self.n_categories_ = new, new_off, n_categories
 
-    def fit(self, X, y, sample_weight=None):
-        """Fit from scratch."""
-        self._check_params_prior()
-        for attr in ("classes_", "class_count_", "_cat", "_off", "n_categories_", "n_features_in_", "class_log_prior_"):
-            self.__dict__.pop(attr, None)
-        self._init_classes(np.asarray(y))
-        return self._update(X, y, sample_weight, sign=1)
-
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add a batch (``classes`` required on the first call); grows S_j as needed."""
-        self._check_params_prior()
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._init_classes(classes)
-        return self._update(X, y, sample_weight, sign=1)
-
-    def forget(self, X, y, sample_weight=None):
-        """Subtract a batch: exact inverse of partial_fit (ValueError, model unchanged,
-        if a count would go negative or a category is unknown)."""
-        self._check_fitted()
-        return self._update(X, y, sample_weight, sign=-1)
-
     def _update(self, X, y, sample_weight, sign):
         X = self._check_X(X)
         Y = self._label_matrix(y, X.shape[0], sample_weight)
@@ -1067,8 +1064,8 @@ class CategoricalNB(_BaseNB):
         new_cc = self.class_count_ + sign * batch_cc
         if sign < 0:
             try:
-                new_cc = _BaseCountNB._clip_negative(new_cc, self.class_count_, "class")
-                new_cat = _BaseCountNB._clip_negative(new_cat, self._cat, "category")
+                new_cc = self._clip_negative(new_cc, self.class_count_, "class")
+                new_cat = self._clip_negative(new_cat, self._cat, "category")
             except ValueError:
                 for k, v in saved.items():
                     setattr(self, k, v)
@@ -1193,27 +1190,8 @@ class GaussianNB(_BaseNB):
         self._check_n_features(X)
         return X
 
-    def fit(self, X, y, sample_weight=None):
-        """Fit from scratch."""
-        for attr in ("classes_", "class_count_", "_s1", "_s2", "shift_", "n_features_in_", "class_log_prior_"):
-            self.__dict__.pop(attr, None)
-        self._init_classes(np.asarray(y))
-        return self._update(X, y, sample_weight, sign=1)
-
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add a batch (``classes`` required on the first call)."""
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._init_classes(classes)
-        return self._update(X, y, sample_weight, sign=1)
-
-    def forget(self, X, y, sample_weight=None):
-        """Subtract a batch's sufficient statistics (exact inverse of partial_fit up
-        to float rounding; bit-exact for integer-valued data). ValueError, model
-        unchanged, if a class count would go negative."""
-        self._check_fitted()
-        return self._update(X, y, sample_weight, sign=-1)
+    def _check_params(self):
+        """Nothing before the update: :meth:`_update` checks λ and var_smoothing, on forget too."""
 
     def _update(self, X, y, sample_weight, sign):
         self._check_params_prior()
@@ -1243,7 +1221,7 @@ class GaussianNB(_BaseNB):
             s2 = Y.T @ (Xs * Xs)  # Σ (x − s)²
         new_n = self.class_count_ + sign * n
         if sign < 0:
-            new_n = _BaseCountNB._clip_negative(new_n, self.class_count_, "class")
+            new_n = self._clip_negative(new_n, self.class_count_, "class")
         self.class_count_ = new_n
         self._s1 = self._s1 + sign * s1
         self._s2 = self._s2 + sign * s2
