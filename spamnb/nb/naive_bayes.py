@@ -46,6 +46,7 @@ scikit-learn - grow the model or pad X explicitly.
 
 from __future__ import annotations
 
+import abc
 import numbers
 
 import numpy as np
@@ -78,8 +79,35 @@ __all__ = ["BernoulliNB", "CategoricalNB", "ComplementNB", "GaussianNB", "Multin
 # --------------------------------------------------------------------------- base
 
 
-class _BaseNB:
-    """Shared prior handling, label bookkeeping and prediction."""
+class _BaseNB(abc.ABC):
+    """Shared prior handling, label bookkeeping, learning entry points and prediction.
+
+    A subclass provides (abstract):
+
+    * ``_update(X, y, sample_weight, sign)``: add (sign=+1) or subtract (sign=-1)
+      a batch's statistics, set ``n_features_in_`` and ``class_log_prior_``; a
+      refused subtraction leaves the model unchanged;
+    * ``_check_X_predict(X)``: X validated for prediction;
+    * ``_joint_log_likelihood(X)``: log P(c) + log P(x|c), shape (n, K), for what
+      ``_check_X_predict`` returned.
+
+    It may override ``_check_params``, ``_reset`` and ``_check_classes`` (the
+    steps of fit / partial_fit around ``_update``). It holds the parameters the
+    prior reads (``alpha``, ``fit_prior``, ``class_prior``, ``smooth_prior``),
+    and names its learnt state ``_x`` or ``x_`` (what ``_reset`` drops).
+    """
+
+    @abc.abstractmethod
+    def _update(self, X, y, sample_weight, sign):
+        """Add (sign=+1) or subtract (sign=-1) a batch; return self."""
+
+    @abc.abstractmethod
+    def _check_X_predict(self, X):
+        """X validated (and converted) for :meth:`_joint_log_likelihood`."""
+
+    @abc.abstractmethod
+    def _joint_log_likelihood(self, X):
+        """log P(c) + log P(x|c) for each sample and class, shape (n, K)."""
 
     def _check_params_prior(self):
         a = self.alpha
@@ -157,18 +185,19 @@ class _BaseNB:
         return self._update(X, y, sample_weight, sign=-1)
 
     def _check_params(self):
-        """Validate the parameters before fit / partial_fit change anything (here λ)."""
+        """Validate the parameters before fit / partial_fit change anything: λ here;
+        override for more parameters, or to check them in ``_update`` instead."""
         self._check_params_prior()
 
     def _reset(self):
-        """Drop the learnt state for a fit from scratch: every attribute named _x or x_
-        (parameters have plain names)."""
+        """Drop the learnt state before a fit: every attribute named _x or x_ (parameters
+        have plain names); override only for state named otherwise."""
         for attr in [a for a in vars(self) if a.startswith("_") or a.endswith("_")]:
             del self.__dict__[attr]
 
     def _check_classes(self, classes):
-        """``classes`` given again after the first partial_fit: not compared here
-        (the count models refuse a different set)."""
+        """``classes`` passed again after the first partial_fit: accepted unread here;
+        override to refuse a different set (the count models do)."""
 
     @staticmethod
     def _clip_negative(new, old, what):
@@ -261,6 +290,20 @@ class _BaseCountNB(_BaseNB):
       demand; a 1-row X is scored as X @ W with W (|V|, K) C-contiguous;
     * full derived arrays (``feature_log_prob_``) are computed when read, cached
       until the next change.
+
+    ``_update`` and ``_check_X_predict`` are written here. A subclass provides
+    ``_joint_log_likelihood`` and (abstract):
+
+    * ``_class_terms()``: the per-class part of the score, cached by ``_terms()``
+      for ``_joint_log_likelihood``, O(K) (Bernoulli: O(K·max N_c));
+    * ``_feature_log_prob()``: the full (K, |V|) array behind ``feature_log_prob_``;
+
+    and ``_column_weights(fc, out)`` unless ``_has_weights`` is False (Bernoulli,
+    whose weights all depend on N_c). Hooks with defaults: ``_weights_need_all``
+    (Complement with norm), ``_check_X`` / ``_in_shape`` / ``_values`` / ``_count``
+    (X read other than as counts: Bernoulli binarises), ``_rebuild_summaries`` /
+    ``_on_grow`` / ``_on_counts`` (a summary of the counts kept in step:
+    Bernoulli's histogram).
     """
 
     _has_weights = True  # per-feature scoring weights are stored (not Bernoulli's)
@@ -340,7 +383,7 @@ class _BaseCountNB(_BaseNB):
         self._changed(slice(0, V))
 
     def _rebuild_summaries(self):
-        """Hook: rebuild per-class summaries of the counts (Bernoulli's histogram)."""
+        """Rebuild summaries of the counts from ``_fc``; override to keep one (Bernoulli's histogram)."""
 
     def _reserve(self, d):
         """Capacity for d features: double when full (O(1) amortised per new column)."""
@@ -375,19 +418,23 @@ class _BaseCountNB(_BaseNB):
             self._changed(None)
 
     def _on_grow(self, V, d):
-        """Hook: features V..d-1 were added (zero counts)."""
+        """Features V..d-1 were added, with zero counts; override to keep a summary in step."""
 
     def _on_counts(self, rows, old, new):
-        """Hook: counts in the given rows (features) change from old to new."""
+        """Counts of the given rows (features) change from old to new; override to keep a
+        summary in step."""
 
     # -- input --------------------------------------------------------------
     def _check_X(self, X):
+        """X validated for learning, as ``_in_shape`` / ``_values`` / ``_count`` take it;
+        override to read X otherwise (with those three)."""
         X = to_csr(X, check_finite=False)  # checked through the counts
         if X.data.size and X.data.min() < 0:
             raise ValueError(f"Negative values in data passed to {type(self).__name__} (X)")
         return X
 
     def _check_X_predict(self, X):
+        """X validated for prediction (CSR); override with ``_check_X``."""
         self._ensure_derived()
         X = to_csr(X, check_finite=False)  # checked through the product with the finite weights
         self._check_n_features(X)
@@ -395,15 +442,17 @@ class _BaseCountNB(_BaseNB):
 
     @staticmethod
     def _in_shape(X):
+        """(samples, columns) of what ``_check_X`` returned; override with it."""
         return X.shape
 
     @staticmethod
     def _values(X):
-        """(CSR X, the values counted for its nonzeros)."""
+        """(CSR X, the values counted for its nonzeros); override with ``_check_X``."""
         return X, X.data
 
     def _count(self, X, Y):
-        """Per-class feature counts of a batch, shape (n_features of X, K)."""
+        """Per-class feature counts of a wide batch, shape (n_features of X, K); override
+        with ``_check_X``."""
         # n_cw = Σ_{i in c} x_iw, as Xᵀ Y: one pass over the nonzeros, no densifying
         counts = X.T @ Y
         check_result_finite(counts, X)
@@ -510,8 +559,14 @@ class _BaseCountNB(_BaseNB):
             self._store_indicator(rows, Z)
 
     def _weights_need_all(self):
-        """True if a weight depends on every column (then the weights are rebuilt on demand)."""
+        """True if a weight depends on every column (then ``_class_terms`` rebuilds the
+        weights on demand); override for such a model."""
         return False
+
+    def _column_weights(self, fc, out):
+        """Write the per-feature weights of count rows fc (features × K) into out and return
+        the indicator of infinite weights (or None); needed when ``_has_weights``."""
+        raise NotImplementedError(f"{type(self).__name__} stores weights but has no _column_weights")
 
     def _store_indicator(self, rows, Z):
         """Record which weights are infinite (Z, bool) in rows of ``_Dt`` (allocated on first need)."""
@@ -526,6 +581,14 @@ class _BaseCountNB(_BaseNB):
         if self._terms_cache is None:
             self._terms_cache = self._class_terms()
         return self._terms_cache
+
+    @abc.abstractmethod
+    def _class_terms(self):
+        """The per-class terms of the score that ``_joint_log_likelihood`` reads from ``_terms()``."""
+
+    @abc.abstractmethod
+    def _feature_log_prob(self):
+        """The full (K, n_features) array of ``feature_log_prob_``: O(K·|V|)."""
 
     @property
     def feature_log_prob_(self):
