@@ -3,8 +3,9 @@
 Pure functions over numpy arrays and scipy CSR matrices, holding no estimator
 state: input validation and conversion to CSR, views and row chunks that share
 X's buffers, binarised chunks, row and column sums, products with a weight
-matrix, and the log-space helpers (log 0 = -inf without a numpy warning,
-finite parts split from -inf entries, log-sum-exp normalisation).
+matrix, and the log-space helpers of docs/naive-bayes.md §2-§3 (log 0 = -inf
+without a numpy warning, finite parts split from -inf entries, log-sum-exp
+normalisation).
 
 They never densify X, so memory stays proportional to its nonzeros, and the
 one-row and few-nonzero paths avoid building scipy matrices, whose constructors

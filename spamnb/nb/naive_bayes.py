@@ -1,4 +1,4 @@
-"""Naive Bayes estimators (docs sections 2-6), scikit-learn's names and conventions.
+"""Naive Bayes estimators (docs/naive-bayes.md §2-§6), scikit-learn's names and conventions.
 
 Counts are the state; log-probabilities are derived from them. For the count
 models (Multinomial, Bernoulli, Complement) a ``partial_fit`` / ``forget`` of a
@@ -1026,7 +1026,7 @@ class ComplementNB(_BaseCountNB):
 
 
 class CategoricalNB(_BaseNB):
-    """Naive Bayes for categorical features (docs section 4, general form).
+    """Naive Bayes for categorical features (docs/naive-bayes.md §4, general form).
 
     Feature j takes values 0..S_j−1 (S_j = ``n_categories_[j]``);
     P_λ(x_j=a|c) = (N_c^(j,a) + λ) / (N_c + S_j·λ).
@@ -1199,7 +1199,7 @@ class CategoricalNB(_BaseNB):
 
 
 class GaussianNB(_BaseNB):
-    """Gaussian naive Bayes for continuous features (docs section 6).
+    """Gaussian naive Bayes for continuous features (docs/naive-bayes.md §6).
 
     p(x_j|c) = 1/sqrt(2π σ²_cj) · exp(−(x_j − μ_cj)² / (2σ²_cj)), with
     σ²_cj floored by ``epsilon_ = var_smoothing · max_j Var(x_j)`` (variance over
