@@ -16,7 +16,7 @@ The score reported everywhere is the log-odds
     score(x) = log P(spam | x) − log P(ham | x)
              = [log P(spam) + log P(x | spam)] − [log P(ham) + log P(x | ham)]
 
-and P(spam | x) = P(spam)·P(x|spam) / Σ_c P(c)·P(x|c) (docs section 2), computed
+and P(spam | x) = P(spam)·P(x|spam) / Σ_c P(c)·P(x|c) (docs/naive-bayes.md §2), computed
 with log-sum-exp by the estimator.
 """
 
@@ -49,7 +49,7 @@ MODEL_TYPES = {
 PRIORS = ("learned", "smoothed", "uniform")
 
 # What a message's row holds (Rennie et al. 2003 transforms; scripts/model_ablation.py):
-#   counts       x_w = tf_w, the multinomial model as in the docs
+#   counts       x_w = tf_w, the multinomial model of docs/naive-bayes.md §5
 #   presence     x_w = 1 if w occurs (boolean features; Metsis et al. 2006)
 #   presence-l2  x_w = 1 / sqrt(#distinct tokens): presence scaled to unit length,
 #                so long messages stop outvoting short ones
@@ -173,7 +173,7 @@ class SpamModel:
     Parameters
     ----------
     model_type : {'multinomial', 'bernoulli', 'complement'}
-        The naive Bayes event model (docs section 5).
+        The naive Bayes event model (docs/naive-bayes.md §5).
     alpha : float >= 0
         Smoothing λ of every estimate.
     prior : {'learned', 'smoothed', 'uniform'}

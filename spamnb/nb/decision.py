@@ -1,4 +1,4 @@
-"""Bayes decision: pick the action of minimum conditional risk (docs section 1).
+"""Bayes decision: pick the action of minimum conditional risk (docs/naive-bayes.md §1).
 
 Classes c_1..c_K, actions a_1..a_A (there may be more actions than classes, e.g.
 an "unsure" action that holds a message for a person). ``loss[i, j]`` = λ_ij is

@@ -1,4 +1,4 @@
-"""Naive Bayes estimators (docs sections 2-6), scikit-learn's names and conventions.
+"""Naive Bayes estimators (docs/naive-bayes.md §2-§6), scikit-learn's names and conventions.
 
 Counts are the state; log-probabilities are derived from them. For the count
 models (Multinomial, Bernoulli, Complement) a ``partial_fit`` / ``forget`` of a
@@ -46,167 +46,68 @@ scikit-learn - grow the model or pad X explicitly.
 
 from __future__ import annotations
 
+import abc
 import numbers
 
 import numpy as np
 import scipy.sparse as sp
 
+from spamnb.nb.kernels import (
+    CHUNK_NNZ,
+    GATHER_NNZ,
+    binary_chunks,
+    check_finite_data,
+    check_result_finite,
+    check_sample_weight,
+    column_sums,
+    finite_log,
+    is_narrow,
+    log_normalize,
+    pattern,
+    product,
+    quiet_log,
+    readonly,
+    row_sums,
+    split_inf,
+    sum_rows,
+    to_csr,
+)
+
 __all__ = ["BernoulliNB", "CategoricalNB", "ComplementNB", "GaussianNB", "MultinomialNB"]
-
-# Row chunks for the binarised (Bernoulli) products: bounds temporary memory.
-_CHUNK_NNZ = 1 << 21
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _log(a):
-    """Natural log with log(0) = -inf and no warning."""
-    a = np.asarray(a)
-    if a.size and a.min() > 0:  # the common case, without the (slower) errstate context
-        return np.log(a)
-    with np.errstate(divide="ignore"):
-        return np.log(a)
-
-
-def _check_finite_data(data, what="X"):
-    # fast path: the sum is finite iff no NaN/inf (unless it overflows)
-    if data.size and not np.isfinite(data.sum()):
-        if not np.isfinite(data).all():
-            raise ValueError(f"{what} contains NaN or infinity")
-
-
-def _check_result_finite(result, X):
-    """Cheap NaN/inf check of X through a product's result (n×K or K×d).
-
-    NaN or inf in X make the result non-finite; only then is X itself scanned.
-    """
-    if not np.isfinite(result).all():
-        _check_finite_data(X.data)
-        raise ValueError("X values are too large: the products overflow")
-
-
-def _to_csr(X, *, check_finite=True):
-    """Validate X and return it as a CSR matrix (never densifying sparse input).
-
-    With ``check_finite=False`` the caller checks a product instead
-    (:func:`_check_result_finite`), saving a pass over the nonzeros.
-    """
-    if sp.issparse(X):
-        X = X.tocsr()
-        if not isinstance(X, sp.csr_matrix):
-            X = sp.csr_matrix(X)  # sparse array -> matrix, shares the buffers
-    else:
-        X = np.asarray(X)
-        if X.dtype.kind not in "biuf":
-            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
-        X = sp.csr_matrix(X)
-    if X.dtype.kind not in "biuf":
-        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-    if X.dtype.kind == "b":
-        X = X.astype(np.float64)
-    if check_finite:
-        _check_finite_data(X.data)
-    return X
-
-
-def _csr_view(X, data, r0, r1, *, transpose=False):
-    """Rows r0:r1 of CSR X with the given data, sharing X's indices (no copy).
-
-    With ``transpose`` the same buffers are returned as the CSC transpose.
-    """
-    s, e = X.indptr[r0], X.indptr[r1]
-    shape = (r1 - r0, X.shape[1])
-    # attributes assigned directly: the constructors copy small views of big arrays
-    out = sp.csc_matrix(shape[::-1]) if transpose else sp.csr_matrix(shape)
-    out.indptr = X.indptr[r0 : r1 + 1] - s
-    out.indices = X.indices[s:e]
-    out.data = data
-    return out
-
-
-def _row_chunks(X, max_nnz=_CHUNK_NNZ):
-    """Yield (r0, r1) row ranges of about max_nnz nonzeros each."""
-    n = X.shape[0]
-    cuts = np.searchsorted(X.indptr, np.arange(max_nnz, X.nnz, max_nnz))
-    edges = np.unique(np.concatenate([[0], np.clip(cuts, 0, n), [n]]))
-    for r0, r1 in zip(edges[:-1], edges[1:]):
-        yield int(r0), int(r1)
-
-
-def _binary_chunks(X, threshold, max_nnz=_CHUNK_NNZ, *, transpose=False):
-    """Yield (r0, r1, Xb) with Xb = [X > threshold] for rows r0:r1, without copying X.
-
-    The binary values live in one buffer reused from chunk to chunk: use each
-    chunk before asking for the next.
-    """
-    if threshold is None:
-        yield 0, X.shape[0], (X.T if transpose else X)
-        return
-    # a chunk may overshoot max_nnz by up to one row
-    size = min(X.nnz, max_nnz + int(np.diff(X.indptr).max(initial=0)))
-    flags, values = np.empty(size, dtype=bool), np.empty(size)
-    for r0, r1 in _row_chunks(X, max_nnz):
-        s, e = X.indptr[r0], X.indptr[r1]
-        if e - s > values.size:
-            flags, values = np.empty(e - s, dtype=bool), np.empty(e - s)
-        b, v = flags[: e - s], values[: e - s]
-        np.greater(X.data[s:e], threshold, out=b)
-        v[...] = b
-        yield r0, r1, _csr_view(X, v, r0, r1, transpose=transpose)
-
-
-def _pattern(X):
-    """CSR with 1.0 where X has a nonzero entry (shares indices)."""
-    return _csr_view(X, np.not_equal(X.data, 0).astype(np.float64), 0, X.shape[0])
-
-
-def _split_inf(W):
-    """Split weights into finite part (inf -> 0) and indicator of -inf entries."""
-    Z = np.isneginf(W)
-    if not Z.any():
-        return W, None
-    return np.where(Z, 0.0, W), Z
-
-
-def _log_normalize(jll, log_prior):
-    """Row-wise log posteriors via log-sum-exp (in place on jll).
-
-    Rows where every class is ruled out (all -inf) fall back to the prior.
-    """
-    m = jll.max(axis=1)
-    dead = ~np.isfinite(m)
-    if dead.any():
-        jll[dead] = log_prior
-        m[dead] = np.max(log_prior)
-    jll -= m[:, None]
-    # log P(c|x) = jll_c − log Σ_k exp(jll_k)   (log-sum-exp, shifted by the max);
-    # the max term is exp(0) = 1, so log Σ = log1p(Σ of the others): full precision
-    # when one class is nearly certain (log P of the winner ≈ −1e-11, not rounded to 1e-16)
-    e = np.exp(jll)
-    e[np.arange(jll.shape[0]), np.argmax(jll, axis=1)] = 0.0
-    jll -= np.log1p(e.sum(axis=1))[:, None]
-    return jll
-
-
-def _check_sample_weight(sample_weight, n):
-    if sample_weight is None:
-        return None
-    w = np.asarray(sample_weight, dtype=np.float64)
-    if w.ndim != 1 or w.shape[0] != n:
-        raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},)")
-    if not np.all(np.isfinite(w)) or (w < 0).any():
-        raise ValueError("sample_weight must be finite and non-negative")
-    return w
 
 
 # --------------------------------------------------------------------------- base
 
 
-class _BaseNB:
-    """Shared prior handling, label bookkeeping and prediction."""
+class _BaseNB(abc.ABC):
+    """Shared prior handling, label bookkeeping, learning entry points and prediction.
+
+    A subclass provides (abstract):
+
+    * ``_update(X, y, sample_weight, sign)``: add (sign=+1) or subtract (sign=-1)
+      a batch's statistics, set ``n_features_in_`` and ``class_log_prior_``; a
+      refused subtraction leaves the model unchanged;
+    * ``_check_X_predict(X)``: X validated for prediction;
+    * ``_joint_log_likelihood(X)``: log P(c) + log P(x|c), shape (n, K), for what
+      ``_check_X_predict`` returned.
+
+    It may override ``_check_params``, ``_reset`` and ``_check_classes`` (the
+    steps of fit / partial_fit around ``_update``). It holds the parameters the
+    prior reads (``alpha``, ``fit_prior``, ``class_prior``, ``smooth_prior``),
+    and names its learnt state ``_x`` or ``x_`` (what ``_reset`` drops).
+    """
+
+    @abc.abstractmethod
+    def _update(self, X, y, sample_weight, sign):
+        """Add (sign=+1) or subtract (sign=-1) a batch; return self."""
+
+    @abc.abstractmethod
+    def _check_X_predict(self, X):
+        """X validated (and converted) for :meth:`_joint_log_likelihood`."""
+
+    @abc.abstractmethod
+    def _joint_log_likelihood(self, X):
+        """log P(c) + log P(x|c) for each sample and class, shape (n, K)."""
 
     def _check_params_prior(self):
         a = self.alpha
@@ -243,10 +144,70 @@ class _BaseNB:
                 f"y contains labels not in classes_ {self.classes_.tolist()}: "
                 f"{np.unique(y[bad]).tolist()[:10]}"
             )
-        w = _check_sample_weight(sample_weight, n)
+        w = check_sample_weight(sample_weight, n)
         Y = np.zeros((n, self.classes_.size), dtype=np.float64)
         Y[np.arange(n), idx] = 1.0 if w is None else w
         return Y
+
+    # -- learning -----------------------------------------------------------
+    def fit(self, X, y, sample_weight=None):
+        """Fit from scratch (forget any previous state)."""
+        self._check_params()
+        self._reset()
+        self._init_classes(np.asarray(y))
+        return self._update(X, y, sample_weight, sign=1)
+
+    def partial_fit(self, X, y, classes=None, sample_weight=None):
+        """Add a batch (fit == partial_fit over all batches); ``classes`` is required on the first call.
+
+        The count models first grow to the columns of X beyond ``n_features_in_``
+        (new tokens) and cost O(nnz(X)·K) plus O(new columns) amortised, not
+        O(K·n_features); CategoricalNB grows S_j to the categories X holds.
+        """
+        self._check_params()
+        if not hasattr(self, "classes_"):
+            if classes is None:
+                raise ValueError("classes must be passed on the first call to partial_fit")
+            self._init_classes(classes)
+        elif classes is not None:
+            self._check_classes(classes)
+        return self._update(X, y, sample_weight, sign=1)
+
+    def forget(self, X, y, sample_weight=None):
+        """Subtract a batch: the exact inverse of :meth:`partial_fit` (GaussianNB: up to
+        float rounding, bit-exact for integer-valued data).
+
+        Raises ValueError, leaving the model unchanged, if a count would go below
+        zero (the batch was not learnt), y holds an unknown class or (CategoricalNB)
+        X a category never learnt.
+        """
+        self._check_fitted()
+        return self._update(X, y, sample_weight, sign=-1)
+
+    def _check_params(self):
+        """Validate the parameters before fit / partial_fit change anything: λ here;
+        override for more parameters, or to check them in ``_update`` instead."""
+        self._check_params_prior()
+
+    def _reset(self):
+        """Drop the learnt state before a fit: every attribute named _x or x_ (parameters
+        have plain names); override only for state named otherwise."""
+        for attr in [a for a in vars(self) if a.startswith("_") or a.endswith("_")]:
+            del self.__dict__[attr]
+
+    def _check_classes(self, classes):
+        """``classes`` passed again after the first partial_fit: accepted unread here;
+        override to refuse a different set (the count models do)."""
+
+    @staticmethod
+    def _clip_negative(new, old, what):
+        # exact for integral weights; tolerate float rounding of fractional ones
+        tol = 1e-9 * max(1.0, float(np.max(np.abs(old), initial=0.0)))
+        if (new < -tol).any():
+            raise ValueError(
+                f"forget would make a {what} count negative: the batch was not learnt by this model"
+            )
+        return np.where(new < 0, 0.0, new) if (new < 0).any() else new
 
     # -- prior --------------------------------------------------------------
     def _class_log_prior(self):
@@ -257,7 +218,7 @@ class _BaseNB:
                 raise ValueError(f"class_prior has {p.size} entries but there are {K} classes")
             if not np.all(np.isfinite(p)) or (p < 0).any() or not np.isclose(p.sum(), 1.0):
                 raise ValueError("class_prior must be non-negative and sum to 1")
-            return _log(p)  # given P(c_k)
+            return quiet_log(p)  # given P(c_k)
         if not self.fit_prior:
             return np.full(K, -np.log(K))  # uniform P(c_k) = 1/K
         N_k = self.class_count_
@@ -265,9 +226,9 @@ class _BaseNB:
         if self.smooth_prior:
             lam = float(self.alpha)
             if N + K * lam > 0:
-                return _log(N_k + lam) - np.log(N + K * lam)  # P_λ(c_k) = (N_k + λ)/(N + K·λ)
+                return quiet_log(N_k + lam) - np.log(N + K * lam)  # P_λ(c_k) = (N_k + λ)/(N + K·λ)
         elif N > 0:
-            return _log(N_k) - np.log(N)  # P(c_k) = N_k / N
+            return quiet_log(N_k) - np.log(N)  # P(c_k) = N_k / N
         return np.full(K, -np.log(K))  # no observations: uniform
 
     # -- prediction ---------------------------------------------------------
@@ -295,7 +256,7 @@ class _BaseNB:
         class prior as its posterior.
         """
         jll = self.predict_joint_log_proba(X)
-        return _log_normalize(jll, self.class_log_prior_)
+        return log_normalize(jll, self.class_log_prior_)
 
     def predict_proba(self, X):
         """Posteriors P(c|x), shape (n, K); rows sum to 1."""
@@ -311,66 +272,6 @@ class _BaseNB:
 
 
 # --------------------------------------------------------------------------- count models
-
-
-# Batches with fewer nonzeros than this are scored by gathering weight rows
-# (no sparse matrix is built: scipy's constructors cost more than the arithmetic)
-_GATHER_NNZ = 1 << 14
-
-
-def _is_narrow(X, n_cols):
-    """True if X touches few of its columns: then only those are updated."""
-    return 4 * X.nnz < n_cols
-
-
-def _column_sums(X, data, Y):
-    """(cols, S): the sorted columns CSR X has entries in, and S = Xᵀ Y restricted to
-    them (S[j, c] = Σ_i data_ij·Y_ic, with ``data`` in place of X.data): O(nnz·K)."""
-    if X.shape[0] == 1 and X.has_canonical_format:  # one message: its columns are unique
-        return X.indices, data[:, None] * Y[0]
-    cols, inv = np.unique(X.indices, return_inverse=True)
-    r = np.repeat(np.arange(X.shape[0]), np.diff(X.indptr))  # row of each nonzero
-    S = np.empty((cols.size, Y.shape[1]))
-    for c in range(Y.shape[1]):
-        S[:, c] = np.bincount(inv, weights=data * Y[r, c], minlength=cols.size)
-    return cols, S
-
-
-def _sum_rows(G, X):
-    """Per-row sums of G (one row per nonzero of CSR X), shape (n, G.shape[1])."""
-    if X.shape[0] == 1:
-        return G.sum(axis=0, keepdims=True)
-    out = np.zeros((X.shape[0],) + G.shape[1:])
-    full = np.diff(X.indptr) > 0
-    if full.any():
-        # reduceat over the starts of the non-empty rows: each sums exactly its row
-        out[full] = np.add.reduceat(G, X.indptr[:-1][full], axis=0)
-    return out
-
-
-def _product(X, M, data):
-    """X @ M with ``data`` in place of X.data (M: (n_features, K) C-contiguous)."""
-    if X.nnz <= _GATHER_NNZ:
-        return _sum_rows(M[X.indices] * data[:, None], X)
-    return _csr_view(X, data, 0, X.shape[0]) @ M
-
-
-def _row_sums(X):
-    """Σ_w x_w for each row of CSR X, shape (n,): O(n + nnz), no dense temporaries."""
-    return _sum_rows(X.data, X)
-
-
-def _readonly(a):
-    v = a.view()
-    v.flags.writeable = False
-    return v
-
-
-def _finite_log(a):
-    """log(a) where a > 0, and 0 where a <= 0 (terms the caller handles apart)."""
-    out = np.zeros(np.shape(a))
-    np.log(a, out=out, where=a > 0)
-    return out
 
 
 class _BaseCountNB(_BaseNB):
@@ -389,6 +290,20 @@ class _BaseCountNB(_BaseNB):
       demand; a 1-row X is scored as X @ W with W (|V|, K) C-contiguous;
     * full derived arrays (``feature_log_prob_``) are computed when read, cached
       until the next change.
+
+    ``_update`` and ``_check_X_predict`` are written here. A subclass provides
+    ``_joint_log_likelihood`` and (abstract):
+
+    * ``_class_terms()``: the per-class part of the score, cached by ``_terms()``
+      for ``_joint_log_likelihood``, O(K) (Bernoulli: O(K·max N_c));
+    * ``_feature_log_prob()``: the full (K, |V|) array behind ``feature_log_prob_``;
+
+    and ``_column_weights(fc, out)`` unless ``_has_weights`` is False (Bernoulli,
+    whose weights all depend on N_c). Hooks with defaults: ``_weights_need_all``
+    (Complement with norm), ``_check_X`` / ``_in_shape`` / ``_values`` / ``_count``
+    (X read other than as counts: Bernoulli binarises), ``_rebuild_summaries`` /
+    ``_on_grow`` / ``_on_counts`` (a summary of the counts kept in step:
+    Bernoulli's histogram).
     """
 
     _has_weights = True  # per-feature scoring weights are stored (not Bernoulli's)
@@ -403,7 +318,7 @@ class _BaseCountNB(_BaseNB):
     @property
     def class_count_(self):
         """N_c: samples (total sample weight) per class, shape (K,); read-only."""
-        return _readonly(self._cc)
+        return readonly(self._cc)
 
     @class_count_.setter
     def class_count_(self, value):
@@ -413,7 +328,7 @@ class _BaseCountNB(_BaseNB):
     @property
     def feature_count_(self):
         """n_cw (Bernoulli: m_cw), shape (K, n_features_in_); a read-only view of the state."""
-        return _readonly(self._fc[: self.n_features_in_].T)
+        return readonly(self._fc[: self.n_features_in_].T)
 
     @feature_count_.setter
     def feature_count_(self, value):
@@ -468,7 +383,7 @@ class _BaseCountNB(_BaseNB):
         self._changed(slice(0, V))
 
     def _rebuild_summaries(self):
-        """Hook: rebuild per-class summaries of the counts (Bernoulli's histogram)."""
+        """Rebuild summaries of the counts from ``_fc``; override to keep one (Bernoulli's histogram)."""
 
     def _reserve(self, d):
         """Capacity for d features: double when full (O(1) amortised per new column)."""
@@ -503,74 +418,51 @@ class _BaseCountNB(_BaseNB):
             self._changed(None)
 
     def _on_grow(self, V, d):
-        """Hook: features V..d-1 were added (zero counts)."""
+        """Features V..d-1 were added, with zero counts; override to keep a summary in step."""
 
     def _on_counts(self, rows, old, new):
-        """Hook: counts in the given rows (features) change from old to new."""
+        """Counts of the given rows (features) change from old to new; override to keep a
+        summary in step."""
 
     # -- input --------------------------------------------------------------
     def _check_X(self, X):
-        X = _to_csr(X, check_finite=False)  # checked through the counts
+        """X validated for learning, as ``_in_shape`` / ``_values`` / ``_count`` take it;
+        override to read X otherwise (with those three)."""
+        X = to_csr(X, check_finite=False)  # checked through the counts
         if X.data.size and X.data.min() < 0:
             raise ValueError(f"Negative values in data passed to {type(self).__name__} (X)")
         return X
 
     def _check_X_predict(self, X):
+        """X validated for prediction (CSR); override with ``_check_X``."""
         self._ensure_derived()
-        X = _to_csr(X, check_finite=False)  # checked through the product with the finite weights
+        X = to_csr(X, check_finite=False)  # checked through the product with the finite weights
         self._check_n_features(X)
         return X
 
     @staticmethod
     def _in_shape(X):
+        """(samples, columns) of what ``_check_X`` returned; override with it."""
         return X.shape
 
     @staticmethod
     def _values(X):
-        """(CSR X, the values counted for its nonzeros)."""
+        """(CSR X, the values counted for its nonzeros); override with ``_check_X``."""
         return X, X.data
 
     def _count(self, X, Y):
-        """Per-class feature counts of a batch, shape (n_features of X, K)."""
+        """Per-class feature counts of a wide batch, shape (n_features of X, K); override
+        with ``_check_X``."""
         # n_cw = Σ_{i in c} x_iw, as Xᵀ Y: one pass over the nonzeros, no densifying
         counts = X.T @ Y
-        _check_result_finite(counts, X)
+        check_result_finite(counts, X)
         return counts
 
     # -- state changes ------------------------------------------------------
-    def fit(self, X, y, sample_weight=None):
-        """Fit from scratch (forget any previous state)."""
-        self._check_params_prior()
-        for attr in [a for a in vars(self) if a.startswith("_") or a.endswith("_")]:
-            del self.__dict__[attr]
-        y_arr = np.asarray(y)
-        self._init_classes(y_arr.ravel() if y_arr.ndim == 2 and y_arr.shape[-1] == 1 else y_arr)
-        return self._update(X, y, sample_weight, sign=1)
-
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add a batch to the counts (fit == partial_fit over all batches).
-
-        ``classes`` is required on the first call. X with more columns than
-        ``n_features_in_`` grows the model first (new tokens). Costs
-        O(nnz(X)·K) plus O(new columns) amortised, not O(K·n_features).
-        """
-        self._check_params_prior()
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._init_classes(classes)
-        elif classes is not None and not np.array_equal(np.unique(classes), self.classes_):
+    def _check_classes(self, classes):
+        """A set of classes other than the first call's is refused."""
+        if not np.array_equal(np.unique(classes), self.classes_):
             raise ValueError(f"classes {list(classes)} differ from classes_ {self.classes_.tolist()}")
-        return self._update(X, y, sample_weight, sign=1)
-
-    def forget(self, X, y, sample_weight=None):
-        """Subtract a batch: the exact inverse of :meth:`partial_fit`.
-
-        Raises ValueError, leaving the model unchanged, if a count would go below
-        zero (the batch was not learnt) or y holds an unknown class.
-        """
-        self._check_fitted()
-        return self._update(X, y, sample_weight, sign=-1)
 
     def _update(self, X, y, sample_weight, sign):
         self._ensure_derived()
@@ -578,9 +470,9 @@ class _BaseCountNB(_BaseNB):
         n, n_cols = self._in_shape(Xt)
         Y = self._label_matrix(y, n, sample_weight)
         X, data = self._values(Xt)
-        if _is_narrow(X, n_cols):  # only the columns X touches change
-            rows, counts = _column_sums(X, data, Y)
-            _check_result_finite(counts, X)
+        if is_narrow(X, n_cols):  # only the columns X touches change
+            rows, counts = column_sums(X, data, Y)
+            check_result_finite(counts, X)
         else:
             rows, counts = slice(0, n_cols), self._count(Xt, Y)  # (n_cols, K)
         V = self.n_features_in_
@@ -617,16 +509,6 @@ class _BaseCountNB(_BaseNB):
         self._cc = cc
         self._changed(rows)
         return self
-
-    @staticmethod
-    def _clip_negative(new, old, what):
-        # exact for integral weights; tolerate float rounding of fractional ones
-        tol = 1e-9 * max(1.0, float(np.max(np.abs(old), initial=0.0)))
-        if (new < -tol).any():
-            raise ValueError(
-                f"forget would make a {what} count negative: the batch was not learnt by this model"
-            )
-        return np.where(new < 0, 0.0, new) if (new < 0).any() else new
 
     def grow_features(self, n_features):
         """Pad the counts with zero columns up to ``n_features`` (new tokens); no refit.
@@ -677,8 +559,14 @@ class _BaseCountNB(_BaseNB):
             self._store_indicator(rows, Z)
 
     def _weights_need_all(self):
-        """True if a weight depends on every column (then the weights are rebuilt on demand)."""
+        """True if a weight depends on every column (then ``_class_terms`` rebuilds the
+        weights on demand); override for such a model."""
         return False
+
+    def _column_weights(self, fc, out):
+        """Write the per-feature weights of count rows fc (features × K) into out and return
+        the indicator of infinite weights (or None); needed when ``_has_weights``."""
+        raise NotImplementedError(f"{type(self).__name__} stores weights but has no _column_weights")
 
     def _store_indicator(self, rows, Z):
         """Record which weights are infinite (Z, bool) in rows of ``_Dt`` (allocated on first need)."""
@@ -694,12 +582,20 @@ class _BaseCountNB(_BaseNB):
             self._terms_cache = self._class_terms()
         return self._terms_cache
 
+    @abc.abstractmethod
+    def _class_terms(self):
+        """The per-class terms of the score that ``_joint_log_likelihood`` reads from ``_terms()``."""
+
+    @abc.abstractmethod
+    def _feature_log_prob(self):
+        """The full (K, n_features) array of ``feature_log_prob_``: O(K·|V|)."""
+
     @property
     def feature_log_prob_(self):
         """The full (K, n_features) array, computed on first read after a change (O(K·|V|))."""
         if getattr(self, "_flp", None) is None:
             self._ensure_derived()
-            self._flp = _readonly(self._feature_log_prob())
+            self._flp = readonly(self._feature_log_prob())
         return self._flp
 
 
@@ -744,7 +640,7 @@ class MultinomialNB(_BaseCountNB):
 
     def _log_den(self):
         den = self._T + self.n_features_in_ * float(self.alpha)  # Σ_w' n_cw' + |V|·λ
-        return den, _finite_log(den)
+        return den, finite_log(den)
 
     def _class_terms(self):
         # 0/0 (a class with no words, λ = 0): every word of it is in _Dt, so any
@@ -753,7 +649,7 @@ class MultinomialNB(_BaseCountNB):
 
     def _feature_log_prob(self):
         den, log_den = self._log_den()
-        flp = _log(self._fc[: self.n_features_in_].T + float(self.alpha))
+        flp = quiet_log(self._fc[: self.n_features_in_].T + float(self.alpha))
         flp -= log_den[:, None]  # log P_λ(w|c) = log(n_cw + λ) − log(Σ_w' n_cw' + |V|·λ)
         flp[den <= 0] = -np.inf  # 0/0: a class with no words and λ = 0
         return flp
@@ -762,11 +658,11 @@ class MultinomialNB(_BaseCountNB):
         V = self.n_features_in_
         log_den = self._terms()
         jll = X @ self._Wt[:V]  # Σ_w x_w·log(n_cw + λ)   (CSR @ (|V|, K) C-contiguous)
-        _check_result_finite(jll, X)
-        jll -= _row_sums(X)[:, None] * log_den  # − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ)
+        check_result_finite(jll, X)
+        jll -= row_sums(X)[:, None] * log_den  # − (Σ_w x_w)·log(Σ_w' n_cw' + |V|·λ)
         jll += self.class_log_prior_  # + log P(c)
         if self._Dt is not None:  # a word with P(w|c) = 0 rules c out
-            hits = _product(X, self._Dt[:V], np.not_equal(X.data, 0).astype(np.float64))
+            hits = product(X, self._Dt[:V], np.not_equal(X.data, 0).astype(np.float64))
             jll[hits > 0] = -np.inf
         return jll
 
@@ -820,11 +716,11 @@ class BernoulliNB(_BaseCountNB):
             X = np.asarray(X)
             t = self._threshold(False)
             if t is not None and X.dtype.kind in "biuf":
-                _check_finite_data(X)
+                check_finite_data(X)
                 X = (X > t).astype(np.float64)
-            return _to_csr(X, check_finite=False), None
+            return to_csr(X, check_finite=False), None
         t = self._threshold(True)
-        X = _to_csr(X, check_finite=t is not None)
+        X = to_csr(X, check_finite=t is not None)
         if t is not None and not X.has_canonical_format:
             X = X.copy()
             X.sum_duplicates()  # presence per (row, column), not per stored entry
@@ -851,8 +747,8 @@ class BernoulliNB(_BaseCountNB):
     def _count(self, Xt, Y):
         X, t = Xt
         counts = None
-        chunk = max(_CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])
-        for r0, r1, XbT in _binary_chunks(X, t, chunk, transpose=True):
+        chunk = max(CHUNK_NNZ, 2 * Y.shape[1] * X.shape[1])
+        for r0, r1, XbT in binary_chunks(X, t, chunk, transpose=True):
             # m_cw = number of class-c samples with x_w > binarize
             part = XbT @ Y[r0:r1]
             if counts is None:
@@ -862,7 +758,7 @@ class BernoulliNB(_BaseCountNB):
         if counts is None:
             counts = np.zeros((X.shape[1], Y.shape[1]))
         if t is None:
-            _check_result_finite(counts, X)
+            check_result_finite(counts, X)
         return counts
 
     # -- histogram of the counts: Σ_w log(1 − p_cw) exactly, without a pass over |V|
@@ -905,7 +801,7 @@ class BernoulliNB(_BaseCountNB):
         L = getattr(self, "_logk", None)
         if L is None or L.size <= n:
             size = max(64, 2 * (n + 1), 0 if L is None else 2 * L.size)
-            L = self._logk = _finite_log(np.arange(size) + float(self.alpha))
+            L = self._logk = finite_log(np.arange(size) + float(self.alpha))
         return L
 
     def _absent_sums(self):
@@ -932,11 +828,11 @@ class BernoulliNB(_BaseCountNB):
                     Za[c] += h[n]  # m_cw = N_c: p_cw = 1 (its log(0) is 0 in the table)
             return G, Za
         arg = N - self._fc[: self.n_features_in_] + lam  # (|V|, K): N_c − m_cw + λ
-        return _finite_log(arg).sum(axis=0), (arg <= 0).sum(axis=0).astype(np.float64)
+        return finite_log(arg).sum(axis=0), (arg <= 0).sum(axis=0).astype(np.float64)
 
     def _log_den(self):
         den = self._cc + 2 * float(self.alpha)  # N_c + 2λ
-        return den, _finite_log(den)
+        return den, finite_log(den)
 
     def _class_terms(self):
         # score_c(x) = log P(c) + Σ_w log(1 − p_cw) + Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
@@ -959,7 +855,7 @@ class BernoulliNB(_BaseCountNB):
         Za = neg <= 0  # 1 − p = 0
         # log p_cw = log(m_cw + λ) − log(N_c + 2λ), log(1 − p_cw) = log(N_c − m_cw + λ) − log(N_c + 2λ):
         # the denominators cancel in the difference unless one side is -inf (finite part 0)
-        W = _finite_log(num) - _finite_log(neg)
+        W = finite_log(num) - finite_log(neg)
         if not (Zp.any() or Za.any()):
             return W, None
         # ruled out: a present word with p = 0, or an absent word with p = 1
@@ -970,7 +866,7 @@ class BernoulliNB(_BaseCountNB):
 
     def _feature_log_prob(self):
         den, log_den = self._log_den()
-        flp = _log(self._fc[: self.n_features_in_].T + float(self.alpha))
+        flp = quiet_log(self._fc[: self.n_features_in_].T + float(self.alpha))
         flp -= log_den[:, None]  # log p_cw = log(m_cw + λ) − log(N_c + 2λ)
         flp[den <= 0] = -np.inf  # 0/0: no class-c samples and λ = 0 -> every event impossible
         return flp
@@ -982,14 +878,14 @@ class BernoulliNB(_BaseCountNB):
     def _joint_log_likelihood(self, Xt):
         X, t = Xt
         const, Za = self._terms()
-        if X.nnz <= _GATHER_NNZ:  # few nonzeros: the weights of exactly those
+        if X.nnz <= GATHER_NNZ:  # few nonzeros: the weights of exactly those
             _, xb = self._values(Xt)
             W, D = self._present_weights(self._fc[X.indices])
-            jll = _sum_rows(W * xb[:, None], X)  # Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
+            jll = sum_rows(W * xb[:, None], X)  # Σ_{w ∈ x} [log p_cw − log(1 − p_cw)]
             if t is None:
-                _check_result_finite(jll, X)
+                check_result_finite(jll, X)
             if D is not None:
-                jll[(_sum_rows(D * (xb != 0)[:, None], X) + Za) > 0] = -np.inf
+                jll[(sum_rows(D * (xb != 0)[:, None], X) + Za) > 0] = -np.inf
             elif Za.any():
                 jll[:, Za > 0] = -np.inf
             jll += const
@@ -998,12 +894,12 @@ class BernoulliNB(_BaseCountNB):
             self._full_weights = self._present_weights(self._fc[: self.n_features_in_])
         W, D = self._full_weights
         jll = np.empty((X.shape[0], self.classes_.size))
-        for r0, r1, Xb in _binary_chunks(X, t):
+        for r0, r1, Xb in binary_chunks(X, t):
             jll[r0:r1] = Xb @ W
             if t is None:
-                _check_result_finite(jll[r0:r1], Xb)
+                check_result_finite(jll[r0:r1], Xb)
             if D is not None:  # hits = Σ_{w∈x} [Zp − Za] + Σ_w Za  (Za over every word)
-                hits = (Xb if t is not None else _pattern(Xb)) @ D + Za
+                hits = (Xb if t is not None else pattern(Xb)) @ D + Za
                 jll[r0:r1][hits > 0] = -np.inf
             elif Za.any():  # no zero-probability event among x's words: absent p = 1 words rule out
                 jll[r0:r1, Za > 0] = -np.inf
@@ -1075,7 +971,7 @@ class ComplementNB(_BaseCountNB):
         K = T.size
         # Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ
         den = np.array([T[np.arange(K) != c].sum() for c in range(K)]) + self.n_features_in_ * float(self.alpha)
-        return den, _finite_log(den)
+        return den, finite_log(den)
 
     def _normalized_weights(self):
         """ŵ (K, |V|) for norm=True, from all the counts: O(K·|V|)."""
@@ -1103,7 +999,7 @@ class ComplementNB(_BaseCountNB):
             return self._normalized_weights()
         den, log_den = self._log_den()
         comp = self._complement(self._fc[: self.n_features_in_], float(self.alpha)).T
-        flp = log_den[:, None] - _finite_log(comp)  # w_cw = −log θ̃_cw
+        flp = log_den[:, None] - finite_log(comp)  # w_cw = −log θ̃_cw
         flp[(comp <= 0) | (den[:, None] <= 0)] = np.inf  # θ̃_cw = 0 (or 0/0): infinite weight
         return flp
 
@@ -1111,11 +1007,11 @@ class ComplementNB(_BaseCountNB):
         V = self.n_features_in_
         const, log_den = self._terms()
         jll = X @ self._Wt[:V]  # Σ_w x_w·W_cw   (CSR @ (|V|, K) C-contiguous)
-        _check_result_finite(jll, X)
+        check_result_finite(jll, X)
         jll += const
         if log_den is None:  # norm=True: the weights are complete
             return jll
-        n_words = _row_sums(X)[:, None]
+        n_words = row_sums(X)[:, None]
         h = None
         if self._Dt is not None:
             h = X @ self._Dt[:V]  # Σ_w x_w over infinite weights (the λ → 0 leading term)
@@ -1130,7 +1026,7 @@ class ComplementNB(_BaseCountNB):
 
 
 class CategoricalNB(_BaseNB):
-    """Naive Bayes for categorical features (docs section 4, general form).
+    """Naive Bayes for categorical features (docs/naive-bayes.md §4, general form).
 
     Feature j takes values 0..S_j−1 (S_j = ``n_categories_[j]``);
     P_λ(x_j=a|c) = (N_c^(j,a) + λ) / (N_c + S_j·λ).
@@ -1157,7 +1053,7 @@ class CategoricalNB(_BaseNB):
 
     # state: self._cat (K, Σ S_j) flat counts; self._off (d+1,) block offsets
     def _check_X(self, X):
-        X = _to_csr(X)
+        X = to_csr(X)
         if not X.has_canonical_format:
             X = X.copy()
             X.sum_duplicates()
@@ -1207,29 +1103,6 @@ class CategoricalNB(_BaseNB):
             new[:, new_off[feat[keep]] + a[keep]] = self._cat[:, keep]
         self._cat, self._off, self.n_categories_ = new, new_off, n_categories
 
-    def fit(self, X, y, sample_weight=None):
-        """Fit from scratch."""
-        self._check_params_prior()
-        for attr in ("classes_", "class_count_", "_cat", "_off", "n_categories_", "n_features_in_", "class_log_prior_"):
-            self.__dict__.pop(attr, None)
-        self._init_classes(np.asarray(y))
-        return self._update(X, y, sample_weight, sign=1)
-
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add a batch (``classes`` required on the first call); grows S_j as needed."""
-        self._check_params_prior()
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._init_classes(classes)
-        return self._update(X, y, sample_weight, sign=1)
-
-    def forget(self, X, y, sample_weight=None):
-        """Subtract a batch: exact inverse of partial_fit (ValueError, model unchanged,
-        if a count would go negative or a category is unknown)."""
-        self._check_fitted()
-        return self._update(X, y, sample_weight, sign=-1)
-
     def _update(self, X, y, sample_weight, sign):
         X = self._check_X(X)
         Y = self._label_matrix(y, X.shape[0], sample_weight)
@@ -1254,8 +1127,8 @@ class CategoricalNB(_BaseNB):
         new_cc = self.class_count_ + sign * batch_cc
         if sign < 0:
             try:
-                new_cc = _BaseCountNB._clip_negative(new_cc, self.class_count_, "class")
-                new_cat = _BaseCountNB._clip_negative(new_cat, self._cat, "category")
+                new_cc = self._clip_negative(new_cc, self.class_count_, "class")
+                new_cat = self._clip_negative(new_cat, self._cat, "category")
             except ValueError:
                 for k, v in saved.items():
                     setattr(self, k, v)
@@ -1295,7 +1168,7 @@ class CategoricalNB(_BaseNB):
         L[np.broadcast_to(den == 0, L.shape)] = -np.inf  # 0/0 with λ = 0
         self._logp = L
         # sparse rewrite: score_c(x) = log P(c) + Σ_j log P(x_j=0|c) + Σ_{x_j≠0} [log P(x_j=a|c) − log P(x_j=0|c)]
-        Lf, Z = _split_inf(L)
+        Lf, Z = split_inf(L)
         zero_col = self._off[:-1][feat]
         self._W = np.asfortranarray(Lf - Lf[:, zero_col])
         self._const = self.class_log_prior_ + Lf[:, self._off[:-1]].sum(axis=1)
@@ -1326,7 +1199,7 @@ class CategoricalNB(_BaseNB):
 
 
 class GaussianNB(_BaseNB):
-    """Gaussian naive Bayes for continuous features (docs section 6).
+    """Gaussian naive Bayes for continuous features (docs/naive-bayes.md §6).
 
     p(x_j|c) = 1/sqrt(2π σ²_cj) · exp(−(x_j − μ_cj)² / (2σ²_cj)), with
     σ²_cj floored by ``epsilon_ = var_smoothing · max_j Var(x_j)`` (variance over
@@ -1367,12 +1240,12 @@ class GaussianNB(_BaseNB):
 
     def _check_X(self, X):
         if sp.issparse(X):
-            return _to_csr(X)
+            return to_csr(X)
         X = np.asarray(X)
         if X.dtype.kind not in "biuf" or X.ndim != 2:
             raise ValueError(f"X must be a numeric 2-D array, got dtype {X.dtype} shape {X.shape}")
         X = X.astype(np.float64, copy=False)
-        _check_finite_data(X)
+        check_finite_data(X)
         return X
 
     def _check_X_predict(self, X):
@@ -1380,27 +1253,8 @@ class GaussianNB(_BaseNB):
         self._check_n_features(X)
         return X
 
-    def fit(self, X, y, sample_weight=None):
-        """Fit from scratch."""
-        for attr in ("classes_", "class_count_", "_s1", "_s2", "shift_", "n_features_in_", "class_log_prior_"):
-            self.__dict__.pop(attr, None)
-        self._init_classes(np.asarray(y))
-        return self._update(X, y, sample_weight, sign=1)
-
-    def partial_fit(self, X, y, classes=None, sample_weight=None):
-        """Add a batch (``classes`` required on the first call)."""
-        if not hasattr(self, "classes_"):
-            if classes is None:
-                raise ValueError("classes must be passed on the first call to partial_fit")
-            self._init_classes(classes)
-        return self._update(X, y, sample_weight, sign=1)
-
-    def forget(self, X, y, sample_weight=None):
-        """Subtract a batch's sufficient statistics (exact inverse of partial_fit up
-        to float rounding; bit-exact for integer-valued data). ValueError, model
-        unchanged, if a class count would go negative."""
-        self._check_fitted()
-        return self._update(X, y, sample_weight, sign=-1)
+    def _check_params(self):
+        """Nothing before the update: :meth:`_update` checks λ and var_smoothing, on forget too."""
 
     def _update(self, X, y, sample_weight, sign):
         self._check_params_prior()
@@ -1430,7 +1284,7 @@ class GaussianNB(_BaseNB):
             s2 = Y.T @ (Xs * Xs)  # Σ (x − s)²
         new_n = self.class_count_ + sign * n
         if sign < 0:
-            new_n = _BaseCountNB._clip_negative(new_n, self.class_count_, "class")
+            new_n = self._clip_negative(new_n, self.class_count_, "class")
         self.class_count_ = new_n
         self._s1 = self._s1 + sign * s1
         self._s2 = self._s2 + sign * s2
