@@ -20,7 +20,6 @@ them into usage errors, the cold path into a :class:`Fallback`.
 """
 
 import math
-import numbers
 import os
 
 from spamnb._version import __version__
@@ -61,9 +60,13 @@ class Fallback(Exception):
 
 def check_cost(name, value):
     """A cost must be a positive, finite real number (NaN fails too)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    try:
+        finite = not isinstance(value, bool) and math.isfinite(value)
+    except TypeError:  # not a real number (numbers.Real would cost the cold path an import)
+        finite = None
+    if finite is None or isinstance(value, bool) or isinstance(value, complex):
         raise TypeError(f"{name} must be a real number, got {value!r}")
-    if not (math.isfinite(value) and value > 0):
+    if not (finite and value > 0):
         raise DecisionError(f"{name} must be positive and finite, got {value!r}")
 
 
