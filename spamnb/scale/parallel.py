@@ -105,13 +105,13 @@ class Shard:
     def read(self):
         """The shard's messages ``[(source, raw, label)]`` and the skipped ``[(source, exc)]``."""
         skipped = []
-        report = _src._reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
+        report = _src.reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
         out = []
         for source, raw, label in self.items:
             if raw is not None:
                 out.append((source, raw, label))
             else:
-                out.extend((m.source, m.raw, m.label) for m in _src._message_file(source, label, report))
+                out.extend((m.source, m.raw, m.label) for m in _src.message_file(source, label, report))
         return out, skipped
 
 
@@ -153,7 +153,7 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     Listing a maildir or folder tree holds its file names (sorted) in memory;
     for very large corpora use an index file.
     """
-    report = _src._reporter(strict, on_error)
+    report = _src.reporter(strict, on_error)
     specs = []
     for label, group in (("ham", ham), ("spam", spam)):
         for spec in group:
@@ -173,13 +173,13 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     def items():
         for kind, spec, label in specs:
             if kind == "maildir":
-                yield from ((p, None, label) for p in _maildir_paths(spec, recursive, report))
+                yield from ((p, None, label) for p in _src.maildir_paths(spec, recursive, report))
             elif kind == "tree":
-                yield from ((p, None, label) for p in _tree_paths(spec, report))
+                yield from ((p, None, label) for p in _src.tree_paths(spec, report))
             elif kind == "file":
                 yield spec, None, label
             elif kind == "index":
-                yield from ((p, None, lb) for p, lb in _index_paths(spec))
+                yield from ((p, None, lb) for p, lb in _src.index_paths(spec))
             elif kind == "archive-index":
                 yield from ((m.source, m.raw, m.label)
                             for m in _src.iter_index(spec, strict=strict, on_error=on_error))
@@ -197,44 +197,6 @@ def shards_of(messages, size: int = SHARD_SIZE) -> ShardPlan:
     if isinstance(messages, ShardPlan):
         return messages
     return ShardPlan(lambda: iter(messages), size)
-
-
-def _maildir_paths(path, recursive, report):
-    # as sources: cur/ then new/, sorted names, no dot files; Maildir++ sub-folders if recursive
-    for sub in ("cur", "new"):
-        folder = os.path.join(path, sub)
-        for name in _src._sorted_listing(folder, report):
-            if not name.startswith("."):
-                yield os.path.join(folder, name)
-    if recursive:
-        for name in _src._sorted_listing(path, report):
-            sub = os.path.join(path, name)
-            if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")):
-                yield from _maildir_paths(sub, False, report)
-
-
-def _tree_paths(path, report):
-    # as sources: every regular file below, no hidden names, no "index" files, sorted
-    files = []
-    for top, dirs, names in os.walk(path, onerror=lambda exc: report(exc.filename or path, exc)):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files.extend(os.path.join(top, n) for n in names if not n.startswith(".") and n != "index")
-    yield from sorted(files)
-
-
-def _index_paths(path):
-    """``(path, label)`` of an index file's lines, read lazily (TREC format, as sources)."""
-    base = os.path.dirname(path)
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise _src.SourceError(f"cannot read index {path}: {exc.strerror or exc}") from exc
-    with f:
-        # the lines sources reads: splitlines() of each physical line
-        lines = (line for physical in f
-                 for line in physical.decode("utf-8", "surrogateescape").splitlines() or [""])
-        for label, rel in _src.index_entries(lines, path):
-            yield os.path.join(base, rel), label
 
 
 # -- counting one shard (in a worker) -------------------------------------------------
@@ -671,7 +633,7 @@ def _report_skipped(result, on_error):
         if on_error is not None:
             on_error(source, exc)
         else:
-            _src._reporter(False, None)(source, exc)
+            _src.reporter(False, None)(source, exc)
 
 
 def train(model: SpamModel, shards, *, runner: Runner | None = None, registry: bool = True,
