@@ -67,6 +67,7 @@ from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary
 __all__ = [
     "SHARD_SIZE", "BACKENDS", "Shard", "ShardPlan", "CountSpec", "ShardCounts", "ShardMatrix",
     "Runner", "ShardMerger", "plan", "shards_of", "count_shard", "matrix_shard", "train", "count_matrix",
+    "can_fork", "ordered_map",
 ]
 
 # Messages per shard. Part of the result (float sums are added shard by shard),
@@ -379,7 +380,7 @@ class Runner:
         as many in flight as there are workers), so a lazy plan stays lazy.
         """
         if self.backend != "dask":
-            yield from _local_map(func, items, args, self._n_local(), self.backend)
+            yield from ordered_map(func, items, *args, jobs=self._n_local(), backend=self.backend)
             return
         from joblib import Parallel, delayed, parallel_config
 
@@ -413,22 +414,44 @@ def _executor(backend, jobs):
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # Not on macOS, where system frameworks make forking unsafe (Python spawns there).
-        if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
+        if can_fork():
             return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")), jobs, True
     from joblib.externals.loky import get_reusable_executor
 
     return get_reusable_executor(max_workers=jobs - 1), jobs - 1, False
 
 
-def _local_map(func, items, args, jobs, backend="multiprocessing"):
-    """Ordered ``func(item, *args)`` on ``jobs`` local processes (:func:`_executor`).
+def can_fork() -> bool:
+    """True where local workers are forked from this process.
 
-    With loky workers, whenever the next result in order is not ready yet, this
-    process counts the next shard itself instead of waiting, so the time the
-    workers take to start (an interpreter importing numpy, scipy and the
-    tokenizer: ~1 s) is not lost. jobs=1 is simply a loop here. At most
-    ``2 × jobs`` shards are in flight.
+    Not on macOS, where system frameworks make forking unsafe (Python spawns
+    there), nor where the platform has no ``fork``. Forked workers inherit this
+    process's modules and objects; elsewhere :func:`ordered_map` starts fresh
+    interpreters, which see none of this process's state.
+    """
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+
+
+def ordered_map(func, items: Iterable, *args, jobs: int, backend: str = "multiprocessing") -> Iterator:
+    """``func(item, *args)`` for every item on ``jobs`` local processes, results in item order.
+
+    The one executor window of spamnb: sharded training (:meth:`Runner.map`)
+    and batch classification (:func:`spamnb.scale.batch.classify_parallel`)
+    both run through it. Items are taken only as workers free up, so a lazy
+    iterable stays lazy and at most ``2 × jobs`` items are in flight (each
+    worker busy, one item queued behind it). ``jobs <= 1`` is a plain loop in
+    this process.
+
+    Processes (:func:`_executor`): ``backend="multiprocessing"`` forks ``jobs``
+    workers where :func:`can_fork`; otherwise, and with ``backend="loky"``,
+    joblib's loky workers run ``jobs - 1`` fresh interpreters, and whenever the
+    next result in order is not ready yet this process runs the next item
+    itself instead of waiting, so the time they take to start (importing
+    numpy, scipy and the tokenizer) is not lost. ``func`` and ``args`` must
+    pickle; a ``func`` that relies on state inherited by forking is only
+    correct where :func:`can_fork`, so its caller checks that first.
     """
     from collections import deque
     from concurrent.futures import Future
