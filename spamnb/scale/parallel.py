@@ -78,10 +78,11 @@ SHARD_SIZE = BATCH
 # forked from this one (the standard library's ProcessPoolExecutor), so a worker
 # starts in milliseconds with this process's modules already imported; joblib's
 # own multiprocessing backend cannot hand results back as a generator, which the
-# bounded window below needs. "loky": joblib's fresh interpreters (~1 s each to
-# import numpy, scipy and the tokenizer; for where forking is unsafe, e.g. a
-# caller with threads running). "dask": the workers of a Dask cluster, through
-# joblib. Measured by scripts/bench_train.py (section a): README "Scale".
+# bounded window below needs. "loky": joblib's fresh interpreters (slow to
+# start: each imports numpy, scipy and the tokenizer; for where forking is
+# unsafe, e.g. a caller with threads running). "dask": the workers of a Dask
+# cluster, through joblib. Measured by scripts/bench_train.py (section a):
+# README "Scale".
 BACKENDS = ("multiprocessing", "loky", "dask")
 
 
@@ -273,10 +274,9 @@ def _cyclic_gc_paused():
 
     Tokenizing allocates millions of short-lived, acyclic objects, freed by
     reference counting; the collector's passes over them (and, in a forked
-    worker, over every object inherited from the parent) were 2.7% of the
-    workers' CPU time on SpamAssassin (0.23 of 8.6 s, timed with gc.callbacks
-    in one --jobs 2 train). Collection resumes after the shard, so the rare
-    cycle is still freed.
+    worker, over every object inherited from the parent) find nothing to free
+    and cost the workers time for it (README, "Training"). Collection resumes
+    after the shard, so the rare cycle is still freed.
     """
     was = gc.isenabled()
     gc.disable()
@@ -402,13 +402,12 @@ class Runner:
 def _executor(backend, jobs):
     """``(executor, workers, forked)`` for ``jobs`` local processes.
 
-    "multiprocessing" where the platform forks safely (not macOS): ``jobs``
-    forked workers of our own (they start in milliseconds), this process only merging. Else joblib's
-    reusable loky executor (it outlives the call) with ``jobs - 1`` workers, this
-    process counting too while they start. Measured on SpamAssassin, 2 cores
-    (scripts/bench_train.py --only a): counting took 6.7-7.1 s with two forked
-    workers, 8.1-8.7 s with one forked worker beside this process (the merge in
-    shard order waits whenever this process is busy counting).
+    "multiprocessing" where :func:`can_fork`: ``jobs`` forked workers of our
+    own (they start in milliseconds), this process only merging: the merge in
+    shard order waits whenever this process is busy counting, so it counts
+    nothing itself (README, "Scale"). Else joblib's reusable loky executor (it
+    outlives the call) with ``jobs - 1`` workers, this process counting too
+    while they start.
     """
     if backend == "multiprocessing":
         import multiprocessing
