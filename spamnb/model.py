@@ -216,12 +216,12 @@ class SpamModel:
         self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
         self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__,
                       "refine_copies": [0, 0]}  # class counts added by refine(), not messages
-        self.estimator = self._new_estimator()
+        self.estimator = self.new_estimator()
         self.estimator.partial_fit(np.zeros((0, 0)), np.zeros(0, dtype=int), classes=[HAM, SPAM])
         if len(self.vocabulary):
             self.estimator.grow_features(len(self.vocabulary))
 
-    def _new_estimator(self):
+    def new_estimator(self):
         kwargs = dict(alpha=self.alpha, fit_prior=self.prior != "uniform",
                       smooth_prior=self.prior == "smoothed")
         return MODEL_TYPES[self.model_type](**kwargs)

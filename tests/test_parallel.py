@@ -187,6 +187,48 @@ def test_a_generator_source_is_consumed_lazily(messages, jobs, backend):
         assert max(lead) <= 200
 
 
+def _twice(x, plus):
+    return 2 * x + plus
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_ordered_map_keeps_item_order_with_a_bounded_window(jobs):
+    taken = []
+
+    def items():
+        for i in range(40):
+            taken.append(i)
+            yield i
+
+    out = []
+    for r in par.ordered_map(_twice, items(), 1, jobs=jobs):
+        out.append(r)
+        assert len(taken) - len(out) <= 2 * jobs  # never more than 2 x jobs in flight
+    assert out == [2 * i + 1 for i in range(40)]
+
+
+def test_classify_parallel_runs_through_the_ordered_window(messages, monkeypatch):
+    from spamnb.scale import batch
+
+    model = learned(messages)
+    raws = [raw for _, raw, _ in messages[:50]]
+    expected = list(model.classify_many(raws))
+    calls = []
+
+    def spy(func, items, *args, **kw):
+        calls.append(kw)
+        return par.ordered_map(func, items, *args, **kw)
+
+    monkeypatch.setattr(batch, "ordered_map", spy)
+    monkeypatch.setattr(batch, "BATCH", 7)
+    assert list(batch.classify_parallel(model, iter(raws), jobs=2)) == expected
+    assert calls == ([{"jobs": 2}] if par.can_fork() else [])
+    calls.clear()
+    monkeypatch.setattr(batch, "can_fork", lambda: False)  # e.g. macOS: this process classifies
+    assert list(batch.classify_parallel(model, iter(raws), jobs=2)) == expected
+    assert calls == []
+
+
 # -- planning ------------------------------------------------------------------------
 
 

@@ -69,6 +69,24 @@ def test_maildir_subfolders_only_when_recursive(maildir):
     assert msgs[0].label is None
 
 
+def test_maildir_paths_are_what_the_maildir_reader_reads(maildir):
+    for recursive in (False, True):
+        paths = list(sources.maildir_paths(str(maildir), recursive))
+        assert paths == [m.source for m in collect(str(maildir), recursive=recursive)[0]]
+    assert not any(os.path.relpath(p, maildir).startswith("tmp") for p in paths)
+
+
+def test_listers_report_a_folder_they_cannot_list(tmp_path):
+    errors = []
+    report = sources.reporter(on_error=lambda s, e: errors.append((s, type(e))))
+    md = tmp_path / "md"
+    (md / "cur").mkdir(parents=True)  # no new/
+    assert list(sources.maildir_paths(md, report=report)) == []
+    assert errors == [(str(md / "new"), FileNotFoundError)]
+    with pytest.raises(SourceError, match="cannot read"):
+        list(sources.maildir_paths(md, report=sources.reporter(strict=True)))
+
+
 # -- mbox --------------------------------------------------------------------
 
 
@@ -135,6 +153,19 @@ def test_tree_recursive_sorted_skips_hidden_and_index(tmp_path):
     msgs, errors = collect(str(root))
     assert sources_of(msgs, root) == ["a", "b/c/y", "b/x"]
     assert [m.raw for m in msgs] == [M1, M3, M2] and errors == []
+
+
+def test_tree_paths_are_what_the_tree_reader_reads(tmp_path):
+    root = tmp_path / "tree"
+    write(root / "b" / "x", M2)
+    write(root / "a", M1)
+    write(root / ".hidden" / "y", M3)
+    write(root / "b" / "index", b"ham x\n")
+    os.mkfifo(root / "fifo")  # listed, and then skipped by message_file (not a regular file)
+    paths = list(sources.tree_paths(root))
+    assert [os.path.relpath(p, root) for p in paths] == ["a", "b/x", "fifo"]
+    assert [m.source for m in collect(str(root))[0]] == [p for p in paths if not p.endswith("fifo")]
+    assert list(sources.message_file(paths[2], "ham")) == []
 
 
 def test_empty_directory_is_an_empty_tree(tmp_path):
@@ -297,6 +328,22 @@ def test_index_bad_line_names_line_number(corpus):
     index = write(corpus / "index4", b"spam\n")
     with pytest.raises(SourceError, match="line 1"):
         iter_index(str(index))
+
+
+def test_index_paths_lazily_and_as_iter_index_reads_them(corpus):
+    index = corpus / "index"
+    paths = list(sources.index_paths(index))
+    assert [(os.path.relpath(p, corpus), lb) for p, lb in paths] == [
+        ("ham/1", "ham"), ("spam/with space", "spam"), ("ham/2", "ham")]
+    assert [(m.source, m.label) for m in iter_index(str(index))] == paths
+    # read line by line: a bad line raises only when it is reached
+    bad = write(corpus / "index5", b"ham ham/1\r\nmaybe ham/2\n")
+    lines = sources.index_paths(bad)
+    assert next(lines) == (str(corpus / "ham/1"), "ham")
+    with pytest.raises(SourceError, match="index5, line 2"):
+        next(lines)
+    with pytest.raises(SourceError, match="cannot read index"):
+        next(sources.index_paths(corpus / "nope"))
 
 
 def test_index_of_missing_file(tmp_path):

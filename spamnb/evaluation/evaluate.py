@@ -94,7 +94,7 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
         t0 = time.perf_counter()
         Xtr = X[tr]
         cols = np.flatnonzero(document_frequency(Xtr))  # the fold's own vocabulary
-        est = template._new_estimator()  # a fresh estimator, sized by the fold's columns
+        est = template.new_estimator()  # a fresh estimator, sized by the fold's columns
         Ftr = transform_features(Xtr[:, cols], template.features)
         est.partial_fit(Ftr, y[tr], classes=[HAM, SPAM])
         refine(est, Ftr, y[tr], template.refine_rounds, template.refine_margin)  # as `train` does

@@ -7,9 +7,9 @@ tokenizer) emits HTMLParser's events into a small element stack that tracks
 what a reader would actually see (:class:`_Evidence`).  The stdlib
 :class:`html.parser.HTMLParser` drives the same collector with
 ``html_to_text(doc, stdlib=True)``: it is the reference the fast pass is
-tested against (identical text and tokens on all 1,937 HTML parts of both
-corpora in ../shared/corpora), kept out of the hot path because it costs twice
-as much.
+tested against (it gave identical text and tokens on every HTML part of the
+full evaluation corpora when this pass was written), kept out of the hot path
+because it is the slower of the two (README, "Speed").
 
 Markup tokens (all namespaced; listed in :mod:`spamnb.mail.tokenizer` too):
 
@@ -251,8 +251,8 @@ def _sanitize(html):
     """Rewrite ``html`` so that HTMLParser runs in linear time on it.
 
     The stdlib parser (3.11) rescans to the end of the document for every
-    construct it cannot close: measured, 20,000 repetitions of ``<a `` took
-    67 s and 4x fewer took 3.2 s (quadratic); unterminated comments,
+    construct it cannot close, so repeating such a construct makes it
+    quadratic; unterminated comments,
     ``<![CDATA[``, ``<?`` and ``</`` behave alike.  So, in one pass driven by
     ``str.find``:
 
@@ -322,7 +322,7 @@ def _stdlib_parse(html, ev):
     tested against (``tests/test_html.py``), and ``html_to_text(stdlib=True)``."""
     global _stdlib_driver
     if _stdlib_driver is None:
-        from html.parser import HTMLParser  # ~4 ms of imports: only when asked for
+        from html.parser import HTMLParser  # imported only when asked for: the filter never needs it
 
         class _Driver(HTMLParser):
             def __init__(self, sink):
@@ -333,7 +333,7 @@ def _stdlib_parse(html, ev):
                 self.handle_comment = sink.handle_comment
 
             def updatepos(self, i, j):
-                # Line/column bookkeeping is never read here (~5% of its time).
+                # Line/column bookkeeping is never read here: skip its cost.
                 return j
 
         _stdlib_driver = _Driver
@@ -348,13 +348,11 @@ def _stdlib_parse(html, ev):
 # "13.2.5 Tokenization"): data, tag open, end tag open, comment, raw text
 # (script and style), with the recovery rules of _sanitize built in, emitting
 # the same events as HTMLParser.  Why not HTMLParser itself: it was the
-# largest single cost of training.  On the SpamAssassin corpus's 1,329 HTML
-# parts (10.0 MB), best of 5, CPU: this pass 0.97 s, sanitize + HTMLParser
-# 2.27 s, the handlers alike (``python3 scripts/bench_tokenizer.py
-# ../shared/corpora/spamassassin/index --stages --repeat 5``).  The stdlib
-# parser stays the reference: tests/test_html.py checks that both give the
-# same text and tokens on tricky markup and on real mail (every HTML part of
-# both shipped corpora with ``-m slow``).
+# largest single cost of training, and this pass takes well under half its
+# time with the same handlers (the figures and their command: README,
+# "Speed").  The stdlib parser stays the reference: tests/test_html.py checks
+# that both give the same text and tokens on tricky markup and on real mail
+# (every HTML part of both shipped corpora with ``-m slow``).
 #
 # What the pass does with each construct (HTMLParser's behaviour after _sanitize):
 # - text between tags: character references converted (html.unescape);
@@ -388,7 +386,7 @@ _READ_ON_ANY_TAG = re.compile("style|hidden|color", re.I).search
 
 
 def _unescape(s):
-    """``html.unescape``, imported on first use (html.entities: ~1 ms that
+    """``html.unescape``, imported on first use (html.entities: an import that
     plain-text mail on the filter path need not pay); replaces itself."""
     global _unescape
     from html import unescape as _unescape

@@ -4,8 +4,8 @@ One concern: turn a ``str`` (already decoded, normalised and, if the caller
 wants, case-folded) into token strings.  Nothing here knows about MIME or HTML.
 
 Speed dictates the shape of the hot path (:func:`words`).  A single
-``regex.findall`` over the text costs about 1 us per match on the 2-core dev box,
-while ``str.split`` costs about 0.1 us per chunk, so ASCII text goes through
+``regex.findall`` over the text pays a Unicode-aware match for every word, many
+times what ``str.split`` pays per chunk in C, so ASCII text goes through
 ``split`` + ``strip`` (SpamBayes' whitespace split, with surrounding punctuation
 stripped), and only chunks that contain non-ASCII characters are handed to the
 Unicode-aware ``regex`` pattern (``\\p{L}``, ``\\p{N}``, CJK scripts).
@@ -48,8 +48,8 @@ _CJK_RANGES = (
     "\u1100-\u11ff\u3040-\u30ff\u3130-\u318f\u31f0-\u31ff\u3400-\u4dbf"
     "\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff\U00020000-\U0002fa1f"
 )
-# Compiled on first use (has_cjk): the astral range makes this class cost
-# ~2.5 ms to compile, paid by every filter start-up if done at import.
+# Compiled on first use (has_cjk): the astral range makes this class slow to
+# compile, a cost every filter start-up would pay if done at import.
 _cjk_search = None
 _CJK = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u30fc"
 # One match is either a CJK run (group 1) or a non-CJK word (group 2): letters,
@@ -71,8 +71,9 @@ _uni_word = None
 def _uni_findall(chunk):
     """``findall`` of the Unicode word pattern, compiled on first use.
 
-    ``regex`` and this pattern cost ~10 ms to import and compile; an ASCII
-    message (the per-message filter's common case) never needs them.
+    Importing ``regex`` and compiling this pattern are a visible part of a
+    filter start-up; an ASCII message (the per-message filter's common case)
+    never needs them.
     """
     global _uni_word
     if _uni_word is None:
@@ -225,8 +226,7 @@ def find_urls(text):
 
     ``str.find`` locates each ``://`` and ``www.`` (C speed), a short regex
     match takes the URL's extent.  A regex scan for the same URLs was the
-    slowest step of plain-text tokenizing (0.62 s of 1.3 s for the 9.8 M
-    characters of SpamAssassin text/plain parts).
+    slowest step of plain-text tokenizing, since most text holds no URL.
     """
     low = text if text.islower() else text.lower()
     if "://" not in text and "www." not in low:

@@ -3,11 +3,14 @@
 One concern: bytes in, ``email.message.Message`` objects and ``str`` out,
 never an exception.  Tokens are made elsewhere (:mod:`spamnb.mail.tokenizer`).
 
-Parser policy: ``email.policy.compat32``.  Measured on the whole SpamAssassin
-corpus (6046 messages, 32.5 MB), parsing every message and reading every part's
-content type took 1.50 s with compat32 and 8.21 s with ``policy.default``
-(trec06c-dev, 7418 messages: 1.15 s vs 5.60 s).  compat32 also never raises on
-malformed headers, it records defects instead.
+Parser policy: ``email.policy.compat32``.  ``policy.default`` builds a header
+object (header registry) for every header it reads, several times the cost of
+parsing and reading every part's content type with compat32 on both evaluation
+corpora, for structure the tokenizer does not use.  compat32 also never raises
+on malformed headers, it records defects instead.  It is the parser's
+documented default, so ``BytesParser()`` is given no policy: naming compat32
+takes either ``email.policy``, whose imports (header registry, content manager)
+every filter start-up would pay, or the private ``email._policybase``.
 
 Caps (the tokenizer's configuration carries them, these are the defaults):
 
@@ -19,12 +22,12 @@ Caps (the tokenizer's configuration carries them, these are the defaults):
   stdlib parse, linear, and then no more than 100 parts' work).
 - ``MAX_PARSE_BYTES`` = 4 MB and ``MAX_PARSE_LINES`` = 100,000 lines: the
   parser reads no more of a message (``mime:truncated``).  The stdlib parser
-  costs about 0.4 us per line however short (10 MB of bare newlines: 4 s), and
-  the tokenizer reads at most ``max_part_bytes`` of a part anyway; the largest
-  message in either corpus is 0.3 MB.
+  pays per line however short the lines are (a message of bare newlines costs
+  more than one of text), and the tokenizer reads at most ``max_part_bytes``
+  of a part anyway; the largest message in either corpus is 0.3 MB.
 - ``MAX_OPEN_MULTIPARTS`` = 40: the stdlib parser checks every line against the
-  boundary of every enclosing multipart, so its time is lines x depth (900
-  levels and 40,000 lines: 6.6 s; quadratic when both grow).  A cheap scan
+  boundary of every enclosing multipart, so its time is lines x depth
+  (quadratic when both grow).  A cheap scan
   (:func:`_too_deep`) counts the multiparts still open at each boundary
   declaration; past the cap the message is parsed headers-only and its body
   read as text, as for the recursion limit above.
@@ -33,9 +36,6 @@ Caps (the tokenizer's configuration carries them, these are the defaults):
 import binascii
 import codecs
 import email.parser
-# compat32 from its home module: ``import email.policy`` would add ~5 ms of
-# imports (header registry, content manager) to every filter start-up.
-from email._policybase import compat32
 import itertools
 import re
 
@@ -57,8 +57,6 @@ MAX_PARTS = 100
 MAX_PARSE_BYTES = 4_000_000
 MAX_PARSE_LINES = 100_000
 MAX_OPEN_MULTIPARTS = 40
-
-_POLICY = compat32
 
 # Declared charset -> the codec that decodes what senders actually meant.
 # Declared labels are routinely the narrow historical name of a wider,
@@ -102,14 +100,14 @@ def parse(raw):
         problems.append("mime:truncated")
     if not _too_deep(raw):
         try:
-            return email.parser.BytesParser(policy=_POLICY).parsebytes(raw), problems
+            return email.parser.BytesParser().parsebytes(raw), problems
         except RecursionError:
             pass
         except Exception:  # the stdlib parser is lenient; anything here is a bug-class input
             pass
     problems.append("mime:parse-error")
     try:
-        msg = email.parser.BytesParser(policy=_POLICY).parsebytes(raw, headersonly=True)
+        msg = email.parser.BytesParser().parsebytes(raw, headersonly=True)
         # Read the whole body as one text part of the outer message.
         del msg["content-type"]
         del msg["content-transfer-encoding"]
@@ -334,8 +332,8 @@ def header_charset(msg):
     """The charset to assume for raw 8-bit header bytes: the message's own.
 
     The stdlib's ``get_param`` only where RFC 2231 syntax (``charset*=``)
-    needs it: it cost 0.15 s per pass over SpamAssassin's 6,046 messages,
-    :func:`split_params` 0.05 s, with the same charsets (ad hoc, best of 3).
+    needs it: it decodes every parameter of the header, and costs several
+    times :func:`split_params`, which finds the same charsets otherwise.
     """
     raw = msg.get("content-type")
     if isinstance(raw, str) and "*" not in raw:
@@ -361,7 +359,7 @@ def decode_header(value, fallback=None):
         except Exception:
             return ""
     if "=?" in value:
-        import email.header  # ~4 ms of imports, only for encoded words
+        import email.header  # imported only for encoded words: most headers have none
         try:
             parts = email.header.decode_header(value)
         except Exception:

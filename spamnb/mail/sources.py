@@ -59,7 +59,13 @@ __all__ = [
     "iter_messages",
     "iter_index",
     "index_entries",
+    "index_paths",
     "is_archive",
+    "maildir_paths",
+    "tree_paths",
+    "message_file",
+    "sorted_listing",
+    "reporter",
 ]
 
 
@@ -221,7 +227,7 @@ def iter_messages(
     if label not in (None,) + LABELS:
         raise ValueError(f"label must be 'ham', 'spam' or None, not {label!r}")
     spec = os.fspath(spec)
-    report = _reporter(strict, on_error)
+    report = reporter(strict, on_error)
     kind = detect_kind(spec)
     if kind == "index":
         if label is not None:
@@ -239,8 +245,14 @@ def iter_messages(
     return readers[kind]()
 
 
-def _reporter(strict: bool, on_error: ErrorHandler | None) -> ErrorHandler:
-    """The per-entry error policy: raise, call back, or warn."""
+def reporter(strict: bool = False, on_error: ErrorHandler | None = None) -> ErrorHandler:
+    """The per-entry error policy as a ``report(source, exc)`` callable.
+
+    With `strict` it raises :class:`SourceError`; else it calls `on_error`,
+    or warns with a :class:`SourceWarning` when there is none.  Readers that
+    take a ``report`` argument (:func:`message_file`, the listers) use it for
+    every entry they skip.
+    """
 
     def report(source: str, exc: Exception) -> None:
         if strict:
@@ -264,8 +276,15 @@ def _read_file(path: str) -> bytes:
         return f.read()
 
 
-def _message_file(path: str, label, report) -> Iterator[Message]:
-    """Yield the message in file `path`; skip non-regular files silently."""
+def message_file(path: str, label=None, report: ErrorHandler | None = None) -> Iterator[Message]:
+    """Yield the message in file `path`, or nothing.
+
+    A file that cannot be read is passed to ``report(path, exc)`` (default:
+    :func:`reporter`'s warning) and skipped; anything but a regular file is
+    skipped silently.
+    """
+    if report is None:
+        report = reporter()
     try:
         st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
@@ -290,30 +309,46 @@ def _iter_stdin(stdin, label) -> Iterator[Message]:
 
 
 def _iter_file(path, label, report) -> Iterator[Message]:
-    yield from _message_file(path, label, report)
+    yield from message_file(path, label, report)
 
 
 def _iter_maildir(path, label, recursive, report) -> Iterator[Message]:
-    # cur/ then new/, each in sorted name order; tmp/ holds partial deliveries.
+    for file in maildir_paths(path, recursive, report):
+        yield from message_file(file, label, report)
+
+
+def maildir_paths(path, recursive: bool = False, report: ErrorHandler | None = None) -> Iterator[str]:
+    """The message file paths of a maildir, in reading order, lazily.
+
+    ``cur/`` then ``new/``, each in sorted name order, without dot files;
+    ``tmp/`` holds partial deliveries and is never listed.  With `recursive`,
+    then each Maildir++ sub-folder the same way.  A folder that cannot be
+    listed goes to ``report`` (default: :func:`reporter`'s warning).  The
+    paths are not checked: :func:`message_file` skips what is not a message.
+    """
+    path = os.fspath(path)
+    if report is None:
+        report = reporter()
     for sub in ("cur", "new"):
         folder = os.path.join(path, sub)
-        for name in _sorted_listing(folder, report):
+        for name in sorted_listing(folder, report):
             if not name.startswith("."):
-                yield from _message_file(os.path.join(folder, name), label, report)
+                yield os.path.join(folder, name)
     if recursive:
         # Maildir++: sub-folders are ".Name" directories (".A.B" for nesting),
         # all directly in the top maildir.
-        for name in _sorted_listing(path, report):
+        for name in sorted_listing(path, report):
             sub = os.path.join(path, name)
             if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")):
-                yield from _iter_maildir(sub, label, False, report)
+                yield from maildir_paths(sub, False, report)
 
 
-def _sorted_listing(folder: str, report) -> list[str]:
+def sorted_listing(folder, report: ErrorHandler | None = None) -> list[str]:
+    """The names in `folder`, sorted; ``[]`` (reported) if it cannot be listed."""
     try:
         return sorted(os.listdir(folder))
     except OSError as exc:
-        report(folder, exc)
+        (report or reporter())(os.fspath(folder), exc)
         return []
 
 
@@ -345,13 +380,29 @@ def _iter_mh(path, label, recursive, report) -> Iterator[Message]:
 
 
 def _iter_tree(path, label, report) -> Iterator[Message]:
+    for file in tree_paths(path, report):
+        yield from message_file(file, label, report)
+
+
+def tree_paths(path, report: ErrorHandler | None = None) -> Iterator[str]:
+    """The file paths below folder `path`, recursively, in sorted order.
+
+    Hidden names (files and folders starting with ``.``) and files named
+    ``index`` are left out.  The whole tree is listed (and its names held)
+    before the first path is yielded, since sorting needs them all; a folder
+    that cannot be listed goes to ``report`` (default: :func:`reporter`'s
+    warning).  The paths are not checked: :func:`message_file` skips what is
+    not a message.
+    """
+    path = os.fspath(path)
+    if report is None:
+        report = reporter()
     files = []
     for top, dirs, names in os.walk(path, onerror=lambda exc: report(exc.filename or path, exc)):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
         files.extend(os.path.join(top, n) for n in names
                      if not n.startswith(".") and n != "index")
-    for file in sorted(files):
-        yield from _message_file(file, label, report)
+    yield from sorted(files)
 
 
 def _iter_mbox(path, label, report) -> Iterator[Message]:
@@ -474,20 +525,42 @@ def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = No
     unreadable entry (see :func:`iter_messages`).
     """
     path = os.fspath(path)
-    report = _reporter(strict, on_error)
+    report = reporter(strict, on_error)
     if not os.path.exists(path):
         raise SourceError(f"no such index file or archive: {path}")
     if is_archive(path):
         return _iter_archive_index(path, report)
     if os.path.isdir(path):
         raise SourceError(f"{path} is a directory, not an index file")
+    entries = list(index_paths(path))
+    return _iter_file_index(entries, report)
+
+
+def index_paths(path) -> Iterator[tuple[str, str]]:
+    """``(message path, label)`` for each line of index file `path`, lazily.
+
+    Paths are relative to the index's folder, as :func:`iter_index` reads
+    them; the file is read a line at a time, so a very large index is never
+    held in memory, and a bad line raises :class:`SourceError` (naming the
+    line number) only when it is reached.  An unreadable index raises
+    :class:`SourceError`.  The paths are not checked: :func:`message_file`
+    reports missing ones.
+    """
+    path = os.fspath(path)
+    base = os.path.dirname(path)
+    for label, rel in index_entries(_index_lines(path), path):
+        yield os.path.join(base, rel), label
+
+
+def _index_lines(path: str) -> Iterator[str]:
+    """The text lines of an index file: ``splitlines()`` of each physical line,
+    the lines of ``splitlines()`` over the whole decoded file."""
     try:
-        text = _read_file(path)
+        with open(path, "rb") as f:
+            for physical in f:
+                yield from physical.decode("utf-8", "surrogateescape").splitlines() or [""]
     except OSError as exc:
         raise SourceError(f"cannot read index {path}: {_describe(exc)}") from exc
-    entries = _parse_index(text, path)
-    base = os.path.dirname(path)
-    return _iter_file_index(entries, base, report)
 
 
 def index_entries(lines: Iterable[str], where: str) -> Iterator[tuple[str, str]]:
@@ -510,9 +583,9 @@ def _parse_index(text: bytes, where: str) -> list[tuple[str, str]]:
     return list(index_entries(text.decode("utf-8", "surrogateescape").splitlines(), where))
 
 
-def _iter_file_index(entries, base, report) -> Iterator[Message]:
-    for label, rel in entries:
-        yield from _message_file(os.path.join(base, rel), label, report)
+def _iter_file_index(entries, report) -> Iterator[Message]:
+    for path, label in entries:
+        yield from message_file(path, label, report)
 
 
 def _index_member_folder(name: str) -> str | None:

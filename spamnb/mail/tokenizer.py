@@ -116,8 +116,8 @@ class TokenizerConfig:
         MIME nesting and part-count caps.
 
     A frozen value (equality, hash, repr by fields), written out by hand: a
-    ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect`, ~10 ms of
-    every ``spamnb filter`` start-up.
+    ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect` at every
+    ``spamnb filter`` start-up, for nothing the filter uses.
     """
 
     # The fields, in the order of __init__'s parameters (to_dict() keeps it).
@@ -128,10 +128,13 @@ class TokenizerConfig:
     # every message).
     __slots__ = _FIELDS + ("_hash",)
 
-    # Defaults chosen by cross-validation with scripts/tokenizer_ablation.py:
-    #   SA  = python3 scripts/tokenizer_ablation.py /work/shared/corpora/spamassassin/index --alpha 0.01
+    # Defaults chosen by cross-validation with scripts/tokenizer_ablation.py.
+    # $CORPORA is the folder of the shared evaluation corpora (the full
+    # SpamAssassin and trec06c-dev corpora, each with a TREC index), which
+    # lives outside the repository:
+    #   SA  = python3 scripts/tokenizer_ablation.py $CORPORA/spamassassin/index --alpha 0.01
     #         (6046 messages, 5 folds by md5 of the path, pooled scores)
-    #   TC  = python3 scripts/tokenizer_ablation.py /work/shared/corpora/trec06c-dev/index --folds 2 \
+    #   TC  = python3 scripts/tokenizer_ablation.py $CORPORA/trec06c-dev/index --folds 2 \
     #         --alpha 0.01 --only-headers subject,from,to,content-type,content-transfer-encoding
     #         (7418 messages, half/half by md5, the corpus's fair header set)
     # Figures: (1-AUC)% / spam recall at 0.1% FPR, multinomial NB (α = 0.01) on
@@ -377,8 +380,9 @@ def _words(text, config, prefix=""):
 def _address_tokens(prefix, value, config, out):
     """Addresses (up to 5), their domains, display-name words, the count.
 
-    A regex, not ``email.utils.getaddresses``: that one cost 16% of all
-    tokenizing time (cProfile over the SpamAssassin corpus) for the same tokens.
+    A regex, not ``email.utils.getaddresses``: that one is a full RFC 5322
+    address parser, a large share of all tokenizing time in a profile, for
+    the same tokens.
     """
     value = value[:_MAX_ADDRESS_HEADER]
     addrs = _ADDRESS.findall(value)
@@ -450,8 +454,9 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
             continue
         if not isinstance(value, str):
             value = str(value)
-        # Cut before decoding: the stdlib's RFC 2047 decoder is superlinear
-        # (50,000 encoded words took 6.9 s).
+        # Cut before decoding: the stdlib's RFC 2047 decoder is superlinear in
+        # the number of encoded words, so a header of thousands of them would
+        # stall the tokenizer.
         value = mime.decode_header(value[:_MAX_RAW_HEADER], fallback)
         if kind == "words":
             text = _prepare(value[:_MAX_HEADER], config)

@@ -67,6 +67,7 @@ from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary
 __all__ = [
     "SHARD_SIZE", "BACKENDS", "Shard", "ShardPlan", "CountSpec", "ShardCounts", "ShardMatrix",
     "Runner", "ShardMerger", "plan", "shards_of", "count_shard", "matrix_shard", "train", "count_matrix",
+    "can_fork", "ordered_map",
 ]
 
 # Messages per shard. Part of the result (float sums are added shard by shard),
@@ -77,10 +78,11 @@ SHARD_SIZE = BATCH
 # forked from this one (the standard library's ProcessPoolExecutor), so a worker
 # starts in milliseconds with this process's modules already imported; joblib's
 # own multiprocessing backend cannot hand results back as a generator, which the
-# bounded window below needs. "loky": joblib's fresh interpreters (~1 s each to
-# import numpy, scipy and the tokenizer; for where forking is unsafe, e.g. a
-# caller with threads running). "dask": the workers of a Dask cluster, through
-# joblib. Measured by scripts/bench_train.py (section a): README "Scale".
+# bounded window below needs. "loky": joblib's fresh interpreters (slow to
+# start: each imports numpy, scipy and the tokenizer; for where forking is
+# unsafe, e.g. a caller with threads running). "dask": the workers of a Dask
+# cluster, through joblib. Measured by scripts/bench_train.py (section a):
+# README "Scale".
 BACKENDS = ("multiprocessing", "loky", "dask")
 
 
@@ -105,13 +107,13 @@ class Shard:
     def read(self):
         """The shard's messages ``[(source, raw, label)]`` and the skipped ``[(source, exc)]``."""
         skipped = []
-        report = _src._reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
+        report = _src.reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
         out = []
         for source, raw, label in self.items:
             if raw is not None:
                 out.append((source, raw, label))
             else:
-                out.extend((m.source, m.raw, m.label) for m in _src._message_file(source, label, report))
+                out.extend((m.source, m.raw, m.label) for m in _src.message_file(source, label, report))
         return out, skipped
 
 
@@ -153,7 +155,7 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     Listing a maildir or folder tree holds its file names (sorted) in memory;
     for very large corpora use an index file.
     """
-    report = _src._reporter(strict, on_error)
+    report = _src.reporter(strict, on_error)
     specs = []
     for label, group in (("ham", ham), ("spam", spam)):
         for spec in group:
@@ -173,13 +175,13 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     def items():
         for kind, spec, label in specs:
             if kind == "maildir":
-                yield from ((p, None, label) for p in _maildir_paths(spec, recursive, report))
+                yield from ((p, None, label) for p in _src.maildir_paths(spec, recursive, report))
             elif kind == "tree":
-                yield from ((p, None, label) for p in _tree_paths(spec, report))
+                yield from ((p, None, label) for p in _src.tree_paths(spec, report))
             elif kind == "file":
                 yield spec, None, label
             elif kind == "index":
-                yield from ((p, None, lb) for p, lb in _index_paths(spec))
+                yield from ((p, None, lb) for p, lb in _src.index_paths(spec))
             elif kind == "archive-index":
                 yield from ((m.source, m.raw, m.label)
                             for m in _src.iter_index(spec, strict=strict, on_error=on_error))
@@ -197,44 +199,6 @@ def shards_of(messages, size: int = SHARD_SIZE) -> ShardPlan:
     if isinstance(messages, ShardPlan):
         return messages
     return ShardPlan(lambda: iter(messages), size)
-
-
-def _maildir_paths(path, recursive, report):
-    # as sources: cur/ then new/, sorted names, no dot files; Maildir++ sub-folders if recursive
-    for sub in ("cur", "new"):
-        folder = os.path.join(path, sub)
-        for name in _src._sorted_listing(folder, report):
-            if not name.startswith("."):
-                yield os.path.join(folder, name)
-    if recursive:
-        for name in _src._sorted_listing(path, report):
-            sub = os.path.join(path, name)
-            if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")):
-                yield from _maildir_paths(sub, False, report)
-
-
-def _tree_paths(path, report):
-    # as sources: every regular file below, no hidden names, no "index" files, sorted
-    files = []
-    for top, dirs, names in os.walk(path, onerror=lambda exc: report(exc.filename or path, exc)):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        files.extend(os.path.join(top, n) for n in names if not n.startswith(".") and n != "index")
-    yield from sorted(files)
-
-
-def _index_paths(path):
-    """``(path, label)`` of an index file's lines, read lazily (TREC format, as sources)."""
-    base = os.path.dirname(path)
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise _src.SourceError(f"cannot read index {path}: {exc.strerror or exc}") from exc
-    with f:
-        # the lines sources reads: splitlines() of each physical line
-        lines = (line for physical in f
-                 for line in physical.decode("utf-8", "surrogateescape").splitlines() or [""])
-        for label, rel in _src.index_entries(lines, path):
-            yield os.path.join(base, rel), label
 
 
 # -- counting one shard (in a worker) -------------------------------------------------
@@ -310,10 +274,9 @@ def _cyclic_gc_paused():
 
     Tokenizing allocates millions of short-lived, acyclic objects, freed by
     reference counting; the collector's passes over them (and, in a forked
-    worker, over every object inherited from the parent) were 2.7% of the
-    workers' CPU time on SpamAssassin (0.23 of 8.6 s, timed with gc.callbacks
-    in one --jobs 2 train). Collection resumes after the shard, so the rare
-    cycle is still freed.
+    worker, over every object inherited from the parent) find nothing to free
+    and cost the workers time for it (README, "Training"). Collection resumes
+    after the shard, so the rare cycle is still freed.
     """
     was = gc.isenabled()
     gc.disable()
@@ -417,7 +380,7 @@ class Runner:
         as many in flight as there are workers), so a lazy plan stays lazy.
         """
         if self.backend != "dask":
-            yield from _local_map(func, items, args, self._n_local(), self.backend)
+            yield from ordered_map(func, items, *args, jobs=self._n_local(), backend=self.backend)
             return
         from joblib import Parallel, delayed, parallel_config
 
@@ -439,34 +402,55 @@ class Runner:
 def _executor(backend, jobs):
     """``(executor, workers, forked)`` for ``jobs`` local processes.
 
-    "multiprocessing" where the platform forks safely (not macOS): ``jobs``
-    forked workers of our own (they start in milliseconds), this process only merging. Else joblib's
-    reusable loky executor (it outlives the call) with ``jobs - 1`` workers, this
-    process counting too while they start. Measured on SpamAssassin, 2 cores
-    (scripts/bench_train.py --only a): counting took 6.7-7.1 s with two forked
-    workers, 8.1-8.7 s with one forked worker beside this process (the merge in
-    shard order waits whenever this process is busy counting).
+    "multiprocessing" where :func:`can_fork`: ``jobs`` forked workers of our
+    own (they start in milliseconds), this process only merging: the merge in
+    shard order waits whenever this process is busy counting, so it counts
+    nothing itself (README, "Scale"). Else joblib's reusable loky executor (it
+    outlives the call) with ``jobs - 1`` workers, this process counting too
+    while they start.
     """
     if backend == "multiprocessing":
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
 
-        # Not on macOS, where system frameworks make forking unsafe (Python spawns there).
-        if "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin":
+        if can_fork():
             return ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")), jobs, True
     from joblib.externals.loky import get_reusable_executor
 
     return get_reusable_executor(max_workers=jobs - 1), jobs - 1, False
 
 
-def _local_map(func, items, args, jobs, backend="multiprocessing"):
-    """Ordered ``func(item, *args)`` on ``jobs`` local processes (:func:`_executor`).
+def can_fork() -> bool:
+    """True where local workers are forked from this process.
 
-    With loky workers, whenever the next result in order is not ready yet, this
-    process counts the next shard itself instead of waiting, so the time the
-    workers take to start (an interpreter importing numpy, scipy and the
-    tokenizer: ~1 s) is not lost. jobs=1 is simply a loop here. At most
-    ``2 × jobs`` shards are in flight.
+    Not on macOS, where system frameworks make forking unsafe (Python spawns
+    there), nor where the platform has no ``fork``. Forked workers inherit this
+    process's modules and objects; elsewhere :func:`ordered_map` starts fresh
+    interpreters, which see none of this process's state.
+    """
+    import multiprocessing
+
+    return "fork" in multiprocessing.get_all_start_methods() and sys.platform != "darwin"
+
+
+def ordered_map(func, items: Iterable, *args, jobs: int, backend: str = "multiprocessing") -> Iterator:
+    """``func(item, *args)`` for every item on ``jobs`` local processes, results in item order.
+
+    The one executor window of spamnb: sharded training (:meth:`Runner.map`)
+    and batch classification (:func:`spamnb.scale.batch.classify_parallel`)
+    both run through it. Items are taken only as workers free up, so a lazy
+    iterable stays lazy and at most ``2 × jobs`` items are in flight (each
+    worker busy, one item queued behind it). ``jobs <= 1`` is a plain loop in
+    this process.
+
+    Processes (:func:`_executor`): ``backend="multiprocessing"`` forks ``jobs``
+    workers where :func:`can_fork`; otherwise, and with ``backend="loky"``,
+    joblib's loky workers run ``jobs - 1`` fresh interpreters, and whenever the
+    next result in order is not ready yet this process runs the next item
+    itself instead of waiting, so the time they take to start (importing
+    numpy, scipy and the tokenizer) is not lost. ``func`` and ``args`` must
+    pickle; a ``func`` that relies on state inherited by forking is only
+    correct where :func:`can_fork`, so its caller checks that first.
     """
     from collections import deque
     from concurrent.futures import Future
@@ -671,7 +655,7 @@ def _report_skipped(result, on_error):
         if on_error is not None:
             on_error(source, exc)
         else:
-            _src._reporter(False, None)(source, exc)
+            _src.reporter(False, None)(source, exc)
 
 
 def train(model: SpamModel, shards, *, runner: Runner | None = None, registry: bool = True,
