@@ -190,8 +190,8 @@ def _write_and_exit(out, code):
 
     The interpreter's clean shutdown (module teardown, a last garbage
     collection) is skipped with ``os._exit`` once both streams are flushed:
-    it was ~1-2 ms of each delivery through the server, and this process
-    holds nothing that needs it.
+    it is a noticeable share of a delivery through the server, and this
+    process holds nothing that needs it.
     """
     try:
         sys.stdout.buffer.write(out)
