@@ -19,7 +19,6 @@ Errors are plain :class:`DecisionError` (a ValueError); the command line turns
 them into usage errors, the cold path into a :class:`Fallback`.
 """
 
-import math
 import os
 
 from spamnb._version import __version__
@@ -59,14 +58,16 @@ class Fallback(Exception):
 
 
 def check_cost(name, value):
-    """A cost must be a positive, finite real number (NaN fails too)."""
+    """A cost must be a positive, finite real number (NaN fails too): TypeError for
+    what is not a number, DecisionError for a number that is not a cost."""
     try:
-        finite = not isinstance(value, bool) and math.isfinite(value)
-    except TypeError:  # not a real number (numbers.Real would cost the cold path an import)
-        finite = None
-    if finite is None or isinstance(value, bool) or isinstance(value, complex):
+        # x - x == 0 holds for finite numbers only (not inf, not NaN): no `math` import
+        ok = not isinstance(value, bool) and value - value == 0 and value > 0
+    except TypeError:  # not a number at all, or complex
+        ok = None
+    if ok is None or isinstance(value, bool):
         raise TypeError(f"{name} must be a real number, got {value!r}")
-    if not (finite and value > 0):
+    if not ok:
         raise DecisionError(f"{name} must be positive and finite, got {value!r}")
 
 
