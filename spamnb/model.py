@@ -34,7 +34,7 @@ from spamnb._version import __version__
 from spamnb.nb.decision import Cutoffs
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
-from spamnb.verdict import DEFAULT_COSTS, LABELS
+from spamnb.verdict import DEFAULT_COSTS, LABELS, label_for
 
 FORMAT = "spamnb-model"
 FORMAT_VERSION = 1
@@ -413,7 +413,8 @@ class SpamModel:
     def _classifications(self, token_lists, cut):
         score, p, n_unknown = self.score_tokens(token_lists)
         for toks, s, pi, u in zip(token_lists, score, p, n_unknown):
-            yield Classification(cut.label(pi), float(pi), float(s), len(toks), int(u))
+            yield Classification(label_for(pi, cut, known=len(toks) - int(u)), float(pi), float(s),
+                                 len(toks), int(u))
 
     def classify(self, raw: bytes, *, cutoffs: Cutoffs | None = None) -> Classification:
         """Classify one raw message."""

@@ -127,11 +127,19 @@ def cutoffs_from(model_cutoffs, cost_fp=None, cost_fn=None, cost_unsure=None,
     return check_cutoffs(model_ham, model_spam)
 
 
-def label_for(p, cutoffs):
-    """'ham' if p <= ham cut-off, 'spam' if p > spam cut-off, else 'unsure'."""
+def label_for(p, cutoffs, known=None):
+    """'ham' if p <= ham cut-off, 'spam' if p > spam cut-off, else 'unsure'.
+
+    ``known``: how many of the message's tokens the model knows, when the caller
+    counted them. No evidence is no verdict: with none known, P(spam | x) is the
+    prior alone (for an empty message, random bytes or a text that is not mail),
+    and the message is 'unsure' whatever that prior says.
+    """
     p = float(p)
     if not 0.0 <= p <= 1.0:
         raise DecisionError(f"spam probability must be in [0, 1], got {p}")
+    if known == 0:
+        return "unsure"
     ham, spam = cutoffs
     if p <= ham:
         return "ham"
@@ -151,6 +159,11 @@ def model_name(path, is_default):
 def default_model_notice(path):
     """What every command says when it falls back to the default model."""
     return f"no model of yours yet: using the default model trained on the shipped corpus ({path})"
+
+
+def passed_through(reason):
+    """What ``spamnb filter`` says when it delivers a message unchanged (exit status 3)."""
+    return f"spamnb: error: {reason}; message passed through unchanged"
 
 
 def header_lines(label, probability, score, model, evidence=None):

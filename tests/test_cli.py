@@ -210,7 +210,8 @@ def test_classify_tsv_and_table(trained_model_file, spam_msg, ham_msg):
 def test_classify_stdin(trained_model_file, spam_msg):
     rows = jsonl(run(["classify", "-", "--model", trained_model_file, "--format", "jsonl"],
                      input=spam_msg.read_bytes()))
-    assert [(r["path"], r["label"]) for r in rows] == [("-", "spam")]
+    # read as the file would be: this one starts with an mbox From line, so it is an mbox
+    assert [(r["path"], r["label"]) for r in rows] == [("-:#1", "spam")]
 
 
 def test_spam_cutoff_changes_labels(trained_model, trained_model_file):
@@ -558,14 +559,14 @@ def test_sort_errors(trained_model_file, tmp_path, make, code, text):
 def test_explain_contributions_add_up_to_the_score(trained_model, trained_model_file, spam_msg):
     raw = spam_msg.read_bytes()
     c = trained_model.classify(raw)
-    out = run(["explain", spam_msg, "--model", trained_model_file, "-n", "100000"]).stdout.splitlines()
+    out = run(["explain", spam_msg, "--model", trained_model_file, "--count", "100000"]).stdout.splitlines()
     assert out[0] == f"label {c.label}, P(spam) {c.spam_probability:.6f}, score {c.score:+.2f}"
     assert out[1].endswith("prior and per-class constants")
     values = [float(line.split()[0]) for line in out[1:-1]]
     # score = bias + sum of token contributions (a linear model); 3 decimals each
     assert sum(values) == pytest.approx(c.score, abs=0.0005 * len(values) + 1e-6)
     assert out[-1] == f"{c.n_tokens} tokens, {c.n_unknown} not in the vocabulary"
-    short = run(["explain", "-", "--model", trained_model_file, "-n", "3"], input=raw).stdout.splitlines()
+    short = run(["explain", "-", "--model", trained_model_file, "-c", "3"], input=raw).stdout.splitlines()
     assert len(short) == 1 + 1 + 3 + 1
     assert short[2:5] == out[2:5]  # strongest first
 
@@ -640,7 +641,9 @@ def test_default_model_for_a_new_user(small_archive, monkeypatch, spam_msg, isol
 
 def test_no_model_and_no_corpus_is_a_clear_error(spam_msg):
     res = run(["classify", spam_msg], code=1)
-    assert "no model yet and no shipped corpus" in res.stderr
+    assert res.stderr.count("\n") == 1  # one line: what is missing and what to do
+    assert "no model of yours, and no shipped corpus" in res.stderr and "spamnb train" in res.stderr
+    assert "using the default model" not in res.stderr
 
 
 def test_spamnb_model_variable_names_the_model(trained_model_file, monkeypatch, spam_msg, tmp_path):

@@ -172,14 +172,6 @@ def test_parse_args_handles_only_what_it_knows(args, handled):
     assert (fastfilter.parse_args(args) is not None) == handled
 
 
-def test_model_resolution_is_the_store_rules(tmp_path):
-    envs = [{}, {"SPAMNB_MODEL": ""}, {"SPAMNB_MODEL": "~/m.joblib", "HOME": "/h"},
-            {"XDG_DATA_HOME": "rel/path", "HOME": "/h"}, {"XDG_DATA_HOME": "/abs", "HOME": "/h"},
-            {"HOME": str(tmp_path)}]
-    for env in envs:
-        assert locate.default_model_path(env) == store.default_model_path(env)
-
-
 # -- when the fast path must hand over --------------------------------------------------------
 
 def test_stale_scorer_falls_back_to_the_full_path(compiled, spam_and_ham, tmp_path):

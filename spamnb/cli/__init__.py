@@ -22,7 +22,29 @@ from spamnb.cli import delivery, evaluate, explain, learning, mailbox, train
 
 
 class _Group(click.Group):
-    """Turns library errors into clear one-line messages with exit status 1."""
+    """One error style for every command: ``spamnb: error: …`` on one line, no traceback.
+
+    Library errors (bad mail sources, models, values, files) exit 1; usage
+    errors (bad options) exit 2, with a pointer to the command's help; click's
+    own ``Error: …`` and usage blocks are never printed. ``SPAMNB_DEBUG=1``
+    shows the traceback of a library error.
+    """
+
+    def main(self, args=None, prog_name=None, **extra):
+        extra.pop("standalone_mode", None)
+        try:
+            code = super().main(args, prog_name or "spamnb", standalone_mode=False, **extra)
+        except click.UsageError as exc:
+            hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+            _error(exc.format_message() + hint)
+            sys.exit(exc.exit_code)
+        except click.ClickException as exc:
+            _error(exc.format_message())
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            _error("aborted")
+            sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def invoke(self, ctx):
         from spamnb.mail.sources import SourceError
@@ -42,8 +64,12 @@ class _Group(click.Group):
                 text = f"{exc.filename}: {exc.strerror or exc}"
             else:
                 text = str(exc)
-            click.echo(f"spamnb: error: {text}", err=True)
+            _error(text)
             ctx.exit(1)
+
+
+def _error(text):
+    click.echo(f"spamnb: error: {text}", err=True)
 
 
 def _silence_stdout():

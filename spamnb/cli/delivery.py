@@ -7,7 +7,7 @@ import sys
 import click
 
 from spamnb.cli.options import decision_options, model_options, open_model
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR, model_name
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR, DecisionError, model_name, passed_through
 
 
 class _FilterCommand(click.Command):
@@ -23,8 +23,7 @@ class _FilterCommand(click.Command):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.ClickException as exc:
-            click.echo(f"spamnb filter: {exc.format_message().rstrip('.')}; message passed through unchanged",
-                       err=True)
+            click.echo(passed_through(exc.format_message().rstrip(".")), err=True)
             try:
                 stdout = sys.stdout.buffer
                 stdout.write(sys.stdin.buffer.read())
@@ -75,8 +74,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
                                      (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff))
         code = 0 if exit_zero else EXIT_CODES[label]
     except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
-        click.echo(f"spamnb filter: {exc.__class__.__name__}: {exc}; message passed through unchanged",
-                   err=True)
+        click.echo(passed_through(_reason(exc)), err=True)
         out, code = raw, EXIT_ERROR
     try:
         stdout.write(out)
@@ -84,6 +82,22 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     except OSError:
         code = EXIT_ERROR
     sys.exit(code)
+
+
+def _reason(exc):
+    """The one-line reason of a failed filter: the message of an error spamnb
+    raises for the user (model, mail source, decision options, a file); the kind
+    of anything else, which is a bug to report."""
+    from spamnb.mail.sources import SourceError
+    from spamnb.storage.store import ModelError
+
+    if isinstance(exc, OSError) and exc.filename:
+        return f"{exc.filename}: {exc.strerror or exc}"
+    if isinstance(exc, (ModelError, SourceError, DecisionError, click.ClickException, OSError)):
+        return exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
 def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):

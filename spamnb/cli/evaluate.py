@@ -6,7 +6,7 @@ import json
 
 import click
 
-from spamnb.cli.options import (labelled, model_factory, model_settings_options, runner_from, scale_options,
+from spamnb.cli.options import (check_alpha, labelled, model_factory, model_settings_options, runner_from, scale_options,
                                 skipper, source_options)
 
 
@@ -68,6 +68,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     from spamnb.evaluation import evaluate as ev
     from spamnb.evaluation import metrics
 
+    check_alpha(settings.get("alpha"), refuse=False)
     make_model = model_factory(**settings)
     runner = runner_from(jobs, backend, scheduler)
     if plot:

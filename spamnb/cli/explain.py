@@ -13,7 +13,7 @@ from spamnb.cli.options import model_options, open_model
 @click.command()
 @click.argument("message", metavar="MSG")
 @model_options
-@click.option("-n", "count", type=click.IntRange(min=1), default=15, show_default=True,
+@click.option("--count", "-c", "count", type=click.IntRange(min=1), default=15, show_default=True,
               help="How many tokens to show.")
 def explain(message, model_path, allow_insecure_model, count):
     """Show why a message got its score: the prior and the strongest tokens.

@@ -2,29 +2,39 @@
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from spamnb.cli.options import model_options, notice, skipper, source_options
 
 
 def _learn_options(f):
-    """The options and arguments learn and forget share."""
-    f = click.argument("sources", nargs=-1, required=True, metavar="SRC...")(model_options(source_options(f)))
-    f = click.option("--ham", "label", flag_value="ham", help="The messages are ham.")(f)
-    f = click.option("--spam", "label", flag_value="spam", help="The messages are spam.")(f)
-    return f
+    """The options and arguments learn and forget share; ``label`` is the one of
+    --spam and --ham given (both at once is a usage error, not "the last one wins")."""
+
+    @functools.wraps(f)
+    def command(spam, ham, **kwargs):
+        if spam and ham:
+            raise click.UsageError("give one label: --spam or --ham, not both")
+        return f(label="spam" if spam else "ham" if ham else None, **kwargs)
+
+    command = click.argument("sources", nargs=-1, required=True, metavar="SRC...")(
+        model_options(source_options(command)))
+    command = click.option("--ham", is_flag=True, help="The messages are ham.")(command)
+    return click.option("--spam", is_flag=True, help="The messages are spam.")(command)
 
 
 def _labelled(sources, label, recursive, strict):
     """``(raw, label)`` of every message in ``sources``; unreadable ones are reported
     and counted in the returned one-element list."""
-    from spamnb.mail.sources import iter_messages
+    from spamnb.mail.sources import iter_messages, mail_only, reporter
 
     skipped = [0]
-    messages = [(m.raw, label) for spec in sources
-                for m in iter_messages(spec, label=label, recursive=recursive, strict=strict,
-                                       on_error=skipper(skipped))]
-    return messages, skipped
+    report = reporter(strict, skipper(skipped))
+    read = (m for spec in sources
+            for m in iter_messages(spec, label=label, recursive=recursive, strict=strict, on_error=report))
+    return [(m.raw, label) for m in mail_only(read, report)], skipped
 
 
 @click.command()
@@ -40,14 +50,13 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.storage.modelfile import resolve, updating
+    from spamnb.storage.modelfile import own_model_path, resolve, updating
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
     path, is_default = resolve(model_path)
     if is_default:  # a user's first learn: their own model, seeded with the default one
-        from spamnb.storage import store
-        path = store.default_model_path()
+        path = own_model_path()
         notice(f"creating your model at {path}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
     with updating(path, allow_insecure=allow_insecure_model, create=_default_seed) as model:

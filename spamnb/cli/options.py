@@ -62,15 +62,19 @@ def skipper(counter):
 
 
 def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None):
-    """All messages of the --ham/--spam/--index sources, as sources.Message."""
-    from spamnb.mail.sources import iter_index, iter_messages
+    """All mail of the --ham/--spam/--index sources, as sources.Message (what is not
+    mail is reported and skipped: :func:`spamnb.mail.sources.mail_only`)."""
+    from spamnb.mail.sources import iter_index, iter_messages, mail_only, reporter
 
-    for label, specs in (("ham", ham), ("spam", spam)):
-        for spec in specs:
-            yield from iter_messages(spec, label=label, recursive=recursive, strict=strict,
-                                     on_error=on_error)
-    for spec in index:
-        yield from iter_index(spec, strict=strict, on_error=on_error)
+    def read():
+        for label, specs in (("ham", ham), ("spam", spam)):
+            for spec in specs:
+                yield from iter_messages(spec, label=label, recursive=recursive, strict=strict,
+                                         on_error=on_error)
+        for spec in index:
+            yield from iter_index(spec, strict=strict, on_error=on_error)
+
+    return mail_only(read(), reporter(strict, on_error))
 
 
 def shard_progress():
@@ -101,7 +105,8 @@ def model_settings_options(f):
         click.option("--model-type", type=click.Choice(["multinomial", "bernoulli", "complement"]),
                      default="multinomial", show_default=True, help="Naive Bayes event model."),
         click.option("--alpha", type=click.FloatRange(min=0.0), default=None,
-                     help="Smoothing λ >= 0 (0 = maximum likelihood, 1 = Laplace; default 0.01)."),
+                     help="Smoothing λ > 0 (1 = Laplace; default 0.01). λ = 0, maximum likelihood, "
+                          "is for experiments: train refuses it, evaluate warns."),
         click.option("--refine-rounds", type=click.IntRange(min=0), default=None,
                      help="Rounds of training on errors after counting: the training messages not "
                           "classified right by --refine-margin are added again (default 10; 0 = off)."),
@@ -152,6 +157,22 @@ def runner_from(jobs, backend, scheduler):
     if scheduler and backend != "dask":
         raise click.UsageError("--scheduler is for --backend dask")
     return Runner(jobs=jobs, backend=backend, scheduler=scheduler)
+
+
+ALPHA_ZERO = ("--alpha 0 is maximum likelihood: a token seen in one class only gets an infinite "
+              "weight, so a single word decides a message (P = 0 or 1, whatever else it says)")
+
+
+def check_alpha(alpha, *, refuse):
+    """λ = 0 on the command line: a usage error for a model that will filter mail
+    (``refuse``), a warning for an experiment. The library keeps λ = 0
+    (:class:`spamnb.nb.naive_bayes.MultinomialNB` and the others)."""
+    if alpha != 0:
+        return
+    if refuse:
+        raise click.UsageError(f"{ALPHA_ZERO}; use a small λ such as 0.001, or the library "
+                               "(spamnb.nb.naive_bayes) to study λ = 0")
+    notice(f"warning: {ALPHA_ZERO}")
 
 
 def model_factory(model_type, alpha, prior, features, only_headers, skip_headers, bigrams,

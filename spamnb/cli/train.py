@@ -7,7 +7,7 @@ import time
 
 import click
 
-from spamnb.cli.options import (model_factory, model_options, model_settings_options, runner_from,
+from spamnb.cli.options import (check_alpha, model_factory, model_options, model_settings_options, runner_from,
                                 scale_options, shard_progress, skipper, source_options)
 
 
@@ -43,15 +43,16 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     """
     from spamnb.scale import parallel
     from spamnb.verdict import LABELS
-    from spamnb.storage.modelfile import resolve, save_model
+    from spamnb.storage.modelfile import own_model_path, save_model
 
     if not (ham or spam or index):
         raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
     if min_df > 1 and settings.get("hash_features"):
         raise click.UsageError("--min-df needs a vocabulary: it cannot be combined with --hash-features")
+    check_alpha(settings.get("alpha"), refuse=True)
     model = model_factory(**settings)()
     runner = runner_from(jobs, backend, scheduler)
-    path, _ = resolve(model_path)
+    path = own_model_path(model_path)
     skipped = [0]
     start = time.perf_counter()
     on_error = skipper(skipped)

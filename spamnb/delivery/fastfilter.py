@@ -29,7 +29,7 @@ import sys
 
 from spamnb.storage import locate
 from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
-                            default_model_notice, model_name)
+                            default_model_notice, model_name, passed_through)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -171,7 +171,7 @@ def full_path(load_cli, args, raw=None):
     try:
         cli_main = load_cli()
     except BaseException as exc:  # noqa: BLE001 - mail is never lost
-        sys.stderr.write(f"spamnb filter: {exc.__class__.__name__}: {exc}; message passed through unchanged\n")
+        sys.stderr.write(passed_through(f"cannot start the filter ({exc.__class__.__name__}: {exc})") + "\n")
         if raw is None:
             raw = _read_stdin()
         _write_and_exit(raw if raw is not None else b"", EXIT_ERROR)

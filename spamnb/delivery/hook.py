@@ -58,7 +58,8 @@ def add_headers(raw: bytes, lines: list[bytes]) -> bytes:
 
 
 def scored(model, raw, n_evidence=0):
-    """``(score, P(spam|x), evidence)`` of ``raw`` under ``model``.
+    """``(score, P(spam|x), evidence, known)`` of ``raw`` under ``model``; ``known``
+    counts the message's tokens the model knows (0: no evidence at all).
 
     ``model`` is a compiled :class:`spamnb.storage.scorer.Scorer` (standard
     library only: the cold path and the server's fast case) or a
@@ -68,14 +69,14 @@ def scored(model, raw, n_evidence=0):
     if isinstance(model, Scorer):
         if n_evidence:
             raise verdict.Fallback("the compiled scorer gives no evidence")
-        score, p, _ = model.score(tokenize(raw, TokenizerConfig.from_dict(model.tokenizer)))
-        return score, p, None
+        score, p, known = model.score(tokenize(raw, TokenizerConfig.from_dict(model.tokenizer)))
+        return score, p, None, known
     toks = model.tokens(raw)  # once, for the score and the evidence
     result = model.classify_tokens(toks)
     evidence = None
     if n_evidence:
         evidence = [(tok, c) for tok, _, c in model.explain(raw, n_evidence, toks=toks).tokens]
-    return result.score, result.spam_probability, evidence
+    return result.score, result.spam_probability, evidence, result.n_tokens - result.n_unknown
 
 
 def filter_message(model, raw, name, decision, n_evidence=0):
@@ -86,7 +87,7 @@ def filter_message(model, raw, name, decision, n_evidence=0):
     model's name in the header (:func:`spamnb.verdict.model_name`).
     """
     cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
-    score, p, evidence = scored(model, raw, n_evidence)
-    label = verdict.label_for(p, cutoffs)
+    score, p, evidence, known = scored(model, raw, n_evidence)
+    label = verdict.label_for(p, cutoffs, known)
     lines = verdict.header_lines(label, p, score, name, evidence)
     return add_headers(raw, lines), label

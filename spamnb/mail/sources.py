@@ -44,11 +44,13 @@ import re
 import stat
 import sys
 import tarfile
+import tempfile
 import warnings
 import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
+from spamnb.mail.mime import NotMailError, looks_like_mail
 from spamnb.verdict import LABELS
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "SourceError",
     "SourceWarning",
     "detect_kind",
+    "mail_only",
     "iter_messages",
     "iter_index",
     "index_entries",
@@ -234,7 +237,7 @@ def iter_messages(
             raise SourceError(f"{spec} is a labelled index file; do not give it a label too")
         return iter_index(spec, strict=strict, on_error=on_error)
     readers = {
-        "stdin": lambda: _iter_stdin(stdin, label),
+        "stdin": lambda: _iter_stdin(stdin, label, report),
         "maildir": lambda: _iter_maildir(spec, label, recursive, report),
         "mh": lambda: _iter_mh(spec, label, recursive, report),
         "tree": lambda: _iter_tree(spec, label, report),
@@ -263,6 +266,19 @@ def reporter(strict: bool = False, on_error: ErrorHandler | None = None) -> Erro
             warnings.warn(f"skipped {source}: {_describe(exc)}", SourceWarning, stacklevel=3)
 
     return report
+
+
+def mail_only(messages: Iterable[Message], report: ErrorHandler) -> Iterator[Message]:
+    """The messages that are mail; each other one goes to ``report(source, NotMailError())``.
+
+    For training and learning: an empty file, a program or random bytes read
+    as a message would only teach the model noise (and grow its vocabulary).
+    """
+    for m in messages:
+        if looks_like_mail(m.raw):
+            yield m
+        else:
+            report(m.source, NotMailError())
 
 
 def _describe(exc: Exception) -> str:
@@ -299,13 +315,27 @@ def message_file(path: str, label=None, report: ErrorHandler | None = None) -> I
 # -- kinds -------------------------------------------------------------------
 
 
-def _iter_stdin(stdin, label) -> Iterator[Message]:
+def _iter_stdin(stdin, label, report) -> Iterator[Message]:
+    """Standard input, read as the same bytes in a file would be: an mbox (it starts
+    with a ``From`` line) is its messages, anything else one message."""
     stream = sys.stdin if stdin is None else stdin
     stream = getattr(stream, "buffer", stream)
     raw = stream.read()
     if isinstance(raw, str):
         raise SourceError("standard input must be read as bytes")
-    yield Message("-", raw, label)
+    if not raw.startswith(b"From "):
+        yield Message("-", raw, label)
+        return
+    # The mbox reader needs a file: a private temporary one, gone when we are.
+    fd, tmp = tempfile.mkstemp(prefix="spamnb-stdin-", suffix=".mbox")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+        del raw
+        for m in _iter_mbox(tmp, label, report):
+            yield Message("-" + m.source[len(tmp):], m.raw, label)
+    finally:
+        os.unlink(tmp)
 
 
 def _iter_file(path, label, report) -> Iterator[Message]:

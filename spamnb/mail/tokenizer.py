@@ -659,8 +659,12 @@ def tokenize(raw, config=DEFAULT_CONFIG):
     Returns
     -------
     list of str
+        Empty for input that is not mail (:func:`spamnb.mail.mime.looks_like_mail`):
+        no header, no evidence.
     """
     try:
+        if not mime.looks_like_mail(raw):
+            return []
         return _tokens(raw, config)
     except Exception:
         pass

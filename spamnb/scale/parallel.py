@@ -108,13 +108,13 @@ class Shard:
         """The shard's messages ``[(source, raw, label)]`` and the skipped ``[(source, exc)]``."""
         skipped = []
         report = _src.reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
-        out = []
+        read = []
         for source, raw, label in self.items:
             if raw is not None:
-                out.append((source, raw, label))
+                read.append(_src.Message(source, raw, label))
             else:
-                out.extend((m.source, m.raw, m.label) for m in _src.message_file(source, label, report))
-        return out, skipped
+                read.extend(_src.message_file(source, label, report))
+        return [(m.source, m.raw, m.label) for m in _src.mail_only(read, report)], skipped
 
 
 class ShardPlan:

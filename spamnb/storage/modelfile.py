@@ -22,14 +22,19 @@ from pathlib import Path
 
 from spamnb.storage import locate, store
 from spamnb.storage.store import ModelError
+from spamnb.verdict import default_model_notice
+
+
+NO_MODEL = ("no model of yours, and no shipped corpus to build the default model from "
+            "(an install without the source tree has none): train your own with "
+            "`spamnb train --ham DIR --spam DIR`, or set SPAMNB_CORPUS to a labelled corpus")
 
 
 def shipped_corpus() -> Path | None:
-    """The shipped training corpus, or None when this install has none."""
+    """The shipped training corpus (``$SPAMNB_CORPUS``, else ``corpora/`` beside the
+    package), or None when there is none."""
     env = os.environ.get("SPAMNB_CORPUS")
-    if env:
-        return Path(env)
-    path = Path(__file__).resolve().parents[2] / "corpora" / "spamassassin.tar.xz"
+    path = Path(env) if env else Path(__file__).resolve().parents[2] / "corpora" / "spamassassin.tar.xz"
     return path if path.exists() else None
 
 
@@ -104,11 +109,8 @@ def build_default_model():
     from spamnb.model import SpamModel
 
     corpus = shipped_corpus()
-    if corpus is None or not corpus.exists():
-        raise ModelError(
-            "no model yet and no shipped corpus to build the default one from; "
-            "train one with `spamnb train --ham DIR --spam DIR` (or set SPAMNB_CORPUS)"
-        )
+    if corpus is None:
+        raise ModelError(NO_MODEL)
     model = SpamModel()
     parallel.train(model, parallel.plan(index=[str(corpus)], on_error=lambda *_: None))
     return model
@@ -124,16 +126,27 @@ def resolve(path, env=os.environ):
     return Path(found), is_default
 
 
+def own_model_path(path=None, env=os.environ) -> Path:
+    """Where a command that writes the user's model writes it: ``--model``, else
+    ``$SPAMNB_MODEL``, else the XDG data path -- never the default model's cache,
+    which belongs to the shipped corpus (a model trained there would pass for
+    the default model, and learning would refuse it)."""
+    return Path(path) if path is not None else Path(locate.default_model_path(env))
+
+
 def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):
     """Resolve and load the model a command should use: ``(model, path, is_default)``.
 
     The default model is built and cached when it does not exist yet;
-    ``notice(text)`` is told so.
+    ``notice(text)`` is told so. Without a model of the user's, a cached default
+    model or a shipped corpus to build one, ModelError says once what to do.
     """
     path, is_default = resolve(path, env)
     if is_default:
+        if not path.exists() and shipped_corpus() is None:
+            raise ModelError(NO_MODEL)
         if notice:
-            notice(f"no model of yours yet: using the default model trained on the shipped corpus ({path})")
+            notice(default_model_notice(path))
         if not path.exists():
             if notice:
                 notice("building the default model (once)...")

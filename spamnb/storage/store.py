@@ -33,10 +33,10 @@ import fcntl
 import os
 import stat
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["ModelError", "save_atomic", "load_checked", "model_lock", "default_model_path"]
+__all__ = ["ModelError", "save_atomic", "load_checked", "model_lock"]
 
 # New model files: read-write for the owner only.
 _NEW_FILE_MODE = 0o600
@@ -189,7 +189,9 @@ def load_checked(path, *, allow_insecure: bool = False) -> object:
                 f"model file {path} was written by an incompatible version of spamnb or its "
                 f"libraries ({_describe(exc)}); train a new model") from exc
         except Exception as exc:  # EOFError, UnpicklingError, ValueError, KeyError, zlib.error...
-            raise ModelError(f"corrupt or truncated model file {path}: {_describe(exc)}") from exc
+            # What the unpickler tripped over (IndexError, KeyError: 24...) means nothing to a user.
+            raise ModelError(f"{path} is not a spamnb model file, or it is corrupt or truncated "
+                             f"(it cannot be read as one); train a model with `spamnb train`") from exc
 
 
 def _trusted_owners() -> set[int]:
@@ -310,10 +312,3 @@ def _flock(fd: int, operation: int, timeout: float | None, path: str) -> None:
 
 
 # -- default location --------------------------------------------------------
-
-
-def default_model_path(env: Mapping[str, str] = os.environ) -> str:
-    """Where the model lives unless told otherwise (see :func:`spamnb.storage.locate.default_model_path`)."""
-    from spamnb.storage.locate import default_model_path as locate
-
-    return locate(env)
