@@ -84,6 +84,11 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     sys.exit(code)
 
 
+# `filter -u` waits this long for the model's lock, then delivers without learning:
+# a delivery agent must not hang behind a stuck (or another user's) lock holder.
+LEARN_TIMEOUT = 10.0
+
+
 def _reason(exc):
     """The one-line reason of a failed filter: the message of an error spamnb
     raises for the user (model, mail source, decision options, a file); the kind
@@ -107,9 +112,13 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
     out, label = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
     if learn_ and label != "unsure" and not is_default:
         from spamnb.storage.modelfile import updating
+        from spamnb.storage.store import ModelError
 
-        with updating(path, allow_insecure=allow_insecure_model) as m:
-            m.learn([(raw, label)])
+        try:
+            with updating(path, allow_insecure=allow_insecure_model, timeout=LEARN_TIMEOUT) as m:
+                m.learn([(raw, label)])
+        except ModelError as exc:  # the verdict stands: deliver it, unlearned
+            click.echo(f"spamnb: warning: the message was filtered but not learned: {exc}", err=True)
     return out, label
 
 

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from spamnb.delivery import wire
 from spamnb.delivery.hook import filter_message
 from spamnb.storage.modelfile import load_model
-from spamnb.storage.scorer import ScorerError, fresh_scorer, trusted
+from spamnb.storage.scorer import ScorerError, fresh_scorer, open_checked
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -151,9 +151,11 @@ class _Handler(socketserver.BaseRequestHandler):
 
 def _trusted_now(path):
     try:
-        return trusted(path, os.stat(path))
-    except OSError:
+        fd, _ = open_checked(path, what="model")
+    except ScorerError:
         return False
+    os.close(fd)
+    return True
 
 
 class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):

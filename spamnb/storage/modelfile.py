@@ -68,7 +68,7 @@ def save_model(model, path) -> None:
     from spamnb.storage import scorer
 
     path = os.fspath(path)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    store.make_private_folder(Path(path).parent)
     state = model.to_state()
     # A fresh random id in the file's tail: two saves never look alike to the scorer check.
     state["stats"]["save_id"] = secrets.token_hex(8)
@@ -157,16 +157,17 @@ def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):
 
 
 @contextmanager
-def updating(path, *, allow_insecure=False, create=None):
+def updating(path, *, allow_insecure=False, create=None, timeout=store.LOCK_TIMEOUT):
     """Read-modify-write a model file under its exclusive lock.
 
     Yields the loaded model (or ``create()``'s when the file does not exist);
     the model is saved atomically when the block ends without an exception, so
-    an error inside the block leaves the file as it was.
+    an error inside the block leaves the file as it was. ``timeout``: seconds
+    to wait for the lock (ModelError after them).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with store.model_lock(path):
+    store.make_private_folder(path.parent)
+    with store.model_lock(path, timeout=timeout):
         if path.exists():
             model = load_model(path, allow_insecure=allow_insecure)
         elif create is not None:

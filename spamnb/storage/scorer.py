@@ -46,8 +46,9 @@ it; a mismatch sends the filter down the full path (slow, never wrong).
 Trust
 -----
 A scorer is data, not code (no pickle), but a forged one changes verdicts, so
-:func:`load_scorer` applies the model files' rules (:mod:`spamnb.storage.store`):
-regular file, owned by us or root, not group/world-writable.
+:func:`load_scorer` applies the model files' rules (:func:`spamnb.storage.store.open_trusted`):
+regular file, owned by us or root, not group/world-writable, reached through no
+link another user could have planted.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ import struct
 import sys
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "Scorer", "scorer_path", "token_hash",
-           "file_identity", "trusted", "write_scorer", "load_scorer", "fresh_scorer", "remove_scorer"]
+           "file_identity", "open_checked", "write_scorer", "load_scorer", "fresh_scorer", "remove_scorer"]
 
 MAGIC = b"SPAMNBSC"
 FORMAT_VERSION = 1
@@ -111,14 +112,15 @@ def file_identity(fd: int, st: os.stat_result | None = None) -> dict:
             "tail": blake2b(tail, digest_size=16).hexdigest()}
 
 
-def trusted(path: str, st: os.stat_result) -> bool:
-    """Whether :func:`spamnb.storage.store.load_checked` would trust this file, as a yes/no:
-    a regular file that passes :func:`spamnb.storage.store.trust_problem`. A "no" only
-    sends the caller to the full path, which says what is wrong.
-    """
-    from spamnb.storage.store import trust_problem
+def open_checked(path, *, allow_insecure: bool = False, what: str = "scorer") -> tuple[int, os.stat_result]:
+    """:func:`spamnb.storage.store.open_trusted`, with its refusals as ScorerError: a
+    "no" only sends the caller to the full path, which says what is wrong."""
+    from spamnb.storage.store import ModelError, open_trusted
 
-    return stat.S_ISREG(st.st_mode) and trust_problem(path, st) is None
+    try:
+        return open_trusted(path, allow_insecure=allow_insecure, what=what)
+    except (ModelError, OSError) as exc:
+        raise ScorerError(str(exc)) from None
 
 
 # -- writing -----------------------------------------------------------------------
@@ -278,17 +280,8 @@ def fresh_scorer(model_path, *, allow_insecure: bool = False) -> Scorer:
     """The scorer of the model at ``model_path`` if that model is trusted and the
     scorer was compiled from that very file (:func:`file_identity`); ScorerError
     otherwise (the caller then loads the model itself, which says what is wrong)."""
+    fd, st = open_checked(model_path, allow_insecure=allow_insecure, what="model")
     try:
-        fd = os.open(model_path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        raise ScorerError(f"no model file {model_path}") from None
-    try:
-        st = os.fstat(fd)
-        # The checks of spamnb.storage.store.load_checked, as yes/no.
-        if not stat.S_ISREG(st.st_mode):
-            raise ScorerError(f"model {model_path} is not a regular file")
-        if not allow_insecure and not trusted(model_path, st):
-            raise ScorerError(f"model {model_path} is not trusted")
         identity = file_identity(fd, st)
     finally:
         os.close(fd)
@@ -301,16 +294,8 @@ def fresh_scorer(model_path, *, allow_insecure: bool = False) -> Scorer:
 def load_scorer(path, *, allow_insecure: bool = False) -> Scorer:
     """Map a scorer file; ScorerError when it is missing, untrusted or damaged."""
     path = os.fspath(path)
+    fd, st = open_checked(path, allow_insecure=allow_insecure)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise ScorerError(f"cannot open scorer {path}: {exc.strerror}") from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ScorerError(f"scorer {path} is not a regular file")
-        if not allow_insecure and not trusted(path, st):
-            raise ScorerError(f"scorer {path} is not trusted (owner or permissions)")
         pre = os.pread(fd, _PREAMBLE.size, 0)
         if len(pre) != _PREAMBLE.size:
             raise ScorerError(f"scorer {path} is truncated")

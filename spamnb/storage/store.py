@@ -84,7 +84,7 @@ def save_atomic(obj, path, *, compress=0) -> None:
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(folder, mode=_NEW_DIR_MODE, exist_ok=True)
+        make_private_folder(folder)
         import tempfile  # here, not at import: the filter's fast path imports this module
 
         fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
@@ -103,6 +103,26 @@ def save_atomic(obj, path, *, compress=0) -> None:
             raise ModelError(f"cannot save model to {path}: {_describe(exc)}") from exc
         raise  # KeyboardInterrupt, SystemExit: cleaned up, now propagate
     _fsync_dir(folder)
+
+
+def make_private_folder(folder) -> None:
+    """Create ``folder`` and any missing parent, each mode 0o700 whatever the umask
+    (``os.makedirs`` gives the parents 0o777 minus the umask: 0o775 under umask
+    002, a folder every later load then refuses)."""
+    folder = os.path.abspath(os.fspath(folder))
+    missing = []
+    while not os.path.isdir(folder):
+        missing.append(folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    for name in reversed(missing):
+        try:
+            os.mkdir(name, _NEW_DIR_MODE)
+        except FileExistsError:
+            continue  # made meanwhile by a racing process, or a file: the next step says
+        os.chmod(name, _NEW_DIR_MODE)  # the umask may have taken bits the mode asked for
 
 
 def _mode_for(path: str) -> int:
@@ -164,23 +184,11 @@ def load_checked(path, *, allow_insecure: bool = False) -> object:
 
     path = os.fspath(path)
     try:
-        # O_NONBLOCK: opening a FIFO planted at `path` must not hang us.  The
-        # checks run on the open descriptor, so the file we check is the file
-        # we read (no swap between stat and open).
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd, _ = open_trusted(path, allow_insecure=allow_insecure)
     except FileNotFoundError:
         raise ModelError(f"no model at {path}") from None
     except OSError as exc:
         raise ModelError(f"cannot read model {path}: {_describe(exc)}") from exc
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise ModelError(f"model {path} is not a regular file")
-        if not allow_insecure:
-            _check_trusted(path, st)
-    except BaseException:
-        os.close(fd)
-        raise
     with os.fdopen(fd, "rb") as f:
         try:
             return joblib.load(f)
@@ -194,55 +202,141 @@ def load_checked(path, *, allow_insecure: bool = False) -> object:
                              f"(it cannot be read as one); train a model with `spamnb train`") from exc
 
 
+def open_trusted(path, *, allow_insecure: bool = False, what: str = "model") -> tuple[int, os.stat_result]:
+    """Open a file spamnb will load (a model, its scorer) for reading: ``(fd, fstat)``.
+
+    Refuses (ModelError) a file another user could have planted or changed:
+
+    * every symbolic link on the way (in the name given, and in what each link
+      points to) must be owned by us or root and sit in a folder nobody else
+      can change (a sticky one such as ``/tmp`` is fine): a link another user
+      planted in ``/tmp`` could point us at a pickle of our own, a saved
+      attachment, and we would run it;
+    * the file is then opened at the path the links resolve to, without
+      following a link (``O_NOFOLLOW``), and checked on the open descriptor:
+      the file checked is the file read, whatever is swapped meanwhile;
+    * it must be a regular file (``O_NONBLOCK``: a FIFO planted there cannot
+      hang us), and pass :func:`trust_problem`, which looks at the folder it
+      really sits in, not the folder of a link to it.
+
+    ``allow_insecure`` skips the owner and permission checks (not the last
+    two points). OSError (FileNotFoundError for a missing file) passes through.
+    """
+    path = os.fspath(path)
+    real = _resolve_links(path, None if allow_insecure else what)
+    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelError(f"{what} {path} is not a regular file")
+        if not allow_insecure:
+            problem = trust_problem(real, st, what)
+            if problem is not None:
+                raise ModelError(problem)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st
+
+
+def _resolve_links(path: str, what: str | None) -> str:
+    """``path`` with every symbolic link resolved, each checked when ``what`` names
+    the file (see :func:`open_trusted`); OSError ELOOP past 40 links."""
+    # Not os.path.abspath: it folds "link/.." before the link is read.
+    pending = [p for p in os.path.join(os.getcwd(), path).split("/") if p]
+    current, hops = "/", 0
+    while pending:
+        name = pending.pop(0)
+        if name == ".":
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        candidate = os.path.join(current, name)
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            return os.path.join(candidate, *pending)  # the open says it is missing
+        if not stat.S_ISLNK(st.st_mode):
+            current = candidate
+            continue
+        hops += 1
+        if hops > 40:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        if what is not None:
+            problem = _link_problem(path, candidate, st, what)
+            if problem is not None:
+                raise ModelError(problem)
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            current = "/"
+        pending = [p for p in target.split("/") if p] + pending
+    return current
+
+
+def _link_problem(path: str, link: str, st: os.stat_result, what: str) -> str | None:
+    owners = _trusted_owners()
+    if st.st_uid not in owners:
+        return (f"refusing to load {what} {path}: it is reached through the symbolic link {link}, "
+                f"owned by uid {st.st_uid}, not by you or root, who could point it at any file; "
+                f"remove the link and give the real path")
+    folder = os.path.dirname(link)
+    dst = os.stat(folder)
+    if dst.st_uid not in owners or dst.st_mode & _UNSAFE_WRITE and not dst.st_mode & stat.S_ISVTX:
+        return (f"refusing to load {what} {path}: it is reached through the symbolic link {link}, "
+                f"in a folder others can change ({folder}), who could point it at any file; "
+                f"give the real path")
+    return None
+
+
 def _trusted_owners() -> set[int]:
     return {os.geteuid(), 0}
 
 
-def trust_problem(path: str, st: os.stat_result) -> str | None:
+def trust_problem(path: str, st: os.stat_result, what: str = "model") -> str | None:
     """Why a model file must not be loaded (someone other than us or root can change it), or None.
 
-    The one definition of the rule: :func:`load_checked` raises it, and the filter's
-    fast path (:func:`spamnb.storage.scorer.trusted`) asks it as a yes/no.
+    ``path`` is the file's real path (no link in it): the folder checked is the one
+    the file sits in. The one definition of the rule: :func:`open_trusted` applies it
+    to every model and scorer that is loaded.
     """
     if not hasattr(os, "geteuid"):  # no POSIX owners to check
         return None
     override = "or pass --allow-insecure-model (allow_insecure=True) if you trust it"
     owners = _trusted_owners()
     if st.st_uid not in owners:
-        return (f"refusing to load model {path}: it is owned by uid {st.st_uid}, not by you "
+        return (f"refusing to load {what} {path}: it is owned by uid {st.st_uid}, not by you "
                 f"(uid {os.geteuid()}) or root, and loading a model runs code from it; "
                 f"copy it to a file you own, {override}")
     if st.st_mode & _UNSAFE_WRITE:
-        return (f"refusing to load model {path}: it is writable by group or others "
+        return (f"refusing to load {what} {path}: it is writable by group or others "
                 f"(mode {stat.S_IMODE(st.st_mode):04o}), and loading a model runs code from it; "
                 f"fix with `chmod go-w {path}`, {override}")
     folder = os.path.dirname(os.path.abspath(path))
     try:
         dst = os.stat(folder)
     except OSError as exc:
-        return f"cannot check the folder of model {path}: {_describe(exc)}"
+        return f"cannot check the folder of {what} {path}: {_describe(exc)}"
     if dst.st_uid not in owners:
-        return (f"refusing to load model {path}: its folder {folder} is owned by uid {dst.st_uid}, "
-                f"who could replace the model; move the model, {override}")
+        return (f"refusing to load {what} {path}: its folder {folder} is owned by uid {dst.st_uid}, "
+                f"who could replace it; move it, {override}")
     if dst.st_mode & _UNSAFE_WRITE and not dst.st_mode & stat.S_ISVTX:
-        return (f"refusing to load model {path}: its folder {folder} is writable by group or others "
-                f"(mode {stat.S_IMODE(dst.st_mode):04o}), who could replace the model; "
+        return (f"refusing to load {what} {path}: its folder {folder} is writable by group or others "
+                f"(mode {stat.S_IMODE(dst.st_mode):04o}), who could replace it; "
                 f"fix with `chmod go-w {folder}`, {override}")
     return None
 
 
-def _check_trusted(path: str, st: os.stat_result) -> None:
-    """Refuse files and folders that a user other than us (or root) can change."""
-    problem = trust_problem(path, st)
-    if problem is not None:
-        raise ModelError(problem)
-
-
 # -- locking -----------------------------------------------------------------
+
+# How long a writer waits for the lock before it gives up with a clear error: far
+# longer than any save takes, so only a stuck or hostile holder reaches it.
+LOCK_TIMEOUT = 120.0
+
 
 
 @contextmanager
-def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> Iterator[str]:
+def model_lock(path, *, shared: bool = False, timeout: float | None = LOCK_TIMEOUT) -> Iterator[str]:
     """Hold an advisory lock for the model at `path`.
 
     ``flock`` on a sibling file ``PATH.lock`` (created 0o600, never deleted:
@@ -256,7 +350,7 @@ def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> I
     path : str or path-like
         The model path (not the lock file's).
     shared : bool, default False
-    timeout : float or None, default None
+    timeout : float or None, default LOCK_TIMEOUT
         Seconds to wait; None waits forever, 0 tries once.
 
     Yields
@@ -267,19 +361,25 @@ def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> I
     Raises
     ------
     ModelError
-        The lock file cannot be opened, or the timeout expired.
+        The lock file cannot be opened, belongs to another user, or the timeout expired.
     """
     path = os.fspath(path)
     lock_path = path + ".lock"
     folder = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(folder, mode=_NEW_DIR_MODE, exist_ok=True)
+        make_private_folder(folder)
         # O_NOFOLLOW: never create or lock through a symlink someone planted.
         fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
                      _NEW_FILE_MODE)
     except OSError as exc:
         raise ModelError(f"cannot open lock file {lock_path}: {_describe(exc)}") from exc
     try:
+        owner = os.fstat(fd).st_uid
+        if hasattr(os, "geteuid") and owner != os.geteuid():
+            # Another user's lock file (made in a shared folder before ours) would let
+            # that user hold the lock, and so every update of our model, for ever.
+            raise ModelError(f"lock file {lock_path} belongs to uid {owner}, not to you: "
+                             f"another user can block every update of the model; remove it")
         _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, path)
         try:
             yield lock_path
