@@ -14,38 +14,27 @@ This module imports nothing heavy (no numpy): it is on the per-message path.
 
 from __future__ import annotations
 
-import re
-
 from spamnb import verdict
+from spamnb.mail.mime import header_block_end, looks_like_mail
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.storage.scorer import Scorer
-
-# A header field line (RFC 5322 field name, then a colon) or an mbox "From " line.
-_FIELD = re.compile(rb"[!-9;-~]+:|From ")
-
 
 def header_end(raw: bytes) -> tuple[int, bytes]:
     """Where new header lines go, and the line ending to write them with.
 
-    The insertion point is the start of the blank line that ends the header
-    block; for a message with no body, the end of the input (a missing final
-    newline is then supplied by the inserted text itself). Input that does not
-    start with a header field (not mail at all) gets the headers at the top.
+    The insertion point is where the email package's parser -- the tokenizer's
+    -- ends the header block (:func:`spamnb.mail.mime.header_block_end`): the
+    blank line after the headers, or the first line it takes for body when a
+    header block is broken (a line without a colon, a NUL or 8-bit field name,
+    bare CRs). So the verdict is always a header to the parser, never body text
+    the tokenizer would read. For a message with no body, the end of the input
+    (a missing final newline is then supplied by the inserted text itself).
+    Input that is not mail (no header field at the top) gets the headers at the top.
     """
     eol = b"\r\n" if raw.find(b"\r\n") != -1 and raw.find(b"\r\n") <= raw.find(b"\n") else b"\n"
-    if not _FIELD.match(raw):
+    if not looks_like_mail(raw):
         return 0, eol
-    pos = 0
-    while True:
-        nl = raw.find(b"\n", pos)
-        if nl == -1:
-            return len(raw), eol  # headers only, last line unterminated
-        line = raw[pos:nl + 1]
-        if line in (b"\n", b"\r\n"):
-            return pos, eol
-        pos = nl + 1
-        if pos == len(raw):
-            return pos, eol  # headers only
+    return header_block_end(raw), eol
 
 
 def add_headers(raw: bytes, lines: list[bytes]) -> bytes:

@@ -84,9 +84,18 @@ _B64_JUNK = bytes(b for b in range(256)
                   if not (chr(b).isascii() and (chr(b).isalnum() or chr(b) in "+/")))
 
 
-# A header field at the very top: an RFC 5322 field name, then a colon (obsolete
-# syntax allows blanks before it). Optionally after an mbox "From " line.
-_FIELD_AT_TOP = re.compile(rb"(?:From [^\n]*\n)?[!-9;-~]+[ \t]*:")
+# A header field at the very top: an RFC 5322 field name, then a colon, as the
+# email package reads one (optionally after an mbox "From " line). A filter's
+# verdict lines there do not count: spamnb puts them at the top of input that is
+# not mail, which must stay not mail (and tokenize as before) once filtered.
+_FIELD_AT_TOP = re.compile(
+    rb"(?:From [^\r\n]*(?:\r\n|\r|\n))?"
+    rb"(?:X-Spam-(?:Flag|Status|Evidence):[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(?:\r\n|\r|\n))*+"
+    rb"[!-9;-~]+:", re.IGNORECASE)
+# What the email package's parser takes for a header line (email.feedparser.headerRE),
+# and for a line end: the header block ends at the first line that is neither.
+_HEADER_LINE = re.compile(rb"From |[!-9;-~]*:|[\t ]")
+_LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
 def looks_like_mail(raw) -> bool:
@@ -98,6 +107,25 @@ def looks_like_mail(raw) -> bool:
     of the shipped corpora and of the project's evaluation corpora passes.
     """
     return _FIELD_AT_TOP.match(bytes(raw[:4096])) is not None
+
+
+def header_block_end(raw: bytes) -> int:
+    """Where the parser's header block ends: the offset of the blank line that
+    ends it, or of the first line it takes for body (a line without a colon, a
+    NUL or 8-bit field name: the parser then starts the body there, with no
+    blank line), or the end of the input. Lines end at CRLF, CR or LF, as the
+    parser splits them (``\r\r\n`` is two line ends: the second line is blank).
+    """
+    pos, n = 0, len(raw)
+    while pos < n:
+        m = _LINE_END.search(raw, pos)
+        end = m.start() if m else n
+        if end == pos or not _HEADER_LINE.match(raw, pos, end):
+            return pos
+        if m is None:
+            return n
+        pos = m.end()
+    return n
 
 
 class NotMailError(ValueError):

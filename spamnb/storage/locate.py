@@ -38,7 +38,9 @@ def default_model_path(env=os.environ) -> str:
 
 def default_cache_path(env=os.environ) -> str:
     """The cached default model (trained on the shipped corpus on first use)."""
-    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    base = env.get("XDG_CACHE_HOME")
+    if not base or not os.path.isabs(base):  # the XDG spec: ignore a relative path
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
     return os.path.join(base, "spamnb", "default-model.joblib")
 
 
