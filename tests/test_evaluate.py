@@ -132,6 +132,35 @@ def test_evaluate_online_table(labelled_dirs):
     assert "(1-AUC)%" in r.stdout and "lam%" in r.stdout
 
 
+def test_label_order_sorted_by_class_is_recognised():
+    rng = np.random.default_rng(0)
+    sorted_ = ["ham"] * 400 + ["spam"] * 200
+    assert ev.grouped_by_label(sorted_) and ev.grouped_by_label(sorted_[::-1])
+    assert ev.label_runs(sorted_) == (2, pytest.approx(1 + 2 * 400 * 200 / 600))
+    assert ev.grouped_by_label(sorted_[:200] + sorted_[400:500] + sorted_[200:400] + sorted_[500:])  # 4 blocks
+    assert not ev.grouped_by_label(list(rng.permutation(sorted_)))
+    assert not ev.grouped_by_label(["ham", "spam"] * 300)
+    # Mail as it arrives comes in bursts (spam in runs of 1 to 10, ham between), still in
+    # far more runs than an index listed class by class.
+    bursty = []
+    while len(bursty) < 3000:
+        bursty += ["ham"] * int(rng.geometric(1 / 30)) + ["spam"] * int(rng.integers(1, 11))
+    assert not ev.grouped_by_label(bursty)
+    assert not ev.grouped_by_label(["ham"] * 50)  # one class: nothing to say (the metrics refuse it)
+    assert not ev.grouped_by_label(["ham", "spam"])  # too few to tell
+
+
+def test_evaluate_online_warns_when_the_order_is_sorted_by_label(labelled_dirs):
+    args = ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam", str(labelled_dirs / "spam"), "--online"]
+    r = CliRunner().invoke(main, args)  # --ham then --spam: all ham, then all spam
+    assert r.exit_code == 0, r.output
+    warning = [ln for ln in r.stderr.splitlines() if "--shuffle" in ln]
+    assert len(warning) == 1 and "sorted by label" in warning[0], r.stderr
+    assert "(1-AUC)%" in r.stdout
+    r = CliRunner().invoke(main, args + ["--shuffle"])
+    assert r.exit_code == 0 and "--shuffle" not in r.stderr, r.stderr
+
+
 def test_evaluate_plot_writes_a_png(labelled_dirs, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "roc.png"
