@@ -36,7 +36,7 @@ def _messages(ham, spam, index, recursive, strict, skipped):
               help="Thick threshold, in log-odds, for --train-on margin.")
 @click.option("--shuffle", is_flag=True, help="With --online: shuffle the order (deterministic with --seed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write the ROC curve and score histograms (PNG).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write the ROC curve and score histograms (PNG), the model's cut-offs marked on both.")
 @click.option("--scores", type=click.Path(dir_okay=False),
               help="Write each message's gold label, score and probability (TSV).")
 @model_settings_options
@@ -122,7 +122,8 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     if plot:
         from spamnb.evaluation.plots import plot_evaluation
 
-        plot_evaluation(plot, result.y, result.score, title=protocol)
+        plot_evaluation(plot, result.y, result.score, title=protocol, proba=result.proba,
+                        cutoffs=(cut.ham_cutoff, cut.spam_cutoff))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
