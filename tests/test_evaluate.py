@@ -132,6 +132,35 @@ def test_evaluate_online_table(labelled_dirs):
     assert "(1-AUC)%" in r.stdout and "lam%" in r.stdout
 
 
+def test_label_order_sorted_by_class_is_recognised():
+    rng = np.random.default_rng(0)
+    sorted_ = ["ham"] * 400 + ["spam"] * 200
+    assert ev.grouped_by_label(sorted_) and ev.grouped_by_label(sorted_[::-1])
+    assert ev.label_runs(sorted_) == (2, pytest.approx(1 + 2 * 400 * 200 / 600))
+    assert ev.grouped_by_label(sorted_[:200] + sorted_[400:500] + sorted_[200:400] + sorted_[500:])  # 4 blocks
+    assert not ev.grouped_by_label(list(rng.permutation(sorted_)))
+    assert not ev.grouped_by_label(["ham", "spam"] * 300)
+    # Mail as it arrives comes in bursts (spam in runs of 1 to 10, ham between), still in
+    # far more runs than an index listed class by class.
+    bursty = []
+    while len(bursty) < 3000:
+        bursty += ["ham"] * int(rng.geometric(1 / 30)) + ["spam"] * int(rng.integers(1, 11))
+    assert not ev.grouped_by_label(bursty)
+    assert not ev.grouped_by_label(["ham"] * 50)  # one class: nothing to say (the metrics refuse it)
+    assert not ev.grouped_by_label(["ham", "spam"])  # too few to tell
+
+
+def test_evaluate_online_warns_when_the_order_is_sorted_by_label(labelled_dirs):
+    args = ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam", str(labelled_dirs / "spam"), "--online"]
+    r = CliRunner().invoke(main, args)  # --ham then --spam: all ham, then all spam
+    assert r.exit_code == 0, r.output
+    warning = [ln for ln in r.stderr.splitlines() if "--shuffle" in ln]
+    assert len(warning) == 1 and "sorted by label" in warning[0], r.stderr
+    assert "(1-AUC)%" in r.stdout
+    r = CliRunner().invoke(main, args + ["--shuffle"])
+    assert r.exit_code == 0 and "--shuffle" not in r.stderr, r.stderr
+
+
 def test_evaluate_plot_writes_a_png(labelled_dirs, tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "roc.png"
@@ -139,6 +168,79 @@ def test_evaluate_plot_writes_a_png(labelled_dirs, tmp_path):
                                   str(labelled_dirs / "spam"), "--folds", "3", "--plot", str(png)])
     assert r.exit_code == 0, r.output
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 5000
+
+
+def _cutoff_marks(fig):
+    """{label: artist} of the cut-off marks on the ROC (points) and histogram (lines) panels."""
+    roc_ax, hist_ax = fig.axes[:2]
+    points = {ln.get_label(): ln for ln in roc_ax.get_lines() if "cut-off" in ln.get_label()}
+    lines = {ln.get_label(): ln for ln in hist_ax.get_lines() if "cut-off" in ln.get_label()}
+    return points, lines
+
+
+def test_plot_marks_the_cutoffs_on_the_roc_curve_and_the_histogram():
+    pytest.importorskip("matplotlib")
+    from spamnb.evaluation import metrics, plots
+
+    rng = np.random.default_rng(0)
+    y = np.r_[np.zeros(400, int), np.ones(200, int)]
+    score = np.r_[rng.normal(-6, 3, 400), rng.normal(5, 3, 200)]
+    proba = 1 / (1 + np.exp(-score))
+    fig = plots.evaluation_figure(y, score, proba=proba, cutoffs=(0.5, 0.95))
+    try:
+        points, lines = _cutoff_marks(fig)
+        assert len(points) == 2 and len(lines) == 2, (points, lines)
+        c = metrics.confusion_at_cutoffs(y, proba, 0.5, 0.95)
+        # The operating points: % of ham and % of spam past each cut-off, as the table counts them.
+        spam_pt = next(ln for k, ln in points.items() if k.startswith("spam cut-off"))
+        ham_pt = next(ln for k, ln in points.items() if k.startswith("ham cut-off"))
+        np.testing.assert_allclose(np.r_[spam_pt.get_xydata()[0]],
+                                   [max(c.n_ham_spam / 400, 0.5 / 400) * 100, c.n_spam_spam / 200 * 100])
+        np.testing.assert_allclose(np.r_[ham_pt.get_xydata()[0]],
+                                   [(c.n_ham_unsure + c.n_ham_spam) / 400 * 100,
+                                    (c.n_spam_unsure + c.n_spam_spam) / 200 * 100])
+        assert "0.95" in spam_pt.get_label() and "0.5" in ham_pt.get_label()
+        # The histogram's lines: the scores where P(spam) is each cut-off, log(c / (1 - c)).
+        xs = sorted(ln.get_xdata()[0] for ln in lines.values())
+        np.testing.assert_allclose(xs, [0.0, np.log(0.95 / 0.05)])
+        assert any("cut-off" in t.get_text() for t in fig.axes[0].get_legend().get_texts())
+        assert any("cut-off" in t.get_text() for t in fig.axes[1].get_legend().get_texts())
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
+def test_plot_of_a_two_state_filter_marks_one_cutoff():
+    pytest.importorskip("matplotlib")
+    from spamnb.evaluation import plots
+
+    y = np.r_[np.zeros(50, int), np.ones(50, int)]
+    score = np.linspace(-10, 10, 100)
+    fig = plots.evaluation_figure(y, score, cutoffs=(0.7, 0.7))  # proba from the score
+    points, lines = _cutoff_marks(fig)
+    assert len(points) == 1 and len(lines) == 1
+    np.testing.assert_allclose(next(iter(lines.values())).get_xdata()[0], np.log(0.7 / 0.3))
+    fig = plots.evaluation_figure(y, score, cutoffs=(0.0, 1.0))  # no finite score: points only
+    points, lines = _cutoff_marks(fig)
+    assert len(points) == 2 and not lines
+
+
+def test_evaluate_plot_draws_the_models_cutoffs(labelled_dirs, tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from spamnb.evaluation import plots
+
+    drawn = []
+    real = plots.evaluation_figure
+    monkeypatch.setattr(plots, "evaluation_figure", lambda *a, **k: drawn.append(real(*a, **k)) or drawn[-1])
+    r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
+                                  str(labelled_dirs / "spam"), "--folds", "3", "--spam-cutoff", "0.9",
+                                  "--ham-cutoff", "0.2", "--plot", str(tmp_path / "roc.png")])
+    assert r.exit_code == 0, r.output
+    points, lines = _cutoff_marks(drawn[0])
+    assert len(points) == 2 and len(lines) == 2
+    for marks in (points, lines):
+        assert any("spam cut-off P=0.9" in k for k in marks) and any("ham cut-off P=0.2" in k for k in marks)
 
 
 def test_evaluate_plot_without_matplotlib_fails_before_working(labelled_dirs, tmp_path, monkeypatch):

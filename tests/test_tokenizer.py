@@ -196,6 +196,31 @@ def test_crack_url():
     assert lexer.crack_url("www.shop.example")[0] == "url:proto:http"
 
 
+@pytest.mark.parametrize("url, tokens", [
+    # An image embedded in the message: its Content-ID is no host, and the "@" in it no userinfo.
+    ("cid:part1.06090408.01060107@example.com", ["img:proto:cid"]),
+    ("CID:image001.jpg@01C9A1B2.3C4D5E60", ["img:proto:cid"]),
+    ("data:image/gif;base64,R0lGODlhAQABAIAAAP", ["img:proto:data"]),  # not host "data", port
+    ("mailto:bob@x.example", ["img:proto:mailto"]),
+    ("about:blank", ["img:proto:about"]),
+    (" cid:x@y", ["img:proto:cid"]),
+    ("cid:12345", ["img:proto:cid"]),  # not host "cid", port 12345
+    ("file:///C:/x.gif", ["img:proto:file"]),  # with "://": as before
+    # No scheme (a "www." host has a dot before any ":"): still read as http.
+    ("www.example.com/a.gif", ["img:proto:http", "img:example.com", "img:www.example.com"]),
+    ("www.example.com:8080/a.gif", ["img:proto:http", "img:port", "img:example.com", "img:www.example.com"]),
+])
+def test_crack_url_keeps_a_scheme_without_slashes(url, tokens):
+    assert list(lexer.crack_url(url, "img:", path=False)) == tokens
+
+
+def test_an_embedded_image_is_not_an_http_link():
+    _, tokens = html_to_text('<p>logo <img src="cid:part1.06090408@example.com"></p>')
+    assert "img:proto:cid" in tokens
+    assert not [t for t in tokens if t.startswith("img:") and t != "img:proto:cid"]
+    assert "html:img:1" in tokens
+
+
 @pytest.mark.parametrize("text, urls, rest", [
     ("http:// nothing", [], "http:// nothing"),
     ("go to https://A.example/P?q=1, then", ["https://A.example/P?q=1,"], "go to   then"),

@@ -6,8 +6,8 @@ import json
 
 import click
 
-from spamnb.cli.options import (check_alpha, labelled, model_factory, model_settings_options, runner_from, scale_options,
-                                skipper, source_options)
+from spamnb.cli.options import (check_alpha, labelled, model_factory, model_settings_options, notice,
+                                runner_from, scale_options, skipper, source_options)
 
 
 def _messages(ham, spam, index, recursive, strict, skipped):
@@ -26,7 +26,9 @@ def _messages(ham, spam, index, recursive, strict, skipped):
 @click.option("--test-ham", multiple=True, metavar="SRC", help="Train on the sources above, test on this ham.")
 @click.option("--test-spam", multiple=True, metavar="SRC", help="... and this spam.")
 @click.option("--test-index", multiple=True, metavar="FILE", help="... or this index.")
-@click.option("--online", is_flag=True, help="TREC's protocol: in order, classify each message, then learn it.")
+@click.option("--online", is_flag=True,
+              help="TREC's protocol: in order, classify each message, then learn it (warns when the "
+                   "order is sorted by label: use --shuffle then).")
 @click.option("--train-on", type=click.Choice(["all", "errors", "margin"]), default="all", show_default=True,
               help="With --online: learn every message, only errors (and unsures), or also "
                    "those within --margin.")
@@ -34,7 +36,7 @@ def _messages(ham, spam, index, recursive, strict, skipped):
               help="Thick threshold, in log-odds, for --train-on margin.")
 @click.option("--shuffle", is_flag=True, help="With --online: shuffle the order (deterministic with --seed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
-@click.option("--plot", type=click.Path(dir_okay=False), help="Write the ROC curve and score histograms (PNG).")
+@click.option("--plot", type=click.Path(dir_okay=False), help="Write the ROC curve and score histograms (PNG), the model's cut-offs marked on both.")
 @click.option("--scores", type=click.Path(dir_okay=False),
               help="Write each message's gold label, score and probability (TSV).")
 @model_settings_options
@@ -95,6 +97,8 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
         if shuffle:
             order = np.random.default_rng(seed).permutation(len(messages))
             messages = [messages[i] for i in order]
+        else:
+            _warn_if_sorted_by_label([label for _, _, label in messages])
         result = ev.online(make_model, messages, train_on=train_on, margin=margin)
         protocol = f"online (train on {train_on}{', shuffled' if shuffle else ''})"
     elif testing:
@@ -119,11 +123,25 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     if plot:
         from spamnb.evaluation.plots import plot_evaluation
 
-        plot_evaluation(plot, result.y, result.score, title=protocol)
+        plot_evaluation(plot, result.y, result.score, title=protocol, proba=result.proba,
+                        cutoffs=(cut.ham_cutoff, cut.spam_cutoff))
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:
         click.echo(format_summary(summary))
+
+
+def _warn_if_sorted_by_label(labels) -> None:
+    """One line on stderr when --online would run an order sorted by label (--ham then --spam,
+    or a TREC index listed class by class, as the shipped ones are)."""
+    from spamnb.evaluation.evaluate import grouped_by_label, label_runs
+
+    if grouped_by_label(labels):
+        runs, expected = label_runs(labels)
+        how = (f"sorted by label (all {labels[0]}, then all {labels[-1]})" if runs <= 2 else
+               f"grouped by label ({runs} runs of one label; a random order has about {expected:.0f})")
+        notice(f"warning: the messages are {how}, and --online takes them in that order: "
+               f"add --shuffle, or give them in the order they arrived")
 
 
 def format_summary(s) -> str:

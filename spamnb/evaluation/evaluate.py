@@ -125,11 +125,47 @@ def train_test(make_model, train, test, runner=None) -> Scores:
                   int(model.messages.sum()))
 
 
+def label_runs(labels) -> tuple:
+    """``(runs, expected)``: how many runs of one label ``labels`` come in, in this
+    order, and how many a random order of the same labels has on average
+    (``1 + 2·n_ham·n_spam/n``, as in the Wald–Wolfowitz runs test).
+
+    >>> label_runs(["ham", "ham", "spam", "spam"])
+    (2, 3.0)
+    """
+    labels = list(labels)
+    n = len(labels)
+    if not n:
+        return 0, 0.0
+    runs = 1 + sum(a != b for a, b in zip(labels, labels[1:]))
+    first = labels[0]
+    n_first = sum(lb == first for lb in labels)
+    return runs, 1 + 2 * n_first * (n - n_first) / n
+
+
+def grouped_by_label(labels) -> bool:
+    """True if the order is sorted by label (all ham then all spam, or the
+    reverse: two runs), or grouped by label in a few blocks: at most a fiftieth
+    of the runs a random order would have (``--ham A --spam B --index C``,
+    indexes listed class by class one after the other).
+
+    :func:`online` on such an order measures the order, not the filter (it
+    learns no spam until the ham runs out). Mail in the order it arrived comes
+    in bursts, but in far more runs: 3,000 messages, 15% spam in bursts of 1 to
+    10, have about a fifth of a random order's runs. Both labels are needed,
+    and enough messages to tell a sorted order from chance.
+    """
+    runs, expected = label_runs(labels)
+    return runs < expected and runs <= max(2.0, expected / 50)
+
+
 def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
     """TREC's online protocol: classify each message, then learn its gold label.
 
     Sequential by nature (each step needs the model of all steps before it),
-    so it never runs on a :class:`spamnb.scale.parallel.Runner`.
+    so it never runs on a :class:`spamnb.scale.parallel.Runner`. The messages
+    are taken in the order given: chronological, or shuffled; an order sorted by
+    label (:func:`grouped_by_label`) gives figures about that order.
 
     Parameters
     ----------

@@ -15,7 +15,8 @@ Markup tokens (all namespaced; listed in :mod:`spamnb.mail.tokenizer` too):
 
 - ``url:...``            link targets (``<a href>``, ``<area href>``, ``<form action>``),
   cracked by :func:`spamnb.mail.lexer.crack_url`;
-- ``img:...``            image sources (host and parent domains, scheme);
+- ``img:...``            image sources (host and parent domains, scheme; ``img:proto:cid``
+  alone for an image embedded in the message, see ``crack_url``);
 - ``html:tag:NAME``      once per message for tags rare in ham
   (form, script, iframe, object, embed, applet, base, meta refresh, map, marquee...);
 - ``html:font:N``        number of ``<font>`` tags, bucketed to a power of two;

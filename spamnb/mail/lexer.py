@@ -95,6 +95,11 @@ _IPV4 = re.compile(r"\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}\Z")
 _SHAPE_DIGITS = re.compile(r"[0-9]+")
 _SHAPE_ALPHA = re.compile(r"[A-Za-z]+")
 _URL_DROP = dict.fromkeys(map(ord, "\t\r\n"))
+# A scheme not followed by "//" (RFC 3986 "scheme:" without an authority: cid:,
+# data:, mailto:, about:): letters, digits, "+" and "-" before the first ":", as a
+# browser reads it ("localhost:8080/x" too).  The "." RFC 3986 also allows is left
+# out: a link "www.example.com:8080/" keeps its host and port.
+_OPAQUE_SCHEME = re.compile(r"\s*([a-z][a-z0-9+\-]{0,31}):")
 _UNCLEAN = re.compile(r"[\s\x00-\x1f\x7f]+")
 
 
@@ -331,6 +336,11 @@ def domain_tokens(host, prefix, levels=4):
 def crack_url(url, prefix="url:", path=True):
     """Tokens for one URL (a tuple): scheme, host and its parent domains, path pieces.
 
+    A URL with no ``://`` is read as ``http`` (``www.example.com/x``), unless it
+    starts with a scheme of its own (``cid:``, ``data:``, ``mailto:``...): then
+    the scheme is its only token (a Content-ID is no host, the ``@`` in it no
+    user info).
+
     Obfuscation that spam uses gets its own token: user info before the host
     (``http://bank.com@evil.example/``), a numeric host, a port, %-escapes.
 
@@ -342,7 +352,10 @@ def crack_url(url, prefix="url:", path=True):
     url = url.translate(_URL_DROP).lower()
     scheme, sep, rest = url.partition("://")
     if not sep:
-        scheme, rest = "http", url
+        opaque = _OPAQUE_SCHEME.match(url)
+        if opaque:  # cid:, data:, mailto:, about:...: a scheme, but no host to crack
+            return (prefix + "proto:" + clean(opaque.group(1), 10),)
+        scheme, rest = "http", url  # "www.example.com/...", "host:8080/...": read as http
     out = [prefix + "proto:" + clean(scheme, 10)]
     cut = len(rest)
     for ch in "/?#":

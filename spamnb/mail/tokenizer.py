@@ -20,7 +20,9 @@ Body text (text/plain and text/html parts, and HTML sent as text/plain)
     ``url:path:buy``, ``url:ip:1.2.3``, ``url:port``, ``url:userinfo``, ``url:escapes``
                              URLs in text and link targets in HTML
     ``email:local:bob``, ``email:domain:example.com``   addresses in body text
-    ``img:...``              image sources in HTML (scheme, host, domains)
+    ``img:...``              image sources in HTML (scheme, host, domains);
+                             ``img:proto:cid`` (an embedded image), ``img:proto:data``:
+                             a scheme without ``//`` gives no host
     ``html:...``             markup evidence, see :mod:`spamnb.mail.html_text`
 MIME structure (each part, the top-level one included; emitted when the header
 it comes from is selected)
