@@ -186,6 +186,28 @@ def header_lines(label, probability, score, model, evidence=None):
     return lines
 
 
+def is_verdict_block(block, label):
+    """Whether ``block`` is only the verdict header lines of ``label`` (what
+    :func:`spamnb.delivery.hook.verdict_block` inserts): X-Spam-Flag, X-Spam-Status,
+    optionally X-Spam-Evidence and its tab-folded continuation lines, ASCII, each
+    ended by one line ending (a first one may close an unterminated header line).
+    The filter's client checks a server's answer with it before it writes anything."""
+    for eol in (b"\r\n", b"\n"):
+        if not block.endswith(eol):
+            continue
+        body = block[:-len(eol)]
+        if body.startswith(eol):
+            body = body[len(eol):]
+        lines = body.split(eol)
+        flag = b"X-Spam-Flag: YES" if label == "spam" else b"X-Spam-Flag: NO"
+        return (len(lines) >= 2 and lines[0] == flag
+                and lines[1].startswith(b"X-Spam-Status: " + STATUS_WORD[label].encode() + b", ")
+                and all(line.startswith(b"X-Spam-Evidence: ") for line in lines[2:3])
+                and all(line.startswith(b"\t") for line in lines[3:])
+                and all(line.isascii() and b"\r" not in line and b"\n" not in line for line in lines))
+    return False
+
+
 def folded(name, items, width=FOLD_WIDTH):
     """One header field as physical lines: ``items`` joined by ", ", folded
     before an item (continuation lines start with a tab) once a line would pass

@@ -39,8 +39,12 @@ GOLDEN = [
     pytest.param(b"Subject: a\n long folded\n\tsubject\nTo: c\n\nbody\n\nmore: not a header\n",
                  b"Subject: a\n long folded\n\tsubject\nTo: c\n" + ADDED_LF
                  + b"\nbody\n\nmore: not a header\n", id="folded-header-and-later-blank-lines"),
-    pytest.param(b"X-Spam-Flag: NO\n\nforged\n", b"X-Spam-Flag: NO\n" + ADDED_LF + b"\nforged\n",
+    pytest.param(b"Subject: hi\nX-Spam-Flag: NO\n\nforged\n", b"Subject: hi\nX-Spam-Flag: NO\n" + ADDED_LF + b"\nforged\n",
                  id="forged-header-kept"),
+    # only verdict lines and no header of its own: not mail (spamnb puts its verdict at
+    # the top of non-mail, and the result must stay non-mail), so the verdict goes on top
+    pytest.param(b"X-Spam-Flag: NO\n\nforged\n", ADDED_LF + b"X-Spam-Flag: NO\n\nforged\n",
+                 id="verdict-lines-only"),
     pytest.param(b"Subject: caf\xc3\xa9 \xff\n\n\x00\xfe binary\n",
                  b"Subject: caf\xc3\xa9 \xff\n" + ADDED_LF + b"\n\x00\xfe binary\n", id="non-ascii-bytes"),
     pytest.param(b"Subject: lf first\nX: y\r\n\r\nbody\r\n",

@@ -181,7 +181,7 @@ def test_stalled_client_is_dropped_and_others_are_served(serving, sock_path, com
     assert through_server(sock_path, compiled, raw) == cold(compiled, raw)  # not blocked by it
     stalled.settimeout(10)
     start = time.monotonic()
-    status, label, _, reason = wire.read_reply(stalled)  # the server gives up on it and says why
+    status, label, _, _, reason = wire.read_reply(stalled)  # the server gives up on it and says why
     assert status == wire.DECLINED and label is None and "timed out" in reason
     assert time.monotonic() - start < 5
     stalled.close()
@@ -210,7 +210,7 @@ def test_a_client_dripping_bytes_is_dropped_at_the_deadline(serving, sock_path, 
             break
     drip.settimeout(10)
     assert time.monotonic() - start < 3
-    status, label, _, reason = wire.read_reply(_Prefixed(drip, reply))
+    status, label, _, _, reason = wire.read_reply(_Prefixed(drip, reply))
     assert status == wire.DECLINED and label is None and "timed out" in reason
     drip.close()
 

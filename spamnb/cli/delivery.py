@@ -112,10 +112,10 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
     out, label = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
     if learn_ and label != "unsure" and not is_default:
         from spamnb.storage.modelfile import updating
-        from spamnb.storage.store import ModelError
+        from spamnb.storage.store import ModelError, lock_timeout
 
         try:
-            with updating(path, allow_insecure=allow_insecure_model, timeout=LEARN_TIMEOUT) as m:
+            with updating(path, allow_insecure=allow_insecure_model, timeout=lock_timeout(LEARN_TIMEOUT)) as m:
                 m.learn([(raw, label)])
         except ModelError as exc:  # the verdict stands: deliver it, unlearned
             click.echo(f"spamnb: warning: the message was filtered but not learned: {exc}", err=True)

@@ -29,7 +29,7 @@ import sys
 
 from spamnb.storage import locate
 from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
-                            default_model_notice, model_name, passed_through)
+                            default_model_notice, is_verdict_block, model_name, passed_through)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -96,14 +96,18 @@ def via_server(sock_path, raw, path, is_default, opts):
         if wire.peer_uid(s) != os.geteuid():
             raise Fallback("server runs as another user")
         wire.send_all(s, request)
-        status, label, out, reason = wire.read_reply(s)
+        status, label, pos, block, reason = wire.read_reply(s)
     except (OSError, ValueError, wire.WireError) as exc:
         raise Fallback(f"server: {exc}") from None
     finally:
         s.close()
     if status != wire.OK or label not in EXIT_CODES:
         raise Fallback(f"server declined: {reason}")
-    return out, label
+    # The server says where the verdict goes and what it is; the message bytes are
+    # ours. Anything but spamnb's own header lines, anywhere in it: do the work here.
+    if not (0 <= pos <= len(raw) and is_verdict_block(block, label)):
+        raise Fallback("the server's answer is not a verdict")
+    return raw[:pos] + block + raw[pos:], label
 
 
 def _connect(s, sock_path, tries=20):

@@ -37,12 +37,19 @@ def header_end(raw: bytes) -> tuple[int, bytes]:
     return header_block_end(raw), eol
 
 
-def add_headers(raw: bytes, lines: list[bytes]) -> bytes:
-    """``raw`` with ``lines`` inserted at the end of its header block."""
+def verdict_block(raw: bytes, lines: list[bytes]) -> tuple[int, bytes]:
+    """``(pos, block)``: where ``lines`` go in ``raw`` (:func:`header_end`) and the
+    bytes inserted there, each line ended as the message ends its lines."""
     pos, eol = header_end(raw)
     block = b"".join(line + eol for line in lines)
     if pos == len(raw) and raw and not raw.endswith(b"\n"):
         block = eol + block  # close the unterminated last header line first
+    return pos, block
+
+
+def add_headers(raw: bytes, lines: list[bytes]) -> bytes:
+    """``raw`` with ``lines`` inserted at the end of its header block."""
+    pos, block = verdict_block(raw, lines)
     return raw[:pos] + block + raw[pos:]
 
 
@@ -68,8 +75,8 @@ def scored(model, raw, n_evidence=0):
     return result.score, result.spam_probability, evidence, result.n_tokens - result.n_unknown
 
 
-def filter_message(model, raw, name, decision, n_evidence=0):
-    """``(output, label)``: what ``spamnb filter`` writes for ``raw``, and its verdict.
+def filter_verdict(model, raw, name, decision, n_evidence=0):
+    """``(pos, block, label)``: the verdict of ``raw`` and where its header lines go.
 
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
     where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
@@ -78,5 +85,11 @@ def filter_message(model, raw, name, decision, n_evidence=0):
     cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
     score, p, evidence, known = scored(model, raw, n_evidence)
     label = verdict.label_for(p, cutoffs, known)
-    lines = verdict.header_lines(label, p, score, name, evidence)
-    return add_headers(raw, lines), label
+    pos, block = verdict_block(raw, verdict.header_lines(label, p, score, name, evidence))
+    return pos, block, label
+
+
+def filter_message(model, raw, name, decision, n_evidence=0):
+    """``(output, label)``: what ``spamnb filter`` writes for ``raw``, and its verdict."""
+    pos, block, label = filter_verdict(model, raw, name, decision, n_evidence)
+    return raw[:pos] + block + raw[pos:], label

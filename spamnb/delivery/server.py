@@ -39,7 +39,7 @@ import time
 from dataclasses import dataclass
 
 from spamnb.delivery import wire
-from spamnb.delivery.hook import filter_message
+from spamnb.delivery.hook import filter_verdict
 from spamnb.storage.modelfile import load_model
 from spamnb.storage.scorer import ScorerError, fresh_scorer, open_checked
 
@@ -128,23 +128,23 @@ class _Handler(socketserver.BaseRequestHandler):
         self._reply(*self._answer(header, raw))
 
     def _answer(self, header, raw):
-        """``(status, label, output, reason)`` for one request."""
+        """``(status, label, pos, block, reason)`` for one request."""
         srv = self.server
         try:
             holder = srv.holder
             if os.path.realpath(header["model"]) != holder.real_now():
-                return wire.DECLINED, None, b"", "another model"
+                return wire.DECLINED, None, 0, b"", "another model"
             loaded = holder.get()
             if not header["allow_insecure"] and not _trusted_now(holder.path):
-                return wire.DECLINED, None, b"", "model not trusted"
-            out, label = filter_message(loaded.model, raw, header["name"], header["decision"])
-            return wire.OK, label, out, ""
+                return wire.DECLINED, None, 0, b"", "model not trusted"
+            pos, block, label = filter_verdict(loaded.model, raw, header["name"], header["decision"])
+            return wire.OK, label, pos, block, ""
         except Exception as exc:  # noqa: BLE001 - the client does it itself
-            return wire.DECLINED, None, b"", f"{exc.__class__.__name__}: {exc}"
+            return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
 
-    def _reply(self, status, label=None, out=b"", reason=""):
+    def _reply(self, status, label=None, pos=0, block=b"", reason=""):
         try:
-            wire.send_all(self.request, wire.encode_reply(status, label, out, reason))
+            wire.send_all(self.request, wire.encode_reply(status, label, pos, block, reason))
         except OSError:
             pass
 

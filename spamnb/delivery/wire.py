@@ -9,15 +9,19 @@ fixed-size ``struct`` fields and the socket is ``_socket``'s.
 One request and one reply per connection, over a Unix stream socket
 (integers little-endian)::
 
-    request:  b"SPNB\x01"
+    request:  b"SPNB\x02"
               uint8 mask (bit i: decision value i given)  uint8 flags (1: allow insecure model)
               uint16 model path length  uint16 model name length  uint64 message length
               float64[5] decision values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
               model path (file-system encoding)  model name (UTF-8)  the raw message
-    reply:    b"SPNB\x01"  uint8 status  uint8 label (its exit status: 0 spam, 1 ham, 2 unsure)
-              uint16 reason length  uint64 body length   reason (UTF-8)  the filtered message
+    reply:    b"SPNB\x02"  uint8 status  uint8 label (its exit status: 0 spam, 1 ham, 2 unsure)
+              uint16 reason length  uint64 insertion offset  uint64 block length
+              reason (UTF-8)  the verdict block (the header lines to insert, line ends included)
 
-Status ``OK`` carries the filtered message; ``DECLINED`` (model not served
+Status ``OK`` carries where the verdict goes and what it is, never message
+bytes: the client inserts the block into the message it holds
+(:func:`spamnb.verdict.is_verdict_block` checks it is only spamnb's header
+lines), so a broken or hostile server cannot change a byte of the mail; ``DECLINED`` (model not served
 here, model unreadable, options the server does not handle, request too
 large...) tells the client to do the work itself. The client also does it on
 any socket error, timeout or malformed reply: the server is only ever a
@@ -31,9 +35,9 @@ import time  # loaded by the interpreter's own start-up: free here
 
 from spamnb.verdict import EXIT_CODES
 
-MAGIC = b"SPNB\x01"
+MAGIC = b"SPNB\x02"
 _REQUEST = struct.Struct("<BBHHQ5d")
-_REPLY = struct.Struct("<BBHQ")
+_REPLY = struct.Struct("<BBHQQ")
 OK, DECLINED = 0, 1
 # A label travels as the filter's exit status for it.
 _LABEL_OF_CODE = {code: label for label, code in EXIT_CODES.items()}
@@ -95,21 +99,24 @@ def read_request_head(sock, max_body: int, deadline: float | None = None) -> tup
     return header, blen
 
 
-def encode_reply(status: int, label: str | None = None, body: bytes = b"", reason: str = "") -> list[bytes]:
+def encode_reply(status: int, label: str | None = None, pos: int = 0, block: bytes = b"",
+                 reason: str = "") -> list[bytes]:
     text = reason.encode("utf-8", "replace")[:60000]
     code = EXIT_CODES.get(label, 255)
-    return [MAGIC + _REPLY.pack(status, code, len(text), len(body)) + text, body]
+    return [MAGIC + _REPLY.pack(status, code, len(text), pos, len(block)) + text, block]
 
 
-def read_reply(sock) -> tuple[int, str | None, bytes, str]:
-    """``(status, label, body, reason)`` of a reply."""
+def read_reply(sock, max_block: int = 1 << 20) -> tuple[int, str | None, int, bytes, str]:
+    """``(status, label, pos, block, reason)`` of a reply; WireError when malformed."""
     pre = recv_exact(sock, len(MAGIC) + _REPLY.size)
     if pre[:len(MAGIC)] != MAGIC:
         raise WireError("not a spamnb reply")
-    status, code, rlen, blen = _REPLY.unpack(pre[len(MAGIC):])
+    status, code, rlen, pos, blen = _REPLY.unpack(pre[len(MAGIC):])
+    if blen > max_block:
+        raise WireError(f"a verdict block of {blen} bytes")
     reason = recv_exact(sock, rlen).decode("utf-8", "replace")
-    body = recv_exact(sock, blen)
-    return status, _LABEL_OF_CODE.get(code), body, reason
+    block = recv_exact(sock, blen)
+    return status, _LABEL_OF_CODE.get(code), pos, block, reason
 
 
 def send_all(sock, parts) -> None:

@@ -157,13 +157,13 @@ def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):
 
 
 @contextmanager
-def updating(path, *, allow_insecure=False, create=None, timeout=store.LOCK_TIMEOUT):
+def updating(path, *, allow_insecure=False, create=None, timeout=None):
     """Read-modify-write a model file under its exclusive lock.
 
     Yields the loaded model (or ``create()``'s when the file does not exist);
     the model is saved atomically when the block ends without an exception, so
     an error inside the block leaves the file as it was. ``timeout``: seconds
-    to wait for the lock (ModelError after them).
+    to wait for the lock (ModelError after them; None: :func:`spamnb.storage.store.lock_timeout`).
     """
     path = Path(path)
     store.make_private_folder(path.parent)

@@ -331,12 +331,22 @@ def trust_problem(path: str, st: os.stat_result, what: str = "model") -> str | N
 
 # How long a writer waits for the lock before it gives up with a clear error: far
 # longer than any save takes, so only a stuck or hostile holder reaches it.
+# $SPAMNB_LOCK_TIMEOUT (seconds) overrides it.
 LOCK_TIMEOUT = 120.0
+
+
+def lock_timeout(default: float = LOCK_TIMEOUT) -> float:
+    """Seconds a writer waits for a model's lock: ``$SPAMNB_LOCK_TIMEOUT``, else ``default``."""
+    try:
+        value = float(os.environ.get("SPAMNB_LOCK_TIMEOUT") or default)
+    except ValueError:
+        return default
+    return value if value >= 0 else default
 
 
 
 @contextmanager
-def model_lock(path, *, shared: bool = False, timeout: float | None = LOCK_TIMEOUT) -> Iterator[str]:
+def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> Iterator[str]:
     """Hold an advisory lock for the model at `path`.
 
     ``flock`` on a sibling file ``PATH.lock`` (created 0o600, never deleted:
@@ -350,8 +360,8 @@ def model_lock(path, *, shared: bool = False, timeout: float | None = LOCK_TIMEO
     path : str or path-like
         The model path (not the lock file's).
     shared : bool, default False
-    timeout : float or None, default LOCK_TIMEOUT
-        Seconds to wait; None waits forever, 0 tries once.
+    timeout : float or None
+        Seconds to wait (0 tries once); None: :func:`lock_timeout`.
 
     Yields
     ------
@@ -380,7 +390,8 @@ def model_lock(path, *, shared: bool = False, timeout: float | None = LOCK_TIMEO
             # that user hold the lock, and so every update of our model, for ever.
             raise ModelError(f"lock file {lock_path} belongs to uid {owner}, not to you: "
                              f"another user can block every update of the model; remove it")
-        _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX, timeout, path)
+        _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX,
+               lock_timeout() if timeout is None else timeout, path)
         try:
             yield lock_path
         finally:
@@ -389,10 +400,7 @@ def model_lock(path, *, shared: bool = False, timeout: float | None = LOCK_TIMEO
         os.close(fd)
 
 
-def _flock(fd: int, operation: int, timeout: float | None, path: str) -> None:
-    if timeout is None:
-        fcntl.flock(fd, operation)
-        return
+def _flock(fd: int, operation: int, timeout: float, path: str) -> None:
     deadline = time.monotonic() + timeout
     delay = 0.001
     while True:

@@ -1,0 +1,297 @@
+"""What a hostile neighbour or a hostile file can do (issue "Hardening"): each attack
+reproduced first, then held off here.
+
+The attacks by another local user run as a throwaway user made with ``useradd``;
+they need root, and skip with that reason otherwise.
+"""
+
+from __future__ import annotations
+
+import email
+import email.policy
+import fcntl
+import os
+import pickle
+import pwd
+import shutil
+import socket
+import stat
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from conftest import sample_message
+from spamnb.delivery import fastfilter, wire
+from spamnb.delivery.hook import add_headers, filter_message
+from spamnb.mail.tokenizer import tokenize
+from spamnb.storage import locate
+from spamnb.storage.modelfile import load_model, save_model
+from spamnb.verdict import Fallback, header_lines
+from test_e2e import SPAMNB
+
+MALLORY = "spamnb-mallory"
+
+
+@pytest.fixture(scope="session")
+def mallory():
+    """A throwaway local user: the hostile neighbour."""
+    if os.geteuid() != 0:
+        pytest.skip("the attacks by another user need root to make a throwaway user (useradd)")
+    if shutil.which("useradd") is None:
+        pytest.skip("useradd is not installed")
+    try:
+        return pwd.getpwnam(MALLORY)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", MALLORY],
+                       check=True, capture_output=True)
+        return pwd.getpwnam(MALLORY)
+
+
+@pytest.fixture
+def sticky_dir():
+    """A shared folder like /tmp: everyone may create files, nobody may replace another's."""
+    path = Path(tempfile.mkdtemp(prefix="spamnb-shared-", dir="/tmp"))
+    path.chmod(0o1777)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def as_user(user, *cmd):
+    subprocess.run(list(cmd), check=True, capture_output=True, user=user.pw_uid, group=user.pw_gid)
+
+
+class Payload:
+    """A pickle that, when loaded, creates a file: proof that loading ran its code."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@pytest.fixture
+def compiled(trained_model_file, tmp_path):
+    """A private model with its compiled scorer beside it (the cold path answers)."""
+    path = tmp_path / "m" / "model.joblib"
+    save_model(load_model(trained_model_file), path)
+    return path
+
+
+def filter_cmd(raw, *args, env=None):
+    env = {**os.environ, **(env or {})}
+    env.setdefault("SPAMNB_SOCKET", "/nonexistent/spamnb.sock")
+    return subprocess.run([*SPAMNB, "filter", *args], input=raw, capture_output=True, env=env, timeout=120)
+
+
+# -- 1. a symlink planted in a sticky shared folder ---------------------------------------
+
+def test_a_link_another_user_planted_is_never_followed(mallory, sticky_dir, tmp_path, model_file):
+    marker = tmp_path / "payload-ran"
+    attachments = tmp_path / "attachments"
+    attachments.mkdir(mode=0o700)
+    payload = attachments / "saved-attachment.joblib"  # a file of the victim's own
+    payload.write_bytes(pickle.dumps(Payload(marker)))
+    payload.chmod(0o600)
+    planted = sticky_dir / "alice-model.joblib"  # SPAMNB_MODEL named it before it existed
+    as_user(mallory, "ln", "-s", str(payload), str(planted))
+    raw = sample_message("spam", 0).read_bytes()
+    res = filter_cmd(raw, env={"SPAMNB_MODEL": str(planted)})
+    assert res.returncode == 3 and res.stdout == raw
+    assert b"symbolic link" in res.stderr and str(mallory.pw_uid).encode() in res.stderr
+    for args in (["info"], ["classify", str(sample_message("ham", 0))], ["serve", "--socket",
+                                                                          str(tmp_path / "s" / "sock")]):
+        res = subprocess.run([*SPAMNB, *args], capture_output=True, timeout=60,
+                             env={**os.environ, "SPAMNB_MODEL": str(planted)})
+        assert res.returncode == 1 and b"symbolic link" in res.stderr
+    assert not marker.exists()  # the pickle never ran
+    # and a link of our own in the same shared folder is fine
+    mine = sticky_dir / "my-model.joblib"
+    mine.symlink_to(model_file)
+    res = filter_cmd(raw, env={"SPAMNB_MODEL": str(mine)})
+    assert res.returncode in (0, 1, 2), res.stderr
+
+
+def test_a_link_in_a_folder_others_can_write_is_refused(tmp_path, model_file):
+    """Even our own link: another user could replace it (no sticky bit)."""
+    shared = tmp_path / "open"
+    shared.mkdir()
+    shared.chmod(0o777)
+    link = shared / "model.joblib"
+    link.symlink_to(model_file)
+    res = filter_cmd(sample_message("spam", 0).read_bytes(), "--model", str(link))
+    assert res.returncode == 3 and b"folder others can change" in res.stderr
+
+
+# -- 2. the folder checked is the folder the model really sits in --------------------------
+
+def test_a_model_in_a_world_writable_folder_is_refused_through_a_private_link(tmp_path, model_file):
+    public = Path(tempfile.mkdtemp(prefix="spamnb-ww-", dir="/tmp"))
+    try:
+        public.chmod(0o777)  # writable by all, not sticky: anyone can swap the model
+        real = public / "model.joblib"
+        shutil.copyfile(model_file, real)
+        real.chmod(0o600)
+        private = tmp_path / "private"
+        private.mkdir(mode=0o700)
+        (private / "model.joblib").symlink_to(real)
+        res = filter_cmd(sample_message("spam", 0).read_bytes(), "--model", str(private / "model.joblib"))
+        assert res.returncode == 3
+        assert f"its folder {public} is writable by group or others".encode() in res.stderr
+    finally:
+        shutil.rmtree(public, ignore_errors=True)
+
+
+# -- 3. locks: another user's lock file, a holder that never lets go ------------------------
+
+def test_another_users_lock_file_is_refused(mallory, sticky_dir, model_file):
+    model = sticky_dir / "m.joblib"
+    shutil.copyfile(model_file, model)
+    model.chmod(0o600)
+    as_user(mallory, "sh", "-c", f"umask 0; : > {model}.lock")
+    res = subprocess.run([*SPAMNB, "learn", "--spam", "--model", str(model), str(sample_message("spam", 1))],
+                         capture_output=True, timeout=60)
+    assert res.returncode == 1 and b"belongs to uid" in res.stderr
+
+
+@pytest.fixture
+def held_lock(model_file):
+    """Another process holds the model's lock and never lets go."""
+    fd = os.open(str(model_file) + ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    yield model_file
+    os.close(fd)
+
+
+def test_a_held_lock_times_out_with_a_clear_error(held_lock):
+    start = time.monotonic()
+    res = subprocess.run([*SPAMNB, "learn", "--spam", "--model", str(held_lock), str(sample_message("spam", 1))],
+                         capture_output=True, timeout=60, env={**os.environ, "SPAMNB_LOCK_TIMEOUT": "1"})
+    assert time.monotonic() - start < 30
+    assert res.returncode == 1
+    assert res.stderr.decode().startswith("spamnb: error: timed out after 1s waiting for the lock")
+
+
+def test_filter_u_delivers_unlearned_when_the_lock_is_held(held_lock):
+    before = held_lock.read_bytes()
+    raw = sample_message("spam", 1).read_bytes()
+    res = filter_cmd(raw, "--model", str(held_lock), "-u", env={"SPAMNB_LOCK_TIMEOUT": "1"})
+    assert res.returncode in (0, 1)  # classified and delivered, not an error
+    assert b"X-Spam-Status: " in res.stdout
+    assert b"filtered but not learned" in res.stderr
+    assert held_lock.read_bytes() == before
+
+
+# -- 4. folders made for a model are private whatever the umask ----------------------------
+
+def test_learn_makes_private_folders_under_umask_002(tmp_path, small_archive):
+    target = tmp_path / "data" / "new" / "deeper" / "model.joblib"
+    env = {**os.environ, "SPAMNB_CORPUS": str(small_archive)}
+    subprocess.run([*SPAMNB, "learn", "--spam", "--model", str(target), str(sample_message("spam", 1))],
+                   check=True, capture_output=True, env=env, timeout=300, preexec_fn=lambda: os.umask(0o002))
+    for folder in (tmp_path / "data", tmp_path / "data" / "new", target.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    res = filter_cmd(sample_message("spam", 0).read_bytes(), "--model", str(target))
+    assert res.returncode in (0, 1, 2), res.stderr
+
+
+# -- 9. the verdict is a header to the parser, never body text ------------------------------
+
+BROKEN_HEADERS = {
+    "line-without-colon": b"Subject: hi\nthis line has no colon\nFrom: a@b.c\n\nbody text\n",
+    "nul-in-name": b"Subject: hi\nX-\x00Bad: v\n\nbody\n",
+    "8-bit-name": b"Subject: hi\nX-\xe9t\xe9: v\n\nbody\n",
+    "bare-cr": b"Subject: hi\rX-Other: v\r\rbody\r",
+    "cr-cr-lf": b"Subject: hi\r\r\nX-Other: v\r\n\r\nbody\r\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN_HEADERS))
+def test_the_verdict_is_never_tokenized_as_body(name):
+    raw = BROKEN_HEADERS[name]
+    out = add_headers(raw, header_lines("spam", 0.99, 5.0, "m", [("url:x.biz", 2.0)]))
+    toks = tokenize(out)
+    assert not [t for t in toks if "spam" in t.lower() or t == "yes"], toks
+    assert toks == tokenize(raw)
+    msg = email.message_from_bytes(out, policy=email.policy.compat32)
+    assert msg["X-Spam-Flag"] == "YES"  # the parser sees it where it looks for headers
+
+
+HEADER_LINE = st.one_of(
+    st.from_regex(rb"\A[A-Za-z-]{1,12}: [ -~]{0,20}\Z"),
+    st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b),
+    st.just(b" continued"), st.just(b"no colon here"))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(lines=st.lists(HEADER_LINE, max_size=6), ends=st.lists(st.sampled_from([b"\n", b"\r\n", b"\r", b"\r\r\n"]),
+                                                               min_size=6, max_size=6),
+       body=st.binary(max_size=60))
+def test_filtering_never_changes_the_tokens(lines, ends, body):
+    raw = b"Subject: x\n" + b"".join(line + end for line, end in zip(lines, ends)) + b"\n" + body
+    out = add_headers(raw, header_lines("spam", 0.99, 5.0, "m", [("url:x.biz", 2.0)]))
+    assert tokenize(out) == tokenize(raw)
+
+
+# -- 10. the client writes only what it checked ----------------------------------------------
+
+def fake_server(path, reply):
+    """A server of our own user that answers every request with ``reply``."""
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(str(path))
+    srv.listen(4)
+
+    def serve():
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                try:
+                    head, n = wire.read_request_head(conn, 1 << 26)
+                    wire.recv_exact(conn, n)
+                    wire.send_all(conn, reply)
+                except (OSError, wire.WireError):
+                    pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv
+
+
+@pytest.mark.parametrize("pos, block, label", [
+    (0, b"X-Spam-Flag: YES\nX-Spam-Status: Yes, p=1\nX-Injected: evil\n", "spam"),   # another header
+    (0, b"X-Spam-Flag: NO\nX-Spam-Status: No, p=0\n", "spam"),                       # flag and label disagree
+    (10 ** 9, b"X-Spam-Flag: YES\nX-Spam-Status: Yes, p=1\n", "spam"),              # outside the message
+    (5, b"", "ham"),                                                                   # nothing to insert
+    (0, b"X-Spam-Flag: YES\nX-Spam-Status: Yes, p=1\n\nnew body\n", "spam"),        # a body of its own
+])
+def test_the_client_ignores_an_answer_that_is_not_a_verdict(tmp_path, compiled, pos, block, label):
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    sock = folder / "socket"
+    srv = fake_server(sock, wire.encode_reply(wire.OK, label, pos, block))
+    try:
+        raw = sample_message("spam", 0).read_bytes()
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        with pytest.raises(Fallback, match="not a verdict"):
+            fastfilter.via_server(str(sock), raw, str(compiled), False, opts)
+        res = filter_cmd(raw, "--model", str(compiled), "--socket", str(sock))
+        want, want_label = filter_message(load_model(compiled), raw, "model.joblib", [None] * 5)
+        assert (res.stdout, res.returncode) == (want, {"spam": 0, "ham": 1, "unsure": 2}[want_label])
+    finally:
+        srv.close()
+
+
+# -- 11. XDG paths ---------------------------------------------------------------------------
+
+def test_a_relative_xdg_cache_home_is_ignored():
+    env = {"XDG_CACHE_HOME": "relative/cache", "HOME": "/home/u"}
+    assert locate.default_cache_path(env) == "/home/u/.cache/spamnb/default-model.joblib"
+    assert locate.default_cache_path({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == "/c/spamnb/default-model.joblib"
