@@ -17,6 +17,7 @@ import shutil
 import socket
 import stat
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -295,3 +296,77 @@ def test_a_relative_xdg_cache_home_is_ignored():
     env = {"XDG_CACHE_HOME": "relative/cache", "HOME": "/home/u"}
     assert locate.default_cache_path(env) == "/home/u/.cache/spamnb/default-model.joblib"
     assert locate.default_cache_path({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == "/c/spamnb/default-model.joblib"
+
+
+# -- the trust checks of the server and of its client, through a real `spamnb serve` --------
+
+def test_the_server_stops_serving_a_model_that_became_untrusted(compiled, tmp_path):
+    """The check before a model is served: the folder turns group-writable while the server
+    holds the model; the server must decline (and the client, refusing too, passes mail)."""
+    from test_server import start_server
+
+    sock = str(tmp_path / "run" / "socket")
+    proc = start_server(sock, compiled)
+    try:
+        raw = sample_message("spam", 0).read_bytes()
+        assert filter_cmd(raw, "--model", str(compiled), "--socket", sock).returncode == 0
+        compiled.parent.chmod(0o770)
+        res = filter_cmd(raw, "--model", str(compiled), "--socket", sock)
+        assert res.returncode == 3 and res.stdout == raw, res.stderr
+        assert b"writable by group or others" in res.stderr
+    finally:
+        compiled.parent.chmod(0o700)
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def serve_as(user, path):
+    """A forked process, turned into ``user``, listening on ``path`` and answering every
+    request with a well-formed "ham" verdict (so that only the check of who answers can
+    refuse it). Returns its pid once it listens."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        try:
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            srv.bind(str(path))
+            srv.listen(4)
+            os.write(ready_w, b"1")
+            block = b"X-Spam-Flag: NO\nX-Spam-Status: No, probability=0.000001, score=-9.00, model=x, version=0\n"
+            while True:
+                conn, _ = srv.accept()
+                with conn:
+                    head, n = wire.read_request_head(conn, 1 << 26)
+                    wire.recv_exact(conn, n)
+                    wire.send_all(conn, wire.encode_reply(wire.OK, "ham", 0, block))
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    assert os.read(ready_r, 1) == b"1"
+    os.close(ready_r)
+    return pid
+
+
+def test_the_client_refuses_a_server_run_by_another_user(mallory, compiled, tmp_path):
+    """The socket and its folder are ours (so the folder check passes), but the process
+    listening on it is another user's: the client must not take its word."""
+    theirs = Path(tempfile.mkdtemp(prefix="spamnb-mallory-", dir="/tmp"))
+    os.chown(theirs, mallory.pw_uid, mallory.pw_gid)
+    ours = tmp_path / "run"
+    ours.mkdir(mode=0o700)
+    pid = serve_as(mallory, theirs / "sock")
+    try:
+        os.rename(theirs / "sock", ours / "socket")  # planted where our client looks
+        os.chown(ours / "socket", os.geteuid(), os.getegid())
+        raw = sample_message("spam", 0).read_bytes()
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        with pytest.raises(Fallback, match="another user"):
+            fastfilter.via_server(str(ours / "socket"), raw, str(compiled), False, opts)
+        res = filter_cmd(raw, "--model", str(compiled), "--socket", str(ours / "socket"))
+        assert res.returncode == 0 and b"X-Spam-Flag: YES" in res.stdout  # not the fake's "ham"
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        shutil.rmtree(theirs, ignore_errors=True)
