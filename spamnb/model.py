@@ -273,10 +273,33 @@ class SpamModel:
             if X.shape[1] > len(self._df):  # grow by doubling: O(1) amortised per new token
                 self._df = _grown(self._df, max(X.shape[1], 2 * len(self._df)))
             np.add.at(self._df, X.indices, 1)  # df_w += #messages containing w; O(nnz), not O(V)
-        else:
-            self.estimator.forget(X, y)  # refuses (unchanged) below zero
+        else:  # the registry knows these messages were learned in these classes
+            try:
+                self.estimator.forget(X, y)  # the exact inverse of learning the same rows
+            except ValueError:
+                self._subtract_clipped(X, y)
             np.subtract.at(self._df, X.indices, 1)
+            np.maximum(self._df, 0, out=self._df)
         self.stats["updated"] = time.time()
+
+    def _subtract_clipped(self, X, y):
+        """Take rows out of their classes' counts, no count below zero.
+
+        For a copy of a learned message that tokenizes differently from the copy
+        learned: the same :func:`message_key`, but header fields a mail client
+        added since (``Status: RO``) are tokens, and with length-scaled features
+        every value of the row differs a little. The row learned is not stored,
+        so the copy's row is taken out as far as the counts allow.
+        """
+        est = self.estimator
+        fc = np.zeros((2, X.shape[1]))
+        fc[:, : est.feature_count_.shape[1]] = est.feature_count_
+        cc = est.class_count_.copy()
+        for c in (HAM, SPAM):
+            rows = X[y == c]
+            fc[c] -= np.asarray(rows.sum(axis=0)).ravel()
+            cc[c] -= rows.shape[0]
+        est.set_counts(np.maximum(cc, 0.0), np.maximum(fc, 0.0))
 
     def learn(self, messages, *, registry=True):
         """Learn labelled messages: an iterable of ``(raw_bytes, label)``.
