@@ -33,7 +33,8 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     """Learn messages as spam or ham (as bogofilter -s / -n).
 
     Learning the same message twice under the same label counts once (by its
-    Message-ID, else its content); learning it under the other label moves it.
+    author's header fields and body, whatever delivery or a mail client added);
+    learning it under the other label moves it.
     Without a model of your own, learning starts from the default model.
 
     \b

@@ -20,7 +20,7 @@ from spamnb.cli.options import (model_factory, model_options, model_settings_opt
 @click.option("--min-df", type=click.IntRange(min=1), default=1, show_default=True,
               help="Drop tokens seen in fewer messages than this.")
 @click.option("--dedupe/--no-dedupe", default=True, show_default=True,
-              help="Count a message given twice once (by Message-ID, else content) and record every "
+              help="Count a message given twice once (by its author's header fields and body) and record every "
                    "message's key in the model, for learn/forget; --no-dedupe counts every message "
                    "given and records no keys (huge corpora: a key costs ~100 bytes of memory).")
 @model_settings_options

@@ -36,7 +36,7 @@ Design decisions, each made here:
   start; on Dask joblib's ``pre_dispatch``); the parent keeps only the
   vocabulary, the count arrays and, with the registry, 16 bytes per message
   key (a dict entry, ~100 bytes: pass ``registry=False`` for very large corpora).
-* Duplicates (same :func:`message_key`, i.e. Message-ID, else content) are
+* Duplicates (same :func:`message_key`: the author's header fields and the body) are
   decided at merge time with :meth:`SpamModel.learn`'s rules: a message
   already counted under the same label is not counted again; under the other
   label it moves (its row is subtracted from the old class). Within one shard
