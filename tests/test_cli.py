@@ -109,8 +109,44 @@ def test_train_sources_are_repeatable(tiny_corpus, spam_msg, tmp_path):
 
 def test_train_twice_the_same_messages_counts_once(tiny_corpus, tmp_path):
     path = tmp_path / "m.joblib"
-    run(["train", "--index", tiny_corpus.index, "--index", tiny_corpus.index, "--model", path])
+    out = run(["train", "--index", tiny_corpus.index, "--index", tiny_corpus.index, "--model", path]).output
     assert load_model(path).messages.tolist() == [10, 10]
+    assert "40 messages read, 20 counted: 20 duplicates dropped\n" in out
+    assert "messages read" not in run(["train", "--index", tiny_corpus.index, "--model", path]).output
+
+
+def _maildir_plus_plus(root, ham_dir, spam_dir):
+    """A Maildir++ with the ham in its inbox and the spam in its .Junk folder."""
+    for folder, src in ((root, ham_dir), (root / ".Junk", spam_dir)):
+        for sub in ("cur", "new", "tmp"):
+            (folder / sub).mkdir(parents=True)
+        for f in src.iterdir():
+            (folder / "cur" / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+def test_train_maildir_root_does_not_read_its_junk_folder_as_ham(small_corpus, tmp_path):
+    """train -r --ham ~/Maildir --spam ~/Maildir/.Junk: the Junk messages are spam only."""
+    md = _maildir_plus_plus(tmp_path / "Maildir", small_corpus.ham_dir, small_corpus.spam_dir)
+    path = tmp_path / "m.joblib"
+    out = run(["train", "-r", "--ham", md, "--spam", md / ".Junk", "--model", path]).output
+    assert f"reading {md / '.Junk'} as spam only (-r does not read it again, as ham, in {md})" in out
+    assert "duplicates" not in out and "both ham and spam" not in out
+    ref = tmp_path / "ref.joblib"  # the same mail from two plain folders
+    run(["train", "--ham", small_corpus.ham_dir, "--spam", small_corpus.spam_dir, "--model", ref])
+    model, ref = load_model(path), load_model(ref)
+    assert model.messages.tolist() == [150, 150]
+    assert model.vocabulary.tokens() == ref.vocabulary.tokens()
+    np.testing.assert_array_equal(model.estimator.feature_count_, ref.estimator.feature_count_)
+
+
+def test_train_counts_a_message_given_as_ham_and_spam_once_as_the_last_label(small_corpus, tmp_path):
+    path = tmp_path / "m.joblib"
+    out = run(["train", "--spam", small_corpus.spam_dir, "--ham", small_corpus.ham_dir,
+               "--ham", small_corpus.spam_dir, "--model", path]).output  # spam is read after ham
+    assert load_model(path).messages.tolist() == [150, 150]
+    assert ("450 messages read, 300 counted: 150 duplicates dropped; 150 given as both ham and spam, "
+            "counted once under the label given last (spam)\n") in out
 
 
 @pytest.mark.parametrize("model_type", ["bernoulli", "complement"])
