@@ -190,6 +190,18 @@ def test_train_reports_conflicts_and_refines_as_without_them(messages):
     assert model.stats["refine_copies"] == clean.stats["refine_copies"]
 
 
+def test_a_copy_with_a_clients_fields_moves_at_merge_time(messages):
+    # the same message by its identity, but a mail client's fields are tokens the first copy lacks
+    src, raw, _ = messages[0]
+    copy = raw.replace(b"\n\n", b"\nStatus: RO\nX-Keywords: $Junk\n\n", 1)
+    stream = [(src, raw, "ham")] + messages[1:9] + [(src, copy, "spam")] + messages[9:12]
+    model = SpamModel(features="presence")
+    done = par.train(model, par.shards_of(stream, size=4))
+    assert done["moved"] == 1 and done["conflicts"] == [0, 1]
+    assert (model.estimator.feature_count_ >= 0).all() and (model.doc_freq >= 0).all()
+    assert model.messages.sum() == 12
+
+
 def test_no_registry_counts_every_message(messages):
     stream = messages[:10] * 3
     model = sharded(par.shards_of(stream, size=4), registry=False)
