@@ -370,9 +370,12 @@ class SpamModel:
         :func:`message_key`: learning it again under the same label changes
         nothing, learning it under the other label *moves* it (its counts are
         subtracted from the old class first). Returns a dict of counts:
-        ``learned``, ``moved``, ``unchanged``.
+        ``learned``, ``moved``, ``unchanged`` (known before this call) and
+        ``duplicates`` (copies of a message given earlier in this call, under
+        the same label).
         """
-        done = {"learned": 0, "moved": 0, "unchanged": 0}
+        done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0}
+        given: set = set()  # keys of the messages of this call so far
         for batch in batches(messages, BATCH):
             if not registry:
                 self._update([self.tokens(raw) for raw, _ in batch], [label_id(lb) for _, lb in batch], +1)
@@ -384,8 +387,10 @@ class SpamModel:
                 y = label_id(label)
                 key = message_key(raw)
                 old = add[key][1] if key in add else self.known(key, raw)
+                again = key in given
+                given.add(key)
                 if old == y:
-                    done["unchanged"] += 1
+                    done["duplicates" if again else "unchanged"] += 1
                     continue
                 toks = self.tokens(raw)
                 if old is None:

@@ -390,6 +390,21 @@ def _write(path, raw):
     return path
 
 
+def test_learn_says_how_many_duplicates_it_dropped(model_file, spam_msg, tmp_path):
+    """500 spam given, 499 counted: the summary says why."""
+    folder = tmp_path / "junk"
+    folder.mkdir()
+    raw = strip_from_line(spam_msg.read_bytes())
+    (folder / "1.eml").write_bytes(raw)
+    (folder / "2.eml").write_bytes(raw + b"\n")  # the same message, saved twice
+    (folder / "3.eml").write_bytes(sample_message("spam", 4).read_bytes())
+    out = run(["learn", "--spam", folder, "--model", model_file]).output
+    assert "learned 2 as spam, moved 0, 0 already known, 1 duplicate dropped (given twice)" in out
+    assert load_model(model_file).messages.tolist() == [150, 152]
+    out = run(["learn", "--spam", folder, "--model", model_file]).output
+    assert "learned 0 as spam, moved 0, 2 already known, 1 duplicate dropped (given twice)" in out
+
+
 def test_forget_undoes_learn_exactly(model_file, spam_msg):
     before = load_model(model_file)
     run(["learn", "--spam", spam_msg, "--model", model_file])

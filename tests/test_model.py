@@ -46,10 +46,18 @@ def test_learning_twice_counts_once():
     m = trained()
     before = counts(m)
     done = m.learn([(SPAM1, "spam"), (HAM2, "ham")])
-    assert done == {"learned": 0, "moved": 0, "unchanged": 2}
+    assert done == {"learned": 0, "moved": 0, "unchanged": 2, "duplicates": 0}
     after = counts(m)
     np.testing.assert_array_equal(before[0], after[0])
     np.testing.assert_array_equal(before[1], after[1])
+
+
+def test_a_message_given_twice_in_one_call_is_a_duplicate():
+    m = trained()
+    extra = b"Subject: new offer\n\nan entirely new offer\n"
+    done = m.learn([(extra, "spam"), (SPAM1, "spam"), (extra + b"\n", "spam"), (SPAM1, "spam")])
+    assert done == {"learned": 1, "moved": 0, "unchanged": 1, "duplicates": 2}
+    assert m.class_count.tolist() == [2, 3]
 
 
 def test_relearning_under_other_label_moves_message():
@@ -95,7 +103,7 @@ def test_a_copy_with_a_clients_fields_moves_and_forgets(features):
     m = SpamModel(features=features)
     m.learn([(HAM1, "ham"), (HAM2, "ham"), (SPAM1, "spam"), (spam2, "spam")])
     copy = with_status(HAM1)  # the same message, to learn
-    assert m.learn([(copy, "spam")]) == {"learned": 0, "moved": 1, "unchanged": 0}
+    assert m.learn([(copy, "spam")]) == {"learned": 0, "moved": 1, "unchanged": 0, "duplicates": 0}
     assert m.class_count.tolist() == [1, 3]
     assert (m.estimator.feature_count_ >= 0).all() and (m.doc_freq >= 0).all()
     assert m.forget([(copy, "spam")]) == 1
@@ -186,7 +194,7 @@ def test_version_1_model_finds_its_messages_by_their_old_keys():
     del old["legacy_registry"]
     v1 = SpamModel.from_state(old)
     assert v1.registry == {} and len(v1.legacy_registry) == 4
-    assert v1.learn([(SPAM1, "spam")]) == {"learned": 0, "moved": 0, "unchanged": 1}
+    assert v1.learn([(SPAM1, "spam")]) == {"learned": 0, "moved": 0, "unchanged": 1, "duplicates": 0}
     assert v1.registry == {message_key(SPAM1): 1} and len(v1.legacy_registry) == 3  # moved to its new key
     v1.learn([(HAM2, "spam")])  # a correction moves it, as before
     assert v1.class_count.tolist() == [1, 3]

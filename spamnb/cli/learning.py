@@ -53,9 +53,11 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     messages, skipped = _labelled(sources, label, recursive, strict)
     with updating(path, allow_insecure=allow_insecure_model, create=_default_seed) as model:
         done = model.learn(messages)
+    n = done["duplicates"]
     click.echo(f"learned {done['learned']} as {label}, moved {done['moved']}, "
-               f"{done['unchanged']} already known" + (f"; skipped {skipped[0]}" if skipped[0] else ""),
-               err=True)
+               f"{done['unchanged']} already known"
+               + (f", {n} duplicate{'s' * (n != 1)} dropped (given twice)" if n else "")
+               + (f"; skipped {skipped[0]}" if skipped[0] else ""), err=True)
 
 
 def _default_seed():
