@@ -37,7 +37,10 @@ from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_
 from spamnb.verdict import DEFAULT_COSTS, LABELS, label_for
 
 FORMAT = "spamnb-model"
-FORMAT_VERSION = 1
+# 2: message keys are message_key()'s (robust to what delivery changes); a version 1
+# file is still read, its keys kept apart and moved over as their messages come back.
+FORMAT_VERSION = 2
+READS_VERSIONS = (1, 2)
 
 HAM, SPAM = 0, 1  # column of each class: verdict.LABELS[HAM] == "ham"
 
@@ -112,39 +115,96 @@ def label_id(label: str) -> int:
         raise ValueError(f"unknown label {label!r}: expected 'ham' or 'spam'") from None
 
 
-_MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(<[^>\r\n]{1,500}>)", re.I | re.M)
-
-
 KEY_BYTES = 16  # length of a message key (a BLAKE2b digest)
+
+# The header fields of a message's identity: those its author's mail program
+# writes, which nothing on the way changes. Delivery agents add trace fields
+# (Received, Return-Path, Delivered-To) above them, filters (spamnb's own
+# X-Spam-*) and mail clients (Status, X-Status, X-Keywords, Content-Length)
+# add theirs below: none of those is part of the identity.
+IDENTITY_FIELDS = frozenset({b"message-id", b"date", b"from", b"sender", b"to", b"cc", b"subject"})
+
+_FIELD = re.compile(rb"([!-9;-~]+)[ \t]*:")  # a header field's name (RFC 5322; obsolete space before ':')
+_MBOX_QUOTED = re.compile(rb"^>+(?=From )", re.M)  # ">From " / ">>From ": an mbox's quoting
 
 
 def message_key(raw: bytes) -> bytes:
-    """Identity of a message for learn/forget: its Message-ID and body, else its content.
+    """Identity of a message for learn/forget and for duplicates in training.
 
-    The same message re-delivered, or seen again after a filter or a mail client
-    added header fields, keeps its key; two different messages that share a
-    Message-ID (corpora renumbered by their uploaders do this: 2633 of the 3533
-    ham in trec06c-dev repeat an earlier Message-ID) do not. Only the header
-    block is searched for the Message-ID. The key is a 16-byte BLAKE2b digest,
-    so the registry stays small whatever the ids look like.
+    A digest of the message's :data:`IDENTITY_FIELDS` (Message-ID, Date, From,
+    Sender, To, Cc, Subject: unfolded, blanks collapsed, in name order) and its
+    normalised body; a message with none of those fields (not mail) is known by
+    its whole normalised content. What delivery agents, filters and mail
+    clients change is left out:
+
+    * an mbox ``From `` line at the top, and mbox quoting of body lines
+      (``>From `` and ``>>From `` are read as ``From ``);
+    * CRLF or LF line ends, blank lines and blanks at the end;
+    * header fields added above or below the original ones (trace fields,
+      verdicts, a client's status), and the order of the fields.
+
+    Two different messages that share a Message-ID (spammers reuse them, and
+    2633 of the 3533 ham in trec06c-dev repeat an earlier one) differ in their
+    body or their other fields, so they keep different keys. The key is a
+    16-byte BLAKE2b digest, so the registry stays small whatever the message.
     """
-    head, body = _split_header(raw)
-    m = _MESSAGE_ID.search(head)
+    text = raw.replace(b"\r\n", b"\n")
+    if text.startswith(b"From "):  # the mbox envelope line, not the message's
+        nl = text.find(b"\n")
+        text = text[nl + 1:] if nl != -1 else b""
+    head, body = b"", text
+    if _FIELD.match(text):  # a header block, up to the first blank line
+        cut = text.find(b"\n\n")
+        head, body = (text, b"") if cut == -1 else (text[:cut], text[cut + 2:])
+    if b">From " in body:
+        body = _MBOX_QUOTED.sub(b"", body)
+    body = body.rstrip(b" \t\r\n")
+    fields = _identity_fields(head)
+    if fields:
+        ident = b"key2\0" + b"\0".join(fields) + b"\0\0" + body
+    else:
+        ident = b"key2-content\0" + head + b"\0\0" + body
+    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
+
+
+def _identity_fields(head: bytes) -> list[bytes]:
+    """``name:value`` of the header block's :data:`IDENTITY_FIELDS`, unfolded and
+    with blanks collapsed, sorted by name (same-named fields keep their order)."""
+    fields = []
+    current = None  # the value (a list of parts) of the identity field being read
+    for line in head.split(b"\n"):
+        if line[:1] in (b" ", b"\t"):  # a continuation line
+            if current is not None:
+                current.append(line)
+            continue
+        m = _FIELD.match(line)
+        name = m.group(1).lower() if m else None
+        if name in IDENTITY_FIELDS:
+            current = [line[m.end():]]
+            fields.append((name, current))
+        else:
+            current = None
+    fields.sort(key=lambda f: f[0])  # stable: same-named fields stay in order
+    return [name + b":" + b" ".join(b" ".join(parts).split()) for name, parts in fields]
+
+
+_LEGACY_MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(<[^>\r\n]{1,500}>)", re.I | re.M)
+
+
+def legacy_message_key(raw: bytes) -> bytes:
+    """The key models of format version 1 stored: Message-ID and the body's exact
+    bytes, else the message's exact bytes (kept to find their messages again)."""
+    cuts = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i != -1]
+    head, body = raw, b""
+    if cuts:
+        i = min(cuts)
+        head, body = raw[:i], raw[i + (4 if raw.startswith(b"\r\n\r\n", i) else 2):]
+    m = _LEGACY_MESSAGE_ID.search(head)
     if m:
         ident = b"mid:" + m.group(1).strip() + b"\0" + hashlib.sha256(body).digest()
     else:
         ident = b"sha256:" + hashlib.sha256(raw).digest()
     return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
-
-
-def _split_header(raw: bytes) -> tuple[bytes, bytes]:
-    """(header block, body) at the first blank line (LF or CRLF)."""
-    cuts = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i != -1]
-    if not cuts:
-        return raw, b""
-    i = min(cuts)
-    sep = 4 if raw.startswith(b"\r\n\r\n", i) else 2
-    return raw[:i], raw[i + sep:]
 
 
 @dataclass
@@ -214,6 +274,8 @@ class SpamModel:
         # messages containing each token, with spare room (a hashed model has all its columns from the start)
         self._df = np.zeros(max(1024, len(self.vocabulary)), dtype=np.int64)
         self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
+        # keys of a format version 1 file (legacy_message_key), until their message comes back
+        self.legacy_registry: dict[bytes, int] = {}
         self.stats = {"created": time.time(), "updated": None, "spamnb_version": __version__,
                       "refine_copies": [0, 0]}  # class counts added by refine(), not messages
         self.estimator = self.new_estimator()
@@ -273,10 +335,33 @@ class SpamModel:
             if X.shape[1] > len(self._df):  # grow by doubling: O(1) amortised per new token
                 self._df = _grown(self._df, max(X.shape[1], 2 * len(self._df)))
             np.add.at(self._df, X.indices, 1)  # df_w += #messages containing w; O(nnz), not O(V)
-        else:
-            self.estimator.forget(X, y)  # refuses (unchanged) below zero
+        else:  # the registry knows these messages were learned in these classes
+            try:
+                self.estimator.forget(X, y)  # the exact inverse of learning the same rows
+            except ValueError:
+                self._subtract_clipped(X, y)
             np.subtract.at(self._df, X.indices, 1)
+            np.maximum(self._df, 0, out=self._df)
         self.stats["updated"] = time.time()
+
+    def _subtract_clipped(self, X, y):
+        """Take rows out of their classes' counts, no count below zero.
+
+        For a copy of a learned message that tokenizes differently from the copy
+        learned: the same :func:`message_key`, but header fields a mail client
+        added since (``Status: RO``) are tokens, and with length-scaled features
+        every value of the row differs a little. The row learned is not stored,
+        so the copy's row is taken out as far as the counts allow.
+        """
+        est = self.estimator
+        fc = np.zeros((2, X.shape[1]))
+        fc[:, : est.feature_count_.shape[1]] = est.feature_count_
+        cc = est.class_count_.copy()
+        for c in (HAM, SPAM):
+            rows = X[y == c]
+            fc[c] -= np.asarray(rows.sum(axis=0)).ravel()
+            cc[c] -= rows.shape[0]
+        est.set_counts(np.maximum(cc, 0.0), np.maximum(fc, 0.0))
 
     def learn(self, messages, *, registry=True):
         """Learn labelled messages: an iterable of ``(raw_bytes, label)``.
@@ -285,9 +370,12 @@ class SpamModel:
         :func:`message_key`: learning it again under the same label changes
         nothing, learning it under the other label *moves* it (its counts are
         subtracted from the old class first). Returns a dict of counts:
-        ``learned``, ``moved``, ``unchanged``.
+        ``learned``, ``moved``, ``unchanged`` (known before this call) and
+        ``duplicates`` (copies of a message given earlier in this call, under
+        the same label).
         """
-        done = {"learned": 0, "moved": 0, "unchanged": 0}
+        done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0}
+        given: set = set()  # keys of the messages of this call so far
         for batch in batches(messages, BATCH):
             if not registry:
                 self._update([self.tokens(raw) for raw, _ in batch], [label_id(lb) for _, lb in batch], +1)
@@ -298,9 +386,11 @@ class SpamModel:
             for raw, label in batch:
                 y = label_id(label)
                 key = message_key(raw)
-                old = add[key][1] if key in add else self.registry.get(key)
+                old = add[key][1] if key in add else self.known(key, raw)
+                again = key in given
+                given.add(key)
                 if old == y:
-                    done["unchanged"] += 1
+                    done["duplicates" if again else "unchanged"] += 1
                     continue
                 toks = self.tokens(raw)
                 if old is None:
@@ -372,23 +462,39 @@ class SpamModel:
 
         A message the registry knows under the other label, or not at all, is
         refused with ValueError before anything changes (bogofilter would
-        subtract anyway and corrupt its counts). Returns the number forgotten.
+        subtract anyway and corrupt its counts). A message given twice is
+        forgotten once. Returns the number forgotten.
         """
-        toks, ys, keys = [], [], []
+        toks, ys, keys = [], [], {}
         for raw, label in messages:
             y = label_id(label)
             key = message_key(raw)
-            known = self.registry.get(key)
+            if key in keys:  # another copy of a message forgotten here: once is all
+                continue
+            known = self.known(key, raw)
             if known != y:
                 where = "not learned" if known is None else f"learned as {LABELS[known]}"
                 raise ValueError(f"message was {where}, not as {label}: nothing to forget")
             toks.append(self.tokens(raw))
             ys.append(y)
-            keys.append(key)
+            keys[key] = None
         self._update(toks, ys, -1)
         for key in keys:
             del self.registry[key]
         return len(keys)
+
+    def known(self, key: bytes, raw: bytes):
+        """The class ``raw`` (whose :func:`message_key` is ``key``) was learned as, else None.
+
+        A message learned by a model of format version 1 is found by its old key
+        (the exact bytes it had then) and its entry moved to its key now.
+        """
+        known = self.registry.get(key)
+        if known is None and self.legacy_registry:
+            known = self.legacy_registry.pop(legacy_message_key(raw), None)
+            if known is not None:
+                self.registry[key] = known
+        return known
 
     def prune(self, min_df=2):
         """Drop tokens seen in fewer than ``min_df`` learned messages."""
@@ -488,6 +594,7 @@ class SpamModel:
             "feature_count": np.asarray(est.feature_count_, dtype=np.float64),
             "doc_freq": self.doc_freq.copy(),
             "registry": _pack_registry(self.registry),
+            "legacy_registry": _pack_registry(self.legacy_registry),
             "stats": dict(self.stats),
         }
 
@@ -497,10 +604,10 @@ class SpamModel:
         if not isinstance(state, dict) or state.get("format") != FORMAT:
             raise ModelFormatError("not a spamnb model file")
         version = state.get("format_version")
-        if version != FORMAT_VERSION:
+        if version not in READS_VERSIONS:
             raise ModelFormatError(
                 f"model format version {version!r} is not supported by spamnb {__version__} "
-                f"(it reads version {FORMAT_VERSION}); retrain the model with this version"
+                f"(it reads versions {', '.join(map(str, READS_VERSIONS))}); retrain the model with this version"
             )
         try:
             model = cls(
@@ -519,6 +626,9 @@ class SpamModel:
             if model._df.shape != (len(model.vocabulary),):
                 raise ModelFormatError("model document frequencies do not match its vocabulary")
             model.registry = _unpack_registry(state["registry"])
+            model.legacy_registry = _unpack_registry(state.get("legacy_registry", {}))
+            if version == 1:  # keys of the old message_key: found again by known()
+                model.legacy_registry, model.registry = model.registry, {}
             model.stats = dict(state["stats"])
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelFormatError):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import SAMPLE_MAILDIR, gold_labels, sample_message
+from conftest import SAMPLE_MAILDIR, gold_labels, sample_message, strip_from_line
 from spamnb.storage import store
 from spamnb.cli import main
 from spamnb.delivery.hook import add_headers
@@ -109,8 +109,44 @@ def test_train_sources_are_repeatable(tiny_corpus, spam_msg, tmp_path):
 
 def test_train_twice_the_same_messages_counts_once(tiny_corpus, tmp_path):
     path = tmp_path / "m.joblib"
-    run(["train", "--index", tiny_corpus.index, "--index", tiny_corpus.index, "--model", path])
+    out = run(["train", "--index", tiny_corpus.index, "--index", tiny_corpus.index, "--model", path]).output
     assert load_model(path).messages.tolist() == [10, 10]
+    assert "40 messages read, 20 counted: 20 duplicates dropped\n" in out
+    assert "messages read" not in run(["train", "--index", tiny_corpus.index, "--model", path]).output
+
+
+def _maildir_plus_plus(root, ham_dir, spam_dir):
+    """A Maildir++ with the ham in its inbox and the spam in its .Junk folder."""
+    for folder, src in ((root, ham_dir), (root / ".Junk", spam_dir)):
+        for sub in ("cur", "new", "tmp"):
+            (folder / sub).mkdir(parents=True)
+        for f in src.iterdir():
+            (folder / "cur" / f.name).write_bytes(f.read_bytes())
+    return root
+
+
+def test_train_maildir_root_does_not_read_its_junk_folder_as_ham(small_corpus, tmp_path):
+    """train -r --ham ~/Maildir --spam ~/Maildir/.Junk: the Junk messages are spam only."""
+    md = _maildir_plus_plus(tmp_path / "Maildir", small_corpus.ham_dir, small_corpus.spam_dir)
+    path = tmp_path / "m.joblib"
+    out = run(["train", "-r", "--ham", md, "--spam", md / ".Junk", "--model", path]).output
+    assert f"reading {md / '.Junk'} as spam only (-r does not read it again, as ham, in {md})" in out
+    assert "duplicates" not in out and "both ham and spam" not in out
+    ref = tmp_path / "ref.joblib"  # the same mail from two plain folders
+    run(["train", "--ham", small_corpus.ham_dir, "--spam", small_corpus.spam_dir, "--model", ref])
+    model, ref = load_model(path), load_model(ref)
+    assert model.messages.tolist() == [150, 150]
+    assert model.vocabulary.tokens() == ref.vocabulary.tokens()
+    np.testing.assert_array_equal(model.estimator.feature_count_, ref.estimator.feature_count_)
+
+
+def test_train_counts_a_message_given_as_ham_and_spam_once_as_the_last_label(small_corpus, tmp_path):
+    path = tmp_path / "m.joblib"
+    out = run(["train", "--spam", small_corpus.spam_dir, "--ham", small_corpus.ham_dir,
+               "--ham", small_corpus.spam_dir, "--model", path]).output  # spam is read after ham
+    assert load_model(path).messages.tolist() == [150, 150]
+    assert ("450 messages read, 300 counted: 150 duplicates dropped; 150 given as both ham and spam, "
+            "counted once under the label given last (spam)\n") in out
 
 
 @pytest.mark.parametrize("model_type", ["bernoulli", "complement"])
@@ -289,6 +325,85 @@ def test_learn_identity_is_the_message_id(model_file, tmp_path):
     run(["learn", "--spam", c, "--model", model_file])
     assert "1 already known" in run(["learn", "--spam", c, "--model", model_file]).output
     assert load_model(model_file).messages.tolist() == [150, 152]
+
+
+def _header_block_end(raw):
+    return raw.index(b"\n\n") + 1
+
+
+def _delivered(raw, how):
+    """``raw`` as a delivery agent or a mail client hands it back later."""
+    if how == "from-line":  # a file with a From_ line (read as a one-message mbox: body From quoted)
+        end = _header_block_end(raw)
+        return (b"From someone@example.org  Mon Sep  2 16:21:48 2002\n" + strip_from_line(raw[:end])
+                + raw[end:].replace(b"\nFrom ", b"\n>From "))
+    if how == "no-from-line":
+        return strip_from_line(raw)
+    if how == "trailing-newline":
+        return raw + b"\n"
+    if how == "crlf":
+        return raw.replace(b"\n", b"\r\n")
+    if how == "client-headers":  # a mail client's status fields, below the original ones
+        end = _header_block_end(raw)
+        return raw[:end] + b"Status: RO\nX-Status: A\nX-Keywords: $Junk\nContent-Length: 1234\n" + raw[end:]
+    if how == "mta-headers":  # the MTA's trace fields, above the original ones
+        return (b"Return-Path: <someone@example.org>\nDelivered-To: me@example.net\n"
+                b"Received: from mx.example.net by mail.example.net; Mon, 2 Sep 2002 16:21:48 +0100\n"
+                + strip_from_line(raw))
+    if how == "mbox-saved":  # a client's mbox: From_ line, its status fields, a blank line after each
+        end = _header_block_end(raw)
+        body = raw[end:].replace(b"\nFrom ", b"\n>From ")
+        return (b"From x@y  Mon Sep  2 16:21:48 2002\n" + strip_from_line(raw[:end])
+                + b"Status: RO\nX-Mozilla-Status: 0001\n" + body + b"\n")
+    raise AssertionError(how)
+
+
+DELIVERY_CHANGES = ["from-line", "no-from-line", "trailing-newline", "crlf", "client-headers",
+                    "mta-headers", "mbox-saved"]
+
+
+@pytest.mark.parametrize("message_id", [True, False], ids=["message-id", "no-message-id"])
+@pytest.mark.parametrize("how", DELIVERY_CHANGES)
+def test_filter_learned_message_is_known_to_learn_after_delivery(model_file, how, message_id):
+    """`filter -u` learns a message; the copy a client saved is the same message to learn/forget."""
+    raw = strip_from_line(sample_message("spam", 3).read_bytes())
+    if not message_id:
+        raw = re.sub(rb"(?im)^message-id:.*\n", b"", raw)
+    raw = raw.replace(b"\n\n", b"\n\nFrom the desk of the manager\n", 1)  # a body line mbox quotes
+    if how == "no-from-line":  # procmail pipes the message with its From_ line, the maildir copy has none
+        raw = b"From someone@example.org  Mon Sep  2 16:21:48 2002\n" + raw
+    sure = ["--spam-cutoff", "0.5", "--ham-cutoff", "0.5"]
+    out = run(["filter", "--model", model_file, "-u", *sure], input=raw, code=0).stdout_bytes
+    assert load_model(model_file).messages.tolist() == [150, 151]
+    saved = model_file.parent / "saved.eml"
+    for copy in (_delivered(raw, how), _delivered(out, how)):  # as delivered, and as spamnb filed it
+        saved.write_bytes(copy)
+        assert "1 already known" in run(["learn", "--spam", saved, "--model", model_file]).output
+        assert load_model(model_file).messages.tolist() == [150, 151]
+    assert "moved 1" in run(["learn", "--ham", saved, "--model", model_file]).output
+    assert load_model(model_file).messages.tolist() == [151, 150]
+    run(["forget", "--ham", _write(saved, _delivered(strip_from_line(raw), "crlf")), "--model", model_file])
+    assert load_model(model_file).messages.tolist() == [150, 150]
+
+
+def _write(path, raw):
+    path.write_bytes(raw)
+    return path
+
+
+def test_learn_says_how_many_duplicates_it_dropped(model_file, spam_msg, tmp_path):
+    """500 spam given, 499 counted: the summary says why."""
+    folder = tmp_path / "junk"
+    folder.mkdir()
+    raw = strip_from_line(spam_msg.read_bytes())
+    (folder / "1.eml").write_bytes(raw)
+    (folder / "2.eml").write_bytes(raw + b"\n")  # the same message, saved twice
+    (folder / "3.eml").write_bytes(sample_message("spam", 4).read_bytes())
+    out = run(["learn", "--spam", folder, "--model", model_file]).output
+    assert "learned 2 as spam, moved 0, 0 already known, 1 duplicate dropped (given twice)" in out
+    assert load_model(model_file).messages.tolist() == [150, 152]
+    out = run(["learn", "--spam", folder, "--model", model_file]).output
+    assert "learned 0 as spam, moved 0, 2 already known, 1 duplicate dropped (given twice)" in out
 
 
 def test_forget_undoes_learn_exactly(model_file, spam_msg):

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from spamnb.model import FORMAT_VERSION, ModelFormatError, SpamModel, message_key
+from spamnb.model import FORMAT_VERSION, ModelFormatError, SpamModel, legacy_message_key, message_key
 
 HAM1 = b"Message-ID: <h1@x>\nSubject: lunch meeting\n\nsee you at lunch tomorrow, the agenda is attached\n"
 HAM2 = b"Subject: perl question\n\nhow do I sort a hash by value in perl\n"
@@ -46,10 +46,18 @@ def test_learning_twice_counts_once():
     m = trained()
     before = counts(m)
     done = m.learn([(SPAM1, "spam"), (HAM2, "ham")])
-    assert done == {"learned": 0, "moved": 0, "unchanged": 2}
+    assert done == {"learned": 0, "moved": 0, "unchanged": 2, "duplicates": 0}
     after = counts(m)
     np.testing.assert_array_equal(before[0], after[0])
     np.testing.assert_array_equal(before[1], after[1])
+
+
+def test_a_message_given_twice_in_one_call_is_a_duplicate():
+    m = trained()
+    extra = b"Subject: new offer\n\nan entirely new offer\n"
+    done = m.learn([(extra, "spam"), (SPAM1, "spam"), (extra + b"\n", "spam"), (SPAM1, "spam")])
+    assert done == {"learned": 1, "moved": 0, "unchanged": 1, "duplicates": 2}
+    assert m.class_count.tolist() == [2, 3]
 
 
 def test_relearning_under_other_label_moves_message():
@@ -85,6 +93,30 @@ def test_forget_is_inverse_of_learn(features):
     np.testing.assert_allclose(after[1][:, before[1].shape[1]:], 0, atol=1e-12)
 
 
+@pytest.mark.parametrize("features", ["counts", "presence-l2"])
+def test_a_copy_with_a_clients_fields_moves_and_forgets(features):
+    """A mail client's status fields are tokens: the copy's row is not the row learned."""
+    def with_status(raw):
+        return raw.replace(b"\n\n", b"\nStatus: RO\nX-Keywords: $Junk\n\n", 1)
+
+    spam2 = with_status(SPAM2)  # the client's fields are in the vocabulary
+    m = SpamModel(features=features)
+    m.learn([(HAM1, "ham"), (HAM2, "ham"), (SPAM1, "spam"), (spam2, "spam")])
+    copy = with_status(HAM1)  # the same message, to learn
+    assert m.learn([(copy, "spam")]) == {"learned": 0, "moved": 1, "unchanged": 0, "duplicates": 0}
+    assert m.class_count.tolist() == [1, 3]
+    assert (m.estimator.feature_count_ >= 0).all() and (m.doc_freq >= 0).all()
+    assert m.forget([(copy, "spam")]) == 1
+    assert m.class_count.tolist() == [1, 2]
+    # the ham class holds what it would without the message: exactly for counts, and to
+    # within the scaling of a row with four tokens more for presence-l2
+    ref = SpamModel(features=features)
+    ref.learn([(HAM2, "ham"), (SPAM1, "spam"), (spam2, "spam")])
+    ref_ham = {tok: ref.estimator.feature_count_[0, i] for i, tok in enumerate(ref.vocabulary.tokens())}
+    ham = [(ref_ham.get(tok, 0.0), m.estimator.feature_count_[0, i]) for i, tok in enumerate(m.vocabulary.tokens())]
+    np.testing.assert_allclose(*zip(*ham), rtol=0, atol=1e-12 if features == "counts" else 0.05)
+
+
 def test_forget_refuses_unknown_or_mislabelled_and_changes_nothing():
     m = trained()
     before = counts(m)
@@ -95,15 +127,85 @@ def test_forget_refuses_unknown_or_mislabelled_and_changes_nothing():
     np.testing.assert_array_equal(before[1], counts(m)[1])
 
 
-def test_message_key_is_message_id_and_body():
-    # header fields added on the way (a filter's verdict, a client's status) keep the key
-    assert message_key(HAM1) == message_key(HAM1.replace(b"Subject:", b"X-Spam-Flag: YES\nSubject:"))
-    # another message that reuses the Message-ID does not share it
-    assert message_key(HAM1) != message_key(HAM1.replace(b"agenda", b"minutes"))
-    assert message_key(HAM2) != message_key(HAM2.replace(b"perl", b"python"))
-    # A Message-ID in the body is not the message's.
-    body_only = b"Subject: x\n\nMessage-ID: <h1@x>\n"
-    assert message_key(body_only) != message_key(HAM1)
+MAIL = (b"Received: from mx.example.org by mail.example.net; Mon, 2 Sep 2002 16:21:48 +0100\n"
+        b"Message-ID: <m1@example.org>\nDate: Mon, 2 Sep 2002 16:21:40 +0100\n"
+        b"From: Ann <ann@example.org>\nTo: bob@example.net,\n\tcarol@example.net\nSubject: the agenda\n"
+        b"\nsee you at lunch\nFrom now on the agenda is attached   \n")
+
+
+def _below_headers(raw, lines):
+    cut = raw.index(b"\n\n") + 1
+    return raw[:cut] + lines + raw[cut:]
+
+
+@pytest.mark.parametrize("mid", [True, False], ids=["message-id", "no-message-id"])
+def test_message_key_survives_what_delivery_and_clients_change(mid):
+    raw = MAIL if mid else MAIL.replace(b"Message-ID: <m1@example.org>\n", b"")
+    same = [
+        b"From ann@example.org  Mon Sep  2 16:21:48 2002\n" + raw,  # mbox From_ line
+        raw + b"\n",  # one more trailing newline
+        raw.rstrip(b"\n"),  # or none
+        raw.replace(b"\n", b"\r\n"),  # CRLF
+        raw.replace(b"\nFrom now", b"\n>From now"),  # mbox quoting
+        raw.rstrip(b"\n") + b"  \r\n\r\n",  # blanks at the end
+        _below_headers(raw, b"X-Spam-Flag: YES\nX-Spam-Status: Yes, probability=0.999\n"),  # our verdict
+        _below_headers(raw, b"Status: RO\nX-Status: A\nX-Keywords: $Junk\nContent-Length: 42\n"),  # a client
+        b"Return-Path: <ann@example.org>\nDelivered-To: bob@example.net\n" + raw,  # the MTA
+        raw.replace(b"To: bob@example.net,\n\tcarol", b"To: bob@example.net, carol"),  # folding
+    ]
+    for copy in same:
+        assert message_key(copy) == message_key(raw), copy
+    different = [
+        raw.replace(b"lunch", b"dinner"),  # another body (a Message-ID reused by another message)
+        raw.replace(b"Subject: the agenda", b"Subject: the minutes"),
+        raw.replace(b"From: Ann", b"From: Anne"),
+        raw.replace(b"Date: Mon, 2 Sep 2002 16:21:40", b"Date: Mon, 2 Sep 2002 16:21:41"),
+        raw.replace(b"carol@", b"dave@"),
+        raw.replace(b"see you", b"\nsee you"),  # a blank line more at the top of the body
+    ]
+    assert len({message_key(m) for m in different + [raw]}) == len(different) + 1
+
+
+def test_message_key_of_what_is_not_mail_is_its_content():
+    # no identity field: the whole content counts, so no two such inputs collide by their body
+    assert message_key(b"X-A: 1\n\n") != message_key(b"X-B: 2\n\n")
+    assert message_key(b"hello world") != message_key(b"hello")
+    assert message_key(b"hello world\r\n\n") == message_key(b"hello world")
+    assert message_key(b"") == message_key(b"\n")
+    # a Message-ID in the body is not the message's
+    assert message_key(b"Subject: x\n\nMessage-ID: <h1@x>\n") != message_key(b"Subject: x\n\n")
+
+
+def test_forget_counts_a_message_given_twice_once():
+    m = trained()
+    before = counts(m)
+    extra = b"Subject: new offer\n\nan entirely new offer with newwords\n"
+    m.learn([(extra, "spam")])
+    assert m.forget([(extra, "spam"), (extra + b"\n", "spam")]) == 1
+    np.testing.assert_array_equal(before[0], counts(m)[0])
+
+
+def test_version_1_model_finds_its_messages_by_their_old_keys():
+    m = trained()
+    old = m.to_state()
+    # a file of format version 1: its registry holds the keys of legacy_message_key
+    old.update(format_version=1, registry={legacy_message_key(raw): c for raw, c in
+                                           [(HAM1, 0), (HAM2, 0), (SPAM1, 1), (SPAM2, 1)]})
+    del old["legacy_registry"]
+    v1 = SpamModel.from_state(old)
+    assert v1.registry == {} and len(v1.legacy_registry) == 4
+    assert v1.learn([(SPAM1, "spam")]) == {"learned": 0, "moved": 0, "unchanged": 1, "duplicates": 0}
+    assert v1.registry == {message_key(SPAM1): 1} and len(v1.legacy_registry) == 3  # moved to its new key
+    v1.learn([(HAM2, "spam")])  # a correction moves it, as before
+    assert v1.class_count.tolist() == [1, 3]
+    assert v1.forget([(SPAM2, "spam")]) == 1
+    with pytest.raises(ValueError, match="not learned"):
+        v1.forget([(b"Subject: never seen\n\nhello\n", "ham")])
+    # saved as version 2: the keys not yet seen again are kept apart
+    v2 = SpamModel.from_state(v1.to_state())
+    assert v2.to_state()["format_version"] == FORMAT_VERSION == 2
+    assert v2.registry == v1.registry and v2.legacy_registry == {legacy_message_key(HAM1): 0}
+    assert v2.forget([(HAM1, "ham")]) == 1 and v2.legacy_registry == {}
 
 
 @pytest.mark.parametrize("model_type", ["multinomial", "bernoulli", "complement"])

@@ -142,9 +142,64 @@ def test_duplicates_count_once_and_moves_follow_learn(messages):
     kw = dict(features="presence", refine_rounds=0)  # integer counts: exact comparison with learn's subtraction
     model = SpamModel(**kw)
     done = par.train(model, par.shards_of(stream, size=8))
-    assert done == {"learned": 30, "moved": 1, "unchanged": 1}
+    assert done == {"learned": 30, "moved": 1, "unchanged": 1, "conflicts": [int(other == "ham"), int(other == "spam")]}
     assert_same(model, learned(stream, **kw))
     assert model.class_count.sum() == 30
+
+
+def _conflicting_stream(messages):
+    """12 messages as ham, then 0-5 as spam (later shards of 4), 12 as ham and spam in one
+    shard, 13 twice as spam: 14 messages, 7 given under both labels, 8 copies to drop."""
+    ham = [(s, r, "ham") for s, r, _ in messages[:12]]
+    spam = [(s, r, "spam") for s, r, _ in messages[:6]]
+    (s12, r12, _), (s13, r13, _) = messages[12:14]
+    return ham + spam + [(s12, r12, "ham"), (s12, r12, "spam"), (s13, r13, "spam"), (s13, r13, "spam")]
+
+
+@pytest.mark.parametrize("keep_rows", [100, 5])
+def test_conflicts_count_once_under_the_label_given_last_and_refine_never_sees_the_other(messages, keep_rows):
+    stream = _conflicting_stream(messages)
+    final = {raw: lb for _, raw, lb in stream}  # the label given last
+    spec = par.CountSpec.of(SpamModel(features="presence"))
+    merger = par.ShardMerger(Vocabulary(), {}, keep_rows=keep_rows)
+    for shard in par.shards_of(stream, size=4):
+        merger.add(par.count_shard(shard, spec))
+    assert merger.done == {"learned": 14, "moved": 6, "unchanged": 2} and len(merger.conflicts) == 7
+    assert merger.class_count.tolist() == [6, 8]
+    # the refine sample: each message at most once, and only under the label it was counted as
+    X, y = merger.sample()
+    rows = {tuple(X.indices[X.indptr[i]:X.indptr[i + 1]]): int(y[i]) for i in range(X.shape[0])}
+    assert len(rows) == X.shape[0] == min(keep_rows, 14)
+    expected = {}
+    for raw, lb in final.items():
+        ids = sorted(merger.vocabulary.index(t) for t in set(tokenize(raw, spec.tokenizer)))
+        expected[tuple(ids)] = int(lb == "spam")
+    assert all(expected[r] == c for r, c in rows.items())
+
+
+def test_train_reports_conflicts_and_refines_as_without_them(messages):
+    stream = _conflicting_stream(messages)
+    once = list({raw: (src, raw, lb) for src, raw, lb in stream}.values())  # each message once, its last label
+    model = SpamModel(features="presence")
+    done = par.train(model, par.shards_of(stream, size=4))
+    assert done == {"learned": 14, "moved": 6, "unchanged": 2, "conflicts": [0, 7]}
+    clean = SpamModel(features="presence")
+    par.train(clean, par.shards_of(once, size=4))
+    assert model.messages.tolist() == clean.messages.tolist() == [6, 8]
+    # training on errors added what it adds without the contradictory copies
+    assert model.stats["refine_copies"] == clean.stats["refine_copies"]
+
+
+def test_a_copy_with_a_clients_fields_moves_at_merge_time(messages):
+    # the same message by its identity, but a mail client's fields are tokens the first copy lacks
+    src, raw, _ = messages[0]
+    copy = raw.replace(b"\n\n", b"\nStatus: RO\nX-Keywords: $Junk\n\n", 1)
+    stream = [(src, raw, "ham")] + messages[1:9] + [(src, copy, "spam")] + messages[9:12]
+    model = SpamModel(features="presence")
+    done = par.train(model, par.shards_of(stream, size=4))
+    assert done["moved"] == 1 and done["conflicts"] == [0, 1]
+    assert (model.estimator.feature_count_ >= 0).all() and (model.doc_freq >= 0).all()
+    assert model.messages.sum() == 12
 
 
 def test_no_registry_counts_every_message(messages):

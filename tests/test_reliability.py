@@ -503,7 +503,7 @@ def _concurrent_learn(model_file, tmp_path, workers, batches, per_batch):
     assert len(after.registry) == reg0 + total
     every = [(p.read_bytes(), label) for w in folders for label, folder in folders[w]
              for p in sorted(folder.iterdir())]
-    assert after.learn(every) == {"learned": 0, "moved": 0, "unchanged": total}  # all keys there
+    assert after.learn(every) == {"learned": 0, "moved": 0, "unchanged": total, "duplicates": 0}  # all keys there
     # Readers saw whole models only, and never a count going backwards.
     assert seen and all(n0 <= s <= n0 + total for s in seen) and seen == sorted(seen)
 

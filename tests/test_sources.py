@@ -76,6 +76,18 @@ def test_maildir_paths_are_what_the_maildir_reader_reads(maildir):
     assert not any(os.path.relpath(p, maildir).startswith("tmp") for p in paths)
 
 
+def test_maildir_paths_skip_subfolders_read_on_their_own(maildir, tmp_path):
+    write(maildir / ".Junk" / "cur" / "e:2,S", b"Subject: junk\n\n")
+    (maildir / ".Junk" / "new").mkdir()
+    everything = [os.path.relpath(p, maildir) for p in sources.maildir_paths(str(maildir), True)]
+    assert everything == ["cur/a:2,S", "cur/b:2,S", "new/c", ".Junk/cur/e:2,S", ".Lists/cur/d:2,"]
+    link = tmp_path / "junk-link"  # compared by real path
+    link.symlink_to(maildir / ".Junk")
+    for skip in ([str(maildir / ".Junk")], [str(link)]):
+        paths = [os.path.relpath(p, maildir) for p in sources.maildir_paths(str(maildir), True, skip=skip)]
+        assert paths == ["cur/a:2,S", "cur/b:2,S", "new/c", ".Lists/cur/d:2,"]
+
+
 def test_listers_report_a_folder_they_cannot_list(tmp_path):
     errors = []
     report = sources.reporter(on_error=lambda s, e: errors.append((s, type(e))))

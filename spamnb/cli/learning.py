@@ -43,7 +43,8 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     """Learn messages as spam or ham (as bogofilter -s / -n).
 
     Learning the same message twice under the same label counts once (by its
-    Message-ID, else its content); learning it under the other label moves it.
+    author's header fields and body, whatever delivery or a mail client added);
+    learning it under the other label moves it.
     Without a model of your own, learning starts from the default model.
 
     \b
@@ -61,9 +62,11 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     messages, skipped = _labelled(sources, label, recursive, strict)
     with updating(path, allow_insecure=allow_insecure_model, create=_default_seed) as model:
         done = model.learn(messages)
+    n = done["duplicates"]
     click.echo(f"learned {done['learned']} as {label}, moved {done['moved']}, "
-               f"{done['unchanged']} already known" + (f"; skipped {skipped[0]}" if skipped[0] else ""),
-               err=True)
+               f"{done['unchanged']} already known"
+               + (f", {n} duplicate{'s' * (n != 1)} dropped (given twice)" if n else "")
+               + (f"; skipped {skipped[0]}" if skipped[0] else ""), err=True)
 
 
 def _default_seed():

@@ -7,8 +7,8 @@ import time
 
 import click
 
-from spamnb.cli.options import (check_alpha, model_factory, model_options, model_settings_options, runner_from,
-                                scale_options, shard_progress, skipper, source_options)
+from spamnb.cli.options import (check_alpha, model_factory, model_options, model_settings_options, notice,
+                                runner_from, scale_options, shard_progress, skipper, source_options)
 
 
 @click.command()
@@ -20,7 +20,7 @@ from spamnb.cli.options import (check_alpha, model_factory, model_options, model
 @click.option("--min-df", type=click.IntRange(min=1), default=1, show_default=True,
               help="Drop tokens seen in fewer messages than this.")
 @click.option("--dedupe/--no-dedupe", default=True, show_default=True,
-              help="Count a message given twice once (by Message-ID, else content) and record every "
+              help="Count a message given twice once (by its author's header fields and body) and record every "
                    "message's key in the model, for learn/forget; --no-dedupe counts every message "
                    "given and records no keys (huge corpora: a key costs ~100 bytes of memory).")
 @model_settings_options
@@ -32,7 +32,10 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
 
     Messages are read, tokenized and counted in shards of 512, on --jobs
     processes or a Dask cluster, and merged in order: the model is the same
-    whatever the number of workers.
+    whatever the number of workers. A message given twice counts once; given as
+    ham and as spam, once under the label given last (spam sources are read
+    after ham sources). With -r, a Maildir++ root does not read again its
+    sub-folders given as sources of their own.
 
     \b
     Example:
@@ -57,9 +60,11 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     start = time.perf_counter()
     on_error = skipper(skipped)
     shards = parallel.plan(ham, spam, index, recursive=recursive, strict=strict, on_error=on_error)
+    for folder, label, root, root_label in shards.nested:
+        notice(f"reading {folder} as {label} only (-r does not read it again, as {root_label}, in {root})")
     tty = sys.stderr.isatty()
-    parallel.train(model, shards, runner=runner, registry=dedupe, on_error=on_error,
-                   progress=shard_progress() if tty else None)
+    done = parallel.train(model, shards, runner=runner, registry=dedupe, on_error=on_error,
+                          progress=shard_progress() if tty else None)
     if tty:
         click.echo("", err=True)
     counts = model.messages
@@ -83,6 +88,21 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
         f"trained {model.model_type} model on {int(counts[0])} ham and {int(counts[1])} spam "
         f"({n_tokens} tokens, distinct per message; vocabulary {len(model.vocabulary)}) in {seconds:.1f} s"
         + (f"; skipped {skipped[0]} unreadable" if skipped[0] else "")
+        + _duplicates_line(done)
         + f"\nsaved to {path}", err=True)
+
+
+def _duplicates_line(done) -> str:
+    """The summary's line on messages given more than once ('' when none was)."""
+    dropped = done["moved"] + done["unchanged"]
+    if not dropped:
+        return ""
+    line = (f"\n{done['learned'] + dropped} messages read, {done['learned']} counted: "
+            f"{dropped} duplicate{'s' * (dropped != 1)} dropped")
+    n_ham, n_spam = done["conflicts"]
+    if n_ham + n_spam:
+        line += (f"; {n_ham + n_spam} given as both ham and spam, counted once under the label given last ("
+                 + ("spam" if not n_ham else "ham" if not n_spam else f"{n_spam} spam, {n_ham} ham") + ")")
+    return line
 
 

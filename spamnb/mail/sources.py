@@ -347,14 +347,17 @@ def _iter_maildir(path, label, recursive, report) -> Iterator[Message]:
         yield from message_file(file, label, report)
 
 
-def maildir_paths(path, recursive: bool = False, report: ErrorHandler | None = None) -> Iterator[str]:
+def maildir_paths(path, recursive: bool = False, report: ErrorHandler | None = None,
+                  skip: Iterable[str] = ()) -> Iterator[str]:
     """The message file paths of a maildir, in reading order, lazily.
 
     ``cur/`` then ``new/``, each in sorted name order, without dot files;
     ``tmp/`` holds partial deliveries and is never listed.  With `recursive`,
-    then each Maildir++ sub-folder the same way.  A folder that cannot be
-    listed goes to ``report`` (default: :func:`reporter`'s warning).  The
-    paths are not checked: :func:`message_file` skips what is not a message.
+    then each Maildir++ sub-folder the same way, except those in `skip`
+    (paths of sub-folders read on their own, compared by real path).  A folder
+    that cannot be listed goes to ``report`` (default: :func:`reporter`'s
+    warning).  The paths are not checked: :func:`message_file` skips what is
+    not a message.
     """
     path = os.fspath(path)
     if report is None:
@@ -367,9 +370,11 @@ def maildir_paths(path, recursive: bool = False, report: ErrorHandler | None = N
     if recursive:
         # Maildir++: sub-folders are ".Name" directories (".A.B" for nesting),
         # all directly in the top maildir.
+        skip = {os.path.realpath(p) for p in skip}
         for name in sorted_listing(path, report):
             sub = os.path.join(path, name)
-            if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")):
+            if name.startswith(".") and os.path.isdir(os.path.join(sub, "cur")) \
+                    and os.path.realpath(sub) not in skip:
                 yield from maildir_paths(sub, False, report)
 
 

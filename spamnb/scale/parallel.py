@@ -36,13 +36,16 @@ Design decisions, each made here:
   start; on Dask joblib's ``pre_dispatch``); the parent keeps only the
   vocabulary, the count arrays and, with the registry, 16 bytes per message
   key (a dict entry, ~100 bytes: pass ``registry=False`` for very large corpora).
-* Duplicates (same :func:`message_key`, i.e. Message-ID, else content) are
+* Duplicates (same :func:`message_key`: the author's header fields and the body) are
   decided at merge time with :meth:`SpamModel.learn`'s rules: a message
   already counted under the same label is not counted again; under the other
-  label it moves (its row is subtracted from the old class). Within one shard
-  the last occurrence of a key is the one counted. To decide, the worker
-  returns the shard's feature rows along with its sums (O(nnz) more to ship);
-  without the registry every message given is counted, duplicates too.
+  label it moves (its row is subtracted from the old class), so a message given
+  as both ham and spam (a *conflict*) counts once, under the label given last,
+  and its earlier row leaves the sample kept for refine(): training on errors
+  never repeats it under the other label. Within one shard the last occurrence
+  of a key is the one counted. To decide, the worker returns the shard's
+  feature rows along with its sums (O(nnz) more to ship); without the registry
+  every message given is counted, duplicates too.
 """
 
 from __future__ import annotations
@@ -118,12 +121,18 @@ class Shard:
 
 
 class ShardPlan:
-    """An iterable of :class:`Shard` (lazily, in source order), built by :func:`plan`."""
+    """An iterable of :class:`Shard` (lazily, in source order), built by :func:`plan`.
 
-    def __init__(self, items_factory, size: int = SHARD_SIZE, strict: bool = False):
+    ``nested``: ``(folder, label, root, root_label)`` of each Maildir++ sub-folder
+    given as a source of its own that ``recursive`` does not read again as part
+    of its root.
+    """
+
+    def __init__(self, items_factory, size: int = SHARD_SIZE, strict: bool = False, nested=()):
         self._items = items_factory
         self.size = int(size)
         self.strict = strict
+        self.nested = list(nested)
 
     def __iter__(self) -> Iterator[Shard]:
         chunk = []
@@ -150,6 +159,11 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     here, before any mail is read, so a typo fails at once. Message files
     become paths (read by the workers); other kinds are read here.
 
+    With ``recursive``, a Maildir++ root does not read its sub-folders that
+    are given as sources in their own right (``--ham ~/Maildir --spam
+    ~/Maildir/.Junk``: the Junk messages are spam only); they are listed in
+    the plan's ``nested``.
+
     Index files are read line by line as shards are needed, so a bad line
     raises :class:`~spamnb.mail.sources.SourceError` when it is reached.
     Listing a maildir or folder tree holds its file names (sorted) in memory;
@@ -172,10 +186,23 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
             raise _src.SourceError(f"{spec} is a directory, not an index file")
         specs.append(("archive-index" if _src.is_archive(spec) else "index", spec, None))
 
+    maildirs = [(os.path.realpath(spec), spec, label) for kind, spec, label in specs if kind == "maildir"]
+    skip = {}  # root -> its Maildir++ sub-folders given as sources of their own
+    nested = []
+    if recursive:
+        for kind, spec, label in specs:
+            if kind == "maildir":
+                root = os.path.realpath(spec)
+                subs = [(sub, lb) for real, sub, lb in maildirs
+                        if os.path.dirname(real) == root and os.path.basename(real).startswith(".")]
+                skip[spec] = [sub for sub, _ in subs]
+                nested.extend((sub, lb, spec, label) for sub, lb in subs)
+
     def items():
         for kind, spec, label in specs:
             if kind == "maildir":
-                yield from ((p, None, label) for p in _src.maildir_paths(spec, recursive, report))
+                yield from ((p, None, label)
+                            for p in _src.maildir_paths(spec, recursive, report, skip=skip.get(spec, ())))
             elif kind == "tree":
                 yield from ((p, None, label) for p in _src.tree_paths(spec, report))
             elif kind == "file":
@@ -190,7 +217,7 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
                             for m in _src.iter_messages(spec, label=label, recursive=recursive,
                                                         strict=strict, on_error=on_error))
 
-    return ShardPlan(items, size, strict)
+    return ShardPlan(items, size, strict, nested)
 
 
 def shards_of(messages, size: int = SHARD_SIZE) -> ShardPlan:
@@ -536,7 +563,8 @@ class ShardMerger:
         # A uniform sample of at most keep_rows counted rows (global columns), for
         # refine(): reservoir sampling, so memory is bounded whatever the corpus size.
         self.keep_rows = keep_rows
-        self._sample: list = []  # (indices, data, y)
+        self._sample: list = []  # (indices, data, y, key)
+        self._slot: dict = {}  # message key -> its row's place in _sample
         self._seen_rows = 0
         self._rng = np.random.default_rng(0)
         self.hashed = isinstance(vocabulary, HashingVocabulary)
@@ -546,6 +574,7 @@ class ShardMerger:
         self._df = np.zeros(cap, dtype=np.int64)
         self.class_count = np.zeros(len(LABELS))
         self.done = {"learned": 0, "moved": 0, "unchanged": 0}
+        self.conflicts: set = set()  # keys of the messages given under both labels
         self.seconds = 0.0  # worker time, summed
 
     @property
@@ -571,16 +600,17 @@ class ShardMerger:
         ids = s.columns if self.hashed else self.vocabulary.ids(s.columns, grow=True)  # local -> global
         self._reserve(len(self.vocabulary))
         cc, fc, df = s.class_count, s.feature_count, s.doc_freq
-        rows, y = s.rows, s.y
+        rows, y, keys = s.rows, s.y, None
         if self.registry is None:
             self.done["learned"] += len(s.y)
         else:
             keep = self._decide(s, ids)
+            keys = [key for key, kept in zip(s.keys, keep) if kept]
             if not keep.all():  # duplicates: recount the kept rows, in the same order
                 rows, y = s.rows[keep], s.y[keep]
                 cc, fc, df = class_sums(rows, y)
         if self.keep_rows and rows is not None:
-            self._sample_rows(rows, y, ids)
+            self._sample_rows(rows, y, ids, keys)
         self._fc[ids] += fc.T  # n_cw += Δn_cw (ids are distinct within a shard)
         self._df[ids] += df  # df_w += Δdf_w
         self.class_count += cc  # N_c += ΔN_c
@@ -588,14 +618,17 @@ class ShardMerger:
 
     def _decide(self, s: ShardCounts, ids) -> np.ndarray:
         """Which rows count (SpamModel.learn's rules); subtract moved messages' old rows."""
-        last = {}
+        last, labels = {}, {}
         for i, key in enumerate(s.keys):
             last[key] = i  # within a shard, the last occurrence of a key counts
+            labels[key] = labels.get(key, 0) | 1 << int(s.y[i])
         keep = np.zeros(len(s.y), dtype=bool)
         self.done["unchanged"] += len(s.y) - len(last)
         for key, i in last.items():
             y = int(s.y[i])
             old = self.registry.get(key)
+            if labels[key] == 3 or old not in (None, y):  # given as ham and as spam
+                self.conflicts.add(key)
             if old == y:
                 self.done["unchanged"] += 1
                 continue
@@ -606,42 +639,62 @@ class ShardMerger:
             else:  # learned under the other label: take it out of its old class first
                 self.done["moved"] += 1
                 self._subtract(s.rows[i], ids, old)
+                self._unsample(key)
         return keep
 
     def _subtract(self, row, ids, c):
+        """Take a moved message's row out of class ``c``. A copy may tokenize a little
+        differently from the one counted (a mail client's Status field is a token,
+        not part of the identity): no count goes below zero (SpamModel.learn's rule)."""
         cols = ids[row.indices]
-        new = self._fc[cols, c] - row.data
-        if (new < -1e-9 * max(1.0, float(np.abs(self._fc[cols, c]).max(initial=0.0)))).any():
-            raise ValueError("a message learned under the other label has different content "
-                             "(same Message-ID): cannot move it")
-        self._fc[cols, c] = np.maximum(new, 0.0)
-        self._df[cols] -= 1
+        self._fc[cols, c] = np.maximum(self._fc[cols, c] - row.data, 0.0)
+        self._df[cols] = np.maximum(self._df[cols] - 1, 0)
         self.class_count[c] -= 1
 
-    def _sample_rows(self, rows, y, ids):
-        """Reservoir-sample the shard's rows (Algorithm R), in global column ids."""
+    def _unsample(self, key):
+        """Drop a moved message's earlier row from the refine sample."""
+        j = self._slot.pop(key, None)
+        if j is None:
+            return
+        last = self._sample.pop()
+        if j < len(self._sample):  # fill the hole with the last row
+            self._sample[j] = last
+            self._slot[last[3]] = j
+
+    def _sample_rows(self, rows, y, ids, keys=None):
+        """Reservoir-sample the shard's rows (Algorithm R), in global column ids;
+        ``keys``: the rows' message keys (with the registry), so a row can leave."""
         for i in range(rows.shape[0]):
             a, b = rows.indptr[i], rows.indptr[i + 1]
-            item = (ids[rows.indices[a:b]].astype(np.int32), rows.data[a:b].copy(), int(y[i]))
-            if len(self._sample) < self.keep_rows:
-                self._sample.append(item)
-            else:
+            key = None if keys is None else keys[i]
+            item = (ids[rows.indices[a:b]].astype(np.int32), rows.data[a:b].copy(), int(y[i]), key)
+            j = len(self._sample)
+            if j >= self.keep_rows:
                 j = self._rng.integers(0, self._seen_rows + 1)
-                if j < self.keep_rows:
+                if j >= self.keep_rows:
+                    j = None
+                else:
+                    self._slot.pop(self._sample[j][3], None)
+            if j is not None:
+                if j == len(self._sample):
+                    self._sample.append(item)
+                else:
                     self._sample[j] = item
+                if key is not None:
+                    self._slot[key] = j
             self._seen_rows += 1
 
     def sample(self):
         """The sampled rows as (CSR over the merged columns, labels)."""
-        lengths = [len(ix) for ix, _, _ in self._sample]
+        lengths = [len(ix) for ix, _, _, _ in self._sample]
         indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
         np.cumsum(lengths, out=indptr[1:])
-        X = sp.csr_matrix((np.concatenate([d for _, d, _ in self._sample]) if self._sample else np.zeros(0),
-                           np.concatenate([ix for ix, _, _ in self._sample]) if self._sample
+        X = sp.csr_matrix((np.concatenate([d for _, d, _, _ in self._sample]) if self._sample else np.zeros(0),
+                           np.concatenate([ix for ix, _, _, _ in self._sample]) if self._sample
                            else np.zeros(0, dtype=np.int32), indptr),
                           shape=(len(lengths), len(self.vocabulary)))
         X.sort_indices()  # global ids of a shard's first-seen columns are not in ascending order
-        return X, np.array([c for _, _, c in self._sample], dtype=np.int64)
+        return X, np.array([c for _, _, c, _ in self._sample], dtype=np.int64)
 
     def install(self, model: SpamModel) -> None:
         """Add the merged counts to ``model`` (whose vocabulary this merger grew), then refine it."""
@@ -666,7 +719,10 @@ def train(model: SpamModel, shards, *, runner: Runner | None = None, registry: b
     ``registry``: remember each message's key and count duplicates once
     (:meth:`SpamModel.learn`'s rules); False counts every message given.
     ``progress(n)`` is called with the number of messages merged so far.
-    Returns learn's counts: ``learned``, ``moved``, ``unchanged``.
+    Returns learn's counts, ``learned`` (messages counted), ``moved`` and
+    ``unchanged`` (copies dropped: the copies of a message under the other
+    label, and under the same label), and ``conflicts``: messages given under
+    both labels, by the label they were counted under, ``[ham, spam]``.
     """
     if model.class_count.sum() or len(model.registry):
         raise ValueError("sharded training builds a new model: this one has already learned messages")
@@ -682,7 +738,8 @@ def train(model: SpamModel, shards, *, runner: Runner | None = None, registry: b
         if progress is not None:
             progress(n)
     merger.install(model)
-    return dict(merger.done)
+    final = [merger.registry[key] for key in merger.conflicts]
+    return {**merger.done, "conflicts": [final.count(c) for c in range(len(LABELS))]}
 
 
 def count_matrix(model: SpamModel, shards, *, runner: Runner | None = None, on_error=None):
