@@ -10,6 +10,7 @@ from __future__ import annotations
 import email
 import email.policy
 import fcntl
+import io
 import os
 import pickle
 import pwd
@@ -370,3 +371,92 @@ def test_the_client_refuses_a_server_run_by_another_user(mallory, compiled, tmp_
         os.kill(pid, 9)
         os.waitpid(pid, 0)
         shutil.rmtree(theirs, ignore_errors=True)
+
+
+# -- 7. archive members are read within the message caps ------------------------------------
+
+def test_a_huge_archive_member_is_read_only_up_to_the_cap(tmp_path):
+    """A 400 MB member packs into a few hundred kB; reading it must not take 400 MB."""
+    import gzip
+    import io
+    import resource
+    import tarfile
+
+    from spamnb.mail.mime import MAX_PARSE_BYTES
+    from spamnb.mail.sources import MAX_MEMBER_BYTES, iter_messages
+
+    size = 400 * 1024 * 1024
+    path = tmp_path / "bomb.tar.gz"
+
+    class Zeros(io.RawIOBase):
+        def __init__(self, n):
+            self.left = n
+
+        def readable(self):
+            return True
+
+        def readinto(self, b):
+            n = min(len(b), self.left)
+            b[:n] = bytes(n)
+            self.left -= n
+            return n
+
+    head = b"Subject: big\n\n"
+    with tarfile.open(path, "w:gz", compresslevel=1) as tar:
+        info = tarfile.TarInfo("mail/big.eml")
+        info.size = len(head) + size
+        tar.addfile(info, io.BufferedReader(_Chain(head, Zeros(size))))
+        small = b"Subject: small\n\nhello\n"
+        info = tarfile.TarInfo("mail/small.eml")
+        info.size = len(small)
+        tar.addfile(info, io.BytesIO(small))
+    assert path.stat().st_size < 2_000_000
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    got = [(m.source.rsplit("/", 1)[1], len(m.raw)) for m in iter_messages(path, label="spam")]
+    grown_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert got == [("big.eml", MAX_MEMBER_BYTES), ("small.eml", len(small))]
+    assert MAX_MEMBER_BYTES == MAX_PARSE_BYTES + 1  # the tokens are those of the whole member
+    assert grown_kb < 100 * 1024, f"reading the archive grew the process by {grown_kb} kB"
+
+
+class _Chain(io.RawIOBase):
+    """A readable stream of some bytes, then another stream."""
+
+    def __init__(self, first, rest):
+        self.first, self.rest = first, rest
+
+    def readable(self):
+        return True
+
+    def readinto(self, b):
+        if self.first:
+            n = min(len(b), len(self.first))
+            b[:n], self.first = self.first[:n], self.first[n:]
+            return n
+        return self.rest.readinto(b)
+
+
+# -- 8. an index names only files in its own folder -----------------------------------------
+
+@pytest.mark.parametrize("entry", ["/etc/passwd", "../outside/secret.txt", "link-out"])
+def test_an_index_cannot_reach_outside_its_folder(tmp_path, entry):
+    from spamnb.mail.sources import SourceError, iter_index
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_bytes(b"Subject: secret\n\nthe password is swordfish\n")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "ok.eml").write_bytes(b"Subject: fine\n\nhello\n")
+    (corpus / "link-out").symlink_to(outside / "secret.txt")
+    index = corpus / "index"
+    index.write_text(f"ham ok.eml\nham {entry}\nspam ok.eml\n")
+    with pytest.raises(SourceError, match="outside the index's folder"):
+        list(iter_index(index))
+    res = subprocess.run([*SPAMNB, "train", "--index", str(index), "--model", str(tmp_path / "m.joblib")],
+                         capture_output=True, timeout=120)
+    assert res.returncode == 1 and b"outside the index's folder" in res.stderr and b"--trust-index" in res.stderr
+    assert not (tmp_path / "m.joblib").exists()
+    # trusted, it reads them (TREC's full/index -> ../data layout)
+    if entry != "/etc/passwd":
+        assert len(list(iter_index(index, trusted=True))) == 3

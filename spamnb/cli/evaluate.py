@@ -7,12 +7,12 @@ import json
 import click
 
 from spamnb.cli.options import (check_alpha, labelled, model_factory, model_settings_options, notice,
-                                runner_from, scale_options, skipper, source_options)
+                                runner_from, scale_options, skipper, source_options, trust_index_option)
 
 
-def _messages(ham, spam, index, recursive, strict, skipped):
+def _messages(ham, spam, index, recursive, strict, skipped, trust_index):
     return [(m.source, m.raw, m.label)
-            for m in labelled(ham, spam, index, recursive=recursive, strict=strict,
+            for m in labelled(ham, spam, index, recursive=recursive, strict=strict, trust_index=trust_index,
                               on_error=skipper(skipped))]
 
 
@@ -42,8 +42,10 @@ def _messages(ham, spam, index, recursive, strict, skipped):
 @model_settings_options
 @scale_options
 @source_options
+@trust_index_option
 def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, online, train_on, margin,
-             shuffle, as_json, plot, scores, jobs, backend, scheduler, recursive, strict, **settings):
+             shuffle, as_json, plot, scores, jobs, backend, scheduler, recursive, strict, trust_index,
+             **settings):
     """Measure a model configuration on labelled mail.
 
     \b
@@ -89,10 +91,10 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     if not (online or testing):  # K-fold: the workers read the messages themselves
         from spamnb.scale import parallel
 
-        messages = parallel.plan(ham, spam, index, recursive=recursive, strict=strict,
+        messages = parallel.plan(ham, spam, index, recursive=recursive, strict=strict, trust_index=trust_index,
                                  on_error=skipper(skipped))
     else:
-        messages = _messages(ham, spam, index, recursive, strict, skipped)
+        messages = _messages(ham, spam, index, recursive, strict, skipped, trust_index)
     if online:
         if shuffle:
             order = np.random.default_rng(seed).permutation(len(messages))
@@ -102,7 +104,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
         result = ev.online(make_model, messages, train_on=train_on, margin=margin)
         protocol = f"online (train on {train_on}{', shuffled' if shuffle else ''})"
     elif testing:
-        test = _messages(test_ham, test_spam, test_index, recursive, strict, skipped)
+        test = _messages(test_ham, test_spam, test_index, recursive, strict, skipped, trust_index)
         result = ev.train_test(make_model, messages, test, runner=runner)
         protocol = "train/test"
     else:

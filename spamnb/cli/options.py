@@ -32,6 +32,12 @@ def decision_options(f):
     return f
 
 
+def trust_index_option(f):
+    return click.option("--trust-index", is_flag=True,
+                        help="Read index paths that leave the index's folder (absolute, ../, links "
+                             "out of it), as TREC's full/index -> ../data does: only for an index you trust.")(f)
+
+
 def source_options(f):
     f = click.option("--strict", is_flag=True, help="Stop at the first unreadable message.")(f)
     f = click.option("--recursive", "-r", is_flag=True, help="Also read maildir/MH sub-folders.")(f)
@@ -61,7 +67,7 @@ def skipper(counter):
     return on_error
 
 
-def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None):
+def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None, trust_index=False):
     """All mail of the --ham/--spam/--index sources, as sources.Message (what is not
     mail is reported and skipped: :func:`spamnb.mail.sources.mail_only`)."""
     from spamnb.mail.sources import iter_index, iter_messages, mail_only, reporter
@@ -72,7 +78,7 @@ def labelled(ham, spam, index, *, recursive=False, strict=False, on_error=None):
                 yield from iter_messages(spec, label=label, recursive=recursive, strict=strict,
                                          on_error=on_error)
         for spec in index:
-            yield from iter_index(spec, strict=strict, on_error=on_error)
+            yield from iter_index(spec, strict=strict, on_error=on_error, trusted=trust_index)
 
     return mail_only(read(), reporter(strict, on_error))
 

@@ -8,7 +8,8 @@ import time
 import click
 
 from spamnb.cli.options import (check_alpha, model_factory, model_options, model_settings_options, notice,
-                                runner_from, scale_options, shard_progress, skipper, source_options)
+                                runner_from, scale_options, shard_progress, skipper, source_options,
+                                trust_index_option)
 
 
 @click.command()
@@ -26,8 +27,9 @@ from spamnb.cli.options import (check_alpha, model_factory, model_options, model
 @model_settings_options
 @scale_options
 @source_options
+@trust_index_option
 def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jobs, backend, scheduler,
-          recursive, strict, **settings):
+          recursive, strict, trust_index, **settings):
     """Build a new model from labelled mail (replaces the model file).
 
     Messages are read, tokenized and counted in shards of 512, on --jobs
@@ -59,7 +61,8 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     skipped = [0]
     start = time.perf_counter()
     on_error = skipper(skipped)
-    shards = parallel.plan(ham, spam, index, recursive=recursive, strict=strict, on_error=on_error)
+    shards = parallel.plan(ham, spam, index, recursive=recursive, strict=strict, on_error=on_error,
+                           trust_index=trust_index)
     for folder, label, root, root_label in shards.nested:
         notice(f"reading {folder} as {label} only (-r does not read it again, as {root_label}, in {root})")
     tty = sys.stderr.isatty()

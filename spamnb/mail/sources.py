@@ -50,7 +50,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
-from spamnb.mail.mime import NotMailError, looks_like_mail
+from spamnb.mail.mime import MAX_PARSE_BYTES, NotMailError, looks_like_mail
 from spamnb.verdict import LABELS
 
 __all__ = [
@@ -71,6 +71,9 @@ __all__ = [
     "reporter",
 ]
 
+
+# The most of an archive member that is read (see _read_capped).
+MAX_MEMBER_BYTES = MAX_PARSE_BYTES + 1
 
 # Suffixes recognised as archives, longest first so ".tar.gz" wins over ".gz".
 _TAR_SUFFIXES = (".tar.gz", ".tar.bz2", ".tar.xz", ".tgz", ".tbz2", ".txz", ".tar")
@@ -487,6 +490,14 @@ def _iter_archive_members(path: str, report) -> Iterator[tuple[str, bytes | None
         yield from _iter_tar_members(path, report)
 
 
+def _read_capped(f) -> bytes:
+    """A member's bytes, at most :data:`MAX_MEMBER_BYTES`: a small archive can hold a
+    huge member (a compressed run of zeros), and no more of a message than that is
+    ever tokenized (the parser's own cap, plus the byte that tells it more was cut),
+    so the tokens are those of the whole member."""
+    return f.read(MAX_MEMBER_BYTES)
+
+
 def _iter_tar_members(path, report):
     try:
         # Stream mode ("r|*"): one sequential pass, no seeking back in xz/bz2.
@@ -507,8 +518,7 @@ def _iter_tar_members(path, report):
                 continue
             name = _member_name(member.name)
             try:
-                f = tar.extractfile(member)
-                data = f.read()
+                data = _read_capped(tar.extractfile(member))
             except Exception as exc:
                 # A failed read leaves the stream at an unknown offset: report
                 # this member and stop, since nothing after it can be trusted.
@@ -528,9 +538,12 @@ def _iter_zip_members(path, report):
                 continue
             name = _member_name(info.filename)
             try:
-                yield name, zf.read(info), None
+                with zf.open(info) as f:
+                    data = _read_capped(f)
             except Exception as exc:  # bad CRC, bad compression data, ...
                 yield name, None, exc
+                continue
+            yield name, data, None
 
 
 def _iter_archive(path, label, report) -> Iterator[Message]:
@@ -546,7 +559,8 @@ def _iter_archive(path, label, report) -> Iterator[Message]:
 # -- indexes -----------------------------------------------------------------
 
 
-def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = None) -> Iterator[Message]:
+def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = None,
+               trusted: bool = False) -> Iterator[Message]:
     """Yield the labelled messages a TREC index names, in index order.
 
     `path` is either an index file (paths relative to its folder) or an
@@ -555,9 +569,10 @@ def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = No
     archive, and the archive is read in one sequential pass.
 
     The whole index is parsed before the first message is yielded, so a bad
-    line raises :class:`SourceError` (naming the line number) up front.
-    Missing or unreadable targets are skipped and reported like any
-    unreadable entry (see :func:`iter_messages`).
+    line raises :class:`SourceError` (naming the line number) up front, and so
+    does a path outside the index's folder unless the index is ``trusted``
+    (:func:`index_paths`). Missing or unreadable targets are skipped and
+    reported like any unreadable entry (see :func:`iter_messages`).
     """
     path = os.fspath(path)
     report = reporter(strict, on_error)
@@ -567,24 +582,39 @@ def iter_index(path, *, strict: bool = False, on_error: ErrorHandler | None = No
         return _iter_archive_index(path, report)
     if os.path.isdir(path):
         raise SourceError(f"{path} is a directory, not an index file")
-    entries = list(index_paths(path))
+    entries = list(index_paths(path, trusted=trusted))
     return _iter_file_index(entries, report)
 
 
-def index_paths(path) -> Iterator[tuple[str, str]]:
+def index_paths(path, *, trusted: bool = False) -> Iterator[tuple[str, str]]:
     """``(message path, label)`` for each line of index file `path`, lazily.
 
     Paths are relative to the index's folder, as :func:`iter_index` reads
     them; the file is read a line at a time, so a very large index is never
     held in memory, and a bad line raises :class:`SourceError` (naming the
     line number) only when it is reached.  An unreadable index raises
-    :class:`SourceError`.  The paths are not checked: :func:`message_file`
-    reports missing ones.
+    :class:`SourceError`.  Missing targets are not checked here:
+    :func:`message_file` reports them.
+
+    An index is someone's file: unless it is ``trusted``, a path that is
+    absolute, or leaves the index's folder (``..``, or a symbolic link that
+    points out of it), raises :class:`SourceError` -- a third-party index must
+    not put ``/etc/passwd`` or another user's files into a model. TREC's own
+    layout (``full/index`` naming ``../data/inmail.1``) needs ``trusted``.
     """
     path = os.fspath(path)
     base = os.path.dirname(path)
+    root = None if trusted else os.path.realpath(base or ".")
     for label, rel in index_entries(_index_lines(path), path):
-        yield os.path.join(base, rel), label
+        target = os.path.join(base, rel)
+        if root is not None and (os.path.isabs(rel) or not _inside(os.path.realpath(target), root)):
+            raise SourceError(f"{path}: {rel!r} is outside the index's folder; read such an index "
+                              f"only if you trust it (--trust-index)")
+        yield target, label
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def _index_lines(path: str) -> Iterator[str]:

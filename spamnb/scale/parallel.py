@@ -151,7 +151,7 @@ class ShardPlan:
 
 
 def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=None,
-         size: int = SHARD_SIZE) -> ShardPlan:
+         size: int = SHARD_SIZE, trust_index: bool = False) -> ShardPlan:
     """The shards of the messages ``--ham``/``--spam``/``--index`` name.
 
     The messages, and their order, are those of :func:`spamnb.cli.labelled`
@@ -165,7 +165,9 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
     the plan's ``nested``.
 
     Index files are read line by line as shards are needed, so a bad line
-    raises :class:`~spamnb.mail.sources.SourceError` when it is reached.
+    raises :class:`~spamnb.mail.sources.SourceError` when it is reached, and so
+    does a path outside the index's folder unless ``trust_index``
+    (:func:`spamnb.mail.sources.index_paths`).
     Listing a maildir or folder tree holds its file names (sorted) in memory;
     for very large corpora use an index file.
     """
@@ -208,7 +210,7 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
             elif kind == "file":
                 yield spec, None, label
             elif kind == "index":
-                yield from ((p, None, lb) for p, lb in _src.index_paths(spec))
+                yield from ((p, None, lb) for p, lb in _src.index_paths(spec, trusted=trust_index))
             elif kind == "archive-index":
                 yield from ((m.source, m.raw, m.label)
                             for m in _src.iter_index(spec, strict=strict, on_error=on_error))
