@@ -58,13 +58,29 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     when it can, else from the model's compiled scorer, else the full way:
     the output is the same whichever way answers.
 
+    Delivery agents run it with their own PATH, not yours (procmail:
+    $HOME/bin:/usr/local/bin:/usr/bin:/bin; maildrop: /bin:/usr/bin:/usr/local/bin),
+    so write spamnb's full path: replace /usr/local/bin/spamnb below with what
+    `command -v spamnb` prints. No lock (:0, not :0:): a maildir needs none.
+
     \b
-    procmail:
+    Example, procmail (~/.procmailrc):
+      MAILDIR=$HOME/Maildir/
+      DEFAULT=$MAILDIR
       :0fw
-      | spamnb filter --exit-zero
-      :0:
+      | /usr/local/bin/spamnb filter --exit-zero
+      :0
       * ^X-Spam-Flag: YES
       .Junk/
+
+    \b
+    maildrop (~/.mailfilter, mode 0600):
+      xfilter "/usr/local/bin/spamnb filter --exit-zero"
+      if (/^X-Spam-Flag: YES/)
+      {
+          to "$HOME/Maildir/.Junk/"
+      }
+      to "$HOME/Maildir/"
     """
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
