@@ -21,7 +21,7 @@ import pytest
 from conftest import SAMPLE_MAILDIR, gold_labels, strip_from_line
 from spamnb._version import __version__
 from spamnb.delivery.hook import add_headers
-from spamnb.storage.modelfile import load_model
+from spamnb.storage.modelfile import load_model, save_model
 
 
 def spamnb_command() -> list[str]:
@@ -169,15 +169,11 @@ def passed_through() -> list[str]:
 
 
 @pytest.fixture
-def user_home(tmp_path, trained_model_file) -> Path:
-    """A HOME with ~/Maildir and the user's model at the XDG data path."""
+def user_home(tmp_path, trained_model) -> Path:
+    """A HOME with ~/Maildir and the user's model (and its scorer) at the XDG data path."""
     home = tmp_path / "home"
     make_maildir(home / "Maildir")
-    model = home / ".local" / "share" / "spamnb" / "model.joblib"
-    model.parent.mkdir(parents=True)
-    shutil.copyfile(trained_model_file, model)
-    shutil.copyfile(str(trained_model_file) + ".scorer", str(model) + ".scorer")
-    model.chmod(0o600)
+    save_model(trained_model, home / ".local" / "share" / "spamnb" / "model.joblib")
     return home
 
 
