@@ -48,8 +48,8 @@ from dataclasses import dataclass
 
 from spamnb.delivery import wire
 from spamnb.delivery.hook import filter_message
-from spamnb.storage.modelfile import load_model
-from spamnb.storage.scorer import ScorerError, fresh_scorer, trusted
+from spamnb.storage.modelfile import load_and_compile, load_model
+from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, trusted
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -105,8 +105,13 @@ class ModelHolder:
             before = _identity(os.stat(self.path))
             try:
                 model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
-            except ScorerError:
-                model = load_model(self.path, allow_insecure=self.allow_insecure)
+            except ScorerError as exc:
+                if exc.kind in REBUILDABLE:  # a copied model: its scorer is rebuilt when that is safe
+                    model, note = load_and_compile(self.path, exc.kind, allow_insecure=self.allow_insecure)
+                    if note:
+                        self.log(note)
+                else:
+                    model = load_model(self.path, allow_insecure=self.allow_insecure)
             if _identity(os.stat(self.path)) == before:
                 return Loaded(model, before)
         raise OSError(f"model {self.path} keeps changing while it is loaded")
