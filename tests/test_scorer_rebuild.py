@@ -158,6 +158,18 @@ def test_not_rebuilt_in_a_folder_we_cannot_write(copied, monkeypatch):
     assert not os.path.exists(scorer.scorer_path(copied))
 
 
+def test_any_failure_of_the_rebuild_leaves_the_model_usable(copied, monkeypatch):
+    """The rebuild is a shortcut: whatever goes wrong in it, the caller gets the model."""
+    def boom(*args, **kw):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(scorer, "write_scorer", boom)
+    model, note = load_and_compile(copied, "stale")
+    assert model.messages.tolist() == [150, 150]
+    assert note.startswith(f"the compiled scorer of {copied} was stale (compiled for another model file); "
+                           "not rebuilt (RuntimeError: boom), so every delivery loads the whole model")
+
+
 def test_no_rebuild_while_a_learner_holds_the_lock(copied):
     with store.model_lock(copied):
         model, note = load_and_compile(copied, "missing")

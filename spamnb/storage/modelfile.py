@@ -176,7 +176,8 @@ def load_and_compile(path, kind, *, allow_insecure=False):
     model is loaded as the caller asked and the note says why deliveries stay
     slow and what to do. ``note`` is one line for the user, or None when there
     is nothing to say (rebuilt by a concurrent save, or a model that can have
-    no scorer). Raises only what :func:`load_model` raises.
+    no scorer). Raises only what :func:`load_model` raises: a failed rebuild,
+    whatever the reason, leaves the caller where it would be without one.
     """
     from spamnb.storage.scorer import REBUILDABLE
 
@@ -184,10 +185,11 @@ def load_and_compile(path, kind, *, allow_insecure=False):
     what = f"the compiled scorer of {path} was {REBUILDABLE.get(kind, kind)}"
     try:
         model, outcome = compile_scorer(path, wait=False)
-    except ModelError as exc:
+    except Exception as exc:  # noqa: BLE001 - the rebuild is a shortcut: never worse than without it
+        why = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
         model = load_model(path, allow_insecure=allow_insecure)
         fix = f"`spamnb info --rebuild-scorer --model {path}`"
-        return model, (f"{what}; not rebuilt ({exc}), so every delivery loads the whole model (slow); "
+        return model, (f"{what}; not rebuilt ({why}), so every delivery loads the whole model (slow); "
                        f"once that is fixed, {fix} rebuilds it")
     if outcome == "written":
         return model, f"{what}: rebuilt it (this delivery loaded the whole model; the next ones use the scorer)"
