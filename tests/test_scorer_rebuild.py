@@ -153,8 +153,8 @@ def test_not_rebuilt_in_a_folder_we_cannot_write(copied, monkeypatch):
     assert model.messages.tolist() == [150, 150]
     assert note == (f"the compiled scorer of {copied} was missing; not rebuilt (cannot write the scorer of "
                     f"{copied}: its folder {copied.parent} is not writable by you), so every delivery loads "
-                    f"the whole model (slow); once that is fixed, `spamnb info --rebuild-scorer --model "
-                    f"{copied}` rebuilds it")
+                    f"the whole model (slow); rebuild it with `spamnb info --rebuild-scorer --model "
+                    f"{copied}` as a user who can write its folder")
     assert not os.path.exists(scorer.scorer_path(copied))
 
 

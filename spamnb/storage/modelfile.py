@@ -190,7 +190,7 @@ def load_and_compile(path, kind, *, allow_insecure=False):
         model = load_model(path, allow_insecure=allow_insecure)
         fix = f"`spamnb info --rebuild-scorer --model {path}`"
         return model, (f"{what}; not rebuilt ({why}), so every delivery loads the whole model (slow); "
-                       f"once that is fixed, {fix} rebuilds it")
+                       f"rebuild it with {fix} as a user who can write its folder")
     if outcome == "written":
         return model, f"{what}: rebuilt it (this delivery loaded the whole model; the next ones use the scorer)"
     if model is None:  # busy: a learner is saving, with a scorer of its own
