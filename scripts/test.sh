@@ -1,12 +1,41 @@
 #!/usr/bin/env bash
 # The README's test command: set up a virtual environment with the project and
-# its test extra, install the mail-delivery tools the integration tests use
-# (when we are root and apt is there), then run the default test suite.
+# its test extra, install the tools the integration tests run, then run the
+# default test suite.
+#
+# The tools: procmail and maildrop (the delivery tests run the README's recipes
+# through them) and systemd-analyze (Debian's systemd package: checks the units
+# in contrib/systemd). Missing ones are installed when we are root and apt-get
+# is there; otherwise, or when that fails, each missing one is named here and
+# its tests are skipped with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh test,dask  # dask: the cluster test of sharded training
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && ! command -v procmail >/dev/null; then
-    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq procmail) >/dev/null 2>&1 \
-        || echo "note: procmail could not be installed; its integration test will be skipped" >&2
+
+missing_tools() {  # "command:package" pairs whose command is not on PATH
+    local pair
+    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd; do
+        command -v "${pair%%:*}" >/dev/null || echo "$pair"
+    done
+}
+
+missing=$(missing_tools)
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        packages=$(for pair in $missing; do echo "${pair#*:}"; done)
+        # shellcheck disable=SC2086 # one word per package
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages) >/dev/null 2>&1 \
+            || true
+        missing=$(missing_tools)
+        for pair in $missing; do
+            echo "note: ${pair%%:*} could not be installed (apt-get install ${pair#*:} failed); its tests will be skipped" >&2
+        done
+    else
+        why=$([ "$(id -u)" = 0 ] && echo "there is no apt-get" || echo "not root")
+        for pair in $missing; do
+            echo "note: ${pair%%:*} is not installed and $why, so its tests will be skipped" \
+                 "(to run them: apt-get install ${pair#*:} as root)" >&2
+        done
+    fi
 fi
 exec .venv/bin/python -m pytest "$@"

@@ -607,8 +607,9 @@ def test_filter_model_is_a_directory_option(tmp_path, spam_msg):
 # -- sort --------------------------------------------------------------------------
 
 def _files(maildir):
+    """The messages of a maildir tree (not the Maildir++ folder marker, tests/test_sort.py)."""
     return {p.relative_to(maildir): p.read_bytes() for p in maildir.rglob("*")
-            if p.is_file() and p.name != ".keep"}
+            if p.is_file() and p.name not in (".keep", "maildirfolder")}
 
 
 def test_sort_dry_run_changes_nothing(trained_model_file, sample_maildir):

@@ -21,7 +21,7 @@ import pytest
 from conftest import SAMPLE_MAILDIR, gold_labels, strip_from_line
 from spamnb._version import __version__
 from spamnb.delivery.hook import add_headers
-from spamnb.storage.modelfile import load_model
+from spamnb.storage.modelfile import load_model, save_model
 
 
 def spamnb_command() -> list[str]:
@@ -137,36 +137,72 @@ def test_concurrent_filter_learn_loses_no_update(model_file, confident):
 
 
 # -- mail delivery agents --------------------------------------------------------------
+#
+# The recipes are the README's, as a user copies them: the only change is the
+# full path of spamnb (the README writes /usr/local/bin/spamnb and says to put
+# what `command -v spamnb` prints). The delivery agents run them with their own
+# PATH (procmail: $HOME/bin:/usr/local/bin:/usr/bin:/bin, maildrop:
+# /bin:/usr/bin:/usr/local/bin), never with this test's, and find the model
+# where a user's is: ~/.local/share/spamnb/model.joblib of a HOME made here.
 
-PROCMAILRC = """\
-SHELL=/bin/sh
-MAILDIR={maildir}/
-DEFAULT=$MAILDIR
-LOGFILE={log}
-:0fw
-| {spamnb} filter --exit-zero --model {model}
-:0
-* ^X-Spam-Flag: YES
-.Junk/
-"""
+README = Path(__file__).resolve().parent.parent / "README.md"
+README_SPAMNB = "/usr/local/bin/spamnb"  # the path the README's recipes spell out
 
 
-def procmail_deliver(rc: Path, raw: bytes):
-    # -m: general-purpose mail filter mode with our rcfile; no setuid games, no
-    # /etc/procmailrc, works as root and as a user.
-    proc = subprocess.run(["procmail", "-m", str(rc)], input=raw, capture_output=True, timeout=120)
+def readme_block(lang: str) -> str:
+    """The README's one fenced code block of language ``lang`` (```procmail, ```maildrop)."""
+    blocks = re.findall(rf"^```{lang}\n(.*?)^```$", README.read_text(), flags=re.S | re.M)
+    assert len(blocks) == 1, f"README has {len(blocks)} ```{lang} blocks"
+    return blocks[0]
+
+
+def as_installed(recipe: str) -> str:
+    """The recipe with the README's path of spamnb replaced by this installation's."""
+    return recipe.replace(README_SPAMNB, shlex.join(SPAMNB))
+
+
+def passed_through() -> list[str]:
+    """``NAME=VALUE`` settings this test run needs in the agents' environment: none
+    for an installed spamnb; PYTHONPATH when the tests run a source tree through
+    another tree's installed script (the agents clear or keep it as they please)."""
+    return [f"PYTHONPATH={os.environ['PYTHONPATH']}"] if os.environ.get("PYTHONPATH") else []
+
+
+@pytest.fixture
+def user_home(tmp_path, trained_model) -> Path:
+    """A HOME with ~/Maildir and the user's model (and its scorer) at the XDG data path."""
+    home = tmp_path / "home"
+    make_maildir(home / "Maildir")
+    save_model(trained_model, home / ".local" / "share" / "spamnb" / "model.joblib")
+    return home
+
+
+def procmail_deliver(home: Path, raw: bytes, *settings: str):
+    """Deliver ``raw`` with the README's procmail recipe as ``home``'s user.
+
+    ``procmail -m NAME=VALUE... RCFILE``: general-purpose filter mode with our
+    rcfile (no setuid games, no /etc/procmailrc, works as root and as a user).
+    procmail starts from an empty environment: HOME comes from the password
+    file unless set here, PATH is procmail's own, and the settings before the
+    rcfile are what procmail passes on. Returns procmail's log.
+    """
+    rc = home / ".procmailrc"
+    rc.write_text(as_installed(readme_block("procmail")))
+    log = home / "procmail.log"
+    proc = subprocess.run(["procmail", "-m", f"HOME={home}", f"LOGFILE={log}", *passed_through(), *settings,
+                           str(rc)], input=raw, capture_output=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
+    return log.read_text(errors="replace")
 
 
-@pytest.mark.skipif(shutil.which("procmail") is None, reason="procmail is not installed")
-def test_procmail_files_spam_into_junk(trained_model_file, confident, tmp_path):
-    maildir = make_maildir(tmp_path / "Maildir")
-    rc = tmp_path / "procmailrc"
-    rc.write_text(PROCMAILRC.format(maildir=maildir, log=tmp_path / "procmail.log",
-                                    spamnb=shlex.join(SPAMNB), model=trained_model_file))
+@pytest.mark.skipif(shutil.which("procmail") is None,
+                    reason="procmail is not installed (scripts/test.sh installs it when run as root)")
+def test_procmail_readme_recipe_files_spam_into_junk(user_home, confident):
+    maildir = user_home / "Maildir"
     spams, hams = confident["spam"][:2], confident["ham"][:2]
     for raw in spams + hams:
-        procmail_deliver(rc, raw)
+        log = procmail_deliver(user_home, raw)
+        assert "Error" not in log and "cannot" not in log, log
     spam_in = delivered(maildir / ".Junk")
     ham_in = delivered(maildir)
     assert len(spam_in) == len(ham_in) == 2  # nothing lost, nothing duplicated
@@ -175,54 +211,64 @@ def test_procmail_files_spam_into_junk(trained_model_file, confident, tmp_path):
         flag, status = added_lines(got, raw)
         assert flag == b"X-Spam-Flag: YES"
         assert status.startswith(b"X-Spam-Status: Yes, probability=")
-        assert status.endswith(f", version={__version__}".encode())
+        assert status.endswith(f", model=model.joblib, version={__version__}".encode())
     for raw, got in zip(hams, _match(ham_in, hams)):
         assert added_lines(got, raw)[0] == b"X-Spam-Flag: NO"
+    assert not (maildir / ".Junk" / ".lock").exists()  # :0, not :0: -- a maildir takes no lock file
 
 
-@pytest.mark.skipif(shutil.which("procmail") is None, reason="procmail is not installed")
-def test_procmail_keeps_mail_when_the_filter_fails(tmp_path, confident):
-    maildir = make_maildir(tmp_path / "Maildir")
-    rc = tmp_path / "procmailrc"
-    rc.write_text(PROCMAILRC.format(maildir=maildir, log=tmp_path / "procmail.log",
-                                    spamnb=shlex.join(SPAMNB), model=tmp_path / "no-such-model"))
+@pytest.mark.skipif(shutil.which("procmail") is None,
+                    reason="procmail is not installed (scripts/test.sh installs it when run as root)")
+def test_procmail_keeps_mail_when_the_filter_fails(user_home, confident, tmp_path):
+    maildir = user_home / "Maildir"
     raw = confident["spam"][0]
-    procmail_deliver(rc, raw)
+    log = procmail_deliver(user_home, raw, f"SPAMNB_MODEL={tmp_path / 'no-such-model'}")
     assert delivered(maildir) == [raw]  # unchanged, in the inbox
     assert not (maildir / ".Junk").exists()
+    assert "Rescue of unfiltered data succeeded" in log, log  # procmail's log says the filter failed
 
 
-MAILFILTER = """\
-SHELL="/bin/sh"
-xfilter "{spamnb} filter --exit-zero --model {model}"
-if (/^X-Spam-Flag: YES/)
-{{
-    to "{maildir}/.Junk/"
-}}
-to "{maildir}/"
-"""
-
-
-@pytest.mark.skipif(shutil.which("maildrop") is None, reason="maildrop is not installed")
-def test_maildrop_files_spam_into_junk(trained_model_file, confident, tmp_path):
-    maildir = make_maildir(tmp_path / "Maildir")
+@pytest.mark.skipif(shutil.which("maildrop") is None,
+                    reason="maildrop is not installed (scripts/test.sh installs it when run as root)")
+def test_maildrop_readme_recipe_files_spam_into_junk(user_home, confident, tmp_path):
+    maildir = user_home / "Maildir"
     make_maildir(maildir / ".Junk")  # maildrop delivers only into existing maildirs
     rc = tmp_path / "mailfilter"
-    rc.write_text(MAILFILTER.format(spamnb=shlex.join(SPAMNB), model=trained_model_file, maildir=maildir))
+    # maildrop sets HOME from the password file; this line makes it the test's user's.
+    rc.write_text(f'HOME="{user_home}"\n' + as_installed(readme_block("maildrop")))
     rc.chmod(0o600)  # maildrop refuses filter files others can write
+    env = {"HOME": str(user_home), **dict(s.split("=", 1) for s in passed_through())}
+
+    def deliver(raw, **more):
+        return subprocess.run(["maildrop", str(rc)], input=raw, capture_output=True, timeout=120,
+                              env={**env, **more})
+
     spam, ham = confident["spam"][0], confident["ham"][0]
     for raw in (spam, ham):
-        proc = subprocess.run(["maildrop", str(rc)], input=raw, capture_output=True, timeout=120)
+        proc = deliver(raw)
         assert proc.returncode == 0, proc.stderr
     spam_in, ham_in = delivered(maildir / ".Junk"), delivered(maildir)
     assert len(spam_in) == len(ham_in) == 1
     assert added_lines(spam_in[0], spam)[0] == b"X-Spam-Flag: YES"
     assert added_lines(ham_in[0], ham)[0] == b"X-Spam-Flag: NO"
     # a failing filter makes maildrop defer the message (EX_TEMPFAIL): the MTA keeps it
-    rc.write_text(MAILFILTER.format(spamnb=shlex.join(SPAMNB), model=tmp_path / "absent", maildir=maildir))
-    proc = subprocess.run(["maildrop", str(rc)], input=confident["ham"][3], capture_output=True, timeout=120)
+    proc = deliver(confident["ham"][3], SPAMNB_MODEL=str(tmp_path / "absent"))
     assert proc.returncode == 75
     assert len(delivered(maildir)) == 1
+
+
+def test_filter_help_recipes_are_the_readmes():
+    """`spamnb filter --help` shows the README's recipes, line for line (comments aside)."""
+    help_lines = [line.strip() for line in spamnb("filter", "--help").stdout.decode().splitlines()]
+
+    def lines(recipe):
+        return [line.strip() for line in recipe.splitlines() if line.strip() and not line.startswith("#")]
+
+    for lang in ("procmail", "maildrop"):
+        want = lines(readme_block(lang))
+        assert README_SPAMNB + " filter" in "\n".join(want)
+        assert any(help_lines[i:i + len(want)] == want for i in range(len(help_lines))), (lang, want)
+    assert "command -v spamnb" in " ".join(help_lines)
 
 
 def _match(got: list[bytes], inputs: list[bytes]) -> list[bytes]:

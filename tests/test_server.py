@@ -291,3 +291,134 @@ def test_server_without_a_scorer_uses_the_full_model(model_file, sock_path):
         proc.wait(10)
         proc.stdout.close()
         proc.stderr.close()
+
+
+# -- running as a service: the socket's folder, the pid file ---------------------------------
+
+
+def _serve_until_listening(sock_path, model, *extra, umask=None):
+    """``spamnb serve`` started with ``umask`` (as a service manager may set it)."""
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(sock_path), "--model", str(model), *extra],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"server exited: {proc.stderr.read().decode()}")
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.connect(str(sock_path))
+                return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise AssertionError("server did not start")
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    code = proc.wait(15)
+    proc.stdout.close()
+    proc.stderr.close()
+    return code
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o277, 0o002], ids=lambda u: f"umask{u:03o}")
+def test_socket_in_a_new_folder_is_made_0700_with_its_parents(compiled, tmp_path, umask):
+    """``--socket`` may name a folder that does not exist yet, parents included: the
+    socket's own folder is made 0700 and ours whatever the umask; parents get the
+    umask's mode, always with the owner's rwx (so the next level can be made)."""
+    sock = tmp_path / "a" / "b" / "run" / "socket"
+    proc = _serve_until_listening(sock, compiled, umask=umask)
+    try:
+        st = os.stat(sock.parent)
+        assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+        for parent in (tmp_path / "a", tmp_path / "a" / "b"):
+            assert stat.S_IMODE(os.stat(parent).st_mode) == (0o777 & ~umask) | 0o700
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        assert wire.private_socket_dir(str(sock))  # so the filter uses it
+        raw = sample_message("spam", 1).read_bytes()
+        assert through_server(str(sock), compiled, raw) == cold(compiled, raw)
+    finally:
+        assert _stop(proc) == 0
+    assert not sock.exists()
+
+
+def test_an_existing_folder_of_ours_at_0700_is_used_as_it_is(compiled, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir(mode=0o700)
+    proc = _serve_until_listening(run / "socket", compiled)
+    assert _stop(proc) == 0
+    assert stat.S_IMODE(os.stat(run).st_mode) == 0o700
+
+
+def test_pidfile_is_written_once_listening_and_removed_on_exit(compiled, tmp_path):
+    sock, pidfile = tmp_path / "run" / "socket", tmp_path / "pids" / "spamnb.pid"
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(sock), "--model", str(compiled),
+                                      "--pidfile", str(pidfile)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT
+        while not pidfile.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        # whole from the first moment it is there, and the socket already answers
+        assert pidfile.read_text() == f"{proc.pid}\n"
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(str(sock))
+        assert stat.S_IMODE(pidfile.stat().st_mode) == 0o644
+        assert [p.name for p in pidfile.parent.iterdir()] == ["spamnb.pid"]  # no temporary left
+    finally:
+        assert _stop(proc) == 0
+    assert not pidfile.exists() and not sock.exists()
+
+
+def test_pidfile_held_by_a_live_server_is_refused(compiled, tmp_path):
+    pidfile = tmp_path / "spamnb.pid"
+    first = _serve_until_listening(tmp_path / "run1" / "socket", compiled, "--pidfile", str(pidfile))
+    try:
+        proc = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run2" / "socket"),
+                                        "--model", str(compiled), "--pidfile", str(pidfile)],
+                              capture_output=True, timeout=60)
+        assert proc.returncode == 1
+        assert f"already running (pid {first.pid}" in proc.stderr.decode()
+        assert not (tmp_path / "run2" / "socket").exists()  # refused before it listened
+        assert pidfile.read_text() == f"{first.pid}\n"  # still the first server's
+    finally:
+        assert _stop(first) == 0
+    assert not pidfile.exists()
+
+
+@pytest.mark.parametrize("content", ["dead", "garbage", "empty"])
+def test_stale_pidfile_is_taken_over(compiled, tmp_path, content):
+    """A pid file left by a server that died (kill -9, a crash) holds no lock: a new
+    server replaces it, whatever pid or garbage it holds."""
+    pidfile = tmp_path / "spamnb.pid"
+    if content == "dead":
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        pidfile.write_text(f"{gone.pid}\n")
+    else:
+        pidfile.write_text("not a pid\n" if content == "garbage" else "")
+    proc = _serve_until_listening(tmp_path / "run" / "socket", compiled, "--pidfile", str(pidfile))
+    try:
+        assert pidfile.read_text() == f"{proc.pid}\n"
+    finally:
+        assert _stop(proc) == 0
+
+
+def test_pidfile_survives_kill_9_as_stale_only(compiled, tmp_path):
+    pidfile = tmp_path / "spamnb.pid"
+    sock = tmp_path / "run" / "socket"
+    proc = _serve_until_listening(sock, compiled, "--pidfile", str(pidfile))
+    proc.kill()
+    proc.wait(10)
+    proc.stdout.close()
+    proc.stderr.close()
+    assert pidfile.exists()  # nothing could remove it
+    again = _serve_until_listening(sock, compiled, "--pidfile", str(pidfile))  # and the stale socket
+    try:
+        assert pidfile.read_text() == f"{again.pid}\n"
+    finally:
+        assert _stop(again) == 0

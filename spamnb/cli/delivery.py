@@ -57,13 +57,29 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     when it can, else from the model's compiled scorer, else the full way:
     the output is the same whichever way answers.
 
+    Delivery agents run it with their own PATH, not yours (procmail:
+    $HOME/bin:/usr/local/bin:/usr/bin:/bin; maildrop: /bin:/usr/bin:/usr/local/bin),
+    so write spamnb's full path: replace /usr/local/bin/spamnb below with what
+    `command -v spamnb` prints. No lock (:0, not :0:): a maildir needs none.
+
     \b
-    procmail:
+    Example, procmail (~/.procmailrc):
+      MAILDIR=$HOME/Maildir/
+      DEFAULT=$MAILDIR
       :0fw
-      | spamnb filter --exit-zero
-      :0:
+      | /usr/local/bin/spamnb filter --exit-zero
+      :0
       * ^X-Spam-Flag: YES
       .Junk/
+
+    \b
+    maildrop (~/.mailfilter, mode 0600):
+      xfilter "/usr/local/bin/spamnb filter --exit-zero"
+      if (/^X-Spam-Flag: YES/)
+      {
+          to "$HOME/Maildir/.Junk/"
+      }
+      to "$HOME/Maildir/"
     """
     stdin = sys.stdin.buffer
     stdout = sys.stdout.buffer
@@ -134,13 +150,20 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
               help="Refuse messages larger than this (the client then filters them itself).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Drop a request that has not arrived whole within this many seconds.")
-def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout):
+@click.option("--pidfile", metavar="PATH",
+              help="Write the server's pid here once it listens (atomically; removed on exit). "
+                   "Refuses to start while a live server holds it.")
+def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, pidfile):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
     same model, and does the work itself otherwise, with the same result. The
     model is reloaded when its file changes (after learn, forget or train).
     Only your own processes may connect. Stops on SIGTERM or Ctrl-C.
+    A socket folder that does not exist yet is made, mode 0700.
+
+    To run it as a service: the systemd units in contrib/systemd/ (a user
+    unit, and spamnb@USER.service for a mail host); see the README.
 
     \b
     Example:
@@ -153,7 +176,7 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout):
     _, path, _ = open_model(model_path, allow_insecure_model)  # builds the default model if needed
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
-                   max_bytes=max_bytes, timeout=timeout)
+                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile)
     except ServerError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -43,8 +43,15 @@ def explain(message, model_path, allow_insecure_model, count):
 
 @click.command()
 @model_options
-def info(model_path, allow_insecure_model):
-    """Show what a model holds.
+@click.option("--rebuild-scorer", is_flag=True,
+              help="Compile the model's scorer again (after copying a model: the filter's fast path "
+                   "needs it; only for a trusted model, in a folder you can write).")
+def info(model_path, allow_insecure_model, rebuild_scorer):
+    """Show what a model holds, and whether its compiled scorer is fresh.
+
+    The scorer (MODEL.scorer) lets `spamnb filter` answer without loading the
+    model. It is stale or missing after a model was copied (cp); `filter`
+    rebuilds it at the next delivery when it can, and --rebuild-scorer now.
 
     \b
     Example:
@@ -52,9 +59,31 @@ def info(model_path, allow_insecure_model):
     """
     import datetime
 
+    from spamnb.storage import scorer
+    from spamnb.storage.modelfile import compile_scorer
+
     model, path, is_default = open_model(model_path, allow_insecure_model)
+    if rebuild_scorer:
+        from spamnb.storage.store import ModelError
+
+        try:
+            model, outcome = compile_scorer(path)
+        except ModelError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"scorer of {path}: " + {"written": "rebuilt", "changed": "not rebuilt: the model "
+                                            "changed while it was read; run again"}.get(outcome, "none"),
+                   err=True)
     counts = model.messages
     stats = model.stats
+    why_none = scorer.cannot_compile(model)
+    state = scorer.state(path, allow_insecure=allow_insecure_model)
+    if why_none is not None:
+        scorer_row = f"none: {why_none}, so the filter loads the whole model"
+    elif state == "fresh":
+        scorer_row = f"fresh ({scorer.scorer_path(path)})"
+    else:
+        scorer_row = (f"{scorer.REBUILDABLE.get(state, state)}: each delivery loads the whole model until "
+                      f"it is rebuilt (by the next `spamnb filter`, or `spamnb info --rebuild-scorer`)")
 
     def when(t):
         return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "never"
@@ -73,6 +102,7 @@ def info(model_path, allow_insecure_model):
         ("created", when(stats.get("created"))),
         ("updated", when(stats.get("updated"))),
         ("written by", f"spamnb {stats.get('spamnb_version')}"),
+        ("scorer", scorer_row),
     ]
     for k, v in rows:
         click.echo(f"{k + ':':<12} {v}")

@@ -93,10 +93,12 @@ def _finite(x, bound=1e300):
 @decision_options
 def sort(maildir, model_path, allow_insecure_model, spam_folder, unsure_folder, dry_run,
          cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
-    """File spam (and optionally unsure mail) out of a maildir, by rename.
+    """File spam (and optionally unsure mail) out of a maildir into Maildir++ folders.
 
-    Messages keep their file names and their cur/ or new/ place; moving is a
-    rename within the maildir, so it is atomic and safe while mail is delivered.
+    Messages keep their file names and their cur/ or new/ place. A move is a
+    hard link into the folder, then an unlink of the original, within the
+    maildir: a message is never overwritten or lost, even while mail is
+    delivered. Missing folders are made (cur/, new/, tmp/, maildirfolder).
 
     \b
     Example:

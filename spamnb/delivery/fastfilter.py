@@ -11,10 +11,16 @@ this module then, in order:
    :func:`spamnb.storage.locate.default_socket_path`) and it serves the same model;
 3. else scores the message itself with the model's compiled scorer
    (:mod:`spamnb.storage.scorer`): tokenizer + binary search, standard library only;
-4. else -- scorer missing, stale or untrusted, model not built yet, bad
-   options, any error at all -- runs the full click command in this process
-   with the bytes already read (:func:`full_path`), which gives the exact
-   output and error messages of ``spamnb filter``.
+4. else, when the model is there but its scorer is missing, stale, damaged
+   or untrusted (a model copied with ``cp``): loads the model, rebuilds the
+   scorer beside it when that is safe (a trusted model in a folder we can
+   write: :func:`spamnb.storage.modelfile.load_and_compile`), says so in one
+   line on stderr -- or says why it could not, since every delivery is then
+   slow -- and answers from the loaded model (:func:`with_model`);
+5. else -- model not built yet or not trusted, bad options, any error at all
+   -- runs the full click command in this process with the bytes already
+   read (:func:`full_path`), which gives the exact output and error messages
+   of ``spamnb filter``.
 
 Every step gives byte-identical output and the same exit status as the click
 command (tests/test_fastpath.py holds them equal), and nothing is written
@@ -125,16 +131,55 @@ def _connect(s, sock_path, tries=20):
             time.sleep(0.005 * (i + 1))
 
 
+class NoScorer(Fallback):
+    """The model looks usable but its compiled scorer is not (``kind``: a
+    :data:`spamnb.storage.scorer.REBUILDABLE` kind): :func:`with_model` can answer."""
+
+    def __init__(self, message, kind):
+        super().__init__(message)
+        self.kind = kind
+
+
 def cold(raw, path, is_default, opts):
-    """Score with the compiled scorer beside the model; ``(output, label)`` or Fallback."""
+    """Score with the compiled scorer beside the model; ``(output, label)``, else
+    NoScorer when only the scorer is wrong, Fallback otherwise."""
     from spamnb.delivery.hook import filter_message  # the tokenizer: not needed when the server answers
-    from spamnb.storage.scorer import ScorerError, fresh_scorer
+    from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer
 
     try:
         sc = fresh_scorer(path, allow_insecure=opts["allow_insecure"])
         return filter_message(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])
-    except (ScorerError, DecisionError) as exc:  # the click command says what is wrong
+    except ScorerError as exc:
+        if exc.kind in REBUILDABLE:
+            raise NoScorer(str(exc), exc.kind) from None
+        raise Fallback(str(exc)) from None  # the click command says what is wrong
+    except DecisionError as exc:
         raise Fallback(str(exc)) from None
+
+
+def with_model(raw, opts, kind, env=os.environ):
+    """``(output, label)`` from the whole model, for a model whose scorer is unusable
+    (``kind``), rebuilding the scorer on the way when it can; None on any failure
+    (the click command then runs, and reports it).
+
+    Loads the model once, as the click command would, so this delivery costs
+    what the full path costs; the note (rebuilt, or why not) goes to stderr,
+    where procmail's log keeps it.
+    """
+    try:
+        from spamnb.delivery.hook import filter_message
+        from spamnb.storage.modelfile import load_and_compile
+
+        path, is_default = locate.resolve_model(opts["model"], env)
+        model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure"])
+        if note:
+            sys.stderr.write(f"spamnb filter: {note}\n")
+        result = filter_message(model, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])
+    except Exception:  # noqa: BLE001 - the full path decides, and says what is wrong
+        return None
+    if is_default:  # the notice the click path prints
+        sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
+    return result
 
 
 def socket_path(opts, env=os.environ):
@@ -222,6 +267,12 @@ def main(args, load_cli, env=os.environ):
         return
     try:
         out, label = answer(raw, opts, env)
+    except NoScorer as exc:
+        result = with_model(raw, opts, exc.kind, env)
+        if result is None:
+            full_path(load_cli, args, raw)
+            return
+        out, label = result
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
         full_path(load_cli, args, raw)
         return

@@ -1,10 +1,15 @@
 """Filing messages out of a maildir by their classification (``spamnb sort``).
 
-Moves are renames inside one maildir tree, so a message is always in exactly
-one place: it is hard-linked into the target folder and then unlinked from the
-source (a link never overwrites an existing file, unlike rename), with the same
-file name and the same ``cur/`` or ``new/`` sub-folder, as the maildir
-specification requires for moves between folders.
+A move stays inside one maildir tree and is a hard link followed by an
+unlink: the message is linked into the target folder and then unlinked from
+the source (a link never overwrites an existing file, unlike rename), with the
+same file name and the same ``cur/`` or ``new/`` sub-folder, as the maildir
+specification requires for moves between folders. A crash between the two
+steps leaves the message in both folders, never in neither.
+
+Target folders are Maildir++ sub-folders: ``cur/``, ``new/``, ``tmp/`` and the
+empty marker file ``maildirfolder`` that the Maildir++ specification puts in
+every sub-folder (and that Courier's ``maildirmake -f`` writes).
 """
 
 from __future__ import annotations
@@ -14,10 +19,29 @@ import os
 from spamnb.model import BATCH, batches
 
 
+# The Maildir++ marker of a sub-folder (an empty file; the inbox has none).
+FOLDER_MARKER = "maildirfolder"
+
+
 def ensure_maildir(path: str) -> None:
     """Create ``path`` with ``cur/``, ``new/`` and ``tmp/`` when missing (mode 0700)."""
     for sub in ("cur", "new", "tmp"):
         os.makedirs(os.path.join(path, sub), mode=0o700, exist_ok=True)
+
+
+def ensure_folder(path: str) -> None:
+    """Make ``path`` a Maildir++ sub-folder: a maildir with the empty
+    ``maildirfolder`` marker (mode 0600, as ``maildirmake -f`` makes it).
+
+    The marker is added to a folder that lacks it (one made by hand or by
+    procmail) and an existing one is left alone. It is written after the
+    three sub-folders, as ``maildirmake`` does.
+    """
+    ensure_maildir(path)
+    try:
+        os.close(os.open(os.path.join(path, FOLDER_MARKER), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
 
 
 def messages_of(maildir: str):
@@ -58,9 +82,9 @@ def move(source: str, target: str) -> bool:
     """Move one message file without ever overwriting or duplicating; True if moved.
 
     ``target`` is ``FOLDER/cur/NAME`` or ``FOLDER/new/NAME``; FOLDER is made a
-    maildir first when it is not one yet.
+    Maildir++ sub-folder first (:func:`ensure_folder`) when it is not one yet.
     """
-    ensure_maildir(os.path.dirname(os.path.dirname(target)))
+    ensure_folder(os.path.dirname(os.path.dirname(target)))
     try:
         os.link(source, target)  # fails if target exists: never overwrites
     except FileExistsError:

@@ -18,16 +18,24 @@ Guarantees
   ctime); when it changed (``learn``, ``forget``, ``train``) the new model is
   loaded completely before it is swapped in. Requests already running keep the
   model they started with; concurrent requests wait for one shared reload.
-* Private: the socket lives in a folder of mode 0700 that we own, is created
-  0600, and every connection's peer user (SO_PEERCRED) must be ours.
+* Private: the socket lives in a folder of mode 0700 that we own (made so,
+  missing parents too, when it is not there yet), is created 0600, and every
+  connection's peer user (SO_PEERCRED) must be ours.
 * Bounded: requests over ``max_bytes`` (64 MB) are refused before their body
   is read, and a request that has not arrived whole within ``timeout`` seconds
   (a stalled client, or one sending a byte now and then) is dropped.
 * SIGTERM / SIGINT: stop accepting, let running requests finish, remove the socket.
+* A pid file (``--pidfile``) for service managers that want one: checked
+  before anything else (a live server holding it is a refusal), written
+  atomically once the socket listens, locked for the server's life (so a
+  stale one, left by ``kill -9``, is told from a live one without trusting
+  pids, which get reused) and removed on exit.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import signal
 import socket
@@ -40,8 +48,8 @@ from dataclasses import dataclass
 
 from spamnb.delivery import wire
 from spamnb.delivery.hook import filter_verdict
-from spamnb.storage.modelfile import load_model
-from spamnb.storage.scorer import ScorerError, fresh_scorer, open_checked
+from spamnb.storage.modelfile import load_and_compile, load_model
+from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, open_checked
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -97,8 +105,13 @@ class ModelHolder:
             before = _identity(os.stat(self.path))
             try:
                 model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
-            except ScorerError:
-                model = load_model(self.path, allow_insecure=self.allow_insecure)
+            except ScorerError as exc:
+                if exc.kind in REBUILDABLE:  # a copied model: its scorer is rebuilt when that is safe
+                    model, note = load_and_compile(self.path, exc.kind, allow_insecure=self.allow_insecure)
+                    if note:
+                        self.log(note)
+                else:
+                    model = load_model(self.path, allow_insecure=self.allow_insecure)
             if _identity(os.stat(self.path)) == before:
                 return Loaded(model, before)
         raise OSError(f"model {self.path} keeps changing while it is loaded")
@@ -187,10 +200,39 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             pass
 
 
+def _make_private_folder(folder):
+    """Make ``folder`` (0700) and its missing parents, whatever the umask.
+
+    ``os.makedirs(folder, 0o700)`` gives ``0o700 & ~umask``: under a umask such as
+    0277 the socket's folder would be 0500, and a missing parent 0500 too, in
+    which its owner cannot make the next level. So each missing parent gets the
+    umask's mode plus the owner's rwx, and the folder made here is set to 0700
+    exactly. A folder that already exists is left as it is (the caller checks it).
+    """
+    umask = os.umask(0o077)  # there is no way to read the umask but to set it
+    os.umask(umask)
+    missing = []
+    parent = os.path.dirname(folder)
+    while parent != os.path.dirname(parent) and not os.path.lexists(parent):
+        missing.append(parent)
+        parent = os.path.dirname(parent)
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:  # made meanwhile by someone else: theirs to keep
+            continue
+        os.chmod(path, (0o777 & ~umask) | 0o700)
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        return
+    os.chmod(folder, 0o700)
+
+
 def _prepare_socket_path(path):
     """A private folder for the socket, and no live server on it already."""
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    _make_private_folder(folder)
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
         raise ServerError(f"socket folder {folder} must be a folder of yours with mode 0700 "
@@ -210,13 +252,109 @@ def _prepare_socket_path(path):
     raise ServerError(f"a server is already listening on {path}")
 
 
+class PidFile:
+    """``serve --pidfile PATH``: the server's pid, for service managers and scripts.
+
+    :meth:`check` runs first: a pid file whose lock is held belongs to a live
+    server, and starting a second one is refused. :meth:`write` then writes
+    ``PID\\n`` to a temporary file beside ``path``, locks it (``flock``, held
+    until this process ends), checks again (a server may have started
+    meanwhile) and renames it into place, so a reader never sees it half
+    written. A pid file whose lock is free was left by a server that died
+    (``kill -9``, a crash) and is replaced: the lock, not the pid in the file,
+    says whether its server lives, so a reused pid cannot fool the check.
+    :meth:`remove` unlinks it on exit, if it is still ours.
+    """
+
+    def __init__(self, path):
+        self.path = os.path.abspath(path)
+        self.fd = None
+
+    def holder(self):
+        """The pid (as written) of the live server holding the file, or None."""
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ServerError(f"cannot read pid file {self.path}: {exc.strerror}") from None
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise ServerError(f"cannot lock pid file {self.path}: {exc.strerror}") from None
+                return os.read(fd, 64).decode("ascii", "replace").strip() or "?"
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return None
+        finally:
+            os.close(fd)
+
+    def check(self):
+        pid = self.holder()
+        if pid is not None:
+            raise ServerError(f"spamnb serve is already running (pid {pid}, pid file {self.path})")
+
+    def write(self):
+        import tempfile
+
+        folder = os.path.dirname(self.path)
+        try:
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(self.path)}.", suffix=".tmp")
+        except OSError as exc:
+            raise ServerError(f"cannot write pid file {self.path}: {exc.strerror}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a new file: nobody else has it
+            os.fchmod(fd, 0o644)
+            os.write(fd, f"{os.getpid()}\n".encode("ascii"))
+            self.check()
+            os.replace(tmp, self.path)
+        except BaseException as exc:
+            os.close(fd)
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            if isinstance(exc, OSError):
+                raise ServerError(f"cannot write pid file {self.path}: {exc.strerror}") from None
+            raise
+        self.fd = fd
+
+    def remove(self):
+        if self.fd is None:
+            return
+        try:
+            mine, there = os.fstat(self.fd), os.stat(self.path)
+            if (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino):
+                os.unlink(self.path)
+        except OSError:
+            pass
+        os.close(self.fd)
+        self.fd = None
+
+
 def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
-          log=None, ready=None):
-    """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens."""
+          log=None, ready=None, pidfile=None):
+    """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens.
+
+    ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
+    server holds it, written once the socket listens, removed on exit.
+    """
     log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
+    pid = PidFile(pidfile) if pidfile else None
+    if pid:
+        pid.check()
     holder = ModelHolder(model_path, allow_insecure=allow_insecure, log=log)
     holder.get()  # a model that cannot load is an error now, not at the first message
     server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log)
+    if pid:
+        try:
+            pid.write()  # the socket listens already (bound and listening in FilterServer())
+        except BaseException:
+            server.remove_socket()
+            server.server_close()
+            raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
@@ -231,6 +369,8 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
         server.shutdown()  # stop accepting
         server.remove_socket()
         server.server_close()  # waits for running requests
+        if pid:
+            pid.remove()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log("stopped")

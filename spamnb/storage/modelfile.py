@@ -95,6 +95,114 @@ def save_model(model, path) -> None:
         raise
 
 
+# -- the compiled scorer of a model that has none (a copied model) -----------------
+
+
+def _trusted_identity(path):
+    """The scorer identity (:func:`scorer.file_identity`) of the model file at ``path``;
+    ModelError when it is not a regular file or fails the trust checks."""
+    import stat
+
+    from spamnb.storage import scorer
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ModelError(f"cannot read model {path}: {exc.strerror}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelError(f"model {path} is not a regular file")
+        problem = store.trust_problem(os.fspath(path), st)
+        if problem is not None:
+            raise ModelError(problem)
+        return scorer.file_identity(fd, st)
+    finally:
+        os.close(fd)
+
+
+def compile_scorer(path, *, wait=True):
+    """Compile the scorer of the model at ``path`` from the model itself: ``(model, outcome)``.
+
+    For a model that has no usable scorer beside it (copied with ``cp``, or
+    written by something other than :func:`save_model`). Safe to run at any
+    moment, also from a delivery:
+
+    * only for a *trusted* model (:func:`store.trust_problem`: the owner and
+      permission checks, never skipped here) in a folder this user can write,
+      else ModelError saying which;
+    * under the model's exclusive lock, so no learn, forget or train saves the
+      model meanwhile (they write their own fresh scorer); with ``wait=False``
+      a lock held by someone else gives ``(None, "busy")`` at once;
+    * the scorer is keyed to the identity of the file its weights were read
+      from: taken before loading and checked again after, and when the file
+      changed in between (a writer that ignores the lock) nothing is written:
+      ``(model, "changed")``;
+    * written atomically, mode 0600 (:func:`scorer.write_scorer`).
+
+    ``outcome``: ``"written"``; ``"uncompilable"`` when the model can have no
+    scorer (:func:`scorer.cannot_compile`); ``"busy"``; ``"changed"``.
+    """
+    from contextlib import ExitStack
+
+    from spamnb.storage import scorer
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    _trusted_identity(path)  # refuse an untrusted model before touching its folder
+    if not os.access(folder, os.W_OK):
+        raise ModelError(f"cannot write the scorer of {path}: its folder {folder} is not writable by you")
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(store.model_lock(path, timeout=None if wait else 0))
+        except ModelError:
+            if wait:
+                raise
+            return None, "busy"
+        before = _trusted_identity(path)
+        model = load_model(path)
+        if _trusted_identity(path) != before:
+            return model, "changed"
+        try:
+            written = scorer.write_scorer(model, scorer.scorer_path(path), before)
+        except OSError as exc:
+            raise ModelError(f"cannot write the scorer {scorer.scorer_path(path)}: "
+                             f"{exc.strerror or exc}") from None
+        return model, "written" if written else "uncompilable"
+
+
+def load_and_compile(path, kind, *, allow_insecure=False):
+    """Load the model at ``path`` for a filter that found its scorer unusable
+    (``kind``: a :data:`scorer.REBUILDABLE` kind of :class:`scorer.ScorerError`),
+    and rebuild the scorer on the way when it can: ``(model, note)``.
+
+    The rebuild is :func:`compile_scorer` without waiting for the lock; when it
+    cannot be done (an untrusted model, a folder this user cannot write) the
+    model is loaded as the caller asked and the note says why deliveries stay
+    slow and what to do. ``note`` is one line for the user, or None when there
+    is nothing to say (rebuilt by a concurrent save, or a model that can have
+    no scorer). Raises only what :func:`load_model` raises: a failed rebuild,
+    whatever the reason, leaves the caller where it would be without one.
+    """
+    from spamnb.storage.scorer import REBUILDABLE
+
+    path = os.fspath(path)
+    what = f"the compiled scorer of {path} was {REBUILDABLE.get(kind, kind)}"
+    try:
+        model, outcome = compile_scorer(path, wait=False)
+    except Exception as exc:  # noqa: BLE001 - the rebuild is a shortcut: never worse than without it
+        why = str(exc) if isinstance(exc, ModelError) else f"{type(exc).__name__}: {exc}"
+        model = load_model(path, allow_insecure=allow_insecure)
+        fix = f"`spamnb info --rebuild-scorer --model {path}`"
+        return model, (f"{what}; not rebuilt ({why}), so every delivery loads the whole model (slow); "
+                       f"rebuild it with {fix} as a user who can write its folder")
+    if outcome == "written":
+        return model, f"{what}: rebuilt it (this delivery loaded the whole model; the next ones use the scorer)"
+    if model is None:  # busy: a learner is saving, with a scorer of its own
+        model = load_model(path, allow_insecure=allow_insecure)
+    return model, None
+
+
 def _keep_mode(path) -> int:
     """A replaced model keeps its permissions (minus group/world write); new ones get 0600."""
     try:

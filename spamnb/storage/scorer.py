@@ -54,6 +54,7 @@ link another user could have planted.
 from __future__ import annotations
 
 import bisect
+import errno
 import json
 import math
 import mmap
@@ -62,8 +63,9 @@ import stat
 import struct
 import sys
 
-__all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "Scorer", "scorer_path", "token_hash",
-           "file_identity", "open_checked", "write_scorer", "load_scorer", "fresh_scorer", "remove_scorer"]
+__all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "REBUILDABLE", "Scorer", "scorer_path", "token_hash",
+           "file_identity", "open_checked", "cannot_compile", "write_scorer", "load_scorer", "fresh_scorer",
+           "remove_scorer", "state"]
 
 MAGIC = b"SPAMNBSC"
 FORMAT_VERSION = 1
@@ -79,7 +81,23 @@ except ImportError:  # pragma: no cover - Pythons built without it
 
 
 class ScorerError(Exception):
-    """A scorer file is missing, untrusted, damaged or not for this model."""
+    """A scorer file is missing, untrusted, damaged or not for this model.
+
+    ``kind`` says which, for callers that act on it: ``"missing"``, ``"stale"``
+    (compiled from another model file), ``"damaged"``, ``"untrusted"`` (the
+    scorer file fails the trust checks) -- all four mean the model may be fine
+    and its scorer can be compiled again -- or ``"model"``: the model file itself
+    is missing, not a regular file or not trusted, which the full path reports.
+    """
+
+    def __init__(self, message: str, kind: str = "damaged"):
+        super().__init__(message)
+        self.kind = kind
+
+
+# ScorerError kinds that a new scorer, compiled from the model, would cure, in words.
+REBUILDABLE = {"missing": "missing", "stale": "stale (compiled for another model file)",
+               "damaged": "damaged", "untrusted": "not trusted (owner or permissions)"}
 
 
 def scorer_path(model_path) -> str:
@@ -114,16 +132,45 @@ def file_identity(fd: int, st: os.stat_result | None = None) -> dict:
 
 def open_checked(path, *, allow_insecure: bool = False, what: str = "scorer") -> tuple[int, os.stat_result]:
     """:func:`spamnb.storage.store.open_trusted`, with its refusals as ScorerError: a
-    "no" only sends the caller to the full path, which says what is wrong."""
+    "no" only sends the caller to the full path, which says what is wrong. The
+    error's kind is ``"model"`` for the model file (``what="model"``); for the
+    scorer file ``"missing"``, ``"untrusted"`` or ``"damaged"``."""
     from spamnb.storage.store import ModelError, open_trusted
 
     try:
         return open_trusted(path, allow_insecure=allow_insecure, what=what)
-    except (ModelError, OSError) as exc:
-        raise ScorerError(str(exc)) from None
+    except FileNotFoundError:
+        raise ScorerError(f"no {what} file {path}", "model" if what == "model" else "missing") from None
+    except ModelError as exc:
+        raise ScorerError(str(exc), "model" if what == "model" else "untrusted") from None
+    except OSError as exc:
+        raise ScorerError(f"cannot open {what} {path}: {exc.strerror or exc}",
+                          "model" if what == "model" else "damaged") from None
 
 
 # -- writing -----------------------------------------------------------------------
+
+
+def cannot_compile(model, weights=None) -> str | None:
+    """Why ``model`` has no scorer (such models are scored by the full path only), or None.
+
+    ``weights``: ``model.linear_weights()`` when the caller has them. A 64-bit
+    hash collision between two tokens, the one other reason, is found only
+    while compiling (:func:`write_scorer`).
+    """
+    from spamnb.model import FEATURES
+    from spamnb.nb.vocabulary import Vocabulary
+
+    if type(model.vocabulary) is not Vocabulary:
+        return "its features are hashed (columns, not tokens to key a scorer by)"
+    if model.features not in FEATURES:
+        return f"the scorer cannot compute features {model.features!r}"
+    import numpy as np
+
+    bias, w = weights if weights is not None else model.linear_weights()
+    if not (math.isfinite(bias) and bool(np.isfinite(w).all())):
+        return "its weights are not finite (λ = 0)"
+    return None
 
 
 def write_scorer(model, path, identity: dict) -> bool:
@@ -142,7 +189,6 @@ def write_scorer(model, path, identity: dict) -> bool:
     import numpy as np
 
     from spamnb._version import __version__
-    from spamnb.model import FEATURES
     from spamnb.nb.vocabulary import Vocabulary
 
     path = os.fspath(path)
@@ -150,14 +196,17 @@ def write_scorer(model, path, identity: dict) -> bool:
         remove_scorer(path)
         return False
     bias, weights = model.linear_weights()
+    # The cheap refusals before hashing the vocabulary: the filter asks again at
+    # each delivery of a model that can never have a scorer.
+    if cannot_compile(model, (bias, weights)) is not None:
+        remove_scorer(path)
+        return False
     tokens = model.vocabulary.tokens()
     # token_hash of every token, read from one buffer of digests (no Python int per token).
     keys = np.frombuffer(b"".join(map(_token_digest, tokens)), dtype="<u8").astype(np.uint64)
     order = np.argsort(keys, kind="stable")
     keys = keys[order]
-    ok = math.isfinite(bias) and bool(np.isfinite(weights).all())
-    ok = ok and not (len(keys) > 1 and bool((keys[1:] == keys[:-1]).any()))  # 64-bit collision
-    if model.features not in FEATURES or not ok:
+    if len(keys) > 1 and bool((keys[1:] == keys[:-1]).any()):  # 64-bit collision
         remove_scorer(path)
         return False
     header = {
@@ -287,8 +336,18 @@ def fresh_scorer(model_path, *, allow_insecure: bool = False) -> Scorer:
         os.close(fd)
     sc = load_scorer(scorer_path(model_path), allow_insecure=allow_insecure)
     if not sc.matches(identity):
-        raise ScorerError(f"scorer of {model_path} is stale")
+        raise ScorerError(f"scorer of {model_path} is stale", "stale")
     return sc
+
+
+def state(model_path, *, allow_insecure: bool = False) -> str:
+    """The scorer of the model at ``model_path``: ``"fresh"``, or the
+    :class:`ScorerError` kind that keeps :func:`fresh_scorer` from using it."""
+    try:
+        fresh_scorer(model_path, allow_insecure=allow_insecure)
+    except ScorerError as exc:
+        return exc.kind
+    return "fresh"
 
 
 def load_scorer(path, *, allow_insecure: bool = False) -> Scorer:

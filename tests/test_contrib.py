@@ -1,0 +1,125 @@
+"""The systemd units of ``contrib/systemd/``: systemd accepts them, and the
+command each one runs starts a server that ``spamnb filter`` uses.
+
+As for the README's delivery recipes, a unit is tested as a user installs it:
+``/usr/local/bin/spamnb`` replaced by the installed command's full path.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import shutil
+import signal
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, sample_message
+from spamnb.delivery import fastfilter
+from spamnb.storage.modelfile import save_model
+from test_e2e import README_SPAMNB, SPAMNB
+
+UNITS = {"user": ROOT / "contrib" / "systemd" / "user" / "spamnb.service",
+         "system": ROOT / "contrib" / "systemd" / "system" / "spamnb@.service"}
+NO_ANALYZE = "systemd-analyze is not installed (Debian's systemd package; scripts/test.sh installs it when root)"
+
+
+def installed(unit: Path) -> str:
+    text = unit.read_text()
+    assert README_SPAMNB + " serve" in text
+    return text.replace(README_SPAMNB, shlex.join(SPAMNB))
+
+
+def user_name() -> str:
+    return pwd.getpwuid(os.geteuid()).pw_name
+
+
+def verify(kind: str, path: Path, tmp_path: Path) -> subprocess.CompletedProcess:
+    """``systemd-analyze [--user] verify PATH``: parses the unit as systemd would load it
+    (unknown keys and bad values are warnings on stderr; a missing ExecStart program
+    an error), without a running systemd."""
+    env = dict(os.environ)
+    args = ["systemd-analyze", "verify", str(path)]
+    if kind == "user":  # a user manager's paths (%t) come from XDG_RUNTIME_DIR
+        runtime = tmp_path / "xdg-runtime"
+        runtime.mkdir(mode=0o700, exist_ok=True)
+        env["XDG_RUNTIME_DIR"] = str(runtime)
+        args.insert(1, "--user")
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, env=env)
+
+
+def complaints(proc: subprocess.CompletedProcess, name: str) -> list[str]:
+    """The lines of systemd-analyze's output about our unit (it may also talk about the host's)."""
+    return [line for line in (proc.stdout + proc.stderr).splitlines() if name.split("@")[0] in line]
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=NO_ANALYZE)
+@pytest.mark.parametrize("kind", sorted(UNITS))
+def test_units_pass_systemd_analyze_verify(kind, tmp_path):
+    # the template is checked as an instance for the user running the tests (User=%i must exist)
+    name = UNITS[kind].name.replace("@.", f"@{user_name()}.")
+    unit = tmp_path / name
+    unit.write_text(installed(UNITS[kind]))
+    proc = verify(kind, unit, tmp_path)
+    assert proc.returncode == 0 and not complaints(proc, name), proc.stdout + proc.stderr
+    # the check can fail: the same unit with a mistake in it is reported
+    unit.write_text(installed(UNITS[kind]).replace("Type=simple", "Type=simple\nRestartSecs=5"))
+    proc = verify(kind, unit, tmp_path)
+    assert any("RestartSecs" in line for line in complaints(proc, name)), proc.stdout + proc.stderr
+
+
+def exec_start(kind: str, runtime: Path) -> tuple[list[str], Path]:
+    """The unit's ExecStart as argv, its specifiers expanded the way systemd would,
+    with the runtime folder (``%t``, ``/run`` for the system unit) under ``runtime``;
+    and the RuntimeDirectory= systemd would make before starting it."""
+    lines = dict(line.split("=", 1) for line in installed(UNITS[kind]).splitlines()
+                 if "=" in line and not line.startswith("#"))
+    command, rundir = lines["ExecStart"], lines["RuntimeDirectory"]
+    if kind == "user":
+        command = command.replace("%t", str(runtime))
+    else:
+        command = command.replace("%i", user_name()).replace("/run/", f"{runtime}/")
+        rundir = rundir.replace("%i", user_name())
+    assert "%" not in command
+    return shlex.split(command), runtime / rundir
+
+
+@pytest.mark.parametrize("kind", sorted(UNITS))
+def test_unit_command_starts_a_server_that_the_filter_uses(kind, tmp_path, trained_model, isolated_env):
+    """What the unit runs, run here: the server serves the user's model on the unit's
+    socket, the filter given that socket is answered by it, and SIGTERM (systemctl
+    stop) stops it cleanly."""
+    model = isolated_env / "data" / "spamnb" / "model.joblib"  # the user's model: serve has no --model
+    save_model(trained_model, model)
+    argv, rundir = exec_start(kind, tmp_path / "run")
+    rundir.mkdir(parents=True)
+    rundir.chmod(0o700)  # RuntimeDirectoryMode=0700, as systemd makes it
+    sock = Path(argv[argv.index("--socket") + 1])
+    assert sock.parent == rundir
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: os.umask(0o077))  # UMask=0077
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        assert stat.S_IMODE(os.stat(sock).st_mode) == 0o600
+        raw = sample_message("spam", 1).read_bytes()
+        opts = fastfilter.parse_args(["--socket", str(sock)])
+        out, label = fastfilter.via_server(str(sock), raw, str(model), False, opts)  # the server answers
+        assert (out, label) == fastfilter.cold(raw, str(model), False, opts)
+        filt = subprocess.run(SPAMNB + ["filter", "--exit-zero", "--socket", str(sock)], input=raw,
+                              capture_output=True, timeout=60)
+        assert (filt.returncode, filt.stdout) == (0, out)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0 and not sock.exists()

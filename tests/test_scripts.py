@@ -1,0 +1,193 @@
+"""The scripts of the README's two commands, run in a sandbox: ``scripts/test.sh``'s
+install step with stand-ins for apt-get and id, and the gold comparison that
+ends ``scripts/main.sh``."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+APT_STUB = """#!/bin/bash
+# apt-get stand-in: logs its arguments; "install PKG..." makes each package's command.
+echo "$*" >> {log}
+if [ "$1" = install ]; then
+    for arg in "$@"; do
+        case "$arg" in
+            procmail|maildrop) printf '#!/bin/bash\\n' > {bin}/"$arg"; chmod +x {bin}/"$arg" ;;
+            systemd) printf '#!/bin/bash\\n' > {bin}/systemd-analyze; chmod +x {bin}/systemd-analyze ;;
+        esac
+    done
+fi
+"""
+
+
+def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True):
+    """``bash scripts/test.sh`` in a copy of the scripts, with a PATH holding only
+    stand-ins: ``id`` (says ``uid``), ``apt-get`` (when ``apt``), the commands of
+    ``have``, and a ``.venv/bin/python`` that logs what it is asked to run.
+    Returns (stderr, apt-get's calls, what the venv's python was asked)."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("test.sh", "_venv.sh"):
+        shutil.copy(ROOT / "scripts" / name, repo / "scripts" / name)
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    log, py_log = tmp_path / "apt.log", tmp_path / "python.log"
+    (repo / ".venv" / "bin").mkdir(parents=True)
+    stubs = {"id": f'#!/bin/bash\necho {uid}\n', **{cmd: "#!/bin/bash\n" for cmd in have}}
+    if apt:
+        stubs["apt-get"] = APT_STUB.format(log=log, bin=bin_)
+    for name, text in stubs.items():
+        (bin_ / name).write_text(text)
+        (bin_ / name).chmod(0o755)
+    (repo / ".venv" / "bin" / "python").write_text(f'#!/bin/bash\necho "$*" >> {py_log}\n')
+    (repo / ".venv" / "bin" / "python").chmod(0o755)
+    os.symlink(shutil.which("dirname"), bin_ / "dirname")
+    proc = subprocess.run(["/bin/bash", str(repo / "scripts" / "test.sh"), "-x", "-q"], capture_output=True,
+                          text=True, timeout=60, env={"PATH": str(bin_), "HOME": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr
+    calls = log.read_text().splitlines() if log.exists() else []
+    return proc.stderr, calls, py_log.read_text().splitlines()
+
+
+def test_test_sh_installs_procmail_maildrop_and_systemd_as_root(tmp_path):
+    err, calls, python = run_test_sh(tmp_path, uid=0)
+    installs = [c.split() for c in calls if c.startswith("install")]
+    assert len(installs) == 1
+    assert {"procmail", "maildrop", "systemd"} <= set(installs[0])
+    assert "note:" not in err
+    assert python[-1] == "-m pytest -x -q"  # then the suite, with the arguments given
+
+
+def test_test_sh_installs_only_what_is_missing(tmp_path):
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze"))
+    installs = [c.split() for c in calls if c.startswith("install")]
+    assert [p for p in installs[0] if not p.startswith("-")] == ["install", "maildrop"]
+    _, calls, _ = run_test_sh(tmp_path / "all", uid=0, have=("procmail", "maildrop", "systemd-analyze"))
+    assert calls == []  # nothing missing: apt is not touched
+
+
+def test_test_sh_says_what_it_skips_when_not_root(tmp_path):
+    err, calls, python = run_test_sh(tmp_path, uid=1000, have=("procmail",))
+    assert calls == []
+    lines = err.splitlines()
+    assert ("note: maildrop is not installed and not root, so its tests will be skipped "
+            "(to run them: apt-get install maildrop as root)") in lines
+    assert any(line.startswith("note: systemd-analyze is not installed") and "apt-get install systemd" in line
+               for line in lines)
+    assert not any("procmail" in line for line in lines)
+    assert python[-1] == "-m pytest -x -q"
+
+
+def test_test_sh_says_so_when_root_has_no_apt(tmp_path):
+    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze"), apt=False)
+    assert err.splitlines() == ["note: procmail is not installed and there is no apt-get, so its tests will "
+                                "be skipped (to run them: apt-get install procmail as root)"]
+
+
+# -- scripts/main.sh ends with the comparison against the gold labels ----------------------
+
+from conftest import SAMPLE_INDEX, SAMPLE_MAILDIR, gold_labels  # noqa: E402
+from test_e2e import SPAMNB  # noqa: E402
+
+
+def classify_sample(model, fmt, cwd=ROOT):
+    """``spamnb classify corpora/sample-maildir`` as main.sh runs it (from the repository root)."""
+    proc = subprocess.run(SPAMNB + ["classify", "--model", str(model), "--format", fmt,
+                                    os.path.relpath(SAMPLE_MAILDIR, cwd)],
+                          capture_output=True, text=True, timeout=120, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def expected_report(model):
+    """The report's numbers, computed here from classify's jsonl and the gold labels."""
+    import json
+
+    gold = gold_labels()
+    table = {g: {f: 0 for f in ("ham", "unsure", "spam")} for g in ("ham", "spam")}
+    for line in classify_sample(model, "jsonl").splitlines():
+        row = json.loads(line)
+        table[gold[os.path.basename(row["path"])]][row["label"]] += 1
+    return table
+
+
+def against_gold(classified: Path, index=SAMPLE_INDEX, cwd=ROOT):
+    import sys
+
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "against_gold.py"), str(classified),
+                           os.path.relpath(index, cwd)], capture_output=True, text=True, timeout=60, cwd=cwd)
+
+
+@pytest.mark.parametrize("fmt", ["table", "tsv", "jsonl"])
+def test_against_gold_counts_what_classify_filed(trained_model_file, tmp_path, fmt):
+    t = expected_report(trained_model_file)
+    out = tmp_path / "classified"
+    out.write_text(classify_sample(trained_model_file, fmt))
+    proc = against_gold(out)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    n_ham, n_spam = sum(t["ham"].values()), sum(t["spam"].values())
+    assert (n_ham, n_spam) == (73, 30)
+    right = t["ham"]["ham"] + t["spam"]["spam"]
+    assert lines[0] == "against the gold labels of corpora/sample-maildir.index (103 messages):"
+    assert lines[2].split() == ["gold", "ham", *map(str, t["ham"].values())]
+    assert lines[3].split() == ["gold", "spam", *map(str, t["spam"].values())]
+    assert lines[4].startswith(f"accuracy: {right} of 103 filed right ({100 * right / 103:.1f}%;")
+    assert lines[5].startswith(f"false positives (ham filed as spam): {t['ham']['spam']} of 73 ham (")
+    assert lines[6].startswith(f"false negatives (spam filed as ham): {t['spam']['ham']} of 30 spam (")
+    assert lines[7] == f"unsure: {t['ham']['unsure'] + t['spam']['unsure']} ({t['ham']['unsure']} ham, " \
+                       f"{t['spam']['unsure']} spam)"
+
+
+def test_against_gold_refuses_an_incomplete_comparison(trained_model_file, tmp_path):
+    out = tmp_path / "classified"
+    rows = classify_sample(trained_model_file, "tsv").splitlines()
+    out.write_text("\n".join(rows[1:]) + "\n")  # one message missing
+    proc = against_gold(out)
+    assert proc.returncode == 1 and "1 gold message(s) not classified" in proc.stderr
+    out.write_text("\n".join(rows) + "\n/elsewhere/msg\tspam\t0.99\t5.0\n")
+    proc = against_gold(out)
+    assert proc.returncode == 1 and "1 classified message(s) without a gold label" in proc.stderr
+
+
+def test_main_sh_ends_with_the_comparison_against_the_gold_labels(trained_model_file, tmp_path):
+    """scripts/main.sh in a sandbox: its venv step is a no-op and its `spamnb train`
+    copies the test model instead of training for 15 s; classify is the real one."""
+    import sys
+
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("main.sh", "_venv.sh", "against_gold.py"):
+        shutil.copy(ROOT / "scripts" / name, repo / "scripts" / name)
+    (repo / "corpora").mkdir()
+    os.symlink(SAMPLE_MAILDIR, repo / "corpora" / "sample-maildir")
+    shutil.copy(SAMPLE_INDEX, repo / "corpora" / "sample-maildir.index")
+    venv = repo / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text(f'#!/bin/bash\n[ "$1 $2" = "-m pip" ] && exit 0\nexec {sys.executable} "$@"\n')
+    (venv / "spamnb").write_text(
+        "#!/bin/bash\n"
+        f'if [ "$1" = train ]; then mkdir -p out && cp {trained_model_file} out/model.joblib && exit 0; fi\n'
+        f'exec {shlex.join(SPAMNB)} "$@"\n')
+    for f in venv.iterdir():
+        f.chmod(0o755)
+    proc = subprocess.run(["bash", str(repo / "scripts" / "main.sh")], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].split() == ["label", "P(spam)", "score", "message"]  # the table, as before
+    assert sum(line.split()[-1].startswith("corpora/sample-maildir/cur/") for line in lines[1:104]) == 103
+    assert lines[104] == ""  # a blank line between the table and the comparison
+    report = lines[105:]
+    out = tmp_path / "classified"
+    out.write_text(classify_sample(trained_model_file, "table"))
+    assert report == against_gold(out).stdout.splitlines()
+    assert report[0] == "against the gold labels of corpora/sample-maildir.index (103 messages):"
