@@ -460,3 +460,103 @@ def test_an_index_cannot_reach_outside_its_folder(tmp_path, entry):
     # trusted, it reads them (TREC's full/index -> ../data layout)
     if entry != "/etc/passwd":
         assert len(list(iter_index(index, trusted=True))) == 3
+
+
+# -- 5. the server: memory grows with what arrives, threads with a cap ----------------------
+
+def _server_status(pid):
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+    return int(fields["Threads"]), int(fields["VmRSS"].split()[0])  # kB
+
+
+def test_idle_connections_cost_neither_memory_nor_threads(compiled, tmp_path):
+    from test_server import start_server
+
+    sock = str(tmp_path / "run" / "socket")
+    proc = start_server(sock, compiled, "--max-connections", "8", "--timeout", "20")
+    conns = []
+    try:
+        threads0, rss0 = _server_status(proc.pid)
+        head = wire.encode_request(str(compiled), "m", [None] * 5, b"x" * (64 * 1024 * 1024 - 1))[0]
+        closed = 0
+        for i in range(60):  # each announces a 64 MB message, then sends nothing more
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sock)
+            conns.append(s)
+            try:
+                s.sendall(head)
+            except OSError:  # over the cap: the server closed it at once
+                closed += 1
+        time.sleep(1.0)
+        threads, rss = _server_status(proc.pid)
+        assert threads <= threads0 + 8, (threads0, threads)
+        assert rss - rss0 < 50 * 1024, f"the server grew by {rss - rss0} kB for idle connections"
+        # deliveries meanwhile: never lost; answered by the client itself if the server is full
+        raw = sample_message("spam", 0).read_bytes()
+        res = filter_cmd(raw, "--model", str(compiled), "--socket", sock)
+        assert res.returncode == 0 and b"X-Spam-Flag: YES" in res.stdout
+    finally:
+        for s in conns:
+            s.close()
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+# -- 6. sort: a mail client at work, another file system, folder names ----------------------
+
+def _sort_setup(tmp_path):
+    md = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (md / sub).mkdir(parents=True)
+    for i in range(3):
+        shutil.copyfile(sample_message("spam", i), md / "new" / f"{i}.host")
+    return md
+
+
+@pytest.mark.parametrize("name", ["../outside", "/tmp/elsewhere", "Junk", ".", "..", ".a/b"])
+def test_sort_accepts_only_maildirplus_folder_names(tmp_path, model_file, name):
+    md = _sort_setup(tmp_path)
+    res = subprocess.run([*SPAMNB, "sort", str(md), "--model", str(model_file), "--spam-folder", name],
+                         capture_output=True, timeout=120)
+    assert res.returncode == 2 and b"Maildir++ folder name" in res.stderr
+    assert sorted(os.listdir(md / "new")) == ["0.host", "1.host", "2.host"]
+
+
+def test_a_message_renamed_by_a_client_during_a_move_stays_in_one_place(tmp_path, monkeypatch):
+    from spamnb.delivery import maildir_sort
+
+    md = _sort_setup(tmp_path)
+    source = md / "new" / "0.host"
+    target = md / ".Junk" / "new" / "0.host"
+    real_link = os.link
+
+    def link_then_client_renames(src, dst):
+        real_link(src, dst)
+        os.rename(source, md / "cur" / "0.host:2,S")  # the client marks it seen, meanwhile
+
+    monkeypatch.setattr(maildir_sort.os, "link", link_then_client_renames)
+    with pytest.raises(maildir_sort.MoveSkipped, match="left where it is"):
+        maildir_sort.move(str(source), str(target))
+    assert not target.exists()  # the link was undone: one copy, the client's
+    assert (md / "cur" / "0.host:2,S").exists()
+
+
+def test_another_file_system_skips_the_message_and_goes_on(tmp_path, model_file, monkeypatch):
+    import errno
+
+    from spamnb.delivery import maildir_sort
+
+    def no_cross_device_links(src, dst):
+        raise OSError(errno.EXDEV, os.strerror(errno.EXDEV))
+
+    md = _sort_setup(tmp_path)
+    monkeypatch.setattr(maildir_sort.os, "link", no_cross_device_links)
+    with pytest.raises(maildir_sort.MoveSkipped, match="another file system"):
+        maildir_sort.move(str(md / "new" / "0.host"), str(md / ".Junk" / "new" / "0.host"))
+    from click.testing import CliRunner
+    from spamnb.cli import main
+
+    res = CliRunner().invoke(main, ["sort", str(md), "--model", str(model_file)])
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("another file system") == 3 and "skipped 3" in res.stderr
+    assert sorted(os.listdir(md / "new")) == ["0.host", "1.host", "2.host"]

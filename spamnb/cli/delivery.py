@@ -150,10 +150,13 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
               help="Refuse messages larger than this (the client then filters them itself).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Drop a request that has not arrived whole within this many seconds.")
+@click.option("--max-connections", type=click.IntRange(min=1), default=32, show_default=True,
+              help="Requests served at once; a connection beyond them is closed at once (its "
+                   "client filters the message itself).")
 @click.option("--pidfile", metavar="PATH",
               help="Write the server's pid here once it listens (atomically; removed on exit). "
                    "Refuses to start while a live server holds it.")
-def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, pidfile):
+def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -176,7 +179,7 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, pid
     _, path, _ = open_model(model_path, allow_insecure_model)  # builds the default model if needed
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
-                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile)
+                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections)
     except ServerError as exc:
         raise click.ClickException(str(exc)) from None
 

@@ -104,17 +104,26 @@ def sort(maildir, model_path, allow_insecure_model, spam_folder, unsure_folder, 
     Example:
       spamnb sort ~/Maildir --spam-folder .Junk --unsure-folder .Unsure --dry-run
     """
-    from spamnb.delivery.maildir_sort import move, plan_moves
+    from spamnb.delivery.maildir_sort import MoveSkipped, check_folder_name, move, plan_moves
 
+    try:
+        folders = {"spam": check_folder_name(spam_folder),
+                   "unsure": unsure_folder and check_folder_name(unsure_folder)}
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     model, _, is_default = open_model(model_path, allow_insecure_model)
     cut = cutoffs(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-    folders = {"spam": spam_folder, "unsure": unsure_folder}
-    moved = 0
+    moved = skipped = 0
     for src, dst, label in plan_moves(model, maildir, folders, cut):
         click.echo(f"{label:<6} {os.path.relpath(src, maildir)} -> {os.path.relpath(dst, maildir)}")
-        if dry_run or move(src, dst):
-            moved += 1
+        try:
+            if dry_run or move(src, dst):
+                moved += 1
+        except MoveSkipped as exc:
+            skipped += 1
+            click.echo(f"spamnb: skipped: {exc}", err=True)
     click.echo(f"{'would move' if dry_run else 'moved'} {moved} message(s)"
+               + (f", skipped {skipped}" if skipped else "")
                + (" [default model]" if is_default else ""), err=True)
 
 

@@ -14,6 +14,7 @@ every sub-folder (and that Courier's ``maildirmake -f`` writes).
 
 from __future__ import annotations
 
+import errno
 import os
 
 from spamnb.model import BATCH, batches
@@ -78,11 +79,31 @@ def plan_moves(model, maildir: str, folders: dict, cutoffs):
                 yield path, os.path.join(maildir, folder, sub, name), result.label
 
 
+class MoveSkipped(Exception):
+    """One message was left where it was; the message says why (the run goes on)."""
+
+
+def check_folder_name(name: str) -> str:
+    """``name`` if it is a Maildir++ folder name (``.Junk``, ``.Lists.spam``): a dot,
+    then a name with no ``/``; ValueError otherwise. Anything else could move mail
+    out of the maildir (``../x``, an absolute path) or into its own cur/ or new/."""
+    if not (name.startswith(".") and len(name) > 1 and "/" not in name and name not in (".", "..")
+            and "\0" not in name):
+        raise ValueError(f"{name!r} is not a Maildir++ folder name: give a dot and a name, "
+                         f"like .Junk (no '/', and not '..')")
+    return name
+
+
 def move(source: str, target: str) -> bool:
-    """Move one message file without ever overwriting or duplicating; True if moved.
+    """Move one message file without ever overwriting, duplicating or losing it.
 
     ``target`` is ``FOLDER/cur/NAME`` or ``FOLDER/new/NAME``; FOLDER is made a
     Maildir++ sub-folder first (:func:`ensure_folder`) when it is not one yet.
+    True if moved; False when the message went away meanwhile or the target
+    exists (nothing changed). MoveSkipped when the move cannot be done here and
+    the message stays where it is: a folder on another file system (no hard
+    link across them), or the original renamed by a mail client between the
+    link and the unlink (the link is undone, so the message is in one place).
     """
     ensure_folder(os.path.dirname(os.path.dirname(target)))
     try:
@@ -91,5 +112,18 @@ def move(source: str, target: str) -> bool:
         return False
     except FileNotFoundError:
         return False  # the message went away meanwhile
-    os.unlink(source)
+    except OSError as exc:
+        if exc.errno == errno.EXDEV:
+            raise MoveSkipped(f"{target} is on another file system than {source}: not moved") from None
+        raise MoveSkipped(f"cannot link {source} to {target}: {exc.strerror or exc}") from None
+    try:
+        os.unlink(source)
+    except OSError as exc:
+        # A mail client renamed it (new/X -> cur/X:2,S) or took it: the copy we
+        # linked would duplicate it. Undo the link; the client's message stays.
+        try:
+            os.unlink(target)
+        except OSError:
+            pass
+        raise MoveSkipped(f"{source} changed while it was moved ({exc.strerror or exc}): left where it is") from None
     return True

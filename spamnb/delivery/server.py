@@ -49,10 +49,13 @@ from dataclasses import dataclass
 from spamnb.delivery import wire
 from spamnb.delivery.hook import filter_verdict
 from spamnb.storage.modelfile import load_and_compile, load_model
+from spamnb.storage.store import make_private_folder
 from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, open_checked
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
+# Requests served at once; deliveries beyond it filter by themselves.
+MAX_CONNECTIONS = 32
 
 
 class ServerError(Exception):
@@ -178,9 +181,11 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     # makes clients see EAGAIN (they retry briefly, then filter by themselves).
     request_queue_size = 128
 
-    def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None):
+    def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
+                 max_connections=MAX_CONNECTIONS):
         self.holder = holder
         self.max_bytes = max_bytes
+        self.slots = threading.BoundedSemaphore(max_connections)
         self.timeout_s = timeout
         self.log = log or (lambda text: None)
         self.sock_path = sock_path
@@ -192,6 +197,26 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             os.umask(old)
         os.chmod(sock_path, 0o600)
 
+    def process_request(self, request, client_address):
+        """A thread per connection, at most ``max_connections`` at once: one more is
+        closed at once (its client filters the message itself), so idle or slow
+        connections cannot pile up threads."""
+        if not self.slots.acquire(blocking=False):
+            self.log("too many connections: one closed unanswered")
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
     def remove_socket(self):
         try:
             if stat.S_ISSOCK(os.lstat(self.sock_path).st_mode):
@@ -200,39 +225,10 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             pass
 
 
-def _make_private_folder(folder):
-    """Make ``folder`` (0700) and its missing parents, whatever the umask.
-
-    ``os.makedirs(folder, 0o700)`` gives ``0o700 & ~umask``: under a umask such as
-    0277 the socket's folder would be 0500, and a missing parent 0500 too, in
-    which its owner cannot make the next level. So each missing parent gets the
-    umask's mode plus the owner's rwx, and the folder made here is set to 0700
-    exactly. A folder that already exists is left as it is (the caller checks it).
-    """
-    umask = os.umask(0o077)  # there is no way to read the umask but to set it
-    os.umask(umask)
-    missing = []
-    parent = os.path.dirname(folder)
-    while parent != os.path.dirname(parent) and not os.path.lexists(parent):
-        missing.append(parent)
-        parent = os.path.dirname(parent)
-    for path in reversed(missing):
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:  # made meanwhile by someone else: theirs to keep
-            continue
-        os.chmod(path, (0o777 & ~umask) | 0o700)
-    try:
-        os.mkdir(folder, 0o700)
-    except FileExistsError:
-        return
-    os.chmod(folder, 0o700)
-
-
 def _prepare_socket_path(path):
     """A private folder for the socket, and no live server on it already."""
     folder = os.path.dirname(os.path.abspath(path))
-    _make_private_folder(folder)
+    make_private_folder(folder)
     st = os.lstat(folder)
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
         raise ServerError(f"socket folder {folder} must be a folder of yours with mode 0700 "
@@ -335,7 +331,7 @@ class PidFile:
 
 
 def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
-          log=None, ready=None, pidfile=None):
+          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS):
     """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens.
 
     ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
@@ -347,7 +343,8 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
         pid.check()
     holder = ModelHolder(model_path, allow_insecure=allow_insecure, log=log)
     holder.get()  # a model that cannot load is an error now, not at the first message
-    server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log)
+    server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log,
+                          max_connections=max_connections)
     if pid:
         try:
             pid.write()  # the socket listens already (bound and listening in FilterServer())

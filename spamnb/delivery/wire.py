@@ -51,17 +51,20 @@ class WireError(Exception):
 
 def recv_exact(sock, n: int, deadline: float | None = None) -> bytes:
     """Exactly ``n`` bytes from ``sock``; WireError if the peer closes first, or
-    when ``deadline`` (a ``time.monotonic()`` value) passes first."""
-    buf = bytearray(n)
-    view = memoryview(buf)
-    got = 0
-    while got < n:
+    when ``deadline`` (a ``time.monotonic()`` value) passes first.
+
+    The buffer grows with what arrives (a chunk of at most 1 MB at a time),
+    never to the announced size up front: a peer announcing 64 MB and sending
+    nothing costs nothing.
+    """
+    buf = bytearray()
+    while len(buf) < n:
         if deadline is not None:
             _wait_at_most(sock, deadline)
-        k = sock.recv_into(view[got:], min(n - got, 1 << 20))
-        if k == 0:
-            raise WireError(f"connection closed after {got} of {n} bytes")
-        got += k
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise WireError(f"connection closed after {len(buf)} of {n} bytes")
+        buf += chunk
     return bytes(buf)
 
 
