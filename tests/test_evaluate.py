@@ -71,6 +71,14 @@ def test_online_matches_replayed_models():
         assert m.classify(msgs[i][1]).score == pytest.approx(result.score[i], rel=1e-9, abs=1e-9)
 
 
+def test_online_times_each_step_without_tokenizing():
+    # scripts/bench_online_growth.py reads these: one classify + learn time a message
+    msgs = corpus(15)
+    result = ev.online(lambda: SpamModel(alpha=0.5), msgs, train_on="errors")
+    assert result.step_seconds.shape == (len(msgs),) and (result.step_seconds >= 0).all()
+    assert result.step_seconds.sum() == pytest.approx(result.classify_seconds + result.train_seconds)
+
+
 def test_online_train_on_errors_learns_less():
     msgs = corpus(60)
     all_ = ev.online(lambda: SpamModel(alpha=0.5), msgs)

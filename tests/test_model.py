@@ -1,5 +1,7 @@
 """SpamModel: learning is counting, relabelling moves, state round-trips."""
 
+import tracemalloc
+
 import numpy as np
 import pytest
 
@@ -216,6 +218,31 @@ def test_linear_weights_reproduce_scores(model_type):
         X, _ = m._rows([m.tokens(raw)], grow=False)
         expected = m.score_tokens([m.tokens(raw)])[0][0]
         assert bias + X.data @ w[X.indices] == pytest.approx(expected, rel=1e-9, abs=1e-9)
+
+
+@pytest.mark.parametrize("model_type", ["multinomial", "bernoulli", "complement"])
+def test_an_online_step_costs_the_message_not_the_model(model_type):
+    # classify, then learn, one message bringing new tokens, on a model of 300,000
+    # tokens: memory in proportion to the message (vocabulary, estimator, doc_freq,
+    # registry), far below one pointer or float per token (2.4 MB)
+    n = 300_000
+    m = SpamModel(model_type=model_type)
+    m.learn_tokens([[f"v#{i}" for i in range(n)]], ["ham"])
+    m.learn_tokens([["spare"]], ["spam"])  # the per-token arrays double here: spare room from now on
+    toks = m.tokens(SPAM1) + ["v#12", "v#345", "v#12"]
+    tracemalloc.start()
+    m.score_tokens([toks])
+    m.learn_tokens([toks], ["spam"])  # new tokens: the vocabulary and every count array grow
+    m.classify(HAM1)
+    m.learn([(HAM1, "ham")])  # through the registry
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 200_000, peak  # bytes
+    assert len(m.vocabulary) == len(m.doc_freq) == m.estimator.n_features_in_ > n + 1
+    grown = m.vocabulary.tokens()[n + 1:]  # after v#0..v#{n-1} and "spare": the two messages' new tokens
+    assert grown == list(dict.fromkeys(t for t in toks + m.tokens(HAM1) if not t.startswith("v#")))
+    assert [m.vocabulary.index(t) for t in grown] == list(range(n + 1, len(m.vocabulary)))
+    assert m.doc_freq[m.vocabulary.index("v#12")] == 2 and m.messages.tolist() == [2, 2]
 
 
 def test_state_round_trip():

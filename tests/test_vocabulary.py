@@ -1,6 +1,7 @@
 """Tests for spamnb.nb.vocabulary: hand-checked CSR matrices, pruning, oracles."""
 
 import pickle
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -104,6 +105,47 @@ def test_grow_failure_midway_keeps_vocabulary_consistent():
         v.transform(docs(), grow=True)
     assert v.tokens() == ["a", "b"]
     assert v.index("b") == 1
+
+
+def test_growth_over_many_steps_appends_in_first_seen_order():
+    # an online run: one document at a time, through transform and ids, on a
+    # vocabulary that already holds tokens; repeats within a document and tokens
+    # known from earlier steps get no new id
+    rng = np.random.default_rng(3)
+    alphabet = [f"t{i}" for i in range(400)]
+    v, seen = Vocabulary(["t7", "t3"]), ["t7", "t3"]
+    for step in range(150):
+        doc = list(rng.choice(alphabet, size=rng.integers(0, 12)))
+        before = len(v)
+        if step % 2:
+            X, _ = v.transform([doc], grow=True)
+            assert X.shape == (1, len(v))
+            assert [v.tokens()[j] for j in X.indices] == sorted(set(doc), key=v.index)
+        else:
+            ids = v.ids(doc, grow=True)
+            assert [v.tokens()[j] for j in ids] == doc
+        seen += [t for t in dict.fromkeys(doc) if t not in seen]
+        assert v.tokens() == seen  # first-seen order, ids dense
+        assert v.tokens()[before:] == [t for t in dict.fromkeys(doc) if t not in seen[:before]]
+    assert [v.index(t) for t in seen] == list(range(len(seen)))
+    assert Vocabulary(seen) == v  # the id -> token list and the token -> id dict agree
+
+
+def test_growing_by_a_few_tokens_costs_those_tokens_not_the_vocabulary():
+    # Closing a growing step must not copy every key (it did: list(index)[n:],
+    # 8 bytes a token, for each document that brought a new token).
+    n = 400_000
+    v = Vocabulary(f"t{i}" for i in range(n))
+    doc = ["t5", "new1", "t9", "new2", "new1", "new3"]
+    tracemalloc.start()
+    X, _ = v.transform([doc], grow=True)
+    ids = v.ids(["new4", "t1", "new5"], grow=True)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 100_000, peak  # bytes; one pointer per token of the vocabulary is 3.2 MB
+    assert v.tokens()[n:] == ["new1", "new2", "new3", "new4", "new5"]
+    assert X.indices.tolist() == [5, 9, n, n + 1, n + 2] and X.data.tolist() == [1, 1, 2, 1, 1]
+    assert ids.tolist() == [n + 3, 1, n + 4] and v.index("new5") == n + 4
 
 
 def test_document_frequency():

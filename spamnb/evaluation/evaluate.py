@@ -44,6 +44,7 @@ class Scores:
     classify_seconds: float = 0.0
     tokenize_seconds: float = 0.0
     n_trained: int = 0
+    step_seconds: np.ndarray = None  # online: each message's classify + learn, tokenizing excluded
 
     def write_tsv(self, path) -> None:
         """``label<TAB>score<TAB>probability<TAB>source`` per line (``--scores``)."""
@@ -179,7 +180,7 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}, not {train_on!r}")
     model = make_model()
-    sources, scores, probas, ys = [], [], [], []
+    sources, scores, probas, ys, steps = [], [], [], [], []
     tok_s = classify_s = train_s = 0.0
     n_trained = 0
     for source, raw, label in messages:
@@ -193,7 +194,9 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
         if train_on == "all" or wrong or (train_on == "margin" and abs(s[0]) <= margin):
             model.learn_tokens([toks], [y])
             n_trained += 1
-        train_s += time.perf_counter() - t2
+        t3 = time.perf_counter()
+        train_s += t3 - t2
+        steps.append(t3 - t1)
         tok_s += t1 - t0
         classify_s += t2 - t1
         sources.append(source)
@@ -201,4 +204,4 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
         probas.append(p[0])
         ys.append(y)
     return Scores(sources, np.asarray(ys, dtype=np.int64), np.asarray(scores), np.asarray(probas),
-                  train_s, classify_s, tok_s, n_trained)
+                  train_s, classify_s, tok_s, n_trained, np.asarray(steps))

@@ -28,7 +28,7 @@ from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
-from itertools import repeat
+from itertools import islice, repeat
 
 import numpy as np
 import scipy.sparse as sp
@@ -109,6 +109,11 @@ class Vocabulary:
         and dict order stays id order. No Python bytecode runs per token (``map``,
         ``__getitem__`` and ``__len__`` are all C), where a ``setdefault`` list
         comprehension would run its loop and a ``len`` call in Python for each.
+
+        The new tokens are the dict's last ``len(index) - len(self._tokens)``
+        keys, in id order: they are read from its end (``reversed``), so closing
+        costs the new tokens, never the vocabulary (an online step adds a few
+        tokens to a vocabulary of hundreds of thousands).
         """
         index = self._index
         index.default_factory = index.__len__
@@ -118,8 +123,9 @@ class Vocabulary:
             index.default_factory = None  # a plain dict again: missing keys raise
             # Keep the id -> token list in step with the dict, even if a
             # document raised midway (its new tokens stay, harmlessly).
-            if len(index) != len(self._tokens):
-                self._tokens.extend(list(index)[len(self._tokens):])
+            n_new = len(index) - len(self._tokens)
+            if n_new:
+                self._tokens.extend(_last_keys(index, n_new))
 
     def describe(self, ids, doc_tokens: Iterable[str] = ()) -> list[str]:
         """Display names of column ids: here simply their tokens."""
@@ -391,6 +397,13 @@ def _per_feature(a, n: int, name: str) -> np.ndarray | None:
     if a.shape != (n,):
         raise ValueError(f"{name} has {a.size} entries for a vocabulary of {n} tokens")
     return a
+
+
+def _last_keys(index: dict, n: int) -> list:
+    """The last ``n`` keys of ``index`` in insertion order: O(n), whatever its size."""
+    keys = list(islice(reversed(index), n))
+    keys.reverse()
+    return keys
 
 
 def _lookup(tokens) -> defaultdict:
