@@ -221,13 +221,14 @@ class _Prefixed:
     def __init__(self, sock, head):
         self.sock, self.head = sock, head
 
-    def recv_into(self, view, n):
+    def recv(self, n):
         if self.head:
-            k = min(n, len(self.head))
-            view[:k] = self.head[:k]
-            self.head = self.head[k:]
-            return k
-        return self.sock.recv_into(view, n)
+            part, self.head = self.head[:n], self.head[n:]
+            return part
+        return self.sock.recv(n)
+
+    def settimeout(self, seconds):
+        self.sock.settimeout(seconds)
 
 
 def test_sigterm_stops_cleanly_and_removes_the_socket(serving, sock_path):
