@@ -104,7 +104,7 @@ def main():
         indexes = [shared_corpora.require(i) for i in args.indexes]
     else:
         indexes = [i for i in (shared_corpora.find(shared_corpora.SPAMASSASSIN),
-                               shared_corpora.find(args.corpus, chinese=True)) if i]
+                               shared_corpora.find(args.corpus, chinese=True, option="--corpus")) if i]
         if not indexes:
             sys.exit(shared_corpora.EXIT_ABSENT)
     cfg = TokenizerConfig()

@@ -321,7 +321,7 @@ def main():
     args = ap.parse_args()
     corpora = {"spamassassin": shared_corpora.require(SA)}
     if "b" in args.only or "d" in args.only:
-        trec = shared_corpora.find(args.corpus, chinese=True)
+        trec = shared_corpora.find(args.corpus, chinese=True, option="--corpus")
         if trec:
             corpora["trec06c-dev"] = trec
     results = {}

@@ -39,7 +39,7 @@ def main(argv=None):
                     help="the trec06c-dev folder (with its index), or an index file "
                          "(default: ../shared/corpora/trec06c-dev beside the repository)")
     args = ap.parse_args(argv)
-    index = shared_corpora.require(args.corpus, chinese=True)
+    index = shared_corpora.require(args.corpus, chinese=True, option="--corpus")
     base = os.path.dirname(index)
     msgs = [(os.path.relpath(m.source, base), m.raw, m.label) for m in iter_index(index)]
     fold = hash_folds([m[0] for m in msgs], 2)

@@ -38,6 +38,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import peers  # noqa: E402
+import shared_corpora  # noqa: E402
 from spamnb.evaluation.folds import hash_folds  # noqa: E402
 from spamnb.evaluation.metrics import summary  # noqa: E402
 from spamnb.mail.sources import SourceError, index_entries  # noqa: E402
@@ -135,6 +136,7 @@ def main(argv=None):
                     help="also time bogofilter bulk-training on the whole corpus (best of 3)")
     ap.add_argument("--json", metavar="FILE", help="write all figures as JSON")
     args = ap.parse_args(argv)
+    args.index = shared_corpora.require(args.index)  # absent: one line, exit 2
 
     y, keys, paths = read_index(args.index)
     protocol, k = (("folds", args.folds) if args.folds else ("split", 5) if args.split else ("halves", 2))

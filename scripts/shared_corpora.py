@@ -37,31 +37,33 @@ def index_path(corpus) -> Path:
     return p / "index" if p.is_dir() else p
 
 
-def absent_line(corpus, prog=None, chinese=None) -> str:
+def absent_line(corpus, prog=None, chinese=None, option=None) -> str:
     """The one line a script prints for a corpus that is not there (``chinese``:
-    whether it stands for trec06c-dev; None: whether its path names it)."""
+    whether it stands for trec06c-dev, None: whether its path names it;
+    ``option``: the script's option that gives the corpus, if it has one)."""
     prog = prog or os.path.basename(sys.argv[0]) or "script"
     where = index_path(corpus)
+    give = f"pass {option} PATH" if option else "give its path"
     if chinese or (chinese is None and "trec06c" in str(where)):
         why = ("trec06c-dev is not shipped (research-use licence): put it at "
-               f"{TREC06C} or pass --corpus PATH, see corpora/README.md")
+               f"{TREC06C} or {give}, see corpora/README.md")
     else:
         why = f"the evaluation corpora live beside the repository, in {SHARED}"
     return f"{prog}: skipped: no corpus at {where}; {why}"
 
 
-def find(corpus, prog=None, chinese=None) -> str | None:
+def find(corpus, prog=None, chinese=None, option=None) -> str | None:
     """The corpus's index path, or None after printing :func:`absent_line`."""
     where = index_path(corpus)
     if where.exists():
         return str(where)
-    print(absent_line(corpus, prog, chinese), file=sys.stderr, flush=True)
+    print(absent_line(corpus, prog, chinese, option), file=sys.stderr, flush=True)
     return None
 
 
-def require(corpus, prog=None, chinese=None) -> str:
+def require(corpus, prog=None, chinese=None, option=None) -> str:
     """The corpus's index path; exits with EXIT_ABSENT (after the line) when it is not there."""
-    found = find(corpus, prog, chinese)
+    found = find(corpus, prog, chinese, option)
     if found is None:
         sys.exit(EXIT_ABSENT)
     return found
