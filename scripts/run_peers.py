@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure peer filters (and spamnb runners) on a labelled corpus index.
 
-    python3 scripts/run_peers.py /work/shared/corpora/spamassassin/index --folds 5
+    python3 scripts/run_peers.py ../shared/corpora/spamassassin/index --folds 5
     python3 scripts/run_peers.py INDEX --split --peers bogofilter,spamprobe,sklearn-nb
     python3 scripts/run_peers.py INDEX --halves \
         --headers-keep Subject,From,To,Content-Type,Content-Transfer-Encoding
@@ -20,6 +20,11 @@ cut-offs (unsure messages are neither; their share is in the unsure column),
 lam% (TREC, "filed as spam or not"), spam recall at 0.1% ham
 misclassification, mean training seconds per run, classification speed,
 and peak memory (max RSS over runs, each run in a fresh process).
+
+INDEX may also be a corpus folder holding an ``index``. The full corpora live
+beside the repository in ../shared/corpora; the Chinese one (trec06c-dev) is
+not shipped (research use only). An INDEX that is not there: one line, exit 2
+(scripts/shared_corpora.py).
 """
 
 from __future__ import annotations
