@@ -22,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import shared_corpora  # noqa: E402
 from spamnb.evaluation import metrics  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
 
@@ -59,6 +60,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=int, default=None, help="only the first N messages of the shuffled order")
     args = ap.parse_args()
+    args.index = shared_corpora.require(args.index)  # absent: one line, exit 2
     msgs = list(iter_index(args.index))
     order = np.random.default_rng(args.seed).permutation(len(msgs))[: args.limit]
     items = [(msgs[i].source, msgs[i].label) for i in order]

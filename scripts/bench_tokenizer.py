@@ -7,6 +7,12 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
     python3 scripts/bench_tokenizer.py                       # both corpora
     python3 scripts/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
     python3 scripts/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
+
+Both corpora are read from ../shared/corpora beside the repository (the Chinese
+one, trec06c-dev, is not shipped: its licence allows research use only; --corpus
+gives another place). Without INDEX, a corpus that is not there is skipped with
+one line; an INDEX given that is not there: one line, exit 2
+(scripts/shared_corpora.py).
 """
 
 import argparse
@@ -15,14 +21,11 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import shared_corpora  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize  # noqa: E402
-
-CORPORA = "/work/shared/corpora"
-DEFAULT_INDEXES = [os.path.join(CORPORA, "spamassassin", "index"),
-                   os.path.join(CORPORA, "trec06c-dev", "index")]
-
 
 def load(index):
     return [m.raw for m in iter_index(index)]
@@ -85,7 +88,11 @@ def bench(raws, cfg, repeat):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("indexes", nargs="*", default=DEFAULT_INDEXES)
+    ap.add_argument("indexes", nargs="*",
+                    help="TREC indexes (default: ../shared/corpora/spamassassin and the --corpus folder)")
+    ap.add_argument("--corpus", default=str(shared_corpora.TREC06C),
+                    help="the trec06c-dev folder, measured when no INDEX is given "
+                         "(default: ../shared/corpora/trec06c-dev beside the repository)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only-headers", help="comma-separated header set")
     ap.add_argument("--stages", action="store_true",
@@ -93,12 +100,19 @@ def main():
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one pass and print the top N functions by own time")
     args = ap.parse_args()
+    if args.indexes:
+        indexes = [shared_corpora.require(i) for i in args.indexes]
+    else:
+        indexes = [i for i in (shared_corpora.find(shared_corpora.SPAMASSASSIN),
+                               shared_corpora.find(args.corpus, chinese=True, option="--corpus")) if i]
+        if not indexes:
+            sys.exit(shared_corpora.EXIT_ABSENT)
     cfg = TokenizerConfig()
     if args.only_headers is not None:
         cfg = TokenizerConfig(only_headers=tuple(h for h in args.only_headers.split(",") if h))
     print("| corpus | messages | MB | wall s | CPU s | MB/s | messages/s | ms/message | tokens/message |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for index in args.indexes:
+    for index in indexes:
         raws = load(index)
         mb = sum(map(len, raws)) / 1e6
         wall, cpu, ntok = bench(raws, cfg, args.repeat)

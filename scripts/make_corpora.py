@@ -7,8 +7,12 @@ Writes, reproducibly (fixed member order, mtimes and owners):
   ``index``, minus a held-out sample;
 * ``corpora/sample-maildir/``: that held-out sample as a maildir (``cur/``),
   the mailbox the README's main command classifies, with its gold labels in
-  ``corpora/sample-maildir.index`` (TREC index format);
-* ``corpora/trec06c-dev.tar.xz``: the trec06c development part, whole.
+  ``corpora/sample-maildir.index`` (TREC index format).
+
+Nothing of ``../shared/corpora/trec06c-dev`` (part of the TREC 2006 Chinese
+corpus) is written: its terms allow research use only, not publishing it or any
+material portion. The scripts that evaluate on it read it where it is
+(``scripts/shared_corpora.py``); see ``corpora/README.md``.
 
 The held-out sample is every message whose md5(relative path) is 0 mod 60
 (about 100 messages, both classes), so it is stable and unbiased.
@@ -77,8 +81,6 @@ def main():
     for sub in ("new", "tmp"):
         open(os.path.join(maildir, sub, ".keep"), "w").close()
 
-    trec = os.path.join(args.shared, "trec06c-dev")
-    write_archive(os.path.join(args.out, "trec06c-dev.tar.xz"), "trec06c-dev", trec, read_index(trec))
     n_spam = sum(1 for label, _ in sample if label == "spam")
     print(f"spamassassin: {len(train)} to train, sample maildir: {len(sample)} ({n_spam} spam)")
 

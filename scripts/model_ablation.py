@@ -28,6 +28,7 @@ from spamnb.mail.sources import iter_index  # noqa: E402
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize  # noqa: E402
 from spamnb.model import refine, transform_features  # noqa: E402
 from spamnb.nb.vocabulary import Vocabulary  # noqa: E402
+import shared_corpora  # noqa: E402
 from tokenizer_ablation import cv_scores  # noqa: E402  (scripts/: same folds, one definition)
 
 
@@ -77,6 +78,7 @@ def main():
                     help="instead: the default model (unit-length presence) with training on errors, "
                          "over a grid of λ, rounds and margins")
     args = ap.parse_args()
+    args.index = shared_corpora.require(args.index)  # absent: one line, exit 2
     cfg = TokenizerConfig()
     changes = {}
     if args.only_headers:

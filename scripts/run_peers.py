@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measure peer filters (and spamnb runners) on a labelled corpus index.
 
-    python3 scripts/run_peers.py /work/shared/corpora/spamassassin/index --folds 5
+    python3 scripts/run_peers.py ../shared/corpora/spamassassin/index --folds 5
     python3 scripts/run_peers.py INDEX --split --peers bogofilter,spamprobe,sklearn-nb
     python3 scripts/run_peers.py INDEX --halves \
         --headers-keep Subject,From,To,Content-Type,Content-Transfer-Encoding
@@ -20,6 +20,11 @@ cut-offs (unsure messages are neither; their share is in the unsure column),
 lam% (TREC, "filed as spam or not"), spam recall at 0.1% ham
 misclassification, mean training seconds per run, classification speed,
 and peak memory (max RSS over runs, each run in a fresh process).
+
+INDEX may also be a corpus folder holding an ``index``. The full corpora live
+beside the repository in ../shared/corpora; the Chinese one (trec06c-dev) is
+not shipped (research use only). An INDEX that is not there: one line, exit 2
+(scripts/shared_corpora.py).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import peers  # noqa: E402
+import shared_corpora  # noqa: E402
 from spamnb.evaluation.folds import hash_folds  # noqa: E402
 from spamnb.evaluation.metrics import summary  # noqa: E402
 from spamnb.mail.sources import SourceError, index_entries  # noqa: E402
@@ -135,6 +141,7 @@ def main(argv=None):
                     help="also time bogofilter bulk-training on the whole corpus (best of 3)")
     ap.add_argument("--json", metavar="FILE", help="write all figures as JSON")
     args = ap.parse_args(argv)
+    args.index = shared_corpora.require(args.index)  # absent: one line, exit 2
 
     y, keys, paths = read_index(args.index)
     protocol, k = (("folds", args.folds) if args.folds else ("split", 5) if args.split else ("halves", 2))

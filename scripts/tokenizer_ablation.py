@@ -8,8 +8,8 @@ written in the index (``spamnb.evaluation.folds.hash_folds``).  Scores are log-o
 spam, ``jll[:, 1] - jll[:, 0]`` (probabilities saturate to 1.0 and tie),
 pooled over the folds; (1-AUC)% is rank-based with ties counted half.
 
-    python3 scripts/tokenizer_ablation.py /work/shared/corpora/spamassassin/index
-    python3 scripts/tokenizer_ablation.py /work/shared/corpora/trec06c-dev/index --folds 2 \\
+    python3 scripts/tokenizer_ablation.py ../shared/corpora/spamassassin/index
+    python3 scripts/tokenizer_ablation.py ../shared/corpora/trec06c-dev/index --folds 2 \\
         --only-headers subject,from,to,content-type,content-transfer-encoding
 
 Bogofilter's reference figures: spamassassin, 5 folds by md5: (1-AUC)% 0.025,
@@ -27,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
+import shared_corpora  # noqa: E402
 from spamnb.evaluation import metrics
 from spamnb.nb import naive_bayes  # noqa: E402
 from spamnb.evaluation.folds import hash_folds  # noqa: E402
@@ -154,6 +155,7 @@ def main():
     ap.add_argument("--alpha", type=float, default=0.1)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    args.index = shared_corpora.require(args.index)  # absent: one line, exit 2
 
     base_cfg = TokenizerConfig()
     if args.only_headers is not None:

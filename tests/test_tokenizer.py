@@ -35,7 +35,7 @@ def test_golden_set_is_complete():
 
 
 def test_golden_facts():
-    """A few facts about real messages, stated independently of the files."""
+    """A few facts about real messages (the SpamAssassin ones), stated independently of the files."""
     def toks(name):
         return tokenize((GOLDEN / (name + ".eml")).read_bytes())
     t = toks("sa_spam_comment_in_word")
@@ -43,12 +43,51 @@ def test_golden_facts():
     assert "seen" in t and "dieting" in t          # se<!--5-->en, dieti<!--D-->ng
     t = toks("sa_spam_big5_rfc2047")
     assert "subject:不看會後悔" in t and "charset:big5" in t
-    t = toks("trec_spam_gbk_rfc2047")
-    assert "subject:安心空气" in t and "from:name:环球网" in t
     t = toks("sa_spam_base64_attachment")
     assert "filename:ext:txt" in t and "content-disposition:attachment" in t
-    t = toks("trec_ham_gbk_lost_boundary")
-    assert "制作简历" in t                          # the body is read although its boundary is gone
+
+
+def test_golden_facts_chinese():
+    """The project's own Chinese messages (scripts/make_golden_cn.py): what each
+    was written to exercise, stated independently of the .tokens files."""
+    def toks(name):
+        return tokenize((GOLDEN / (name + ".eml")).read_bytes())
+    # GBK encoded words: B in the Subject, Q in the From name, characters GB2312 lacks;
+    # the blank line in the folded Subject ends the header block, and the undeclared
+    # 8-bit GBK HTML after it is still read
+    t = toks("cn_spam_gbk_rfc2047")
+    assert "subject:限時特價" in t and "from:name:數碼商城" in t
+    assert "content-type:missing" in t and "charset:guess:gb18030" in t
+    assert "content-type:plain-as-html" in t and "全場八折" in t
+    # the boundary is gone: the multipart's body is read as undeclared text, GBK guessed
+    t = toks("cn_ham_gbk_lost_boundary")
+    assert "mime:defect:StartBoundaryNotFoundDefect" in t and "subject:周五组会改到下午三点" in t
+    assert "charset:none" in t and "charset:guess:gb18030" in t
+    assert "他要打印开题报告" in t and "喆明补做的两组数据" in t      # 喆: GBK, not GB2312
+    # a folded header line lost its indent: the rest of the headers is body
+    t = toks("cn_ham_broken_headers")
+    assert "mime:defect:MissingHeaderBodySeparatorDefect" in t and "content-type:missing" in t
+    assert "header:Subject" not in t and "charset:guess:gb18030" in t and "记得带伞" in t
+    # declared GB2312, raw 8-bit body; GB2312 encoded words; a Chinese URL path
+    t = toks("cn_spam_gb2312")
+    assert "charset:gb2312" in t and not any(x.startswith("charset:guess:") for x in t)
+    assert "from:name:华北企业管理培训中心" in t and "url:path:课程" in t and "名额有限" in t
+    # says base64, but the body is raw GB2312: read as 8-bit, not as base64 garbage
+    t = toks("cn_spam_base64_lying")
+    assert "content-transfer-encoding:base64" in t and "免费停车" in t and "中央空调" in t
+    # real base64 of GBK text, declared gbk: decoded with no guess, both alternatives
+    t = toks("cn_spam_base64")
+    assert t.count("charset:gbk") == 2 and not any(x.startswith("charset:guess:") for x in t)
+    assert t.count("一臺起批") == 2 and "subject:原裝手機批發" in t and "img:img.example.net" in t
+
+
+def test_chinese_golden_messages_are_the_scripts():
+    """tests/golden/cn_*.eml are exactly what scripts/make_golden_cn.py writes."""
+    out = subprocess.run([sys.executable, str(GOLDEN.parent.parent / "scripts" / "make_golden_cn.py"), "--check"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr
+    names = {p.stem for p in GOLDEN.glob("cn_*.eml")}
+    assert out.stdout == "0 message(s) differ\n" and len(names) == 6
 
 
 # -- configuration ----------------------------------------------------------------

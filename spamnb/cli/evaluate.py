@@ -64,8 +64,11 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     \b
     Example:
       spamnb evaluate --index corpora/spamassassin.tar.xz --folds 10
-      spamnb evaluate --index corpora/trec06c-dev.tar.xz --online --shuffle \\
+      spamnb evaluate --index ../shared/corpora/trec06c-dev/index --online --shuffle \\
           --only-headers subject,from,to,content-type,content-transfer-encoding
+    \b
+    (trec06c-dev, the TREC 2006 Chinese corpus part, is research use only and
+    not shipped: see the README, "Corpora and licences".)
     """
     import numpy as np
 

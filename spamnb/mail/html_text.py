@@ -352,8 +352,9 @@ def _stdlib_parse(html, ev):
 # largest single cost of training, and this pass takes well under half its
 # time with the same handlers (the figures and their command: README,
 # "Speed").  The stdlib parser stays the reference: tests/test_html.py checks
-# that both give the same text and tokens on tricky markup and on real mail
-# (every HTML part of both shipped corpora with ``-m slow``).
+# that both give the same text and tokens on tricky markup, on the golden
+# messages (English and Chinese) and on real mail (every HTML part of the
+# shipped SpamAssassin corpus with ``-m slow``).
 #
 # What the pass does with each construct (HTMLParser's behaviour after _sanitize):
 # - text between tags: character references converted (html.unescape);

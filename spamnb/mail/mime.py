@@ -75,8 +75,9 @@ _ALIASES = {
     "utf8": "utf-8", "unicode-1-1-utf-7": "utf-7",
 }
 # Guesses for undeclared or wrongly declared multibyte text, in order.  GB18030
-# first: the multibyte mail we have (trec06c) is Chinese, and GB18030 rejects
-# most byte strings that are not GB; Big5 and Shift_JIS reject GB text often.
+# first: the multibyte mail we evaluate on (trec06c, kept outside the project)
+# is Chinese, and GB18030 rejects most byte strings that are not GB; Big5 and
+# Shift_JIS reject GB text often.
 _CJK_GUESSES = ("gb18030", "big5hkscs", "cp932", "cp949")
 _SINGLE_BYTE = frozenset({"cp1252", "latin-1", "iso8859-15"})
 _HIGH = bytes(range(0x80, 0x100))

@@ -1,0 +1,114 @@
+"""The evaluation scripts and the corpora kept outside the project.
+
+The Chinese corpus (trec06c-dev) is not shipped: its licence allows research
+use only. The scripts read it from ``<repo>/../shared/corpora/trec06c-dev`` or
+``--corpus PATH`` (or the index they are given) and, when it is not there,
+print one line and exit 2 (``scripts/shared_corpora.py``). These tests never
+read ``../shared``: they give the scripts paths that do not exist, and a small
+Chinese corpus made of the project's own golden messages.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+
+SCRIPTS = ROOT / "scripts"
+GOLDEN = ROOT / "tests" / "golden"
+
+
+def run_script(name, *args, cwd):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True,
+                          text=True, timeout=120, cwd=cwd, env=env)
+
+
+def test_the_chinese_corpus_is_looked_for_beside_the_repository():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import shared_corpora
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    assert shared_corpora.TREC06C == ROOT.parent / "shared" / "corpora" / "trec06c-dev"
+    assert shared_corpora.EXIT_ABSENT == 2
+
+
+# Each script that evaluates on trec06c-dev, given a corpus that is not there.
+ABSENT = [
+    ("cjk_ablation.py", ["--corpus", "{missing}", "none"], "pass --corpus PATH"),
+    ("bench_tokenizer.py", ["{missing}/index"], "give its path"),
+    ("compare_peers.py", ["{missing}/index", "--halves", "--peers", "spamnb"], "give its path"),
+    ("run_peers.py", ["{missing}/index", "--halves", "--peers", "spamnb"], "give its path"),
+    ("model_ablation.py", ["{missing}/index", "--folds", "2"], "give its path"),
+    ("tokenizer_ablation.py", ["{missing}/index", "--folds", "2"], "give its path"),
+    ("bench_online.py", ["{missing}/index"], "give its path"),
+]
+
+
+@pytest.mark.parametrize("script, args, how", ABSENT, ids=[a[0] for a in ABSENT])
+def test_an_absent_chinese_corpus_is_one_line_and_exit_2(tmp_path, script, args, how):
+    missing = tmp_path / "shared" / "corpora" / "trec06c-dev"
+    proc = run_script(script, *[a.format(missing=missing) for a in args], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith(f"{script}: skipped: no corpus at {missing}")
+    assert "trec06c-dev is not shipped (research-use licence)" in lines[0]
+    assert how in lines[0] and "corpora/README.md" in lines[0]
+
+
+def test_bench_tokenizer_skips_an_absent_default_and_measures_the_rest(tmp_path):
+    """Without INDEX it measures ../shared/corpora/spamassassin and the --corpus
+    folder, skipping one that is not there with the line. Run from a copy of the
+    scripts in a repository of its own, beside which there is no ../shared, with
+    a small Chinese corpus as --corpus."""
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    for name in ("bench_tokenizer.py", "shared_corpora.py"):
+        shutil.copy(SCRIPTS / name, repo / "scripts" / name)
+    corpus = chinese_corpus(tmp_path / "data" / "trec06c-dev")
+    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench_tokenizer.py"), "--corpus", str(corpus),
+                           "--repeat", "1"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    assert proc.returncode == 0, proc.stderr
+    sa = tmp_path / "shared" / "corpora" / "spamassassin"
+    assert proc.stderr.splitlines() == [f"bench_tokenizer.py: skipped: no corpus at {sa}; the evaluation "
+                                        f"corpora live beside the repository, in {sa.parent}"]
+    assert "| trec06c-dev | 24 |" in proc.stdout and "spamassassin" not in proc.stdout
+
+
+def chinese_corpus(root):
+    """24 messages, a TREC index: the project's own Chinese golden messages,
+    each copied under several names, so that both md5 halves hold both classes."""
+    lines = []
+    for label, prefix in (("ham", "cn_ham_"), ("spam", "cn_spam_")):
+        (root / label).mkdir(parents=True)
+        sources = sorted(GOLDEN.glob(prefix + "*.eml"))
+        for i in range(12):
+            name = f"{label}/{i:03d}"
+            shutil.copyfile(sources[i % len(sources)], root / name)
+            lines.append(f"{label} {name}\n")
+    (root / "index").write_text("".join(lines))
+    return root
+
+
+def test_cjk_ablation_reads_the_corpus_given(tmp_path):
+    from spamnb.evaluation.folds import hash_folds
+
+    corpus = chinese_corpus(tmp_path / "elsewhere")
+
+    labels = [line.split()[0] for line in (corpus / "index").read_text().splitlines()]
+    fold = hash_folds([line.split()[1] for line in (corpus / "index").read_text().splitlines()], 2)
+    assert {(lb, int(f)) for lb, f in zip(labels, fold)} == {("ham", 0), ("ham", 1), ("spam", 0), ("spam", 1)}
+    proc = run_script("cjk_ablation.py", "--corpus", corpus, "none", "bigram", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["none", "bigram"]
+    assert all("(1-AUC)%" in line and "recall@0.1%FPR" in line for line in lines)
