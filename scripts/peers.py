@@ -75,8 +75,10 @@ class Peer:
     run : runner (see the module docstring); must be a module-level function
         so that :func:`run_isolated` can send it to a fresh process.
     cutoffs : (ham_cutoff, spam_cutoff) or None
-        The filter's default decision on its own score scale (spam iff
-        score >= spam_cutoff, ham iff score <= ham_cutoff, unsure between);
+        The filter's default decision on its own score scale, counted by
+        spamnb's rule (spam iff score > spam_cutoff, ham iff score <= ham_cutoff,
+        unsure between; a peer's own rule may differ for a score exactly on a
+        cut-off);
         ``None`` when the scores are not probabilities.
     external : bool
         True when the work happens in child processes (peak memory is the
@@ -342,7 +344,7 @@ PEERS = {
     "bogofilter": Peer("bogofilter", run_bogofilter, (0.45, 0.99), external=True),
     # spamprobe's default spam probability threshold -l 0.7, no unsure band
     "spamprobe": Peer("spamprobe", run_spamprobe, (0.7, 0.7), external=True),
-    # predict() of a two-class sklearn model: spam iff log-odds > 0 (>= here)
+    # predict() of a two-class sklearn model: spam iff log-odds > 0
     "sklearn-nb": Peer("sklearn-nb", run_sklearn_nb, (0.0, 0.0), external=False),
     "sklearn-nb-proba": Peer("sklearn-nb-proba", run_sklearn_nb_proba, (0.5, 0.5), external=False),
 }

@@ -30,6 +30,10 @@ def corpus(n=40, seed=0):
     return out
 
 
+#: A message none of whose tokens corpus() has: P(spam) is the prior (< 1/2), the filter says unsure.
+UNKNOWN = b"X-Qq: qqqq\nContent-Type: text/plain; charset=koi8-r\n\nzzzz yyyy\n"
+
+
 def test_cross_validation_equals_models_trained_from_scratch():
     msgs = corpus(30)
     folds = stratified_kfold([lb for _, _, lb in msgs], 3, seed=1)
@@ -106,20 +110,177 @@ def labelled_dirs(tmp_path):
     return tmp_path
 
 
+def _tally(golds, labels):
+    """The confusion counts of ``summary`` from gold labels and the filter's labels."""
+    return {f"n_{g}_{lb}": sum(1 for x, y in zip(golds, labels) if (x, y) == (g, lb))
+            for g in ("ham", "spam") for lb in ("ham", "unsure", "spam")}
+
+
 def test_evaluate_command_json_and_scores(labelled_dirs, tmp_path):
+    """Every figure of --json and every line of --scores against a computation of its own:
+    models trained from scratch on the same folds, their labels from classify, the
+    metrics by their formulas (pairs for the AUC). One ham has no token of the others:
+    unsure in every fold, whatever its P."""
+    import math
+
+    (labelled_dirs / "ham" / "unknown").write_bytes(UNKNOWN)
     scores = tmp_path / "scores.tsv"
     r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
                                   str(labelled_dirs / "spam"), "--folds", "3", "--json",
                                   "--scores", str(scores), "--alpha", "0.5"])
     assert r.exit_code == 0, r.output
     s = json.loads(r.stdout)
-    assert s["n_ham"] == 30 and s["n_spam"] == 15
-    assert s["n_ham_ham"] + s["n_ham_unsure"] + s["n_ham_spam"] == 30
-    for key in ("auc", "one_minus_auc_pct", "lam_pct", "recall_at_fpr", "wacc_pct", "tcr",
-                "train_seconds", "messages_per_second", "fp_pct", "fn_pct"):
-        assert key in s
-    lines = scores.read_text().splitlines()[1:]
-    assert len(lines) == 45 and {ln.split("\t")[0] for ln in lines} == {"ham", "spam"}
+    rows = [ln.split("\t") for ln in scores.read_text().splitlines()[1:]]
+    assert len(rows) == 46
+    golds = [g for g, *_ in rows]
+    raws = {name: raw for name, raw, _ in corpus(45)} | {"unknown": UNKNOWN}
+    # The folds evaluate uses (seed 0, the input order), each scored by a model of its own.
+    folds = stratified_kfold([g for g in golds], 3, seed=0)
+    p, score, known, labels = [None] * 46, [None] * 46, [None] * 46, [None] * 46
+    for f in range(3):
+        model = SpamModel(alpha=0.5)
+        train = [(raws[src.rsplit("/", 1)[1]], g) for (g, *_, src), k in zip(rows, folds) if k != f]
+        model.learn(train, registry=False)
+        X, _ = model._rows([model.tokens(raw) for raw, _ in train], grow=False)
+        model.refine_rows(X, [lb == "spam" for _, lb in train])  # as `train` does
+        for i in np.flatnonzero(folds == f):
+            c = model.classify(raws[rows[i][4].rsplit("/", 1)[1]])
+            p[i], score[i], labels[i] = c.spam_probability, c.score, c.label
+            known[i] = c.n_tokens - c.n_unknown
+    # --scores: gold, score, probability, known tokens (distinct in K-fold: only 0 matters)
+    assert [float(x[1]) for x in rows] == [pytest.approx(v, rel=1e-5, abs=1e-5) for v in score]
+    assert [float(x[2]) for x in rows] == [pytest.approx(v, rel=1e-5, abs=1e-12) for v in p]
+    assert [int(x[3]) == 0 for x in rows] == [k == 0 for k in known]
+    # --json
+    n_ham, n_spam = golds.count("ham"), golds.count("spam")
+    assert (s["n_ham"], s["n_spam"]) == (n_ham, n_spam) == (31, 15)
+    assert [lb for (*_, src), lb in zip(rows, labels) if src.endswith("unknown")] == ["unsure"]
+    counts = _tally(golds, labels)
+    assert {k: s[k] for k in counts} == counts
+    ham_s = [v for v, g in zip(score, golds) if g == "ham"]
+    spam_s = [v for v, g in zip(score, golds) if g == "spam"]
+    pairs = [1.0 if a > b else 0.5 if a == b else 0.0 for a in spam_s for b in ham_s]
+    assert s["auc"] == pytest.approx(sum(pairs) / len(pairs), rel=1e-12)
+    assert s["one_minus_auc_pct"] == pytest.approx(100 * (1 - sum(pairs) / len(pairs)), abs=1e-9)
+    # 0.1% and 1% of 31 ham is no ham at all: spam recall above the highest ham score
+    top_ham = max(ham_s)
+    assert s["recall_at_fpr"] == {"0.001": pytest.approx(100 * sum(v > top_ham for v in spam_s) / n_spam),
+                                  "0.01": pytest.approx(100 * sum(v > top_ham for v in spam_s) / n_spam)}
+    n_hs, n_sh, n_hh, n_ss = (counts["n_ham_spam"], counts["n_spam_ham"], counts["n_ham_ham"],
+                              counts["n_spam_spam"])
+    assert s["fp_pct"] == pytest.approx(100 * n_hs / n_ham)
+    assert s["fn_pct"] == pytest.approx(100 * n_sh / n_spam)
+    assert s["accuracy_pct"] == pytest.approx(100 * (n_hh + n_ss) / 46)
+    # lam%: hm = ham filed as spam, sm = spam not filed as spam; a rate of 0 or 1 moved half a message
+    hm = min(max(n_hs / n_ham, 0.5 / n_ham), 1 - 0.5 / n_ham)
+    sm = min(max((n_spam - n_ss) / n_spam, 0.5 / n_spam), 1 - 0.5 / n_spam)
+    odds = math.sqrt(hm / (1 - hm) * sm / (1 - sm))
+    assert s["lam_pct"] == pytest.approx(100 * odds / (1 + odds), rel=1e-12)
+    for lam in (1, 9, 999):
+        assert s["wacc_pct"][str(lam)] == pytest.approx(100 * (lam * n_hh + n_ss) / (lam * n_ham + n_spam))
+        errors = lam * n_hs + n_sh
+        assert s["tcr"][str(lam)] == (None if errors == 0 else pytest.approx(n_spam / errors))
+    assert s["trained_messages"] == 46 and s["skipped"] == 0 and s["protocol"] == "3-fold cross-validation"
+    assert s["train_seconds"] > 0 and s["messages_per_second"] > 0
+
+
+def _split_dirs(tmp_path):
+    """corpus(60) in train/{ham,spam} (the first 40) and test/{ham,spam}, and in test/ham
+    a message with no token of the training mail."""
+    for name, raw, label in corpus(60):
+        part = "train" if int(name[1:]) < 40 else "test"
+        (tmp_path / part / label).mkdir(parents=True, exist_ok=True)
+        (tmp_path / part / label / name).write_bytes(raw)
+    (tmp_path / "test" / "ham" / "unknown").write_bytes(UNKNOWN)
+
+
+def test_evaluate_counts_what_classify_labels(tmp_path):
+    """train/test through the command line: evaluate's counts are the labels `classify`
+    gives the test messages with the model `train` made of the same training messages,
+    at the model's cut-offs and at others, the message without known tokens unsure."""
+    _split_dirs(tmp_path)
+    model = str(tmp_path / "model.joblib")
+    invoke = lambda *args: CliRunner().invoke(main, [str(a) for a in args])  # noqa: E731
+    r = invoke("train", "--ham", tmp_path / "train/ham", "--spam", tmp_path / "train/spam",
+               "--model", model, "--alpha", "0.5")
+    assert r.exit_code == 0, r.output
+    test_dirs = (tmp_path / "test/ham", tmp_path / "test/spam")
+
+    def classified(*cut):
+        r = invoke("classify", *test_dirs, "--model", model, "--format", "jsonl", *cut)
+        assert r.exit_code == 0, r.output
+        return {"/".join(row["path"].rsplit("/", 2)[1:]): row for row in map(json.loads, r.stdout.splitlines())}
+
+    rows = classified()
+    assert rows["ham/unknown"]["label"] == "unsure" and rows["ham/unknown"]["spam_probability"] < 0.5
+    # cut-offs half-way between test messages' P, so the unsure band holds some of each class
+    ham_p = sorted(r["spam_probability"] for k, r in rows.items() if k.startswith("ham/m"))
+    spam_p = sorted(r["spam_probability"] for k, r in rows.items() if k.startswith("spam/"))
+    mid = lambda ps, i: repr((ps[i] + ps[i + 1]) / 2)  # noqa: E731
+    for cut in ([], ["--ham-cutoff", mid(ham_p, 7), "--spam-cutoff", mid(spam_p, 2)],
+                ["--spam-cutoff", mid(spam_p, 0), "--ham-cutoff", mid(spam_p, 0)]):
+        rows = classified(*cut)
+        r = invoke("evaluate", "--ham", tmp_path / "train/ham", "--spam", tmp_path / "train/spam",
+                   "--test-ham", test_dirs[0], "--test-spam", test_dirs[1], "--alpha", "0.5", "--json", *cut)
+        assert r.exit_code == 0, r.output
+        counts = _tally([k.split("/")[0] for k in rows], [row["label"] for row in rows.values()])
+        assert {k: json.loads(r.stdout)[k] for k in counts} == counts, cut
+        assert not cut or {row["label"] for row in rows.values()} == {"ham", "unsure", "spam"}
+
+
+def test_evaluate_counts_what_classify_labels_on_the_cutoffs(tmp_path):
+    """train/test with each cut-off exactly the P(spam) of a test message: evaluate counts
+    it as the model's classify labels it (ham when P <= the ham cut-off, spam only when
+    P > the spam cut-off), with the model train_test trains (the same P to the last bit:
+    a model saved and loaded may differ in the last bits)."""
+    from spamnb.cli.evaluate import _messages
+    from spamnb.evaluation import metrics
+    from spamnb.model import Cutoffs
+    from spamnb.scale import parallel
+
+    _split_dirs(tmp_path)
+    train = _messages([str(tmp_path / "train/ham")], [str(tmp_path / "train/spam")], [], False, False, [0])
+    test = _messages([str(tmp_path / "test/ham")], [str(tmp_path / "test/spam")], [], False, False, [0])
+    result = ev.train_test(lambda: SpamModel(alpha=0.5), train, test)
+    model = SpamModel(alpha=0.5)
+    parallel.train(model, train, registry=False)  # as train_test does
+    p = {src: model.classify(raw).spam_probability for src, raw, _ in test}
+    assert list(result.proba) == [p[src] for src, _, _ in test]  # the same model, bit for bit
+    golds = [lb for _, _, lb in test]
+    ham_p = sorted(p[src] for src, _, lb in test if lb == "ham" and not src.endswith("unknown"))
+    spam_p = sorted(p[src] for src, _, lb in test if lb == "spam")
+    assert p[str(tmp_path / "test/ham/unknown")] not in ham_p + spam_p
+    for ham_cut, spam_cut in ((ham_p[len(ham_p) // 2], spam_p[len(spam_p) // 2]),
+                              (spam_p[1], spam_p[1]), (ham_p[-1], spam_p[0])):
+        cut = Cutoffs(ham_cut, spam_cut)
+        labels = [model.classify(raw, cutoffs=cut).label for _, raw, _ in test]
+        s = metrics.summary(result.y, result.score, result.proba, tuple(cut), known=result.known)
+        counts = _tally(golds, labels)
+        assert {k: s[k] for k in counts} == counts, cut
+        on = {src: label for (src, _, _), label in zip(test, labels) if p[src] in (ham_cut, spam_cut)}
+        assert len(on) == (1 if ham_cut == spam_cut else 2)
+        assert {label for src, label in on.items() if p[src] == spam_cut} <= {"unsure", "ham"}
+        assert {label for src, label in on.items() if p[src] == ham_cut} == {"ham"}
+        assert "spam" not in on.values()
+    assert [lb for (src, _, _), lb in zip(test, labels) if src.endswith("unknown")] == ["unsure"]
+
+
+def test_online_counts_what_the_models_of_the_run_label():
+    """--online: message i is counted as the model trained on the messages before it labels
+    it (the first by an empty model: no known token, unsure)."""
+    from spamnb.evaluation import metrics
+
+    msgs = corpus(15)
+    result = ev.online(lambda: SpamModel(alpha=0.5), msgs)
+    labels = []
+    for i, (_, raw, _) in enumerate(msgs):
+        m = SpamModel(alpha=0.5)
+        m.learn([(r, lb) for _, r, lb in msgs[:i]], registry=False)
+        labels.append(m.classify(raw).label)
+    assert labels[0] == "unsure" and result.known[0] == 0
+    s = metrics.summary(result.y, result.score, result.proba, tuple(SpamModel().cutoffs), known=result.known)
+    counts = _tally([lb for _, _, lb in msgs], labels)
+    assert {k: s[k] for k in counts} == counts
 
 
 def test_evaluate_command_protocol_errors(labelled_dirs):
@@ -241,14 +402,23 @@ def test_evaluate_plot_draws_the_models_cutoffs(labelled_dirs, tmp_path, monkeyp
     drawn = []
     real = plots.evaluation_figure
     monkeypatch.setattr(plots, "evaluation_figure", lambda *a, **k: drawn.append(real(*a, **k)) or drawn[-1])
+    # a ham with no known token: P(spam) is the prior, below the ham cut-off, and yet unsure
+    (labelled_dirs / "ham" / "unknown").write_bytes(UNKNOWN)
     r = CliRunner().invoke(main, ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam",
                                   str(labelled_dirs / "spam"), "--folds", "3", "--spam-cutoff", "0.9",
-                                  "--ham-cutoff", "0.2", "--plot", str(tmp_path / "roc.png")])
+                                  "--ham-cutoff", "0.5", "--plot", str(tmp_path / "roc.png"), "--json"])
     assert r.exit_code == 0, r.output
     points, lines = _cutoff_marks(drawn[0])
     assert len(points) == 2 and len(lines) == 2
     for marks in (points, lines):
-        assert any("spam cut-off P=0.9" in k for k in marks) and any("ham cut-off P=0.2" in k for k in marks)
+        assert any("spam cut-off P=0.9" in k for k in marks) and any("ham cut-off P=0.5" in k for k in marks)
+    # the ham cut-off's point is the table's share of ham and of spam not filed as ham
+    s = json.loads(r.stdout)
+    assert s["n_ham_unsure"] >= 1
+    ham_pt = next(ln for k, ln in points.items() if k.startswith("ham cut-off"))
+    np.testing.assert_allclose(ham_pt.get_xydata()[0],
+                               [100 * (s["n_ham_unsure"] + s["n_ham_spam"]) / s["n_ham"],
+                                100 * (s["n_spam_unsure"] + s["n_spam_spam"]) / s["n_spam"]])
 
 
 def test_evaluate_plot_without_matplotlib_fails_before_working(labelled_dirs, tmp_path, monkeypatch):

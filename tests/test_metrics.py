@@ -133,10 +133,43 @@ def test_confusion_three_way():
 def test_confusion_boundaries_and_two_state():
     y = [0, 0, 1, 1]
     p = [0.45, 0.99, 0.46, 0.98]
-    # <= ham_cutoff is ham, >= spam_cutoff is spam, strictly between is unsure
-    assert confusion_at_cutoffs(y, p, 0.45, 0.99) == Confusion(1, 0, 1, 0, 2, 0)
-    # ham_cutoff == spam_cutoff: two-state, everything below the spam cut-off is ham
+    # the filter's rule: <= ham_cutoff is ham, > spam_cutoff is spam, else unsure (P on the
+    # spam cut-off too: 0.99 is unsure, not spam)
+    assert confusion_at_cutoffs(y, p, 0.45, 0.99) == Confusion(1, 1, 0, 0, 2, 0)
+    assert confusion_at_cutoffs(y, p, 0.45, 0.98) == Confusion(1, 0, 1, 0, 2, 0)
+    # ham_cutoff == spam_cutoff: two-state, ham up to the cut-off, spam above it
     assert confusion_at_cutoffs(y, p, 0.7, 0.7) == Confusion(1, 0, 1, 1, 0, 1)
+    assert confusion_at_cutoffs(y, p, 0.46, 0.46) == Confusion(1, 0, 1, 1, 0, 1)
+    # the issue's case: cut-offs (0.5, 1.0), P = 1.0 is unsure in the filter, so here too
+    assert confusion_at_cutoffs([0, 1], [0.5, 1.0], 0.5, 1.0) == Confusion(1, 0, 0, 0, 1, 0)
+    # no known token: unsure whatever P says
+    assert confusion_at_cutoffs(y, p, 0.7, 0.7, known=[0, 3, 0, 1]) == Confusion(0, 1, 1, 0, 1, 1)
+    with pytest.raises(ValueError, match="ham_cutoff <= spam_cutoff"):
+        confusion_at_cutoffs(y, p, 0.8, 0.7)
+
+
+def test_confusion_counts_the_labels_of_label_for_at_the_cutoffs():
+    """The vectorised rule (action_indices, behind confusion_at_cutoffs, summary and the
+    plot's marks) is spamnb.verdict.label_for, on and next to every cut-off."""
+    from spamnb.nb.decision import ACTIONS, action_indices
+    from spamnb.verdict import label_for
+
+    pairs = [(0.5, 0.95), (0.45, 0.99), (10 / 11, 10 / 11), (0.0, 0.0), (1.0, 1.0), (0.0, 1.0),
+             (0.5, 1.0), (0.3, 0.3000000000000001)]
+    for ham_cut, spam_cut in pairs:
+        edges = {0.0, 1.0, 0.5}
+        for c in (ham_cut, spam_cut):
+            edges |= {c, np.nextafter(c, 0.0), np.nextafter(c, 1.0)}
+        p = np.array(sorted(edges))
+        for known in (None, np.arange(p.size) % 3):
+            want = [label_for(x, (ham_cut, spam_cut), None if known is None else int(k))
+                    for x, k in zip(p, known if known is not None else [None] * p.size)]
+            got = action_indices(p, ham_cut, spam_cut, known)
+            assert [ACTIONS[i] for i in got] == want, (ham_cut, spam_cut, known)
+            for truth in (0, 1):
+                c = confusion_at_cutoffs(np.full(p.size, truth), p, ham_cut, spam_cut, known)
+                name = ("ham", "spam")[truth]
+                assert [getattr(c, f"n_{name}_{a}") for a in ACTIONS] == [want.count(a) for a in ACTIONS]
 
 
 def test_weighted_accuracy_and_tcr_by_hand():

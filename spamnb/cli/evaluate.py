@@ -117,7 +117,8 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     if len(set(result.y.tolist())) < 2:
         raise click.ClickException("the test messages need both ham and spam to compute the metrics")
     cut = make_model().cutoffs
-    summary = metrics.summary(result.y, result.score, result.proba, (cut.ham_cutoff, cut.spam_cutoff))
+    summary = metrics.summary(result.y, result.score, result.proba, (cut.ham_cutoff, cut.spam_cutoff),
+                              known=result.known)
     n = len(result.y)
     summary.update(protocol=protocol, train_seconds=result.train_seconds,
                    tokenize_seconds=result.tokenize_seconds,
@@ -129,7 +130,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
         from spamnb.evaluation.plots import plot_evaluation
 
         plot_evaluation(plot, result.y, result.score, title=protocol, proba=result.proba,
-                        cutoffs=(cut.ham_cutoff, cut.spam_cutoff))
+                        cutoffs=(cut.ham_cutoff, cut.spam_cutoff), known=result.known)
     if as_json:
         click.echo(json.dumps(summary, indent=2))
     else:

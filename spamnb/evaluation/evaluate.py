@@ -1,8 +1,9 @@
 """Evaluation protocols: K-fold cross-validation, train/test, and TREC's online run.
 
 Every protocol returns :class:`Scores`: for each test message its gold label, its
-score (log-odds, the ranking metrics' input) and P(spam | x) (the decision
-metrics' input), in the order the messages were given. :func:`spamnb.evaluation.metrics.summary`
+score (log-odds, the ranking metrics' input), P(spam | x) and how many of its
+tokens the model knew (the decision metrics' input: the filter's rule,
+:func:`spamnb.verdict.label_for`), in the order the messages were given. :func:`spamnb.evaluation.metrics.summary`
 turns them into the figures; ``--scores FILE`` writes them so anyone can
 recompute those figures.
 
@@ -28,6 +29,7 @@ import numpy as np
 from spamnb.evaluation.folds import stratified_kfold
 from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, log_odds, refine, transform_features
 from spamnb.nb.vocabulary import document_frequency
+from spamnb.verdict import label_for
 
 TRAIN_ON = ("all", "errors", "margin")
 
@@ -44,14 +46,18 @@ class Scores:
     classify_seconds: float = 0.0
     tokenize_seconds: float = 0.0
     n_trained: int = 0
+    #: Tokens of each message the model knew (K-fold: distinct tokens); 0 means no
+    #: evidence, and the filter calls such a message unsure whatever its P(spam).
+    known: np.ndarray = None
     step_seconds: np.ndarray = None  # online: each message's classify + learn, tokenizing excluded
 
     def write_tsv(self, path) -> None:
-        """``label<TAB>score<TAB>probability<TAB>source`` per line (``--scores``)."""
+        """``label<TAB>score<TAB>probability<TAB>known<TAB>source`` per line (``--scores``);
+        ``known`` is how many of the message's tokens the model knew (0: unsure)."""
         with open(path, "w", encoding="utf-8") as f:
-            f.write("# gold\tscore\tspam_probability\tsource\n")
-            for src, y, s, p in zip(self.sources, self.y, self.score, self.proba):
-                f.write(f"{LABELS[int(y)]}\t{s:.6g}\t{p:.6g}\t{src}\n")
+            f.write("# gold\tscore\tspam_probability\tknown_tokens\tsource\n")
+            for src, y, s, p, k in zip(self.sources, self.y, self.score, self.proba, self.known):
+                f.write(f"{LABELS[int(y)]}\t{s:.6g}\t{p:.6g}\t{int(k)}\t{src}\n")
 
 
 def _tokenize(model: SpamModel, messages):
@@ -89,6 +95,7 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
     tok_s = time.perf_counter() - t0
     fold = np.asarray(folds) if folds is not None else stratified_kfold(y, k, seed)
     score, proba = np.empty(len(y)), np.empty(len(y))
+    known = np.empty(len(y), dtype=np.int64)
     train_s = classify_s = 0.0
     for f in np.unique(fold):
         tr, te = fold != f, fold == f
@@ -100,12 +107,16 @@ def cross_validate(make_model, messages, k=10, seed=0, folds=None, runner=None) 
         est.partial_fit(Ftr, y[tr], classes=[HAM, SPAM])
         refine(est, Ftr, y[tr], template.refine_rounds, template.refine_margin)  # as `train` does
         t1 = time.perf_counter()
-        log_post = est.predict_log_proba(transform_features(X[te][:, cols], template.features))
+        Xte = X[te][:, cols]
+        log_post = est.predict_log_proba(transform_features(Xte, template.features))
+        # the tokens the fold's model knows: those of its training folds (a hashed model
+        # knows every token, as the filter's does)
+        known[te] = np.diff((X[te] if template.hash_features is not None else Xte).indptr)
         classify_s += time.perf_counter() - t1
         train_s += t1 - t0
         score[te] = log_odds(log_post)
         proba[te] = np.exp(log_post[:, SPAM])
-    return Scores(sources, y, score, proba, train_s, classify_s, tok_s, int(len(y)))
+    return Scores(sources, y, score, proba, train_s, classify_s, tok_s, int(len(y)), known)
 
 
 def train_test(make_model, train, test, runner=None) -> Scores:
@@ -121,9 +132,10 @@ def train_test(make_model, train, test, runner=None) -> Scores:
     train_s = time.perf_counter() - t0
     sources, token_lists, y, tok_s = _tokenize(model, test)
     t1 = time.perf_counter()
-    score, proba, _ = model.score_tokens(token_lists)
+    score, proba, n_unknown = model.score_tokens(token_lists)
+    known = np.array([len(t) for t in token_lists], dtype=np.int64) - n_unknown
     return Scores(sources, y, score, proba, train_s, time.perf_counter() - t1, tok_s,
-                  int(model.messages.sum()))
+                  int(model.messages.sum()), known)
 
 
 def label_runs(labels) -> tuple:
@@ -180,7 +192,7 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
     if train_on not in TRAIN_ON:
         raise ValueError(f"train_on must be one of {', '.join(TRAIN_ON)}, not {train_on!r}")
     model = make_model()
-    sources, scores, probas, ys, steps = [], [], [], [], []
+    sources, scores, probas, ys, known, steps = [], [], [], [], [], []
     tok_s = classify_s = train_s = 0.0
     n_trained = 0
     for source, raw, label in messages:
@@ -188,9 +200,10 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
         t0 = time.perf_counter()
         toks = model.tokens(raw)
         t1 = time.perf_counter()
-        s, p, _ = model.score_tokens([toks])  # classify first: the label is not known yet
+        s, p, n_unknown = model.score_tokens([toks])  # classify first: the label is not known yet
         t2 = time.perf_counter()
-        wrong = model.cutoffs.label(p[0]) != LABELS[y]  # an unsure counts as an error
+        k = len(toks) - int(n_unknown[0])
+        wrong = label_for(p[0], model.cutoffs, known=k) != LABELS[y]  # an unsure counts as an error
         if train_on == "all" or wrong or (train_on == "margin" and abs(s[0]) <= margin):
             model.learn_tokens([toks], [y])
             n_trained += 1
@@ -203,5 +216,6 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
         scores.append(s[0])
         probas.append(p[0])
         ys.append(y)
+        known.append(k)
     return Scores(sources, np.asarray(ys, dtype=np.int64), np.asarray(scores), np.asarray(probas),
-                  train_s, classify_s, tok_s, n_trained, np.asarray(steps))
+                  train_s, classify_s, tok_s, n_trained, np.asarray(known, dtype=np.int64), np.asarray(steps))

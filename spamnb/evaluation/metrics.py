@@ -27,6 +27,8 @@ import math
 
 import numpy as np
 
+from spamnb.nb.decision import action_indices
+
 __all__ = [
     "roc_auc",
     "one_minus_auc_pct",
@@ -329,26 +331,31 @@ class Confusion:
         return f"Confusion({body})"
 
 
-def confusion_at_cutoffs(y, proba, ham_cutoff, spam_cutoff):
+def confusion_at_cutoffs(y, proba, ham_cutoff, spam_cutoff, known=None):
     """Three-way decision from spam probabilities, counted against the truth.
 
-    The rule (bogofilter's):
+    The rule is the filter's own (:func:`spamnb.verdict.label_for`, applied by
+    :func:`spamnb.nb.decision.action_indices`), so ``evaluate`` counts what
+    ``classify`` and ``filter`` decide:
 
-    - spam   if ``proba >= spam_cutoff``;
-    - ham    if ``proba <= ham_cutoff`` (and not spam);
-    - unsure otherwise, i.e. ``ham_cutoff < proba < spam_cutoff``.
+    - ham    if ``proba <= ham_cutoff``;
+    - spam   if ``proba > spam_cutoff``;
+    - unsure otherwise, i.e. ``ham_cutoff < proba <= spam_cutoff``, and wherever
+      ``known`` (optional: how many of each message's tokens the model knew) is 0.
 
-    ``ham_cutoff >= spam_cutoff`` gives a two-state filter (everything below
-    ``spam_cutoff`` is ham), e.g. ``(0.7, 0.7)`` for spamprobe.
+    ``ham_cutoff == spam_cutoff`` gives a two-state filter (ham up to the cut-off,
+    spam above it), e.g. ``(0.7, 0.7)`` for spamprobe; ``ham_cutoff > spam_cutoff``
+    is refused. Any increasing scale works with the cut-offs on that scale.
 
     Returns
     -------
     Confusion
     """
     y, proba = _check(y, proba)
-    is_spam = proba >= spam_cutoff
-    is_ham = ~is_spam & (proba <= ham_cutoff) if ham_cutoff < spam_cutoff else ~is_spam
-    is_unsure = ~is_spam & ~is_ham
+    if not ham_cutoff <= spam_cutoff:
+        raise ValueError(f"need ham_cutoff <= spam_cutoff, got {ham_cutoff!r}, {spam_cutoff!r}")
+    action = action_indices(proba, ham_cutoff, spam_cutoff, known)
+    is_ham, is_unsure, is_spam = action == 0, action == 1, action == 2
     ham, spam = y == 0, y == 1
     return Confusion(
         np.count_nonzero(ham & is_ham), np.count_nonzero(ham & is_unsure),
@@ -389,7 +396,7 @@ def _finite_or_none(x):
     return None if (x is None or not math.isfinite(x)) else float(x)
 
 
-def summary(y, scores, proba=None, cutoffs=None, fprs=(0.001, 0.01)):
+def summary(y, scores, proba=None, cutoffs=None, fprs=(0.001, 0.01), known=None):
     """All metrics in one JSON-serialisable dict.
 
     Parameters
@@ -404,6 +411,10 @@ def summary(y, scores, proba=None, cutoffs=None, fprs=(0.001, 0.01)):
         Without it, only the ranking metrics are reported.
     fprs : tuple of float
         Ham misclassification rates at which spam recall is reported.
+    known : array-like of int, optional
+        How many of each message's tokens the model knew: none makes the message
+        unsure whatever its probability, as in the filter
+        (:func:`confusion_at_cutoffs`).
 
     Returns
     -------
@@ -434,7 +445,7 @@ def summary(y, scores, proba=None, cutoffs=None, fprs=(0.001, 0.01)):
         return out
     ham_cutoff, spam_cutoff = cutoffs
     c = confusion_at_cutoffs(y, scores if proba is None else proba,
-                             ham_cutoff, spam_cutoff)
+                             ham_cutoff, spam_cutoff, known)
     out["cutoffs"] = [float(ham_cutoff), float(spam_cutoff)]
     out.update(c.as_dict())
     out["fp_pct"] = c.fp_pct

@@ -37,13 +37,13 @@ def check_available() -> None:
     _pyplot()
 
 
-def _cutoff_marks(y, proba, cutoffs):
+def _cutoff_marks(y, proba, cutoffs, known=None):
     """``[(label, what, ham %, spam %, score or None)]``, one per cut-off (one for a
     two-state filter): the ROC operating point, the share of ham and of spam past
     the cut-off by the rule of :func:`confusion_at_cutoffs` (so the figures are
     the table's), and the score where P(spam) is the cut-off (None at 0 or 1)."""
     ham_c, spam_c = cutoffs
-    c = confusion_at_cutoffs(y, proba, ham_c, spam_c)
+    c = confusion_at_cutoffs(y, proba, ham_c, spam_c, known)
     n_ham, n_spam = max(c.n_ham, 1), max(c.n_spam, 1)
     spam_mark = (c.n_ham_spam / n_ham * 100, c.n_spam_spam / n_spam * 100)
     if ham_c >= spam_c:  # a two-state filter: one cut-off
@@ -60,11 +60,13 @@ def _cutoff_marks(y, proba, cutoffs):
     return out
 
 
-def evaluation_figure(y, score, title="", proba=None, cutoffs=None):
+def evaluation_figure(y, score, title="", proba=None, cutoffs=None, known=None):
     """The figure of :func:`plot_evaluation` (a matplotlib ``Figure``; close it when done).
 
     ``cutoffs``: the model's ``(ham_cutoff, spam_cutoff)``, marked on both panels;
-    ``proba``: each message's P(spam) (default: from ``score``, the log-odds).
+    ``proba``: each message's P(spam) (default: from ``score``, the log-odds);
+    ``known``: how many of each message's tokens the model knew (none: unsure,
+    as in the table).
     """
     plt = _pyplot()
     y = np.asarray(y)
@@ -83,7 +85,7 @@ def evaluation_figure(y, score, title="", proba=None, cutoffs=None):
         if proba is None:
             with np.errstate(over="ignore"):
                 proba = 1 / (1 + np.exp(-score))
-        marks = _cutoff_marks(y, np.asarray(proba, dtype=float), cutoffs)
+        marks = _cutoff_marks(y, np.asarray(proba, dtype=float), cutoffs, known)
     styles = [("tab:green", "o", ":"), ("k", "s", "--")][-len(marks):] if marks else []
     for (label, what, ham_pct, spam_pct, _), (color, marker, _ls) in zip(marks, styles):
         roc_ax.plot([max(ham_pct, floor * 100)], [spam_pct], marker=marker, color=color, linestyle="none",
@@ -119,11 +121,11 @@ def evaluation_figure(y, score, title="", proba=None, cutoffs=None):
     return fig
 
 
-def plot_evaluation(path, y, score, title="", proba=None, cutoffs=None):
+def plot_evaluation(path, y, score, title="", proba=None, cutoffs=None, known=None):
     """Write the ROC curve and the score histograms of one evaluation to ``path`` (PNG),
     with the cut-offs marked when given (see :func:`evaluation_figure`)."""
     plt = _pyplot()
-    fig = evaluation_figure(y, score, title=title, proba=proba, cutoffs=cutoffs)
+    fig = evaluation_figure(y, score, title=title, proba=proba, cutoffs=cutoffs, known=known)
     try:
         fig.savefig(path, dpi=110)
     finally:

@@ -29,6 +29,7 @@ from spamnb.verdict import cutoffs_from_costs as _costs_rule
 __all__ = [
     "ACTIONS",
     "Cutoffs",
+    "action_indices",
     "bayes_decision",
     "conditional_risk",
     "cutoffs_from_costs",
@@ -187,10 +188,32 @@ class Cutoffs:
         """Label of one spam probability (:func:`spamnb.verdict.label_for`)."""
         return label_for(p, self)
 
-    def labels(self, p):
-        """Vectorised :meth:`label`: array of 'ham' / 'unsure' / 'spam'."""
+    def labels(self, p, known=None):
+        """Vectorised :meth:`label`: array of 'ham' / 'unsure' / 'spam' (``known``: as
+        :func:`action_indices`)."""
         p = np.asarray(p, dtype=np.float64)
         if p.size and (not np.all(np.isfinite(p)) or p.min() < 0 or p.max() > 1):
             raise ValueError("spam probabilities must be in [0, 1]")
-        idx = np.where(p <= float(self.ham_cutoff), 0, np.where(p > float(self.spam_cutoff), 2, 1))
+        idx = action_indices(p, self.ham_cutoff, self.spam_cutoff, known)
         return np.asarray(ACTIONS, dtype=object)[idx]
+
+
+def action_indices(p, ham_cutoff, spam_cutoff, known=None):
+    """:func:`spamnb.verdict.label_for` on an array: the index into :data:`ACTIONS`
+    (0 ham, 1 unsure, 2 spam) of each p.
+
+    Ham if p <= ham cut-off, spam if p > spam cut-off, else unsure; unsure wherever
+    ``known`` (the tokens of each message the model knows, optional) is 0. The rule
+    only compares, so any increasing scale of P(spam) with the cut-offs on the same
+    scale decides alike (log-odds, say: ``scripts/run_peers.py``); no range check here
+    (:meth:`Cutoffs.labels` checks probabilities). ``tests/test_metrics.py`` holds it
+    equal to ``label_for`` at and next to the cut-offs.
+    """
+    p = np.asarray(p, dtype=np.float64)
+    idx = np.where(p <= float(ham_cutoff), 0, np.where(p > float(spam_cutoff), 2, 1))
+    if known is not None:
+        known = np.asarray(known)
+        if known.shape != p.shape:
+            raise ValueError(f"known has shape {known.shape}, the probabilities {p.shape}")
+        idx[known == 0] = 1  # no evidence, no verdict
+    return idx
