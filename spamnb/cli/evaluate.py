@@ -10,7 +10,7 @@ from spamnb.cli.options import (check_alpha, labelled, model_factory, model_sett
                                 runner_from, scale_options, skipper, source_options, trust_index_option)
 
 
-def _messages(ham, spam, index, recursive, strict, skipped, trust_index):
+def _messages(ham, spam, index, recursive, strict, skipped, trust_index=False):
     return [(m.source, m.raw, m.label)
             for m in labelled(ham, spam, index, recursive=recursive, strict=strict, trust_index=trust_index,
                               on_error=skipper(skipped))]
