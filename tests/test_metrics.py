@@ -87,10 +87,11 @@ def test_recall_at_fpr_k_is_floor_without_float_noise():
 def test_lam_by_hand():
     # equal rates: lam equals them
     assert lam_pct(0.1, 0.1) == pytest.approx(10.0)
-    # hm = 1%, sm = 25%: odds 1/99 and 1/3, geometric mean 1/sqrt(297),
-    # lam = odds / (1 + odds) = 1 / (1 + sqrt(297)) = 5.4843...%
-    assert lam_pct(0.01, 0.25) == pytest.approx(100 / (1 + math.sqrt(297)))
-    assert lam_pct(0.01, 0.25) == pytest.approx(5.48426, abs=1e-4)
+    # hm = 1%, sm = 25%: logit(0.01) = -ln 99, logit(0.25) = -ln 3; their mean is
+    # -ln sqrt(297), so the odds are 1/sqrt(297) and lam = 1 / (1 + sqrt(297)):
+    # sqrt(297) = 17.233687939614086..., lam = 100 / 18.233687939614086... = 5.48435403...%
+    assert lam_pct(0.01, 0.25) == pytest.approx(100 / (1 + math.sqrt(297)), rel=1e-12)
+    assert lam_pct(0.01, 0.25) == pytest.approx(5.48435403, abs=1e-8)
     assert lam_pct(0.25, 0.01) == lam_pct(0.01, 0.25)
 
 

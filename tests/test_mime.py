@@ -2,6 +2,8 @@
 
 import base64
 
+import email.message
+
 import pytest
 
 from spamnb.mail import mime
@@ -167,5 +169,9 @@ def test_payload_truncated_to_max_bytes():
 
 def test_parse_never_raises_on_odd_inputs():
     for raw in (b"", b"\x00" * 100, b"\n\n\n", bytes(range(256)), b"From nobody\n"):
-        msg, _ = mime.parse(raw)
-        list(mime.walk(msg))
+        msg, problems = mime.parse(raw)
+        assert isinstance(msg, email.message.Message) and problems == []  # parsed, not the fallback
+        assert list(mime.walk(msg)) == [(msg, 0)]  # one part: the message itself, no cap hit
+    # headerless input is all body, byte for byte (as latin-1 text)
+    msg, _ = mime.parse(b"\x00" * 100)
+    assert msg.get_payload() == "\x00" * 100 and not msg.keys()

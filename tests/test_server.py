@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from conftest import sample_message
+from spamnb._version import __version__
 from spamnb.delivery import fastfilter, server, wire
 from spamnb.verdict import EXIT_CODES
 from test_e2e import SPAMNB
@@ -84,9 +85,28 @@ def test_socket_is_private(serving, sock_path):
     assert wire.private_socket_dir(sock_path)
 
 
+def expected_by_hand(model_path, raw, cutoffs=None):
+    """What the filter must write for a well-formed LF message, built without spamnb's
+    delivery code: the full SpamModel's verdict, the two lines spelled out, inserted
+    before the blank line that ends the header block."""
+    from spamnb.storage.modelfile import load_model
+
+    c = load_model(model_path).classify(raw, cutoffs=cutoffs)
+    word = {"spam": "Yes", "ham": "No", "unsure": "Unsure"}[c.label]
+    lines = (f"X-Spam-Flag: {'YES' if c.label == 'spam' else 'NO'}\n"
+             f"X-Spam-Status: {word}, probability={c.spam_probability:.6f}, score={c.score:.2f}, "
+             f"model={os.path.basename(model_path)}, version={__version__}\n").encode()
+    end = raw.index(b"\n\n") + 1
+    return raw[:end] + lines + raw[end:], c.label
+
+
 def test_server_answers_like_the_cold_path(serving, sock_path, compiled):
     for raw in messages() + ODD_INPUTS:
         assert through_server(sock_path, compiled, raw) == cold(compiled, raw)
+    # and both are right by a computation of their own (they share the insertion code)
+    for raw in messages():
+        raw = raw.split(b"\n", 1)[1] if raw.startswith(b"From ") else raw
+        assert through_server(sock_path, compiled, raw) == expected_by_hand(compiled, raw)
     for args in (["--ham-cutoff", "0.2", "--spam-cutoff", "0.8"], ["--cost-unsure", "0.3"], ["--exit-zero"]):
         raw = b"Subject: meeting notes\n\nclick here for the meeting notes, free of charge\n"
         assert through_server(sock_path, compiled, raw, *args) == cold(compiled, raw, *args)
