@@ -183,3 +183,60 @@ def strip_from_line(raw: bytes) -> bytes:
     if raw.startswith(b"From "):
         return raw.split(b"\n", 1)[1]
     return raw
+
+
+def growth_ratio(small, large, repeats=7, sample_seconds=0.02, hopeless=None):
+    """How much longer ``large()`` takes than ``small()``: the ratio of the medians of
+    ``repeats`` samples each, ``(ratio, median small, median large)`` in seconds per call.
+
+    Made for a shared, noisy machine, where the CPU's speed swings by two while we
+    measure (another process on the sibling hyperthread, clock changes):
+
+    * the time is the thread's CPU time, which other processes taking the CPU do not
+      inflate; the garbage collector runs between samples, not in them (as in timeit);
+    * every sample of either lasts about as long (``small`` repeated to last as long as
+      one ``large``, both at least ``sample_seconds``), so a slow spell is as likely to
+      hit a sample of one as of the other;
+    * the samples are interleaved, their order alternating, so a drift hits both alike;
+    * the median ignores the samples a slow spell still spoils.
+
+    ``hopeless``: when the first calls already show a ratio above it, that ratio, without
+    the samples (a cost growing that fast would take minutes to sample).
+    """
+    import gc
+    import statistics
+    import time
+
+    def seconds(fn, n):
+        gc.collect()
+        gc.disable()
+        try:
+            start = time.thread_time()
+            for _ in range(n):
+                fn()
+            return time.thread_time() - start
+        finally:
+            gc.enable()
+
+    fns = (small, large)
+    once = [min(seconds(fn, 1) for _ in range(2)) for fn in fns]  # warm, and a first estimate
+    if hopeless is not None and once[1] > hopeless * once[0]:
+        return once[1] / once[0], once[0], once[1]
+    target = max(sample_seconds, max(once))
+    reps = [max(1, round(target / max(t, 1e-9))) for t in once]
+    samples = ([], [])
+    for r in range(repeats):
+        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+            samples[i].append(seconds(fns[i], reps[i]) / reps[i])
+    med = [statistics.median(s) for s in samples]
+    return med[1] / med[0], med[0], med[1]
+
+
+def growth_ratios(small, large, limit, attempts=3):
+    """:func:`growth_ratio` until one is below ``limit``, at most ``attempts`` times: the
+    ratios measured. Noise seldom spoils the medians of one measurement, hardly ever those
+    of three in a row; a cost that really grows faster than ``limit`` exceeds it every time."""
+    ratios = []
+    while len(ratios) < attempts and (not ratios or ratios[-1][0] >= limit):
+        ratios.append(growth_ratio(small, large, hopeless=3 * limit))
+    return ratios

@@ -33,7 +33,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import ROOT, sample_message
+from conftest import ROOT, growth_ratios, sample_message
 from spamnb.delivery import fastfilter, server
 from spamnb.mail import mime
 from spamnb.mail.mime import looks_like_mail
@@ -398,40 +398,16 @@ ADVERSARIAL = {
 }
 
 
-def _reps(raw):
-    """How many tokenize(raw) calls take at least 20 ms."""
-    reps = 1
-    while True:
-        start = time.perf_counter()
-        for _ in range(reps):
-            tokenize(raw)
-        if time.perf_counter() - start >= 0.02:
-            return reps
-        reps *= 4
-
-
-def _seconds_pair(small, large, rounds=3):
-    """Seconds per tokenize() of each input: best of ``rounds`` interleaved runs
-    (interleaved, so that a burst of load from elsewhere hits both alike)."""
-    reps = [_reps(small), _reps(large)]
-    best = [float("inf"), float("inf")]
-    for _ in range(rounds):
-        for i, raw in enumerate((small, large)):
-            start = time.perf_counter()
-            for _ in range(reps[i]):
-                tokenize(raw)
-            best[i] = min(best[i], (time.perf_counter() - start) / reps[i])
-    return best
-
-
 @pytest.mark.parametrize("kind", sorted(ADVERSARIAL))
 def test_tokenizing_time_is_linear(kind):
     make = ADVERSARIAL[kind]
     n = 8000
     assert len(make(4 * n)) < 4 * DEFAULT_CONFIG.max_part_bytes  # mostly under the part cap
-    small, large = _seconds_pair(make(n), make(4 * n))
-    print(f"{kind}: {small * 1e3:.2f} ms -> {large * 1e3:.2f} ms (x{large / small:.1f} for 4x input)")
-    assert large / small < 8, f"{kind}: x{large / small:.1f} for 4x the input (quadratic would be x16)"
+    small, large = make(n), make(4 * n)
+    runs = growth_ratios(lambda: tokenize(small), lambda: tokenize(large), limit=8)
+    said = ", ".join(f"{t1 * 1e3:.2f} ms -> {t4 * 1e3:.2f} ms (x{r:.1f})" for r, t1, t4 in runs)
+    print(f"{kind}: {said} for 4x input")
+    assert runs[-1][0] < 8, f"{kind}: {said} for 4x the input (quadratic would be x16)"
 
 
 # -- concurrency ------------------------------------------------------------------------------

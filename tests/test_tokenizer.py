@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from conftest import growth_ratios
+
 from spamnb.mail import lexer
 from spamnb.mail.html_text import html_to_text, looks_like_html
 from spamnb.mail.tokenizer import DEFAULT_CONFIG, TokenizerConfig, iter_tokens, tokenize
@@ -455,15 +457,6 @@ def test_never_raises_on_random_bytes():
     check()
 
 
-def _time(raw, repeat=3):
-    best = float("inf")
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        tokenize(raw, TokenizerConfig(max_part_bytes=10**7))
-        best = min(best, time.perf_counter() - t0)
-    return best
-
-
 @pytest.mark.parametrize("unit, head", [
     (b"a", b"Content-Type: text/plain\n\n"),
     (b"a@", b"Content-Type: text/plain\n\n"),
@@ -477,12 +470,13 @@ def _time(raw, repeat=3):
     (b"<script><a", b"Content-Type: text/html\n\n"),
 ])
 def test_single_line_time_grows_linearly(unit, head):
-    # One adversarial line, no newlines.  Quadratic behaviour would make the
-    # 4x input cost 16x; allow 8x for timer noise on a busy machine.
-    small = 30_000 // len(unit)
-    t1 = _time(head + unit * small)
-    t4 = _time(head + unit * (4 * small))
-    assert t4 < 8 * t1 + 0.02, (t1, t4)
+    # One adversarial line, no newlines.  Quadratic behaviour would make the 4x input
+    # cost 16x; linear costs 4x, and 8x leaves room for the noise growth_ratio leaves.
+    n = 30_000 // len(unit)
+    config = TokenizerConfig(max_part_bytes=10**7)
+    small, large = head + unit * n, head + unit * (4 * n)
+    runs = growth_ratios(lambda: tokenize(small, config), lambda: tokenize(large, config), limit=8)
+    assert runs[-1][0] < 8, [f"x{r:.1f}: {t1 * 1e3:.2f} ms -> {t4 * 1e3:.2f} ms" for r, t1, t4 in runs]
 
 
 def test_tokenizer_imports_stay_lean():
