@@ -20,8 +20,7 @@ from click.testing import CliRunner
 
 from conftest import SAMPLE_MAILDIR, sample_message
 from spamnb.delivery import fastfilter
-from spamnb.storage import locate, scorer, store
-from spamnb._version import __version__
+from spamnb.storage import scorer
 from spamnb.cli import main
 from spamnb.nb.decision import Cutoffs
 from spamnb.delivery.hook import add_headers

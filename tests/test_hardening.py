@@ -18,7 +18,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -377,7 +376,6 @@ def test_the_client_refuses_a_server_run_by_another_user(mallory, compiled, tmp_
 
 def test_a_huge_archive_member_is_read_only_up_to_the_cap(tmp_path):
     """A 100 MB member packs into a hundred kB; reading it must not take 100 MB."""
-    import gzip
     import io
     import resource
     import tarfile

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spamnb.delivery import hook
+
 from spamnb.delivery.hook import add_headers, header_end
 
 LINES = [b"X-Spam-Flag: YES", b"X-Spam-Status: Yes, probability=0.990000, score=4.60, model=m, version=1"]

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, growth_ratios, sample_message
-from spamnb.delivery import fastfilter, server
+from spamnb.delivery import fastfilter
 from spamnb.mail import mime
 from spamnb.mail.mime import looks_like_mail
 from spamnb.storage import scorer

@@ -54,12 +54,10 @@ link another user could have planted.
 from __future__ import annotations
 
 import bisect
-import errno
 import json
 import math
 import mmap
 import os
-import stat
 import struct
 import sys
 
