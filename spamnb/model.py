@@ -22,8 +22,6 @@ with log-sum-exp by the estimator.
 
 from __future__ import annotations
 
-import hashlib
-import re
 import time
 from dataclasses import dataclass, field
 
@@ -32,6 +30,7 @@ import numpy as np
 from spamnb.nb import naive_bayes
 from spamnb._version import __version__
 from spamnb.nb.decision import Cutoffs
+from spamnb.mail.identity import KEY_BYTES, legacy_message_key, message_key
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
 from spamnb.verdict import DEFAULT_COSTS, LABELS, label_for
@@ -113,98 +112,6 @@ def label_id(label: str) -> int:
         return LABELS.index(label)
     except ValueError:
         raise ValueError(f"unknown label {label!r}: expected 'ham' or 'spam'") from None
-
-
-KEY_BYTES = 16  # length of a message key (a BLAKE2b digest)
-
-# The header fields of a message's identity: those its author's mail program
-# writes, which nothing on the way changes. Delivery agents add trace fields
-# (Received, Return-Path, Delivered-To) above them, filters (spamnb's own
-# X-Spam-*) and mail clients (Status, X-Status, X-Keywords, Content-Length)
-# add theirs below: none of those is part of the identity.
-IDENTITY_FIELDS = frozenset({b"message-id", b"date", b"from", b"sender", b"to", b"cc", b"subject"})
-
-_FIELD = re.compile(rb"([!-9;-~]+)[ \t]*:")  # a header field's name (RFC 5322; obsolete space before ':')
-_MBOX_QUOTED = re.compile(rb"^>+(?=From )", re.M)  # ">From " / ">>From ": an mbox's quoting
-
-
-def message_key(raw: bytes) -> bytes:
-    """Identity of a message for learn/forget and for duplicates in training.
-
-    A digest of the message's :data:`IDENTITY_FIELDS` (Message-ID, Date, From,
-    Sender, To, Cc, Subject: unfolded, blanks collapsed, in name order) and its
-    normalised body; a message with none of those fields (not mail) is known by
-    its whole normalised content. What delivery agents, filters and mail
-    clients change is left out:
-
-    * an mbox ``From `` line at the top, and mbox quoting of body lines
-      (``>From `` and ``>>From `` are read as ``From ``);
-    * CRLF or LF line ends, blank lines and blanks at the end;
-    * header fields added above or below the original ones (trace fields,
-      verdicts, a client's status), and the order of the fields.
-
-    Two different messages that share a Message-ID (spammers reuse them, and
-    2633 of the 3533 ham in trec06c-dev repeat an earlier one) differ in their
-    body or their other fields, so they keep different keys. The key is a
-    16-byte BLAKE2b digest, so the registry stays small whatever the message.
-    """
-    text = raw.replace(b"\r\n", b"\n")
-    if text.startswith(b"From "):  # the mbox envelope line, not the message's
-        nl = text.find(b"\n")
-        text = text[nl + 1:] if nl != -1 else b""
-    head, body = b"", text
-    if _FIELD.match(text):  # a header block, up to the first blank line
-        cut = text.find(b"\n\n")
-        head, body = (text, b"") if cut == -1 else (text[:cut], text[cut + 2:])
-    if b">From " in body:
-        body = _MBOX_QUOTED.sub(b"", body)
-    body = body.rstrip(b" \t\r\n")
-    fields = _identity_fields(head)
-    if fields:
-        ident = b"key2\0" + b"\0".join(fields) + b"\0\0" + body
-    else:
-        ident = b"key2-content\0" + head + b"\0\0" + body
-    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
-
-
-def _identity_fields(head: bytes) -> list[bytes]:
-    """``name:value`` of the header block's :data:`IDENTITY_FIELDS`, unfolded and
-    with blanks collapsed, sorted by name (same-named fields keep their order)."""
-    fields = []
-    current = None  # the value (a list of parts) of the identity field being read
-    for line in head.split(b"\n"):
-        if line[:1] in (b" ", b"\t"):  # a continuation line
-            if current is not None:
-                current.append(line)
-            continue
-        m = _FIELD.match(line)
-        name = m.group(1).lower() if m else None
-        if name in IDENTITY_FIELDS:
-            current = [line[m.end():]]
-            fields.append((name, current))
-        else:
-            current = None
-    fields.sort(key=lambda f: f[0])  # stable: same-named fields stay in order
-    return [name + b":" + b" ".join(b" ".join(parts).split()) for name, parts in fields]
-
-
-_LEGACY_MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(<[^>\r\n]{1,500}>)", re.I | re.M)
-
-
-def legacy_message_key(raw: bytes) -> bytes:
-    """The key models of format version 1 stored: Message-ID and the body's exact
-    bytes, else the message's exact bytes (kept to find their messages again)."""
-    cuts = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i != -1]
-    head, body = raw, b""
-    if cuts:
-        i = min(cuts)
-        head, body = raw[:i], raw[i + (4 if raw.startswith(b"\r\n\r\n", i) else 2):]
-    m = _LEGACY_MESSAGE_ID.search(head)
-    if m:
-        ident = b"mid:" + m.group(1).strip() + b"\0" + hashlib.sha256(body).digest()
-    else:
-        ident = b"sha256:" + hashlib.sha256(raw).digest()
-    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
 
 
 @dataclass
