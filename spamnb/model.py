@@ -180,6 +180,8 @@ class SpamModel:
         self.vocabulary = Vocabulary() if hash_features is None else HashingVocabulary(hash_features)
         # messages containing each token, with spare room (a hashed model has all its columns from the start)
         self._df = np.zeros(max(1024, len(self.vocabulary)), dtype=np.int64)
+        # the day (UTC, days since 1970) each token was last in a learned message: what prune() ages by
+        self.last_seen = np.zeros(len(self._df), dtype=np.int32)
         self.registry: dict[bytes, int] = {}  # message key -> class it was learned as
         # keys of a format version 1 file (legacy_message_key), until their message comes back
         self.legacy_registry: dict[bytes, int] = {}
@@ -242,6 +244,8 @@ class SpamModel:
             if X.shape[1] > len(self._df):  # grow by doubling: O(1) amortised per new token
                 self._df = _grown(self._df, max(X.shape[1], 2 * len(self._df)))
             np.add.at(self._df, X.indices, 1)  # df_w += #messages containing w; O(nnz), not O(V)
+            self.last_seen = _grown(self.last_seen, len(self._df))
+            self.last_seen[X.indices] = today()
         else:  # the registry knows these messages were learned in these classes
             try:
                 self.estimator.forget(X, y)  # the exact inverse of learning the same rows
@@ -361,8 +365,41 @@ class SpamModel:
         est.set_counts(est.class_count_ + cc, new_fc)
         self._df = _grown(self._df, n)
         np.add.at(self._df, ids, df)  # df_w += Δdf_w
+        self.last_seen = _grown(self.last_seen, n)
+        self.last_seen[ids] = today()
         self.registry.update(registry_items)
         self.stats["updated"] = time.time()
+
+    def apply_journal(self, overlay) -> None:
+        """Add the summed changes of the model's journal (a
+        :class:`spamnb.storage.journal.Overlay` read with the tokens' texts):
+        n_cw ← n_cw + Δn_cw, N_c ← N_c + ΔN_c, df_w ← df_w + Δdf_w (none below
+        zero), the learned messages' classes, and each token's last-seen time.
+        The learner that wrote the records computed every change from these
+        same counts, so the result is the model the updates would have made."""
+        if not overlay:
+            return
+        hashes = list(overlay.tokens)
+        ids = self.vocabulary.ids([overlay.texts[h] for h in hashes], grow=True)
+        est = self.estimator
+        n = len(self.vocabulary)
+        fc = np.zeros((2, n))
+        fc[:, : est.n_features_in_] = est.feature_count_
+        d = np.array([overlay.tokens[h] for h in hashes], dtype=np.float64).reshape(-1, 4)
+        fc[0, ids] += d[:, 0]
+        fc[1, ids] += d[:, 1]
+        cc = est.class_count_ + np.asarray(overlay.d_messages)
+        est.set_counts(np.maximum(cc, 0.0), np.maximum(fc, 0.0))
+        self._df = _grown(self._df, n)
+        self._df[ids] = np.maximum(self._df[ids] + d[:, 2].astype(np.int64), 0)
+        self.last_seen = _grown(self.last_seen, n)
+        self.last_seen[ids] = np.maximum(self.last_seen[ids], (d[:, 3] // 86400).astype(np.int32))
+        for key, c in overlay.registry.items():
+            if c < 0:
+                self.registry.pop(key, None)
+            else:
+                self.registry[key] = c
+        self.stats["updated"] = overlay.last_time
 
     def forget(self, messages):
         """Undo learning: an iterable of ``(raw_bytes, label)``.
@@ -406,9 +443,44 @@ class SpamModel:
     def prune(self, min_df=2):
         """Drop tokens seen in fewer than ``min_df`` learned messages."""
         keep = self.vocabulary.prune(self.doc_freq, min_df=min_df)
+        self._keep_features(keep)
+        return len(keep)
+
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, now_day=None):
+        """Drop tokens by age and rarity, as bogofilter's ageing does; returns how many.
+
+        A token goes when it was last in a learned message more than
+        ``older_than_days`` days ago *and* is in at most ``max_messages`` learned
+        messages (its document frequency): old and rare. Then, with
+        ``max_tokens``, the model keeps at most that many tokens, dropping the
+        rarest first and, among equally rare ones, the longest unseen.
+        The tokens kept keep their counts exactly (their class totals and |V|
+        change, as the tokens dropped are no longer part of the model).
+        """
+        n = len(self.vocabulary)
+        if type(self.vocabulary) is not Vocabulary:
+            raise ValueError("a model with hashed features has no tokens to age out")
+        now_day = today() if now_day is None else now_day
+        seen = self.last_seen[:n]
+        df = self.doc_freq
+        drop = np.zeros(n, dtype=bool)
+        if older_than_days is not None:
+            drop |= (seen < now_day - older_than_days) & (df <= max_messages)
+        if max_tokens is not None and n - drop.sum() > max_tokens:
+            order = np.lexsort((seen, df))  # rarest first, then least recently seen
+            order = order[~drop[order]]
+            drop[order[: n - drop.sum() - max_tokens]] = True
+        if not drop.any():
+            return 0
+        keep = np.flatnonzero(~drop)
+        self.vocabulary.select(keep)
+        self._keep_features(keep)
+        return int(drop.sum())
+
+    def _keep_features(self, keep):
         self.estimator.select_features(keep)
         self._df = self._df[keep]
-        return len(keep)
+        self.last_seen = _grown(self.last_seen, len(keep) and int(keep[-1]) + 1)[keep]
 
     # -- scoring -----------------------------------------------------------
 
@@ -500,6 +572,7 @@ class SpamModel:
             "class_count": np.asarray(est.class_count_, dtype=np.float64),
             "feature_count": np.asarray(est.feature_count_, dtype=np.float64),
             "doc_freq": self.doc_freq.copy(),
+            "last_seen": self.last_seen[: len(self.vocabulary)].copy(),
             "registry": _pack_registry(self.registry),
             "legacy_registry": _pack_registry(self.legacy_registry),
             "stats": dict(self.stats),
@@ -532,6 +605,12 @@ class SpamModel:
             model._df = np.array(state["doc_freq"], dtype=np.int64)
             if model._df.shape != (len(model.vocabulary),):
                 raise ModelFormatError("model document frequencies do not match its vocabulary")
+            seen = state.get("last_seen")  # absent before ageing: the day of the last update
+            if seen is None:
+                seen = np.full(len(model._df), int((state["stats"].get("updated") or 0) // 86400))
+            model.last_seen = np.array(seen, dtype=np.int32)
+            if model.last_seen.shape != model._df.shape:
+                raise ModelFormatError("model last-seen days do not match its vocabulary")
             model.registry = _unpack_registry(state["registry"])
             model.legacy_registry = _unpack_registry(state.get("legacy_registry", {}))
             if version == 1:  # keys of the old message_key: found again by known()
@@ -587,6 +666,11 @@ def transform_features(X, features):
     norms[lengths == 0] = 1.0
     X.data /= np.repeat(norms, lengths)
     return X
+
+
+def today() -> int:
+    """Today as days since 1970-01-01 (UTC): the unit of a token's last-seen day."""
+    return int(time.time() // 86400)
 
 
 def _grown(a, n):

@@ -105,8 +105,15 @@ def test_scorer_file_layout_and_mode(compiled, trained_model):
     raw = open(path, "rb").read()
     assert raw[:8] == b"SPAMNBSC"
     n = len(trained_model.vocabulary)
-    assert len(raw) >= 16 * n and len(raw) % 8 == 0  # header padded: the arrays are 8-byte aligned
+    m = len(trained_model.registry)
+    hlen = int.from_bytes(raw[12:16], "little")
+    assert (16 + hlen) % 8 == 0  # header padded: the arrays are 8-byte aligned
+    assert len(raw) == 16 + hlen + 32 * n + 17 * m  # keys, weights, counts, learned keys and classes
     sc = scorer.load_scorer(path)
+    fc = trained_model.estimator.feature_count_
+    for key, c in list(trained_model.registry.items())[:50]:
+        assert sc.learned_as(key) == c
+    assert sc.learned_as(b"\0" * 16) is None
     keys = list(sc._keys)
     assert keys == sorted(keys) and len(keys) == n
     bias, weights = trained_model.linear_weights()
@@ -114,6 +121,7 @@ def test_scorer_file_layout_and_mode(compiled, trained_model):
     vocab = trained_model.vocabulary.tokens()
     for i in (0, 7, n // 2, n - 1):
         assert sc.weight(vocab[i]) == weights[i]
+        assert sc.counts(scorer.token_hash(vocab[i])) == (fc[0, i], fc[1, i])
     assert sc.weight("surely-not-a-token-in-this-model") is None
     assert os.stat(path).st_mode & 0o777 == 0o600
 

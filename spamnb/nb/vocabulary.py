@@ -278,9 +278,13 @@ class Vocabulary:
             top = np.argsort(-rank, kind="stable")[:max_features]
             keep = np.sort(keep[top])
 
-        self._tokens = [self._tokens[i] for i in keep.tolist()]
-        self._index = _lookup(self._tokens)
+        self.select(keep)
         return keep
+
+    def select(self, keep) -> None:
+        """Keep the tokens with old ids ``keep`` (ascending), renumbered 0..len(keep)-1."""
+        self._tokens = [self._tokens[i] for i in np.asarray(keep).tolist()]
+        self._index = _lookup(self._tokens)
 
 
 class HashingVocabulary:

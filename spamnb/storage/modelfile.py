@@ -43,18 +43,39 @@ def default_cache_path(env=os.environ) -> Path:
 
 
 def load_model(path, *, allow_insecure=False):
-    """Load a :class:`SpamModel` from ``path``; ModelError with a clear message otherwise."""
+    """Load the :class:`SpamModel` at ``path``, its journal's updates added
+    (:mod:`spamnb.storage.journal`); ModelError with a clear message otherwise."""
+    return load_with_journal(path, allow_insecure=allow_insecure)[0]
+
+
+def load_with_journal(path, *, allow_insecure=False):
+    """``(model, journal)``: the snapshot at ``path`` with its journal's updates
+    added, and that :class:`spamnb.storage.journal.Journal` (None without one)."""
     from spamnb.model import ModelFormatError, SpamModel
+    from spamnb.storage import journal
 
     state = store.load_checked(path, allow_insecure=allow_insecure)
     try:
-        return SpamModel.from_state(state)
+        model = SpamModel.from_state(state)
     except ModelFormatError as exc:
         raise ModelError(f"cannot use model {path}: {exc}") from None
+    j = journal.read(path, model.stats.get("save_id"), model.stats.get("journal"),
+                     allow_insecure=allow_insecure)
+    model.apply_journal(journal.Overlay.of(j, texts=True))
+    return model, j
 
 
-def save_model(model, path) -> None:
+def folded_marker(j):
+    """What a snapshot that folds the journal ``j`` records (see :mod:`spamnb.storage.journal`)."""
+    return None if j is None else {"id": j.id, "through": j.end}
+
+
+def save_model(model, path, *, folded=None) -> None:
     """Write ``model`` to ``path`` atomically, with its compiled scorer beside it.
+
+    ``folded``: the journal whose updates ``model`` holds (:func:`folded_marker`),
+    so that no reader adds them twice; the caller removes that journal after.
+    A snapshot saved without it makes any journal beside it stale (``train``).
 
     The folder is created if needed. Steps: the model goes to a temporary name
     in the target folder (itself written atomically by :func:`store.save_atomic`),
@@ -69,9 +90,11 @@ def save_model(model, path) -> None:
 
     path = os.fspath(path)
     store.make_private_folder(Path(path).parent)
+    # A fresh random id in the file's tail: two saves never look alike to the scorer check;
+    # it also names the snapshot a journal extends.
+    model.stats["save_id"] = secrets.token_hex(8)
+    model.stats["journal"] = folded
     state = model.to_state()
-    # A fresh random id in the file's tail: two saves never look alike to the scorer check.
-    state["stats"]["save_id"] = secrets.token_hex(8)
     mode = _keep_mode(path)
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
                        f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
@@ -277,10 +300,117 @@ def updating(path, *, allow_insecure=False, create=None, timeout=None):
     store.make_private_folder(path.parent)
     with store.model_lock(path, timeout=timeout):
         if path.exists():
-            model = load_model(path, allow_insecure=allow_insecure)
+            model = None  # loaded below, with its journal
         elif create is not None:
             model = create()
         else:
             raise ModelError(f"no model at {path}; train one with `spamnb train`")
+        j = None
+        if path.exists():
+            model, j = load_with_journal(path, allow_insecure=allow_insecure)
         yield model
-        save_model(model, path)
+        save_model(model, path, folded=folded_marker(j))
+        remove_journal(path)
+
+
+def remove_journal(path) -> None:
+    """Remove the journal of the model at ``path`` (its updates are in the snapshot)."""
+    from spamnb.storage import journal
+
+    try:
+        os.unlink(journal.journal_path(path))
+    except FileNotFoundError:
+        pass
+
+
+# -- compaction ----------------------------------------------------------------------
+
+
+def compact(path, *, allow_insecure=False, force=False, warn=None):
+    """Fold the journal of the model at ``path`` into a new snapshot; returns the
+    records folded (0: nothing to do, or another compaction is running).
+
+    Without ``force`` only a journal past :data:`spamnb.storage.journal.MAX_BYTES`
+    (or any journal of a model whose scorer cannot add its changes) is folded.
+    The new snapshot is built without the model's lock, so deliveries and
+    learners go on meanwhile; the lock is held only to install it:
+
+    1. load the snapshot S1 and its journal up to its end X (no lock);
+    2. add the journal, apply the model's automatic size limit (``max_tokens``
+       in its settings: :meth:`SpamModel.age_out`), write S2 (marked as
+       folding the journal up to X) to a temporary file and its scorer;
+    3. take the lock; if S1 is no longer the model file, give up (someone
+       saved meanwhile); rename the scorer and S2 into place, then replace the
+       journal by its records after X (appended meanwhile) for S2.
+
+    A crash after the rename of S2 and before the journal's leaves S2 with the
+    old journal, whose records after X S2's marker says to add: every update
+    counts exactly once, whenever the process dies.
+    """
+    from contextlib import ExitStack
+
+    path = os.fspath(path)
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(store.model_lock(path + ".compact", timeout=0))
+        except ModelError:
+            return 0  # another compaction is at work
+        return _compact(path, allow_insecure, force, warn)
+
+
+def _compact(path, allow_insecure, force, warn):
+    import secrets
+    import time
+
+    from spamnb.storage import journal, scorer
+
+    before = _trusted_identity(path)
+    model, j = load_with_journal(path, allow_insecure=allow_insecure)
+    base = (model.stats.get("save_id"), model.stats.get("journal"))
+    if j is None or not len(j) or _trusted_identity(path) != before:
+        return 0
+    if not force and j.end <= journal.MAX_BYTES and scorer.cannot_compile(model) is None \
+            and model.model_type == "multinomial":
+        return 0
+    records = len(j)
+    limit = model.stats.get("max_tokens")
+    if limit:
+        model.age_out(max_tokens=int(limit))
+    model.stats["compacted"] = time.time()
+    model.stats["save_id"] = secrets.token_hex(8)
+    model.stats["journal"] = folded_marker(j)
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
+    sc_tmp = tmp + scorer.SUFFIX
+    try:
+        store.save_atomic(model.to_state(), tmp)
+        os.chmod(tmp, _keep_mode(path))
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            identity = scorer.file_identity(fd)
+        finally:
+            os.close(fd)
+        compiled = scorer.write_scorer(model, sc_tmp, identity)
+        with store.model_lock(path):
+            if _trusted_identity(path) != before:
+                return 0  # saved by someone else meanwhile: their snapshot stands
+            now = journal.read(path, *base, allow_insecure=allow_insecure)
+            if now is None or now.id != j.id:
+                return 0
+            tail = now.data[j.end:now.end]
+            if now.damaged and warn:
+                warn(f"the journal {j.path} had a damaged tail ({now.damaged} bytes); ignored")
+            if compiled:
+                os.replace(sc_tmp, scorer.scorer_path(path))
+            else:
+                scorer.remove_scorer(scorer.scorer_path(path))
+            os.replace(tmp, path)
+            store.fsync_folder(folder)
+            journal.write_fresh(path, model.stats["save_id"], tail)
+    finally:
+        for leftover in (tmp, sc_tmp):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+    return records

@@ -30,8 +30,16 @@ File layout (``<model>.scorer``; native byte order, recorded in the header)::
 
     b"SPAMNBSC"  uint32 format version  uint32 header length    (16 bytes, little-endian)
     header: UTF-8 JSON, space-padded so the arrays start 8-byte aligned
-    uint64[n]   token hashes, ascending
-    float64[n]  weights, in the same order
+    uint64[n]     token hashes, ascending
+    float64[n]    weights, in the same order
+    float64[2n]   each token's counts (n_ham, n_spam)
+    bytes[16m]    the keys of the m learned messages, ascending
+    int8[m]       the class each was learned as
+
+The counts and the learned messages are what the journal's learner
+(:mod:`spamnb.storage.journal`) needs to append an update without loading the
+model, and what scoring with the journal's changes needs (the multinomial
+model: :meth:`Scorer.score`).
 
 Staleness
 ---------
@@ -62,11 +70,12 @@ import struct
 import sys
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "REBUILDABLE", "Scorer", "scorer_path", "token_hash",
+           "prior_log_odds", "feature_values",
            "file_identity", "open_checked", "cannot_compile", "write_scorer", "load_scorer", "fresh_scorer",
            "remove_scorer", "state"]
 
 MAGIC = b"SPAMNBSC"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 _PREAMBLE = struct.Struct("<8sII")
 SUFFIX = ".scorer"
 # Bytes at the end of a model file that go into its identity digest.
@@ -96,6 +105,10 @@ class ScorerError(Exception):
 # ScorerError kinds that a new scorer, compiled from the model, would cure, in words.
 REBUILDABLE = {"missing": "missing", "stale": "stale (compiled for another model file)",
                "damaged": "damaged", "untrusted": "not trusted (owner or permissions)"}
+# The other kinds: "model" (see ScorerError) and "journal": the journal holds
+# changes this scorer cannot add (a model other than multinomial, or an
+# infinite prior); the full model, which replays them, answers until the
+# next compaction.
 
 
 def scorer_path(model_path) -> str:
@@ -207,11 +220,22 @@ def write_scorer(model, path, identity: dict) -> bool:
     if len(keys) > 1 and bool((keys[1:] == keys[:-1]).any()):  # 64-bit collision
         remove_scorer(path)
         return False
+    est = model.estimator
+    counts = np.zeros((len(keys), 2))
+    counts[:, :] = np.asarray(est.feature_count_, dtype=np.float64).T[order]
+    registry = sorted(model.registry.items())
+    stats = model.stats
     header = {
         "format": "spamnb-scorer", "spamnb_version": __version__, "byteorder": sys.byteorder,
         "bias": float(bias), "features": model.features,
         "cutoffs": [float(model.cutoffs.ham_cutoff), float(model.cutoffs.spam_cutoff)],
         "tokenizer": model.tokenizer.to_dict(), "model": identity, "n": int(len(keys)),
+        # what the journal's learner and scoring with the journal need (docs/naive-bayes.md §5)
+        "model_type": model.model_type, "alpha": float(model.alpha), "prior": model.prior,
+        "class_count": [float(c) for c in est.class_count_],
+        "totals": [float(t) for t in np.asarray(est.feature_count_).sum(axis=1)],
+        "save_id": stats.get("save_id"), "journal": stats.get("journal"),
+        "legacy": len(model.legacy_registry), "m": len(registry),
     }
     text = json.dumps(header, sort_keys=True).encode("utf-8")
     text += b" " * (-(_PREAMBLE.size + len(text)) % 8)  # arrays start 8-byte aligned
@@ -224,6 +248,9 @@ def write_scorer(model, path, identity: dict) -> bool:
             f.write(text)
             f.write(array("Q", keys.tolist()).tobytes())
             f.write(array("d", np.asarray(weights, dtype=np.float64)[order].tolist()).tobytes())
+            f.write(np.ascontiguousarray(counts, dtype=np.float64).tobytes())
+            f.write(b"".join(k for k, _ in registry))
+            f.write(array("b", [c for _, c in registry]).tobytes())
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -247,42 +274,80 @@ def remove_scorer(path) -> None:
 
 
 class Scorer:
-    """A loaded scorer: :meth:`score` token lists with the compiled weights."""
+    """A loaded scorer: :meth:`score` token lists with the compiled weights, plus
+    the changes of the model's journal in :attr:`overlay` (set by the caller)."""
 
-    def __init__(self, header: dict, keys: memoryview, weights: memoryview):
+    def __init__(self, header: dict, keys, weights, counts=None, reg_keys=b"", reg_classes=b""):
         self.bias = float(header["bias"])
         self.features = header["features"]
         self.cutoffs = tuple(header["cutoffs"])
         self.tokenizer = header["tokenizer"]
         self.identity = header["model"]
+        self.header = header
         self._keys = keys
         self._weights = weights
-        self._table = None  # token hash -> weight, once resident()
+        self._counts = counts
+        self._reg_keys = reg_keys
+        self._reg_classes = reg_classes
+        self._table = None  # token hash -> index, once resident()
+        self.overlay = None  # a journal.Overlay, or None
 
     def __len__(self):
         return len(self._keys)
+
+    @property
+    def save_id(self):
+        return self.header.get("save_id")
+
+    @property
+    def folded(self):
+        """What journal the snapshot folded, and up to where (see :mod:`spamnb.storage.journal`)."""
+        return self.header.get("journal")
 
     def matches(self, identity: dict) -> bool:
         """Whether this scorer was compiled from the model file with ``identity``."""
         return self.identity == identity
 
     def resident(self) -> "Scorer":
-        """Index the weights in a dict, for a process that scores many messages
+        """Index the tokens in a dict, for a process that scores many messages
         (``spamnb serve``): a lookup is then one hash probe instead of a binary
-        search over the mapped file. Costs about 150 bytes per token (a dict
-        entry, an int, a float); the one-message filter path does not call it.
-        Returns self."""
-        self._table = dict(zip(self._keys.tolist(), self._weights.tolist()))
+        search over the mapped file. Costs about 100 bytes per token; the
+        one-message filter path does not call it. Returns self."""
+        self._table = {h: i for i, h in enumerate(self._keys.tolist())}
         return self
 
-    def weight(self, token: str):
-        """The token's weight, or None when it is not in the model's vocabulary."""
-        h = token_hash(token)
+    def index(self, h: int):
+        """Position of the token with hash ``h`` in the arrays, or None."""
         if self._table is not None:
             return self._table.get(h)
         i = bisect.bisect_left(self._keys, h)
         if i < len(self._keys) and self._keys[i] == h:
-            return self._weights[i]
+            return i
+        return None
+
+    def weight(self, token: str):
+        """The token's compiled weight, or None when it is not in the snapshot's vocabulary."""
+        i = self.index(token_hash(token))
+        return None if i is None else self._weights[i]
+
+    def counts(self, h: int):
+        """The snapshot's ``(n_ham, n_spam)`` of the token with hash ``h``, or None."""
+        i = self.index(h)
+        return None if i is None else (self._counts[2 * i], self._counts[2 * i + 1])
+
+    def learned_as(self, key: bytes):
+        """The class the snapshot learned the message with ``key`` as, or None."""
+        m = len(self._reg_classes)
+        lo, hi = 0, m
+        keys = self._reg_keys
+        while lo < hi:  # binary search over the sorted 16-byte keys
+            mid = (lo + hi) // 2
+            if bytes(keys[16 * mid:16 * mid + 16]) < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        if lo < m and bytes(keys[16 * lo:16 * lo + 16]) == key:
+            return self._reg_classes[lo]
         return None
 
     def score(self, tokens) -> tuple[float, float, int]:
@@ -293,26 +358,100 @@ class Scorer:
         tf: dict[str, int] = {}
         for t in tokens:
             tf[t] = tf.get(t, 0) + 1
-        known = []  # (weight, tf) of tokens in the vocabulary; unknown ones are dropped
-        for t, n in tf.items():
-            w = self.weight(t)
-            if w is not None:
-                known.append((w, n))
-        feats = self.features
-        if feats == "counts":  # f_w = tf_w
-            s = math.fsum(w * n for w, n in known)
-        elif feats == "presence":  # f_w = 1
-            s = math.fsum(w for w, _ in known)
-        elif feats == "presence-l2":  # f_w = 1 / sqrt(#distinct known tokens)
-            s = math.fsum(w for w, _ in known) / math.sqrt(len(known)) if known else 0.0
-        elif feats == "logtf-l2":  # f_w = log(1 + tf_w) / ‖log(1 + tf)‖₂
-            d = [(w, math.log1p(n)) for w, n in known]
-            norm = math.sqrt(math.fsum(v * v for _, v in d)) or 1.0
-            s = math.fsum(w * (v / norm) for w, v in d)
-        else:  # written by a later version: the full path scores it
-            raise ScorerError(f"the scorer cannot score features {feats!r}")
-        score = self.bias + s
+        if self.overlay:
+            bias, known = self._with_journal(tf)
+        else:
+            bias, known = self.bias, []  # (weight, tf) of known tokens; unknown ones are dropped
+            for t, n in tf.items():
+                w = self.weight(t)
+                if w is not None:
+                    known.append((w, n))
+        values = feature_values(self.features, [n for _, n in known])
+        score = bias + math.fsum(w * v for (w, _), v in zip(known, values))
         return score, sigmoid(score), len(known)
+
+    def _with_journal(self, tf):
+        """``(bias, [(weight, tf)])`` of the snapshot plus the journal's changes.
+
+        The multinomial model only (docs/naive-bayes.md §5), as
+        :class:`spamnb.nb.naive_bayes.MultinomialNB` scores it:
+
+            weight_w = [log(n_sw + λ) − log(n_hw + λ)] − D,  D = log(T_s + |V|·λ) − log(T_h + |V|·λ)
+
+        with T_c = Σ_w n_cw. The journal changes the counts of its tokens, the
+        totals T_c, |V| (tokens new to the model) and the class counts: the
+        weights of its tokens are computed from their counts, the others'
+        compiled weights move by the change of D, and the bias (the prior
+        log-odds) is recomputed from the class counts.
+        """
+        h = self.header
+        ov = self.overlay
+        if h.get("model_type") != "multinomial":
+            raise ScorerError("the journal holds changes only the full model can add", "journal")
+        lam = float(h["alpha"])
+        V = self.header["n"] + ov.new_vocab
+        T = [h["totals"][c] + ov.d_totals[c] for c in (0, 1)]
+        D_old = _log_den_odds(h["totals"], self.header["n"], lam)
+        D = _log_den_odds(T, V, lam)
+        bias = prior_log_odds(h["prior"], lam, [h["class_count"][c] + ov.d_messages[c] for c in (0, 1)])
+        if not (math.isfinite(bias) and math.isfinite(D)):
+            raise ScorerError("with the journal's changes the model's weights are not finite", "journal")
+        shift = D_old - D
+        known = []
+        for t, n in tf.items():
+            th = token_hash(t)
+            i = self.index(th)
+            d = ov.tokens.get(th)
+            if d is None:
+                if i is not None:
+                    known.append((self._weights[i] + shift, n))
+                continue
+            nh, ns = (0.0, 0.0) if i is None else (self._counts[2 * i], self._counts[2 * i + 1])
+            nh, ns = max(nh + d[0], 0.0), max(ns + d[1], 0.0)
+            known.append((math.log(ns + lam) - math.log(nh + lam) - D, n))
+        return bias, known
+
+
+def _log_den_odds(totals, n_vocab, lam):
+    """D = log(T_s + |V|·λ) − log(T_h + |V|·λ): the multinomial's denominators, as log-odds."""
+    den = [totals[c] + n_vocab * lam for c in (0, 1)]
+    if den[0] <= 0 or den[1] <= 0:
+        return math.nan
+    return math.log(den[1]) - math.log(den[0])
+
+
+def prior_log_odds(prior: str, lam: float, class_count) -> float:
+    """log P(spam) − log P(ham) of the model's prior (as
+    :meth:`spamnb.nb.naive_bayes._BaseNB._class_log_prior`; docs/naive-bayes.md §4):
+    ``learned`` N_k/N, ``smoothed`` (N_k + λ)/(N + 2λ), ``uniform`` 1/2, and
+    uniform while there is no observation at all."""
+    nh, ns = class_count
+    if prior == "uniform":
+        return 0.0
+    if prior == "smoothed":
+        nh, ns = nh + lam, ns + lam
+    if nh + ns <= 0:
+        return 0.0
+    if nh <= 0 or ns <= 0:
+        return math.inf if nh <= 0 else -math.inf
+    return math.log(ns) - math.log(nh)
+
+
+def feature_values(features: str, tfs) -> list:
+    """f(x)_w of a message's known tokens, given their counts tf_w (see
+    :data:`spamnb.model.FEATURES`; the standard-library twin of
+    :func:`spamnb.model.transform_features`)."""
+    if features == "counts":  # f_w = tf_w
+        return [float(n) for n in tfs]
+    if features == "presence":  # f_w = 1
+        return [1.0] * len(tfs)
+    if features == "presence-l2":  # f_w = 1 / sqrt(#distinct known tokens)
+        return [1.0 / math.sqrt(len(tfs))] * len(tfs) if tfs else []
+    if features == "logtf-l2":  # f_w = log(1 + tf_w) / ‖log(1 + tf)‖₂
+        d = [math.log1p(n) for n in tfs]
+        norm = math.sqrt(math.fsum(v * v for v in d)) or 1.0
+        return [v / norm for v in d]
+    raise ScorerError(f"the scorer cannot score features {features!r}")  # a later version's
 
 
 def sigmoid(score: float) -> float:
@@ -365,13 +504,23 @@ def load_scorer(path, *, allow_insecure: bool = False) -> Scorer:
         except (ValueError, KeyError, TypeError):
             raise ScorerError(f"scorer {path} has a damaged header") from None
         start = _PREAMBLE.size + hlen
-        if header.get("byteorder") != sys.byteorder or start % 8 or n < 0 \
-                or st.st_size != start + 16 * n:
+        try:
+            m = int(header["m"])
+        except (KeyError, TypeError, ValueError):
+            raise ScorerError(f"scorer {path} has a damaged header") from None
+        if header.get("byteorder") != sys.byteorder or start % 8 or n < 0 or m < 0 \
+                or st.st_size != start + 32 * n + 17 * m:
             raise ScorerError(f"scorer {path} is damaged or from another machine")
-        if n == 0:
-            return Scorer(header, memoryview(b"").cast("Q"), memoryview(b"").cast("d"))
+        if st.st_size == start:
+            empty = memoryview(b"")
+            return Scorer(header, empty.cast("Q"), empty.cast("d"), empty.cast("d"), b"", b"")
         mm = mmap.mmap(fd, st.st_size, prot=mmap.PROT_READ)
     finally:
         os.close(fd)
     view = memoryview(mm)
-    return Scorer(header, view[start:start + 8 * n].cast("Q"), view[start + 8 * n:].cast("d"))
+    at = start
+    keys = view[at:at + 8 * n].cast("Q")
+    weights = view[at + 8 * n:at + 16 * n].cast("d")
+    counts = view[at + 16 * n:at + 32 * n].cast("d")
+    at += 32 * n
+    return Scorer(header, keys, weights, counts, view[at:at + 16 * m], view[at + 16 * m:].cast("b"))

@@ -102,7 +102,7 @@ def save_atomic(obj, path, *, compress=0) -> None:
         if isinstance(exc, Exception):
             raise ModelError(f"cannot save model to {path}: {_describe(exc)}") from exc
         raise  # KeyboardInterrupt, SystemExit: cleaned up, now propagate
-    _fsync_dir(folder)
+    fsync_folder(folder)
 
 
 def make_private_folder(folder) -> None:
@@ -133,7 +133,7 @@ def _mode_for(path: str) -> int:
         return _NEW_FILE_MODE
 
 
-def _fsync_dir(folder: str) -> None:
+def fsync_folder(folder: str) -> None:
     # Makes the rename itself durable; some file systems cannot sync folders.
     try:
         fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -202,8 +202,10 @@ def load_checked(path, *, allow_insecure: bool = False) -> object:
                              f"(it cannot be read as one); train a model with `spamnb train`") from exc
 
 
-def open_trusted(path, *, allow_insecure: bool = False, what: str = "model") -> tuple[int, os.stat_result]:
-    """Open a file spamnb will load (a model, its scorer) for reading: ``(fd, fstat)``.
+def open_trusted(path, *, allow_insecure: bool = False, what: str = "model",
+                 flags: int = os.O_RDONLY) -> tuple[int, os.stat_result]:
+    """Open a file spamnb will load (a model, its scorer, its journal): ``(fd, fstat)``;
+    ``flags``: how (read-only unless told).
 
     Refuses (ModelError) a file another user could have planted or changed:
 
@@ -224,7 +226,7 @@ def open_trusted(path, *, allow_insecure: bool = False, what: str = "model") -> 
     """
     path = os.fspath(path)
     real = _resolve_links(path, None if allow_insecure else what)
-    fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(real, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):

@@ -1,0 +1,478 @@
+"""The model's journal: learning that costs the message, not the model.
+
+Why
+---
+Rewriting the model file for every learned message costs the whole model
+(load, re-derive, save, recompile the scorer: about a second for a model of
+8,000 messages), and holds the model's lock all that time. So the model file
+is a *snapshot*, and each ``learn``, ``forget`` or ``filter -u`` appends one
+record per message to ``<model>.journal`` beside it: the message's identity,
+the class it leaves and the class it joins, and the change of each of its
+tokens' counts. An append costs the message's tokens, a lock, one ``write``
+and one ``fsync``; every reader sees snapshot + journal as one model:
+
+* the filter's cold path and the server: :class:`Overlay` sums the records'
+  changes, and :meth:`spamnb.storage.scorer.Scorer.score` scores the
+  multinomial model from the snapshot's counts plus those changes
+  (docs/naive-bayes.md §5: the changed tokens' weights and the class totals
+  are recomputed, nothing else);
+* every command that loads the model (:func:`spamnb.storage.modelfile.load_model`)
+  adds the same changes to the full model.
+
+A compaction (:func:`spamnb.storage.modelfile.compact`) folds the journal into
+a new snapshot once it is larger than :data:`MAX_BYTES`.
+
+Records are computed by the learner that appends them, under the model's lock,
+from the snapshot's counts (its scorer) and the journal before them: replaying
+a record never decides anything, so every reader gets the same counts, and a
+count taken out is never more than the count there (as ``forget`` clips).
+
+File layout
+-----------
+::
+
+    header  b"SPNBJRN1"  8-byte journal id  8-byte save id of the base snapshot
+    record  b"R"  uint32 length  payload  16-byte BLAKE2b of the payload
+    payload float64 time  16-byte message key  int8 old class  int8 new class
+            uint32 n tokens  uint32 tokens new to the model
+            float64 Δ messages (ham, spam)  float64 Δ total count (ham, spam)
+            uint64[n] token hashes (the scorer's)  float64[n] Δ ham  float64[n] Δ spam
+            int8[n] Δ messages containing the token  uint32[n] token lengths  the tokens, UTF-8
+
+A journal applies to a snapshot when its base is the snapshot (all records),
+or when the snapshot says it folded this journal up to an offset (the records
+after it): a compaction installs the new snapshot before it rewrites the
+journal, so a crash between the two loses nothing and counts nothing twice.
+Any other journal is stale (``train`` replaced the model) and is ignored.
+
+A record that is cut short or fails its digest ends the journal: what follows
+is ignored, never read as counts. Readers skip it silently (it may be an append
+in progress); writers, who hold the lock, report it and cut it off.
+
+Standard library only: ``filter -u`` appends without numpy.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import time
+from array import array
+
+from spamnb.storage import store
+from spamnb.storage.store import ModelError
+
+MAGIC = b"SPNBJRN1"
+SUFFIX = ".journal"
+_HEADER = struct.Struct("<8s8s8s")
+_FRAME = struct.Struct("<cI")
+_FIXED = struct.Struct("<d16sbbIIdddd")
+_DIGEST = 16
+# Fold the journal into a new snapshot past this size (about 350 messages of
+# 300 distinct tokens): the cold path reads the whole journal at each delivery.
+MAX_BYTES = 4 * 1024 * 1024
+
+try:  # the builtin BLAKE2, without loading OpenSSL at every start-up
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover
+    from hashlib import blake2b
+
+
+def journal_path(model_path) -> str:
+    return os.fspath(model_path) + SUFFIX
+
+
+def _digest(payload: bytes) -> bytes:
+    return blake2b(payload, digest_size=_DIGEST).digest()
+
+
+class Record:
+    """One learned or forgotten message: ``old``/``new`` class (-1: none), and
+    per token its hash, Δ count in each class and (read fully) its text."""
+
+    __slots__ = ("time", "key", "old", "new", "new_vocab", "d_messages", "d_totals",
+                 "hashes", "d_ham", "d_spam", "d_df", "tokens")
+
+    def __init__(self, key, old, new, hashes, d_ham, d_spam, d_df, tokens, *, new_vocab, d_messages,
+                 d_totals, time_=None):
+        self.time = time.time() if time_ is None else time_
+        self.key, self.old, self.new = key, old, new
+        self.new_vocab = new_vocab
+        self.d_messages, self.d_totals = d_messages, d_totals
+        self.hashes, self.d_ham, self.d_spam, self.d_df, self.tokens = hashes, d_ham, d_spam, d_df, tokens
+
+    def encode(self) -> bytes:
+        blobs = [t.encode("utf-8", "surrogatepass") for t in self.tokens]
+        payload = b"".join((
+            _FIXED.pack(self.time, self.key, self.old, self.new, len(self.hashes), self.new_vocab,
+                        *self.d_messages, *self.d_totals),
+            array("Q", self.hashes).tobytes(), array("d", self.d_ham).tobytes(),
+            array("d", self.d_spam).tobytes(), array("b", self.d_df).tobytes(),
+            array("I", map(len, blobs)).tobytes(), b"".join(blobs)))
+        return _FRAME.pack(b"R", len(payload)) + payload + _digest(payload)
+
+    @classmethod
+    def decode(cls, payload: bytes, *, texts: bool) -> "Record":
+        t, key, old, new, n, new_vocab, mh, ms, th, ts = _FIXED.unpack_from(payload)
+        at = _FIXED.size
+        arrays = []
+        for code in "QddbI":
+            a = array(code)
+            a.frombytes(payload[at:at + a.itemsize * n])
+            arrays.append(a)
+            at += a.itemsize * n
+        if any(len(a) != n for a in arrays):
+            raise ValueError("record arrays cut short")
+        tokens = None
+        if texts:
+            tokens, blob = [], payload[at:]
+            pos = 0
+            for ln in arrays[4]:
+                tokens.append(blob[pos:pos + ln].decode("utf-8", "surrogatepass"))
+                pos += ln
+            if pos != len(blob):
+                raise ValueError("record tokens do not match their lengths")
+        return cls(key, old, new, arrays[0], arrays[1], arrays[2], arrays[3], tokens, new_vocab=new_vocab,
+                   d_messages=(mh, ms), d_totals=(th, ts), time_=t)
+
+
+class Journal:
+    """What a journal file holds for a snapshot: its id, where its records start
+    and end, and the records' raw bytes (``data``); ``damaged``: bytes ignored
+    after the last good record."""
+
+    def __init__(self, path, jid, start, end, size, data):
+        self.path, self.id, self.start, self.end, self.size, self.data = path, jid, start, end, size, data
+
+    @property
+    def damaged(self) -> int:
+        return self.size - self.end
+
+    def records(self, *, texts=False):
+        """The records from :attr:`start` to :attr:`end`, decoded."""
+        at = self.start
+        while at < self.end:
+            _, ln = _FRAME.unpack_from(self.data, at)
+            yield Record.decode(self.data[at + _FRAME.size:at + _FRAME.size + ln], texts=texts)
+            at += _FRAME.size + ln + _DIGEST
+
+    def __len__(self):
+        return sum(1 for _ in self._offsets())
+
+    def _offsets(self):
+        at = self.start
+        while at < self.end:
+            yield at
+            at += _FRAME.size + _FRAME.unpack_from(self.data, at)[1] + _DIGEST
+
+
+def _good_end(data: bytes, at: int) -> int:
+    """Offset after the last whole record with a good digest, from ``at``."""
+    while at + _FRAME.size <= len(data):
+        tag, ln = _FRAME.unpack_from(data, at)
+        body = at + _FRAME.size
+        if tag != b"R" or body + ln + _DIGEST > len(data) or ln < _FIXED.size:
+            break
+        payload = data[body:body + ln]
+        if _digest(payload) != data[body + ln:body + ln + _DIGEST]:
+            break
+        at = body + ln + _DIGEST
+    return at
+
+
+def read(model_path, save_id: str, folded, *, allow_insecure=False) -> Journal | None:
+    """The journal of the snapshot with ``save_id`` that folded ``folded``
+    (``{"id": hex, "through": offset}`` or None): a :class:`Journal`, or None
+    when there is none or it belongs to another snapshot. ModelError when the
+    file fails the trust checks (as a model file would)."""
+    path = journal_path(model_path)
+    try:
+        fd, st = store.open_trusted(path, allow_insecure=allow_insecure, what="journal")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ModelError(f"cannot read the journal {path}: {exc.strerror or exc}") from None
+    try:
+        data = os.pread(fd, st.st_size, 0)
+    finally:
+        os.close(fd)
+    if len(data) < _HEADER.size:
+        return None
+    magic, jid, base = _HEADER.unpack_from(data)
+    if magic != MAGIC:
+        raise ModelError(f"{path} is not a spamnb journal")
+    start = _HEADER.size
+    if base.hex() == save_id:
+        pass
+    elif folded and folded.get("id") == jid.hex() and _HEADER.size <= folded.get("through", -1) <= len(data):
+        start = folded["through"]
+    else:
+        return None  # stale: the snapshot was written without it
+    end = _good_end(data, start)
+    return Journal(path, jid.hex(), start, end, len(data), data)
+
+
+class Overlay:
+    """The sum of a journal's records: what to add to the snapshot's counts.
+
+    ``tokens``: token hash -> [Δ ham, Δ spam, Δ messages containing it, last
+    time seen]; each sum is taken from zero in journal order, so every reader
+    (cold path, server, full model) adds exactly the same numbers.
+    """
+
+    def __init__(self):
+        self.tokens: dict[int, list] = {}
+        self.texts: dict[int, str] = {}
+        self.registry: dict[bytes, int] = {}  # key -> class now (-1: forgotten)
+        self.d_messages = [0.0, 0.0]
+        self.d_totals = [0.0, 0.0]
+        self.new_vocab = 0
+        self.records = 0
+        self.last_time = None
+
+    def __bool__(self):
+        return self.records > 0
+
+    def add(self, rec: Record, *, only=None) -> None:
+        """Add one record; ``only``: a set of token hashes, the only ones kept
+        per token (a delivery needs its own tokens' changes, not all of them)."""
+        self.records += 1
+        self.last_time = rec.time
+        self.registry[rec.key] = rec.new
+        self.new_vocab += rec.new_vocab
+        for c in (0, 1):
+            self.d_messages[c] += rec.d_messages[c]
+            self.d_totals[c] += rec.d_totals[c]
+        hashes = rec.hashes
+        if only is None:
+            positions = range(len(hashes))
+        else:
+            hit = only.intersection(hashes)
+            if not hit:
+                return
+            positions = [hashes.index(h) for h in hit]
+        texts = rec.tokens
+        for i in positions:
+            h = hashes[i]
+            d = self.tokens.get(h)
+            if d is None:
+                d = self.tokens[h] = [0.0, 0.0, 0, rec.time]
+                if texts is not None:
+                    self.texts[h] = texts[i]
+            d[0] += rec.d_ham[i]
+            d[1] += rec.d_spam[i]
+            d[2] += rec.d_df[i]
+            d[3] = rec.time
+
+    @classmethod
+    def of(cls, journal: Journal | None, *, only=None, texts=False) -> "Overlay":
+        ov = cls()
+        if journal is not None:
+            for rec in journal.records(texts=texts):
+                ov.add(rec, only=only)
+        return ov
+
+
+# -- writing -----------------------------------------------------------------------
+
+
+def new_id() -> bytes:
+    return os.urandom(8)
+
+
+def write_fresh(model_path, save_id: str, body: bytes = b"") -> str:
+    """Replace the journal with a new one for the snapshot ``save_id`` holding the
+    record bytes ``body``, atomically (mode 0600, fsynced). Returns its id (hex).
+    The caller holds the model's lock."""
+    import tempfile
+
+    path = journal_path(model_path)
+    folder = os.path.dirname(os.path.abspath(path))
+    jid = new_id()
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), 0o600)
+            f.write(_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)) + body)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    store.fsync_folder(folder)
+    return jid.hex()
+
+
+def append(model_path, journal: Journal | None, save_id: str, records, *, warn=None) -> None:
+    """Append ``records`` (encoded) to the journal, under the model's lock (the caller's).
+
+    ``journal``: what :func:`read` gave under this lock. No journal, or a stale
+    one: a fresh journal for the snapshot ``save_id`` is written with them. A
+    damaged tail is reported through ``warn`` and cut off first, so the new
+    records follow the last good one. Returns when they are on disk (fsync).
+    """
+    body = b"".join(records)
+    if journal is None:
+        write_fresh(model_path, save_id, body)
+        return
+    path = journal.path
+    try:
+        fd, _ = store.open_trusted(path, what="journal", flags=os.O_WRONLY)
+    except OSError as exc:
+        raise ModelError(f"cannot write the journal {path}: {exc.strerror or exc}") from None
+    try:
+        if journal.damaged:
+            if warn:
+                warn(f"the journal {path} had a damaged tail ({journal.damaged} bytes after byte "
+                     f"{journal.end}: an interrupted write); ignored and cut off")
+            os.ftruncate(fd, journal.end)
+        os.lseek(fd, journal.end, os.SEEK_SET)
+        view = memoryview(body)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, journal.end)  # no half record left behind for the next reader
+        except OSError:
+            pass
+        raise ModelError(f"cannot write the journal {path}: {exc.strerror or exc}") from None
+    finally:
+        os.close(fd)
+
+
+# -- learning ----------------------------------------------------------------------
+
+
+class NeedsModel(Exception):
+    """This update cannot be journaled (no fresh scorer, a model of format 1's
+    message keys): the caller updates the full model instead."""
+
+
+LABEL_IDS = {"ham": 0, "spam": 1}
+
+
+def update(model_path, items, *, forget=False, allow_insecure=False, timeout=None, warn=None) -> dict:
+    """Learn (or, with ``forget``, forget) messages into the journal of the model at ``model_path``.
+
+    ``items``: ``(raw, label, tokens)`` with ``tokens`` the message's tokens
+    under the model's tokenizer, or None to tokenize here. Under the model's
+    lock (``timeout``: seconds, :func:`spamnb.storage.store.lock_timeout` for
+    None): the snapshot's scorer and the journal give each message's class and
+    its tokens' counts now; one record per message that changes the model is
+    appended, all in one write and one fsync. Learning follows
+    :meth:`spamnb.model.SpamModel.learn` (a message learned under the other
+    label moves, one already known is left alone) and forgetting
+    :meth:`spamnb.model.SpamModel.forget` (a message not learned under that
+    label refuses the whole call with ValueError, before anything is written).
+
+    Returns ``{"learned", "moved", "unchanged", "duplicates", "forgotten",
+    "journal_bytes"}``. Raises NeedsModel when only the full model can do it.
+    """
+    from spamnb.mail.identity import message_key
+    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+    from spamnb.storage import scorer
+
+    done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}
+    with store.model_lock(model_path, timeout=timeout):
+        try:
+            sc = scorer.fresh_scorer(model_path, allow_insecure=allow_insecure)
+        except scorer.ScorerError as exc:
+            raise NeedsModel(str(exc)) from None
+        h = sc.header
+        if h.get("legacy") or not h.get("save_id"):
+            raise NeedsModel("the model still has message keys of format 1")
+        journal = read(model_path, h["save_id"], sc.folded, allow_insecure=allow_insecure)
+        ov = Overlay.of(journal)
+        config = TokenizerConfig.from_dict(sc.tokenizer)
+        counter = _Counts(sc, ov, h)
+        records, given = [], set()
+        for raw, label, toks in items:
+            y = LABEL_IDS[label]
+            key = message_key(raw)
+            now = ov.registry.get(key)
+            now = sc.learned_as(key) if now is None else (None if now < 0 else now)
+            again = key in given
+            given.add(key)
+            if forget:
+                if again:
+                    continue
+                if now != y:
+                    where = "not learned" if now is None else f"learned as {'ham' if now == 0 else 'spam'}"
+                    raise ValueError(f"message was {where}, not as {label}: nothing to forget")
+            elif now == y:
+                done["duplicates" if again else "unchanged"] += 1
+                continue
+            toks = tokenize(raw, config) if toks is None else toks
+            rec = counter.record(key, now, -1 if forget else y, toks)
+            ov.add(rec)
+            records.append(rec.encode())
+            done["forgotten" if forget else "learned" if now is None else "moved"] += 1
+        if records:
+            append(model_path, journal, h["save_id"], records, warn=warn)
+        size = os.stat(journal_path(model_path)).st_size if records or journal else 0
+    done["journal_bytes"] = size
+    done["needs_compaction"] = size > MAX_BYTES or (records and h.get("model_type") != "multinomial")
+    return done
+
+
+class _Counts:
+    """The model's counts now (snapshot + journal so far), to build records from."""
+
+    def __init__(self, sc, ov, header):
+        self.sc, self.ov = sc, ov
+        self.features = header["features"]
+        self.messages = header["class_count"]
+
+    def token(self, h):
+        """``(n_ham, n_spam)`` now, or None for a token the model does not know."""
+        base = self.sc.counts(h)
+        d = self.ov.tokens.get(h)
+        if d is None:
+            return base
+        nh, ns = base if base is not None else (0.0, 0.0)
+        return nh + d[0], ns + d[1]
+
+    def record(self, key, old, new, toks) -> Record:
+        """The record moving the message with tokens ``toks`` from class ``old`` to ``new``
+        (None / -1: none): its feature row added to ``new`` as learning adds it (every
+        token, :func:`spamnb.storage.scorer.feature_values`), and taken out of ``old``
+        as forgetting does (the tokens known before it, never below zero)."""
+        from spamnb.storage.scorer import feature_values, token_hash
+
+        tf: dict[str, int] = {}
+        for t in toks:
+            tf[t] = tf.get(t, 0) + 1
+        tokens = list(tf)
+        hashes = [token_hash(t) for t in tokens]
+        now = [self.token(h) for h in hashes]
+        delta = ([0.0] * len(tokens), [0.0] * len(tokens))
+        d_df = [0] * len(tokens)
+        d_messages = [0.0, 0.0]
+        if old is not None and old >= 0:  # take the known tokens' row out of the old class
+            known = [i for i, n in enumerate(now) if n is not None]
+            for i, v in zip(known, feature_values(self.features, [tf[tokens[i]] for i in known])):
+                delta[old][i] -= min(v, max(now[i][old], 0.0))
+                d_df[i] -= 1
+            d_messages[old] -= min(1.0, max(self.messages[old] + self.ov.d_messages[old], 0.0))
+        if new >= 0:  # add the whole row to the new class
+            for i, v in enumerate(feature_values(self.features, [tf[t] for t in tokens])):
+                delta[new][i] += v
+                d_df[i] += 1
+            d_messages[new] += 1.0
+        else:  # forgetting: only the known tokens take part
+            keep = [i for i, n in enumerate(now) if n is not None]
+            tokens = [tokens[i] for i in keep]
+            hashes = [hashes[i] for i in keep]
+            delta = ([delta[0][i] for i in keep], [delta[1][i] for i in keep])
+            d_df = [d_df[i] for i in keep]
+            now = [now[i] for i in keep]
+        new_vocab = sum(1 for n in now if n is None)
+        return Record(key, -1 if old is None else old, new, hashes, delta[0], delta[1], d_df, tokens,
+                      new_vocab=new_vocab, d_messages=tuple(d_messages),
+                      d_totals=(math.fsum(delta[0]), math.fsum(delta[1])))
