@@ -1,7 +1,7 @@
 """The ``spamnb`` command line: a thin click layer over the library.
 
 One module per command group (``train``, ``evaluate``, ``mailbox``: classify
-and sort, ``learning``: learn and forget, ``delivery``: filter and serve,
+and sort, ``learning``: learn, forget, compact and prune, ``delivery``: filter and serve,
 ``explain``: explain, info and tokens), the options they share in
 ``options``; this module is the group. Commands import the library inside
 their own bodies, so that the click path of the per-message ``filter`` hook
@@ -98,6 +98,7 @@ def main():
 
 
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
+                 learning.compact, learning.prune,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
                  explain.tokens):
     main.add_command(_command)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from spamnb.cli.options import decision_options, model_options, open_model
+from spamnb.cli.options import decision_options, model_options, notice, open_model
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, DecisionError, model_name, passed_through
 
 
@@ -100,11 +100,6 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     sys.exit(code)
 
 
-# `filter -u` waits this long for the model's lock, then delivers without learning:
-# a delivery agent must not hang behind a stuck (or another user's) lock holder.
-LEARN_TIMEOUT = 10.0
-
-
 def _reason(exc):
     """The one-line reason of a failed filter: the message of an error spamnb
     raises for the user (model, mail source, decision options, a file); the kind
@@ -122,19 +117,19 @@ def _reason(exc):
 
 
 def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):
-    from spamnb.delivery.hook import filter_message
+    from spamnb.delivery.hook import LEARN_TIMEOUT, filter_message, not_learned
 
     model, path, is_default = open_model(model_path, allow_insecure_model)
     out, label = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
     if learn_ and label != "unsure" and not is_default:
-        from spamnb.storage.modelfile import updating
+        from spamnb.storage.modelfile import learn_messages
         from spamnb.storage.store import ModelError, lock_timeout
 
         try:
-            with updating(path, allow_insecure=allow_insecure_model, timeout=lock_timeout(LEARN_TIMEOUT)) as m:
-                m.learn([(raw, label)])
+            learn_messages(path, [(raw, label)], allow_insecure=allow_insecure_model,
+                           timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
         except ModelError as exc:  # the verdict stands: deliver it, unlearned
-            click.echo(f"spamnb: warning: the message was filtered but not learned: {exc}", err=True)
+            click.echo(not_learned(exc), err=True)
     return out, label
 
 

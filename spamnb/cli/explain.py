@@ -59,15 +59,16 @@ def info(model_path, allow_insecure_model, rebuild_scorer):
     """
     import datetime
 
-    from spamnb.storage import scorer
-    from spamnb.storage.modelfile import compile_scorer
+    from spamnb.storage import journal, scorer
+    from spamnb.storage.modelfile import compile_scorer, load_model
 
     model, path, is_default = open_model(model_path, allow_insecure_model)
     if rebuild_scorer:
         from spamnb.storage.store import ModelError
 
         try:
-            model, outcome = compile_scorer(path)
+            _, outcome = compile_scorer(path)
+            model = load_model(path, allow_insecure=allow_insecure_model)  # with its journal
         except ModelError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(f"scorer of {path}: " + {"written": "rebuilt", "changed": "not rebuilt: the model "
@@ -88,16 +89,26 @@ def info(model_path, allow_insecure_model, rebuild_scorer):
     def when(t):
         return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "never"
 
+    j = journal.read(path, stats.get("save_id"), stats.get("journal"), allow_insecure=allow_insecure_model)
+    journal_row = "empty"
+    if j is not None and (len(j) or j.damaged):
+        journal_row = (f"{len(j)} update(s), {(j.end - j.start) / 1e3:.0f} kB (folded in past "
+                       f"{journal.MAX_BYTES / 1e6:.0f} MB, or by `spamnb compact`)")
+        if j.damaged:
+            journal_row += f"; a damaged tail of {j.damaged} bytes, ignored"
     rows = [
         ("model file", f"{path}" + (" (default model)" if is_default else "")),
         ("size", f"{os.path.getsize(path) / 1e6:.1f} MB"),
+        ("journal", journal_row),
+        ("compacted", when(stats.get("compacted"))),
         ("model type", f"{model.model_type}, features {model.features}"),
         ("alpha (λ)", f"{model.alpha:g}"),
         ("refine", f"{model.refine_rounds} rounds, margin {model.refine_margin:g}"),
         ("prior", model.prior),
         ("cut-offs", f"ham if P(spam) <= {model.cutoffs.ham_cutoff:g}, spam if > {model.cutoffs.spam_cutoff:g}"),
         ("messages", f"{int(counts[0])} ham, {int(counts[1])} spam"),
-        ("vocabulary", f"{len(model.vocabulary)} tokens"),
+        ("vocabulary", f"{len(model.vocabulary)} tokens"
+                       + (f" (automatic limit {stats['max_tokens']})" if stats.get("max_tokens") else "")),
         ("tokenizer", ", ".join(f"{k}={v}" for k, v in model.tokenizer.to_dict().items())),
         ("created", when(stats.get("created"))),
         ("updated", when(stats.get("updated"))),

@@ -51,7 +51,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.storage.modelfile import own_model_path, resolve, updating
+    from spamnb.storage.modelfile import learn_messages, own_model_path, resolve
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
@@ -60,8 +60,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
         path = own_model_path()
         notice(f"creating your model at {path}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
-    with updating(path, allow_insecure=allow_insecure_model, create=_default_seed) as model:
-        done = model.learn(messages)
+    done = learn_messages(path, messages, allow_insecure=allow_insecure_model, create=_default_seed, warn=notice)
     n = done["duplicates"]
     click.echo(f"learned {done['learned']} as {label}, moved {done['moved']}, "
                f"{done['unchanged']} already known"
@@ -86,7 +85,7 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb forget --spam message.eml
     """
-    from spamnb.storage.modelfile import resolve, updating
+    from spamnb.storage.modelfile import learn_messages, resolve
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
@@ -94,8 +93,95 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
     if is_default:
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
-    with updating(path, allow_insecure=allow_insecure_model) as model:
-        n = model.forget(messages)
+    n = learn_messages(path, messages, forget=True, allow_insecure=allow_insecure_model, warn=notice)["forgotten"]
     click.echo(f"forgot {n} {label} message(s)", err=True)
 
 
+
+
+@click.command()
+@model_options
+@click.option("--if-needed", is_flag=True,
+              help="Only when the journal has grown past its bound (what learners start in the background).")
+@click.option("--quiet", "-q", is_flag=True, help="Say nothing when all went well.")
+def compact(model_path, allow_insecure_model, if_needed, quiet):
+    """Fold the model's journal into a new model file.
+
+    learn, forget and filter -u append each message to MODEL.journal rather
+    than rewriting the model; readers add the journal to the model, and the
+    journal is folded in automatically once it passes its bound. Deliveries
+    and learners go on while a compaction runs.
+
+    \b
+    Example:
+      spamnb compact
+    """
+    from spamnb.storage.modelfile import compact as fold, resolve
+
+    path, is_default = resolve(model_path)
+    if is_default:
+        raise click.ClickException("there is no model of yours to compact")
+    n = fold(path, allow_insecure=allow_insecure_model, force=not if_needed, warn=notice)
+    if not quiet:
+        click.echo(f"folded {n} journal update(s) into {path}" if n else "nothing to fold", err=True)
+
+
+@click.command()
+@model_options
+@click.option("--older-than", type=click.IntRange(min=0), default=None, metavar="DAYS",
+              help="Drop tokens not seen in a learned message for more than DAYS days ...")
+@click.option("--max-messages", type=click.IntRange(min=0), default=1, show_default=True, metavar="N",
+              help="... and in at most N learned messages (old and rare, like bogoutil -a).")
+@click.option("--max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+              help="Then keep at most N tokens: the rarest, least recently seen go first.")
+@click.option("--limit", default=None, metavar="N|off",
+              help="Set the model's automatic size limit: every compaction keeps at most N tokens.")
+@click.option("--dry-run", is_flag=True, help="Say what would be dropped, change nothing.")
+def prune(model_path, allow_insecure_model, older_than, max_messages, max_tokens, limit, dry_run):
+    """Drop old, rare tokens to bound the model's size (as bogofilter's ageing).
+
+    The model records the day each token was last in a learned message. The
+    tokens kept keep their counts exactly. Without options, prune drops tokens
+    unseen for 90 days that are in at most one learned message.
+
+    \b
+    Examples:
+      spamnb prune                        # old tokens seen once
+      spamnb prune --older-than 30 --max-messages 2
+      spamnb prune --limit 500000         # keep the model under 500,000 tokens from now on
+    """
+    from spamnb.storage.modelfile import resolve, updating
+
+    if limit is not None:
+        if limit == "off":
+            limit = 0
+        elif not limit.isdigit() or int(limit) < 1:
+            raise click.UsageError(f"--limit must be a number of tokens or 'off', not {limit!r}")
+        limit = int(limit)
+    if older_than is None and max_tokens is None and limit is None:
+        older_than = 90
+    path, is_default = resolve(model_path)
+    if is_default:
+        raise click.ClickException("there is no model of yours to prune")
+    try:
+        with updating(path, allow_insecure=allow_insecure_model) as model:
+            before = len(model.vocabulary)
+            if limit is not None:
+                model.stats["max_tokens"] = limit or None
+                max_tokens = limit or max_tokens
+            dropped = model.age_out(older_than_days=older_than, max_messages=max_messages, max_tokens=max_tokens)
+            if dry_run:
+                raise _DryRun(dropped)
+    except _DryRun as run:
+        click.echo(f"would drop {run.dropped} of {before} tokens", err=True)
+        return
+    click.echo(f"dropped {dropped} of {before} tokens; {before - dropped} kept"
+               + (f"; automatic limit {'off' if not limit else limit}" if limit is not None else ""), err=True)
+
+
+class _DryRun(Exception):
+    """Leaves :func:`updating` without saving."""
+
+    def __init__(self, dropped):
+        super().__init__(dropped)
+        self.dropped = dropped

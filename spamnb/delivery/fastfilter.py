@@ -10,7 +10,11 @@ this module then, in order:
    (``--socket PATH``, else ``$SPAMNB_SOCKET``, else the default path of
    :func:`spamnb.storage.locate.default_socket_path`) and it serves the same model;
 3. else scores the message itself with the model's compiled scorer
-   (:mod:`spamnb.storage.scorer`): tokenizer + binary search, standard library only;
+   (:mod:`spamnb.storage.scorer`) plus the changes in the model's journal
+   (:mod:`spamnb.storage.journal`): tokenizer + binary search, standard
+   library only; with ``--learn`` it then appends the message to the journal
+   (the lock, one record, one fsync), and when that takes the journal past its
+   bound it starts ``spamnb compact`` in the background and does not wait;
 4. else, when the model is there but its scorer is missing, stale, damaged
    or untrusted (a model copied with ``cp``): loads the model, rebuilds the
    scorer beside it when that is safe (a trusted model in a folder we can
@@ -43,14 +47,14 @@ SOCKET_TIMEOUT = 10.0
 _VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
-_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure"}
+_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn"}
 _FLOATS = DECISION_OPTIONS
 
 
 def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
-    opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False,
+    opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
             **{k: None for k in _FLOATS}}
     seen = set()
     i = 0
@@ -92,9 +96,10 @@ def via_server(sock_path, raw, path, is_default, opts):
 
     if not wire.private_socket_dir(sock_path):
         raise Fallback("no private server socket")
+    learn = opts["learn"] and not is_default
     request = wire.encode_request(os.path.abspath(path), model_name(path, is_default),
                                   [opts[k] for k in DECISION_OPTIONS], raw,
-                                  allow_insecure=opts["allow_insecure"])
+                                  allow_insecure=opts["allow_insecure"], learn=learn)
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         s.settimeout(SOCKET_TIMEOUT)
@@ -113,6 +118,10 @@ def via_server(sock_path, raw, path, is_default, opts):
     # ours. Anything but spamnb's own header lines, anywhere in it: do the work here.
     if not (0 <= pos <= len(raw) and is_verdict_block(block, label)):
         raise Fallback("the server's answer is not a verdict")
+    if learn and reason:  # answered, and could not learn it: say so, as the click path does
+        from spamnb.delivery.hook import not_learned
+
+        sys.stderr.write(not_learned(reason) + "\n")
     return raw[:pos] + block + raw[pos:], label
 
 
@@ -141,20 +150,70 @@ class NoScorer(Fallback):
 
 
 def cold(raw, path, is_default, opts):
-    """Score with the compiled scorer beside the model; ``(output, label)``, else
-    NoScorer when only the scorer is wrong, Fallback otherwise."""
-    from spamnb.delivery.hook import filter_message  # the tokenizer: not needed when the server answers
-    from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer
+    """Score with the compiled scorer beside the model and the model's journal;
+    ``(output, label)``, else NoScorer when only the scorer is wrong, Fallback
+    otherwise. With ``--learn``, then learn the message (:func:`learn_here`)."""
+    # the tokenizer: not needed when the server answers
+    from spamnb.delivery.hook import filter_message, message_tokens
+    from spamnb.storage import journal
+    from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, token_hash
+    from spamnb.storage.store import ModelError
 
+    allow = opts["allow_insecure"]
     try:
-        sc = fresh_scorer(path, allow_insecure=opts["allow_insecure"])
-        return filter_message(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])
+        sc = fresh_scorer(path, allow_insecure=allow)
+        toks = message_tokens(sc, raw)
+        j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow)
+        if j is not None:  # the changes learned since the snapshot, to this message's tokens
+            sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
+        out, label = filter_message(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS],
+                                    toks=toks)
     except ScorerError as exc:
         if exc.kind in REBUILDABLE:
             raise NoScorer(str(exc), exc.kind) from None
         raise Fallback(str(exc)) from None  # the click command says what is wrong
-    except DecisionError as exc:
+    except (DecisionError, ModelError) as exc:
         raise Fallback(str(exc)) from None
+    if opts["learn"] and label != "unsure" and not is_default:
+        learn_here(path, raw, label, toks, allow)
+    return out, label
+
+
+def learn_here(path, raw, label, toks, allow_insecure):
+    """``filter -u``'s learning on the cold path: one record appended to the journal
+    (as ``spamnb learn`` would), waiting at most :data:`spamnb.delivery.hook.LEARN_TIMEOUT`
+    for the lock; a failure is a warning and the verdict is delivered. Fallback
+    when only the full model can learn it (nothing is written then)."""
+    from spamnb.delivery.hook import LEARN_TIMEOUT, not_learned
+    from spamnb.storage import journal
+    from spamnb.storage.store import ModelError, lock_timeout
+
+    try:
+        done = journal.update(path, [(raw, label, toks)], allow_insecure=allow_insecure,
+                              timeout=lock_timeout(LEARN_TIMEOUT),
+                              warn=lambda text: sys.stderr.write(f"spamnb: {text}\n"))
+    except journal.NeedsModel as exc:
+        raise Fallback(str(exc)) from None
+    except ModelError as exc:
+        sys.stderr.write(not_learned(exc) + "\n")
+        return
+    if done["needs_compaction"]:
+        compact_in_background(path, allow_insecure)
+
+
+def compact_in_background(path, allow_insecure=False):
+    """Start ``spamnb compact`` for the model at ``path`` in its own session and
+    return at once: the delivery does not wait for it (nor for its exit)."""
+    import subprocess
+
+    args = [sys.executable, "-m", "spamnb", "compact", "--if-needed", "--quiet", "--model", os.fspath(path)]
+    if allow_insecure:
+        args.append("--allow-insecure-model")
+    try:
+        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         start_new_session=True, close_fds=True)
+    except OSError:
+        pass  # the next learner tries again
 
 
 def with_model(raw, opts, kind, env=os.environ):
@@ -268,6 +327,9 @@ def main(args, load_cli, env=os.environ):
     try:
         out, label = answer(raw, opts, env)
     except NoScorer as exc:
+        if opts["learn"]:  # the click command loads the model, learns, and saves its scorer
+            full_path(load_cli, args, raw)
+            return
         result = with_model(raw, opts, exc.kind, env)
         if result is None:
             full_path(load_cli, args, raw)

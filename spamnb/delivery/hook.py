@@ -53,7 +53,24 @@ def add_headers(raw: bytes, lines: list[bytes]) -> bytes:
     return raw[:pos] + block + raw[pos:]
 
 
-def scored(model, raw, n_evidence=0):
+# `filter -u` waits this long for the model's lock, then delivers without learning:
+# a delivery agent must not hang behind a stuck (or another user's) lock holder.
+LEARN_TIMEOUT = 10.0
+
+
+def not_learned(reason) -> str:
+    """The warning of a delivery whose message was filtered but could not be learned."""
+    return f"spamnb: warning: the message was filtered but not learned: {reason}"
+
+
+def message_tokens(model, raw):
+    """The tokens of ``raw`` under the tokenizer settings of ``model`` (a scorer or a model)."""
+    if isinstance(model, Scorer):
+        return tokenize(raw, TokenizerConfig.from_dict(model.tokenizer))
+    return model.tokens(raw)
+
+
+def scored(model, raw, n_evidence=0, toks=None):
     """``(score, P(spam|x), evidence, known)`` of ``raw`` under ``model``; ``known``
     counts the message's tokens the model knows (0: no evidence at all).
 
@@ -61,13 +78,14 @@ def scored(model, raw, n_evidence=0):
     library only: the cold path and the server's fast case) or a
     :class:`spamnb.model.SpamModel`; only the latter gives evidence (the
     ``n_evidence`` strongest ``(token, log-odds contribution)`` pairs).
+    ``toks``: the message's :func:`message_tokens`, when the caller has them.
     """
+    if isinstance(model, Scorer) and n_evidence:
+        raise verdict.Fallback("the compiled scorer gives no evidence")
+    toks = message_tokens(model, raw) if toks is None else toks  # once, for the score and the evidence
     if isinstance(model, Scorer):
-        if n_evidence:
-            raise verdict.Fallback("the compiled scorer gives no evidence")
-        score, p, known = model.score(tokenize(raw, TokenizerConfig.from_dict(model.tokenizer)))
+        score, p, known = model.score(toks)
         return score, p, None, known
-    toks = model.tokens(raw)  # once, for the score and the evidence
     result = model.classify_tokens(toks)
     evidence = None
     if n_evidence:
@@ -75,7 +93,7 @@ def scored(model, raw, n_evidence=0):
     return result.score, result.spam_probability, evidence, result.n_tokens - result.n_unknown
 
 
-def filter_verdict(model, raw, name, decision, n_evidence=0):
+def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     """``(pos, block, label)``: the verdict of ``raw`` and where its header lines go.
 
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
@@ -83,13 +101,13 @@ def filter_verdict(model, raw, name, decision, n_evidence=0):
     model's name in the header (:func:`spamnb.verdict.model_name`).
     """
     cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
-    score, p, evidence, known = scored(model, raw, n_evidence)
+    score, p, evidence, known = scored(model, raw, n_evidence, toks)
     label = verdict.label_for(p, cutoffs, known)
     pos, block = verdict_block(raw, verdict.header_lines(label, p, score, name, evidence))
     return pos, block, label
 
 
-def filter_message(model, raw, name, decision, n_evidence=0):
+def filter_message(model, raw, name, decision, n_evidence=0, toks=None):
     """``(output, label)``: what ``spamnb filter`` writes for ``raw``, and its verdict."""
-    pos, block, label = filter_verdict(model, raw, name, decision, n_evidence)
+    pos, block, label = filter_verdict(model, raw, name, decision, n_evidence, toks)
     return raw[:pos] + block + raw[pos:], label

@@ -15,9 +15,16 @@ Guarantees
   declines what it does not do (evidence, learning, bad options: the client
   then runs the click command, which reports them).
 * Fresh model: each request stats the model file (dev, inode, size, mtime,
-  ctime); when it changed (``learn``, ``forget``, ``train``) the new model is
-  loaded completely before it is swapped in. Requests already running keep the
-  model they started with; concurrent requests wait for one shared reload.
+  ctime) and its journal; when the file changed (``train``, a compaction) the
+  new model is loaded completely before it is swapped in; when only the journal
+  grew (``learn``, ``forget``, ``filter -u``, in this process or any other) its
+  new records are added to a copy of the changes held, which is then swapped
+  in. Requests already running keep the model they started with; concurrent
+  requests wait for one shared reload.
+* Learning: a request with the learn flag (``filter -u``) is learned here,
+  through the journal as ``spamnb learn`` does, before the reply; when that
+  takes the journal past its bound a compaction runs in a thread, and
+  deliveries go on meanwhile.
 * Private: the socket lives in a folder of mode 0700 that we own (made so,
   missing parents too, when it is not there yet), is created 0600, and every
   connection's peer user (SO_PEERCRED) must be ours.
@@ -47,10 +54,11 @@ import time
 from dataclasses import dataclass
 
 from spamnb.delivery import wire
-from spamnb.delivery.hook import filter_verdict
-from spamnb.storage.modelfile import load_and_compile, load_model
-from spamnb.storage.store import make_private_folder
-from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, open_checked
+from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
+from spamnb.storage import journal
+from spamnb.storage.modelfile import compact, load_and_compile, load_model
+from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
+from spamnb.storage.scorer import REBUILDABLE, Scorer, ScorerError, fresh_scorer, open_checked
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -64,8 +72,10 @@ class ServerError(Exception):
 
 @dataclass(frozen=True)
 class Loaded:
-    model: object
-    identity: tuple
+    model: object  # a Scorer (with its journal's changes as overlay) or a SpamModel
+    identity: tuple  # the model file's
+    journal: tuple = None  # the journal file's (inode, size) when read
+    read_to: tuple = None  # (journal id, offset) of the records in the overlay
 
 
 def _identity(st):
@@ -88,26 +98,48 @@ class ModelHolder:
         return os.path.realpath(self.path)
 
     def get(self) -> Loaded:
-        """The model as the file is now (loading it if it changed); ModelError/OSError otherwise."""
+        """The model as the files are now (loading what changed); ModelError/OSError otherwise."""
         ident = _identity(os.stat(self.path))
         cur = self.current
-        if cur is not None and cur.identity == ident:
+        if cur is not None and cur.identity == ident and cur.journal == _journal_state(self.path):
             return cur
         with self._lock:  # one reload at a time; the others wait for it and share it
             cur = self.current
             if cur is not None and cur.identity == _identity(os.stat(self.path)):
-                return cur
+                if cur.journal == _journal_state(self.path):
+                    return cur
+                if isinstance(cur.model, Scorer) and cur.read_to is not None:
+                    self.current = self._catch_up(cur)
+                    return self.current
             self.current = self._load()
             self.loads += 1
             self.log(f"loaded model {self.path}")
             return self.current
 
+    def _catch_up(self, cur: Loaded) -> Loaded:
+        """``cur`` with the journal's records appended since it was read."""
+        state = _journal_state(self.path)
+        sc = cur.model
+        j = journal.read(self.path, sc.save_id, sc.folded, allow_insecure=self.allow_insecure, since=cur.read_to)
+        if j is None or j.id != cur.read_to[0] or j.start != cur.read_to[1]:
+            return self._load()  # not the journal read before: read it whole
+        overlay = sc.overlay.copy()
+        for rec in j.records():
+            overlay.add(rec)
+        return Loaded(sc.with_overlay(overlay), cur.identity, state, (j.id, j.end))
+
     def _load(self) -> Loaded:
-        """The compiled scorer when it is fresh (a few ms: mmap), else the full model."""
+        """The compiled scorer when it is fresh (a few ms: mmap) with its journal's
+        changes, else the full model (which adds them itself)."""
         for _ in range(5):  # a save between the stats: load again
             before = _identity(os.stat(self.path))
+            state = _journal_state(self.path)
+            read_to = None
             try:
                 model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
+                j = journal.read(self.path, model.save_id, model.folded, allow_insecure=self.allow_insecure)
+                model.overlay = journal.Overlay.of(j)
+                read_to = (j.id, j.end) if j is not None else None
             except ScorerError as exc:
                 if exc.kind in REBUILDABLE:  # a copied model: its scorer is rebuilt when that is safe
                     model, note = load_and_compile(self.path, exc.kind, allow_insecure=self.allow_insecure)
@@ -116,8 +148,19 @@ class ModelHolder:
                 else:
                     model = load_model(self.path, allow_insecure=self.allow_insecure)
             if _identity(os.stat(self.path)) == before:
-                return Loaded(model, before)
+                if read_to is None:  # no journal yet: the next one is read whole when it comes
+                    state = None if isinstance(model, Scorer) else _journal_state(self.path)
+                return Loaded(model, before, state, read_to)
         raise OSError(f"model {self.path} keeps changing while it is loaded")
+
+
+def _journal_state(path):
+    """(inode, size) of the model's journal, None without one."""
+    try:
+        st = os.stat(journal.journal_path(path))
+    except OSError:
+        return None
+    return st.st_ino, st.st_size
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -153,10 +196,33 @@ class _Handler(socketserver.BaseRequestHandler):
             loaded = holder.get()
             if not header["allow_insecure"] and not _trusted_now(holder.path):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
-            pos, block, label = filter_verdict(loaded.model, raw, header["name"], header["decision"])
-            return wire.OK, label, pos, block, ""
+            toks = message_tokens(loaded.model, raw)
+            pos, block, label = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
+            reason = ""
+            if header["learn"] and label != "unsure":
+                if not isinstance(loaded.model, Scorer):
+                    return wire.DECLINED, None, 0, b"", "learning here needs the model's scorer"
+                reason = self._learn(holder, raw, label, toks, header["allow_insecure"])
+                if reason is None:
+                    return wire.DECLINED, None, 0, b"", "only the full model can learn it"
+            return wire.OK, label, pos, block, reason
         except Exception as exc:  # noqa: BLE001 - the client does it itself
             return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
+
+    def _learn(self, holder, raw, label, toks, allow_insecure):
+        """Learn a filtered message (``filter -u``): "" when learned, the reason
+        it was not (the lock was busy too long...), None when only the full
+        model can learn it (the client then does everything itself)."""
+        try:
+            done = journal.update(holder.path, [(raw, label, toks)], allow_insecure=allow_insecure,
+                                  timeout=lock_timeout(LEARN_TIMEOUT), warn=self.server.log)
+        except journal.NeedsModel:
+            return None
+        except ModelError as exc:
+            return str(exc)
+        if done["needs_compaction"]:
+            self.server.compact_soon(holder)
+        return ""
 
     def _reply(self, status, label=None, pos=0, block=b"", reason=""):
         try:
@@ -184,6 +250,7 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
     def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
                  max_connections=MAX_CONNECTIONS):
         self.holder = holder
+        self._compacting = threading.Lock()
         self.max_bytes = max_bytes
         self.slots = threading.BoundedSemaphore(max_connections)
         self.timeout_s = timeout
@@ -216,6 +283,23 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
             super().process_request_thread(request, client_address)
         finally:
             self.slots.release()
+
+    def compact_soon(self, holder):
+        """Fold the journal into a new snapshot in a thread (one at a time)."""
+        if not self._compacting.acquire(blocking=False):
+            return
+
+        def run():
+            try:
+                n = compact(holder.path, allow_insecure=holder.allow_insecure, warn=self.log)
+                if n:
+                    self.log(f"compacted the journal ({n} updates) into a new snapshot")
+            except Exception as exc:  # noqa: BLE001 - the journal stays; the next learner tries again
+                self.log(f"compaction failed: {exc}")
+            finally:
+                self._compacting.release()
+
+        threading.Thread(target=run, name="spamnb-compact", daemon=True).start()
 
     def remove_socket(self):
         try:

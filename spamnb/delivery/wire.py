@@ -9,12 +9,13 @@ fixed-size ``struct`` fields and the socket is ``_socket``'s.
 One request and one reply per connection, over a Unix stream socket
 (integers little-endian)::
 
-    request:  b"SPNB\x02"
-              uint8 mask (bit i: decision value i given)  uint8 flags (1: allow insecure model)
+    request:  b"SPNB\x03"
+              uint8 mask (bit i: decision value i given)
+              uint8 flags (1: allow insecure model, 2: learn the message as its verdict, as filter -u)
               uint16 model path length  uint16 model name length  uint64 message length
               float64[5] decision values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
               model path (file-system encoding)  model name (UTF-8)  the raw message
-    reply:    b"SPNB\x02"  uint8 status  uint8 label (its exit status: 0 spam, 1 ham, 2 unsure)
+    reply:    b"SPNB\x03"  uint8 status  uint8 label (its exit status: 0 spam, 1 ham, 2 unsure)
               uint16 reason length  uint64 insertion offset  uint64 block length
               reason (UTF-8)  the verdict block (the header lines to insert, line ends included)
 
@@ -26,6 +27,11 @@ here, model unreadable, options the server does not handle, request too
 large...) tells the client to do the work itself. The client also does it on
 any socket error, timeout or malformed reply: the server is only ever a
 shortcut, never a place where mail can be lost.
+
+A request with the learn flag is learned by the server before it replies
+``OK`` (``filter -u`` then starts no numpy of its own); an ``OK`` with a reason
+means the verdict stands but the message could not be learned (the reason
+says why, and the client reports it as the click command would).
 """
 
 import os
@@ -35,7 +41,7 @@ import time  # loaded by the interpreter's own start-up: free here
 
 from spamnb.verdict import EXIT_CODES
 
-MAGIC = b"SPNB\x02"
+MAGIC = b"SPNB\x03"
 _REQUEST = struct.Struct("<BBHHQ5d")
 _REPLY = struct.Struct("<BBHQQ")
 OK, DECLINED = 0, 1
@@ -77,13 +83,15 @@ def _wait_at_most(sock, deadline):
     sock.settimeout(left)
 
 
-def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False) -> list[bytes]:
+def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False,
+                   learn=False) -> list[bytes]:
     """The request for ``body``; ``decision`` holds the five decision values or None, in the order of
     :data:`spamnb.delivery.fastfilter.DECISION`."""
     path, text = os.fsencode(model), name.encode("utf-8", "surrogatepass")
     mask = sum(1 << i for i, v in enumerate(decision) if v is not None)
     values = [0.0 if v is None else float(v) for v in decision]
-    head = _REQUEST.pack(mask, 1 if allow_insecure else 0, len(path), len(text), len(body), *values)
+    flags = (1 if allow_insecure else 0) | (2 if learn else 0)
+    head = _REQUEST.pack(mask, flags, len(path), len(text), len(body), *values)
     return [MAGIC + head + path + text, body]
 
 
@@ -97,7 +105,7 @@ def read_request_head(sock, max_body: int, deadline: float | None = None) -> tup
         raise WireError(f"message of {blen} bytes is over the server's limit of {max_body}")
     rest = recv_exact(sock, plen + nlen, deadline)
     header = {"model": os.fsdecode(rest[:plen]), "name": rest[plen:].decode("utf-8", "surrogatepass"),
-              "allow_insecure": bool(flags & 1),
+              "allow_insecure": bool(flags & 1), "learn": bool(flags & 2),
               "decision": [v if mask >> i & 1 else None for i, v in enumerate(values)]}
     return header, blen
 

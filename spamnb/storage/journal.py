@@ -139,53 +139,60 @@ class Record:
 
 class Journal:
     """What a journal file holds for a snapshot: its id, where its records start
-    and end, and the records' raw bytes (``data``); ``damaged``: bytes ignored
-    after the last good record."""
+    and end (file offsets), the raw bytes from :attr:`start` on, and
+    :attr:`damaged`: bytes ignored after the last good record."""
 
     def __init__(self, path, jid, start, end, size, data):
-        self.path, self.id, self.start, self.end, self.size, self.data = path, jid, start, end, size, data
+        self.path, self.id, self.start, self.end, self.size = path, jid, start, end, size
+        self._data = data  # the file's bytes from `start`
 
     @property
     def damaged(self) -> int:
         return self.size - self.end
 
+    def between(self, a: int, b: int) -> bytes:
+        """The file's bytes from offset ``a`` to ``b`` (both within the records read)."""
+        return self._data[a - self.start:b - self.start]
+
     def records(self, *, texts=False):
         """The records from :attr:`start` to :attr:`end`, decoded."""
-        at = self.start
-        while at < self.end:
-            _, ln = _FRAME.unpack_from(self.data, at)
-            yield Record.decode(self.data[at + _FRAME.size:at + _FRAME.size + ln], texts=texts)
-            at += _FRAME.size + ln + _DIGEST
+        for at, ln in self._frames():
+            yield Record.decode(self._data[at + _FRAME.size:at + _FRAME.size + ln], texts=texts)
 
     def __len__(self):
-        return sum(1 for _ in self._offsets())
+        return sum(1 for _ in self._frames())
 
-    def _offsets(self):
-        at = self.start
-        while at < self.end:
-            yield at
-            at += _FRAME.size + _FRAME.unpack_from(self.data, at)[1] + _DIGEST
+    def _frames(self):
+        at, stop = 0, self.end - self.start
+        while at < stop:
+            ln = _FRAME.unpack_from(self._data, at)[1]
+            yield at, ln
+            at += _FRAME.size + ln + _DIGEST
 
 
-def _good_end(data: bytes, at: int) -> int:
-    """Offset after the last whole record with a good digest, from ``at``."""
+def _good_end(data: bytes) -> int:
+    """Length of the run of whole records with good digests at the start of ``data``."""
+    at = 0
     while at + _FRAME.size <= len(data):
         tag, ln = _FRAME.unpack_from(data, at)
         body = at + _FRAME.size
         if tag != b"R" or body + ln + _DIGEST > len(data) or ln < _FIXED.size:
             break
-        payload = data[body:body + ln]
-        if _digest(payload) != data[body + ln:body + ln + _DIGEST]:
+        if _digest(data[body:body + ln]) != data[body + ln:body + ln + _DIGEST]:
             break
         at = body + ln + _DIGEST
     return at
 
 
-def read(model_path, save_id: str, folded, *, allow_insecure=False) -> Journal | None:
+def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None) -> Journal | None:
     """The journal of the snapshot with ``save_id`` that folded ``folded``
     (``{"id": hex, "through": offset}`` or None): a :class:`Journal`, or None
     when there is none or it belongs to another snapshot. ModelError when the
-    file fails the trust checks (as a model file would)."""
+    file fails the trust checks (as a model file would).
+
+    ``since``: ``(journal id, offset)`` of records already read (the server's):
+    when the file is still that journal, only what follows is read.
+    """
     path = journal_path(model_path)
     try:
         fd, st = store.open_trusted(path, allow_insecure=allow_insecure, what="journal")
@@ -194,30 +201,32 @@ def read(model_path, save_id: str, folded, *, allow_insecure=False) -> Journal |
     except OSError as exc:
         raise ModelError(f"cannot read the journal {path}: {exc.strerror or exc}") from None
     try:
-        data = os.pread(fd, st.st_size, 0)
+        head = os.pread(fd, _HEADER.size, 0)
+        if len(head) < _HEADER.size:
+            return None
+        magic, jid, base = _HEADER.unpack(head)
+        if magic != MAGIC:
+            raise ModelError(f"{path} is not a spamnb journal")
+        start = _HEADER.size
+        if save_id is not None and base.hex() == save_id:
+            pass
+        elif folded and folded.get("id") == jid.hex() and _HEADER.size <= folded.get("through", -1) <= st.st_size:
+            start = folded["through"]
+        else:
+            return None  # stale: the snapshot was written without it
+        if since is not None and since[0] == jid.hex() and start <= since[1] <= st.st_size:
+            start = since[1]
+        data = os.pread(fd, st.st_size - start, start)
     finally:
         os.close(fd)
-    if len(data) < _HEADER.size:
-        return None
-    magic, jid, base = _HEADER.unpack_from(data)
-    if magic != MAGIC:
-        raise ModelError(f"{path} is not a spamnb journal")
-    start = _HEADER.size
-    if base.hex() == save_id:
-        pass
-    elif folded and folded.get("id") == jid.hex() and _HEADER.size <= folded.get("through", -1) <= len(data):
-        start = folded["through"]
-    else:
-        return None  # stale: the snapshot was written without it
-    end = _good_end(data, start)
-    return Journal(path, jid.hex(), start, end, len(data), data)
+    return Journal(path, jid.hex(), start, start + _good_end(data), start + len(data), data)
 
 
 class Overlay:
     """The sum of a journal's records: what to add to the snapshot's counts.
 
-    ``tokens``: token hash -> [Δ ham, Δ spam, Δ messages containing it, last
-    time seen]; each sum is taken from zero in journal order, so every reader
+    ``tokens``: token hash -> (Δ ham, Δ spam, Δ messages containing it, last
+    time seen); each sum is taken from zero in journal order, so every reader
     (cold path, server, full model) adds exactly the same numbers.
     """
 
@@ -253,17 +262,24 @@ class Overlay:
                 return
             positions = [hashes.index(h) for h in hit]
         texts = rec.tokens
+        tokens = self.tokens
         for i in positions:
             h = hashes[i]
-            d = self.tokens.get(h)
+            d = tokens.get(h)
             if d is None:
-                d = self.tokens[h] = [0.0, 0.0, 0, rec.time]
+                d = (0.0, 0.0, 0)
                 if texts is not None:
                     self.texts[h] = texts[i]
-            d[0] += rec.d_ham[i]
-            d[1] += rec.d_spam[i]
-            d[2] += rec.d_df[i]
-            d[3] = rec.time
+            # a new tuple, never a change in place: a copy() shares them safely
+            tokens[h] = (d[0] + rec.d_ham[i], d[1] + rec.d_spam[i], d[2] + rec.d_df[i], rec.time)
+
+    def copy(self) -> "Overlay":
+        """An independent copy (the server adds records to a copy while requests read the old one)."""
+        new = Overlay()
+        new.tokens, new.texts, new.registry = dict(self.tokens), dict(self.texts), dict(self.registry)
+        new.d_messages, new.d_totals = list(self.d_messages), list(self.d_totals)
+        new.new_vocab, new.records, new.last_time = self.new_vocab, self.records, self.last_time
+        return new
 
     @classmethod
     def of(cls, journal: Journal | None, *, only=None, texts=False) -> "Overlay":
@@ -388,8 +404,11 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
         if h.get("legacy") or not h.get("save_id"):
             raise NeedsModel("the model still has message keys of format 1")
         journal = read(model_path, h["save_id"], sc.folded, allow_insecure=allow_insecure)
-        ov = Overlay.of(journal)
         config = TokenizerConfig.from_dict(sc.tokenizer)
+        items = [(raw, label, tokenize(raw, config) if toks is None else toks) for raw, label, toks in items]
+        # the journal's changes to these messages' tokens only: the rest cannot matter here
+        only = {scorer.token_hash(t) for _, _, toks in items for t in toks}
+        ov = Overlay.of(journal, only=only)
         counter = _Counts(sc, ov, h)
         records, given = [], set()
         for raw, label, toks in items:
@@ -408,9 +427,8 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
             elif now == y:
                 done["duplicates" if again else "unchanged"] += 1
                 continue
-            toks = tokenize(raw, config) if toks is None else toks
             rec = counter.record(key, now, -1 if forget else y, toks)
-            ov.add(rec)
+            ov.add(rec, only=only)
             records.append(rec.encode())
             done["forgotten" if forget else "learned" if now is None else "moved"] += 1
         if records:

@@ -48,21 +48,33 @@ def load_model(path, *, allow_insecure=False):
     return load_with_journal(path, allow_insecure=allow_insecure)[0]
 
 
-def load_with_journal(path, *, allow_insecure=False):
-    """``(model, journal)``: the snapshot at ``path`` with its journal's updates
-    added, and that :class:`spamnb.storage.journal.Journal` (None without one)."""
+def load_snapshot(path, *, allow_insecure=False):
+    """The model file at ``path`` alone, without its journal (what a scorer is compiled from)."""
     from spamnb.model import ModelFormatError, SpamModel
-    from spamnb.storage import journal
 
     state = store.load_checked(path, allow_insecure=allow_insecure)
     try:
-        model = SpamModel.from_state(state)
+        return SpamModel.from_state(state)
     except ModelFormatError as exc:
         raise ModelError(f"cannot use model {path}: {exc}") from None
+
+
+def add_journal(model, path, *, allow_insecure=False):
+    """Add to ``model`` (the snapshot at ``path``) its journal's updates; returns the
+    :class:`spamnb.storage.journal.Journal` (None without one)."""
+    from spamnb.storage import journal
+
     j = journal.read(path, model.stats.get("save_id"), model.stats.get("journal"),
                      allow_insecure=allow_insecure)
     model.apply_journal(journal.Overlay.of(j, texts=True))
-    return model, j
+    return j
+
+
+def load_with_journal(path, *, allow_insecure=False):
+    """``(model, journal)``: the snapshot at ``path`` with its journal's updates
+    added, and that :class:`spamnb.storage.journal.Journal` (None without one)."""
+    model = load_snapshot(path, allow_insecure=allow_insecure)
+    return model, add_journal(model, path, allow_insecure=allow_insecure)
 
 
 def folded_marker(j):
@@ -145,7 +157,8 @@ def _trusted_identity(path):
 
 
 def compile_scorer(path, *, wait=True):
-    """Compile the scorer of the model at ``path`` from the model itself: ``(model, outcome)``.
+    """Compile the scorer of the model at ``path`` from the model itself: ``(model, outcome)``,
+    ``model`` being the snapshot (without its journal's updates).
 
     For a model that has no usable scorer beside it (copied with ``cp``, or
     written by something other than :func:`save_model`). Safe to run at any
@@ -183,7 +196,7 @@ def compile_scorer(path, *, wait=True):
                 raise
             return None, "busy"
         before = _trusted_identity(path)
-        model = load_model(path)
+        model = load_snapshot(path)  # the scorer is the snapshot's; readers add the journal to it
         if _trusted_identity(path) != before:
             return model, "changed"
         try:
@@ -219,10 +232,12 @@ def load_and_compile(path, kind, *, allow_insecure=False):
         fix = f"`spamnb info --rebuild-scorer --model {path}`"
         return model, (f"{what}; not rebuilt ({why}), so every delivery loads the whole model (slow); "
                        f"rebuild it with {fix} as a user who can write its folder")
-    if outcome == "written":
-        return model, f"{what}: rebuilt it (this delivery loaded the whole model; the next ones use the scorer)"
     if model is None:  # busy: a learner is saving, with a scorer of its own
         model = load_model(path, allow_insecure=allow_insecure)
+    else:
+        add_journal(model, path, allow_insecure=allow_insecure)
+    if outcome == "written":
+        return model, f"{what}: rebuilt it (this delivery loaded the whole model; the next ones use the scorer)"
     return model, None
 
 
@@ -313,6 +328,36 @@ def updating(path, *, allow_insecure=False, create=None, timeout=None):
         remove_journal(path)
 
 
+def learn_messages(path, messages, *, forget=False, create=None, allow_insecure=False, timeout=None,
+                   warn=None) -> dict:
+    """Learn (or forget) ``(raw, label)`` messages into the model at ``path``: what
+    ``learn``, ``forget`` and ``filter -u`` do. Returns the counts of
+    :func:`spamnb.storage.journal.update` (``forgotten`` when forgetting).
+
+    Through the journal when the model has a fresh scorer (the cost of the
+    messages), folding it in when it has grown past its bound; else the full
+    model is loaded, updated and saved under the lock (``create()`` makes the
+    model when there is none yet).
+    """
+    from spamnb.storage import journal
+
+    path = Path(path)
+    if path.exists():
+        try:
+            done = journal.update(path, [(raw, label, None) for raw, label in messages], forget=forget,
+                                  allow_insecure=allow_insecure, timeout=timeout, warn=warn)
+        except journal.NeedsModel:
+            pass
+        else:
+            if done["needs_compaction"]:
+                compact(path, allow_insecure=allow_insecure, warn=warn)
+            return done
+    with updating(path, allow_insecure=allow_insecure, create=create, timeout=timeout) as model:
+        if forget:
+            return {"forgotten": model.forget(messages)}
+        return model.learn(messages)
+
+
 def remove_journal(path) -> None:
     """Remove the journal of the model at ``path`` (its updates are in the snapshot)."""
     from spamnb.storage import journal
@@ -397,7 +442,7 @@ def _compact(path, allow_insecure, force, warn):
             now = journal.read(path, *base, allow_insecure=allow_insecure)
             if now is None or now.id != j.id:
                 return 0
-            tail = now.data[j.end:now.end]
+            tail = now.between(j.end, now.end)
             if now.damaged and warn:
                 warn(f"the journal {j.path} had a damaged tail ({now.damaged} bytes); ignored")
             if compiled:

@@ -304,6 +304,13 @@ class Scorer:
         """What journal the snapshot folded, and up to where (see :mod:`spamnb.storage.journal`)."""
         return self.header.get("journal")
 
+    def with_overlay(self, overlay) -> "Scorer":
+        """This scorer (sharing its mapped arrays) with ``overlay`` as its journal's changes."""
+        new = Scorer.__new__(Scorer)
+        new.__dict__.update(self.__dict__)
+        new.overlay = overlay
+        return new
+
     def matches(self, identity: dict) -> bool:
         """Whether this scorer was compiled from the model file with ``identity``."""
         return self.identity == identity
