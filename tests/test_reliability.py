@@ -498,14 +498,20 @@ def test_concurrent_learn_loses_nothing_8x200(model_file, tmp_path):
 # -- crash safety -------------------------------------------------------------------------------
 
 
-# The moments of a save (spamnb.storage.modelfile.save_model), told by the files it makes:
-# the model being dumped to a temporary file, dumped (renamed to .new), the
-# scorer being written, then both renamed into place.
+# The moments of a save (spamnb.storage.modelfile.save_model, and compact()), told by
+# the files it makes: the model being dumped to a temporary file, dumped (renamed
+# to .new), the scorer being written, then both renamed into place; a compaction
+# then writes the journal's tail to a new journal. "start": as soon as the command
+# runs (the delay then says when): a learn through the journal makes no
+# temporary file once the journal exists.
 STAGES = {
     "dumping": lambda n: n.startswith("..") and n.endswith(".tmp"),
     "dumped": lambda n: n.startswith(".model.joblib.") and n.endswith(".new"),
-    "scorer": lambda n: n.startswith(".model.joblib.scorer.") and n.endswith(".tmp"),
+    "scorer": lambda n: n.startswith(".model.joblib.scorer.") or n.endswith(".new.scorer"),
+    "journal": lambda n: n.startswith(".model.joblib.journal."),
     "any": lambda n: n.startswith("."),
+    "start": lambda n: True,
+    "never": lambda n: False,  # runs to its end
 }
 
 
@@ -575,19 +581,32 @@ def _crash_trials(trials, small_corpus, tiny_corpus, tmp_path, what, trained_mod
         folder.mkdir()
         path = folder / "model.joblib"
         old = None
-        if with_old or what == "learn":
+        if with_old or what != "train":
             # learn: into the 300-message model (a save takes ~0.1 s, long enough to hit each stage)
             save_model(_tiny_model(tiny_corpus) if what == "train" else trained_model, path)
+            old = load_model(path).class_count.tolist()
+        if what == "learn" and with_old:  # a journal there already: this learn appends to it
+            first = tmp_path / f"first{i}"
+            _distinct_messages(first, 1000 + i, 3, "ham")
+            subprocess.run(SPAMNB + ["learn", "--ham", str(first), "--model", str(path)], check=True,
+                           capture_output=True, timeout=120)
             old = load_model(path).class_count.tolist()
         if what == "train":
             cmd = SPAMNB + ["train", "--ham", str(small_corpus.ham_dir), "--spam", str(small_corpus.spam_dir),
                             "--model", str(path)]
             new = trained
-        else:
+        elif what == "learn":  # through the journal: one frame, all 30 or none
             msgs = tmp_path / f"msgs{i}"
             _distinct_messages(msgs, i, 30, "spam")
             cmd = SPAMNB + ["learn", "--spam", str(msgs), "--model", str(path)]
             new = [old[0], old[1] + 30]
+        else:  # compact: a journal of 30 updates folded in; every one counts, exactly once
+            msgs = tmp_path / f"msgs{i}"
+            _distinct_messages(msgs, i, 30, "spam")
+            subprocess.run(SPAMNB + ["learn", "--spam", str(msgs), "--model", str(path)], check=True,
+                           capture_output=True, timeout=120)
+            old = new = load_model(path).class_count.tolist()
+            cmd = SPAMNB + ["compact", "--model", str(path)]
         killed = _kill_at(cmd, folder, stage, delay)
         counts = _check_after_crash(path, [old, new], raw)
         outcomes.append((stage, delay, killed, "new" if counts == new else "none" if counts is None else "old"))
@@ -595,26 +614,33 @@ def _crash_trials(trials, small_corpus, tiny_corpus, tmp_path, what, trained_mod
     return outcomes
 
 
-@pytest.mark.parametrize("what", ["train", "learn"])
+@pytest.mark.parametrize("what", ["train", "learn", "compact"])
 def test_kill_9_while_saving_leaves_a_whole_model(small_corpus, tiny_corpus, trained_model, tmp_path, what):
-    trials = [("dumping", 0.0, False), ("dumped", 0.0, True), ("scorer", 0.0, True)]
-    if what == "learn":  # (train's uninterrupted reference run checks its new model)
-        trials.append(("any", 0.2, True))
+    trials = {"train": [("dumping", 0.0, False), ("dumped", 0.0, True), ("scorer", 0.0, True)],
+              # the journal's first frame (a new journal file), then appends to one
+              "learn": [("journal", 0.0, False), ("start", 0.05, True), ("never", 0.0, True)],
+              "compact": [("dumping", 0.0, True), ("dumped", 0.0, True), ("scorer", 0.0, True),
+                          ("journal", 0.0, True)]}[what]
     outcomes = _crash_trials(trials, small_corpus, tiny_corpus, tmp_path, what, trained_model)
-    # Really killed in the middle of saving, leaving the old model (or none) ...
+    if what == "compact":  # killed at each moment, and every journaled update counted exactly once
+        assert any(killed for _, _, killed, _ in outcomes)
+        assert all(result == "new" for _, _, _, result in outcomes)
+        return
+    # Really killed in the middle, leaving the old model (or none) ...
     assert any(killed and result in ("old", "none") for _, _, killed, result in outcomes)
-    # ... and after the rename the new one is whole too.
+    # ... and after the rename (or the journal's fsync) the new one is whole too.
     assert what == "train" or outcomes[-1][3] == "new"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("what", ["train", "learn"])
+@pytest.mark.parametrize("what", ["train", "learn", "compact"])
 def test_kill_9_at_many_moments(small_corpus, tiny_corpus, trained_model, tmp_path, what):
     rng = random.Random(7)
     trials = [(rng.choice(list(STAGES)), rng.choice([0.0, 0.0, 0.001, 0.005, 0.02, 0.05]), rng.random() < 0.7)
               for _ in range(16)]
     outcomes = _crash_trials(trials, small_corpus, tiny_corpus, tmp_path, what, trained_model)
     assert any(killed for _, _, killed, _ in outcomes)
+    assert what != "compact" or all(result == "new" for _, _, _, result in outcomes)
 
 
 # -- untrusted model files ------------------------------------------------------------------------

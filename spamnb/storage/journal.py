@@ -32,8 +32,10 @@ File layout
 ::
 
     header  b"SPNBJRN1"  8-byte journal id  8-byte save id of the base snapshot
-    record  b"R"  uint32 length  payload  16-byte BLAKE2b of the payload
-    payload float64 time  16-byte message key  int8 old class  int8 new class
+    frame   b"R"  uint32 length  payload  16-byte BLAKE2b of the payload
+    payload the records of one update (one learn or forget call), each as
+            uint32 length  record
+    record  float64 time  16-byte message key  int8 old class  int8 new class
             uint32 n tokens  uint32 tokens new to the model
             float64 Δ messages (ham, spam)  float64 Δ total count (ham, spam)
             uint64[n] token hashes (the scorer's)  float64[n] Δ ham  float64[n] Δ spam
@@ -45,8 +47,11 @@ after it): a compaction installs the new snapshot before it rewrites the
 journal, so a crash between the two loses nothing and counts nothing twice.
 Any other journal is stale (``train`` replaced the model) and is ignored.
 
-A record that is cut short or fails its digest ends the journal: what follows
-is ignored, never read as counts. Readers skip it silently (it may be an append
+One update is one frame, written with one ``write`` and made durable with one
+``fsync`` before the learner says it is done: a ``learn`` of 30 messages
+killed at any moment has learned all 30 or none. A frame that is cut short
+or fails its digest ends the journal: what follows is ignored, never read as
+counts. Readers skip it silently (it may be an append
 in progress); writers, who hold the lock, report it and cut it off.
 
 Standard library only: ``filter -u`` appends without numpy.
@@ -67,6 +72,7 @@ MAGIC = b"SPNBJRN1"
 SUFFIX = ".journal"
 _HEADER = struct.Struct("<8s8s8s")
 _FRAME = struct.Struct("<cI")
+_COUNT = struct.Struct("<I")
 _FIXED = struct.Struct("<d16sbbIIdddd")
 _DIGEST = 16
 # Fold the journal into a new snapshot past this size (about 350 messages of
@@ -103,6 +109,7 @@ class Record:
         self.hashes, self.d_ham, self.d_spam, self.d_df, self.tokens = hashes, d_ham, d_spam, d_df, tokens
 
     def encode(self) -> bytes:
+        """The record's bytes (a frame holds them: :func:`frame`)."""
         blobs = [t.encode("utf-8", "surrogatepass") for t in self.tokens]
         payload = b"".join((
             _FIXED.pack(self.time, self.key, self.old, self.new, len(self.hashes), self.new_vocab,
@@ -110,7 +117,7 @@ class Record:
             array("Q", self.hashes).tobytes(), array("d", self.d_ham).tobytes(),
             array("d", self.d_spam).tobytes(), array("b", self.d_df).tobytes(),
             array("I", map(len, blobs)).tobytes(), b"".join(blobs)))
-        return _FRAME.pack(b"R", len(payload)) + payload + _digest(payload)
+        return payload
 
     @classmethod
     def decode(cls, payload: bytes, *, texts: bool) -> "Record":
@@ -157,10 +164,11 @@ class Journal:
     def records(self, *, texts=False):
         """The records from :attr:`start` to :attr:`end`, decoded."""
         for at, ln in self._frames():
-            yield Record.decode(self._data[at + _FRAME.size:at + _FRAME.size + ln], texts=texts)
+            yield from _unframe(self._data[at + _FRAME.size:at + _FRAME.size + ln], texts)
 
     def __len__(self):
-        return sum(1 for _ in self._frames())
+        data = self._data
+        return sum(_COUNT.unpack_from(data, at + _FRAME.size)[0] for at, _ in self._frames())
 
     def _frames(self):
         at, stop = 0, self.end - self.start
@@ -170,13 +178,29 @@ class Journal:
             at += _FRAME.size + ln + _DIGEST
 
 
+def frame(payloads) -> bytes:
+    """One update's records as a frame: written whole, or ignored whole."""
+    body = _COUNT.pack(len(payloads)) + b"".join(_COUNT.pack(len(p)) + p for p in payloads)
+    return _FRAME.pack(b"R", len(body)) + body + _digest(body)
+
+
+def _unframe(body: bytes, texts: bool):
+    (n,) = _COUNT.unpack_from(body)
+    at = _COUNT.size
+    for _ in range(n):
+        (ln,) = _COUNT.unpack_from(body, at)
+        at += _COUNT.size
+        yield Record.decode(body[at:at + ln], texts=texts)
+        at += ln
+
+
 def _good_end(data: bytes) -> int:
     """Length of the run of whole records with good digests at the start of ``data``."""
     at = 0
     while at + _FRAME.size <= len(data):
         tag, ln = _FRAME.unpack_from(data, at)
         body = at + _FRAME.size
-        if tag != b"R" or body + ln + _DIGEST > len(data) or ln < _FIXED.size:
+        if tag != b"R" or body + ln + _DIGEST > len(data) or ln < _COUNT.size:
             break
         if _digest(data[body:body + ln]) != data[body + ln:body + ln + _DIGEST]:
             break
@@ -332,7 +356,7 @@ def append(model_path, journal: Journal | None, save_id: str, records, *, warn=N
     damaged tail is reported through ``warn`` and cut off first, so the new
     records follow the last good one. Returns when they are on disk (fsync).
     """
-    body = b"".join(records)
+    body = frame(records)
     if journal is None:
         write_fresh(model_path, save_id, body)
         return
