@@ -1,9 +1,10 @@
-"""The ``spamnb`` console script: ``filter`` takes the fast path, the rest click.
+"""The ``spamnb`` console script: ``filter``, ``learn`` and ``forget`` take fast paths, the rest click.
 
 Kept tiny on purpose: importing :mod:`spamnb.cli` pulls in click, and its
 commands numpy, scipy and joblib, which a per-message mail filter cannot
-afford. ``spamnb filter`` goes to :mod:`spamnb.delivery.fastfilter`, which
-falls back to the click command (:func:`load_cli`) whenever it cannot answer.
+afford. ``spamnb filter`` goes to :mod:`spamnb.delivery.fastfilter`, ``learn``
+and ``forget`` to :mod:`spamnb.delivery.fastlearn`; both fall back to the
+click command (:func:`load_cli`) whenever they cannot answer.
 """
 
 import sys
@@ -22,6 +23,11 @@ def main():
         from spamnb.delivery.fastfilter import main as filter_main
 
         filter_main(args[1:], load_cli)
+        return
+    if args[:1] in (["learn"], ["forget"]):
+        from spamnb.delivery.fastlearn import main as learn_main
+
+        learn_main(args[0], args[1:], load_cli)
         return
     load_cli()()
 

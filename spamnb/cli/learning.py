@@ -51,6 +51,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
+    from spamnb.delivery.fastlearn import summary
     from spamnb.storage.modelfile import learn_messages, own_model_path, resolve
 
     if label is None:
@@ -61,11 +62,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
         notice(f"creating your model at {path}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
     done = learn_messages(path, messages, allow_insecure=allow_insecure_model, create=_default_seed, warn=notice)
-    n = done["duplicates"]
-    click.echo(f"learned {done['learned']} as {label}, moved {done['moved']}, "
-               f"{done['unchanged']} already known"
-               + (f", {n} duplicate{'s' * (n != 1)} dropped (given twice)" if n else "")
-               + (f"; skipped {skipped[0]}" if skipped[0] else ""), err=True)
+    click.echo(summary(done, label, skipped[0]), err=True)
 
 
 def _default_seed():

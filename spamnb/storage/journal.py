@@ -459,7 +459,7 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
             append(model_path, journal, h["save_id"], records, warn=warn)
         size = os.stat(journal_path(model_path)).st_size if records or journal else 0
     done["journal_bytes"] = size
-    done["needs_compaction"] = size > MAX_BYTES or (records and h.get("model_type") != "multinomial")
+    done["needs_compaction"] = size > MAX_BYTES or (bool(records) and h.get("model_type") != "multinomial")
     return done
 
 

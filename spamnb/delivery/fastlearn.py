@@ -1,0 +1,126 @@
+"""``spamnb learn`` / ``forget`` of single message files without click or numpy.
+
+A mail client's "this is spam" button, a Junk folder's hook or a script runs
+``spamnb learn --spam FILE`` once per message, so, as for ``filter``, the
+process start is most of the cost: click, numpy and the full model would
+take longer than the update itself (:mod:`spamnb.storage.journal`: the
+message's tokens, a lock, one append). :mod:`spamnb._entry` sends
+``learn``/``forget`` command lines here; this module handles the common case
+and hands anything else to the click command, which then does all the work
+and says what is wrong:
+
+* options ``--spam``/``--ham`` (one of them), ``--model PATH``, and message
+  files: regular files holding one message each (not an mbox, not a folder,
+  not ``-``);
+* a model of the user's own with a fresh scorer (else the click command loads
+  the model, learns, and saves a scorer for next time).
+
+The summary line is the click command's (:func:`summary`), and the journal
+is folded in the background when it has grown past its bound.
+"""
+
+import os
+import sys
+
+from spamnb.storage import locate
+
+_LABEL_FLAGS = {"--spam": "spam", "--ham": "ham"}
+
+
+def parse_args(args):
+    """``(label, model, files)`` of a learn/forget command line, or None when this
+    module does not handle it (other options, a repeated one, no files...)."""
+    label, model, files = None, None, []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg in _LABEL_FLAGS:
+            if label is not None:
+                return None
+            label = _LABEL_FLAGS[arg]
+        elif arg == "--model" or arg.startswith("--model="):
+            if model is not None:
+                return None
+            if arg == "--model":
+                i += 1
+                if i >= len(args):
+                    return None
+                model = args[i]
+            else:
+                model = arg[len("--model="):]
+        elif arg.startswith("-"):
+            return None
+        else:
+            files.append(arg)
+        i += 1
+    if label is None or not files:
+        return None
+    return label, model, files
+
+
+def summary(done, label, skipped=0) -> str:
+    """The line ``spamnb learn`` ends with."""
+    n = done["duplicates"]
+    return (f"learned {done['learned']} as {label}, moved {done['moved']}, {done['unchanged']} already known"
+            + (f", {n} duplicate{'s' * (n != 1)} dropped (given twice)" if n else "")
+            + (f"; skipped {skipped}" if skipped else ""))
+
+
+def _read_single(path):
+    """The bytes of a file holding one message, or None (an mbox, a folder, not mail...)."""
+    import stat
+
+    from spamnb.mail.mime import MAX_PARSE_BYTES, looks_like_mail
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PARSE_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            raw = f.read()
+    finally:
+        os.close(fd)
+    if raw.startswith(b"From ") or not looks_like_mail(raw):  # an mbox, or not mail: the click command
+        return None
+    return raw
+
+
+def main(command, args, load_cli, env=os.environ):
+    """``spamnb learn|forget ARGS``: through the journal when it can, else the click command."""
+    parsed = parse_args(args)
+    if parsed is not None:
+        label, model, files = parsed
+        path, is_default = locate.resolve_model(model, env)
+        raws = None if is_default or not os.path.isfile(path) else [_read_single(f) for f in files]
+        if raws is not None and all(r is not None for r in raws):
+            code = _update(command, path, label, raws)
+            if code is not None:
+                sys.stderr.flush()
+                sys.exit(code)
+    load_cli()(args=[command, *args])
+
+
+def _update(command, path, label, raws):
+    """Exit status, or None to let the click command do it (and report any error)."""
+    from spamnb.storage import journal
+    from spamnb.storage.store import ModelError
+
+    forget = command == "forget"
+    try:
+        done = journal.update(path, [(raw, label, None) for raw in raws], forget=forget,
+                              warn=lambda text: sys.stderr.write(f"spamnb: {text}\n"))
+    except (journal.NeedsModel, ModelError, ValueError, OSError):
+        return None  # nothing was written: the click command does it, or says what is wrong
+    if done["needs_compaction"]:
+        from spamnb.delivery.fastfilter import compact_in_background
+
+        compact_in_background(path)
+    if forget:
+        sys.stderr.write(f"forgot {done['forgotten']} {label} message(s)\n")
+    else:
+        sys.stderr.write(summary(done, label) + "\n")
+    return 0

@@ -1,0 +1,130 @@
+"""Learning through every path gives the same model: ``filter -u`` cold, through
+the server and through click; ``learn`` by its fast path and by click; the
+server follows what other processes learn; and the client that asks the
+server to learn starts no numpy."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import sample_message
+from spamnb.storage import journal
+from spamnb.storage.modelfile import compile_scorer, load_model
+from test_e2e import SPAMNB
+from test_fastpath import compiled  # noqa: F401 (fixture)
+from test_server import cold, serving, sock_path, start_server, through_server  # noqa: F401 (fixtures)
+
+
+def _copy(model, name):
+    """A copy of the model with its own scorer (a copied scorer is stale: another
+    inode), under the same file name (the name is in the verdict)."""
+    (model.parent / name).mkdir(mode=0o700)
+    dst = model.parent / name / model.name
+    shutil.copy2(model, dst)
+    compile_scorer(dst)
+    return dst
+
+
+def _run(args, raw=b"", env=None):
+    env = {**os.environ, "SPAMNB_SOCKET": "/nonexistent/spamnb.sock", **(env or {})}
+    proc = subprocess.run(SPAMNB + args, input=raw, capture_output=True, timeout=120, env=env)
+    return proc.stdout, proc.returncode, proc.stderr.decode()
+
+
+def _same(a, b):
+    assert a.vocabulary.tokens() == b.vocabulary.tokens()
+    np.testing.assert_allclose(a.estimator.feature_count_, b.estimator.feature_count_, rtol=1e-12, atol=1e-15)
+    np.testing.assert_array_equal(a.estimator.class_count_, b.estimator.class_count_)
+    assert a.registry == b.registry
+
+
+def _messages():
+    return [sample_message(label, i).read_bytes() for label in ("ham", "spam") for i in range(4)]
+
+
+def test_filter_u_cold_path_learns_what_the_click_command_learns(compiled):
+    fast, slow = _copy(compiled, "fast"), _copy(compiled, "slow")
+    snapshot = os.stat(fast).st_mtime_ns
+    learned = 0
+    for raw in _messages():
+        out_fast, code_fast, err = _run(["filter", "-u", "--model", str(fast)], raw)
+        assert err == ""
+        out_slow, code_slow, _ = _run(["filter", "-u", "--evidence", "0", "--model", str(slow)], raw)  # click
+        assert (out_fast, code_fast) == (out_slow, code_slow)
+        learned += code_fast != 2
+    assert learned and os.stat(fast).st_mtime_ns == snapshot  # only the journal grew
+    assert len(journal.read(fast, *_base(fast))) == learned
+    _same(load_model(fast), load_model(slow))
+
+
+def _base(path):
+    from spamnb.storage.modelfile import load_snapshot
+
+    stats = load_snapshot(path).stats
+    return stats.get("save_id"), stats.get("journal")
+
+
+def test_learn_fast_path_equals_the_click_command(compiled, tmp_path):
+    fast, slow = _copy(compiled, "fast"), _copy(compiled, "slow")
+    files = [sample_message("ham", i) for i in range(3)]
+    _, code, err_fast = _run(["learn", "--spam", "--model", str(fast), *map(str, files)])
+    assert code == 0
+    _, code, err_slow = _run(["learn", "--spam", "--strict", "--model", str(slow), *map(str, files)])  # click
+    assert code == 0 and err_fast == err_slow == "learned 3 as spam, moved 0, 0 already known\n"
+    _same(load_model(fast), load_model(slow))
+    _, code, err = _run(["forget", "--spam", "--model", str(fast), str(files[0])])
+    assert (code, err) == (0, "forgot 1 spam message(s)\n")
+    _, code, err = _run(["forget", "--spam", "--model", str(fast), str(files[0])])
+    assert code == 1 and err == "spamnb: error: message was not learned, not as spam: nothing to forget\n"
+
+
+def test_the_server_learns_filter_u_and_the_client_starts_no_numpy(serving, sock_path, compiled):
+    reference = _copy(compiled, "reference")
+    env = {"SPAMNB_SOCKET": sock_path, "PYTHONPROFILEIMPORTTIME": "1"}
+    for raw in _messages():
+        out, code, err = _run(["filter", "-u", "--model", str(compiled)], raw, env)
+        imported = [line.split("|")[-1].strip() for line in err.splitlines() if line.startswith("import time:")]
+        assert imported and not any(m.split(".")[0] in ("numpy", "scipy", "joblib", "click") for m in imported)
+        assert not [line for line in err.splitlines() if not line.startswith("import time:")]
+        want = _run(["filter", "-u", "--model", str(reference)], raw)
+        assert (out, code) == want[:2]
+    _same(load_model(compiled), load_model(reference))
+
+
+def test_the_server_follows_what_other_processes_learn(serving, sock_path, compiled):
+    raw = sample_message("ham", 3).read_bytes()
+    before = through_server(sock_path, compiled, raw)
+    for i in range(3):  # appends by another process, each one seen at the next request
+        _, code, _ = _run(["learn", "--spam", "--model", str(compiled), str(sample_message("ham", 3 + i))])
+        assert code == 0
+        assert through_server(sock_path, compiled, raw) == cold(compiled, raw)
+    assert through_server(sock_path, compiled, raw) != before
+    _, code, _ = _run(["compact", "--model", str(compiled)])  # a new snapshot: reloaded, same answer
+    assert code == 0 and through_server(sock_path, compiled, raw) == cold(compiled, raw)
+
+
+def test_compact_prune_and_info(compiled):
+    for i in range(3):
+        _run(["learn", "--spam", "--model", str(compiled), str(sample_message("ham", i))])
+    out, code, err = _run(["info", "--model", str(compiled)])
+    assert code == 0 and b"journal:     3 update(s)" in out and b"compacted:   never" in out
+    _, code, err = _run(["compact", "--model", str(compiled)])
+    assert (code, err) == (0, f"folded 3 journal update(s) into {compiled}\n")
+    out, _, _ = _run(["info", "--model", str(compiled)])
+    assert b"journal:     empty" in out and b"compacted:   never" not in out
+    n = len(load_model(compiled).vocabulary)
+    _, code, err = _run(["prune", "--model", str(compiled), "--max-tokens", "1000", "--dry-run"])
+    assert (code, err) == (0, f"would drop {n - 1000} of {n} tokens\n")
+    assert len(load_model(compiled).vocabulary) == n
+    _, code, err = _run(["prune", "--model", str(compiled), "--limit", "2000"])
+    assert code == 0 and len(load_model(compiled).vocabulary) == 2000
+    assert load_model(compiled).stats["max_tokens"] == 2000
+    out, _, _ = _run(["info", "--model", str(compiled)])
+    assert b"(automatic limit 2000)" in out
+    _, code, err = _run(["prune", "--model", str(compiled), "--limit", "lots"])
+    assert code == 2 and "--limit must be a number of tokens or 'off'" in err
