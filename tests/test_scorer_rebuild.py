@@ -180,7 +180,7 @@ def test_no_rebuild_while_a_learner_holds_the_lock(copied):
 def test_a_model_replaced_while_it_is_read_gets_no_scorer(copied, trained_model, monkeypatch):
     """The scorer is keyed to the file its weights came from: if the file changes
     while it is loaded (a writer that ignores the lock), nothing is written."""
-    real_load = modelfile.load_model
+    real_load = modelfile.load_snapshot
 
     def load_then_replace(path, **kw):
         model = real_load(path, **kw)
@@ -189,7 +189,7 @@ def test_a_model_replaced_while_it_is_read_gets_no_scorer(copied, trained_model,
         store.save_atomic(other.to_state(), path)  # no scorer: as a foreign writer would
         return model
 
-    monkeypatch.setattr(modelfile, "load_model", load_then_replace)
+    monkeypatch.setattr(modelfile, "load_snapshot", load_then_replace)
     model, outcome = compile_scorer(copied)
     assert outcome == "changed"
     assert not os.path.exists(scorer.scorer_path(copied))
