@@ -48,7 +48,7 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     """
     from spamnb.scale import parallel
     from spamnb.verdict import LABELS
-    from spamnb.storage.modelfile import own_model_path, save_model
+    from spamnb.storage.modelfile import own_model_path, remove_journal, save_model
 
     if not (ham or spam or index):
         raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
@@ -86,6 +86,7 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
 
     with model_lock(path):  # a concurrent learn/forget finishes first, then sees the new model
         save_model(model, path)
+        remove_journal(path)  # learned into the model it replaces: stale (ignored) from the rename on
     seconds = time.perf_counter() - start
     click.echo(
         f"trained {model.model_type} model on {int(counts[0])} ham and {int(counts[1])} spam "
