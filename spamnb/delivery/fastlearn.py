@@ -10,8 +10,8 @@ and hands anything else to the click command, which then does all the work
 and says what is wrong:
 
 * options ``--spam``/``--ham`` (one of them), ``--model PATH``, and message
-  files: regular files holding one message each (not an mbox, not a folder,
-  not ``-``);
+  files: regular files holding one message each (or an mbox of one message,
+  as a saved message with its ``From_`` line is; not a folder, not ``-``);
 * a model of the user's own with a fresh scorer (else the click command loads
   the model, learns, and saves a scorer for next time).
 
@@ -84,9 +84,27 @@ def _read_single(path):
             raw = f.read()
     finally:
         os.close(fd)
-    if raw.startswith(b"From ") or not looks_like_mail(raw):  # an mbox, or not mail: the click command
+    if raw.startswith(b"From "):  # an mbox: one message (a saved message's envelope line) is read here
+        raw = _only_message(path)
+    if raw is None or not looks_like_mail(raw):  # many messages, or not mail: the click command
         return None
     return raw
+
+
+def _only_message(path):
+    """The message of an mbox file holding exactly one, as ``spamnb.mail.sources``
+    reads it (:class:`mailbox.mbox`, without the ``From_`` line), else None."""
+    import mailbox
+
+    try:
+        box = mailbox.mbox(path, create=False)
+        try:
+            keys = list(box.iterkeys())
+            return box.get_bytes(keys[0]) if len(keys) == 1 else None
+        finally:
+            box.close()
+    except (OSError, mailbox.Error):
+        return None
 
 
 def main(command, args, load_cli, env=os.environ):
