@@ -33,7 +33,7 @@ from spamnb.nb.decision import Cutoffs
 from spamnb.mail.identity import KEY_BYTES, legacy_message_key, message_key
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
-from spamnb.verdict import DEFAULT_COSTS, LABELS, label_for
+from spamnb.verdict import DEFAULT_COSTS, LABELS, evidence, label_for
 
 FORMAT = "spamnb-model"
 # 2: message keys are message_key()'s (robust to what delivery changes); a version 1
@@ -48,7 +48,15 @@ MODEL_TYPES = {
     "bernoulli": naive_bayes.BernoulliNB,
     "complement": naive_bayes.ComplementNB,
 }
-PRIORS = ("learned", "smoothed", "uniform")
+# The class prior (docs/naive-bayes.md §4):
+#   learned   N_c / N: log 0, an infinite score, while a class has no message yet
+#   laplace   (N_c + 1) / (N + 2), Laplace's rule of succession: finite from the
+#             first message on, and within 1/N of N_c/N once both classes have
+#             some (after 1 spam and no ham, P(spam) = 2/3, not 1)
+#   smoothed  (N_c + λ) / (N + 2λ), with the counts' λ (0.01: still ~log 100 after one message)
+#   uniform   1/2
+PRIORS = ("learned", "laplace", "smoothed", "uniform")
+DEFAULT_PRIOR = "laplace"
 
 # What a message's row holds (Rennie et al. 2003 transforms; scripts/model_ablation.py):
 #   counts       x_w = tf_w, the multinomial model of docs/naive-bayes.md §5
@@ -143,8 +151,8 @@ class SpamModel:
         The naive Bayes event model (docs/naive-bayes.md §5).
     alpha : float >= 0
         Smoothing λ of every estimate.
-    prior : {'learned', 'smoothed', 'uniform'}
-        Class prior: N_k/N, (N_k + λ)/(N + K·λ), or 1/2.
+    prior : {'laplace', 'learned', 'smoothed', 'uniform'}
+        Class prior: (N_k + 1)/(N + 2), N_k/N, (N_k + λ)/(N + 2λ), or 1/2 (see :data:`PRIORS`).
     features : {'counts', 'presence', 'presence-l2', 'logtf-l2'}
         What a message's row holds (see :data:`FEATURES`). Bernoulli always
         uses presence.
@@ -156,7 +164,7 @@ class SpamModel:
         instead of keeping a vocabulary: memory bounded by the column count.
     """
 
-    def __init__(self, model_type="multinomial", alpha=DEFAULT_ALPHA, prior="learned", features=DEFAULT_FEATURES,
+    def __init__(self, model_type="multinomial", alpha=DEFAULT_ALPHA, prior=DEFAULT_PRIOR, features=DEFAULT_FEATURES,
                  tokenizer: TokenizerConfig | None = None, cutoffs: Cutoffs | None = None,
                  hash_features: int | None = None, refine_rounds: int = DEFAULT_REFINE_ROUNDS,
                  refine_margin: float = DEFAULT_REFINE_MARGIN):
@@ -194,7 +202,8 @@ class SpamModel:
 
     def new_estimator(self):
         kwargs = dict(alpha=self.alpha, fit_prior=self.prior != "uniform",
-                      smooth_prior=self.prior == "smoothed")
+                      smooth_prior=self.prior in ("smoothed", "laplace"),
+                      prior_alpha=1.0 if self.prior == "laplace" else None)
         return MODEL_TYPES[self.model_type](**kwargs)
 
     # -- counts ------------------------------------------------------------
@@ -498,7 +507,8 @@ class SpamModel:
     def _classifications(self, token_lists, cut):
         score, p, n_unknown = self.score_tokens(token_lists)
         for toks, s, pi, u in zip(token_lists, score, p, n_unknown):
-            yield Classification(label_for(pi, cut, known=len(toks) - int(u)), float(pi), float(s),
+            known = evidence(len(toks) - int(u), self.messages)
+            yield Classification(label_for(pi, cut, known=known), float(pi), float(s),
                                  len(toks), int(u))
 
     def classify(self, raw: bytes, *, cutoffs: Cutoffs | None = None) -> Classification:

@@ -127,13 +127,23 @@ def cutoffs_from(model_cutoffs, cost_fp=None, cost_fn=None, cost_unsure=None,
     return check_cutoffs(model_ham, model_spam)
 
 
+def evidence(known, class_counts):
+    """How many of a message's tokens are evidence: ``known`` (tokens the model
+    knows), or 0 while the model has not learned both classes. Until then its
+    tokens say nothing about the class it has not seen, and the score is
+    mostly the smoothing: the filter cannot tell, and says unsure
+    (:func:`label_for`)."""
+    return known if min(class_counts) > 0 else 0
+
+
 def label_for(p, cutoffs, known=None):
     """'ham' if p <= ham cut-off, 'spam' if p > spam cut-off, else 'unsure'.
 
     ``known``: how many of the message's tokens the model knows, when the caller
-    counted them. No evidence is no verdict: with none known, P(spam | x) is the
-    prior alone (for an empty message, random bytes or a text that is not mail),
-    and the message is 'unsure' whatever that prior says.
+    counted them (:func:`evidence`). No evidence is no verdict: with none known,
+    P(spam | x) is the prior alone (for an empty message, random bytes or a text
+    that is not mail; a model that has learned one class only), and the message
+    is 'unsure' whatever that prior says.
     """
     p = float(p)
     if not 0.0 <= p <= 1.0:

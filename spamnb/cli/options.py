@@ -118,8 +118,8 @@ def model_settings_options(f):
                           "classified right by --refine-margin are added again (default 10; 0 = off)."),
         click.option("--refine-margin", type=click.FloatRange(min=0.0), default=None,
                      help="The margin, in log-odds, for --refine-rounds (default 10)."),
-        click.option("--prior", type=click.Choice(["learned", "smoothed", "uniform"]), default="learned",
-                     show_default=True, help="Class prior: N_k/N, (N_k+λ)/(N+2λ), or 1/2."),
+        click.option("--prior", type=click.Choice(["laplace", "learned", "smoothed", "uniform"]), default="laplace",
+                     show_default=True, help="Class prior: (N_k+1)/(N+2), N_k/N, (N_k+λ)/(N+2λ), or 1/2."),
         click.option("--features", type=click.Choice(["counts", "presence", "presence-l2", "logtf-l2"]),
                      default=None, help="What a message's row holds (default presence-l2: each token "
                                         "once, the message scaled to unit length)."),

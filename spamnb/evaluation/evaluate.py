@@ -29,7 +29,7 @@ import numpy as np
 from spamnb.evaluation.folds import stratified_kfold
 from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, log_odds, refine, transform_features
 from spamnb.nb.vocabulary import document_frequency
-from spamnb.verdict import label_for
+from spamnb.verdict import evidence, label_for
 
 TRAIN_ON = ("all", "errors", "margin")
 
@@ -202,7 +202,7 @@ def online(make_model, messages, train_on="all", margin=0.0) -> Scores:
         t1 = time.perf_counter()
         s, p, n_unknown = model.score_tokens([toks])  # classify first: the label is not known yet
         t2 = time.perf_counter()
-        k = len(toks) - int(n_unknown[0])
+        k = evidence(len(toks) - int(n_unknown[0]), model.messages)  # 0 while a class is empty
         wrong = label_for(p[0], model.cutoffs, known=k) != LABELS[y]  # an unsure counts as an error
         if train_on == "all" or wrong or (train_on == "margin" and abs(s[0]) <= margin):
             model.learn_tokens([toks], [y])

@@ -17,7 +17,7 @@ CategoricalNB   general discrete features  P(x_j=a|c) = (N_c^(j,a) + λ) / (N_c 
 GaussianNB      continuous features        normal density with a variance floor
 
 Priors (all models): learned P(c_k) = N_k/N (``fit_prior=True``), smoothed
-P_λ(c_k) = (N_k + λ)/(N + K·λ) (``smooth_prior=True``), uniform 1/K
+P_λ(c_k) = (N_k + λ_p)/(N + K·λ_p) (``smooth_prior=True``; λ_p is ``prior_alpha``, else λ), uniform 1/K
 (``fit_prior=False``) or given (``class_prior=[...]``). With no observation at
 all (N = 0) a learned prior falls back to uniform.
 
@@ -93,7 +93,7 @@ class _BaseNB(abc.ABC):
 
     It may override ``_check_params``, ``_reset`` and ``_check_classes`` (the
     steps of fit / partial_fit around ``_update``). It holds the parameters the
-    prior reads (``alpha``, ``fit_prior``, ``class_prior``, ``smooth_prior``),
+    prior reads (``alpha``, ``fit_prior``, ``class_prior``, ``smooth_prior``, ``prior_alpha``),
     and names its learnt state ``_x`` or ``x_`` (what ``_reset`` drops).
     """
 
@@ -224,7 +224,8 @@ class _BaseNB(abc.ABC):
         N_k = self.class_count_
         N = N_k.sum()
         if self.smooth_prior:
-            lam = float(self.alpha)
+            # λ_p: its own smoothing (prior_alpha; 1 is Laplace's rule of succession), else the counts' λ
+            lam = float(self.alpha if self.prior_alpha is None else self.prior_alpha)
             if N + K * lam > 0:
                 return quiet_log(N_k + lam) - np.log(N + K * lam)  # P_λ(c_k) = (N_k + λ)/(N + K·λ)
         elif N > 0:
@@ -308,11 +309,12 @@ class _BaseCountNB(_BaseNB):
 
     _has_weights = True  # per-feature scoring weights are stored (not Bernoulli's)
 
-    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, smooth_prior=False):
+    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, smooth_prior=False, prior_alpha=None):
         self.alpha = alpha
         self.fit_prior = fit_prior
         self.class_prior = class_prior
         self.smooth_prior = smooth_prior
+        self.prior_alpha = prior_alpha
 
     # -- state --------------------------------------------------------------
     @property
@@ -613,7 +615,10 @@ class MultinomialNB(_BaseCountNB):
     class_prior : array-like of shape (n_classes,), optional
         Given prior; overrides ``fit_prior``.
     smooth_prior : bool, default False
-        Learned prior is (N_k + λ)/(N + K·λ) instead of N_k/N.
+        Learned prior is (N_k + λ_p)/(N + K·λ_p) instead of N_k/N.
+    prior_alpha : float >= 0, optional
+        λ_p, the prior's own smoothing (default: ``alpha``). 1 is Laplace's rule
+        of succession: a class with no samples yet keeps a prior above 0.
 
     See the module docstring for λ = 0 (ruled-out classes get posterior 0; a
     sample every class rules out gets the prior as posterior). Learning is
@@ -695,8 +700,10 @@ class BernoulliNB(_BaseCountNB):
 
     _has_weights = False
 
-    def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None, smooth_prior=False):
-        super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior)
+    def __init__(self, *, alpha=1.0, binarize=0.0, fit_prior=True, class_prior=None, smooth_prior=False,
+                 prior_alpha=None):
+        super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior,
+                         prior_alpha=prior_alpha)
         self.binarize = binarize
 
     def _threshold(self, X_was_sparse):
@@ -937,8 +944,10 @@ class ComplementNB(_BaseCountNB):
     #   score_c(x) = Σ_w x_w·W_cw + (Σ_w x_w)·log(Σ_{c'≠c} Σ_w' n_c'w' + |V|·λ),
     # with W_cw = −log(Σ_{c'≠c} n_c'w + λ), which depends on column w only.
 
-    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, norm=False, smooth_prior=False):
-        super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior)
+    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, norm=False, smooth_prior=False,
+                 prior_alpha=None):
+        super().__init__(alpha=alpha, fit_prior=fit_prior, class_prior=class_prior, smooth_prior=smooth_prior,
+                         prior_alpha=prior_alpha)
         self.norm = norm
 
     @property
@@ -1044,12 +1053,14 @@ class CategoricalNB(_BaseNB):
     time raises ValueError (``partial_fit`` grows S_j; use ``min_categories``).
     """
 
-    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, min_categories=None, smooth_prior=False):
+    def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, min_categories=None, smooth_prior=False,
+                 prior_alpha=None):
         self.alpha = alpha
         self.fit_prior = fit_prior
         self.class_prior = class_prior
         self.min_categories = min_categories
         self.smooth_prior = smooth_prior
+        self.prior_alpha = prior_alpha
 
     # state: self._cat (K, Σ S_j) flat counts; self._off (d+1,) block offsets
     def _check_X(self, X):
@@ -1222,11 +1233,13 @@ class GaussianNB(_BaseNB):
     rules the class out.
     """
 
-    def __init__(self, *, priors=None, var_smoothing=1e-9, fit_prior=True, smooth_prior=False, alpha=1.0):
+    def __init__(self, *, priors=None, var_smoothing=1e-9, fit_prior=True, smooth_prior=False, alpha=1.0,
+                 prior_alpha=None):
         self.priors = priors
         self.var_smoothing = var_smoothing
         self.fit_prior = fit_prior
         self.smooth_prior = smooth_prior
+        self.prior_alpha = prior_alpha
         self.alpha = alpha
 
     @property

@@ -69,6 +69,8 @@ import os
 import struct
 import sys
 
+from spamnb.verdict import evidence
+
 __all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "REBUILDABLE", "Scorer", "scorer_path", "token_hash",
            "prior_log_odds", "feature_values",
            "file_identity", "open_checked", "cannot_compile", "write_scorer", "load_scorer", "fresh_scorer",
@@ -179,7 +181,9 @@ def cannot_compile(model, weights=None) -> str | None:
     import numpy as np
 
     bias, w = weights if weights is not None else model.linear_weights()
-    if not (math.isfinite(bias) and bool(np.isfinite(w).all())):
+    if not math.isfinite(bias):
+        return "its prior is infinite (a class with no messages under the 'learned' prior)"
+    if not bool(np.isfinite(w).all()):
         return "its weights are not finite (λ = 0)"
     return None
 
@@ -360,7 +364,8 @@ class Scorer:
     def score(self, tokens) -> tuple[float, float, int]:
         """``(score, P(spam|x), n_known)`` of one message's tokens.
 
-        ``n_known`` counts the distinct tokens found in the vocabulary.
+        ``n_known`` counts the distinct tokens found in the vocabulary (0 while
+        the model has not learned both classes: :func:`spamnb.verdict.evidence`).
         """
         tf: dict[str, int] = {}
         for t in tokens:
@@ -375,7 +380,15 @@ class Scorer:
                     known.append((w, n))
         values = feature_values(self.features, [n for _, n in known])
         score = bias + math.fsum(w * v for (w, _), v in zip(known, values))
-        return score, sigmoid(score), len(known)
+        return score, sigmoid(score), evidence(len(known), self.messages)
+
+    @property
+    def messages(self):
+        """Messages per class (ham, spam) of the snapshot plus the journal (with refine()'s copies)."""
+        cc = self.header.get("class_count", (1.0, 1.0))
+        if not self.overlay:
+            return cc
+        return [cc[c] + self.overlay.d_messages[c] for c in (0, 1)]
 
     def _with_journal(self, tf):
         """``(bias, [(weight, tf)])`` of the snapshot plus the journal's changes.
@@ -430,12 +443,13 @@ def _log_den_odds(totals, n_vocab, lam):
 def prior_log_odds(prior: str, lam: float, class_count) -> float:
     """log P(spam) − log P(ham) of the model's prior (as
     :meth:`spamnb.nb.naive_bayes._BaseNB._class_log_prior`; docs/naive-bayes.md §4):
-    ``learned`` N_k/N, ``smoothed`` (N_k + λ)/(N + 2λ), ``uniform`` 1/2, and
-    uniform while there is no observation at all."""
+    ``learned`` N_k/N, ``laplace`` (N_k + 1)/(N + 2), ``smoothed`` (N_k + λ)/(N + 2λ),
+    ``uniform`` 1/2, and uniform while there is no observation at all."""
     nh, ns = class_count
     if prior == "uniform":
         return 0.0
-    if prior == "smoothed":
+    if prior in ("smoothed", "laplace"):
+        lam = 1.0 if prior == "laplace" else lam
         nh, ns = nh + lam, ns + lam
     if nh + ns <= 0:
         return 0.0
