@@ -331,26 +331,8 @@ def write_fresh(model_path, save_id: str, body: bytes = b"") -> str:
     """Replace the journal with a new one for the snapshot ``save_id`` holding the
     record bytes ``body``, atomically (mode 0600, fsynced). Returns its id (hex).
     The caller holds the model's lock."""
-    import tempfile
-
-    path = journal_path(model_path)
-    folder = os.path.dirname(os.path.abspath(path))
     jid = new_id()
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o600)
-            f.write(_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)) + body)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    store.fsync_folder(folder)
+    store.write_bytes_atomic(journal_path(model_path), [_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)), body])
     return jid.hex()
 
 

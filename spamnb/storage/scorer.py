@@ -198,7 +198,6 @@ def write_scorer(model, path, identity: dict) -> bool:
     same 64-bit hash. Those models are scored by
     the full path only.
     """
-    import tempfile
     from array import array
 
     import numpy as np
@@ -243,27 +242,16 @@ def write_scorer(model, path, identity: dict) -> bool:
     }
     text = json.dumps(header, sort_keys=True).encode("utf-8")
     text += b" " * (-(_PREAMBLE.size + len(text)) % 8)  # arrays start 8-byte aligned
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), 0o600)
-            f.write(_PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(text)))
-            f.write(text)
-            f.write(array("Q", keys.tolist()).tobytes())
-            f.write(array("d", np.asarray(weights, dtype=np.float64)[order].tolist()).tobytes())
-            f.write(np.ascontiguousarray(counts, dtype=np.float64).tobytes())
-            f.write(b"".join(k for k, _ in registry))
-            f.write(array("b", [c for _, c in registry]).tobytes())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from spamnb.storage.store import write_bytes_atomic
+
+    write_bytes_atomic(path, [
+        _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(text)), text,
+        array("Q", keys.tolist()).tobytes(),
+        array("d", np.asarray(weights, dtype=np.float64)[order].tolist()).tobytes(),
+        np.ascontiguousarray(counts, dtype=np.float64).tobytes(),
+        b"".join(k for k, _ in registry),
+        array("b", [c for _, c in registry]).tobytes(),
+    ])
     return True
 
 

@@ -105,6 +105,30 @@ def save_atomic(obj, path, *, compress=0) -> None:
     fsync_folder(folder)
 
 
+def write_bytes_atomic(path, parts) -> None:
+    """Write the byte strings ``parts`` to ``path`` atomically: a temporary file in
+    the same folder (mode 0600), synced, renamed into place, the folder synced.
+    OSError passes through, the temporary file removed (the compiled scorer, the
+    journal's new copy)."""
+    import tempfile
+
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            os.fchmod(f.fileno(), _NEW_FILE_MODE)
+            for part in parts:
+                f.write(part)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        _remove_quietly(tmp)
+        raise
+    fsync_folder(folder)
+
+
 def make_private_folder(folder) -> None:
     """Create ``folder`` and any missing parent, each mode 0o700 whatever the umask
     (``os.makedirs`` gives the parents 0o777 minus the umask: 0o775 under umask
