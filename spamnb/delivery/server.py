@@ -12,8 +12,8 @@ Guarantees
   when it is fresh and scores exactly as the fast path does, else the full
   :class:`SpamModel`, formatting as the click command does (λ = 0 models).
   It answers only for the model the client resolved (same real path), and
-  declines what it does not do (evidence, learning, bad options: the client
-  then runs the click command, which reports them).
+  declines what it does not do (evidence, bad options, learning for a model
+  without a scorer: the client then runs the click command, which reports them).
 * Fresh model: each request stats the model file (dev, inode, size, mtime,
   ctime) and its journal; when the file changed (``train``, a compaction) the
   new model is loaded completely before it is swapped in; when only the journal
