@@ -136,3 +136,23 @@ def test_compact_prune_and_info(compiled):
     assert b"(automatic limit 2000)" in out
     _, code, err = _run(["prune", "--model", str(compiled), "--limit", "lots"])
     assert code == 2 and "--limit must be a number of tokens or 'off'" in err
+
+
+def test_a_journal_past_its_bound_is_folded_in(compiled, monkeypatch):
+    """learn compacts in place; filter -u's cold path starts `spamnb compact` in the background."""
+    from spamnb.delivery import fastfilter
+    from spamnb.storage.modelfile import learn_messages
+
+    monkeypatch.setattr(journal, "MAX_BYTES", 1)
+    raw = sample_message("ham", 5).read_bytes()
+    learn_messages(compiled, [(raw, "spam")])
+    assert journal.read(compiled, *_base(compiled)) is not None and not len(journal.read(compiled, *_base(compiled)))
+    assert load_model(compiled).stats["compacted"]
+    started = []
+    monkeypatch.setattr(fastfilter, "compact_in_background", lambda path, allow=False: started.append(path))
+    opts = fastfilter.parse_args(["-u", "--model", str(compiled)])
+    fastfilter.cold(sample_message("spam", 5).read_bytes(), str(compiled), False, opts)
+    assert started == [str(compiled)]
+    proc = subprocess.run(SPAMNB + ["compact", "--if-needed", "--quiet", "--model", str(compiled)],
+                          capture_output=True, timeout=120)  # what the background process runs
+    assert proc.returncode == 0 and proc.stderr == b""
