@@ -4,11 +4,11 @@ as one model, compaction folds it in, and nothing damaged is ever read as counts
 from __future__ import annotations
 
 import os
-import shutil
 
 import numpy as np
 import pytest
 
+from spamnb.mail.identity import message_key
 from spamnb.mail.sources import iter_index
 from spamnb.model import SpamModel
 from spamnb.storage import journal, scorer
@@ -170,8 +170,8 @@ def test_updating_folds_the_journal(journaled):
         assert len(model.registry) == len(load_model(journaled).registry)
         model.learn(msgs[5:8])
     assert not os.path.exists(journal.journal_path(journaled))
-    assert all(load_model(journaled).known(__import__("spamnb.mail.identity").mail.identity.message_key(r), r)
-               is not None for r, _ in msgs[:8])
+    after = load_model(journaled)
+    assert all(after.known(message_key(r), r) is not None for r, _ in msgs[:8])
 
 
 def test_age_out_keeps_the_counts_of_the_tokens_it_keeps(trained_model):

@@ -10,7 +10,6 @@ import shutil
 import subprocess
 
 import numpy as np
-import pytest
 
 from conftest import sample_message
 from spamnb.storage import journal
