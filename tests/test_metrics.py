@@ -217,3 +217,23 @@ def test_sklearn_oracle():
         sk_fpr, sk_tpr, _ = metrics.roc_curve(y, s, drop_intermediate=False)
         np.testing.assert_allclose(fpr, sk_fpr)
         np.testing.assert_allclose(tpr, sk_tpr)
+
+
+def test_paired_bootstrap_of_a_difference():
+    from spamnb.evaluation.metrics import one_minus_auc_pct, paired_bootstrap
+
+    rng = np.random.default_rng(3)
+    y = np.array([0] * 300 + [1] * 100)
+    a = rng.normal(size=400) + 2.0 * y
+    # the same filter: difference exactly 0, interval [0, 0]
+    assert paired_bootstrap(y, a, a, one_minus_auc_pct, n=200) == (0.0, 0.0, 0.0)
+    # a clearly better one: the whole interval below 0, around the observed difference
+    b = a + 2.0 * y
+    d, low, high = paired_bootstrap(y, a, b, one_minus_auc_pct, n=300)
+    assert d == pytest.approx(one_minus_auc_pct(y, b) - one_minus_auc_pct(y, a))
+    assert low <= d <= high < 0
+    # one message changed: an interval that holds 0 (noise)
+    c = a.copy()
+    c[0] += 0.5
+    d, low, high = paired_bootstrap(y, a, c, one_minus_auc_pct, n=300)
+    assert low <= 0 <= high
