@@ -155,3 +155,19 @@ def test_a_journal_past_its_bound_is_folded_in(compiled, monkeypatch):
     proc = subprocess.run(SPAMNB + ["compact", "--if-needed", "--quiet", "--model", str(compiled)],
                           capture_output=True, timeout=120)  # what the background process runs
     assert proc.returncode == 0 and proc.stderr == b""
+
+
+def test_concurrent_filter_u_through_the_server_loses_nothing(serving, sock_path, compiled, tmp_path):
+    """8 deliveries at a time, each learned by the server: every verdict learned once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    msgs = [sample_message(label, i).read_bytes() for label in ("ham", "spam") for i in range(20)]
+    env = {"SPAMNB_SOCKET": sock_path}
+    with ThreadPoolExecutor(8) as pool:
+        codes = list(pool.map(lambda raw: _run(["filter", "-u", "--model", str(compiled)], raw, env)[1], msgs))
+    learned = sum(code != 2 for code in codes)
+    assert learned and len(journal.read(compiled, *_base(compiled))) == learned
+    model = load_model(compiled)
+    from spamnb.mail.identity import message_key
+
+    assert sum(model.known(message_key(raw), raw) is not None for raw in msgs) == learned
