@@ -82,6 +82,7 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
     Example:
       spamnb forget --spam message.eml
     """
+    from spamnb.delivery.fastlearn import forgot
     from spamnb.storage.modelfile import learn_messages, resolve
 
     if label is None:
@@ -91,9 +92,7 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
     n = learn_messages(path, messages, forget=True, allow_insecure=allow_insecure_model, warn=notice)["forgotten"]
-    click.echo(f"forgot {n} {label} message(s)", err=True)
-
-
+    click.echo(forgot(n, label), err=True)
 
 
 @click.command()

@@ -190,8 +190,7 @@ def learn_here(path, raw, label, toks, allow_insecure):
 
     try:
         done = journal.update(path, [(raw, label, toks)], allow_insecure=allow_insecure,
-                              timeout=lock_timeout(LEARN_TIMEOUT),
-                              warn=lambda text: sys.stderr.write(f"spamnb: {text}\n"))
+                              timeout=lock_timeout(LEARN_TIMEOUT), warn=warn)
     except journal.NeedsModel as exc:
         raise Fallback(str(exc)) from None
     except ModelError as exc:
@@ -199,6 +198,11 @@ def learn_here(path, raw, label, toks, allow_insecure):
         return
     if done["needs_compaction"]:
         compact_in_background(path, allow_insecure)
+
+
+def warn(text):
+    """A note on stderr, as the click commands write one (``spamnb: text``)."""
+    sys.stderr.write(f"spamnb: {text}\n")
 
 
 def compact_in_background(path, allow_insecure=False):

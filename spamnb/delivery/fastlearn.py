@@ -58,6 +58,11 @@ def parse_args(args):
     return label, model, files
 
 
+def forgot(n, label) -> str:
+    """The line ``spamnb forget`` ends with."""
+    return f"forgot {n} {label} message(s)"
+
+
 def summary(done, label, skipped=0) -> str:
     """The line ``spamnb learn`` ends with."""
     n = done["duplicates"]
@@ -124,21 +129,19 @@ def main(command, args, load_cli, env=os.environ):
 
 def _update(command, path, label, raws):
     """Exit status, or None to let the click command do it (and report any error)."""
+    from spamnb.delivery.fastfilter import compact_in_background, warn
     from spamnb.storage import journal
     from spamnb.storage.store import ModelError
 
     forget = command == "forget"
     try:
-        done = journal.update(path, [(raw, label, None) for raw in raws], forget=forget,
-                              warn=lambda text: sys.stderr.write(f"spamnb: {text}\n"))
+        done = journal.update(path, [(raw, label, None) for raw in raws], forget=forget, warn=warn)
     except (journal.NeedsModel, ModelError, ValueError, OSError):
         return None  # nothing was written: the click command does it, or says what is wrong
     if done["needs_compaction"]:
-        from spamnb.delivery.fastfilter import compact_in_background
-
         compact_in_background(path)
     if forget:
-        sys.stderr.write(f"forgot {done['forgotten']} {label} message(s)\n")
+        sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:
         sys.stderr.write(summary(done, label) + "\n")
     return 0

@@ -400,7 +400,7 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
     label refuses the whole call with ValueError, before anything is written).
 
     Returns ``{"learned", "moved", "unchanged", "duplicates", "forgotten",
-    "journal_bytes"}``. Raises NeedsModel when only the full model can do it.
+    "needs_compaction"}``. Raises NeedsModel when only the full model can do it.
     """
     from spamnb.mail.identity import message_key
     from spamnb.mail.tokenizer import TokenizerConfig, tokenize
@@ -419,7 +419,8 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
         config = TokenizerConfig.from_dict(sc.tokenizer)
         items = [(raw, label, tokenize(raw, config) if toks is None else toks) for raw, label, toks in items]
         # the journal's changes to these messages' tokens only: the rest cannot matter here
-        only = {scorer.token_hash(t) for _, _, toks in items for t in toks}
+        hashed = {t: scorer.token_hash(t) for _, _, toks in items for t in set(toks)}
+        only = set(hashed.values())
         ov = Overlay.of(journal, only=only)
         counter = _Counts(sc, ov, h)
         records, given = [], set()
@@ -439,14 +440,13 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
             elif now == y:
                 done["duplicates" if again else "unchanged"] += 1
                 continue
-            rec = counter.record(key, now, -1 if forget else y, toks)
+            rec = counter.record(key, now, -1 if forget else y, toks, hashed)
             ov.add(rec, only=only)
             records.append(rec.encode())
             done["forgotten" if forget else "learned" if now is None else "moved"] += 1
         if records:
             append(model_path, journal, h["save_id"], records, warn=warn)
         size = os.stat(journal_path(model_path)).st_size if records or journal else 0
-    done["journal_bytes"] = size
     done["needs_compaction"] = size > MAX_BYTES or (bool(records) and h.get("model_type") != "multinomial")
     return done
 
@@ -468,18 +468,19 @@ class _Counts:
         nh, ns = base if base is not None else (0.0, 0.0)
         return nh + d[0], ns + d[1]
 
-    def record(self, key, old, new, toks) -> Record:
+    def record(self, key, old, new, toks, hashed) -> Record:
         """The record moving the message with tokens ``toks`` from class ``old`` to ``new``
         (None / -1: none): its feature row added to ``new`` as learning adds it (every
         token, :func:`spamnb.storage.scorer.feature_values`), and taken out of ``old``
-        as forgetting does (the tokens known before it, never below zero)."""
-        from spamnb.storage.scorer import feature_values, token_hash
+        as forgetting does (the tokens known before it, never below zero).
+        ``hashed``: token -> :func:`spamnb.storage.scorer.token_hash`, for every token of ``toks``."""
+        from spamnb.storage.scorer import feature_values
 
         tf: dict[str, int] = {}
         for t in toks:
             tf[t] = tf.get(t, 0) + 1
         tokens = list(tf)
-        hashes = [token_hash(t) for t in tokens]
+        hashes = [hashed[t] for t in tokens]
         now = [self.token(h) for h in hashes]
         delta = ([0.0] * len(tokens), [0.0] * len(tokens))
         d_df = [0] * len(tokens)

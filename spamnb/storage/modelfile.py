@@ -96,38 +96,74 @@ def save_model(model, path, *, folded=None) -> None:
     saves can therefore leave a scorer that does not match the model beside it
     (the filter then takes the full path), never one that matches the wrong weights.
     """
+    path = os.fspath(path)
+    store.make_private_folder(Path(path).parent)
+    staged = _stage(model, path, folded)
+    try:
+        staged.install(path)
+    finally:
+        staged.discard()
+
+
+class _Staged:
+    """A snapshot written beside the model under temporary names, with its scorer:
+    :meth:`install` renames both into place (scorer first), :meth:`discard` removes
+    what was not installed."""
+
+    def __init__(self, tmp, scorer_tmp, compiled):
+        self.tmp, self.scorer_tmp, self.compiled = tmp, scorer_tmp, compiled
+
+    def install(self, path):
+        from spamnb.storage import scorer
+
+        try:
+            if self.compiled:
+                os.replace(self.scorer_tmp, scorer.scorer_path(path))
+            else:
+                scorer.remove_scorer(scorer.scorer_path(path))
+            os.replace(self.tmp, path)
+        except OSError as exc:
+            raise ModelError(f"cannot save model to {path}: {exc.strerror or exc}") from exc
+        store.fsync_folder(os.path.dirname(os.path.abspath(path)))
+
+    def discard(self):
+        for leftover in (self.tmp, self.scorer_tmp):
+            try:
+                os.unlink(leftover)
+            except OSError:
+                pass
+
+
+def _stage(model, path, folded) -> _Staged:
+    """Write ``model`` (with a new save id and the journal marker ``folded``) and its
+    scorer to temporary names beside ``path``; the scorer is keyed to the identity of
+    the temporary model file, which the rename keeps."""
     import secrets
 
     from spamnb.storage import scorer
 
-    path = os.fspath(path)
-    store.make_private_folder(Path(path).parent)
     # A fresh random id in the file's tail: two saves never look alike to the scorer check;
     # it also names the snapshot a journal extends.
     model.stats["save_id"] = secrets.token_hex(8)
     model.stats["journal"] = folded
-    state = model.to_state()
-    mode = _keep_mode(path)
     tmp = os.path.join(os.path.dirname(os.path.abspath(path)),
                        f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
+    staged = _Staged(tmp, tmp + scorer.SUFFIX, False)
     try:
-        store.save_atomic(state, tmp)
-        os.chmod(tmp, mode)
+        store.save_atomic(model.to_state(), tmp)
+        os.chmod(tmp, _keep_mode(path))
         fd = os.open(tmp, os.O_RDONLY)
         try:
             identity = scorer.file_identity(fd)
         finally:
             os.close(fd)
-        scorer.write_scorer(model, scorer.scorer_path(path), identity)
-        os.replace(tmp, path)
+        staged.compiled = scorer.write_scorer(model, staged.scorer_tmp, identity)
     except BaseException as exc:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        staged.discard()
         if isinstance(exc, OSError):
             raise ModelError(f"cannot save model to {path}: {exc.strerror or exc}") from exc
         raise
+    return staged
 
 
 # -- the compiled scorer of a model that has none (a copied model) -----------------
@@ -315,14 +351,11 @@ def updating(path, *, allow_insecure=False, create=None, timeout=None):
     store.make_private_folder(path.parent)
     with store.model_lock(path, timeout=timeout):
         if path.exists():
-            model = None  # loaded below, with its journal
+            model, j = load_with_journal(path, allow_insecure=allow_insecure)
         elif create is not None:
-            model = create()
+            model, j = create(), None
         else:
             raise ModelError(f"no model at {path}; train one with `spamnb train`")
-        j = None
-        if path.exists():
-            model, j = load_with_journal(path, allow_insecure=allow_insecure)
         yield model
         save_model(model, path, folded=folded_marker(j))
         remove_journal(path)
@@ -404,7 +437,6 @@ def compact(path, *, allow_insecure=False, force=False, warn=None):
 
 
 def _compact(path, allow_insecure, force, warn):
-    import secrets
     import time
 
     from spamnb.storage import journal, scorer
@@ -422,40 +454,18 @@ def _compact(path, allow_insecure, force, warn):
     if limit:
         model.age_out(max_tokens=int(limit))
     model.stats["compacted"] = time.time()
-    model.stats["save_id"] = secrets.token_hex(8)
-    model.stats["journal"] = folded_marker(j)
-    folder = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(folder, f".{os.path.basename(path)}.{secrets.token_hex(6)}.new")
-    sc_tmp = tmp + scorer.SUFFIX
+    staged = _stage(model, path, folded_marker(j))
     try:
-        store.save_atomic(model.to_state(), tmp)
-        os.chmod(tmp, _keep_mode(path))
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            identity = scorer.file_identity(fd)
-        finally:
-            os.close(fd)
-        compiled = scorer.write_scorer(model, sc_tmp, identity)
         with store.model_lock(path):
             if _trusted_identity(path) != before:
                 return 0  # saved by someone else meanwhile: their snapshot stands
             now = journal.read(path, *base, allow_insecure=allow_insecure)
             if now is None or now.id != j.id:
                 return 0
-            tail = now.between(j.end, now.end)
             if now.damaged and warn:
                 warn(f"the journal {j.path} had a damaged tail ({now.damaged} bytes); ignored")
-            if compiled:
-                os.replace(sc_tmp, scorer.scorer_path(path))
-            else:
-                scorer.remove_scorer(scorer.scorer_path(path))
-            os.replace(tmp, path)
-            store.fsync_folder(folder)
-            journal.write_fresh(path, model.stats["save_id"], tail)
+            staged.install(path)
+            journal.write_fresh(path, model.stats["save_id"], now.between(j.end, now.end))
     finally:
-        for leftover in (tmp, sc_tmp):
-            try:
-                os.unlink(leftover)
-            except OSError:
-                pass
+        staged.discard()
     return records

@@ -224,8 +224,7 @@ def write_scorer(model, path, identity: dict) -> bool:
         remove_scorer(path)
         return False
     est = model.estimator
-    counts = np.zeros((len(keys), 2))
-    counts[:, :] = np.asarray(est.feature_count_, dtype=np.float64).T[order]
+    counts = np.ascontiguousarray(np.asarray(est.feature_count_, dtype=np.float64).T[order])  # (n, 2)
     registry = sorted(model.registry.items())
     stats = model.stats
     header = {
@@ -246,9 +245,9 @@ def write_scorer(model, path, identity: dict) -> bool:
 
     write_bytes_atomic(path, [
         _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(text)), text,
-        array("Q", keys.tolist()).tobytes(),
-        array("d", np.asarray(weights, dtype=np.float64)[order].tolist()).tobytes(),
-        np.ascontiguousarray(counts, dtype=np.float64).tobytes(),
+        keys.tobytes(),  # native byte order, as the header says
+        np.asarray(weights, dtype=np.float64)[order].tobytes(),
+        counts.tobytes(),
         b"".join(k for k, _ in registry),
         array("b", [c for _, c in registry]).tobytes(),
     ])
@@ -373,7 +372,7 @@ class Scorer:
     @property
     def messages(self):
         """Messages per class (ham, spam) of the snapshot plus the journal (with refine()'s copies)."""
-        cc = self.header.get("class_count", (1.0, 1.0))
+        cc = self.header["class_count"]
         if not self.overlay:
             return cc
         return [cc[c] + self.overlay.d_messages[c] for c in (0, 1)]
