@@ -11,6 +11,9 @@ delivery agent starts it:
   alternates from message to message);
 * through ``spamnb serve``: the same pair with the server answering (and
   learning the ``-u`` ones);
+* a cold ``filter`` with the journal just under its bound (messages of
+  enron-ham-dev learned into it) against one with no journal: what the
+  bound costs every delivery until the next compaction;
 * ``spamnb learn --spam MSG`` of one new message on a model of at least a
   million tokens (the whole process), the same learn in-process
   (:func:`spamnb.storage.journal.update`), and bogofilter's ``-s`` of the
@@ -101,6 +104,29 @@ def pair(spamnb, model, held, extra=(), env=None):
     return statistics.median(plain), statistics.median(learn)
 
 
+def fill_journal(model, items):
+    """Learn new messages into ``model``'s journal until it is just under its bound: how many."""
+    from spamnb.storage import journal
+
+    n = 0
+    path = journal.journal_path(model)
+    for label, msg in items:
+        if os.path.exists(path) and os.path.getsize(path) > 0.95 * journal.MAX_BYTES:
+            break
+        journal.update(model, [(Path(msg).read_bytes(), label, None)])
+        n += 1
+    return n
+
+
+def pair_models(spamnb, a, b, held, env):
+    """Median seconds of a cold ``filter`` on model ``a`` and on model ``b``, interleaved."""
+    times = {a: [], b: []}
+    for i, (_, path) in enumerate(held):
+        for model in ((a, b) if i % 2 else (b, a)):
+            times[model].append(timed([spamnb, "filter", "--model", str(model)], path, env))
+    return statistics.median(times[a]), statistics.median(times[b])
+
+
 def journal_records(model):
     from spamnb.storage import journal
     from spamnb.storage.modelfile import load_snapshot
@@ -168,9 +194,12 @@ def main():
         print(f"  trained in {time.perf_counter() - t0:.1f} s")
 
         def copy(name):
+            """A copy of the model with a scorer of its own (a copied scorer is stale)."""
+            from spamnb.storage.modelfile import compile_scorer
+
             dst = work / name
-            for suffix in ("", ".scorer"):
-                shutil.copy2(str(model) + suffix, str(dst) + suffix)
+            shutil.copy2(model, dst)
+            compile_scorer(dst)
             return dst
 
         cold_model = copy("cold.joblib")
@@ -188,6 +217,12 @@ def main():
             server.wait()
         print(f"via server:  filter {plain * 1e3:6.1f} ms   filter -u {learn * 1e3:6.1f} ms   "
               f"ratio {learn / plain:.2f}  (target <= 1.5; {journal_records(served_model)} records journaled)")
+
+        empty, full = copy("empty.joblib"), copy("full.joblib")
+        filled = fill_journal(full, stream(["enron-ham-dev"]))
+        plain, loaded = pair_models(spamnb, empty, full, held[: args.n], env)
+        print(f"journal at its bound ({filled} messages, {os.path.getsize(str(full) + '.journal') / 1e6:.2f} MB): "
+              f"cold filter {loaded * 1e3:.1f} ms against {plain * 1e3:.1f} ms with none, ratio {loaded / plain:.2f}")
 
         print("learn of one message on a big model:")
         everything = items + stream(["enron-ham-dev"])
