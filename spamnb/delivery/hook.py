@@ -76,14 +76,15 @@ def scored(model, raw, n_evidence=0, toks=None):
 
     ``model`` is a compiled :class:`spamnb.storage.scorer.Scorer` (standard
     library only: the cold path and the server's fast case) or a
-    :class:`spamnb.model.SpamModel`; only the latter gives evidence (the
-    ``n_evidence`` strongest ``(token, log-odds contribution)`` pairs).
+    :class:`spamnb.model.SpamModel`; both give the evidence (the
+    ``n_evidence`` strongest ``(token, log-odds contribution)`` pairs) when asked.
     ``toks``: the message's :func:`message_tokens`, when the caller has them.
     """
-    if isinstance(model, Scorer) and n_evidence:
-        raise verdict.Fallback("the compiled scorer gives no evidence")
     toks = message_tokens(model, raw) if toks is None else toks  # once, for the score and the evidence
     if isinstance(model, Scorer):
+        if n_evidence:
+            score, p, known, evidence = model.explain(toks, n_evidence)
+            return score, p, evidence, known
         score, p, known = model.score(toks)
         return score, p, None, known
     result = model.classify_tokens(toks)

@@ -354,20 +354,34 @@ class Scorer:
         ``n_known`` counts the distinct tokens found in the vocabulary (0 while
         the model has not learned both classes: :func:`spamnb.verdict.evidence`).
         """
+        score, known = self._linear(tokens)
+        return score, sigmoid(score), evidence(len(known), self.messages)
+
+    def explain(self, tokens, n: int) -> tuple[float, float, int, list]:
+        """:meth:`score` and the ``n`` known tokens that moved the score most, as
+        ``(token, contribution)`` with contribution f(x)_w · weight_w, the terms
+        of the sum (what :meth:`spamnb.model.SpamModel.explain` gives)."""
+        score, known = self._linear(tokens)
+        top = sorted(known, key=lambda term: -abs(term[1]))[:n]  # stable: ties keep message order
+        return score, sigmoid(score), evidence(len(known), self.messages), top
+
+    def _linear(self, tokens):
+        """``(score, [(token, f(x)_w · weight_w)])``: score = bias + Σ_w f(x)_w · weight_w
+        over the message's known tokens (unknown ones are dropped)."""
         tf: dict[str, int] = {}
         for t in tokens:
             tf[t] = tf.get(t, 0) + 1
         if self.overlay:
             bias, known = self._with_journal(tf)
         else:
-            bias, known = self.bias, []  # (weight, tf) of known tokens; unknown ones are dropped
+            bias, known = self.bias, []  # (token, weight, tf) of known tokens
             for t, n in tf.items():
                 w = self.weight(t)
                 if w is not None:
-                    known.append((w, n))
-        values = feature_values(self.features, [n for _, n in known])
-        score = bias + math.fsum(w * v for (w, _), v in zip(known, values))
-        return score, sigmoid(score), evidence(len(known), self.messages)
+                    known.append((t, w, n))
+        values = feature_values(self.features, [n for _, _, n in known])
+        terms = [(t, w * v) for (t, w, _), v in zip(known, values)]
+        return bias + math.fsum(c for _, c in terms), terms
 
     @property
     def messages(self):
@@ -378,7 +392,7 @@ class Scorer:
         return [cc[c] + self.overlay.d_messages[c] for c in (0, 1)]
 
     def _with_journal(self, tf):
-        """``(bias, [(weight, tf)])`` of the snapshot plus the journal's changes.
+        """``(bias, [(token, weight, tf)])`` of the snapshot plus the journal's changes.
 
         The multinomial model only (docs/naive-bayes.md §5), as
         :class:`spamnb.nb.naive_bayes.MultinomialNB` scores it:
@@ -411,11 +425,11 @@ class Scorer:
             d = ov.tokens.get(th)
             if d is None:
                 if i is not None:
-                    known.append((self._weights[i] + shift, n))
+                    known.append((t, self._weights[i] + shift, n))
                 continue
             nh, ns = (0.0, 0.0) if i is None else (self._counts[2 * i], self._counts[2 * i + 1])
             nh, ns = max(nh + d[0], 0.0), max(ns + d[1], 0.0)
-            known.append((math.log(ns + lam) - math.log(nh + lam) - D, n))
+            known.append((t, math.log(ns + lam) - math.log(nh + lam) - D, n))
         return bias, known
 
 
