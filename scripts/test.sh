@@ -5,7 +5,8 @@
 #
 # The tools: procmail and maildrop (the delivery tests run the README's recipes
 # through them) and systemd-analyze (Debian's systemd package: checks the units
-# in contrib/systemd). Missing ones are installed when we are root and apt-get
+# in contrib/systemd) and spamc (SpamAssassin's client, which the --spamd tests
+# talk to spamnb serve with). Missing ones are installed when we are root and apt-get
 # is there; otherwise, or when that fails, each missing one is named here and
 # its tests are skipped with the reason.
 set -euo pipefail
@@ -14,7 +15,7 @@ cd "$(dirname "$0")/.."
 
 missing_tools() {  # "command:package" pairs whose command is not on PATH
     local pair
-    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd; do
+    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc; do
         command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }

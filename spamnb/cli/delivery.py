@@ -151,7 +151,20 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 @click.option("--pidfile", metavar="PATH",
               help="Write the server's pid here once it listens (atomically; removed on exit). "
                    "Refuses to start while a live server holds it.")
-def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile):
+@click.option("--spamd", "spamd_addresses", multiple=True, metavar="ADDRESS",
+              help="Also serve SpamAssassin's spamc/spamd protocol here: HOST:PORT, a PORT on 127.0.0.1, "
+                   "or a Unix socket path (repeatable). For spamc, Exim's spam= ACL, Haraka.")
+@click.option("--allow", multiple=True, metavar="CIDR",
+              help="Networks whose clients may use --spamd on TCP besides this machine (repeatable); "
+                   "needed to listen on an address other than loopback.")
+@click.option("--user-models", type=click.Path(file_okay=False), metavar="DIR",
+              help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
+@click.option("--allow-tell", is_flag=True,
+              help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
+@click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
+              help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
+def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
+          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -160,6 +173,10 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
     Only your own processes may connect. Stops on SIGTERM or Ctrl-C.
     A socket folder that does not exist yet is made, mode 0700.
 
+    With --spamd it also answers SpamAssassin's protocol (CHECK, SYMBOLS,
+    REPORT, REPORT_IFSPAM, PROCESS, HEADERS, PING, SKIP, TELL) for spamc,
+    Exim and Haraka; see the README, "Where spamd is".
+
     To run it as a service: the systemd units in contrib/systemd/ (a user
     unit, and spamnb@USER.service for a mail host); see the README.
 
@@ -167,15 +184,36 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
     Example:
       spamnb serve &
       spamnb filter --exit-zero < message.eml
+      spamnb serve --spamd 127.0.0.1:783 --allow-tell
     """
     from spamnb.storage.locate import default_socket_path
     from spamnb.delivery.server import ServerError, serve as run_server
 
-    _, path, _ = open_model(model_path, allow_insecure_model)  # builds the default model if needed
+    try:
+        mode = int(spamd_socket_mode, 8)
+    except ValueError:
+        mode = -1
+    if not 0 <= mode <= 0o777:
+        raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
+    if (allow or user_models or allow_tell) and not spamd_addresses:
+        raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
+    _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
+    others = None
+    if spamd_addresses:
+        from spamnb.delivery import spamd
+
+        def others(holder, compactor, log):
+            models = spamd.Models(holder, is_default, user_models, log)
+            return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
+                                      allow_tell=allow_tell, unix_mode=mode, max_connections=max_connections,
+                                      compactor=compactor, log=log)
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
-                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections)
+                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections,
+                   others=others)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
     except ServerError as exc:
         raise click.ClickException(str(exc)) from None
-
-
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from None

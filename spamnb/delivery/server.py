@@ -194,7 +194,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if os.path.realpath(header["model"]) != holder.real_now():
                 return wire.DECLINED, None, 0, b"", "another model"
             loaded = holder.get()
-            if not header["allow_insecure"] and not _trusted_now(holder.path):
+            if not header["allow_insecure"] and not trusted_now(holder.path):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             toks = message_tokens(loaded.model, raw)
             pos, block, label = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
@@ -221,7 +221,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except ModelError as exc:
             return str(exc)
         if done["needs_compaction"]:
-            self.server.compact_soon(holder)
+            self.server.compactor.soon(holder)
         return ""
 
     def _reply(self, status, label=None, pos=0, block=b"", reason=""):
@@ -231,7 +231,8 @@ class _Handler(socketserver.BaseRequestHandler):
             pass
 
 
-def _trusted_now(path):
+def trusted_now(path):
+    """Whether the model file at ``path`` passes the trust checks now (owner, mode)."""
     try:
         fd, _ = open_checked(path, what="model")
     except ScorerError:
@@ -240,36 +241,24 @@ def _trusted_now(path):
     return True
 
 
-class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    daemon_threads = False
-    block_on_close = True  # server_close() waits for running requests
-    # Connections waiting to be accepted; a burst of deliveries beyond this
-    # makes clients see EAGAIN (they retry briefly, then filter by themselves).
-    request_queue_size = 128
+class BoundedThreads(socketserver.ThreadingMixIn):
+    """A thread per connection, at most ``max_connections`` at once: one more is
+    answered ``busy`` (if anything) and closed at once, so idle or slow
+    connections cannot pile up threads."""
 
-    def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
-                 max_connections=MAX_CONNECTIONS):
-        self.holder = holder
-        self._compacting = threading.Lock()
-        self.max_bytes = max_bytes
+    def bound_threads(self, max_connections, busy=b""):
         self.slots = threading.BoundedSemaphore(max_connections)
-        self.timeout_s = timeout
-        self.log = log or (lambda text: None)
-        self.sock_path = sock_path
-        _prepare_socket_path(sock_path)
-        old = os.umask(0o177)  # the socket file is created 0600
-        try:
-            super().__init__(sock_path, _Handler)
-        finally:
-            os.umask(old)
-        os.chmod(sock_path, 0o600)
+        self.busy = busy
 
     def process_request(self, request, client_address):
-        """A thread per connection, at most ``max_connections`` at once: one more is
-        closed at once (its client filters the message itself), so idle or slow
-        connections cannot pile up threads."""
         if not self.slots.acquire(blocking=False):
             self.log("too many connections: one closed unanswered")
+            if self.busy:
+                try:
+                    request.setblocking(False)
+                    request.send(self.busy)
+                except OSError:
+                    pass
             self.shutdown_request(request)
             return
         try:
@@ -284,22 +273,55 @@ class FilterServer(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
         finally:
             self.slots.release()
 
-    def compact_soon(self, holder):
-        """Fold the journal into a new snapshot in a thread (one at a time)."""
-        if not self._compacting.acquire(blocking=False):
+
+class Compactor:
+    """Folds a model's journal into a new snapshot in a thread, one at a time,
+    while deliveries go on."""
+
+    def __init__(self, log):
+        self.log = log
+        self._running = threading.Lock()
+
+    def soon(self, holder):
+        if not self._running.acquire(blocking=False):
             return
 
         def run():
             try:
                 n = compact(holder.path, allow_insecure=holder.allow_insecure, warn=self.log)
                 if n:
-                    self.log(f"compacted the journal ({n} updates) into a new snapshot")
+                    self.log(f"compacted the journal of {holder.path} ({n} updates) into a new snapshot")
             except Exception as exc:  # noqa: BLE001 - the journal stays; the next learner tries again
                 self.log(f"compaction failed: {exc}")
             finally:
-                self._compacting.release()
+                self._running.release()
 
         threading.Thread(target=run, name="spamnb-compact", daemon=True).start()
+
+
+class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
+    daemon_threads = False
+    block_on_close = True  # server_close() waits for running requests
+    # Connections waiting to be accepted; a burst of deliveries beyond this
+    # makes clients see EAGAIN (they retry briefly, then filter by themselves).
+    request_queue_size = 128
+
+    def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
+                 max_connections=MAX_CONNECTIONS, compactor=None):
+        self.holder = holder
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout
+        self.log = log or (lambda text: None)
+        self.compactor = compactor or Compactor(self.log)
+        self.bound_threads(max_connections)  # a closed connection: its client filters the message itself
+        self.sock_path = sock_path
+        _prepare_socket_path(sock_path)
+        old = os.umask(0o177)  # the socket file is created 0600
+        try:
+            super().__init__(sock_path, _Handler)
+        finally:
+            os.umask(old)
+        os.chmod(sock_path, 0o600)
 
     def remove_socket(self):
         try:
@@ -415,11 +437,14 @@ class PidFile:
 
 
 def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
-          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS):
+          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS, others=None):
     """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens.
 
     ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
     server holds it, written once the socket listens, removed on exit.
+    ``others(holder, compactor, log)``: more listening servers to run beside
+    the private socket on the same model (``--spamd``), each with
+    ``serve_forever``, ``shutdown``, ``where`` and a ``close`` of its own.
     """
     log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
     pid = PidFile(pidfile) if pidfile else None
@@ -427,29 +452,43 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
         pid.check()
     holder = ModelHolder(model_path, allow_insecure=allow_insecure, log=log)
     holder.get()  # a model that cannot load is an error now, not at the first message
-    server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log,
-                          max_connections=max_connections)
+    compactor = Compactor(log)
+    extra = others(holder, compactor, log) if others else []
+    try:
+        server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log,
+                              max_connections=max_connections, compactor=compactor)
+    except BaseException:
+        for srv in extra:
+            srv.close()
+        raise
     if pid:
         try:
-            pid.write()  # the socket listens already (bound and listening in FilterServer())
+            pid.write()  # the sockets listen already (bound and listening in their constructors)
         except BaseException:
             server.remove_socket()
             server.server_close()
+            for srv in extra:
+                srv.close()
             raise
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
-    thread.start()
+    for srv in [server, *extra]:
+        threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     log(f"listening on {sock_path} (model {holder.path})")
+    for srv in extra:
+        log(f"serving the spamd protocol on {srv.where()}")
     if ready:
         ready()
     try:
         while not stop.wait(1.0):
             pass
     finally:
-        server.shutdown()  # stop accepting
+        for srv in [server, *extra]:
+            srv.shutdown()  # stop accepting
         server.remove_socket()
         server.server_close()  # waits for running requests
+        for srv in extra:
+            srv.close()
         if pid:
             pid.remove()
         for sig, handler in previous.items():

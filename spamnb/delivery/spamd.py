@@ -1,0 +1,659 @@
+"""``spamnb serve --spamd ADDRESS``: SpamAssassin's spamc/spamd protocol.
+
+Postfix (through ``spamc``), Exim's ``spam =`` ACL condition, Haraka and
+MailScanner already speak this protocol to a content filter; answering it
+puts spamnb where ``spamd`` is, with no process started per message. The
+protocol is SpamAssassin's ``spamd/PROTOCOL``, versions 1.0 to 1.5, as its
+``spamd`` implements it. One request per connection::
+
+    CHECK SPAMC/1.5\\r\\n            a method, the protocol version
+    User: alice\\r\\n                optional headers
+    Content-length: 1234\\r\\n       (without it: the message runs to the end of input)
+    \\r\\n
+    <the message>
+
+and the reply::
+
+    SPAMD/1.1 0 EX_OK\\r\\n
+    Spam: True ; 9.0 / 2.9\\r\\n
+    \\r\\n
+
+What each method answers (:func:`answer`):
+
+* ``CHECK``: the ``Spam:`` line alone. ``SYMBOLS``: with the strongest tokens,
+  comma-separated, as the body; ``REPORT``: with a text report of them;
+  ``REPORT_IFSPAM``: the report for spam only (and ``Yes``/``No`` in the
+  ``Spam:`` line). ``PROCESS``: the message with spamnb's ``X-Spam-*`` header
+  lines added, every other byte as sent; ``HEADERS``: only its header block.
+  ``PING``: ``PONG``. ``SKIP``: nothing.
+* ``TELL`` (only with ``--allow-tell``, as spamd): ``Message-class: spam|ham``
+  with ``Set: local`` learns the message into the user's model (moving it when
+  it was learned as the other class), ``Remove: local`` forgets it; the reply
+  says ``DidSet: local`` / ``DidRemove: local`` when that changed the model.
+
+**The score scale.** S and T in ``Spam: True ; S / T`` are log-odds:
+S = log P(spam|x)/P(ham|x), the score of spamnb's ``X-Spam-Status``, and
+T = log(c/(1 − c)) for the model's spam cut-off c (0.95: T = 2.9), so S > T
+exactly when the verdict is spam; a clean message scores below 0. ``True``
+is the spam verdict only: an unsure message says ``False`` (its
+``X-Spam-Status`` says ``Unsure``). One decimal each, as spamd writes them
+(Haraka and Exim parse that form).
+
+**Errors** are ``SPAMD/1.0 <code> <text>`` with the sysexits code: 76
+EX_PROTOCOL for a bad request (unknown method, malformed header, a
+``Content-length`` the message does not match), 79 EX_TIMEOUT for a request
+not received in time, 74 EX_IOERR when the model cannot be read, 67
+EX_NOUSER for ``TELL`` for a user with no model of their own, 69
+EX_UNAVAILABLE for ``TELL`` without ``--allow-tell``, 75 EX_TEMPFAIL when the
+server is at its connection cap or the model's lock stays busy, 70
+EX_SOFTWARE for anything else. spamc passes the message through unchanged on
+any of them (unless run with ``-x``).
+
+**Limits.** A message over ``max_bytes`` is answered as unscanned (score 0.0,
+``Spam: False``), as spamc does for its own ``-s`` limit; for ``PROCESS``
+it is streamed back as it came, never buffered and never dropped. Every
+request has a deadline (reading it, then writing the reply), and the
+connections served at once are capped, so a slow or stalled client holds one
+thread for at most the deadline.
+
+**Per-user models.** The ``User:`` header picks ``USER_MODELS/<user>/model.joblib``
+when ``--user-models`` is given and that file exists; otherwise the served
+model scores. A user name must be a plain name (:data:`_PLAIN_NAME`).
+
+**Exim** sends the message in mbox form, a ``From `` envelope line first: it is
+scored (and learned) as the message without it, and kept in ``PROCESS``'s output.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+import socket
+import socketserver
+import stat
+import threading
+import time
+
+from spamnb import verdict
+from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, message_tokens, scored
+from spamnb.delivery.server import BoundedThreads, ModelHolder, trusted_now
+from spamnb.storage import journal
+from spamnb.storage.scorer import Scorer
+from spamnb.storage.store import ModelError, lock_timeout
+
+#: sysexits.h, as spamd answers with them.
+EX = {"EX_OK": 0, "EX_USAGE": 64, "EX_DATAERR": 65, "EX_NOINPUT": 66, "EX_NOUSER": 67, "EX_NOHOST": 68,
+      "EX_UNAVAILABLE": 69, "EX_SOFTWARE": 70, "EX_OSERR": 71, "EX_OSFILE": 72, "EX_CANTCREAT": 73,
+      "EX_IOERR": 74, "EX_TEMPFAIL": 75, "EX_PROTOCOL": 76, "EX_NOPERM": 77, "EX_CONFIG": 78,
+      "EX_TIMEOUT": 79}
+
+SCANNING = ("CHECK", "SYMBOLS", "REPORT", "REPORT_IFSPAM", "PROCESS", "HEADERS")
+METHODS = SCANNING + ("TELL", "PING", "SKIP")
+#: spamd reads at most 255 header lines; a line longer than this is not a header.
+MAX_HEADERS = 255
+MAX_LINE = 8192
+#: The strongest tokens SYMBOLS and REPORT name (explain's default).
+N_SYMBOLS = 15
+#: A user name that picks a per-user model: a login or mailbox name, never a path.
+_PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,127}\Z")
+_REQUEST_LINE = re.compile(rb"([A-Z_]+) SPAMC/(\d+)\.(\d+)\r?\n\Z")
+CHUNK = 64 * 1024
+
+
+class SpamdError(Exception):
+    """A request answered with an error line: ``SPAMD/1.0 <code> <text>``."""
+
+    def __init__(self, name: str, text: str):
+        super().__init__(text)
+        self.name = name
+
+    def line(self) -> bytes:
+        text = " ".join(str(self).split())  # one line, whatever the cause said
+        if self.name == "EX_PROTOCOL":
+            text = f"Bad header line: {text}"  # spamd's wording, which clients log
+        return f"SPAMD/1.0 {EX[self.name]} {text}\r\n".encode("ascii", "replace")
+
+
+# -- reading a request -------------------------------------------------------------
+
+
+class _Reader:
+    """Buffered reads from a socket, none past ``deadline`` (EX_TIMEOUT then)."""
+
+    def __init__(self, sock, deadline):
+        self.sock = sock
+        self.deadline = deadline
+        self.buf = b""
+        self.eof = False
+
+    def _fill(self) -> bool:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise SpamdError("EX_TIMEOUT", "Timeout: (request not received in time)")
+        self.sock.settimeout(left)
+        try:
+            data = self.sock.recv(CHUNK)
+        except socket.timeout:
+            raise SpamdError("EX_TIMEOUT", "Timeout: (request not received in time)") from None
+        if not data:
+            self.eof = True
+            return False
+        self.buf += data
+        return True
+
+    def line(self) -> bytes:
+        """The next line with its ending; what is left at EOF (b"" for nothing)."""
+        while True:
+            i = self.buf.find(b"\n")
+            if i >= 0:
+                out, self.buf = self.buf[:i + 1], self.buf[i + 1:]
+                return out
+            if len(self.buf) > MAX_LINE:
+                raise SpamdError("EX_PROTOCOL", "(line too long)")
+            if self.eof or not self._fill():
+                out, self.buf = self.buf, b""
+                return out
+
+    def chunks(self, length=None):
+        """The body's bytes in pieces: ``length`` of them, or up to EOF."""
+        left = math.inf if length is None else length
+        while left > 0:
+            if not self.buf and (self.eof or not self._fill()):
+                return
+            piece = self.buf[:left] if left < len(self.buf) else self.buf
+            self.buf = self.buf[len(piece):]
+            left -= len(piece)
+            yield piece
+
+
+def parse_request_line(line: bytes) -> tuple[str, tuple[int, int]]:
+    """``(method, (major, minor))`` of ``CHECK SPAMC/1.5``; EX_PROTOCOL otherwise."""
+    m = _REQUEST_LINE.match(line)
+    if not m or m.group(1).decode() not in METHODS:
+        shown = line[:60].decode("ascii", "replace").strip()
+        raise SpamdError("EX_PROTOCOL", f"(unknown request: {shown!r})")
+    return m.group(1).decode(), (int(m.group(2)), int(m.group(3)))
+
+
+def parse_headers(reader: _Reader) -> dict:
+    """The request's headers (names as sent; spamd's are case-sensitive) up to the blank line."""
+    headers = {}
+    for _ in range(MAX_HEADERS + 1):
+        line = reader.line()
+        if not line.endswith(b"\n"):
+            raise SpamdError("EX_PROTOCOL", "(EOF during headers)")
+        line = line.rstrip(b"\r\n")
+        if not line:
+            return check_headers(headers)
+        name, sep, value = line.partition(b":")
+        if not sep or not name or not name.isascii() or b" " in name:
+            raise SpamdError("EX_PROTOCOL", "(header not in 'Name: value' format)")
+        headers[name.decode("ascii")] = value.strip().decode("latin-1")
+    raise SpamdError("EX_PROTOCOL", "(too many headers)")
+
+
+def check_headers(headers: dict) -> dict:
+    """Headers as spamd accepts them; EX_PROTOCOL for one it would refuse."""
+    length = headers.get("Content-length")
+    if length is not None and not (length.isascii() and length.isdigit()):
+        raise SpamdError("EX_PROTOCOL", "(Content-Length contains non-numeric bytes)")
+    user = headers.get("User")
+    if user is not None and any(ord(c) < 0x20 or ord(c) == 0x7F for c in user):
+        raise SpamdError("EX_PROTOCOL", "(User header contains control chars)")
+    if headers.get("Message-class", "spam").lower() not in ("spam", "ham"):
+        raise SpamdError("EX_PROTOCOL", "(Message-class header contains invalid class)")
+    if "Compress" in headers:
+        raise SpamdError("EX_PROTOCOL", "(compression not supported: send the message uncompressed)")
+    return headers
+
+
+def envelope_split(raw: bytes) -> tuple[bytes, bytes]:
+    """``(from_line, message)``: Exim's mbox ``From `` line apart from the message."""
+    if raw.startswith(b"From "):
+        end = raw.find(b"\n")
+        if end >= 0:
+            return raw[:end + 1], raw[end + 1:]
+    return b"", raw
+
+
+# -- replies -------------------------------------------------------------------------
+
+
+def spam_line(label: str, score: float, threshold: float, method: str) -> bytes:
+    """``Spam: True ; 9.0 / 2.9``: the verdict, S and T on the log-odds scale (module doc)."""
+    is_spam = label == "spam"
+    word = ("Yes" if is_spam else "No") if method == "REPORT_IFSPAM" else ("True" if is_spam else "False")
+    clamp = lambda x: max(-999.9, min(999.9, x))  # noqa: E731 - a learned prior of an empty class is infinite
+    return f"Spam: {word} ; {clamp(score):.1f} / {clamp(threshold):.1f}".encode("ascii")
+
+
+def threshold(spam_cutoff: float) -> float:
+    """T = log(c / (1 − c)): the spam cut-off on P(spam|x) as log-odds."""
+    c = min(max(spam_cutoff, 1e-300), 1 - 1e-16)
+    return math.log(c) - math.log1p(-c)
+
+
+def symbol(token: str, contribution: float) -> str:
+    """One SYMBOLS item: the token (header-safe, no commas or spaces) and its weight."""
+    return f"{verdict.header_safe(token).replace(' ', '_')}({contribution:+.2f})"
+
+
+def report(label, p, score, t, evidence, name) -> bytes:
+    """REPORT's body: the verdict and the tokens that decided it, as a table in
+    SpamAssassin's report layout (points, then the rule: here the token)."""
+    lines = [f"spamnb {verdict.__version__} naive Bayes verdict: {label}, P(spam)={p:.6f}, model {name}",
+             "",
+             f"Content analysis details:   ({score:.1f} points, {t:.1f} required)",
+             "",
+             "  pts token (log-odds it adds)",
+             "----- " + "-" * 50]
+    lines += [f"{c:+5.1f} {verdict.header_safe(tok)}" for tok, c in evidence or ()]
+    return ("\r\n".join(lines) + "\r\n").encode("ascii", "replace")
+
+
+def reply(headers=(), body=b"", *, length=True) -> bytes:
+    """``SPAMD/1.1 0 EX_OK``, headers, blank line, body."""
+    out = [b"SPAMD/1.1 0 EX_OK\r\n"]
+    if length:
+        out.append(b"Content-length: %d\r\n" % len(body))
+    out += [h + b"\r\n" for h in headers]
+    out.append(b"\r\n")
+    out.append(body)
+    return b"".join(out)
+
+
+# -- the models ------------------------------------------------------------------------
+
+
+class Models:
+    """The served model, and per-user models under ``user_models`` (cached holders)."""
+
+    CACHE = 256
+
+    def __init__(self, served: ModelHolder, served_is_default=False, user_models=None, log=None):
+        self.served = served
+        self.served_is_default = served_is_default
+        self.user_models = os.path.abspath(user_models) if user_models else None
+        self.log = log or (lambda text: None)
+        self._holders: dict[str, ModelHolder] = {}
+        self._lock = threading.Lock()
+
+    def user_path(self, user):
+        """``USER_MODELS/<user>/model.joblib``, or None (no --user-models, no user)."""
+        if not self.user_models or user is None:
+            return None
+        if not _PLAIN_NAME.match(user) or ".." in user:
+            raise SpamdError("EX_PROTOCOL", "(User header is not a plain user name)")
+        return os.path.join(self.user_models, user, "model.joblib")
+
+    def for_user(self, user) -> tuple[ModelHolder, bool]:
+        """``(holder, own)``: the user's model when there is one, else the served one."""
+        path = self.user_path(user)
+        if path is None or not os.path.isfile(path):
+            return self.served, False
+        with self._lock:
+            holder = self._holders.pop(path, None) or ModelHolder(
+                path, allow_insecure=self.served.allow_insecure, log=self.log)
+            self._holders[path] = holder  # most recently used last
+            while len(self._holders) > self.CACHE:
+                del self._holders[next(iter(self._holders))]
+        return holder, True
+
+
+# -- answering -------------------------------------------------------------------------
+
+
+def judge(model, msg: bytes, n_evidence: int):
+    """``(label, p, score, T, evidence)`` of ``msg`` under ``model`` at its own cut-offs."""
+    cutoffs = verdict.cutoffs_from(model.cutoffs)
+    score, p, evidence, known = scored(model, msg, n_evidence)
+    return verdict.label_for(p, cutoffs, known), p, score, threshold(cutoffs[1]), evidence
+
+
+def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None) -> bytes:
+    """The reply to one whole request (the message in ``raw``)."""
+    if method == "TELL":
+        return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
+    holder, _ = models.for_user(headers.get("User"))
+    try:
+        loaded = holder.get()
+        if not holder.allow_insecure and not trusted_now(holder.path):
+            raise ModelError(f"model {holder.path} is not trusted (see spamnb info)")
+    except (ModelError, OSError) as exc:
+        raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+    envelope, msg = envelope_split(raw)
+    want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
+    label, p, score, t, evidence = judge(loaded.model, msg, want)
+    line = spam_line(label, score, t, method)
+    name = verdict.model_name(holder.path, holder is models.served and models.served_is_default)
+    if method == "CHECK":
+        return reply(headers=[line], length=False)
+    if method in ("PROCESS", "HEADERS"):
+        out = envelope + add_headers(msg, verdict.header_lines(label, p, score, name))
+        if method == "HEADERS":
+            out = out[:_header_part_end(out)]
+        if version < (1, 2):
+            return b"SPAMD/1.0 0 EX_OK\r\n" + out
+        return reply(headers=[line] if version >= (1, 3) else [], body=out)
+    if method == "SYMBOLS":
+        body = ",".join(symbol(tok, c) for tok, c in evidence or ()).encode("ascii")
+        if version < (1, 3):
+            body += b"\r\n"
+    elif method == "REPORT" or label == "spam":
+        body = report(label, p, score, t, evidence, name)
+    else:
+        body = b""  # REPORT_IFSPAM of a message that is not spam
+    if version < (1, 3):
+        return reply(headers=[line], body=body, length=False)
+    return reply(headers=[line], body=body)
+
+
+def _header_part_end(out: bytes) -> int:
+    """End of the header block of ``out`` with its blank line (HEADERS' reply)."""
+    ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := out.find(sep)) >= 0]
+    return min(ends) if ends else len(out)
+
+
+def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
+    """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model."""
+    if not allow_tell:
+        raise SpamdError("EX_UNAVAILABLE",
+                         "Service Unavailable: TELL commands are not enabled, set the --allow-tell switch.")
+    set_local = "local" in headers.get("Set", "").lower()
+    remove_local = "local" in headers.get("Remove", "").lower()
+    if set_local and remove_local:
+        raise SpamdError("EX_PROTOCOL", "Unable to set local and remove local in the same operation.")
+    label = headers.get("Message-class", "").lower() or None
+    if set_local and label is None:
+        raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
+    user = headers.get("User")
+    holder, own = models.for_user(user)
+    if models.user_models and user is not None and not own:
+        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (make one with spamnb train --model "
+                                      f"{models.user_path(user)})")
+    if holder is models.served and models.served_is_default:
+        raise SpamdError("EX_UNAVAILABLE", "the default model does not learn: train a model of your own")
+    _, msg = envelope_split(raw)
+    done = {}
+    if set_local:
+        done = _update(holder, [(msg, label, None)], forget=False, compact=compact)
+    elif remove_local:
+        for cls in (label,) if label else ("spam", "ham"):
+            try:
+                done = _update(holder, [(msg, cls, None)], forget=True, compact=compact)
+                break
+            except ValueError:  # not learned as that class: nothing to forget there
+                continue
+    did = []
+    if set_local and done.get("learned", 0) + done.get("moved", 0):
+        did.append(b"DidSet: local")
+    if remove_local and done.get("forgotten", 0):
+        did.append(b"DidRemove: local")
+    return reply(headers=did, length=False)
+
+
+def _update(holder, items, *, forget, compact):
+    """Learn or forget through the journal (as ``spamnb learn``), else the full model."""
+    from spamnb.storage.modelfile import learn_messages
+
+    timeout = lock_timeout(LEARN_TIMEOUT)
+    try:
+        try:
+            done = journal.update(holder.path, items, forget=forget, allow_insecure=holder.allow_insecure,
+                                  timeout=timeout, warn=holder.log)
+        except journal.NeedsModel:  # no fresh scorer: the full model, as the click command does
+            return learn_messages(holder.path, [(raw, label) for raw, label, _ in items], forget=forget,
+                                  allow_insecure=holder.allow_insecure, timeout=timeout, warn=holder.log)
+    except ModelError as exc:
+        name = "EX_TEMPFAIL" if "lock" in str(exc).lower() else "EX_IOERR"
+        raise SpamdError(name, f"not learned: {exc}") from None
+    if done.get("needs_compaction") and compact:
+        compact(holder)
+    return done
+
+
+# -- the server -------------------------------------------------------------------------
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self):
+        srv = self.server
+        conn = self.request
+        reader = _Reader(conn, time.monotonic() + srv.timeout_s)
+        try:
+            out = self._request(reader)
+        except SpamdError as exc:
+            srv.log(f"spamd: {exc}")
+            out = exc.line()
+        except Exception as exc:  # noqa: BLE001 - one bad message never stops the server
+            srv.log(f"spamd: internal error: {exc.__class__.__name__}: {exc}")
+            out = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}").line()
+        if out:
+            self._send([out], time.monotonic() + srv.timeout_s)
+
+    def _request(self, reader) -> bytes | None:
+        srv = self.server
+        method, version = parse_request_line(reader.line())
+        headers = {}
+        if method in ("PING", "SKIP"):
+            if version >= (1, 5):  # 1.5 clients send a (usually empty) header block here too
+                parse_headers(reader)
+        elif version > (1, 0) or method == "TELL":  # 1.0 requests have no headers: the message follows
+            headers = parse_headers(reader)
+        if method == "PING":
+            return b"SPAMD/1.5 0 PONG\r\n"
+        if method == "SKIP":
+            return None
+        length = headers.get("Content-length")
+        length = int(length) if length is not None else None
+        if length is not None and length > srv.max_bytes:
+            return self._unscanned(reader, method, version, headers, length)
+        raw = b"".join(reader.chunks(length if length is not None else srv.max_bytes + 1))
+        if length is not None and len(raw) != length:
+            raise SpamdError("EX_PROTOCOL", f"(Content-Length mismatch: Expected {length} bytes, "
+                                            f"got {len(raw)} bytes)")
+        if len(raw) > srv.max_bytes:
+            return self._unscanned(reader, method, version, headers, None, raw)
+        return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
+                      compact=srv.compactor.soon)
+
+    def _unscanned(self, reader, method, version, headers, length, head=b""):
+        """A message over the limit: not scored, not learned; PROCESS streams it back."""
+        srv = self.server
+        if method == "TELL":
+            raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
+        holder, _ = srv.models.for_user(headers.get("User"))
+        try:
+            t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs)[1])
+        except (ModelError, OSError) as exc:
+            raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+        line = spam_line("ham", 0.0, t, method)
+        srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
+        rest = reader.chunks(None if length is None else length - len(head))
+        deadline = time.monotonic() + srv.timeout_s
+        if method != "PROCESS" or version < (1, 2):
+            for _ in rest:  # read what the client sends, then answer (it may wait to finish sending)
+                pass
+            if method == "PROCESS":  # 1.0 and 1.1 replies have no length: the connection's end closes it
+                return None
+            body = b"" if method in ("CHECK", "HEADERS") else b"message too large: not scanned\r\n"
+            return reply(headers=[line], body=body, length=version >= (1, 3) and method != "CHECK")
+        top = [b"SPAMD/1.1 0 EX_OK\r\n"]
+        if length is not None:
+            top.append(b"Content-length: %d\r\n" % length)
+        top += [line + b"\r\n", b"\r\n", head]
+        self._send(top, deadline)
+        self._send(rest, deadline)
+        return None
+
+    def _send(self, pieces, deadline):
+        conn = self.request
+        try:
+            for piece in pieces:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout
+                conn.settimeout(left)
+                conn.sendall(piece)
+        except (OSError, SpamdError) as exc:
+            self.server.log(f"spamd: reply not delivered: {exc}")
+
+
+class _SpamdServer(BoundedThreads):
+    daemon_threads = False
+    block_on_close = True
+    request_queue_size = 128
+
+    def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections):
+        self.models = models
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout
+        self.allow_tell = allow_tell
+        self.log = log
+        self.compactor = compactor
+        self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line())
+
+
+class TCPServer(_SpamdServer, socketserver.TCPServer):
+    allow_reuse_address = True
+
+    def __init__(self, host, port, allowed):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.allowed = allowed
+        super().__init__((host, port), _Handler)
+
+    def verify_request(self, request, client_address):
+        """Connections from outside the allowed networks are closed before a byte is read."""
+        try:
+            ip = ipaddress.ip_address(client_address[0])
+        except ValueError:
+            return False
+        if ip.version == 6 and ip.ipv4_mapped:
+            ip = ip.ipv4_mapped
+        if any(ip in net for net in self.allowed):
+            return True
+        self.log(f"spamd: connection from {ip} refused (not in --allow)")
+        return False
+
+    def close(self):
+        self.server_close()
+
+    def where(self):
+        host, port = self.server_address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
+    def __init__(self, path, mode):
+        prepare_unix_socket(path)
+        old = os.umask(0o177)
+        try:
+            super().__init__(path, _Handler)
+        finally:
+            os.umask(old)
+        os.chmod(path, mode)
+        self.path = path
+
+    def where(self):
+        return self.path
+
+    def close(self):
+        self.server_close()
+        try:
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def prepare_unix_socket(path):
+    """No live server on ``path``; a stale socket (a server that died) is removed."""
+    from spamnb.delivery.server import ServerError
+
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ServerError(f"{path} exists and is not a socket")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)
+            return
+    raise ServerError(f"a server is already listening on {path}")
+
+
+# -- addresses -------------------------------------------------------------------------
+
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+DEFAULT_PORT = 783
+
+
+def parse_address(text: str):
+    """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
+    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError otherwise."""
+    if "/" in text:
+        return ("unix", os.path.abspath(text))
+    host, port = "127.0.0.1", text
+    if text.startswith("["):
+        host, _, port = text[1:].partition("]")
+        port = port[1:] if port.startswith(":") else ""
+    elif ":" in text:
+        host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--spamd {text}: give HOST:PORT, a port, or a socket path")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        if host != "localhost":
+            raise ValueError(f"--spamd {text}: the host must be an IP address (or localhost)") from None
+        host = "127.0.0.1"
+    return ("tcp", host, int(port))
+
+
+def parse_networks(cidrs) -> tuple:
+    """The ``--allow`` networks; ValueError for one that is not a network."""
+    nets = []
+    for c in cidrs:
+        try:
+            nets.append(ipaddress.ip_network(c, strict=False))
+        except ValueError:
+            raise ValueError(f"--allow {c}: not an address or CIDR network") from None
+    return tuple(nets)
+
+
+def check_exposure(host, allowed):
+    """Listening beyond loopback needs ``--allow`` (as spamd's ``-A``): ValueError otherwise."""
+    ip = ipaddress.ip_address(host)
+    if not ip.is_loopback and not allowed:
+        raise ValueError(f"--spamd on {host} listens beyond this machine: say who may connect with "
+                         f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
+
+
+def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
+                 max_connections, compactor, log):
+    """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
+    nets = parse_networks(allow)
+    servers = []
+    try:
+        for text in addresses:
+            kind, *where = parse_address(text)
+            if kind == "unix":
+                srv = UnixServer(where[0], unix_mode)
+            else:
+                check_exposure(where[0], nets)
+                srv = TCPServer(where[0], where[1], LOOPBACK + nets)
+            srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
+                          compactor=compactor, max_connections=max_connections)
+            servers.append(srv)
+    except BaseException:
+        for srv in servers:
+            srv.close()
+        raise
+    return servers
+
+

@@ -1,0 +1,580 @@
+"""``spamnb serve --spamd``: SpamAssassin's spamc/spamd protocol.
+
+The server runs in-process on an ephemeral port for most tests (one model
+load); the real clients -- Debian's ``spamc`` and the ``aiospamc`` library --
+talk to it as they would to spamd, and one test starts ``spamnb serve
+--spamd`` as a user would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import threading
+import time
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from spamnb import verdict
+from spamnb.delivery import hook, spamd
+from spamnb.delivery.server import Compactor, ModelHolder
+from spamnb.mail.identity import message_key
+from spamnb.storage.modelfile import load_model, save_model
+from spamnb.storage.scorer import fresh_scorer
+from test_e2e import SPAMNB
+from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
+
+SPAMC = shutil.which("spamc")
+needs_spamc = pytest.mark.skipif(SPAMC is None, reason="spamc is not installed (apt-get install spamc; "
+                                                       "the README's test command does it when run as root)")
+SPAM_LINE = re.compile(rb"Spam: (True|False|Yes|No) ; (-?\d+\.\d) / (-?\d+\.\d)\r\n")
+
+
+class Served:
+    """An in-process spamd server on 127.0.0.1 (ephemeral port)."""
+
+    def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
+                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False):
+        self.log_lines = []
+        log = self.log_lines.append
+        self.holder = ModelHolder(str(model), log=log)
+        self.holder.get()
+        self.models = spamd.Models(self.holder, is_default, user_models, log)
+        self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
+        self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
+                           compactor=Compactor(log), max_connections=max_connections)
+        self.port = self.srv.server_address[1]
+        self.thread = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.srv.shutdown()
+        self.srv.close()
+
+    def ask(self, request: bytes, *, half_close=True, timeout=20.0) -> bytes:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=timeout) as s:
+            s.sendall(request)
+            if half_close:
+                s.shutdown(socket.SHUT_WR)
+            return _read_all(s)
+
+
+def _read_all(s) -> bytes:
+    out = []
+    while True:
+        try:
+            data = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not data:
+            break
+        out.append(data)
+    return b"".join(out)
+
+
+def request(method, raw=b"", version="1.5", **headers) -> bytes:
+    head = [f"{method} SPAMC/{version}\r\n".encode()]
+    if "Content_length" not in headers and method not in ("PING", "SKIP"):
+        headers["Content_length"] = str(len(raw))
+    head += [f"{k.replace('_', '-')}: {v}\r\n".encode("latin-1") for k, v in headers.items()]
+    return b"".join(head) + b"\r\n" + raw
+
+
+def split_reply(data: bytes):
+    """``(status line, {header: value}, body)``."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    hdrs = dict(line.split(b": ", 1) for line in lines[1:] if line)
+    return lines[0], hdrs, body
+
+
+@pytest.fixture
+def served(compiled):
+    s = Served(compiled)
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def spam_and_ham(compiled):
+    """A message the model files as spam, and one it files as ham."""
+    sc = fresh_scorer(str(compiled))
+    by_label = {}
+    for raw in messages():
+        label = spamd.judge(sc, raw, 0)[0]
+        by_label.setdefault(label, raw)
+    return by_label["spam"], by_label["ham"]
+
+
+# -- units ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, want", [
+    ("783", ("tcp", "127.0.0.1", 783)),
+    ("127.0.0.1:11333", ("tcp", "127.0.0.1", 11333)),
+    ("localhost:783", ("tcp", "127.0.0.1", 783)),
+    ("[::1]:783", ("tcp", "::1", 783)),
+    ("0.0.0.0:783", ("tcp", "0.0.0.0", 783)),
+    ("/run/spamnb/spamd.sock", ("unix", "/run/spamnb/spamd.sock")),
+])
+def test_addresses(text, want):
+    assert spamd.parse_address(text) == want
+
+
+@pytest.mark.parametrize("text", ["", "host", "1.2.3.4:0", "1.2.3.4:99999", "mail.example:783", "[::1]"])
+def test_bad_addresses_are_refused(text):
+    with pytest.raises(ValueError):
+        spamd.parse_address(text)
+
+
+def test_listening_beyond_loopback_needs_allow():
+    spamd.check_exposure("127.0.0.1", ())
+    spamd.check_exposure("::1", ())
+    with pytest.raises(ValueError, match="--allow"):
+        spamd.check_exposure("0.0.0.0", ())
+    spamd.check_exposure("0.0.0.0", spamd.parse_networks(["192.0.2.0/24"]))
+    with pytest.raises(ValueError, match="not an address"):
+        spamd.parse_networks(["192.0.2.0/99"])
+
+
+def test_score_and_threshold_are_log_odds_with_one_decimal():
+    t = spamd.threshold(0.95)
+    assert t == pytest.approx(math.log(19))  # log(0.95 / 0.05)
+    assert spamd.spam_line("spam", 9.04, t, "CHECK") == b"Spam: True ; 9.0 / 2.9"
+    assert spamd.spam_line("ham", -33.46, t, "CHECK") == b"Spam: False ; -33.5 / 2.9"
+    assert spamd.spam_line("unsure", 1.0, t, "CHECK") == b"Spam: False ; 1.0 / 2.9"  # only spam is True
+    assert spamd.spam_line("spam", math.inf, t, "REPORT_IFSPAM") == b"Spam: Yes ; 999.9 / 2.9"
+
+
+def test_envelope_line_is_split_off():
+    assert spamd.envelope_split(b"From a@b Thu Aug 22 12:36:23 2002\nSubject: x\n\nhi\n") == (
+        b"From a@b Thu Aug 22 12:36:23 2002\n", b"Subject: x\n\nhi\n")
+    assert spamd.envelope_split(b"Subject: x\n\nhi\n") == (b"", b"Subject: x\n\nhi\n")
+
+
+def test_scorer_evidence_is_the_full_models(compiled):
+    """SYMBOLS and REPORT come from the compiled scorer: the same tokens and
+    contributions as ``spamnb explain`` computes from the full model."""
+    sc, model = fresh_scorer(str(compiled)), load_model(compiled)
+    for raw in messages()[:5]:
+        toks = model.tokens(raw)
+        score, _, _, top = sc.explain(toks, 10)
+        ev = model.explain(raw, 10)
+        assert [t for t, _ in top] == [t for t, _, _ in ev.tokens]
+        assert [c for _, c in top] == pytest.approx([c for _, _, c in ev.tokens], abs=1e-9)
+        assert score == pytest.approx(ev.score, abs=1e-6)
+
+
+# -- the methods ---------------------------------------------------------------------
+
+
+def test_check_gives_the_verdict_score_and_threshold(served, spam_and_ham, compiled):
+    sc = fresh_scorer(str(compiled))
+    for raw, word in zip(spam_and_ham, (b"True", b"False")):
+        status, hdrs, body = split_reply(served.ask(request("CHECK", raw)))
+        assert status == b"SPAMD/1.1 0 EX_OK" and body == b""
+        m = SPAM_LINE.match(b"Spam: " + hdrs[b"Spam"] + b"\r\n")
+        score = sc.score(sc_tokens(sc, raw))[0]
+        assert m.group(1) == word
+        assert float(m.group(2)) == pytest.approx(score, abs=0.05)
+        assert m.group(3) == b"2.9"
+
+
+def sc_tokens(sc, raw):
+    return hook.message_tokens(sc, raw)
+
+
+def test_process_adds_the_filters_headers_and_keeps_every_other_byte(served, spam_and_ham, compiled):
+    sc = fresh_scorer(str(compiled))
+    for raw in spam_and_ham:
+        status, hdrs, body = split_reply(served.ask(request("PROCESS", raw)))
+        assert status == b"SPAMD/1.1 0 EX_OK"
+        assert int(hdrs[b"Content-length"]) == len(body)
+        want, _ = hook.filter_message(sc, raw, "model.joblib", (None,) * 5)
+        assert body == want  # what `spamnb filter` writes, byte for byte
+        headers = split_reply(served.ask(request("HEADERS", raw)))[2]
+        assert body.startswith(headers) and headers.endswith((b"\n\n", b"\r\n\r\n"))
+        assert b"X-Spam-Status: " in headers and len(headers) < len(body)
+
+
+def test_exim_envelope_line_is_not_scored_and_is_kept(served, spam_and_ham):
+    raw = spam_and_ham[0]
+    line = b"From sender@example.org Mon Dec  1 10:00:00 2026\n"
+    assert split_reply(served.ask(request("CHECK", line + raw)))[1] == split_reply(
+        served.ask(request("CHECK", raw)))[1]
+    body = split_reply(served.ask(request("PROCESS", line + raw)))[2]
+    assert body == line + split_reply(served.ask(request("PROCESS", raw)))[2]
+
+
+def test_symbols_and_reports_name_the_strongest_tokens(served, spam_and_ham, compiled):
+    spam, ham = spam_and_ham
+    model = load_model(compiled)
+    _, hdrs, body = split_reply(served.ask(request("SYMBOLS", spam)))
+    assert hdrs[b"Spam"].startswith(b"True")
+    names = [item.rsplit(b"(", 1)[0].decode() for item in body.split(b",")]
+    assert names == [verdict.header_safe(t) for t, _, _ in model.explain(spam, spamd.N_SYMBOLS).tokens]
+    _, hdrs, body = split_reply(served.ask(request("REPORT", spam)))
+    assert b"Content analysis details:" in body and names[0].encode() in body
+    _, hdrs, body = split_reply(served.ask(request("REPORT_IFSPAM", ham)))
+    assert hdrs[b"Spam"].startswith(b"No ;") and body == b""
+    _, hdrs, body = split_reply(served.ask(request("REPORT_IFSPAM", spam)))
+    assert hdrs[b"Spam"].startswith(b"Yes ;") and b"Content analysis details:" in body
+
+
+def test_ping_and_skip(served):
+    assert served.ask(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+    assert served.ask(b"PING SPAMC/1.2\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+    assert served.ask(b"SKIP SPAMC/1.5\r\n\r\n") == b""
+
+
+def test_older_protocol_versions(served, spam_and_ham):
+    raw = spam_and_ham[1]
+    # 1.0: no headers, the message runs to the end of input; the reply has no length
+    out = served.ask(b"PROCESS SPAMC/1.0\r\n" + raw)
+    assert out.startswith(b"SPAMD/1.0 0 EX_OK\r\n") and b"X-Spam-Flag: NO" in out
+    # 1.2: a length, no Spam header; 1.3+: both
+    status, hdrs, _ = split_reply(served.ask(request("PROCESS", raw, version="1.2")))
+    assert b"Content-length" in hdrs and b"Spam" not in hdrs
+    # no Content-length: read to the end of input
+    status, hdrs, _ = split_reply(served.ask(b"CHECK SPAMC/1.5\r\n\r\n" + raw))
+    assert status == b"SPAMD/1.1 0 EX_OK" and hdrs[b"Spam"].startswith(b"False")
+
+
+# -- learning ------------------------------------------------------------------------
+
+
+def test_tell_learns_moves_and_forgets(served, spam_and_ham, compiled):
+    raw = spam_and_ham[1].replace(b"Subject:", b"Subject: tell-test", 1)  # a message not learned yet
+    tell = lambda **h: split_reply(served.ask(request("TELL", raw, **h)))  # noqa: E731
+    assert tell(Message_class="spam", Set="local")[1] == {b"DidSet": b"local"}
+    assert tell(Message_class="spam", Set="local")[1] == {}  # already learned as spam
+    assert load_model(compiled).known(message_key(raw), raw) == 1  # spam
+    assert tell(Message_class="ham", Set="local")[1] == {b"DidSet": b"local"}  # moved
+    assert tell(Remove="local")[1] == {b"DidRemove": b"local"}  # no class: the one it was learned as
+    assert tell(Remove="local")[1] == {}
+    status, _, _ = tell(Message_class="spam", Set="local", Remove="local")
+    assert status.startswith(b"SPAMD/1.0 76 ")
+
+
+def test_tell_changes_the_next_verdict(served, compiled):
+    raw = b"Subject: zqxj wibblefrotz\n\nzqxj wibblefrotz quuxplonk zqxj wibblefrotz\n"
+    before = split_reply(served.ask(request("CHECK", raw)))[1][b"Spam"]
+    for i in range(3):
+        msg = raw.replace(b"Subject: ", b"Subject: %d " % i)
+        assert split_reply(served.ask(request("TELL", msg, Message_class="spam", Set="local")))[1]
+    after = split_reply(served.ask(request("CHECK", raw)))[1][b"Spam"]
+    assert float(after.split()[2]) > float(before.split()[2])
+
+
+def test_tell_needs_allow_tell_and_never_teaches_the_default_model(compiled, spam_and_ham):
+    s = Served(compiled, allow_tell=False)
+    try:
+        out = s.ask(request("TELL", spam_and_ham[0], Message_class="spam", Set="local"))
+        assert out.startswith(b"SPAMD/1.0 69 ") and b"--allow-tell" in out
+    finally:
+        s.stop()
+    s = Served(compiled, is_default=True)
+    try:
+        out = s.ask(request("TELL", spam_and_ham[0], Message_class="spam", Set="local"))
+        assert out.startswith(b"SPAMD/1.0 69 ") and b"default model" in out
+    finally:
+        s.stop()
+
+
+# -- per-user models -----------------------------------------------------------------
+
+
+@pytest.fixture
+def user_models(tmp_path, trained_model):
+    """USER_MODELS/alice/model.joblib: the trained model with other cut-offs (so
+    its threshold tells which model answered)."""
+    import copy
+
+    from spamnb.nb.decision import Cutoffs
+    from spamnb.verdict import check_cutoffs
+
+    root = tmp_path / "users"
+    (root / "alice").mkdir(parents=True, mode=0o700)
+    m = copy.deepcopy(trained_model)
+    m.cutoffs = Cutoffs(*check_cutoffs(0.2, 0.99))
+    save_model(m, root / "alice" / "model.joblib")
+    return root
+
+
+def test_user_header_picks_the_users_model(compiled, user_models, spam_and_ham):
+    s = Served(compiled, user_models=str(user_models))
+    try:
+        spam = spam_and_ham[0]
+        t = lambda user: split_reply(s.ask(request("CHECK", spam, User=user)))[1][b"Spam"].split()[-1]  # noqa: E731
+        assert t("alice") == b"4.6"  # log(0.99/0.01): her model
+        assert t("bob") == b"2.9"  # no model of his: the served one
+        out = s.ask(request("CHECK", spam, User="../alice"))
+        assert out.startswith(b"SPAMD/1.0 76 ") and b"plain user name" in out
+        out = s.ask(request("TELL", spam, User="bob", Message_class="spam", Set="local"))
+        assert out.startswith(b"SPAMD/1.0 67 ")  # never into the shared model by accident
+        raw = spam.replace(b"Subject:", b"Subject: alice-only", 1)
+        assert split_reply(s.ask(request("TELL", raw, User="alice", Message_class="spam", Set="local")))[1]
+        assert load_model(user_models / "alice" / "model.joblib").known(message_key(raw), raw) == 1
+        assert load_model(compiled).known(message_key(raw), raw) is None
+    finally:
+        s.stop()
+
+
+# -- bad requests, limits, access ------------------------------------------------------
+
+
+@pytest.mark.parametrize("req", [
+    b"EXPLODE SPAMC/1.5\r\n\r\n",
+    b"CHECK HTTP/1.1\r\n\r\n",
+    b"CHECK SPAMC/1.5\r\nno colon here\r\n\r\nx",
+    b"CHECK SPAMC/1.5\r\nContent-length: 12x\r\n\r\nx",
+    b"CHECK SPAMC/1.5\r\nContent-length: 100\r\n\r\nSubject: short\r\n\r\n",
+    b"CHECK SPAMC/1.5\r\nCompress: zlib\r\nContent-length: 1\r\n\r\nx",
+    b"TELL SPAMC/1.5\r\nMessage-class: eggs\r\nSet: local\r\nContent-length: 1\r\n\r\nx",
+    b"CHECK SPAMC/1.5\r\n" + b"X-A: b\r\n" * 300 + b"\r\n",
+    b"CHECK SPAMC/1.5\r\nUser: a\x01b\r\n\r\n",
+    b"CHECK SPAMC/1.5\r\nContent-length: 5",
+    b"\x00\xff\xfe binary\r\n\r\n",
+    b"",
+])
+def test_bad_requests_get_a_protocol_error(served, req):
+    out = served.ask(req)
+    assert out.startswith(b"SPAMD/1.0 76 Bad header line: ") and out.endswith(b"\r\n") and out.count(b"\n") == 1
+    assert served.ask(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # still serving
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.one_of(
+    st.binary(max_size=400),
+    st.builds(lambda m, v, h, b: f"{m} SPAMC/{v}\r\n".encode() + h + b"\r\n" + b,
+              st.sampled_from(spamd.METHODS + ("BOGUS",)), st.sampled_from(["1.0", "1.2", "1.5", "9.9", "x"]),
+              st.binary(max_size=120), st.binary(max_size=200)),
+))
+def test_malformed_requests_never_crash_or_hang_the_server(served, req):
+    start = time.monotonic()
+    out = served.ask(req, timeout=10)
+    assert out == b"" or out.startswith((b"SPAMD/1.", b"SPAMD/1.5 0 PONG"))
+    assert time.monotonic() - start < 8
+    assert not any("internal error" in line for line in served.log_lines), served.log_lines
+
+
+def test_early_close_and_stalled_clients_do_not_hold_the_server(compiled, spam_and_ham):
+    s = Served(compiled, timeout=1.0, max_connections=2)
+    try:
+        stalled = socket.create_connection(("127.0.0.1", s.port))
+        stalled.sendall(b"CHECK SPAMC/1.5\r\nContent-length: 1000\r\n\r\nSubject: x")  # then nothing
+        closed = socket.create_connection(("127.0.0.1", s.port))
+        closed.sendall(b"PROCESS SPAMC/1.5\r\nContent-length: 1000\r\n\r\nSub")
+        closed.close()
+        start = time.monotonic()
+        out = s.ask(request("CHECK", spam_and_ham[1]))  # served while the stalled one waits
+        assert out.startswith(b"SPAMD/1.1 0 EX_OK")
+        stalled.settimeout(5)
+        assert _read_all(stalled).startswith(b"SPAMD/1.0 79 ")  # dropped at its deadline
+        assert time.monotonic() - start < 4
+        stalled.close()
+    finally:
+        s.stop()
+
+
+def test_connections_beyond_the_cap_get_a_tempfail(compiled):
+    s = Served(compiled, timeout=3.0, max_connections=1)
+    try:
+        holder = socket.create_connection(("127.0.0.1", s.port))
+        holder.sendall(b"CHECK SPAMC/1.5\r\n")
+        time.sleep(0.3)
+        out = s.ask(b"PING SPAMC/1.5\r\n\r\n", half_close=False)
+        assert out.startswith(b"SPAMD/1.0 75 ")
+        holder.close()
+    finally:
+        s.stop()
+
+
+def test_oversized_messages_are_answered_unscanned_and_process_returns_them_whole(compiled):
+    s = Served(compiled, max_bytes=2000)
+    try:
+        big = b"Subject: big\r\n\r\n" + b"cheap pills now " * 1000
+        status, hdrs, body = split_reply(s.ask(request("CHECK", big)))
+        assert status == b"SPAMD/1.1 0 EX_OK" and hdrs[b"Spam"] == b"False ; 0.0 / 2.9"
+        status, hdrs, body = split_reply(s.ask(request("PROCESS", big)))
+        assert hdrs[b"Content-length"] == str(len(big)).encode() and body == big
+        out = s.ask(b"PROCESS SPAMC/1.5\r\n\r\n" + big)  # no length: streamed back to the end
+        assert split_reply(out)[2] == big
+        out = s.ask(request("TELL", big, Message_class="spam", Set="local"))
+        assert out.startswith(b"SPAMD/1.0 65 ")  # never learned unseen
+    finally:
+        s.stop()
+
+
+def test_clients_outside_the_allowed_networks_are_closed_before_reading(compiled):
+    import ipaddress
+
+    s = Served(compiled, allowed=(ipaddress.ip_network("192.0.2.0/24"),))
+    try:
+        assert s.ask(b"PING SPAMC/1.5\r\n\r\n") == b""
+        assert any("refused" in line for line in s.log_lines)
+    finally:
+        s.stop()
+
+
+def test_a_model_that_cannot_be_read_is_an_ioerror_and_the_server_goes_on(tmp_path, compiled, spam_and_ham):
+    path = tmp_path / "own" / "model.joblib"
+    path.parent.mkdir(mode=0o700)
+    shutil.copyfile(compiled, path)
+    shutil.copyfile(str(compiled) + ".scorer", str(path) + ".scorer")
+    path.chmod(0o600)
+    s = Served(path)
+    try:
+        assert s.ask(request("CHECK", spam_and_ham[0])).startswith(b"SPAMD/1.1 0 EX_OK")
+        path.chmod(0o666)  # another user could have written it: not trusted
+        out = s.ask(request("CHECK", spam_and_ham[0]))
+        assert out.startswith(b"SPAMD/1.0 74 ")
+        path.chmod(0o600)
+        assert s.ask(request("CHECK", spam_and_ham[0])).startswith(b"SPAMD/1.1 0 EX_OK")
+    finally:
+        s.stop()
+
+
+# -- the real clients ------------------------------------------------------------------
+
+
+def spamc(port, *args, raw=b"", check=False):
+    return subprocess.run([SPAMC, "-d", "127.0.0.1", "-p", str(port), *args], input=raw, capture_output=True,
+                          timeout=60, check=check)
+
+
+@needs_spamc
+def test_spamc_check_process_report_symbols_ping(served, spam_and_ham):
+    spam, ham = spam_and_ham
+    r = spamc(served.port, "-c", raw=spam)
+    assert r.returncode == 1 and re.fullmatch(rb"\d+\.\d/2\.9\n", r.stdout)
+    r = spamc(served.port, "-c", raw=ham)
+    assert r.returncode == 0 and re.fullmatch(rb"-?\d+\.\d/2\.9\n", r.stdout)
+    r = spamc(served.port, raw=ham)  # PROCESS
+    assert r.returncode == 0 and r.stdout == split_reply(served.ask(request("PROCESS", ham)))[2]
+    r = spamc(served.port, "-R", raw=spam)
+    assert b"Content analysis details:" in r.stdout
+    r = spamc(served.port, "-y", raw=spam)
+    assert r.stdout.count(b",") == spamd.N_SYMBOLS - 1
+    r = spamc(served.port, "-K")
+    assert r.returncode == 0 and r.stdout.startswith(b"SPAMD/1.5 0")
+
+
+@needs_spamc
+def test_spamc_learn_and_forget(served, spam_and_ham):
+    raw = spam_and_ham[1].replace(b"Subject:", b"Subject: spamc-learn", 1)
+    assert spamc(served.port, "-L", "spam", raw=raw).stdout == b"Message successfully un/learned\n"
+    assert spamc(served.port, "-L", "spam", raw=raw).stdout == b"Message was already un/learned\n"
+    assert spamc(served.port, "-L", "ham", raw=raw).stdout == b"Message successfully un/learned\n"
+    assert spamc(served.port, "-L", "forget", raw=raw).stdout == b"Message successfully un/learned\n"
+    assert spamc(served.port, "-L", "forget", raw=raw).stdout == b"Message was already un/learned\n"
+
+
+@needs_spamc
+def test_spamc_user_and_size_limit(compiled, user_models, spam_and_ham):
+    s = Served(compiled, user_models=str(user_models), max_bytes=1000)
+    try:
+        spam = spam_and_ham[0]
+        assert len(spam) > 1000
+        # spamc's own -s limit: it does not send the message, and passes it through
+        r = spamc(s.port, "-s", "100", raw=spam)
+        assert r.stdout == spam
+        # over the server's limit: unscanned, returned whole
+        r = spamc(s.port, "-u", "alice", raw=spam)
+        assert r.stdout == spam
+        r = spamc(s.port, "-u", "alice", "-c", raw=spam)
+        assert r.stdout == b"0.0/4.6\n" and r.returncode == 0
+    finally:
+        s.stop()
+
+
+@needs_spamc
+def test_spamc_passes_the_message_through_when_spamnb_is_down(spam_and_ham):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # nobody listens here once closed
+    r = spamc(port, raw=spam_and_ham[0])
+    assert r.returncode == 0 and r.stdout == spam_and_ham[0]
+    r = spamc(port, "-x", raw=spam_and_ham[0])
+    assert r.returncode != 0 and r.stdout == b""
+
+
+def test_aiospamc_speaks_to_it(served, spam_and_ham):
+    aiospamc = pytest.importorskip("aiospamc", reason="aiospamc (test extra) is not installed")
+    spam, ham = spam_and_ham
+    raw = ham.replace(b"Subject:", b"Subject: aiospamc", 1)
+    processed = split_reply(served.ask(request("PROCESS", ham)))[2]  # before the TELL below changes the model
+
+    async def run():
+        kw = dict(host="127.0.0.1", port=served.port)
+        check = await aiospamc.check(spam, **kw)
+        process = await aiospamc.process(ham, **kw)
+        ping = await aiospamc.ping(**kw)
+        symbols = await aiospamc.symbols(spam, **kw)
+        told = await aiospamc.tell(raw, "spam", set_action="local", **kw)
+        return check, process, ping, symbols, told
+
+    check, process, ping, symbols, told = asyncio.run(run())
+    assert check.headers["Spam"].value is True and check.headers["Spam"].threshold == pytest.approx(2.9)
+    assert process.body == processed
+    assert ping.message == "PONG"
+    assert len(symbols.body.split(b",")) == spamd.N_SYMBOLS
+    assert "DidSet" in told.headers
+
+
+# -- the command -------------------------------------------------------------------------
+
+
+def _free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_serve_spamd_from_the_command_line(compiled, tmp_path, spam_and_ham):
+    port = _free_port()
+    unix = tmp_path / "spamd.sock"
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "socket"), "--model", str(compiled),
+                                      "--spamd", f"127.0.0.1:{port}", "--spamd", str(unix), "--allow-tell"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not unix.exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.05)
+        time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(request("CHECK", spam_and_ham[0]))
+            assert _read_all(s).startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: True ; ")
+        assert oct(os.stat(unix).st_mode & 0o777) == "0o600"
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(unix))
+            s.sendall(b"PING SPAMC/1.5\r\n\r\n")
+            assert _read_all(s) == b"SPAMD/1.5 0 PONG\r\n"
+        if SPAMC:
+            r = subprocess.run([SPAMC, "-U", str(unix), "-c"], input=spam_and_ham[1], capture_output=True, timeout=60)
+            assert r.returncode == 0 and r.stdout.endswith(b"/2.9\n")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert not unix.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--spamd", "0.0.0.0:7830"], "--allow"),
+    (["--spamd", "mail.example:783"], "IP address"),
+    (["--allow", "10.0.0.0/8"], "are for --spamd"),
+    (["--spamd", "7830", "--spamd-socket-mode", "999"], "octal"),
+])
+def test_serve_spamd_usage_errors_are_one_line(compiled, tmp_path, args, message):
+    r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled), *args],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 2 and message.encode() in r.stderr and b"Traceback" not in r.stderr
