@@ -26,6 +26,7 @@ from test_e2e import README_SPAMNB, SPAMNB
 
 UNITS = {"user": ROOT / "contrib" / "systemd" / "user" / "spamnb.service",
          "system": ROOT / "contrib" / "systemd" / "system" / "spamnb@.service"}
+SPAMD_UNIT = ROOT / "contrib" / "systemd" / "system" / "spamnb-spamd.service"
 NO_ANALYZE = "systemd-analyze is not installed (Debian's systemd package; scripts/test.sh installs it when root)"
 
 
@@ -123,3 +124,55 @@ def test_unit_command_starts_a_server_that_the_filter_uses(kind, tmp_path, train
         proc.stdout.close()
         proc.stderr.close()
     assert code == 0 and not sock.exists()
+
+
+def spamd_unit_here(tmp_path: Path) -> str:
+    """The spamd unit as installed, run by this user, with its folders under ``tmp_path``."""
+    return (installed(SPAMD_UNIT).replace("User=spamnb", f"User={user_name()}")
+            .replace("/var/lib/spamnb", str(tmp_path / "lib")).replace("/run/", f"{tmp_path}/run/"))
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=NO_ANALYZE)
+def test_spamd_unit_passes_systemd_analyze_verify(tmp_path):
+    unit = tmp_path / SPAMD_UNIT.name
+    unit.write_text(installed(SPAMD_UNIT).replace("User=spamnb", f"User={user_name()}"))
+    proc = verify("system", unit, tmp_path)
+    assert proc.returncode == 0 and not complaints(proc, unit.name), proc.stdout + proc.stderr
+
+
+def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):
+    """The unit's ExecStart (its port moved off 783, its folders under tmp_path)
+    serves the spamd protocol with the model the unit names, and stops on SIGTERM."""
+    import socket
+
+    lines = dict(line.split("=", 1) for line in spamd_unit_here(tmp_path).splitlines()
+                 if "=" in line and not line.startswith("#"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = shlex.split(lines["ExecStart"].replace("127.0.0.1:783", f"127.0.0.1:{port}"))
+    (tmp_path / "lib" / "users").mkdir(parents=True, mode=0o700)
+    save_model(trained_model, tmp_path / "lib" / "model.joblib")
+    (tmp_path / "run" / lines["RuntimeDirectory"]).mkdir(parents=True, mode=0o700)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=lambda: os.umask(0o077))
+    try:
+        deadline = time.monotonic() + 60
+        raw = sample_message("spam", 1).read_bytes()
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(b"CHECK SPAMC/1.5\r\nUser: nobody-here\r\nContent-length: %d\r\n\r\n" % len(raw) + raw)
+                    reply = s.makefile("rb").read()
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+        assert reply.startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: ")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0
