@@ -20,7 +20,7 @@ echo "$*" >> {log}
 if [ "$1" = install ]; then
     for arg in "$@"; do
         case "$arg" in
-            procmail|maildrop) printf '#!/bin/bash\\n' > {bin}/"$arg"; chmod +x {bin}/"$arg" ;;
+            procmail|maildrop|spamc) printf '#!/bin/bash\\n' > {bin}/"$arg"; chmod +x {bin}/"$arg" ;;
             systemd) printf '#!/bin/bash\\n' > {bin}/systemd-analyze; chmod +x {bin}/systemd-analyze ;;
         esac
     done
@@ -57,20 +57,20 @@ def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True):
     return proc.stderr, calls, py_log.read_text().splitlines()
 
 
-def test_test_sh_installs_procmail_maildrop_and_systemd_as_root(tmp_path):
+def test_test_sh_installs_procmail_maildrop_systemd_and_spamc_as_root(tmp_path):
     err, calls, python = run_test_sh(tmp_path, uid=0)
     installs = [c.split() for c in calls if c.startswith("install")]
     assert len(installs) == 1
-    assert {"procmail", "maildrop", "systemd"} <= set(installs[0])
+    assert {"procmail", "maildrop", "systemd", "spamc"} <= set(installs[0])
     assert "note:" not in err
     assert python[-1] == "-m pytest -x -q"  # then the suite, with the arguments given
 
 
 def test_test_sh_installs_only_what_is_missing(tmp_path):
-    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze"))
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze", "spamc"))
     installs = [c.split() for c in calls if c.startswith("install")]
     assert [p for p in installs[0] if not p.startswith("-")] == ["install", "maildrop"]
-    _, calls, _ = run_test_sh(tmp_path / "all", uid=0, have=("procmail", "maildrop", "systemd-analyze"))
+    _, calls, _ = run_test_sh(tmp_path / "all", uid=0, have=("procmail", "maildrop", "systemd-analyze", "spamc"))
     assert calls == []  # nothing missing: apt is not touched
 
 
@@ -87,7 +87,7 @@ def test_test_sh_says_what_it_skips_when_not_root(tmp_path):
 
 
 def test_test_sh_says_so_when_root_has_no_apt(tmp_path):
-    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze"), apt=False)
+    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze", "spamc"), apt=False)
     assert err.splitlines() == ["note: procmail is not installed and there is no apt-get, so its tests will "
                                 "be skipped (to run them: apt-get install procmail as root)"]
 

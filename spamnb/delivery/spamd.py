@@ -100,6 +100,8 @@ N_SYMBOLS = 15
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,127}\Z")
 _REQUEST_LINE = re.compile(rb"([A-Z_]+) SPAMC/(\d+)\.(\d+)\r?\n\Z")
 CHUNK = 64 * 1024
+#: An unscanned message's header block is looked for in its first bytes only.
+MAX_HEADER_BLOCK = 1 << 20
 
 
 class SpamdError(Exception):
@@ -333,7 +335,7 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     if method in ("PROCESS", "HEADERS"):
         out = envelope + add_headers(msg, verdict.header_lines(label, p, score, name))
         if method == "HEADERS":
-            out = out[:_header_part_end(out)]
+            out = out[:_find_header_end(out) or len(out)]
         if version < (1, 2):
             return b"SPAMD/1.0 0 EX_OK\r\n" + out
         return reply(headers=[line] if version >= (1, 3) else [], body=out)
@@ -350,10 +352,10 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     return reply(headers=[line], body=body)
 
 
-def _header_part_end(out: bytes) -> int:
-    """End of the header block of ``out`` with its blank line (HEADERS' reply)."""
+def _find_header_end(out: bytes):
+    """End of the header block of ``out`` with its blank line, or None (HEADERS' reply)."""
     ends = [i + len(sep) for sep in (b"\r\n\r\n", b"\n\n") if (i := out.find(sep)) >= 0]
-    return min(ends) if ends else len(out)
+    return min(ends) if ends else None
 
 
 def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
@@ -460,7 +462,8 @@ class _Handler(socketserver.BaseRequestHandler):
                       compact=srv.compactor.soon)
 
     def _unscanned(self, reader, method, version, headers, length, head=b""):
-        """A message over the limit: not scored, not learned; PROCESS streams it back."""
+        """A message over the limit: neither scored nor learned. PROCESS streams it
+        back as it came, HEADERS returns its own header block, the others say 0.0."""
         srv = self.server
         if method == "TELL":
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
@@ -472,21 +475,27 @@ class _Handler(socketserver.BaseRequestHandler):
         line = spam_line("ham", 0.0, t, method)
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))
-        deadline = time.monotonic() + srv.timeout_s
-        if method != "PROCESS" or version < (1, 2):
-            for _ in rest:  # read what the client sends, then answer (it may wait to finish sending)
-                pass
-            if method == "PROCESS":  # 1.0 and 1.1 replies have no length: the connection's end closes it
-                return None
-            body = b"" if method in ("CHECK", "HEADERS") else b"message too large: not scanned\r\n"
-            return reply(headers=[line], body=body, length=version >= (1, 3) and method != "CHECK")
-        top = [b"SPAMD/1.1 0 EX_OK\r\n"]
-        if length is not None:
-            top.append(b"Content-length: %d\r\n" % length)
-        top += [line + b"\r\n", b"\r\n", head]
-        self._send(top, deadline)
-        self._send(rest, deadline)
-        return None
+        if method == "PROCESS":
+            top = [b"SPAMD/1.0 0 EX_OK\r\n"] if version < (1, 2) else [
+                b"SPAMD/1.1 0 EX_OK\r\n",
+                b"Content-length: %d\r\n" % length if length is not None else b"",  # else: to the end
+                line + b"\r\n" if version >= (1, 3) else b"",
+                b"\r\n"]
+            deadline = time.monotonic() + srv.timeout_s
+            self._send([*top, head], deadline)
+            self._send(rest, deadline)
+            return None
+        block = head
+        for piece in rest:  # read what the client sends before answering (it may wait to finish sending)
+            if method == "HEADERS" and len(block) < MAX_HEADER_BLOCK and _find_header_end(block) is None:
+                block += piece
+        if method == "HEADERS":
+            body = block[:_find_header_end(block) or len(block)]
+            if version < (1, 2):
+                return b"SPAMD/1.0 0 EX_OK\r\n" + body
+            return reply(headers=[line] if version >= (1, 3) else [], body=body)
+        body = b"" if method == "CHECK" else b"message too large: not scanned\r\n"
+        return reply(headers=[line], body=body, length=version >= (1, 3) and method != "CHECK")
 
     def _send(self, pieces, deadline):
         conn = self.request
