@@ -214,9 +214,9 @@ def _worst_lines(worst, total_pct) -> list:
         lines.append(f"worst-ranked {label}: " + ("none misorders a pair" if not rows else
                      f"score, {other} scored {where} it, its part of (1-AUC)% = {total_pct:.4f}, source"))
         lines += [f"  {r['score']:+8.2f} {r['misordered_pairs']:7d} {other:<4} {r['one_minus_auc_pct']:.4f}"
-                  f" ({_share(r['one_minus_auc_pct'], total_pct)})  {r['source']}" for r in rows]
+                  f" {_share(r['one_minus_auc_pct'], total_pct):<6} {r['source']}" for r in rows]
     return lines
 
 
 def _share(part, whole) -> str:
-    return f"{100 * part / whole:.0f}%" if whole else "-"
+    return f"({100 * part / whole:.0f}%)" if whole else "(-)"
