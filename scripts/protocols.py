@@ -7,7 +7,10 @@ B on the same messages under each protocol and prints, per protocol, (1-AUC)%
 and recall at 0.1% and 1% false positives, B minus A with a paired bootstrap
 interval (:func:`spamnb.evaluation.metrics.paired_bootstrap`, ham and spam
 resampled apart), and a verdict: ``better`` or ``worse`` when the whole interval
-is on one side of zero, ``noise`` otherwise.
+is on one side of zero, ``noise`` otherwise. Under each protocol it names A's
+worst-ranked messages (``--worst N``: the N highest-scored ham and lowest-scored
+spam, each with the spam or ham it is misordered with and its share of
+(1-AUC)%), so a figure that is one message (a label error, say) shows as one.
 
 Protocols (the shared corpora in ``../shared/corpora``):
 
@@ -107,7 +110,9 @@ def fair_headers(raw):
 
 
 def run(protocol, make, cache):
-    """``(y, scores)`` of one setting under one protocol (``enron``: y all ham, scores 0/1 not-ham)."""
+    """``(y, scores, sources, ranking)`` of one setting under one protocol: ``ranking`` is
+    ``scores`` (log-odds), except for ``enron``, where y is all ham, scores are 0/1 not-ham
+    and ranking the log-odds."""
     if protocol == "cv10":
         sc = evaluate.cross_validate(make, cache("spamassassin"), k=10)
     elif protocol == "age":
@@ -128,9 +133,10 @@ def run(protocol, make, cache):
         model = make()
         parallel.train(model, cache("spamassassin"))
         ham = cache("enron-ham-dev", strip_artefacts)
-        labels = [c.label for c in model.classify_many(raw for _, raw, _ in ham)]
-        return np.zeros(len(ham), dtype=int), np.array([lab != "ham" for lab in labels], dtype=float)
-    return sc.y, sc.score
+        verdicts = list(model.classify_many(raw for _, raw, _ in ham))
+        return (np.zeros(len(ham), dtype=int), np.array([c.label != "ham" for c in verdicts], dtype=float),
+                [src for src, _, _ in ham], np.array([c.score for c in verdicts]))
+    return sc.y, sc.score, sc.sources, sc.score
 
 
 class Cache:
@@ -154,6 +160,30 @@ def mean_difference(a, b, n=1000, seed=0, level=0.95):
     return 100 * (b.mean() - a.mean()), low, high
 
 
+def short(source):
+    """A source relative to the shared corpora, where it is under them."""
+    rel = os.path.relpath(source, shared_corpora.SHARED)
+    return source if rel.startswith("..") else rel
+
+
+def worst_lines(protocol, y, scores, sources, n):
+    """A's ``n`` worst-ranked ham and spam, one line each: score, misordered pairs and
+    share of (1-AUC)% (:func:`spamnb.evaluation.metrics.worst_ranked`)."""
+    total = metrics.one_minus_auc_pct(y, scores)
+    for label, rows, other in zip(("ham", "spam"), metrics.worst_ranked(y, scores, n), ("spam", "ham")):
+        for i, pairs, share in rows:
+            print(f"{protocol:<8} A's worst {label:<4} {scores[i]:+8.2f} {pairs:6d} {other:<4} "
+                  f"{share:.4f} of {total:.4f} (1-AUC)% ({100 * share / total:.0f}%)  {short(sources[i])}")
+
+
+def enron_worst_lines(scores, not_ham, sources, n):
+    """The enron protocol has no spam, hence no pairs: A's ``n`` highest-scored ham, each
+    one of the ham it does not file as ham (if it does not)."""
+    for i in np.argsort(-scores, kind="mergesort")[:n]:
+        what = f"1 of {int(not_ham.sum())} not filed ham" if not_ham[i] else "filed ham"
+        print(f"{'enron':<8} A's worst ham  {scores[i]:+8.2f}  {what}  {short(sources[i])}")
+
+
 def verdict(low, high, sign):
     if low > 0 or high < 0:
         return "better" if (low > 0) == (sign > 0) else "worse"
@@ -167,23 +197,27 @@ def main():
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--online-n", type=int, default=6000)
     ap.add_argument("--resamples", type=int, default=500)
+    ap.add_argument("--worst", type=int, default=1, metavar="N",
+                    help="name setting A's N worst-ranked ham and spam of each protocol (0: none)")
     args = ap.parse_args()
     make_a, make_b = maker(args.a), maker(args.b)
     cache = Cache(args.online_n)
     print(f"A: {' '.join(args.a) or 'defaults'}   B: {' '.join(args.b) or 'defaults'}")
     print(f"{'protocol':<8} {'metric':<13} {'A':>9} {'B':>9} {'B-A':>9}  95% interval       verdict")
     for protocol in args.protocols.split(","):
-        y, sa = run(protocol, make_a, cache)
-        _, sb = run(protocol, make_b, cache)
+        y, sa, sources, ranking = run(protocol, make_a, cache)
+        _, sb, _, _ = run(protocol, make_b, cache)
         if protocol == "enron":
             d, low, high = mean_difference(sa, sb, args.resamples)
             print(f"{protocol:<8} {'not ham %':<13} {100 * sa.mean():9.3f} {100 * sb.mean():9.3f} {d:+9.3f}  "
                   f"[{low:+.3f}, {high:+.3f}]  {verdict(low, high, -1)}", flush=True)
+            enron_worst_lines(ranking, sa, sources, args.worst)
             continue
         for name, (stat, sign) in STATS.items():
             d, low, high = metrics.paired_bootstrap(y, sa, sb, stat, n=args.resamples)
             print(f"{protocol:<8} {name:<13} {stat(y, sa):9.3f} {stat(y, sb):9.3f} {d:+9.3f}  "
                   f"[{low:+.3f}, {high:+.3f}]  {verdict(low, high, sign)}", flush=True)
+        worst_lines(protocol, y, sa, sources, args.worst)
     return 0
 
 

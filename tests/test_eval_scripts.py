@@ -112,3 +112,23 @@ def test_cjk_ablation_reads_the_corpus_given(tmp_path):
     lines = proc.stdout.splitlines()
     assert [line.split(":")[0] for line in lines] == ["none", "bigram"]
     assert all("(1-AUC)%" in line and "recall@0.1%FPR" in line for line in lines)
+
+
+def test_protocols_names_the_worst_ranked_with_their_share(capsys):
+    """protocols.py's lines under each protocol: ham 0.1, 0.9 and spam 0.5, 0.8 have
+    (1-AUC)% = 50, all of it the ham at 0.9's (above both spam); the lower spam is below
+    that ham (1 pair, half of it). Sources under the shared corpora are shown relative to them."""
+    import numpy as np
+
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import protocols
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    shared = protocols.shared_corpora.SHARED
+    sources = [str(shared / "sa/ham/a"), str(shared / "sa/ham/b"), "/elsewhere/c", str(shared / "sa/spam/d")]
+    protocols.worst_lines("cv10", np.array([0, 0, 1, 1]), np.array([0.1, 0.9, 0.5, 0.8]), sources, 1)
+    assert capsys.readouterr().out.splitlines() == [
+        "cv10     A's worst ham     +0.90      2 spam 50.0000 of 50.0000 (1-AUC)% (100%)  sa/ham/b",
+        "cv10     A's worst spam    +0.50      1 ham  25.0000 of 50.0000 (1-AUC)% (50%)  /elsewhere/c",
+    ]

@@ -438,3 +438,75 @@ def test_evaluate_plot_without_matplotlib_fails_before_working(labelled_dirs, tm
                                   str(labelled_dirs / "spam"), "--plot", str(tmp_path / "x.png")])
     assert r.exit_code != 0 and "matplotlib" in r.output and "Traceback" not in r.output
     assert calls == []  # refused before any evaluation work
+
+
+def _with_a_label_error(labelled_dirs):
+    """labelled_dirs, whose ranking is perfect, plus a spam filed as ham: a gold-label error."""
+    spam = next(raw for _, raw, label in corpus(45) if label == "spam")
+    (labelled_dirs / "ham" / "mislabelled").write_bytes(spam.replace(b"msg0", b"other"))
+    return ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam", str(labelled_dirs / "spam"),
+            "--folds", "3", "--alpha", "0.5"]
+
+
+def test_evaluate_names_a_label_error_as_the_worst_ham_with_its_pairs(labelled_dirs, tmp_path):
+    """--json: the planted label error is the worst ham, misordering a pair with every spam
+    (all of (1-AUC)%); each spam's count is the one ham above it; the intervals are the
+    library's on the same scores (--scores), with --seed."""
+    from spamnb.evaluation import metrics
+
+    scores = tmp_path / "scores.tsv"
+    r = CliRunner().invoke(main, _with_a_label_error(labelled_dirs) + ["--json", "--scores", str(scores),
+                                                                      "--seed", "4", "--worst", "3"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.stdout)
+    rows = [ln.split("\t") for ln in scores.read_text().splitlines()[1:]]
+    y = np.array([g == "spam" for g, *_ in rows], dtype=int)
+    score = np.array([float(x[1]) for x in rows])
+    ham = s["worst"]["ham"]
+    assert [h["source"] for h in ham] == [str(labelled_dirs / "ham" / "mislabelled")]  # the others misorder none
+    assert ham[0]["misordered_pairs"] == s["n_spam"] == 15
+    assert ham[0]["one_minus_auc_pct"] == pytest.approx(s["one_minus_auc_pct"]) == pytest.approx(100 / 31)
+    assert ham[0]["score"] == pytest.approx(score.max(), rel=1e-5)
+    spam = s["worst"]["spam"]
+    lowest = np.sort(score[y == 1])[:3]
+    assert [x["score"] for x in spam] == [pytest.approx(v, rel=1e-5) for v in lowest]
+    assert [x["source"] for x in spam] == [rows[i][4] for i in np.argsort(np.where(y == 1, score, np.inf))[:3]]
+    assert [(x["misordered_pairs"], x["one_minus_auc_pct"]) for x in spam] == [(1, pytest.approx(100 / 31 / 15))] * 3
+    iv = s["intervals"]
+    expected = metrics.bootstrap_intervals(y, score, n=200, seed=4)  # the scores rounded by --scores
+    assert iv["recall_at_fpr"] == expected["recall_at_fpr"]
+    assert iv["one_minus_auc_pct"] == [pytest.approx(v, abs=1e-9) for v in expected["one_minus_auc_pct"]]
+    assert (iv["resamples"], iv["seed"], iv["level"]) == (200, 4, 0.95)
+    # one ham in 31: the resamples that draw it none have (1-AUC)% 0; those that draw it k times, k/31
+    assert iv["one_minus_auc_pct"][0] == 0.0 and iv["one_minus_auc_pct"][1] in [pytest.approx(100 * k / 31)
+                                                                                 for k in range(2, 5)]
+
+
+def test_evaluate_table_shows_intervals_and_worst_lines(labelled_dirs):
+    r = CliRunner().invoke(main, _with_a_label_error(labelled_dirs) + ["--bootstrap", "50", "--worst", "1"])
+    assert r.exit_code == 0, r.output
+    lines = r.stdout.splitlines()
+    auc = next(ln for ln in lines if ln.startswith("ROC AUC:"))
+    assert "(1-AUC)% = 3.2258, 95% [0.0000, " in auc
+    assert "intervals:               95%, 50 bootstrap resamples of ham and spam apart (seed 0)" in lines
+    assert next(ln for ln in lines if ln.startswith("spam recall at 0.1% FP:")).endswith(", 95% [0.00, 100.00]")
+    at = lines.index("worst-ranked ham: score, spam scored at or below it, its part of (1-AUC)% = 3.2258, source")
+    fields = lines[at + 1].split()
+    assert fields[1:] == ["15", "spam", "3.2258", "(100%)", str(labelled_dirs / "ham" / "mislabelled")]
+    assert lines[at + 2].startswith("worst-ranked spam: score, ham scored at or above it")
+    assert lines[at + 3].split()[1:5] == ["1", "ham", "0.2151", "(7%)"] and len(lines) == at + 4
+
+
+def test_evaluate_bootstrap_0_and_worst_0_leave_them_out(labelled_dirs):
+    args = ["evaluate", "--ham", str(labelled_dirs / "ham"), "--spam", str(labelled_dirs / "spam"), "--folds", "3"]
+    full = json.loads(CliRunner().invoke(main, args + ["--json"]).stdout)
+    bare = json.loads(CliRunner().invoke(main, args + ["--json", "--bootstrap", "0", "--worst", "0"]).stdout)
+    assert set(full) - set(bare) == {"intervals", "worst"}
+    drop = ("intervals", "worst", "train_seconds", "tokenize_seconds", "messages_per_second")
+    assert {k: v for k, v in full.items() if k not in drop} == {k: v for k, v in bare.items() if k not in drop}
+    # a perfect ranking: nothing to name, and an interval of one point
+    assert full["worst"] == {"ham": [], "spam": []} and full["intervals"]["one_minus_auc_pct"] == [0.0, 0.0]
+    text = CliRunner().invoke(main, args + ["--bootstrap", "0", "--worst", "0"]).stdout
+    assert "interval" not in text and "worst" not in text and "95%" not in text
+    text = CliRunner().invoke(main, args).stdout
+    assert "worst-ranked ham: none misorders a pair" in text.splitlines()

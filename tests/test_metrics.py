@@ -237,3 +237,96 @@ def test_paired_bootstrap_of_a_difference():
     c[0] += 0.5
     d, low, high = paired_bootstrap(y, a, c, one_minus_auc_pct, n=300)
     assert low <= 0 <= high
+
+
+def _scored(n_ham, n_spam, seed=3, separation=2.0):
+    """Normal scores, spam shifted by ``separation``: a ranking with some misordered pairs."""
+    rng = np.random.default_rng(seed)
+    y = np.array([0] * n_ham + [1] * n_spam)
+    return y, rng.normal(size=y.size) + separation * y
+
+
+def test_bootstrap_intervals_are_the_paired_bootstraps_resamples():
+    """Each statistic on each resample is what the rank formulas give on the resampled
+    messages themselves: paired against constant scores ((1-AUC)% exactly 50, recall
+    exactly 0), paired_bootstrap measures one filter on the same draws, slowly."""
+    from spamnb.evaluation.metrics import bootstrap_intervals, paired_bootstrap
+
+    y, s = _scored(300, 100)
+    s = np.round(s, 1)  # ties, counted half
+    flat = np.zeros(y.size)
+    iv = bootstrap_intervals(y, s, n=150, seed=5, fprs=(0.001, 0.01, 0.1))
+    _, low, high = paired_bootstrap(y, flat, s, one_minus_auc_pct, n=150, seed=5)
+    assert iv["one_minus_auc_pct"] == [pytest.approx(low + 50, abs=1e-9), pytest.approx(high + 50, abs=1e-9)]
+    for f in (0.001, 0.01, 0.1):
+        _, low, high = paired_bootstrap(y, flat, s, lambda y_, s_: 100 * recall_at_fpr(y_, s_, f), n=150, seed=5)
+        assert iv["recall_at_fpr"][repr(f)] == [pytest.approx(low, abs=1e-9), pytest.approx(high, abs=1e-9)]
+    assert (iv["level"], iv["resamples"], iv["seed"]) == (0.95, 150, 5)
+    # resampled in chunks or all at once: the same draws, the same interval
+    assert bootstrap_intervals(y, s, n=150, seed=5, fprs=(0.001, 0.01, 0.1), chunk=7) == iv
+
+
+def test_bootstrap_interval_holds_the_figure_is_seeded_and_narrows_with_more_mail():
+    from spamnb.evaluation.metrics import bootstrap_intervals
+
+    y, s = _scored(400, 200)
+    iv = bootstrap_intervals(y, s, n=300, seed=1, fprs=(0.01, 0.1))
+    low, high = iv["one_minus_auc_pct"]
+    assert low < one_minus_auc_pct(y, s) < high
+    for f in (0.01, 0.1):
+        low, high = iv["recall_at_fpr"][repr(f)]
+        assert low <= 100 * recall_at_fpr(y, s, f) <= high and low < high
+    assert bootstrap_intervals(y, s, n=300, seed=1, fprs=(0.01, 0.1)) == iv  # deterministic with a seed
+    assert bootstrap_intervals(y, s, n=300, seed=2, fprs=(0.01, 0.1)) != iv
+    # sixteen times the mail of the same kind: about a quarter of the width (1/sqrt(16))
+    y16, s16 = _scored(6400, 3200)
+    wide, narrow = iv["one_minus_auc_pct"], bootstrap_intervals(y16, s16, n=300, seed=1)["one_minus_auc_pct"]
+    assert 0.15 < (narrow[1] - narrow[0]) / (wide[1] - wide[0]) < 0.4
+    assert narrow[0] < one_minus_auc_pct(y16, s16) < narrow[1]
+
+
+def test_bootstrap_interval_of_a_perfect_ranking_is_a_point():
+    from spamnb.evaluation.metrics import bootstrap_intervals
+
+    iv = bootstrap_intervals([0, 0, 0, 1, 1], [0.1, 0.2, 0.3, 0.8, 0.9], n=50)
+    assert iv["one_minus_auc_pct"] == [0.0, 0.0]
+    assert iv["recall_at_fpr"] == {"0.001": [100.0, 100.0], "0.01": [100.0, 100.0]}
+    with pytest.raises(ValueError, match="both classes"):
+        bootstrap_intervals([1, 1], [0.1, 0.2])
+
+
+def test_misordered_pairs_by_hand():
+    from spamnb.evaluation.metrics import misordered_pairs, worst_ranked
+
+    # ham 0.1 and 0.9, spam 0.5 and 0.8: the ham at 0.9 is above both spam (2 pairs), the
+    # ham at 0.1 below both (0); each spam is below one ham (1). AUC = 2/4, (1-AUC)% = 50:
+    # all of it the ham at 0.9's, a half each spam's.
+    y, s = [0, 0, 1, 1], [0.1, 0.9, 0.5, 0.8]
+    counts, share = misordered_pairs(y, s)
+    assert counts.tolist() == [0, 2, 1, 1]
+    assert share.tolist() == [0.0, 50.0, 25.0, 25.0]
+    assert one_minus_auc_pct(y, s) == 50.0
+    assert worst_ranked(y, s, n=5) == ([(1, 2, 50.0)], [(2, 1, 25.0), (3, 1, 25.0)])
+    assert worst_ranked(y, s, n=1) == ([(1, 2, 50.0)], [(2, 1, 25.0)])
+    # Y_TIES: ham 0.1, 0.4, 0.4; spam 0.4, 0.8. A tie is misordered in the count (no
+    # threshold separates the two) and half in the share, as in the AUC: each ham at 0.4
+    # ties the spam at 0.4 (1 pair, 1/2 of 6 pairs = 8.33%); that spam ties both (2, 16.67%).
+    counts, share = misordered_pairs(Y_TIES, S_TIES)
+    assert counts.tolist() == [0, 1, 1, 2, 0]
+    np.testing.assert_allclose(share, [0, 100 / 12, 100 / 12, 100 / 6, 0])
+    assert worst_ranked(Y_TIES, S_TIES, n=2) == ([(1, 1, pytest.approx(100 / 12)), (2, 1, pytest.approx(100 / 12))],
+                                                 [(3, 2, pytest.approx(100 / 6))])
+
+
+def test_shares_of_misordered_pairs_sum_to_one_minus_auc():
+    from spamnb.evaluation.metrics import misordered_pairs
+
+    y, s = _scored(500, 200)
+    s = np.round(s, 1)
+    counts, share = misordered_pairs(y, s)
+    assert share[y == 0].sum() == pytest.approx(one_minus_auc_pct(y, s), rel=1e-12)
+    assert share[y == 1].sum() == pytest.approx(one_minus_auc_pct(y, s), rel=1e-12)
+    # the pair counts against all pairs, by brute force
+    ham, spam = s[y == 0], s[y == 1]
+    assert counts[y == 0].tolist() == [int((spam <= h).sum()) for h in ham]
+    assert counts[y == 1].tolist() == [int((ham >= x).sum()) for x in spam]

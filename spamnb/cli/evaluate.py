@@ -22,7 +22,7 @@ def _messages(ham, spam, index, recursive, strict, skipped, trust_index=False):
 @click.option("--index", multiple=True, metavar="FILE", help="TREC index file or archive holding one.")
 @click.option("--folds", type=click.IntRange(min=2), default=None,
               help="Stratified K-fold cross-validation (the default protocol, K=10).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of folds and --shuffle.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of folds, --shuffle and --bootstrap.")
 @click.option("--test-ham", multiple=True, metavar="SRC", help="Train on the sources above, test on this ham.")
 @click.option("--test-spam", multiple=True, metavar="SRC", help="... and this spam.")
 @click.option("--test-index", multiple=True, metavar="FILE", help="... or this index.")
@@ -35,16 +35,22 @@ def _messages(ham, spam, index, recursive, strict, skipped, trust_index=False):
 @click.option("--margin", type=click.FloatRange(min=0), default=5.0, show_default=True,
               help="Thick threshold, in log-odds, for --train-on margin.")
 @click.option("--shuffle", is_flag=True, help="With --online: shuffle the order (deterministic with --seed).")
+@click.option("--bootstrap", "resamples", type=click.IntRange(min=0), default=200, show_default=True,
+              help="95% intervals of (1-AUC)% and the recalls from N resamples of ham and spam apart "
+                   "(0: none).")
+@click.option("--worst", type=click.IntRange(min=0), default=5, show_default=True,
+              help="Name the N highest-scored ham and N lowest-scored spam, with the pairs each "
+                   "misorders (0: none).")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--plot", type=click.Path(dir_okay=False), help="Write the ROC curve and score histograms (PNG), the model's cut-offs marked on both.")
 @click.option("--scores", type=click.Path(dir_okay=False),
-              help="Write each message's gold label, score and probability (TSV).")
+              help="Write each message's gold label, score, probability, known tokens and source (TSV).")
 @model_settings_options
 @scale_options
 @source_options
 @trust_index_option
 def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, online, train_on, margin,
-             shuffle, as_json, plot, scores, jobs, backend, scheduler, recursive, strict, trust_index,
+             shuffle, resamples, worst, as_json, plot, scores, jobs, backend, scheduler, recursive, strict, trust_index,
              **settings):
     """Measure a model configuration on labelled mail.
 
@@ -60,7 +66,9 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
     \b
     Metrics: counts, accuracy and misclassification % at the model's cut-offs,
     ROC AUC and (1-AUC)%, lam%, spam recall at 0.1% and 1% false positives,
-    weighted accuracy and total cost ratio (λ = 1, 9, 999), speeds.
+    weighted accuracy and total cost ratio (λ = 1, 9, 999), speeds; a 95%
+    bootstrap interval of (1-AUC)% and of both recalls (--bootstrap), and the
+    worst-ranked ham and spam by name (--worst).
     \b
     Example:
       spamnb evaluate --index corpora/spamassassin.tar.xz --folds 10
@@ -124,6 +132,10 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
                    tokenize_seconds=result.tokenize_seconds,
                    messages_per_second=n / max(result.classify_seconds + result.tokenize_seconds, 1e-9),
                    trained_messages=result.n_trained, skipped=skipped[0])
+    if resamples:
+        summary["intervals"] = metrics.bootstrap_intervals(result.y, result.score, n=resamples, seed=seed)
+    if worst:
+        summary["worst"] = result.worst(worst)
     if scores:
         result.write_tsv(scores)
     if plot:
@@ -152,7 +164,7 @@ def _warn_if_sorted_by_label(labels) -> None:
 
 def format_summary(s) -> str:
     """The metrics as an aligned text table."""
-    rec = s["recall_at_fpr"]
+    rec, iv = s["recall_at_fpr"], s.get("intervals")
     rows = [
         ("protocol", s["protocol"]),
         ("messages", f"{s['n_ham']} ham, {s['n_spam']} spam"),
@@ -162,11 +174,14 @@ def format_summary(s) -> str:
         ("accuracy", f"{s['accuracy_pct']:.3f} %"),
         ("ham misclassified (FP)", f"{s['fp_pct']:.3f} %"),
         ("spam misclassified (FN)", f"{s['fn_pct']:.3f} %"),
-        ("ROC AUC", f"{s['auc']:.6f}  ((1-AUC)% = {s['one_minus_auc_pct']:.4f})"),
+        ("ROC AUC", f"{s['auc']:.6f}  ((1-AUC)% = {s['one_minus_auc_pct']:.4f}{_interval(iv, None, '.4f')})"),
         ("lam%", f"{s['lam_pct']:.4f}"),
-        ("spam recall at 0.1% FP", f"{rec['0.001']:.2f} %"),
-        ("spam recall at 1% FP", f"{rec['0.01']:.2f} %"),
+        ("spam recall at 0.1% FP", f"{rec['0.001']:.2f} %{_interval(iv, '0.001', '.2f')}"),
+        ("spam recall at 1% FP", f"{rec['0.01']:.2f} %{_interval(iv, '0.01', '.2f')}"),
     ]
+    if iv:
+        rows.append(("intervals", f"{100 * iv['level']:g}%, {iv['resamples']} bootstrap resamples of ham and "
+                                  f"spam apart (seed {iv['seed']})"))
     for lam in ("1", "9", "999"):
         tcr = s["tcr"][lam]
         rows.append((f"WAcc / TCR (λ={lam})", f"{s['wacc_pct'][lam]:.3f} % / "
@@ -176,4 +191,32 @@ def format_summary(s) -> str:
         ("messages/s classified", f"{s['messages_per_second']:.0f}"),
     ]
     width = max(len(k) for k, _ in rows) + 2
-    return "\n".join(f"{k + ':':<{width}}{v}" for k, v in rows)
+    lines = [f"{k + ':':<{width}}{v}" for k, v in rows]
+    if "worst" in s:
+        lines += _worst_lines(s["worst"], s["one_minus_auc_pct"])
+    return "\n".join(lines)
+
+
+def _interval(iv, rate, fmt) -> str:
+    """``  [low, high]`` of (1-AUC)% (``rate`` None) or of the recall at ``rate``; '' without intervals."""
+    if not iv:
+        return ""
+    low, high = iv["one_minus_auc_pct"] if rate is None else iv["recall_at_fpr"][rate]
+    return f", {100 * iv['level']:g}% [{low:{fmt}}, {high:{fmt}}]"
+
+
+def _worst_lines(worst, total_pct) -> list:
+    """The worst-ranked messages, one line each: the share of (1-AUC)% each accounts for
+    shows when the figure is one or two messages (whose gold label may be wrong)."""
+    lines = []
+    for label, other, where in (("ham", "spam", "at or below"), ("spam", "ham", "at or above")):
+        rows = worst[label]
+        lines.append(f"worst-ranked {label}: " + ("none misorders a pair" if not rows else
+                     f"score, {other} scored {where} it, its part of (1-AUC)% = {total_pct:.4f}, source"))
+        lines += [f"  {r['score']:+8.2f} {r['misordered_pairs']:7d} {other:<4} {r['one_minus_auc_pct']:.4f}"
+                  f" {_share(r['one_minus_auc_pct'], total_pct):<6} {r['source']}" for r in rows]
+    return lines
+
+
+def _share(part, whole) -> str:
+    return f"({100 * part / whole:.0f}%)" if whole else "(-)"

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from spamnb.evaluation.folds import stratified_kfold
+from spamnb.evaluation.metrics import worst_ranked
 from spamnb.model import HAM, LABELS, SPAM, SpamModel, label_id, log_odds, refine, transform_features
 from spamnb.nb.vocabulary import document_frequency
 from spamnb.verdict import evidence, label_for
@@ -50,6 +51,17 @@ class Scores:
     #: evidence, and the filter calls such a message unsure whatever its P(spam).
     known: np.ndarray = None
     step_seconds: np.ndarray = None  # online: each message's classify + learn, tokenizing excluded
+
+    def worst(self, n=5) -> dict:
+        """The ``n`` highest-scored ham and ``n`` lowest-scored spam that misorder a pair
+        (:func:`spamnb.evaluation.metrics.worst_ranked`), named: ``{"ham": [...], "spam":
+        [...]}``, each entry ``source``, ``score`` (log-odds), ``misordered_pairs`` (a ham's
+        spam scored at or below it, a spam's ham at or above it) and ``one_minus_auc_pct``
+        (its share of (1-AUC)%). When one or two entries carry most of (1-AUC)%, the figure
+        is about those messages (read them: a gold label may be wrong)."""
+        return {label: [{"source": self.sources[i], "score": float(self.score[i]), "misordered_pairs": pairs,
+                         "one_minus_auc_pct": share} for i, pairs, share in rows]
+                for label, rows in zip(("ham", "spam"), worst_ranked(self.y, self.score, n))}
 
     def write_tsv(self, path) -> None:
         """``label<TAB>score<TAB>probability<TAB>known<TAB>source`` per line (``--scores``);
