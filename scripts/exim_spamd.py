@@ -146,13 +146,12 @@ def free_port() -> int:
 
 
 def find_exim(given: str | None = None) -> str:
-    exim = given or shutil.which("exim4") or shutil.which("exim")
-    for cand in ([exim] if exim else []) + ["/usr/sbin/exim4", "/usr/sbin/exim"]:
-        if cand and os.access(cand, os.X_OK):
-            exim = cand
+    cands = [given] if given else [shutil.which("exim4"), shutil.which("exim"), "/usr/sbin/exim4", "/usr/sbin/exim"]
+    for exim in cands:
+        if exim and os.access(exim, os.X_OK):
             break
     else:
-        raise Unavailable("exim is not installed (Debian: apt-get install exim4-daemon-heavy)")
+        raise Unavailable(f"{given or 'exim'} is not installed (Debian: apt-get install exim4-daemon-heavy)")
     try:
         version = subprocess.run([exim, "-bV"], capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError) as e:
