@@ -30,8 +30,12 @@ Exim with ``-C`` and root: Exim gives up root for a configuration file named
 with ``-C`` in its re-executed delivery processes (it logs "exim user lost
 privilege for using -C option"), so they run as the Exim user; the transport
 therefore delivers as that user (``Debian-exim``), and DIR, the spool, the log
-folder and the maildir are made usable by it. Run by another user, Exim runs
-as that user throughout and delivers as them.
+folder and the maildir are made usable by it. Run by another user, Exim has
+no privilege at all: only root and Exim's admin users may start a daemon
+("exim: permission denied"), so each session is an ``exim -C ... -odi -bs``
+on a socket pair instead (still SMTP, through ``smtplib``), and the config sets
+``exim_user``/``exim_group`` to that user (else Exim fails to chown its spool
+files to ``Debian-exim``) and delivers as them.
 
     python scripts/exim_spamd.py                         # trains a model first (~20 s)
     python scripts/exim_spamd.py --model ~/.local/share/spamnb/model.joblib
