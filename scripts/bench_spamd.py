@@ -15,7 +15,7 @@ Measured in one run (the machine is shared: only ratios of paired runs mean much
 
 1. latency: each held-out message sent once to each server, one ``spamc -c``
    process each, interleaved message by message (which server goes first
-   alternates), after a few untimed warm-up messages. Median and p90 ms per
+   alternates), after untimed warm-up messages (two per client, concurrently). Median and p90 ms per
    message, and the median of the per-message ratios spamnb/spamd (the
    issue's target: at most 0.1).
 2. throughput: ``--concurrency`` threads each running ``spamc -c`` over its
@@ -59,7 +59,7 @@ import shared_corpora  # noqa: E402
 from bench_learning import default_spamnb  # noqa: E402
 
 ANSWER = re.compile(rb"(-?\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\n\Z")
-WARM_UP = 5
+WARM_UP = 2  # untimed messages per client before the measures
 
 
 def split_corpus(index, n, seed, train_dir):
@@ -99,12 +99,11 @@ def answered(code, out):
     return code in (0, 1) and m is not None and float(m.group(2)) > 0
 
 
-def wait_ready(name, proc, port, log):
-    """Wait until the server answers ``spamc -K``; exit with its log's tail if it does not."""
-    t = time.perf_counter()
+def wait_ready(name, proc, port, log, t):
+    """Wait until the server started at ``t`` answers ``spamc -K``; exit with its log's tail if it does not."""
     while time.perf_counter() - t < 180 and proc.poll() is None:
         if subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-K"], capture_output=True).returncode == 0:
-            print(f"{name} answers on port {port} after {time.perf_counter() - t:.1f} s", file=sys.stderr)
+            print(f"{name} answers on port {port} {time.perf_counter() - t:.1f} s after its start", file=sys.stderr)
             return
         time.sleep(0.2)
     tail = Path(log.name).read_text(errors="replace").splitlines()[-10:]
@@ -186,15 +185,16 @@ def main():
                       "--pidfile", str(run / "spamd.pid"), "-s", "stderr"],
         }
         logs.update({name: open(tmp / f"{name}.log", "wb") for name in commands})
+        t = time.perf_counter()
         for name, cmd in commands.items():  # each in a process group of its own, for stop()
             servers.append(subprocess.Popen(cmd, stdout=logs[name], stderr=logs[name], start_new_session=True))
         for name, proc in zip(commands, servers):
-            wait_ready(name, proc, ports[name], logs[name])
+            wait_ready(name, proc, ports[name], logs[name], t)
 
         paths = [p for _, p in tests]
-        for p in paths[:WARM_UP]:
-            for name in commands:
-                spamc(ports[name], p)
+        for name in commands:  # untimed: every spamd child (and spamnb thread) answers a few first
+            throughput(ports[name], paths[:WARM_UP * args.concurrency], args.concurrency)
+        load = os.getloadavg()[0]
 
         # 1. latency, interleaved message by message
         times = {name: [] for name in commands}
@@ -218,7 +218,7 @@ def main():
         ratio = statistics.median(a / b for a, b in zip(times["spamnb"], times["spamd"]))
         rate = {name: 2 * len(paths) / walls[name] for name in commands}
         print(f"\n{len(paths)} held-out messages of {index} ({n_spam} spam by its labels), seed {args.seed}; "
-              f"one `spamc -c` process per message; load average at the end {os.getloadavg()[0]:.1f}\n")
+              f"one `spamc -c` process per message; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end\n")
         print(f"| server | median ms | p90 ms | messages/s, {args.concurrency} clients |")
         print("|---|---:|---:|---:|")
         for name in commands:
