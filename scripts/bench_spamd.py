@@ -44,6 +44,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -97,6 +98,17 @@ def answered(code, out):
     """Whether spamc got a verdict: exit 0/1 and ``S/T`` with a real threshold."""
     m = ANSWER.match(out)
     return code in (0, 1) and m is not None and float(m.group(2)) > 0
+
+
+def port_free(port):
+    """Whether nothing listens on 127.0.0.1:``port`` (else ``spamc -K`` would find another server)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
 
 
 def wait_ready(name, proc, port, log, t):
@@ -160,6 +172,10 @@ def main():
         if shutil.which(tool) is None:
             sys.exit(f"bench_spamd.py: {tool} is not installed (apt-get install spamc spamd)")
     index = Path(shared_corpora.require(args.corpus, option="--corpus"))
+    ports = {"spamnb": args.port, "spamd": args.port + 1}
+    busy = [str(port) for port in ports.values() if not port_free(port)]
+    if busy:
+        sys.exit(f"bench_spamd.py: port {', '.join(busy)} of 127.0.0.1 is in use: give another --port")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally below stops the servers
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-spamd-"))
@@ -173,9 +189,8 @@ def main():
         print(f"trained spamnb on {index} minus the {args.n} held-out messages in "
               f"{time.perf_counter() - t:.1f} s", file=sys.stderr)
 
-        ports = {"spamnb": args.port, "spamd": args.port + 1}
         run = tmp / "run"
-        run.mkdir(mode=0o755)  # spamd writes its pidfile after dropping to nobody
+        run.mkdir()
         user = ["-u", "nobody"] if os.geteuid() == 0 else []
         commands = {
             "spamnb": [args.spamnb, "serve", "--model", str(model), "--socket", str(tmp / "sock" / "socket"),
@@ -218,14 +233,16 @@ def main():
         ratio = statistics.median(a / b for a, b in zip(times["spamnb"], times["spamd"]))
         rate = {name: 2 * len(paths) / walls[name] for name in commands}
         print(f"\n{len(paths)} held-out messages of {index} ({n_spam} spam by its labels), seed {args.seed}; "
-              f"one `spamc -c` process per message; load average {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end\n")
+              f"one `spamc -c` process per message; load average {load:.1f} at the start, "
+              f"{os.getloadavg()[0]:.1f} at the end\n")
         print(f"| server | median ms | p90 ms | messages/s, {args.concurrency} clients |")
         print("|---|---:|---:|---:|")
         for name in commands:
             p90 = statistics.quantiles(times[name], n=10)[-1]
             print(f"| {name} | {ms(statistics.median(times[name]))} | {ms(p90)} | {rate[name]:.1f} |")
         print(f"\nspamnb/spamd: median of the per-message latency ratios {ratio:.3f} "
-              f"(target <= 0.1: {'met' if ratio <= 0.1 else 'NOT met'}); throughput {rate['spamnb'] / rate['spamd']:.1f}x")
+              f"(target <= 0.1: {'met' if ratio <= 0.1 else 'NOT met'}); "
+              f"throughput {rate['spamnb'] / rate['spamd']:.1f}x")
         spam = {name: sum(code == 1 for code in verdicts[name]) for name in commands}
         print(f"sanity: spam by spamnb {spam['spamnb']}, by spamd {spam['spamd']} of {len(paths)}; answers that "
               f"were not a verdict: spamnb {failures['spamnb']}, spamd {failures['spamd']} (of {3 * len(paths)} each)")
