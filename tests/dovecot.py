@@ -84,6 +84,16 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _die_with_parent():
+    """In the child before exec: SIGTERM when the test process dies (Linux), so a
+    killed test run leaves no Dovecot behind (its own session keeps it from the
+    terminal's signals); the master then stops its children."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class DovecotError(RuntimeError):
     pass
 
@@ -206,7 +216,8 @@ class Dovecot:
             self._write_files()
             with open(self.output, "wb") as out:  # what it says before its log is open
                 self.proc = subprocess.Popen([DOVECOT, "-c", str(self.config), "-F"], stdin=subprocess.DEVNULL,
-                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                             stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                             preexec_fn=_die_with_parent)
             try:
                 self._wait_ready()
                 break
@@ -251,14 +262,16 @@ class Dovecot:
             return
         if self.proc.poll() is None:
             # SIGTERM to the master alone takes it ~1 s (it waits for its children);
-            # to its whole process group (its own session, see start) ~20 ms
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+            # to its whole process group (its own session, see start) usually ~20 ms,
+            # and when a child lingers, SIGKILL: nothing of a test server is worth a second
+            for sig, wait in ((signal.SIGTERM, 0.3), (signal.SIGKILL, 10)):
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, sig)
+                try:
+                    self.proc.wait(wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
 
     def stop(self):
         self._terminate()
@@ -302,9 +315,24 @@ class Dovecot:
                                f"\n--- log tail:\n{self.log_tail()}")
         return r
 
-    def kick(self):
-        """Drop every IMAP session of the user: their next command fails."""
+    def sessions(self) -> list[int]:
+        """The pids of the user's IMAP sessions (``doveadm who``)."""
+        out = self.doveadm("who", "-1", self.user).stdout.splitlines()[1:]  # the first line is a header
+        return [int(line.split()[2]) for line in out if line.split()[:1] == [self.user]]
+
+    def kick(self, timeout: float = 10.0):
+        """Drop every IMAP session of the user: their next command fails.
+
+        ``doveadm kick`` only signals the sessions' processes; this returns once
+        they are gone, so a client's next command cannot slip in before.
+        """
         self.doveadm("kick", self.user)
+        deadline = time.monotonic() + timeout
+        while self.sessions():
+            if time.monotonic() > deadline:
+                raise DovecotError(f"{self.user}'s sessions still there {timeout:g} s after doveadm kick"
+                                   f"\n--- log tail:\n{self.log_tail()}")
+            time.sleep(0.02)
 
     def uidvalidity(self, folder: str) -> int:
         with self.client() as c:
