@@ -204,6 +204,20 @@ def test_unsure_mail_goes_to_the_unsure_folder_and_moving_it_back_is_ham(dovecot
     assert known(model, odd) == 0  # ham
 
 
+def test_large_messages_stay_unread_and_memory_is_bounded_per_round_trip(dovecot, inbox, model, tmp_path,
+                                                                       monkeypatch):
+    ham, spam = inbox
+    big = spam[0].replace(b"\n\n", b"\n\n" + b"x" * 200_000 + b"\n", 1)
+    uid = dovecot.append("INBOX", big)
+    monkeypatch.setattr(imap, "MAX_MESSAGE", 100_000)
+    monkeypatch.setattr(imap, "FETCH_BYTES", 1)  # one body per round trip
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0, err
+    assert f"INBOX {uid}: " in err and "left as it is" in err
+    assert "classified 10 (5 spam, 5 ham, 0 unsure), moved 5" in err
+    assert message_key(big) in keys_in(dovecot, "INBOX")
+
+
 def test_dry_run_changes_nothing(dovecot, inbox, model, tmp_path):
     before = contents(dovecot, "INBOX", "Junk"), flags(dovecot, "INBOX")
     code, err = run(dovecot, tmp_path, "filter", "--dry-run", model=model)

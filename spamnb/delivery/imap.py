@@ -59,8 +59,12 @@ from spamnb import verdict
 from spamnb.mail.identity import message_key
 
 KEYWORDS = {"spam": b"$Junk", "ham": b"$NotJunk"}
-#: Messages fetched per round trip.
+#: Messages fetched per round trip, and the bytes of their bodies at most.
 BATCH = 100
+FETCH_BYTES = 32 * 1024 * 1024
+#: A message larger than this is left where it is, unclassified and unlearned
+#: (as ``spamnb serve`` answers larger ones unscanned).
+MAX_MESSAGE = 64 * 1024 * 1024
 #: Where spamnb last knew a message to be (the folders' roles, not their names).
 INBOX, JUNK, UNSURE = "folder", "junk", "unsure"
 SECURITY = ("tls", "starttls", "none")
@@ -235,14 +239,38 @@ def uids_after(client, last: int) -> list[int]:
     return sorted(u for u in client.search(["UID", f"{last + 1}:*"]) if u > last)
 
 
-def fetch_raw(client, uids):
-    """``(uid, raw bytes)`` of ``uids`` in the selected folder, :data:`BATCH` per
-    round trip, without setting ``\\Seen`` (``BODY.PEEK[]``)."""
+def fetch_raw(client, uids, *, budget=FETCH_BYTES, too_large=None):
+    """``(uid, raw bytes)`` of ``uids`` in the selected folder, without setting
+    ``\\Seen`` (``BODY.PEEK[]``): sizes first (``RFC822.SIZE``, :data:`BATCH` per
+    round trip), then bodies in round trips of at most :data:`BATCH` messages and
+    ``budget`` bytes, so a folder of large attachments never holds more than that
+    in memory. A message over :data:`MAX_MESSAGE` is not fetched: ``too_large(uid,
+    size)`` is told and it stays where it is. Messages expunged meanwhile are skipped."""
     for i in range(0, len(uids), BATCH):
-        got = client.fetch(uids[i:i + BATCH], [b"BODY.PEEK[]"])
+        sizes = client.fetch(uids[i:i + BATCH], [b"RFC822.SIZE"])
+        group, group_bytes = [], 0
         for uid in uids[i:i + BATCH]:
-            if uid in got and b"BODY[]" in got[uid]:  # expunged meanwhile: gone
-                yield uid, got[uid][b"BODY[]"]
+            size = sizes.get(uid, {}).get(b"RFC822.SIZE")
+            if size is None:
+                continue  # expunged meanwhile
+            if size > MAX_MESSAGE:
+                if too_large:
+                    too_large(uid, size)
+                continue
+            if group and group_bytes + size > budget:
+                yield from _bodies(client, group)
+                group, group_bytes = [], 0
+            group.append(uid)
+            group_bytes += size
+        if group:
+            yield from _bodies(client, group)
+
+
+def _bodies(client, uids):
+    got = client.fetch(uids, [b"BODY.PEEK[]"])
+    for uid in uids:
+        if uid in got and b"BODY[]" in got[uid]:
+            yield uid, got[uid][b"BODY[]"]
 
 
 def training_items(client, folders, progress=None):
@@ -386,7 +414,7 @@ class Filter:
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
             learn, flag = [], []
-            for uid, raw in fetch_raw(self.client, batch):
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(junk)):
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is not None and rec.get("where") == JUNK:
@@ -416,7 +444,7 @@ class Filter:
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
             new, back = [], []
-            for uid, raw in fetch_raw(self.client, batch):
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(name)):
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is None:
@@ -487,6 +515,9 @@ class Filter:
             self._move([uid], folder)
         rec.pop("pending", None)
         rec.pop("copied", None)
+
+    def _too_large(self, folder):
+        return lambda uid, size: self.say(f"{folder} {uid}: {size} bytes, over {MAX_MESSAGE}: left as it is")
 
     # -- actions (nothing with dry_run) -------------------------------------------
 
