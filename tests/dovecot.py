@@ -37,6 +37,13 @@ server minus those (Dovecot has no "-CAP" syntax): the server is started,
 asked for its CAPABILITY, reconfigured and reloaded. The commands stay
 implemented (a MOVE still works if a client sends it unannounced); only the
 announcement changes, which is what a client has to go by.
+
+Use: the ``dovecot`` fixture (tests/conftest.py) for a default server,
+``make_dovecot(capabilities_without=("MOVE",))`` for others, or
+``with Dovecot() as server:`` for a module-scoped one. ``server.client()`` is a
+logged-in IMAPClient; ``append``, ``uids``, ``fetch_all``, ``move`` act as the
+user's mail client; ``kick``, ``sessions``, ``change_uidvalidity`` and
+``doveadm`` as the server's administrator.
 """
 
 from __future__ import annotations
@@ -128,7 +135,7 @@ class Dovecot:
         self.home = self.dir / "home"
         self.passwd = self.dir / "passwd"
         self.root = os.geteuid() == 0
-        self.extra_config = ""
+        self.extra_config = ""  # more settings, appended to the config (set before start)
 
     # -- configuration -------------------------------------------------------
 
