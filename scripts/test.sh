@@ -15,10 +15,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh test,dask  # dask: the cluster test of sharded training
 
-missing_tools() {  # "command:package" pairs whose command is not on PATH (or in sbin)
+missing_tools() {  # "command:package" pairs whose command is not on PATH
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd; do
-        PATH=$PATH:/usr/sbin:/sbin command -v "${pair%%:*}" >/dev/null || echo "$pair"  # dovecot is in sbin
+        command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }
 

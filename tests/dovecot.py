@@ -17,7 +17,7 @@ Who runs what:
   processes and the mail user are the current user: ``default_internal_user``,
   ``default_login_user`` and ``default_internal_group`` name the current
   user/group, the passwd-file's uid/gid fields are the current uid/gid, and
-  the login, anvil and ipc services run without ``chroot`` (chroot needs root);
+  ``imap-login`` and ``anvil`` run without their ``chroot`` (chroot needs root);
 * as root, Dovecot runs as it would installed (its own ``dovecot``/``dovenull``
   users, chroots), but it refuses mail access as uid 0 ("Mail access not
   allowed for root", whatever ``first_valid_uid`` says), so the mail user maps to
@@ -37,6 +37,13 @@ server minus those (Dovecot has no "-CAP" syntax): the server is started,
 asked for its CAPABILITY, reconfigured and reloaded. The commands stay
 implemented (a MOVE still works if a client sends it unannounced); only the
 announcement changes, which is what a client has to go by.
+
+Use: the ``dovecot`` fixture (tests/conftest.py) for a default server,
+``make_dovecot(capabilities_without=("MOVE",))`` for others, or
+``with Dovecot() as server:`` for a module-scoped one. ``server.client()`` is a
+logged-in IMAPClient; ``append``, ``uids``, ``fetch_all``, ``move`` act as the
+user's mail client; ``kick``, ``sessions``, ``change_uidvalidity`` and
+``doveadm`` as the server's administrator.
 """
 
 from __future__ import annotations
@@ -128,7 +135,7 @@ class Dovecot:
         self.home = self.dir / "home"
         self.passwd = self.dir / "passwd"
         self.root = os.geteuid() == 0
-        self.extra_config = ""
+        self.extra_config = ""  # more settings, appended to the config (set before start)
 
     # -- configuration -------------------------------------------------------
 
@@ -168,7 +175,7 @@ class Dovecot:
             "    port = 0",
             "  }",
         ]
-        if not self.root:
+        if not self.root:  # else: "imap-login: Fatal: chroot(.../run/login) failed"
             lines.append("  chroot =")
         lines.append("}")
         if not self.root:
@@ -177,12 +184,8 @@ class Dovecot:
             lines += [
                 f"default_internal_user = {user}",
                 f"default_internal_group = {group}",
-                f"default_login_user = {user}",
-                # chroot needs root; these are the other services that chroot by default
-                "service anvil {",
-                "  chroot =",
-                "}",
-                "service ipc {",
+                f"default_login_user = {user}",  # else: "fchown() failed for .../run/login"
+                "service anvil {",  # else: "anvil: Fatal: chroot(.../run/empty) failed"
                 "  chroot =",
                 "}",
             ]
@@ -238,6 +241,8 @@ class Dovecot:
             try:
                 with self.client() as c:
                     c.select_folder("INBOX")  # LOGIN says OK even when the mail process then fails
+                if "Fatal:" in self.log_tail(1000):  # e.g. anvil's, which logins survive
+                    self._fail("a process of it failed (Fatal: in its log)")
                 return
             except OSError as e:  # refused until it listens
                 last = e
