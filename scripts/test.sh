@@ -6,16 +6,18 @@
 # The tools: procmail and maildrop (the delivery tests run the README's recipes
 # through them) and systemd-analyze (Debian's systemd package: checks the units
 # in contrib/systemd) and spamc (SpamAssassin's client, which the --spamd tests
-# talk to spamnb serve with). Missing ones are installed when we are root and apt-get
-# is there; otherwise, or when that fails, each missing one is named here and
-# its tests are skipped with the reason.
+# talk to spamnb serve with) and dovecot (Debian's dovecot-imapd: the IMAP tests
+# run a private Dovecot per test, see tests/dovecot.py). Missing ones are
+# installed when we are root and apt-get is there; otherwise, or when that
+# fails, each missing one is named here and its tests are skipped with the
+# reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh test,dask  # dask: the cluster test of sharded training
 
 missing_tools() {  # "command:package" pairs whose command is not on PATH
     local pair
-    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc; do
+    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd; do
         command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }

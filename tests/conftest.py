@@ -240,3 +240,37 @@ def growth_ratios(small, large, limit, attempts=3):
     while len(ratios) < attempts and (not ratios or ratios[-1][0] >= limit):
         ratios.append(growth_ratio(small, large, hopeless=3 * limit))
     return ratios
+
+
+def _dovecot_harness():
+    """tests/dovecot.py, or a skip saying what is missing."""
+    import dovecot as harness
+
+    if harness.DOVECOT is None:
+        pytest.skip(harness.NOT_INSTALLED)
+    pytest.importorskip("imapclient", reason="imapclient is not installed (pip install 'imapclient>=3.0'; "
+                                             "it is in the test and imap extras)")
+    return harness
+
+
+@pytest.fixture
+def make_dovecot():
+    """Start private Dovecot IMAP servers (tests/dovecot.py), e.g.
+    ``make_dovecot(capabilities_without=("MOVE",))``; all are stopped at the end."""
+    harness = _dovecot_harness()
+    started = []
+
+    def make(**options):
+        server = harness.Dovecot(**options)
+        started.append(server)
+        return server.start()
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def dovecot(make_dovecot):
+    """A private Dovecot serving ``alice``/``secret`` on 127.0.0.1, stopped after the test."""
+    return make_dovecot()

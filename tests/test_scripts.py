@@ -22,6 +22,7 @@ if [ "$1" = install ]; then
         case "$arg" in
             procmail|maildrop|spamc) printf '#!/bin/bash\\n' > {bin}/"$arg"; chmod +x {bin}/"$arg" ;;
             systemd) printf '#!/bin/bash\\n' > {bin}/systemd-analyze; chmod +x {bin}/systemd-analyze ;;
+            dovecot-imapd) printf '#!/bin/bash\\n' > {bin}/dovecot; chmod +x {bin}/dovecot ;;
         esac
     done
 fi
@@ -57,20 +58,21 @@ def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True):
     return proc.stderr, calls, py_log.read_text().splitlines()
 
 
-def test_test_sh_installs_procmail_maildrop_systemd_and_spamc_as_root(tmp_path):
+def test_test_sh_installs_procmail_maildrop_systemd_spamc_and_dovecot_as_root(tmp_path):
     err, calls, python = run_test_sh(tmp_path, uid=0)
     installs = [c.split() for c in calls if c.startswith("install")]
     assert len(installs) == 1
-    assert {"procmail", "maildrop", "systemd", "spamc"} <= set(installs[0])
+    assert {"procmail", "maildrop", "systemd", "spamc", "dovecot-imapd"} <= set(installs[0])
     assert "note:" not in err
     assert python[-1] == "-m pytest -x -q"  # then the suite, with the arguments given
 
 
 def test_test_sh_installs_only_what_is_missing(tmp_path):
-    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze", "spamc"))
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze", "spamc", "dovecot"))
     installs = [c.split() for c in calls if c.startswith("install")]
     assert [p for p in installs[0] if not p.startswith("-")] == ["install", "maildrop"]
-    _, calls, _ = run_test_sh(tmp_path / "all", uid=0, have=("procmail", "maildrop", "systemd-analyze", "spamc"))
+    _, calls, _ = run_test_sh(tmp_path / "all", uid=0,
+                              have=("procmail", "maildrop", "systemd-analyze", "spamc", "dovecot"))
     assert calls == []  # nothing missing: apt is not touched
 
 
@@ -82,12 +84,14 @@ def test_test_sh_says_what_it_skips_when_not_root(tmp_path):
             "(to run them: apt-get install maildrop as root)") in lines
     assert any(line.startswith("note: systemd-analyze is not installed") and "apt-get install systemd" in line
                for line in lines)
+    assert any(line.startswith("note: dovecot is not installed") and "apt-get install dovecot-imapd" in line
+               for line in lines)
     assert not any("procmail" in line for line in lines)
     assert python[-1] == "-m pytest -x -q"
 
 
 def test_test_sh_says_so_when_root_has_no_apt(tmp_path):
-    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze", "spamc"), apt=False)
+    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze", "spamc", "dovecot"), apt=False)
     assert err.splitlines() == ["note: procmail is not installed and there is no apt-get, so its tests will "
                                 "be skipped (to run them: apt-get install procmail as root)"]
 

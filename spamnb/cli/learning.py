@@ -52,7 +52,7 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
     from spamnb.delivery.fastlearn import summary
-    from spamnb.storage.modelfile import learn_messages, own_model_path, resolve
+    from spamnb.storage.modelfile import default_seed, learn_messages, own_model_path, resolve
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
@@ -61,16 +61,8 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
         path = own_model_path()
         notice(f"creating your model at {path}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
-    done = learn_messages(path, messages, allow_insecure=allow_insecure_model, create=_default_seed, warn=notice)
+    done = learn_messages(path, messages, allow_insecure=allow_insecure_model, create=default_seed, warn=notice)
     click.echo(summary(done, label, skipped[0]), err=True)
-
-
-def _default_seed():
-    """A new model's starting point: the cached default model, else a fresh build."""
-    from spamnb.storage.modelfile import build_default_model, default_cache_path, load_model
-
-    cached = default_cache_path()
-    return load_model(cached) if cached.exists() else build_default_model()
 
 
 @click.command()

@@ -44,6 +44,15 @@ def default_cache_path(env=os.environ) -> str:
     return os.path.join(base, "spamnb", "default-model.joblib")
 
 
+def imap_config_path(env=os.environ) -> str:
+    """``spamnb imap``'s settings: ``$XDG_CONFIG_HOME/spamnb/imap.toml`` (``~/.config/...``
+    when ``XDG_CONFIG_HOME`` is unset or relative)."""
+    base = env.get("XDG_CONFIG_HOME")
+    if not base or not os.path.isabs(base):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    return os.path.join(base, "spamnb", "imap.toml")
+
+
 def resolve_model(path, env=os.environ) -> tuple[str, bool]:
     """Which model a command uses: ``(path, is_default)`` (see the module docstring)."""
     if path is not None:

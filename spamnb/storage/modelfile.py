@@ -316,6 +316,13 @@ def own_model_path(path=None, env=os.environ) -> Path:
     return Path(path) if path is not None else Path(locate.default_model_path(env))
 
 
+def default_seed():
+    """A user's first model of their own starts as this: the cached default model,
+    else a fresh build of it (``learn`` and IMAP corrections without a model)."""
+    cached = default_cache_path()
+    return load_model(cached) if cached.exists() else build_default_model()
+
+
 def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):
     """Resolve and load the model a command should use: ``(model, path, is_default)``.
 

@@ -371,6 +371,21 @@ def lock_timeout(default: float = LOCK_TIMEOUT) -> float:
 
 
 
+def try_lock(lock_path):
+    """An exclusive ``flock`` on ``lock_path`` (made 0600) if free now: its open fd,
+    held until closed; None when another process holds it. For a process that
+    must run alone (``spamnb imap filter`` for one model's state)."""
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as exc:
+        os.close(fd)
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
 @contextmanager
 def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> Iterator[str]:
     """Hold an advisory lock for the model at `path`.

@@ -1,0 +1,238 @@
+"""``spamnb imap train`` and ``spamnb imap filter``: mail that lives on an IMAP server."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from spamnb.cli.options import notice
+
+_SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
+                 "force_plaintext")
+
+
+def account_options(f):
+    """The connection: the same keys as the config file, which they override."""
+    opts = [
+        click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                     help="Config file (default $XDG_CONFIG_HOME/spamnb/imap.toml, ~/.config/... when unset; "
+                          "mode 0600): the keys below, so that you type none of them twice."),
+        click.option("--host", help="IMAP server."),
+        click.option("--port", type=click.IntRange(1, 65535), help="Port (default 993 with tls, else 143)."),
+        click.option("--user", help="Login name."),
+        click.option("--password-file", type=click.Path(dir_okay=False),
+                     help="A file whose first line is the password."),
+        click.option("--password-command", metavar="CMD",
+                     help="A command that prints the password (e.g. 'pass show mail/imap')."),
+        click.option("--security", type=click.Choice(["tls", "starttls", "none"]), default=None,
+                     help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
+        click.option("--cafile", type=click.Path(dir_okay=False, exists=True),
+                     help="CA certificates to trust for the server's certificate (a self-signed one)."),
+        click.option("--force-plaintext", is_flag=True, default=None,
+                     help="Allow --security none to a host other than 127.0.0.1."),
+        click.option("--model", "model_path", type=click.Path(dir_okay=False),
+                     help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _settings(config_path, extra, kw):
+    from spamnb.delivery import imap
+    from spamnb.storage.locate import imap_config_path
+
+    path = config_path or imap_config_path()
+    options = {k: kw.pop(k) for k in _SETTING_KEYS}
+    options.update(extra)
+    options["model"] = kw.pop("model_path")
+    try:
+        return imap.settings_from(imap.read_config(path, explicit=config_path is not None), options)
+    except imap.ImapError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+@click.group()
+def imap():
+    """Filter and learn where the mail lives: an IMAP account.
+
+    \b
+    Example (~/.config/spamnb/imap.toml, mode 0600, holds host, user, password_command):
+      spamnb imap train --ham INBOX --ham Archive --spam Junk
+      spamnb imap filter --dry-run
+      spamnb imap filter --watch
+    """
+
+
+@imap.command("train")
+@click.option("--ham", multiple=True, metavar="FOLDER", help="A folder of ham (repeatable).")
+@click.option("--spam", multiple=True, metavar="FOLDER", help="A folder of spam (repeatable).")
+@account_options
+def train(ham, spam, config_path, **kw):
+    """Train a new model from IMAP folders (read-only: no flag changes).
+
+    Replaces the model file, as `spamnb train` does.
+    """
+    from spamnb.delivery import imap as lib
+    from spamnb.model import SpamModel
+    from spamnb.scale import parallel
+    from spamnb.storage.modelfile import own_model_path, remove_journal, save_model
+
+    s = _settings(config_path, {"ham": ham, "spam": spam}, kw)
+    if not (s.ham and s.spam):
+        raise click.UsageError("name the folders: --ham FOLDER and --spam FOLDER (or ham and spam in the config)")
+    path = own_model_path(s.model)
+    tty = sys.stderr.isatty()
+
+    def progress(folder, n, total):
+        if tty and (n % 50 == 0 or n == total):
+            click.echo(f"\rreading {folder}: {n}/{total}", err=True, nl=n == total)
+
+    client = _connect(s)
+    try:
+        folders = [(f, "ham") for f in s.ham] + [(f, "spam") for f in s.spam]
+        model = SpamModel()
+        try:
+            done = parallel.train(model, lib.training_items(client, folders, progress))
+        except lib.connection_errors() as exc:
+            raise click.ClickException(f"the connection failed while reading: {exc}; nothing was saved") from None
+        except lib.ImapError as exc:
+            raise click.ClickException(f"{exc}; nothing was saved") from None
+    finally:
+        _logout(client)
+    ham_n, spam_n = (int(n) for n in model.messages)
+    if not (ham_n and spam_n):
+        raise click.ClickException("a model needs both ham and spam: "
+                                   f"read {ham_n} ham and {spam_n} spam; nothing was saved")
+    save_model(model, path)
+    remove_journal(path)
+    click.echo(f"trained on {ham_n} ham and {spam_n} spam from {s.host} "
+               f"({done['unchanged']} copies counted once); saved to {path}", err=True)
+
+
+@imap.command("filter")
+@click.option("--folder", default=None, help="The folder to filter (default INBOX).")
+@click.option("--junk", default=None, help="Where spam goes (default: the folder with the \\Junk special use, "
+                                           "else Junk; made when missing).")
+@click.option("--unsure-folder", default=None, help="Move unsure mail here too (default: it stays, unflagged).")
+@click.option("--watch", is_flag=True, help="Keep going: IDLE on the folder, a pass whenever mail arrives "
+                                            "and every --interval seconds; reconnect after a drop.")
+@click.option("--interval", type=click.FloatRange(min=1), default=300.0, show_default=True,
+              help="With --watch: seconds between passes when nothing arrives (your moves into and out of "
+                   "Junk are seen at the next pass).")
+@click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
+@account_options
+def filter_(folder, junk, unsure_folder, watch, interval, dry_run, config_path, **kw):
+    """Classify new messages, move spam to Junk, learn from your moves.
+
+    Each pass: a message you moved into Junk is learned as spam; one spamnb
+    filed in Junk (or the unsure folder) that you moved back to the folder is
+    learned as ham; deleting from Junk teaches nothing. Then every message of
+    the folder not classified yet gets the keyword $Junk or $NotJunk and spam
+    moves to Junk. State (what was seen and filed) lives beside the model.
+    """
+    from spamnb.delivery import imap as lib
+    from spamnb.storage import store
+    from spamnb.storage.modelfile import own_model_path
+
+    s = _settings(config_path, {"folder": folder, "junk": junk, "unsure_folder": unsure_folder}, kw)
+    own = own_model_path(s.model)
+    state_path = lib.state_path(own)
+    say = (lambda text: click.echo(f"(dry run) {text}", err=True)) if dry_run else (lambda text: click.echo(text, err=True))
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(state_path)), exist_ok=True)
+        lock = store.try_lock(state_path + ".lock")
+    except OSError as exc:
+        raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
+    if lock is None:
+        raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
+    try:
+        judge, learn = _judge_and_learn(s.model)
+
+        def one_pass(client):
+            # the state as on disk: a pass that failed half-way is redone from its last save
+            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run).run()
+            say(out.summary())
+
+        if watch:
+            _watch(s, one_pass, say, interval)
+        else:
+            client = _connect(s)
+            try:
+                one_pass(client)
+            except lib.connection_errors() as exc:
+                raise click.ClickException(f"the connection failed during the pass: {exc} (what was done is "
+                                           "recorded; the next pass goes on from there)") from None
+            finally:
+                _logout(client)
+    except lib.ImapError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        os.close(lock)
+
+
+def _judge_and_learn(model_path):
+    """``judge(raw) -> (label, p)`` with the user's model as it is now (their own once
+    they have one, else the default), and ``learn(items)`` into their own model
+    (made from the default one at the first correction, as `spamnb learn` does)."""
+    from spamnb import verdict
+    from spamnb.delivery.hook import scored
+    from spamnb.delivery.server import ModelHolder
+    from spamnb.storage.modelfile import default_seed, learn_messages, open_model, own_model_path, resolve
+
+    holders = {}
+
+    def judge(raw):
+        path, is_default = resolve(model_path)
+        if is_default and not path.exists():
+            open_model(model_path, notice=notice)  # builds the default model once
+        holder = holders.get(path) or holders.setdefault(path, ModelHolder(str(path)))
+        model = holder.get().model
+        score, p, _, known = scored(model, raw)
+        return verdict.label_for(p, verdict.cutoffs_from(model.cutoffs), known), p
+
+    def learn(items):
+        learn_messages(own_model_path(model_path), items, create=default_seed, warn=notice)
+
+    return judge, learn
+
+
+def _watch(s, one_pass, say, interval):
+    import signal
+
+    from spamnb.delivery import imap as lib
+    from spamnb.storage.store import ModelError
+
+    def tolerant_pass(client):
+        try:
+            one_pass(client)
+        except ModelError as exc:  # a busy lock, a model being replaced: the next pass redoes this one
+            say(f"pass not finished: {exc}; trying again at the next one")
+
+    stopping = []
+    previous = signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+    try:
+        lib.watch(lambda: lib.connect(s), tolerant_pass, say, interval=interval, stop=lambda: bool(stopping))
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    say("stopped")
+
+
+def _connect(s):
+    from spamnb.delivery import imap as lib
+
+    try:
+        return lib.connect(s)
+    except lib.ImapError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _logout(client):
+    try:
+        client.logout()
+    except Exception:  # noqa: BLE001 - a dropped connection cannot log out; nothing is lost
+        pass

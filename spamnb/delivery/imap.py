@@ -1,0 +1,624 @@
+"""``spamnb imap``: train from, filter and learn in the folders of an IMAP account.
+
+Many people's mail lives on an IMAP server they do not run: no procmail, no
+spamd. This filters it where it is and learns from what the user does there.
+
+* **Train** (:func:`training_items`): every message of the ``--ham`` and
+  ``--spam`` folders, read once with ``BODY.PEEK[]`` from a folder opened
+  read-only (``EXAMINE``): no ``\\Seen`` flag changes.
+* **Filter** (:class:`Filter`): the messages of the folder (INBOX) not
+  classified yet get a keyword -- ``$Junk`` or ``$NotJunk``, as Thunderbird
+  and Apple Mail use (IMAP cannot change a stored message, so no header is
+  added) -- and spam moves to the Junk folder (the folder with the ``\\Junk``
+  special use, else ``Junk``), unsure mail to ``--unsure-folder`` when given.
+  A move is ``MOVE`` when the server has it, else ``COPY`` + ``\\Deleted`` +
+  ``UID EXPUNGE`` of just that message (UIDPLUS); never a plain ``EXPUNGE``,
+  and without UIDPLUS the original stays, marked ``\\Deleted``, for the
+  user's client to expunge.
+* **Learning from corrections**, on every pass: a message that arrives in Junk
+  and that spamnb did not file there was put there by the user: it is learned
+  as spam. A message spamnb filed in Junk (or in the unsure folder) that shows
+  up in the filtered folder again was moved back by the user: it is learned
+  as ham (which forgets it as spam when it had been learned so). Deleting a
+  message from Junk is no correction: it never shows up anywhere. Messages are
+  recognised by :func:`spamnb.mail.identity.message_key`, as ``spamnb learn``
+  recognises them, never by UID (a move gives a message a new UID).
+* **State** (:class:`State`, ``MODEL.imap.json`` beside the user's model,
+  written atomically): per folder the ``UIDVALIDITY`` and the last UID seen
+  (UIDs only grow within one ``UIDVALIDITY``, so new mail and new arrivals in
+  Junk are the UIDs above it), and per message key where spamnb last knew the
+  message to be and what it learned. A changed ``UIDVALIDITY`` re-scans the
+  folder; a message already known by its key is not classified or learned twice.
+* **Crash safety**: the messages of a batch about to move are written to the
+  state as *pending* (with their source UID) before the move; a pass that
+  finds one pending finishes or confirms its move, so a dropped connection or
+  a kill at any moment neither loses nor duplicates a message, nor mistakes
+  spamnb's own move for a user's correction.
+
+The first pass over a Junk folder takes what is already there as the user's
+earlier judgement (remembered as in Junk, not learned): only what arrives
+afterwards is a correction.
+
+Round trips: a pass costs a ``SELECT`` and a ``UID SEARCH`` per folder, then
+one ``UID FETCH`` per batch of :data:`BATCH` new messages, one ``STORE`` per
+keyword and one ``MOVE`` (or three commands without MOVE) per batch: a
+handful of round trips per hundred messages.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shlex
+import subprocess
+import time
+from dataclasses import dataclass, field, fields
+
+from spamnb import verdict
+from spamnb.mail.identity import message_key
+
+KEYWORDS = {"spam": b"$Junk", "ham": b"$NotJunk"}
+#: Messages fetched per round trip, and the bytes of their bodies at most.
+BATCH = 100
+FETCH_BYTES = 32 * 1024 * 1024
+#: A message larger than this is left where it is, unclassified and unlearned
+#: (as ``spamnb serve`` answers larger ones unscanned).
+MAX_MESSAGE = 64 * 1024 * 1024
+#: Where spamnb last knew a message to be (the folders' roles, not their names).
+INBOX, JUNK, UNSURE = "folder", "junk", "unsure"
+SECURITY = ("tls", "starttls", "none")
+STATE_VERSION = 1
+
+
+class ImapError(Exception):
+    """What the user is told, in one line (no traceback)."""
+
+
+# -- settings: options and the config file ----------------------------------------------
+
+
+@dataclass
+class Settings:
+    host: str | None = None
+    port: int | None = None
+    user: str | None = None
+    password_file: str | None = None
+    password_command: str | None = None
+    security: str = "tls"
+    cafile: str | None = None
+    force_plaintext: bool = False
+    folder: str = "INBOX"
+    junk: str | None = None
+    unsure_folder: str | None = None
+    ham: tuple = ()
+    spam: tuple = ()
+    model: str | None = None
+
+    def account(self) -> str:
+        return f"{self.user}@{self.host}:{self.port or ''}"
+
+
+CONFIG_KEYS = {f.name for f in fields(Settings)}
+
+
+def read_config(path, *, explicit=False) -> dict:
+    """The keys of the TOML config file at ``path`` ({} when it is not there and
+    was not named). Refused unless it is a regular file of ours that no one
+    else can read (it may hold how to get the password): mode 0600 or stricter."""
+    import stat
+    import tomllib
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if explicit:
+            raise ImapError(f"config file {path} does not exist") from None
+        return {}
+    if not stat.S_ISREG(st.st_mode):
+        raise ImapError(f"config file {path} is not a regular file")
+    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+        raise ImapError(f"config file {path} must be yours and mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}, "
+                        f"owner uid {st.st_uid}): chmod 600 {shlex.quote(str(path))}")
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ImapError(f"config file {path}: {exc}") from None
+    unknown = sorted(set(data) - CONFIG_KEYS - {k.replace("_", "-") for k in CONFIG_KEYS})
+    if unknown:
+        raise ImapError(f"config file {path}: unknown key(s) {', '.join(unknown)} "
+                        f"(known: {', '.join(sorted(CONFIG_KEYS))})")
+    return {k.replace("-", "_"): v for k, v in data.items()}
+
+
+def settings_from(config: dict, options: dict) -> Settings:
+    """Options given on the command line over the config file's keys over the defaults."""
+    merged = {**config, **{k: v for k, v in options.items() if v not in (None, (), False)}}
+    for key in ("ham", "spam"):
+        value = merged.get(key, ())
+        merged[key] = tuple([value] if isinstance(value, str) else value)
+    try:
+        s = Settings(**{k: merged[k] for k in CONFIG_KEYS if k in merged})
+    except TypeError as exc:
+        raise ImapError(str(exc)) from None
+    if not s.host or not s.user:
+        raise ImapError("say which account: --host and --user (or host and user in the config file)")
+    if s.security not in SECURITY:
+        raise ImapError(f"security must be one of {', '.join(SECURITY)}, got {s.security!r}")
+    if s.port is not None and not (isinstance(s.port, int) and 0 < s.port < 65536):
+        raise ImapError(f"port must be a number from 1 to 65535, got {s.port!r}")
+    if s.password_file and s.password_command:
+        raise ImapError("give either a password file or a password command, not both")
+    if not (s.password_file or s.password_command):
+        raise ImapError("say how to get the password: --password-file FILE or --password-command CMD "
+                        "(never the password itself on the command line)")
+    return s
+
+
+def password(s: Settings) -> str:
+    """The first line of the password file, or of what the password command prints."""
+    if s.password_file:
+        try:
+            with open(os.path.expanduser(s.password_file), encoding="utf-8") as f:
+                text = f.readline()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ImapError(f"cannot read the password file {s.password_file}: "
+                            f"{getattr(exc, 'strerror', None) or exc}") from None
+    else:
+        try:
+            done = subprocess.run(s.password_command, shell=True, capture_output=True, timeout=60)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ImapError(f"the password command failed: {exc}") from None
+        if done.returncode != 0:
+            raise ImapError(f"the password command exited with status {done.returncode}")
+        text = done.stdout.decode("utf-8", "replace").split("\n", 1)[0]
+    text = text.rstrip("\r\n")
+    if not text:
+        raise ImapError("the password is empty")
+    return text
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def connect(s: Settings, *, timeout=60.0):
+    """A logged-in :class:`imapclient.IMAPClient` for ``s``; ImapError otherwise."""
+    import ssl
+
+    imapclient = require_imapclient()
+    if s.security == "none" and not _is_loopback(s.host) and not s.force_plaintext:
+        raise ImapError(f"security none would send the password to {s.host} in clear text: only to 127.0.0.1 "
+                        "(or say --force-plaintext)")
+    ctx = ssl.create_default_context(cafile=s.cafile) if s.security != "none" else None
+    port = s.port or (993 if s.security == "tls" else 143)
+    where = f"{s.host}:{port}"
+    try:
+        client = imapclient.IMAPClient(s.host, port, ssl=s.security == "tls", ssl_context=ctx, timeout=timeout)
+        if s.security == "starttls":
+            client.starttls(ctx)
+        client.login(s.user, password(s))
+    except ssl.SSLCertVerificationError as exc:
+        raise ImapError(f"the certificate of {where} is not trusted ({exc.verify_message}); "
+                        "give its CA with --cafile FILE") from None
+    except imapclient.exceptions.LoginError:
+        raise ImapError(f"login to {where} as {s.user} failed: wrong user or password") from None
+    except (OSError, imapclient.exceptions.IMAPClientError) as exc:
+        raise ImapError(f"cannot connect to {where}: {exc}") from None
+    return client
+
+
+def require_imapclient():
+    try:
+        import imapclient
+    except ImportError:
+        raise ImapError("spamnb imap needs the imapclient package: pip install 'spamnb[imap]'") from None
+    return imapclient
+
+
+def connection_errors():
+    """The exceptions a dropped or failing IMAP connection raises."""
+    import imaplib
+
+    imapclient = require_imapclient()
+    return (OSError, imaplib.IMAP4.abort, imaplib.IMAP4.error, imapclient.exceptions.IMAPClientError)
+
+
+# -- reading ------------------------------------------------------------------------------
+
+
+def uids_after(client, last: int) -> list[int]:
+    """The UIDs above ``last`` in the selected folder (``N:*`` always names the
+    highest UID, even one below N: those are dropped)."""
+    return sorted(u for u in client.search(["UID", f"{last + 1}:*"]) if u > last)
+
+
+def fetch_raw(client, uids, *, budget=FETCH_BYTES, too_large=None):
+    """``(uid, raw bytes)`` of ``uids`` in the selected folder, without setting
+    ``\\Seen`` (``BODY.PEEK[]``): sizes first (``RFC822.SIZE``, :data:`BATCH` per
+    round trip), then bodies in round trips of at most :data:`BATCH` messages and
+    ``budget`` bytes, so a folder of large attachments never holds more than that
+    in memory. A message over :data:`MAX_MESSAGE` is not fetched: ``too_large(uid,
+    size)`` is told and it stays where it is. Messages expunged meanwhile are skipped."""
+    for i in range(0, len(uids), BATCH):
+        sizes = client.fetch(uids[i:i + BATCH], [b"RFC822.SIZE"])
+        group, group_bytes = [], 0
+        for uid in uids[i:i + BATCH]:
+            size = sizes.get(uid, {}).get(b"RFC822.SIZE")
+            if size is None:
+                continue  # expunged meanwhile
+            if size > MAX_MESSAGE:
+                if too_large:
+                    too_large(uid, size)
+                continue
+            if group and group_bytes + size > budget:
+                yield from _bodies(client, group)
+                group, group_bytes = [], 0
+            group.append(uid)
+            group_bytes += size
+        if group:
+            yield from _bodies(client, group)
+
+
+def _bodies(client, uids):
+    got = client.fetch(uids, [b"BODY.PEEK[]"])
+    for uid in uids:
+        if uid in got and b"BODY[]" in got[uid]:
+            yield uid, got[uid][b"BODY[]"]
+
+
+def training_items(client, folders, progress=None):
+    """``(source, raw, label)`` of every message of ``folders`` (``(name, label)``
+    pairs), each folder opened read-only; ``progress(folder, done, total)``."""
+    for name, label in folders:
+        try:
+            client.select_folder(name, readonly=True)
+        except connection_errors() as exc:
+            raise ImapError(f"cannot open folder {name!r}: {exc}") from None
+        uids = sorted(client.search("ALL"))
+        for n, (uid, raw) in enumerate(fetch_raw(client, uids), 1):
+            if progress:
+                progress(name, n, len(uids))
+            yield f"imap:{name}/{uid}", raw, label
+
+
+# -- state --------------------------------------------------------------------------------
+
+
+class State:
+    """What spamnb knows of an account between passes (see the module doc)."""
+
+    def __init__(self, path, data=None):
+        self.path = os.fspath(path)
+        self.data = data or {"version": STATE_VERSION, "accounts": {}}
+
+    @classmethod
+    def load(cls, path) -> "State":
+        try:
+            with open(path, "rb") as f:
+                data = json.loads(f.read())
+        except FileNotFoundError:
+            return cls(path)
+        except (OSError, ValueError) as exc:
+            raise ImapError(f"cannot read the IMAP state {path}: {exc} (move it away to start afresh)") from None
+        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
+            raise ImapError(f"the IMAP state {path} is not one this version reads (move it away to start afresh)")
+        return cls(path, data)
+
+    def save(self) -> None:
+        from spamnb.storage.store import write_bytes_atomic
+
+        write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+
+    def account(self, name) -> dict:
+        return self.data["accounts"].setdefault(name, {"folders": {}, "messages": {}})
+
+
+def state_path(model_path) -> str:
+    return os.fspath(model_path) + ".imap.json"
+
+
+# -- one pass -------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    """What a pass did (or, with dry_run, would do)."""
+
+    classified: dict = field(default_factory=lambda: {"spam": 0, "ham": 0, "unsure": 0})
+    learned: dict = field(default_factory=lambda: {"spam": 0, "ham": 0})
+    moved: int = 0
+
+    def summary(self) -> str:
+        c, l_ = self.classified, self.learned
+        return (f"classified {sum(c.values())} ({c['spam']} spam, {c['ham']} ham, {c['unsure']} unsure), "
+                f"moved {self.moved}, learned {l_['spam']} as spam and {l_['ham']} as ham from your moves")
+
+
+class Filter:
+    """One account's filtering and learning (a pass: :meth:`run`).
+
+    ``judge(raw) -> (label, p)`` classifies; ``learn([(raw, label)])`` learns
+    (moving a message learned as the other class, as ``spamnb learn``);
+    ``say(line)`` reports each action.
+    """
+
+    def __init__(self, client, settings: Settings, state: State, judge, learn, say, *, dry_run=False):
+        self.client = client
+        self.s = settings
+        self.state = state
+        self.acct = state.account(settings.account())
+        self.msgs = self.acct["messages"]
+        self.judge = judge
+        self.learn = learn
+        self.say = say
+        self.dry_run = dry_run
+        self.out = Outcome()
+        caps = {c.upper() for c in client.capabilities()}
+        self.can_move = b"MOVE" in caps
+        self.can_uid_expunge = b"UIDPLUS" in caps
+
+    # -- folders ---------------------------------------------------------
+
+    def junk_folder(self) -> str:
+        if self.s.junk:
+            name = self.s.junk
+        else:
+            name = self.client.find_special_folder(b"\\Junk") or "Junk"  # RFC 6154 special use
+        self._ensure(name)
+        return name
+
+    def _ensure(self, name):
+        if not self.client.folder_exists(name):
+            self.say(f"creating folder {name}")
+            if not self.dry_run:
+                self.client.create_folder(name)
+
+    def _select(self, name, role):
+        """Select ``name``; ``(folder state, first)``: first is True the first time
+        this folder is seen, and after its UIDVALIDITY changed (a re-scan)."""
+        info = self.client.select_folder(name, readonly=self.dry_run)
+        uv = int(info[b"UIDVALIDITY"])
+        f = self.acct["folders"].setdefault(role, {})
+        first = f.get("uidvalidity") != uv
+        if first:
+            if f.get("uidvalidity") is not None:
+                self.say(f"{name}: UIDVALIDITY changed ({f['uidvalidity']} -> {uv}): reading it again")
+            f.update(uidvalidity=uv, last_uid=0, name=name)
+        return f, first
+
+    # -- the pass -----------------------------------------------------------
+
+    def run(self) -> Outcome:
+        junk = self.junk_folder()
+        if self.s.unsure_folder:
+            self._ensure(self.s.unsure_folder)
+        if not (self.dry_run and not self.client.folder_exists(junk)):
+            self.scan_junk(junk)
+        self.scan_folder(junk)
+        if not self.dry_run:
+            self.state.save()
+        return self.out
+
+    def scan_junk(self, junk):
+        """Arrivals in Junk: spamnb's own moves (confirmed), else the user's (learned as spam)."""
+        f, _ = self._select(junk, JUNK)
+        baseline = f.get("scanned") is None  # Junk's content before spamnb's first pass: the user's past
+        uids = uids_after(self.client, f["last_uid"])
+        for start in range(0, len(uids), BATCH):
+            batch = uids[start:start + BATCH]
+            learn, flag = [], []
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(junk)):
+                key = message_key(raw).hex()
+                rec = self.msgs.get(key)
+                if rec is not None and rec.get("where") == JUNK:
+                    if rec.get("pending"):
+                        rec["copied"] = True  # spamnb's move, maybe half done: see _finish_pending
+                elif baseline or (rec is not None and rec.get("learned") == "spam"):
+                    self.msgs[key] = {**(rec or {}), "where": JUNK}  # the user's past, or learned already
+                else:  # the user put it there
+                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {_subject(raw)}")
+                    learn.append((raw, "spam"))
+                    flag.append(uid)
+                    self.msgs[key] = {"where": JUNK, "learned": "spam"}
+            self._learn(learn)
+            self._keyword(flag, "spam")
+            f["last_uid"] = max(batch)
+            self._save()
+        f["scanned"] = True
+
+    def scan_folder(self, junk):
+        """The filtered folder: finish pending moves, take back the user's
+        corrections, classify what is new."""
+        name = self.s.folder
+        f, first = self._select(name, INBOX)
+        if not first:  # pending UIDs are this UIDVALIDITY's; after a change the re-scan finds the messages
+            self._finish_pending(name, junk)
+        uids = uids_after(self.client, f["last_uid"])
+        for start in range(0, len(uids), BATCH):
+            batch = uids[start:start + BATCH]
+            new, back = [], []
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(name)):
+                key = message_key(raw).hex()
+                rec = self.msgs.get(key)
+                if rec is None:
+                    label, p = self.judge(raw)
+                    new.append((uid, key, label, p, raw))
+                elif rec.get("pending"):  # a move begun before the UIDVALIDITY changed
+                    self._finish(uid, rec, junk, name)
+                elif rec.get("where") in (JUNK, UNSURE):
+                    back.append((uid, key, raw))  # spamnb filed it away; the user moved it back
+            for uid, key, raw in back:
+                self.say(f"{name} {uid}: you moved it back from "
+                         f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
+                         f"learning it as ham: {_subject(raw)}")
+                self.msgs[key] = {"where": INBOX, "learned": "ham"}
+            self._learn([(raw, "ham") for _, _, raw in back])
+            self._keyword([uid for uid, _, _ in back], "ham")
+            self._file(name, junk, new)
+            f["last_uid"] = max(batch)
+            self._save()
+        if first:  # after a re-scan, no pending UID of the old UIDVALIDITY may name a message of the new
+            for rec in self.msgs.values():
+                rec.pop("pending", None)
+                rec.pop("copied", None)
+
+    def _file(self, name, junk, new):
+        """Keyword every new message with its verdict; move spam (and unsure) away."""
+        dest = {"spam": (JUNK, junk), "unsure": (UNSURE, self.s.unsure_folder)}
+        moving = {}
+        for uid, key, label, p, raw in new:
+            self.out.classified[label] += 1
+            role, folder = dest.get(label, (None, None))
+            where = f" -> {folder}" if folder else ""
+            self.say(f"{name} {uid}: {label} (P(spam)={p:.4f}){where}: {_subject(raw)}")
+            if folder:
+                self.msgs[key] = {"where": role, "verdict": label, "pending": uid}
+                moving.setdefault(folder, []).append(uid)
+            else:
+                self.msgs[key] = {"where": INBOX, "verdict": label}
+        for label in ("spam", "ham"):
+            self._keyword([uid for uid, _, lab, _, _ in new if lab == label], label)
+        self._save()  # the pending moves are on disk before any move starts
+        for folder, uids in moving.items():
+            self._move(uids, folder)
+        for uid, key, *_ in new:
+            self.msgs[key].pop("pending", None)
+
+    def _finish_pending(self, name, junk):
+        """Moves a pass began and did not confirm: done (the message left the
+        folder, or is marked deleted there), half done (copied, not yet
+        removed), or not done."""
+        pending = {rec["pending"]: rec for rec in self.msgs.values() if rec.get("pending")}
+        if not pending:
+            return
+        here = set(self.client.search(["UID", ",".join(map(str, pending)), "NOT", "DELETED"]))
+        for uid, rec in pending.items():
+            if uid in here:
+                self._finish(uid, rec, junk, name)
+            rec.pop("pending", None)
+            rec.pop("copied", None)
+        self._save()
+
+    def _finish(self, uid, rec, junk, name):
+        folder = junk if rec["where"] == JUNK else self.s.unsure_folder
+        self.say(f"{name} {uid}: finishing its move to {folder}")
+        if rec.get("copied"):
+            self._remove([uid])
+        else:
+            self._move([uid], folder)
+        rec.pop("pending", None)
+        rec.pop("copied", None)
+
+    def _too_large(self, folder):
+        return lambda uid, size: self.say(f"{folder} {uid}: {size} bytes, over {MAX_MESSAGE}: left as it is")
+
+    # -- actions (nothing with dry_run) -------------------------------------------
+
+    def _learn(self, items):
+        if not items:
+            return
+        for _, label in items:
+            self.out.learned[label] += 1
+        if not self.dry_run:
+            self.learn(items)
+
+    def _keyword(self, uids, label):
+        if not uids or self.dry_run:
+            return
+        other = KEYWORDS["ham" if label == "spam" else "spam"]
+        self.client.remove_flags(uids, [other], silent=True)
+        self.client.add_flags(uids, [KEYWORDS[label]], silent=True)
+
+    def _move(self, uids, folder):
+        self.out.moved += len(uids)
+        if self.dry_run:
+            return
+        if self.can_move:
+            self.client.move(uids, folder)
+            return
+        self.client.copy(uids, folder)
+        self._remove(uids)
+
+    def _remove(self, uids):
+        """Remove ``uids`` (copied elsewhere already) from the selected folder: only
+        them (UID EXPUNGE); without UIDPLUS they stay marked \\Deleted."""
+        self.client.add_flags(uids, [b"\\Deleted"], silent=True)
+        if self.can_uid_expunge:
+            self.client.uid_expunge(uids)
+
+    def _save(self):
+        if not self.dry_run:
+            self.state.save()
+
+
+def _subject(raw: bytes) -> str:
+    """The message's Subject for a report line (decoded, shortened)."""
+    from email.header import decode_header, make_header
+
+    head = raw.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
+    for line in head.replace(b"\r\n", b"\n").replace(b"\n ", b" ").replace(b"\n\t", b" ").split(b"\n"):
+        if line[:8].lower() == b"subject:":
+            text = line[8:].strip().decode("latin-1")
+            try:
+                text = str(make_header(decode_header(text)))
+            except (ValueError, LookupError):
+                pass
+            text = " ".join(text.split())
+            return verdict.header_safe(text[:70]) if not text.isprintable() else text[:70]
+    return "(no subject)"
+
+
+# -- watching ----------------------------------------------------------------------------------
+
+
+def watch(open_client, one_pass, say, *, interval=300.0, stop=None, sleep=time.sleep, max_backoff=300.0):
+    """Passes until ``stop()``: after each, ``IDLE`` on the selected folder until
+    something happens or ``interval`` seconds pass (polling instead when the
+    server has no IDLE); a dropped connection is reopened after 1, 2, 4 ... up
+    to ``max_backoff`` seconds."""
+    stop = stop or (lambda: False)
+    errors = connection_errors() + (ImapError,)
+    backoff = 1.0
+    while not stop():
+        client = None
+        try:
+            client = open_client()
+            backoff = 1.0
+            while not stop():
+                one_pass(client)
+                _wait(client, interval, stop, sleep)
+        except errors as exc:
+            if stop():
+                break
+            say(f"connection lost ({exc}); trying again in {backoff:.0f} s")
+            sleep(backoff)
+            backoff = min(backoff * 2, max_backoff)
+        finally:
+            if client is not None:
+                try:
+                    client.logout()
+                except Exception:  # noqa: BLE001 - a dead connection cannot log out
+                    pass
+
+
+def _wait(client, interval, stop, sleep):
+    """Until the selected folder changes or ``interval`` passes (checking ``stop`` each second)."""
+    deadline = time.monotonic() + interval
+    if not client.has_capability("IDLE"):
+        while not stop() and time.monotonic() < deadline:
+            sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+        return
+    client.idle()
+    try:
+        while not stop() and time.monotonic() < deadline:
+            if client.idle_check(timeout=min(1.0, max(0.01, deadline - time.monotonic()))):
+                break
+    finally:
+        client.idle_done()
