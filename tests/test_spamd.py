@@ -386,15 +386,20 @@ def test_early_close_and_stalled_clients_do_not_hold_the_server(compiled, spam_a
         s.stop()
 
 
-def test_connections_beyond_the_cap_get_a_tempfail(compiled):
-    s = Served(compiled, timeout=3.0, max_connections=1)
+def test_connections_beyond_the_cap_wait_a_moment_then_get_a_tempfail(compiled, monkeypatch):
+    monkeypatch.setattr(spamd, "SLOT_WAIT", 0.5)
+    s = Served(compiled, timeout=5.0, max_connections=1)
     try:
         holder = socket.create_connection(("127.0.0.1", s.port))
         holder.sendall(b"CHECK SPAMC/1.5\r\n")
         time.sleep(0.3)
+        start = time.monotonic()
         out = s.ask(b"PING SPAMC/1.5\r\n\r\n", half_close=False)
-        assert out.startswith(b"SPAMD/1.0 75 ")
-        holder.close()
+        assert out.startswith(b"SPAMD/1.0 75 ") and time.monotonic() - start >= 0.45
+        waiter = threading.Thread(target=lambda: time.sleep(0.2) or holder.close())
+        waiter.start()  # the slot frees while the next one waits: it is served
+        assert s.ask(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"
+        waiter.join()
     finally:
         s.stop()
 
@@ -584,3 +589,37 @@ def test_serve_spamd_usage_errors_are_one_line(compiled, tmp_path, args, message
     r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled), *args],
                        capture_output=True, timeout=60)
     assert r.returncode == 2 and message.encode() in r.stderr and b"Traceback" not in r.stderr
+
+
+# -- concurrency -----------------------------------------------------------------------------
+
+
+def test_concurrent_clients_get_the_answers_one_at_a_time_gets(served):
+    from concurrent.futures import ThreadPoolExecutor
+
+    raws = messages()[:24]
+    serial = [split_reply(served.ask(request("CHECK", raw)))[1] for raw in raws]
+    with ThreadPoolExecutor(8) as pool:
+        together = list(pool.map(lambda raw: split_reply(served.ask(request("CHECK", raw)))[1], raws * 2))
+    assert together == serial * 2
+
+
+def test_concurrent_tells_are_each_learned_exactly_once(served, compiled):
+    from concurrent.futures import ThreadPoolExecutor
+
+    base = messages()[0]
+    raws = [base.replace(b"Subject:", b"Subject: concurrent-%d" % i, 1) for i in range(40)]
+    before = load_model(compiled).messages.tolist()
+
+    def tell(i):
+        label = "spam" if i % 2 else "ham"
+        return split_reply(served.ask(request("TELL", raws[i], Message_class=label, Set="local")))[1]
+
+    with ThreadPoolExecutor(8) as pool:
+        replies = list(pool.map(tell, range(40)))
+    assert replies == [{b"DidSet": b"local"}] * 40
+    after = load_model(compiled).messages.tolist()
+    assert after == [before[0] + 20, before[1] + 20]
+    with ThreadPoolExecutor(8) as pool:  # again: all known, nothing counted twice
+        assert list(pool.map(tell, range(40))) == [{}] * 40
+    assert load_model(compiled).messages.tolist() == after

@@ -242,16 +242,19 @@ def trusted_now(path):
 
 
 class BoundedThreads(socketserver.ThreadingMixIn):
-    """A thread per connection, at most ``max_connections`` at once: one more is
-    answered ``busy`` (if anything) and closed at once, so idle or slow
-    connections cannot pile up threads."""
+    """A thread per connection, at most ``max_connections`` at once: one more
+    waits up to ``wait`` seconds for a slot (a burst is served a moment later;
+    connections meanwhile queue in the listen backlog), then is answered
+    ``busy`` (if anything) and closed, so idle or slow connections cannot pile
+    up threads."""
 
-    def bound_threads(self, max_connections, busy=b""):
+    def bound_threads(self, max_connections, busy=b"", wait=0.0):
         self.slots = threading.BoundedSemaphore(max_connections)
         self.busy = busy
+        self.slot_wait = wait
 
     def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
+        if not self.slots.acquire(timeout=self.slot_wait) if self.slot_wait else not self.slots.acquire(False):
             self.log("too many connections: one closed unanswered")
             if self.busy:
                 try:

@@ -100,6 +100,8 @@ N_SYMBOLS = 15
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,127}\Z")
 _REQUEST_LINE = re.compile(rb"([A-Z_]+) SPAMC/(\d+)\.(\d+)\r?\n\Z")
 CHUNK = 64 * 1024
+#: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL.
+SLOT_WAIT = 2.0
 #: An unscanned message's header block is looked for in its first bytes only.
 MAX_HEADER_BLOCK = 1 << 20
 
@@ -522,7 +524,9 @@ class _SpamdServer(BoundedThreads):
         self.allow_tell = allow_tell
         self.log = log
         self.compactor = compactor
-        self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line())
+        # spamc passes a message through unfiltered when refused: a burst waits a moment instead
+        self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
+                           wait=SLOT_WAIT)
 
 
 class TCPServer(_SpamdServer, socketserver.TCPServer):
