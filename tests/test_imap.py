@@ -167,6 +167,17 @@ def test_the_users_moves_are_learned_and_a_deletion_is_not(dovecot, inbox, model
     assert "classified 0" in err and "learned 0 as spam and 0 as ham" in err
 
 
+def test_a_second_copy_of_a_spam_still_in_junk_is_filtered_not_learned_as_ham(dovecot, inbox, model, tmp_path):
+    ham, spam = inbox
+    assert run(dovecot, tmp_path, "filter", model=model)[0] == 0
+    assert run(dovecot, tmp_path, "filter", model=model)[0] == 0  # Junk's arrivals seen
+    dovecot.append("INBOX", spam[0])  # delivered again
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0 and "classified 1 (1 spam" in err and "learned 0 as spam and 0 as ham" in err
+    assert known(model, spam[0]) is None
+    assert Counter(message_key(r) for r in dovecot.fetch_all("Junk").values())[message_key(spam[0])] == 2
+
+
 def test_junk_content_before_the_first_pass_is_not_learned(dovecot, model, tmp_path):
     old = sample("spam", 2, start=10)
     for raw in old:

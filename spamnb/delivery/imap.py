@@ -420,13 +420,14 @@ class Filter:
                 if rec is not None and rec.get("where") == JUNK:
                     if rec.get("pending"):
                         rec["copied"] = True  # spamnb's move, maybe half done: see _finish_pending
+                    rec["uid"] = uid
                 elif baseline or (rec is not None and rec.get("learned") == "spam"):
-                    self.msgs[key] = {**(rec or {}), "where": JUNK}  # the user's past, or learned already
+                    self.msgs[key] = {**(rec or {}), "where": JUNK, "uid": uid}  # the user's past, or learned
                 else:  # the user put it there
                     self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {_subject(raw)}")
                     learn.append((raw, "spam"))
                     flag.append(uid)
-                    self.msgs[key] = {"where": JUNK, "learned": "spam"}
+                    self.msgs[key] = {"where": JUNK, "learned": "spam", "uid": uid}
             self._learn(learn)
             self._keyword(flag, "spam")
             f["last_uid"] = max(batch)
@@ -454,6 +455,10 @@ class Filter:
                     self._finish(uid, rec, junk, name)
                 elif rec.get("where") in (JUNK, UNSURE):
                     back.append((uid, key, raw))  # spamnb filed it away; the user moved it back
+            back, copies = self._moved_back(back, name, junk)
+            for uid, key, raw in copies:  # a second copy of a message still in Junk: new mail, not a correction
+                label, p = self.judge(raw)
+                new.append((uid, key, label, p, raw))
             for uid, key, raw in back:
                 self.say(f"{name} {uid}: you moved it back from "
                          f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
@@ -468,6 +473,19 @@ class Filter:
             for rec in self.msgs.values():
                 rec.pop("pending", None)
                 rec.pop("copied", None)
+
+    def _moved_back(self, found, name, junk):
+        """``(back, copies)`` of messages found in the folder that spamnb had filed
+        in Junk: moved back by the user, or another copy of one that is still
+        there (the same message delivered twice), which Junk is asked about."""
+        there = {uid for _, key, _ in found if (uid := self.msgs[key].get("uid")) is not None}
+        if not there:
+            return found, []
+        self.client.select_folder(junk, readonly=True)
+        still = set(self.client.search(["UID", ",".join(map(str, sorted(there))), "NOT", "DELETED"]))
+        self.client.select_folder(name, readonly=self.dry_run)
+        back = [item for item in found if self.msgs[item[1]].get("uid") not in still]
+        return back, [item for item in found if item not in back]
 
     def _file(self, name, junk, new):
         """Keyword every new message with its verdict; move spam (and unsure) away."""
