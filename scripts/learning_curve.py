@@ -50,6 +50,11 @@ from spamnb.verdict import LABELS, label_for  # noqa: E402
 WINDOWS = [(0, 100), (100, 500), (500, 2000)]
 
 
+def windows(limit):
+    """WINDOWS, and the messages after 2,000 as one more window for a longer run."""
+    return WINDOWS + [(WINDOWS[-1][1], limit)] if limit > WINDOWS[-1][1] else WINDOWS
+
+
 def variants(names):
     table = {
         "learned, all": dict(prior="learned", train_on="all"),
@@ -97,26 +102,26 @@ def window_errors(scores, labels, lo, hi):
     return fp, fn, unsure
 
 
-def summary(runs):
+def summary(runs, wins=WINDOWS):
     """Means over the runs (``(scores, labels)`` each) of each window's (FP, FN, unsure),
     of (1-AUC)% and of recall at 0.1% false positives (in %)."""
-    per_window = np.zeros((len(WINDOWS), 3))
+    per_window = np.zeros((len(wins), 3))
     aucs, recalls = [], []
     for scores, labels in runs:
-        for w, (lo, hi) in enumerate(WINDOWS):
+        for w, (lo, hi) in enumerate(wins):
             per_window[w] += window_errors(scores, labels, lo, hi)
         aucs.append(metrics.one_minus_auc_pct(scores.y, scores.score))
         recalls.append(metrics.recall_at_fpr(scores.y, scores.score, 0.001) * 100)
     return per_window / len(runs), np.mean(aucs), np.mean(recalls)
 
 
-def table_head(first="variant", extra=""):
-    head = "".join(f" | {lo + 1}-{hi}: FP FN unsure" for lo, hi in WINDOWS)
+def table_head(first="variant", extra="", wins=WINDOWS):
+    head = "".join(f" | {lo + 1}-{hi}: FP FN unsure" for lo, hi in wins)
     return f"{first:<22}{head} | (1-AUC)%  recall@0.1%FPR{extra}"
 
 
-def table_row(name, runs, extra=""):
-    per_window, auc, recall = summary(runs)
+def table_row(name, runs, extra="", wins=WINDOWS):
+    per_window, auc, recall = summary(runs, wins)
     cells = "".join(f" | {fp:5.1f} {fn:5.1f} {un:6.1f}" + " " * 6 for fp, fn, un in per_window)
     return f"{name:<22}{cells} | {auc:8.3f}  {recall:6.2f}{extra}"
 
@@ -130,10 +135,11 @@ def main():
     args = ap.parse_args()
     corpus = load(args.corpus)
     print(f"{args.corpus}: {len(corpus)} messages; {args.seeds} shuffled orders, first {args.limit} of each")
-    print(table_head())
+    wins = windows(args.limit)
+    print(table_head(wins=wins))
     for name, kw in variants(args.variant).items():
         runs = [run(shuffled(corpus, seed)[: args.limit], **kw) for seed in range(args.seeds)]
-        print(table_row(name, runs), flush=True)
+        print(table_row(name, runs, wins=wins), flush=True)
     print("(means over the orders; a difference of one or two messages is noise)")
     return 0
 

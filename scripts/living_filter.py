@@ -41,7 +41,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -51,27 +50,20 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shared_corpora  # noqa: E402
-from learning_curve import load, shuffled, table_head, table_row  # noqa: E402
+from learning_curve import load, shuffled, table_head, table_row, windows  # noqa: E402
 from spamnb.evaluation.evaluate import Scores  # noqa: E402
 from spamnb.model import SpamModel, label_id  # noqa: E402
-from spamnb.verdict import evidence, label_for  # noqa: E402
+from spamnb.verdict import evidence, label_for, learns_verdict  # noqa: E402
 
 RULES = ("self-all", "self-none", "self-margin:5")
 
 
-def logit(p):
-    return math.log(p / (1 - p)) if 0 < p < 1 else math.copysign(math.inf, p - 0.5)
-
-
 def self_learns(rule, label, score, cutoffs):
-    """Whether the filter learns its own verdict ``label`` (score in log-odds) under ``rule``."""
-    if label == "unsure" or rule == "self-none":
+    """Whether the filter learns its own verdict ``label`` (score in log-odds) under ``rule``:
+    ``filter -u``'s own rule (:func:`spamnb.verdict.learns_verdict`) with that margin."""
+    if rule == "self-none":
         return False
-    if rule == "self-all":
-        return True
-    margin = float(rule.partition(":")[2])
-    edge = logit(cutoffs[0] if label == "ham" else cutoffs[1])
-    return abs(score - edge) < margin
+    return learns_verdict(label, score, cutoffs, None if rule == "self-all" else float(rule.partition(":")[2]))
 
 
 def living(messages, rule, delay=0, make=SpamModel):
@@ -125,7 +117,8 @@ def main():
                     help="corpus folder or index (repeatable: concatenated, then shuffled together); "
                          "default SpamAssassin")
     ap.add_argument("--seed", type=int, action="append", help="shuffling seeds (repeatable; default 0 1 2)")
-    ap.add_argument("--limit", type=int, default=2000, help="messages of each order (the windows end at 2,000)")
+    ap.add_argument("--limit", type=int, default=2000,
+                    help="messages of each order (the windows end at 2,000; the messages after it are one more)")
     ap.add_argument("--rule", action="append", help=f"self-learning rules (repeatable; default {' '.join(RULES)})")
     ap.add_argument("--delay", type=int, default=0, help="messages between a verdict and the user's correction")
     args = ap.parse_args()
@@ -134,7 +127,8 @@ def main():
     messages = [m for c in corpora for m in load(c)]
     print(f"{' + '.join(corpora)}: {len(messages)} messages; orders {seeds}, first {args.limit} of each; "
           f"corrections {args.delay} messages later")
-    print(table_head("rule", " | self-learned  user actions (moves)"))
+    wins = windows(args.limit)
+    print(table_head("rule", " | self-learned  user actions (moves)", wins))
     for rule in args.rule or RULES:
         runs, counts = [], []
         for seed in seeds:
@@ -142,7 +136,7 @@ def main():
             runs.append((scores, labels))
             counts.append([n["self-learned"], n["actions"], n["moves"]])
         learned, actions, moves = np.mean(counts, axis=0)
-        print(table_row(rule, runs, f" | {learned:12.1f}  {actions:12.1f} ({moves:.1f})"), flush=True)
+        print(table_row(rule, runs, f" | {learned:12.1f}  {actions:12.1f} ({moves:.1f})", wins), flush=True)
     print("(means over the orders; a difference of a few messages is noise)")
     return 0
 
