@@ -20,6 +20,13 @@ one class (enron-ham-dev, ham only) then still meets both classes throughout.
 
     python scripts/bench_online.py ../shared/corpora/spamassassin/index --seed 1
     python scripts/bench_online.py ../shared/corpora/{spamassassin,trec06c-dev,enron-ham-dev}/index
+
+``--worst N`` then names the N hams spamnb scored highest in the second half of
+the stream (the model has learned thousands of messages by then: what is still
+scored high is not a cold start) and the tokens that put each there: the
+model's :meth:`explain` evidence at that moment, the model of all messages
+before it (learning every message, the model at step i is the counts of
+messages 0..i-1 whatever their order, so the replay learns them in chunks).
 """
 
 import argparse
@@ -88,15 +95,60 @@ def crm114_online(items, train_on_error=False):
         return time.perf_counter() - t0, np.array(scores), learned
 
 
-def spamnb_online(index_path, seed, workdir):
-    """(seconds, evaluate's JSON summary) of ``spamnb evaluate --online`` on the shuffled index."""
+def spamnb_online(index_path, seed, workdir, scores=None):
+    """(seconds, evaluate's JSON summary) of ``spamnb evaluate --online`` on the shuffled index
+    (``scores``: also write each message's score there, ``evaluate --scores``)."""
     import json
 
     t0 = time.perf_counter()
     # the shuffled index is this script's own, naming absolute paths: trusted
     out = subprocess.run([sys.executable, "-m", "spamnb", "evaluate", "--index", index_path, "--online",
-                          "--trust-index", "--json"], stdout=subprocess.PIPE, check=True, cwd=workdir).stdout
+                          "--trust-index", "--json"] + (["--scores", scores] if scores else []),
+                         stdout=subprocess.PIPE, check=True, cwd=workdir).stdout
     return time.perf_counter() - t0, json.loads(out)
+
+
+def worst_hams(items, scores, n, chunk=500):
+    """The ``n`` hams of the second half of ``items`` with the highest online ``scores``,
+    each with its evidence then: ``[(index, path, score, Evidence)]``, highest first."""
+    from spamnb.model import SpamModel
+
+    half = len(items) // 2
+    hams = [i for i in range(half, len(items)) if items[i][1] == "ham"]
+    chosen = sorted(hams, key=lambda i: -scores[i])[:n]
+    wanted = set(chosen)
+    model, toks, ys, found = SpamModel(), [], [], {}
+    for i, (path, label) in enumerate(items[: max(chosen) + 1]):
+        with open(path, "rb") as f:
+            raw = f.read()
+        t = model.tokens(raw)
+        if i in wanted or len(toks) >= chunk:
+            model.learn_tokens(toks, ys)
+            toks, ys = [], []
+        if i in wanted:
+            found[i] = model.explain(raw, 40, toks=t)
+        toks.append(t)
+        ys.append(label)
+    return [(i, items[i][0], scores[i], found[i]) for i in chosen]
+
+
+def header(path, name):
+    """One header field of the message at ``path``, decoded for a reader (first 70 characters)."""
+    import email
+    import email.errors
+    import email.header
+    import email.policy
+
+    with open(path, "rb") as f:
+        msg = email.message_from_binary_file(f, policy=email.policy.compat32)
+    value = msg.get(name)
+    if value is None:
+        return ""
+    try:
+        text = str(email.header.make_header(email.header.decode_header(value)))
+    except (UnicodeError, LookupError, email.errors.HeaderParseError):
+        text = str(value)
+    return " ".join(text.split())[:70]
 
 
 def stream(indexes, seed, limit):
@@ -111,6 +163,9 @@ def main():
     ap.add_argument("index", nargs="+", help="index file(s): concatenated, then shuffled together")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--limit", type=int, default=None, help="only the first N messages of the shuffled order")
+    ap.add_argument("--worst", type=int, default=0, metavar="N",
+                    help="also name the N hams of the stream's second half spamnb scored highest, with "
+                         "the tokens that put them there")
     args = ap.parse_args()
     args.index = [shared_corpora.require(i) for i in args.index]  # absent: one line, exit 2
     items = stream(args.index, args.seed, args.limit)
@@ -119,7 +174,11 @@ def main():
         shuffled = os.path.join(tmp, "index")
         with open(shuffled, "w", encoding="utf-8") as f:
             f.writelines(f"{lb} {os.path.abspath(p)}\n" for p, lb in items)
-        s_sec, s = spamnb_online(shuffled, args.seed, tmp)
+        scores_path = os.path.join(tmp, "scores.tsv") if args.worst else None
+        s_sec, s = spamnb_online(shuffled, args.seed, tmp, scores_path)
+        if args.worst:
+            with open(scores_path, encoding="utf-8") as f:
+                online_scores = [float(line.split("\t")[1]) for line in f if not line.startswith("#")]
     rows = [("spamnb (evaluate --online)", s_sec, s["one_minus_auc_pct"], s["recall_at_fpr"]["0.001"],
              s["recall_at_fpr"]["0.01"])]
 
@@ -151,6 +210,18 @@ def main():
         print(f"| {name} | {sec:.1f} | {1000 * sec / len(items):.2f} | {auc:.3f} | {rec:.1f} | {rec1:.1f} |")
     if bogo_sec is not None:
         print(f"\nspamnb / bogofilter time ratio: {rows[0][1] / bogo_sec:.2f}")
+    if args.worst:
+        n_ham = len(items) - n_spam
+        print(f"\nThe {args.worst} hams of messages {len(items) // 2 + 1}-{len(items)} spamnb scored highest "
+              f"(rank among the {n_ham} hams of the whole stream by online score); the tokens for spam "
+              "(log-odds contribution, occurrences) in the model of the messages before it:")
+        rank = {i: r + 1 for r, i in enumerate(sorted((i for i in range(len(items)) if items[i][1] == "ham"),
+                                                        key=lambda i: -online_scores[i]))}
+        for i, path, score, ev in worst_hams(items, online_scores, args.worst):
+            toks = ", ".join([f"{t} {c:+.2f} x{k}" for t, k, c in ev.tokens if c > 0][:10])
+            print(f"\n#{i + 1} (ham rank {rank[i]}) score {score:+.2f} (explain: {ev.score:+.2f}, prior "
+                  f"{ev.prior:+.2f}) {path}\n  From: {header(path, 'From')}\n  Subject: {header(path, 'Subject')}"
+                  f"\n  List-Id: {header(path, 'List-Id')}\n  for spam: {toks}")
 
 
 if __name__ == "__main__":

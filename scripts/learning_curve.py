@@ -16,6 +16,11 @@ way of learning:
   errors and messages within a thick threshold of the boundary (``margin``);
 * λ, the smoothing of the counts.
 
+A corpus is read as ``scripts/protocols.py`` reads it: trec06c-dev cut to its
+five fair headers (the others leak the label), enron-ham-dev without the
+export's artefact headers. ``scripts/living_filter.py`` runs the same windows
+for a filter that learns its own verdicts and a user's corrections.
+
 Usage::
 
     python scripts/learning_curve.py                       # SpamAssassin, 3 orders
@@ -35,12 +40,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shared_corpora  # noqa: E402
+from first_day import strip_artefacts  # noqa: E402
+from protocols import fair_headers  # noqa: E402
 from spamnb.evaluation import evaluate, metrics  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
 from spamnb.model import SpamModel  # noqa: E402
 from spamnb.verdict import LABELS, label_for  # noqa: E402
 
 WINDOWS = [(0, 100), (100, 500), (500, 2000)]
+
+
+def windows(limit):
+    """WINDOWS, and the messages after 2,000 as one more window for a longer run."""
+    return WINDOWS + [(WINDOWS[-1][1], limit)] if limit > WINDOWS[-1][1] else WINDOWS
 
 
 def variants(names):
@@ -63,6 +75,21 @@ def run(messages, prior, train_on, margin=0.0, alpha=None):
     return scores, labels
 
 
+def load(corpus):
+    """``[(source, raw, label)]`` of a corpus folder or index, as protocols.py reads it
+    (trec06c-dev: the five fair headers; enron-ham-dev: no artefact headers); exits
+    with shared_corpora.EXIT_ABSENT when it is not there."""
+    index = shared_corpora.require(corpus)
+    strip = fair_headers if "trec06c" in index else strip_artefacts if "enron" in index else None
+    return [(m.source, strip(m.raw) if strip else m.raw, m.label) for m in iter_index(index, trusted=True)]
+
+
+def shuffled(messages, seed):
+    order = messages[:]
+    random.Random(seed).shuffle(order)
+    return order
+
+
 def window_errors(scores, labels, lo, hi):
     fp = fn = unsure = 0
     for y, lab in zip(scores.y[lo:hi], labels[lo:hi]):
@@ -75,6 +102,30 @@ def window_errors(scores, labels, lo, hi):
     return fp, fn, unsure
 
 
+def summary(runs, wins=WINDOWS):
+    """Means over the runs (``(scores, labels)`` each) of each window's (FP, FN, unsure),
+    of (1-AUC)% and of recall at 0.1% false positives (in %)."""
+    per_window = np.zeros((len(wins), 3))
+    aucs, recalls = [], []
+    for scores, labels in runs:
+        for w, (lo, hi) in enumerate(wins):
+            per_window[w] += window_errors(scores, labels, lo, hi)
+        aucs.append(metrics.one_minus_auc_pct(scores.y, scores.score))
+        recalls.append(metrics.recall_at_fpr(scores.y, scores.score, 0.001) * 100)
+    return per_window / len(runs), np.mean(aucs), np.mean(recalls)
+
+
+def table_head(first="variant", extra="", wins=WINDOWS):
+    head = "".join(f" | {lo + 1}-{hi}: FP FN unsure" for lo, hi in wins)
+    return f"{first:<22}{head} | (1-AUC)%  recall@0.1%FPR{extra}"
+
+
+def table_row(name, runs, extra="", wins=WINDOWS):
+    per_window, auc, recall = summary(runs, wins)
+    cells = "".join(f" | {fp:5.1f} {fn:5.1f} {un:6.1f}" + " " * 6 for fp, fn, un in per_window)
+    return f"{name:<22}{cells} | {auc:8.3f}  {recall:6.2f}{extra}"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", default=str(shared_corpora.SPAMASSASSIN))
@@ -82,28 +133,13 @@ def main():
     ap.add_argument("--limit", type=int, default=2000, help="messages of each order (the windows end at 2,000)")
     ap.add_argument("--variant", action="append", help="only these variants (repeatable)")
     args = ap.parse_args()
-    index = shared_corpora.index_path(args.corpus)
-    if not index.exists():
-        print(shared_corpora.absent_line(args.corpus), file=sys.stderr)
-        return shared_corpora.EXIT_ABSENT
-    corpus = [(m.source, m.raw, m.label) for m in iter_index(str(index), trusted=True)]
-    print(f"{index}: {len(corpus)} messages; {args.seeds} shuffled orders, first {args.limit} of each")
-    head = "".join(f" | {lo + 1}-{hi}: FP FN unsure" for lo, hi in WINDOWS)
-    print(f"{'variant':<22}{head} | (1-AUC)%  recall@0.1%FPR")
+    corpus = load(args.corpus)
+    print(f"{args.corpus}: {len(corpus)} messages; {args.seeds} shuffled orders, first {args.limit} of each")
+    wins = windows(args.limit)
+    print(table_head(wins=wins))
     for name, kw in variants(args.variant).items():
-        per_window = np.zeros((len(WINDOWS), 3))
-        aucs, recalls = [], []
-        for seed in range(args.seeds):
-            order = corpus[:]
-            random.Random(seed).shuffle(order)
-            scores, labels = run(order[: args.limit], **kw)
-            for w, (lo, hi) in enumerate(WINDOWS):
-                per_window[w] += window_errors(scores, labels, lo, hi)
-            aucs.append(metrics.one_minus_auc_pct(scores.y, scores.score))
-            recalls.append(metrics.recall_at_fpr(scores.y, scores.score, 0.001) * 100)
-        per_window /= args.seeds
-        cells = "".join(f" | {fp:5.1f} {fn:5.1f} {un:6.1f}" + " " * 6 for fp, fn, un in per_window)
-        print(f"{name:<22}{cells} | {np.mean(aucs):8.3f}  {np.mean(recalls):6.2f}")
+        runs = [run(shuffled(corpus, seed)[: args.limit], **kw) for seed in range(args.seeds)]
+        print(table_row(name, runs, wins=wins), flush=True)
     print("(means over the orders; a difference of one or two messages is noise)")
     return 0
 

@@ -9,6 +9,7 @@ end-to-end tests stay fast.
 from __future__ import annotations
 
 import io
+import math
 import os
 import shutil
 import tarfile
@@ -176,6 +177,17 @@ def sample_message(label: str, i: int = 0) -> Path:
     """The i-th message of the shipped sample maildir with gold ``label``."""
     names = sorted(name for name, lb in gold_labels().items() if lb == label)
     return SAMPLE_MAILDIR / "cur" / names[i]
+
+
+def learnable_cutoffs(model, raw: bytes, distance: float = 1.0) -> list[str]:
+    """Decision options under which ``model`` files ``raw`` spam (a positive score) or
+    ham, both cut-offs ``distance`` log-odds inside its score: ``filter -u`` learns it
+    when ``distance`` < :data:`spamnb.verdict.LEARN_MARGIN`
+    (:func:`spamnb.verdict.learns_verdict`), whatever the message's score."""
+    score = model.classify(raw).score
+    edge = score - distance if score > 0 else score + distance
+    cut = repr(1.0 / (1.0 + math.exp(-edge)))
+    return ["--spam-cutoff", cut, "--ham-cutoff", cut]
 
 
 def strip_from_line(raw: bytes) -> bytes:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from conftest import SAMPLE_MAILDIR, gold_labels, sample_message, strip_from_line
+from conftest import SAMPLE_MAILDIR, gold_labels, learnable_cutoffs, sample_message, strip_from_line
 from spamnb.storage import store
 from spamnb.cli import main
 from spamnb.delivery.hook import add_headers
@@ -372,7 +372,7 @@ def test_filter_learned_message_is_known_to_learn_after_delivery(model_file, how
     raw = raw.replace(b"\n\n", b"\n\nFrom the desk of the manager\n", 1)  # a body line mbox quotes
     if how == "no-from-line":  # procmail pipes the message with its From_ line, the maildir copy has none
         raw = b"From someone@example.org  Mon Sep  2 16:21:48 2002\n" + raw
-    sure = ["--spam-cutoff", "0.5", "--ham-cutoff", "0.5"]
+    sure = learnable_cutoffs(load_model(model_file), raw)  # filed spam, near enough the cut-off to learn
     out = run(["filter", "--model", model_file, "-u", *sure], input=raw, code=0).stdout_bytes
     assert load_model(model_file).messages.tolist() == [150, 151]
     saved = model_file.parent / "saved.eml"
@@ -516,7 +516,7 @@ def test_filter_long_evidence_is_folded(trained_model_file, spam_msg):
 
 def test_filter_learn_when_confident(model_file):
     spam = sample_message("spam", 3).read_bytes()
-    sure = ["--spam-cutoff", "0.5", "--ham-cutoff", "0.5"]
+    sure = learnable_cutoffs(load_model(model_file), spam)
     run(["filter", "--model", model_file, "--learn", *sure], input=spam, code=0)
     assert load_model(model_file).messages.tolist() == [150, 151]
     run(["filter", "--model", model_file, "-u", *sure], input=spam, code=0)  # same message: counted once

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SAMPLE_MAILDIR, gold_labels, strip_from_line
+from conftest import SAMPLE_MAILDIR, gold_labels, learnable_cutoffs, strip_from_line
 from spamnb._version import __version__
 from spamnb.delivery.hook import add_headers
 from spamnb.storage.modelfile import load_model, save_model
@@ -126,9 +126,12 @@ def test_filter_exit_codes_and_bytes(trained_model_file, confident, tmp_path):
 
 def test_concurrent_filter_learn_loses_no_update(model_file, confident):
     """Three deliveries learning at once: the model lock serialises them."""
-    procs = [subprocess.Popen(SPAMNB + ["filter", "--model", str(model_file), "--learn", "--exit-zero"],
+    model = load_model(model_file)
+    # cut-offs that keep each in filter -u's margin while the others are learned
+    cuts = [learnable_cutoffs(model, raw, 2.5) for raw in confident["spam"][:3]]
+    procs = [subprocess.Popen(SPAMNB + ["filter", "--model", str(model_file), "--learn", "--exit-zero", *cut],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for _ in range(3)]
+             for cut in cuts]
     for proc, raw in zip(procs, confident["spam"]):
         out, err = proc.communicate(raw, timeout=120)
         assert proc.returncode == 0, err

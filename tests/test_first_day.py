@@ -129,7 +129,7 @@ def test_no_known_token_is_unsure_whatever_the_prior(trained_model_file):
     # the compiled scorer (cold path, server) says the same
     sc = fresh_scorer(trained_model_file)
     assert sc.score(unknown)[2] == 0
-    out, label = filter_message(model, b"Subject: x\n\nhello\n", "m", [None] * 5)
+    out, label, _ = filter_message(model, b"Subject: x\n\nhello\n", "m", [None] * 5)
     assert label in ("ham", "spam", "unsure")  # known tokens: a real verdict
 
 

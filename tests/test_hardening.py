@@ -27,7 +27,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import sample_message
+from conftest import learnable_cutoffs, sample_message
 from spamnb.delivery import fastfilter, wire
 from spamnb.delivery.hook import add_headers, filter_message
 from spamnb.mail.tokenizer import tokenize
@@ -182,7 +182,8 @@ def test_a_held_lock_times_out_with_a_clear_error(held_lock):
 def test_filter_u_delivers_unlearned_when_the_lock_is_held(held_lock):
     before = held_lock.read_bytes()
     raw = sample_message("spam", 1).read_bytes()
-    res = filter_cmd(raw, "--model", str(held_lock), "-u", env={"SPAMNB_LOCK_TIMEOUT": "1"})
+    cuts = learnable_cutoffs(load_model(held_lock), raw)  # a verdict filter -u learns
+    res = filter_cmd(raw, "--model", str(held_lock), "-u", *cuts, env={"SPAMNB_LOCK_TIMEOUT": "1"})
     assert res.returncode in (0, 1)  # classified and delivered, not an error
     assert b"X-Spam-Status: " in res.stdout
     assert b"filtered but not learned" in res.stderr
@@ -284,7 +285,7 @@ def test_the_client_ignores_an_answer_that_is_not_a_verdict(tmp_path, compiled, 
         with pytest.raises(Fallback, match="not a verdict"):
             fastfilter.via_server(str(sock), raw, str(compiled), False, opts)
         res = filter_cmd(raw, "--model", str(compiled), "--socket", str(sock))
-        want, want_label = filter_message(load_model(compiled), raw, "model.joblib", [None] * 5)
+        want, want_label, _ = filter_message(load_model(compiled), raw, "model.joblib", [None] * 5)
         assert (res.stdout, res.returncode) == (want, {"spam": 0, "ham": 1, "unsure": 2}[want_label])
     finally:
         srv.close()

@@ -253,10 +253,10 @@ def test_filter_functions_only_add_headers(both_scorers, raw):
     """The fast path's render and the full model's filter: same bytes, only our headers added."""
     model, sc = both_scorers
     decision = [None] * 5
-    fast_out, fast_label = filter_message(sc, raw, "m", decision)
-    full_out, full_label = filter_message(model, raw, "m", decision)
+    fast_out, fast_label, fast_learns = filter_message(sc, raw, "m", decision)
+    full_out, full_label, full_learns = filter_message(model, raw, "m", decision)
     added_block(raw, full_out, {"spam": 0, "ham": 1, "unsure": 2}[full_label])
-    assert (fast_out, fast_label) == (full_out, full_label)
+    assert (fast_out, fast_label, fast_learns) == (full_out, full_label, full_learns)
 
 
 # -- bounds on hostile input ----------------------------------------------------------------

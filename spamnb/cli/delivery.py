@@ -7,7 +7,7 @@ import sys
 import click
 
 from spamnb.cli.options import decision_options, model_options, notice, open_model
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR, DecisionError, model_name, passed_through
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
 class _FilterCommand(click.Command):
@@ -37,7 +37,8 @@ class _FilterCommand(click.Command):
 @model_options
 @click.option("--exit-zero", is_flag=True, help="Exit 0 for any classification (for procmail's :0fw).")
 @click.option("--learn", "-u", "learn_", is_flag=True,
-              help="Also learn the message as what it was classified, when not unsure (as bogofilter -u).")
+              help="Also learn the message as what it was classified, when not unsure and scored "
+                   f"within {LEARN_MARGIN:g} log-odds of the cut-off that decided it (a thick threshold).")
 @click.option("--evidence", type=click.IntRange(min=0), default=0, metavar="N",
               help="Add an X-Spam-Evidence header with the N strongest tokens.")
 @click.option("--socket", "socket_path", metavar="PATH",
@@ -120,8 +121,8 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
     from spamnb.delivery.hook import LEARN_TIMEOUT, filter_message, not_learned
 
     model, path, is_default = open_model(model_path, allow_insecure_model)
-    out, label = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
-    if learn_ and label != "unsure" and not is_default:
+    out, label, learns = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
+    if learn_ and learns and not is_default:
         from spamnb.storage.modelfile import learn_messages
         from spamnb.storage.store import ModelError, lock_timeout
 

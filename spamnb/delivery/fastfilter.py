@@ -166,15 +166,15 @@ def cold(raw, path, is_default, opts):
         j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow)
         if j is not None:  # the changes learned since the snapshot, to this message's tokens
             sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
-        out, label = filter_message(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS],
-                                    toks=toks)
+        out, label, learns = filter_message(sc, raw, model_name(path, is_default),
+                                            [opts[k] for k in DECISION_OPTIONS], toks=toks)
     except ScorerError as exc:
         if exc.kind in REBUILDABLE:
             raise NoScorer(str(exc), exc.kind) from None
         raise Fallback(str(exc)) from None  # the click command says what is wrong
     except (DecisionError, ModelError) as exc:
         raise Fallback(str(exc)) from None
-    if opts["learn"] and label != "unsure" and not is_default:
+    if opts["learn"] and learns and not is_default:
         learn_here(path, raw, label, toks, allow)
     return out, label
 
@@ -237,7 +237,7 @@ def with_model(raw, opts, kind, env=os.environ):
         model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure"])
         if note:
             sys.stderr.write(f"spamnb filter: {note}\n")
-        result = filter_message(model, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])
+        result = filter_message(model, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])[:2]
     except Exception:  # noqa: BLE001 - the full path decides, and says what is wrong
         return None
     if is_default:  # the notice the click path prints

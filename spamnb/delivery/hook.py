@@ -95,7 +95,9 @@ def scored(model, raw, n_evidence=0, toks=None):
 
 
 def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
-    """``(pos, block, label)``: the verdict of ``raw`` and where its header lines go.
+    """``(pos, block, label, learn)``: the verdict of ``raw``, where its header lines
+    go, and whether ``filter -u`` learns the message as that verdict
+    (:func:`spamnb.verdict.learns_verdict`, the one rule of every way of answering).
 
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
     where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
@@ -105,10 +107,11 @@ def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     score, p, evidence, known = scored(model, raw, n_evidence, toks)
     label = verdict.label_for(p, cutoffs, known)
     pos, block = verdict_block(raw, verdict.header_lines(label, p, score, name, evidence))
-    return pos, block, label
+    return pos, block, label, verdict.learns_verdict(label, score, cutoffs)
 
 
 def filter_message(model, raw, name, decision, n_evidence=0, toks=None):
-    """``(output, label)``: what ``spamnb filter`` writes for ``raw``, and its verdict."""
-    pos, block, label = filter_verdict(model, raw, name, decision, n_evidence, toks)
-    return raw[:pos] + block + raw[pos:], label
+    """``(output, label, learn)``: what ``spamnb filter`` writes for ``raw``, its
+    verdict, and whether ``filter -u`` learns it (:func:`filter_verdict`)."""
+    pos, block, label, learn = filter_verdict(model, raw, name, decision, n_evidence, toks)
+    return raw[:pos] + block + raw[pos:], label, learn

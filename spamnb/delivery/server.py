@@ -197,9 +197,10 @@ class _Handler(socketserver.BaseRequestHandler):
             if not header["allow_insecure"] and not trusted_now(holder.path):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             toks = message_tokens(loaded.model, raw)
-            pos, block, label = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
+            pos, block, label, learns = filter_verdict(loaded.model, raw, header["name"], header["decision"],
+                                                       toks=toks)
             reason = ""
-            if header["learn"] and label != "unsure":
+            if header["learn"] and learns:
                 if not isinstance(loaded.model, Scorer):
                     return wire.DECLINED, None, 0, b"", "learning here needs the model's scorer"
                 reason = self._learn(holder, raw, label, toks, header["allow_insecure"])
