@@ -304,8 +304,11 @@ def haraka_results(log: Path, since: int) -> list[str]:
 
 def run(model: Path, *, ham: Path | None = None, high: Path | None = None, flagged: Path | None = None,
         workdir: Path | None = None, keep: bool = False, out=print, spamnb: list[str] | None = None,
-        allow_download: bool = True, reject: float = REJECT) -> list[str]:
+        allow_download: bool = True, reject: float = REJECT, prefix: Path | None = None) -> list[str]:
     """Do the whole exchange; return the differences from what is expected (none: all well).
+
+    ``prefix``: a Haraka install (its node_modules) to use; by default the
+    cached one, installed first when it is not there and ``allow_download``.
 
     Raises :class:`Unavailable` when Haraka cannot run here.
     """
@@ -315,7 +318,10 @@ def run(model: Path, *, ham: Path | None = None, high: Path | None = None, flagg
     problems: list[str] = []
     serve = haraka = None
     try:
-        prefix = install(d, out=out, allow_download=allow_download)
+        if prefix is None:
+            prefix = install(d, out=out, allow_download=allow_download)
+        elif not haraka_bin(prefix).is_file():
+            raise Unavailable(f"no Haraka in {prefix}")
         (d / "run").mkdir(mode=0o700, exist_ok=True)
         spamd_port, smtp_port = free_port(), free_port()
         hd = d / "haraka"
