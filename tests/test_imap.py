@@ -145,6 +145,7 @@ def test_filter_moves_spam_to_junk_with_keywords_and_keeps_every_byte(dovecot, i
 def test_the_users_moves_are_learned_and_a_deletion_is_not(dovecot, inbox, model, tmp_path):
     ham, spam = inbox
     assert run(dovecot, tmp_path, "filter", model=model)[0] == 0
+    deleted_before = known(model, spam[1])  # learned as spam only if near the cut-off (filter -u's rule)
     junk = {message_key(raw): uid for uid, raw in dovecot.fetch_all("Junk").items()}
     box = {message_key(raw): uid for uid, raw in dovecot.fetch_all("INBOX").items()}
     dovecot.move("INBOX", box[message_key(ham[0])], "Junk")  # "this is spam"
@@ -157,8 +158,8 @@ def test_the_users_moves_are_learned_and_a_deletion_is_not(dovecot, inbox, model
     assert code == 0, err
     assert "learned 1 as spam and 1 as ham" in err
     assert known(model, ham[0]) == 1  # spam
-    assert known(model, spam[0]) == 0  # ham (the trained model never had it: it is learned, not moved)
-    assert known(model, spam[1]) is None  # deleting teaches nothing
+    assert known(model, spam[0]) == 0  # ham (moved, if the filter had learned it as spam)
+    assert known(model, spam[1]) == deleted_before  # deleting teaches nothing
     assert message_key(spam[0]) in keys_in(dovecot, "INBOX")  # it stays where the user put it
     back = [f for uid, f in flags(dovecot, "INBOX").items()
             if message_key(dovecot.fetch_all("INBOX")[uid]) == message_key(spam[0])][0]
@@ -171,11 +172,35 @@ def test_a_second_copy_of_a_spam_still_in_junk_is_filtered_not_learned_as_ham(do
     ham, spam = inbox
     assert run(dovecot, tmp_path, "filter", model=model)[0] == 0
     assert run(dovecot, tmp_path, "filter", model=model)[0] == 0  # Junk's arrivals seen
+    before = known(model, spam[0])  # None, or spam when learned as a verdict near the cut-off
     dovecot.append("INBOX", spam[0])  # delivered again
     code, err = run(dovecot, tmp_path, "filter", model=model)
     assert code == 0 and "classified 1 (1 spam" in err and "learned 0 as spam and 0 as ham" in err
-    assert known(model, spam[0]) is None
+    assert known(model, spam[0]) == before != 0
     assert Counter(message_key(r) for r in dovecot.fetch_all("Junk").values())[message_key(spam[0])] == 2
+
+
+def test_verdicts_near_the_cut_off_are_learned_as_filter_u_learns_them(dovecot, inbox, model, tmp_path):
+    from spamnb import verdict
+
+    ham, spam = inbox
+    m = load_model(model)
+    cutoffs = verdict.cutoffs_from(m.cutoffs)
+    expect = {message_key(r): c.label for r in ham + spam
+              if verdict.learns_verdict((c := m.classify(r)).label, c.score, cutoffs)}
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0 and f"learned {len(expect)} of its verdicts" in err
+    after = load_model(model)
+    for raw in ham + spam:
+        got = after.known(message_key(raw), raw)
+        assert got == ({"ham": 0, "spam": 1}[expect[message_key(raw)]] if message_key(raw) in expect else None)
+
+
+def test_no_learn_verdicts_learns_only_corrections(dovecot, inbox, model, tmp_path):
+    ham, spam = inbox
+    code, err = run(dovecot, tmp_path, "filter", "--no-learn-verdicts", model=model)
+    assert code == 0 and "learned 0 of its verdicts" in err
+    assert all(known(model, raw) is None for raw in ham + spam)
 
 
 def test_junk_content_before_the_first_pass_is_not_learned(dovecot, model, tmp_path):

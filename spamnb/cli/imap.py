@@ -122,9 +122,12 @@ def train(ham, spam, config_path, **kw):
 @click.option("--interval", type=click.FloatRange(min=1), default=300.0, show_default=True,
               help="With --watch: seconds between passes when nothing arrives (your moves into and out of "
                    "Junk are seen at the next pass).")
+@click.option("--learn-verdicts/--no-learn-verdicts", default=True, show_default=True,
+              help="Also learn its own verdicts near the decision, as `spamnb filter -u` does (with a model "
+                   "of your own); your corrections are learned either way.")
 @click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
 @account_options
-def filter_(folder, junk, unsure_folder, watch, interval, dry_run, config_path, **kw):
+def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, **kw):
     """Classify new messages, move spam to Junk, learn from your moves.
 
     Each pass: a message you moved into Junk is learned as spam; one spamnb
@@ -149,7 +152,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, dry_run, config_path, 
     if lock is None:
         raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
     try:
-        judge, learn = _judge_and_learn(s.model)
+        judge, learn = _judge_and_learn(s.model, learn_verdicts)
 
         def one_pass(client):
             # the state as on disk: a pass that failed half-way is redone from its last save
@@ -173,10 +176,12 @@ def filter_(folder, junk, unsure_folder, watch, interval, dry_run, config_path, 
         os.close(lock)
 
 
-def _judge_and_learn(model_path):
-    """``judge(raw) -> (label, p)`` with the user's model as it is now (their own once
-    they have one, else the default), and ``learn(items)`` into their own model
-    (made from the default one at the first correction, as `spamnb learn` does)."""
+def _judge_and_learn(model_path, learn_verdicts=True):
+    """``judge(raw) -> (label, p, learn)`` with the user's model as it is now (their
+    own once they have one, else the default), ``learn`` saying whether the verdict
+    is learned as ``filter -u`` would learn it (never with the default model), and
+    ``learn(items)`` into their own model (made from the default one at the first
+    correction, as `spamnb learn` does)."""
     from spamnb import verdict
     from spamnb.delivery.hook import scored
     from spamnb.delivery.server import ModelHolder
@@ -191,7 +196,9 @@ def _judge_and_learn(model_path):
         holder = holders.get(path) or holders.setdefault(path, ModelHolder(str(path)))
         model = holder.get().model
         score, p, _, known = scored(model, raw)
-        return verdict.label_for(p, verdict.cutoffs_from(model.cutoffs), known), p
+        cutoffs = verdict.cutoffs_from(model.cutoffs)
+        label = verdict.label_for(p, cutoffs, known)
+        return label, p, learn_verdicts and not is_default and verdict.learns_verdict(label, score, cutoffs)
 
     def learn(items):
         learn_messages(own_model_path(model_path), items, create=default_seed, warn=notice)

@@ -333,18 +333,21 @@ class Outcome:
 
     classified: dict = field(default_factory=lambda: {"spam": 0, "ham": 0, "unsure": 0})
     learned: dict = field(default_factory=lambda: {"spam": 0, "ham": 0})
+    own: int = 0  # verdicts learned (filter -u's rule)
     moved: int = 0
 
     def summary(self) -> str:
         c, l_ = self.classified, self.learned
         return (f"classified {sum(c.values())} ({c['spam']} spam, {c['ham']} ham, {c['unsure']} unsure), "
-                f"moved {self.moved}, learned {l_['spam']} as spam and {l_['ham']} as ham from your moves")
+                f"moved {self.moved}, learned {self.own} of its verdicts, "
+                f"learned {l_['spam']} as spam and {l_['ham']} as ham from your moves")
 
 
 class Filter:
     """One account's filtering and learning (a pass: :meth:`run`).
 
-    ``judge(raw) -> (label, p)`` classifies; ``learn([(raw, label)])`` learns
+    ``judge(raw) -> (label, p, learn)`` classifies, and says whether the verdict
+    is to be learned (``filter -u``'s rule); ``learn([(raw, label)])`` learns
     (moving a message learned as the other class, as ``spamnb learn``);
     ``say(line)`` reports each action.
     """
@@ -449,16 +452,14 @@ class Filter:
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is None:
-                    label, p = self.judge(raw)
-                    new.append((uid, key, label, p, raw))
+                    new.append((uid, key, *self.judge(raw), raw))
                 elif rec.get("pending"):  # a move begun before the UIDVALIDITY changed
                     self._finish(uid, rec, junk, name)
                 elif rec.get("where") in (JUNK, UNSURE):
                     back.append((uid, key, raw))  # spamnb filed it away; the user moved it back
             back, copies = self._moved_back(back, name, junk)
             for uid, key, raw in copies:  # a second copy of a message still in Junk: new mail, not a correction
-                label, p = self.judge(raw)
-                new.append((uid, key, label, p, raw))
+                new.append((uid, key, *self.judge(raw), raw))
             for uid, key, raw in back:
                 self.say(f"{name} {uid}: you moved it back from "
                          f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
@@ -488,26 +489,35 @@ class Filter:
         return back, [item for item in found if item not in back]
 
     def _file(self, name, junk, new):
-        """Keyword every new message with its verdict; move spam (and unsure) away."""
+        """Keyword every new message with its verdict, learn the verdicts ``judge``
+        says to learn, move spam (and unsure) away."""
         dest = {"spam": (JUNK, junk), "unsure": (UNSURE, self.s.unsure_folder)}
-        moving = {}
-        for uid, key, label, p, raw in new:
+        moving, own = {}, []
+        for uid, key, label, p, learns, raw in new:
             self.out.classified[label] += 1
             role, folder = dest.get(label, (None, None))
             where = f" -> {folder}" if folder else ""
-            self.say(f"{name} {uid}: {label} (P(spam)={p:.4f}){where}: {_subject(raw)}")
+            self.say(f"{name} {uid}: {label} (P(spam)={p:.4f}){where}{', learned' if learns else ''}: "
+                     f"{_subject(raw)}")
+            rec = {"where": role if folder else INBOX, "verdict": label}
+            if learns:
+                own.append((raw, label))
+                rec["learned"] = label
             if folder:
-                self.msgs[key] = {"where": role, "verdict": label, "pending": uid}
+                rec["pending"] = uid
                 moving.setdefault(folder, []).append(uid)
-            else:
-                self.msgs[key] = {"where": INBOX, "verdict": label}
+            self.msgs[key] = rec
+        if own:
+            self.out.own += len(own)
+            if not self.dry_run:
+                self.learn(own)
         for label in ("spam", "ham"):
-            self._keyword([uid for uid, _, lab, _, _ in new if lab == label], label)
+            self._keyword([item[0] for item in new if item[2] == label], label)
         self._save()  # the pending moves are on disk before any move starts
         for folder, uids in moving.items():
             self._move(uids, folder)
-        for uid, key, *_ in new:
-            self.msgs[key].pop("pending", None)
+        for item in new:
+            self.msgs[item[1]].pop("pending", None)
 
     def _finish_pending(self, name, junk):
         """Moves a pass began and did not confirm: done (the message left the
