@@ -255,7 +255,7 @@ def smtp_send(port: int | None, raw: bytes, out, bs: list[str] | None = None, bs
         code, text = session.connect("exim -bs")
         out(f"  (exim -bs) -> {code} {text.decode(errors='replace')}")
     try:
-        return _session(session, raw, out)
+        return smtp_session(session, raw, out)
     finally:
         session.close()
         if exim is not None:
@@ -265,7 +265,7 @@ def smtp_send(port: int | None, raw: bytes, out, bs: list[str] | None = None, bs
                 stop(exim)
 
 
-def _session(s: smtplib.SMTP, raw: bytes, out) -> tuple[int, str]:
+def smtp_session(s: smtplib.SMTP, raw: bytes, out) -> tuple[int, str]:
     with s:
         code, text = s.ehlo()
         out(f"  EHLO client.test -> {code} {text.decode(errors='replace').splitlines()[0]}")
@@ -460,16 +460,8 @@ def main(argv=None) -> int:
     except Unavailable as e:
         print(f"exim_spamd.py: cannot run: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="spamnb-exim-model-") as tmp:
-        model = args.model
-        if model is None:
-            model = Path(tmp) / "model.joblib"
-            print(f"training a model on corpora/spamassassin.tar.xz ...")
-            subprocess.run([sys.executable, "-m", "spamnb", "train", "--index",
-                            str(ROOT / "corpora" / "spamassassin.tar.xz"), "--model", str(model)],
-                           check=True, stdout=subprocess.DEVNULL)
-            print(f"trained in {time.monotonic() - started:.1f} s")
+        model = model_or_trained(args.model, tmp)
         print(f"ham:  {args.ham.relative_to(ROOT) if args.ham.is_relative_to(ROOT) else args.ham}")
         print(f"spam: {args.spam.relative_to(ROOT) if args.spam.is_relative_to(ROOT) else args.spam}")
         t0 = time.monotonic()
@@ -478,7 +470,26 @@ def main(argv=None) -> int:
         except Unavailable as e:
             print(f"exim_spamd.py: cannot run: {e}", file=sys.stderr)
             return EXIT_UNAVAILABLE
-    print(f"\nExim and spamnb: {time.monotonic() - t0:.1f} s")
+    return finish(problems, "Exim and spamnb", t0)
+
+
+def model_or_trained(model, tmp):
+    """``model``, else a model trained on the shipped corpus into ``tmp`` (about 20 s)."""
+    if model is not None:
+        return model
+    started = time.monotonic()
+    model = Path(tmp) / "model.joblib"
+    print("training a model on corpora/spamassassin.tar.xz ...")
+    subprocess.run([sys.executable, "-m", "spamnb", "train", "--index",
+                    str(ROOT / "corpora" / "spamassassin.tar.xz"), "--model", str(model)],
+                   check=True, stdout=subprocess.DEVNULL)
+    print(f"trained in {time.monotonic() - started:.1f} s")
+    return model
+
+
+def finish(problems, what, t0) -> int:
+    """The run's last lines, and its exit status: 0 when all was as expected."""
+    print(f"\n{what}: {time.monotonic() - t0:.1f} s")
     for p in problems:
         print(f"DIFFERS: {p}", file=sys.stderr)
     print("all as expected" if not problems else f"{len(problems)} difference(s)")

@@ -66,7 +66,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import exim_spamd  # noqa: E402
-from exim_spamd import (DOMAIN, EXIT_UNAVAILABLE, RECIPIENT, ROOT, SAMPLE, as_sent, free_port,  # noqa: E402
+from exim_spamd import (DOMAIN, EXIT_UNAVAILABLE, ROOT, SAMPLE, as_sent, free_port,  # noqa: E402
                         spamd_ask, spamd_check, stop, tail, wait_for)
 
 HARAKA_VERSION = "3.3.4"  # npm's latest of major 3 when this was written
@@ -288,7 +288,7 @@ def session(port: int, raw: bytes, out, source: str | None = None) -> tuple[int,
     s = smtplib.SMTP("127.0.0.1", port, local_hostname="client.test", timeout=60,
                      source_address=(source, 0) if source else None)
     try:
-        return exim_spamd._session(s, raw, out)
+        return exim_spamd.smtp_session(s, raw, out)
     finally:
         s.close()
 
@@ -460,16 +460,8 @@ def main(argv=None) -> int:
     except Unavailable as e:
         print(f"haraka_spamd.py: cannot run: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="spamnb-haraka-model-") as tmp:
-        model = args.model
-        if model is None:
-            model = Path(tmp) / "model.joblib"
-            print("training a model on corpora/spamassassin.tar.xz ...")
-            subprocess.run([sys.executable, "-m", "spamnb", "train", "--index",
-                            str(ROOT / "corpora" / "spamassassin.tar.xz"), "--model", str(model)],
-                           check=True, stdout=subprocess.DEVNULL)
-            print(f"trained in {time.monotonic() - started:.1f} s")
+        model = exim_spamd.model_or_trained(args.model, tmp)
         t0 = time.monotonic()
         try:
             problems = run(model, ham=args.ham, high=args.spam, flagged=args.flagged, keep=args.keep,
@@ -477,11 +469,7 @@ def main(argv=None) -> int:
         except Unavailable as e:
             print(f"haraka_spamd.py: cannot run: {e}", file=sys.stderr)
             return EXIT_UNAVAILABLE
-    print(f"\nHaraka and spamnb: {time.monotonic() - t0:.1f} s")
-    for p in problems:
-        print(f"DIFFERS: {p}", file=sys.stderr)
-    print("all as expected" if not problems else f"{len(problems)} difference(s)")
-    return 1 if problems else 0
+    return exim_spamd.finish(problems, "Haraka and spamnb", t0)
 
 
 if __name__ == "__main__":

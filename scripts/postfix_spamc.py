@@ -72,7 +72,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, DOMAIN, RECIPIENT, ROOT,  # noqa: E402
-                        as_sent, free_port, smtp_send, spamd_ask, spamd_check, stop, tail, wait_for)
+                        as_sent, finish, free_port, model_or_trained, smtp_send, spamd_ask, spamd_check, stop,
+                        tail, wait_for)
 
 EXIT_UNAVAILABLE = 77
 UNPACKED = ROOT / ".postfix-deb"
@@ -447,16 +448,8 @@ def main(argv=None) -> int:
     except Unavailable as e:
         print(f"postfix_spamc.py: cannot run: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="spamnb-postfix-model-") as tmp:
-        model = args.model
-        if model is None:
-            model = Path(tmp) / "model.joblib"
-            print("training a model on corpora/spamassassin.tar.xz ...")
-            subprocess.run([sys.executable, "-m", "spamnb", "train", "--index",
-                            str(ROOT / "corpora" / "spamassassin.tar.xz"), "--model", str(model)],
-                           check=True, stdout=subprocess.DEVNULL)
-            print(f"trained in {time.monotonic() - started:.1f} s")
+        model = model_or_trained(args.model, tmp)
         print(f"ham:  {args.ham.relative_to(ROOT) if args.ham.is_relative_to(ROOT) else args.ham}")
         print(f"spam: {args.spam.relative_to(ROOT) if args.spam.is_relative_to(ROOT) else args.spam}")
         t0 = time.monotonic()
@@ -465,11 +458,7 @@ def main(argv=None) -> int:
         except Unavailable as e:
             print(f"postfix_spamc.py: cannot run: {e}", file=sys.stderr)
             return EXIT_UNAVAILABLE
-    print(f"\nPostfix, spamc and spamnb: {time.monotonic() - t0:.1f} s")
-    for p in problems:
-        print(f"DIFFERS: {p}", file=sys.stderr)
-    print("all as expected" if not problems else f"{len(problems)} difference(s)")
-    return 1 if problems else 0
+    return finish(problems, "Postfix, spamc and spamnb", t0)
 
 
 if __name__ == "__main__":

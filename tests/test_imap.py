@@ -10,7 +10,6 @@ Junk is the same before and after.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time

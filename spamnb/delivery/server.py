@@ -343,6 +343,12 @@ def _prepare_socket_path(path):
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
         raise ServerError(f"socket folder {folder} must be a folder of yours with mode 0700 "
                           f"(it is {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})")
+    claim_socket_path(path)
+
+
+def claim_socket_path(path):
+    """No live server on the Unix socket ``path``; a stale socket (left by a server
+    that died) is removed; anything else there is a ServerError."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:

@@ -77,10 +77,9 @@ import threading
 import time
 
 from spamnb import verdict
-from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, message_tokens, scored
-from spamnb.delivery.server import BoundedThreads, ModelHolder, trusted_now
+from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, scored
+from spamnb.delivery.server import BoundedThreads, ModelHolder, claim_socket_path, trusted_now
 from spamnb.storage import journal
-from spamnb.storage.scorer import Scorer
 from spamnb.storage.store import ModelError, lock_timeout
 
 #: sysexits.h, as spamd answers with them.
@@ -560,7 +559,7 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
 
 class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
     def __init__(self, path, mode):
-        prepare_unix_socket(path)
+        claim_socket_path(path)
         old = os.umask(0o177)
         try:
             super().__init__(path, _Handler)
@@ -579,25 +578,6 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
                 os.unlink(self.path)
         except OSError:
             pass
-
-
-def prepare_unix_socket(path):
-    """No live server on ``path``; a stale socket (a server that died) is removed."""
-    from spamnb.delivery.server import ServerError
-
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(st.st_mode):
-        raise ServerError(f"{path} exists and is not a socket")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(path)
-        except OSError:
-            os.unlink(path)
-            return
-    raise ServerError(f"a server is already listening on {path}")
 
 
 # -- addresses -------------------------------------------------------------------------
