@@ -623,3 +623,32 @@ def test_concurrent_tells_are_each_learned_exactly_once(served, compiled):
     with ThreadPoolExecutor(8) as pool:  # again: all known, nothing counted twice
         assert list(pool.map(tell, range(40))) == [{}] * 40
     assert load_model(compiled).messages.tolist() == after
+
+
+# -- big inputs (slow: .ci/run) ------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_a_30mb_message_is_scanned_and_a_70mb_one_streamed_back_whole(compiled, spam_and_ham):
+    """At the default --max-bytes (64 MB): a 30 MB message is scored and returned with
+    every byte; a 70 MB one is answered unscanned and returned whole, never held."""
+    from spamnb.delivery.server import MAX_BYTES
+
+    s = Served(compiled, max_bytes=MAX_BYTES, timeout=120.0)
+    try:
+        head = spam_and_ham[1].split(b"\n\n", 1)[0] + b"\n\n"
+        for size, scanned in ((30 << 20, True), (70 << 20, False)):
+            raw = head + (b"a line of an attachment, base64 or not\n" * (size // 40 + 1))
+            status, hdrs, body = split_reply(s.ask(request("PROCESS", raw), timeout=300))
+            assert status == b"SPAMD/1.1 0 EX_OK" and int(hdrs[b"Content-length"]) == len(body)
+            if scanned:
+                assert body.replace(b"X-Spam-Flag: ", b"").startswith(head[:200]) and len(body) > len(raw)
+                assert hook.add_headers(raw, []) == raw and body.endswith(raw[len(head):])
+            else:
+                assert body == raw and hdrs[b"Spam"].startswith(b"False ; 0.0 / ")
+                if SPAMC:  # spamc sends all before it reads a byte: the server must not answer early
+                    r = spamc(s.port, "-s", str(size * 2), raw=raw)
+                    assert r.returncode == 0 and r.stdout == raw
+            del raw, body
+    finally:
+        s.stop()

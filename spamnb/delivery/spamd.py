@@ -51,7 +51,8 @@ any of them (unless run with ``-x``).
 
 **Limits.** A message over ``max_bytes`` is answered as unscanned (score 0.0,
 ``Spam: False``), as spamc does for its own ``-s`` limit; for ``PROCESS``
-it is streamed back as it came, never buffered and never dropped. Every
+it is returned as it came (held on disk while it arrives, never in memory
+beyond :data:`SPOOL_BYTES`), never dropped. Every
 request has a deadline (reading it, then writing the reply), and the
 connections served at once are capped, so a slow or stalled client holds one
 thread for at most the deadline.
@@ -73,6 +74,7 @@ import re
 import socket
 import socketserver
 import stat
+import tempfile
 import threading
 import time
 
@@ -101,6 +103,8 @@ _REQUEST_LINE = re.compile(rb"([A-Z_]+) SPAMC/(\d+)\.(\d+)\r?\n\Z")
 CHUNK = 64 * 1024
 #: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL.
 SLOT_WAIT = 2.0
+#: An unscanned message for PROCESS is held in memory up to this, then on disk.
+SPOOL_BYTES = 8 * 1024 * 1024
 #: An unscanned message's header block is looked for in its first bytes only.
 MAX_HEADER_BLOCK = 1 << 20
 
@@ -477,14 +481,19 @@ class _Handler(socketserver.BaseRequestHandler):
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))
         if method == "PROCESS":
-            top = [b"SPAMD/1.0 0 EX_OK\r\n"] if version < (1, 2) else [
-                b"SPAMD/1.1 0 EX_OK\r\n",
-                b"Content-length: %d\r\n" % length if length is not None else b"",  # else: to the end
-                line + b"\r\n" if version >= (1, 3) else b"",
-                b"\r\n"]
-            deadline = time.monotonic() + srv.timeout_s
-            self._send([*top, head], deadline)
-            self._send(rest, deadline)
+            # Read it all before answering: spamc (like most clients) reads nothing until it
+            # has sent everything, so echoing while it sends would deadlock once the sockets'
+            # buffers are full. Beyond SPOOL_BYTES it waits on disk, not in memory.
+            with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as spool:
+                spool.write(head)
+                for piece in rest:
+                    spool.write(piece)
+                size = spool.tell()
+                spool.seek(0)
+                top = [b"SPAMD/1.0 0 EX_OK\r\n"] if version < (1, 2) else [
+                    b"SPAMD/1.1 0 EX_OK\r\n", b"Content-length: %d\r\n" % size,
+                    line + b"\r\n" if version >= (1, 3) else b"", b"\r\n"]
+                self._send([*top, *iter(lambda: spool.read(CHUNK), b"")], time.monotonic() + srv.timeout_s)
             return None
         block = head
         for piece in rest:  # read what the client sends before answering (it may wait to finish sending)
