@@ -494,3 +494,18 @@ def test_verdict_headers_are_never_tokens():
     assert tokenize(filtered) == tokenize(raw)
     only = TokenizerConfig(only_headers=("subject", "x-spam-flag"))
     assert tokenize(filtered, only) == tokenize(raw, only)
+
+
+def test_line_ends_do_not_move_where_a_long_part_is_cut():
+    """A maildir holds a message with LF, an IMAP server serves it with CRLF: the
+    tokens must be the same, also where the part is longer than the tokenizer reads."""
+    from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+
+    body = "".join(f"line {i} word{i % 977}\n" for i in range(30_000))  # ~600 kB, over max_part_bytes
+    lf = ("Subject: long\nContent-Type: text/plain\n\n" + body).encode()
+    crlf = lf.replace(b"\n", b"\r\n")
+    qp_lf = ("Subject: long\nContent-Type: text/plain\nContent-Transfer-Encoding: quoted-printable\n\n"
+             + body).encode()
+    config = TokenizerConfig()
+    assert tokenize(lf, config) == tokenize(crlf, config)
+    assert tokenize(qp_lf, config) == tokenize(qp_lf.replace(b"\n", b"\r\n"), config)

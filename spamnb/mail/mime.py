@@ -250,6 +250,12 @@ def walk(msg, max_depth=MAX_DEPTH, max_parts=MAX_PARTS):
                          if isinstance(c, email.message.Message))
 
 
+def _lf(text: str, n: int) -> str:
+    """The first ``n`` characters of ``text`` with CRLF read as LF."""
+    head = text[: 2 * n]
+    return (head.replace("\r\n", "\n") if "\r\n" in head else head)[:n]
+
+
 def payload_bytes(part, max_bytes, cte=None):
     """The part's body with its Content-Transfer-Encoding undone, at most ``max_bytes``.
 
@@ -287,10 +293,12 @@ def payload_bytes(part, max_bytes, cte=None):
             rem = len(data) % 4
             data = data[:-1] if rem == 1 else data + b"=" * ((4 - rem) % 4)
             return binascii.a2b_base64(data)[:max_bytes]
+        # Line ends do not count towards the limit: the same message read from a
+        # maildir (LF) and over IMAP (CRLF) must be cut at the same text.
         if cte == "quoted-printable":
-            enc = body[: max_bytes * 3]
+            enc = _lf(body, max_bytes * 3)
             return binascii.a2b_qp(enc.encode("utf-8", "surrogateescape"))[:max_bytes]
-        return body[:max_bytes].encode("utf-8", "surrogateescape")
+        return _lf(body, max_bytes).encode("utf-8", "surrogateescape")
     except (binascii.Error, ValueError, UnicodeError):
         return body[:max_bytes].encode("utf-8", "replace")
 
