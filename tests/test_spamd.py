@@ -579,6 +579,17 @@ def test_serve_spamd_from_the_command_line(compiled, tmp_path, spam_and_ham):
     assert not unix.exists()
 
 
+def test_a_port_in_use_is_one_line_naming_it(compiled, tmp_path):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled),
+                                     "--spamd", f"127.0.0.1:{port}"], capture_output=True, timeout=60)
+    assert r.returncode == 1 and f"cannot listen on 127.0.0.1:{port}: Address already in use".encode() in r.stderr
+    assert b"Traceback" not in r.stderr and r.stderr.count(b"error") == 1
+
+
 @pytest.mark.parametrize("args, message", [
     (["--spamd", "0.0.0.0:7830"], "--allow"),
     (["--spamd", "mail.example:783"], "IP address"),

@@ -67,6 +67,7 @@ scored (and learned) as the message without it, and kept in ``PROCESS``'s output
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import math
 import os
@@ -80,7 +81,7 @@ import time
 
 from spamnb import verdict
 from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, scored
-from spamnb.delivery.server import BoundedThreads, ModelHolder, claim_socket_path, trusted_now
+from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
 from spamnb.storage import journal
 from spamnb.storage.store import ModelError, lock_timeout
 
@@ -644,11 +645,16 @@ def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=
     try:
         for text in addresses:
             kind, *where = parse_address(text)
-            if kind == "unix":
-                srv = UnixServer(where[0], unix_mode)
-            else:
+            if kind == "tcp":
                 check_exposure(where[0], nets)
-                srv = TCPServer(where[0], where[1], LOOPBACK + nets)
+            try:
+                srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1],
+                                                                                      LOOPBACK + nets)
+            except OSError as exc:
+                hint = (" (a port below 1024 needs root or CAP_NET_BIND_SERVICE: see contrib/systemd, "
+                        "or pick a port above 1023 and give spamc -p PORT)"
+                        if kind == "tcp" and where[1] < 1024 and exc.errno == errno.EACCES else "")
+                raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
             srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                           compactor=compactor, max_connections=max_connections)
             servers.append(srv)
