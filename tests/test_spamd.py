@@ -265,6 +265,18 @@ def test_tell_learns_moves_and_forgets(served, spam_and_ham, compiled):
     assert status.startswith(b"SPAMD/1.0 76 ")
 
 
+def test_tell_behind_a_lock_held_too_long_is_a_tempfail(served, spam_and_ham, compiled, monkeypatch):
+    from spamnb.storage.store import model_lock
+
+    monkeypatch.setenv("SPAMNB_LOCK_TIMEOUT", "0.2")
+    raw = spam_and_ham[1].replace(b"Subject:", b"Subject: locked-out", 1)
+    with model_lock(compiled):
+        out = served.ask(request("TELL", raw, Message_class="spam", Set="local"))
+    assert out.startswith(b"SPAMD/1.0 75 ") and b"timed out" in out
+    assert split_reply(served.ask(request("TELL", raw, Message_class="spam", Set="local")))[1] == {
+        b"DidSet": b"local"}  # once the lock is free
+
+
 def test_tell_changes_the_next_verdict(served, compiled):
     raw = b"Subject: zqxj wibblefrotz\n\nzqxj wibblefrotz quuxplonk zqxj wibblefrotz\n"
     before = split_reply(served.ask(request("CHECK", raw)))[1][b"Spam"]

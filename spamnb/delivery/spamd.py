@@ -83,7 +83,7 @@ from spamnb import verdict
 from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, scored
 from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
 from spamnb.storage import journal
-from spamnb.storage.store import ModelError, lock_timeout
+from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
 
 #: sysexits.h, as spamd answers with them.
 EX = {"EX_OK": 0, "EX_USAGE": 64, "EX_DATAERR": 65, "EX_NOINPUT": 66, "EX_NOUSER": 67, "EX_NOHOST": 68,
@@ -414,9 +414,9 @@ def _update(holder, items, *, forget, compact):
         except journal.NeedsModel:  # no fresh scorer: the full model, as the click command does
             return learn_messages(holder.path, [(raw, label) for raw, label, _ in items], forget=forget,
                                   allow_insecure=holder.allow_insecure, timeout=timeout, warn=holder.log)
-    except ModelError as exc:
-        name = "EX_TEMPFAIL" if "lock" in str(exc).lower() else "EX_IOERR"
-        raise SpamdError(name, f"not learned: {exc}") from None
+    except ModelError as exc:  # a lock held too long is worth retrying; the rest is the model's
+        raise SpamdError("EX_TEMPFAIL" if isinstance(exc, LockTimeout) else "EX_IOERR",
+                         f"not learned: {exc}") from None
     if done.get("needs_compaction") and compact:
         compact(holder)
     return done

@@ -50,6 +50,10 @@ class ModelError(Exception):
     """A model file cannot be saved, trusted or read; the message says why and what to do."""
 
 
+class LockTimeout(ModelError):
+    """Another process held the model's lock longer than we may wait: try again later."""
+
+
 # -- saving ------------------------------------------------------------------
 
 
@@ -453,7 +457,7 @@ def _flock(fd: int, operation: int, timeout: float, path: str) -> None:
                 raise ModelError(f"cannot lock model {path}: {_describe(exc)}") from exc
         remaining = deadline - time.monotonic()
         if remaining <= 0:
-            raise ModelError(
+            raise LockTimeout(
                 f"timed out after {timeout:g}s waiting for the lock on model {path} "
                 f"(another spamnb process is using it)")
         time.sleep(min(delay, remaining))
