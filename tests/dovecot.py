@@ -115,10 +115,15 @@ class Dovecot:
     """
 
     def __init__(self, user: str = "alice", password: str = "secret", *,
-                 capabilities_without: tuple[str, ...] = (), timeout: float = 20.0, keep: bool = False):
+                 capabilities_without: tuple[str, ...] = (), timeout: float = 20.0, keep: bool = False,
+                 tls: bool = False):
         if DOVECOT is None:
             raise DovecotError(NOT_INSTALLED)
         self.user, self.password = user, password
+        # tls: a self-signed certificate for 127.0.0.1 (``self.cert``, its own CA), IMAPS on
+        # ``self.tls_port`` and STARTTLS offered on ``self.port``
+        self.tls = tls
+        self.tls_port: int | None = None
         self.capabilities_without = tuple(c.upper() for c in capabilities_without)
         self.timeout, self.keep = timeout, keep
         self.host = "127.0.0.1"
@@ -147,7 +152,7 @@ class Dovecot:
             f"base_dir = {d}/run",
             f"state_dir = {d}/state",
             f"log_path = {self.log}",
-            "ssl = no",
+            *([f"ssl = yes", f"ssl_cert = <{self.cert}", f"ssl_key = <{self.key}"] if self.tls else ["ssl = no"]),
             "disable_plaintext_auth = no",
             "auth_mechanisms = plain login",
             f"mail_location = maildir:{self.maildir}",
@@ -172,7 +177,7 @@ class Dovecot:
             f"    port = {self.port}",
             "  }",
             "  inet_listener imaps {",
-            "    port = 0",
+            *(["    address = 127.0.0.1", f"    port = {self.tls_port}"] if self.tls else ["    port = 0"]),
             "  }",
         ]
         if not self.root:  # else: "imap-login: Fatal: chroot(.../run/login) failed"
@@ -213,9 +218,32 @@ class Dovecot:
             raise
         return self
 
+    @property
+    def cert(self) -> Path:
+        return self.dir / "cert.pem"
+
+    @property
+    def key(self) -> Path:
+        return self.dir / "key.pem"
+
+    def _make_certificate(self):
+        """A self-signed certificate valid for 127.0.0.1 and localhost (openssl)."""
+        openssl = shutil.which("openssl")
+        if openssl is None:
+            raise DovecotError("openssl is not installed: no certificate for the TLS server")
+        subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                        "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                        "-keyout", str(self.key), "-out", str(self.cert)], check=True, capture_output=True,
+                       timeout=60)
+        self.key.chmod(0o600)
+        self.cert.chmod(0o644)
+
     def _start(self):
+        if self.tls:
+            self._make_certificate()
         for attempt in range(3):  # the free port may be taken between our probe and Dovecot's bind
             self.port = _free_port()
+            self.tls_port = _free_port() if self.tls else None
             self._write_files()
             with open(self.output, "wb") as out:  # what it says before its log is open
                 self.proc = subprocess.Popen([DOVECOT, "-c", str(self.config), "-F"], stdin=subprocess.DEVNULL,

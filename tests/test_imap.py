@@ -374,6 +374,22 @@ def test_no_password_on_the_command_line_and_no_plaintext_beyond_loopback(tmp_pa
     assert res.exit_code == 1 and "clear text" in res.stderr
 
 
+def test_tls_checks_the_certificate_and_starttls_works(make_dovecot, model, tmp_path):
+    d = make_dovecot(tls=True)
+    account(d, tmp_path)
+    d.append("INBOX", sample("spam", 1, model=model)[0])
+    base = ["--host", "127.0.0.1", "--user", d.user, "--password-file", str(tmp_path / "pw"), "--model", str(model)]
+    res = CliRunner().invoke(main, ["imap", "filter", *base, "--port", str(d.tls_port)])  # tls, the default
+    assert res.exit_code == 1 and "not trusted" in res.stderr and "--cafile" in res.stderr
+    assert res.stderr.count("\n") == 1
+    res = CliRunner().invoke(main, ["imap", "filter", *base, "--port", str(d.tls_port), "--cafile", str(d.cert)])
+    assert res.exit_code == 0 and "classified 1 (1 spam" in res.stderr, res.stderr
+    d.append("INBOX", sample("spam", 1, start=1, model=model)[0])
+    res = CliRunner().invoke(main, ["imap", "filter", *base, "--port", str(d.port), "--security", "starttls",
+                                    "--cafile", str(d.cert)])
+    assert res.exit_code == 0 and "classified 1 (1 spam" in res.stderr, res.stderr
+
+
 def test_wrong_password_is_one_line(dovecot, tmp_path):
     pw = tmp_path / "bad"
     pw.write_text("wrong\n")
