@@ -27,12 +27,13 @@ from test_e2e import README_SPAMNB, SPAMNB
 UNITS = {"user": ROOT / "contrib" / "systemd" / "user" / "spamnb.service",
          "system": ROOT / "contrib" / "systemd" / "system" / "spamnb@.service"}
 SPAMD_UNIT = ROOT / "contrib" / "systemd" / "system" / "spamnb-spamd.service"
+IMAP_UNIT = ROOT / "contrib" / "systemd" / "user" / "spamnb-imap.service"
 NO_ANALYZE = "systemd-analyze is not installed (Debian's systemd package; scripts/test.sh installs it when root)"
 
 
 def installed(unit: Path) -> str:
     text = unit.read_text()
-    assert README_SPAMNB + " serve" in text
+    assert README_SPAMNB + " serve" in text or README_SPAMNB + " imap" in text
     return text.replace(README_SPAMNB, shlex.join(SPAMNB))
 
 
@@ -176,3 +177,22 @@ def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):
         proc.stdout.close()
         proc.stderr.close()
     assert code == 0
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=NO_ANALYZE)
+def test_imap_unit_passes_systemd_analyze_verify(tmp_path):
+    unit = tmp_path / IMAP_UNIT.name
+    unit.write_text(installed(IMAP_UNIT))
+    proc = verify("user", unit, tmp_path)
+    assert proc.returncode == 0 and not complaints(proc, unit.name), proc.stdout + proc.stderr
+
+
+def test_imap_unit_command_is_the_readmes_and_parses():
+    """The unit runs `spamnb imap filter --watch` with the config file's settings: that
+    command line is accepted (its --help is what the unit runs, plus --help)."""
+    lines = dict(line.split("=", 1) for line in installed(IMAP_UNIT).splitlines()
+                 if "=" in line and not line.startswith("#"))
+    argv = shlex.split(lines["ExecStart"])
+    assert argv[-3:] == ["imap", "filter", "--watch"]
+    res = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and "--watch" in res.stdout
