@@ -509,3 +509,15 @@ def test_line_ends_do_not_move_where_a_long_part_is_cut():
     config = TokenizerConfig()
     assert tokenize(lf, config) == tokenize(crlf, config)
     assert tokenize(qp_lf, config) == tokenize(qp_lf.replace(b"\n", b"\r\n"), config)
+
+
+def test_recipient_counts_and_folded_header_names_are_options():
+    raw = MSG.replace(b"Content-Type:", b"Content-type:")
+    t = tokenize(raw)
+    assert "to:count:2" in t and "header:Content-type" in t and "header:X-Mailer" in t
+    t = tokenize(raw, TokenizerConfig(recipient_counts=False, fold_header_names=True))
+    assert not [x for x in t if ":count:" in x and not x.startswith("received:")]
+    assert "to:addr:a@x.org" in t and "received:count:1" in t
+    assert "header:content-type" in t and "header:x-mailer" in t and "header:Content-type" not in t
+    # The two options cache their header plans apart.
+    assert "header:Content-type" in tokenize(raw)
