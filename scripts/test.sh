@@ -4,20 +4,22 @@
 # default test suite.
 #
 # The tools: procmail and maildrop (the delivery tests run the README's recipes
-# through them) and systemd-analyze (Debian's systemd package: checks the units
-# in contrib/systemd) and spamc (SpamAssassin's client, which the --spamd tests
-# talk to spamnb serve with) and dovecot (Debian's dovecot-imapd: the IMAP tests
-# run a private Dovecot per test, see tests/dovecot.py). Missing ones are
-# installed when we are root and apt-get is there; otherwise, or when that
-# fails, each missing one is named here and its tests are skipped with the
-# reason.
+# through them), systemd-analyze (Debian's systemd package: checks the units in
+# contrib/systemd), spamc (SpamAssassin's client, which the --spamd tests talk to
+# spamnb serve with), dovecot (Debian's dovecot-imapd: the IMAP tests run a private
+# Dovecot per test, see tests/dovecot.py) and exim4 (exim4-daemon-heavy: the Exim
+# spam= ACL test). Missing ones are installed when we are root and apt-get is
+# there, except one whose install would remove another package (exim4 and postfix
+# each replace the other MTA); otherwise, or when that fails, each missing one is
+# named here and its tests are skipped with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh test,dask  # dask: the cluster test of sharded training
 
 missing_tools() {  # "command:package" pairs whose command is not on PATH
     local pair
-    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd; do
+    for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
+                exim4:exim4-daemon-heavy; do
         command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }
@@ -25,12 +27,27 @@ missing_tools() {  # "command:package" pairs whose command is not on PATH
 missing=$(missing_tools)
 if [ -n "$missing" ]; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        packages=$(for pair in $missing; do echo "${pair#*:}"; done)
-        # shellcheck disable=SC2086 # one word per package
-        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages) >/dev/null 2>&1 \
-            || true
+        apt-get update -qq >/dev/null 2>&1 || true
+        # Never at the cost of what is there: a package whose install would remove
+        # another (exim4 and postfix each replace the other MTA) is left out.
+        packages="" kept=""
+        for pair in $missing; do
+            removes=$(apt-get -s install "${pair#*:}" 2>/dev/null | awk '/^Remv /{printf "%s ", $2}')
+            if [ -n "$removes" ]; then
+                echo "note: ${pair%%:*} is not installed: installing ${pair#*:} would remove ${removes% }," \
+                     "so its tests will be skipped" >&2
+                kept="$kept ${pair%%:*}"
+            else
+                packages="$packages ${pair#*:}"
+            fi
+        done
+        if [ -n "$packages" ]; then
+            # shellcheck disable=SC2086 # one word per package
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $packages >/dev/null 2>&1 || true
+        fi
         missing=$(missing_tools)
         for pair in $missing; do
+            case " $kept " in *" ${pair%%:*} "*) continue ;; esac
             echo "note: ${pair%%:*} could not be installed (apt-get install ${pair#*:} failed); its tests will be skipped" >&2
         done
     else

@@ -15,24 +15,31 @@ import pytest
 from conftest import ROOT
 
 APT_STUB = """#!/bin/bash
-# apt-get stand-in: logs its arguments; "install PKG..." makes each package's command.
+# apt-get stand-in: logs its arguments; "install PKG..." makes each package's command;
+# "-s install PKG" (a simulation) says it would remove postfix when {bin}/remv names PKG.
 echo "$*" >> {log}
+if [ "$1" = -s ]; then
+    [ -f {bin}/remv ] && grep -qx "$3" {bin}/remv && echo "Remv postfix [3.7.11-0+deb12u1]"
+    exit 0
+fi
 if [ "$1" = install ]; then
     for arg in "$@"; do
         case "$arg" in
             procmail|maildrop|spamc) printf '#!/bin/bash\\n' > {bin}/"$arg"; chmod +x {bin}/"$arg" ;;
             systemd) printf '#!/bin/bash\\n' > {bin}/systemd-analyze; chmod +x {bin}/systemd-analyze ;;
             dovecot-imapd) printf '#!/bin/bash\\n' > {bin}/dovecot; chmod +x {bin}/dovecot ;;
+            exim4-daemon-heavy) printf '#!/bin/bash\\n' > {bin}/exim4; chmod +x {bin}/exim4 ;;
         esac
     done
 fi
 """
 
 
-def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True):
+def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True, would_remove=()):
     """``bash scripts/test.sh`` in a copy of the scripts, with a PATH holding only
     stand-ins: ``id`` (says ``uid``), ``apt-get`` (when ``apt``), the commands of
-    ``have``, and a ``.venv/bin/python`` that logs what it is asked to run.
+    ``have``, and a ``.venv/bin/python`` that logs what it is asked to run;
+    installing a package of ``would_remove`` would remove another (apt-get -s says so).
     Returns (stderr, apt-get's calls, what the venv's python was asked)."""
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
@@ -50,7 +57,10 @@ def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True):
         (bin_ / name).chmod(0o755)
     (repo / ".venv" / "bin" / "python").write_text(f'#!/bin/bash\necho "$*" >> {py_log}\n')
     (repo / ".venv" / "bin" / "python").chmod(0o755)
-    os.symlink(shutil.which("dirname"), bin_ / "dirname")
+    for tool in ("dirname", "awk", "grep"):
+        os.symlink(shutil.which(tool), bin_ / tool)
+    if would_remove:
+        (bin_ / "remv").write_text("".join(f"{p}\n" for p in would_remove))
     proc = subprocess.run(["/bin/bash", str(repo / "scripts" / "test.sh"), "-x", "-q"], capture_output=True,
                           text=True, timeout=60, env={"PATH": str(bin_), "HOME": str(tmp_path)})
     assert proc.returncode == 0, proc.stderr
@@ -58,21 +68,21 @@ def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True):
     return proc.stderr, calls, py_log.read_text().splitlines()
 
 
-def test_test_sh_installs_procmail_maildrop_systemd_spamc_and_dovecot_as_root(tmp_path):
+def test_test_sh_installs_the_integration_tools_as_root(tmp_path):
     err, calls, python = run_test_sh(tmp_path, uid=0)
     installs = [c.split() for c in calls if c.startswith("install")]
     assert len(installs) == 1
-    assert {"procmail", "maildrop", "systemd", "spamc", "dovecot-imapd"} <= set(installs[0])
+    assert {"procmail", "maildrop", "systemd", "spamc", "dovecot-imapd", "exim4-daemon-heavy"} <= set(installs[0])
     assert "note:" not in err
     assert python[-1] == "-m pytest -x -q"  # then the suite, with the arguments given
 
 
 def test_test_sh_installs_only_what_is_missing(tmp_path):
-    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze", "spamc", "dovecot"))
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze", "spamc", "dovecot", "exim4"))
     installs = [c.split() for c in calls if c.startswith("install")]
     assert [p for p in installs[0] if not p.startswith("-")] == ["install", "maildrop"]
     _, calls, _ = run_test_sh(tmp_path / "all", uid=0,
-                              have=("procmail", "maildrop", "systemd-analyze", "spamc", "dovecot"))
+                              have=("procmail", "maildrop", "systemd-analyze", "spamc", "dovecot", "exim4"))
     assert calls == []  # nothing missing: apt is not touched
 
 
@@ -90,8 +100,17 @@ def test_test_sh_says_what_it_skips_when_not_root(tmp_path):
     assert python[-1] == "-m pytest -x -q"
 
 
+def test_test_sh_never_installs_what_would_remove_another_package(tmp_path):
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "maildrop", "systemd-analyze", "spamc"),
+                                would_remove=("exim4-daemon-heavy",))
+    installs = [c.split() for c in calls if c.startswith("install")]
+    assert [p for p in installs[0] if not p.startswith("-")] == ["install", "dovecot-imapd"]
+    assert err.splitlines() == ["note: exim4 is not installed: installing exim4-daemon-heavy would remove postfix, "
+                                "so its tests will be skipped"]
+
+
 def test_test_sh_says_so_when_root_has_no_apt(tmp_path):
-    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze", "spamc", "dovecot"), apt=False)
+    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze", "spamc", "dovecot", "exim4"), apt=False)
     assert err.splitlines() == ["note: procmail is not installed and there is no apt-get, so its tests will "
                                 "be skipped (to run them: apt-get install procmail as root)"]
 
