@@ -191,3 +191,20 @@ def test_age_out_keeps_the_counts_of_the_tokens_it_keeps(trained_model):
     np.testing.assert_array_equal(model.doc_freq, df[kept])
     model.age_out(max_tokens=1000, now_day=100)
     assert len(model.vocabulary) == 1000
+
+
+def test_a_reader_opening_the_journal_first_never_pairs_an_old_snapshot_with_a_new_journal(model_file, tmp_path):
+    """load_model opens the journal before the snapshot: a compaction between the
+    two (snapshot renamed first, then the journal replaced) still gives every update,
+    where the other order would drop the journal's updates as stale for a moment."""
+    from spamnb.storage import journal, modelfile
+
+    raws = [b"Subject: order %d\n\nwords of message %d here\n" % (i, i) for i in range(6)]
+    modelfile.learn_messages(model_file, [(r, "spam") for r in raws[:3]])
+    expected = int(modelfile.load_model(model_file).class_count.sum()) + 3
+    opened = journal.open_journal(model_file)  # a reader opens the journal ...
+    modelfile.learn_messages(model_file, [(r, "ham") for r in raws[3:]])  # ... an update lands ...
+    assert modelfile.compact(model_file, force=True)  # ... and a compaction (new snapshot, new journal)
+    model = modelfile.load_snapshot(model_file)  # ... then the reader loads the snapshot
+    modelfile.add_journal(model, model_file, opened=opened)
+    assert int(model.class_count.sum()) == expected == int(modelfile.load_model(model_file).class_count.sum())

@@ -160,10 +160,13 @@ def cold(raw, path, is_default, opts):
     from spamnb.storage.store import ModelError
 
     allow = opts["allow_insecure"]
+    opened = None
     try:
+        opened = journal.open_journal(path, allow_insecure=allow)  # before the snapshot: see open_journal
         sc = fresh_scorer(path, allow_insecure=allow)
         toks = message_tokens(sc, raw)
-        j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow)
+        handed, opened = opened, None  # read() closes it, whatever happens there
+        j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow, opened=handed)
         if j is not None:  # the changes learned since the snapshot, to this message's tokens
             sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
         out, label, learns = filter_message(sc, raw, model_name(path, is_default),
@@ -174,6 +177,9 @@ def cold(raw, path, is_default, opts):
         raise Fallback(str(exc)) from None  # the click command says what is wrong
     except (DecisionError, ModelError) as exc:
         raise Fallback(str(exc)) from None
+    finally:
+        if opened:
+            os.close(opened[0])
     if opts["learn"] and learns and not is_default:
         learn_here(path, raw, label, toks, allow)
     return out, label

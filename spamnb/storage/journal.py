@@ -212,7 +212,27 @@ def _good_end(data: bytes) -> int:
     return at
 
 
-def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None) -> Journal | None:
+def open_journal(model_path, *, allow_insecure=False):
+    """The journal of the model at ``model_path`` opened now: ``(fd, stat)``, or None
+    without one (ModelError when it fails the trust checks).
+
+    A reader that opens the journal *before* it loads the snapshot reads a pair
+    that belongs together whatever a compaction does meanwhile: a compaction
+    renames the new snapshot into place before it replaces the journal, so a
+    journal opened first is the snapshot's own, or the one the newer snapshot
+    folded (whose records past the fold :func:`read` adds), never a newer one
+    that would make an older snapshot's records look stale.
+    """
+    path = journal_path(model_path)
+    try:
+        return store.open_trusted(path, allow_insecure=allow_insecure, what="journal")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise ModelError(f"cannot read the journal {path}: {exc.strerror or exc}") from None
+
+
+def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None, opened=None) -> Journal | None:
     """The journal of the snapshot with ``save_id`` that folded ``folded``
     (``{"id": hex, "through": offset}`` or None): a :class:`Journal`, or None
     when there is none or it belongs to another snapshot. ModelError when the
@@ -220,14 +240,15 @@ def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None) 
 
     ``since``: ``(journal id, offset)`` of records already read (the server's):
     when the file is still that journal, only what follows is read.
+    ``opened``: what :func:`open_journal` gave before the snapshot was loaded
+    (its descriptor is closed here); else the journal is opened now.
     """
     path = journal_path(model_path)
-    try:
-        fd, st = store.open_trusted(path, allow_insecure=allow_insecure, what="journal")
-    except FileNotFoundError:
+    if opened is None:
+        opened = open_journal(model_path, allow_insecure=allow_insecure)
+    if not opened:
         return None
-    except OSError as exc:
-        raise ModelError(f"cannot read the journal {path}: {exc.strerror or exc}") from None
+    fd, st = opened
     try:
         head = os.pread(fd, _HEADER.size, 0)
         if len(head) < _HEADER.size:

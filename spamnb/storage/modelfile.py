@@ -59,22 +59,35 @@ def load_snapshot(path, *, allow_insecure=False):
         raise ModelError(f"cannot use model {path}: {exc}") from None
 
 
-def add_journal(model, path, *, allow_insecure=False):
+def add_journal(model, path, *, allow_insecure=False, opened=None):
     """Add to ``model`` (the snapshot at ``path``) its journal's updates; returns the
-    :class:`spamnb.storage.journal.Journal` (None without one)."""
+    :class:`spamnb.storage.journal.Journal` (None without one). ``opened``: the
+    journal as :func:`spamnb.storage.journal.open_journal` opened it before the
+    snapshot was loaded."""
     from spamnb.storage import journal
 
     j = journal.read(path, model.stats.get("save_id"), model.stats.get("journal"),
-                     allow_insecure=allow_insecure)
+                     allow_insecure=allow_insecure, opened=opened)
     model.apply_journal(journal.Overlay.of(j, texts=True))
     return j
 
 
 def load_with_journal(path, *, allow_insecure=False):
     """``(model, journal)``: the snapshot at ``path`` with its journal's updates
-    added, and that :class:`spamnb.storage.journal.Journal` (None without one)."""
-    model = load_snapshot(path, allow_insecure=allow_insecure)
-    return model, add_journal(model, path, allow_insecure=allow_insecure)
+    added, and that :class:`spamnb.storage.journal.Journal` (None without one).
+    The journal is opened first, so that a compaction meanwhile cannot pair an
+    older snapshot with a newer journal (:func:`spamnb.storage.journal.open_journal`):
+    a reader never sees fewer updates than a read before it."""
+    from spamnb.storage import journal
+
+    opened = journal.open_journal(path, allow_insecure=allow_insecure)
+    try:
+        model = load_snapshot(path, allow_insecure=allow_insecure)
+    except BaseException:
+        if opened:
+            os.close(opened[0])
+        raise
+    return model, add_journal(model, path, allow_insecure=allow_insecure, opened=opened)
 
 
 def folded_marker(j):
