@@ -182,8 +182,7 @@ def _judge_and_learn(model_path, learn_verdicts=True):
     is learned as ``filter -u`` would learn it (never with the default model), and
     ``learn(items)`` into their own model (made from the default one at the first
     correction, as `spamnb learn` does)."""
-    from spamnb import verdict
-    from spamnb.delivery.hook import scored
+    from spamnb.delivery.hook import decide
     from spamnb.delivery.server import ModelHolder
     from spamnb.storage.modelfile import default_seed, learn_messages, open_model, own_model_path, resolve
 
@@ -194,11 +193,8 @@ def _judge_and_learn(model_path, learn_verdicts=True):
         if is_default and not path.exists():
             open_model(model_path, notice=notice)  # builds the default model once
         holder = holders.get(path) or holders.setdefault(path, ModelHolder(str(path)))
-        model = holder.get().model
-        score, p, _, known = scored(model, raw)
-        cutoffs = verdict.cutoffs_from(model.cutoffs)
-        label = verdict.label_for(p, cutoffs, known)
-        return label, p, learn_verdicts and not is_default and verdict.learns_verdict(label, score, cutoffs)
+        d = decide(holder.get().model, raw)
+        return d.label, d.p, learn_verdicts and not is_default and d.learns
 
     def learn(items):
         learn_messages(own_model_path(model_path), items, create=default_seed, warn=notice)

@@ -94,6 +94,32 @@ def scored(model, raw, n_evidence=0, toks=None):
     return result.score, result.spam_probability, evidence, result.n_tokens - result.n_unknown
 
 
+class Decided:
+    """One message's verdict under a model: the label, P(spam|x), the score
+    (log-odds), the evidence asked for, the cut-offs applied, and whether
+    ``filter -u``'s rule learns it (:func:`spamnb.verdict.learns_verdict`).
+    A plain class: ``dataclasses`` would cost the per-message path its import."""
+
+    __slots__ = ("label", "p", "score", "evidence", "cutoffs", "learns")
+
+    def __init__(self, label, p, score, evidence, cutoffs, learns):
+        self.label, self.p, self.score = label, p, score
+        self.evidence, self.cutoffs, self.learns = evidence, cutoffs, learns
+
+
+def decide(model, raw, decision=(None,) * 5, n_evidence=0, toks=None) -> Decided:
+    """The verdict of ``raw``: every way of answering (the filter, the server, the
+    spamd protocol, IMAP) decides with this, so none can drift from the others.
+
+    ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
+    where not given (:func:`spamnb.verdict.cutoffs_from`).
+    """
+    cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
+    score, p, evidence, known = scored(model, raw, n_evidence, toks)
+    label = verdict.label_for(p, cutoffs, known)
+    return Decided(label, p, score, evidence, cutoffs, verdict.learns_verdict(label, score, cutoffs))
+
+
 def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     """``(pos, block, label, learn)``: the verdict of ``raw``, where its header lines
     go, and whether ``filter -u`` learns the message as that verdict
@@ -103,11 +129,9 @@ def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
     model's name in the header (:func:`spamnb.verdict.model_name`).
     """
-    cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
-    score, p, evidence, known = scored(model, raw, n_evidence, toks)
-    label = verdict.label_for(p, cutoffs, known)
-    pos, block = verdict_block(raw, verdict.header_lines(label, p, score, name, evidence))
-    return pos, block, label, verdict.learns_verdict(label, score, cutoffs)
+    d = decide(model, raw, decision, n_evidence, toks)
+    pos, block = verdict_block(raw, verdict.header_lines(d.label, d.p, d.score, name, d.evidence))
+    return pos, block, d.label, d.learns
 
 
 def filter_message(model, raw, name, decision, n_evidence=0, toks=None):

@@ -80,7 +80,7 @@ import threading
 import time
 
 from spamnb import verdict
-from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, scored
+from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, decide
 from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
 from spamnb.storage import journal
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
@@ -315,9 +315,8 @@ class Models:
 
 def judge(model, msg: bytes, n_evidence: int):
     """``(label, p, score, T, evidence)`` of ``msg`` under ``model`` at its own cut-offs."""
-    cutoffs = verdict.cutoffs_from(model.cutoffs)
-    score, p, evidence, known = scored(model, msg, n_evidence)
-    return verdict.label_for(p, cutoffs, known), p, score, threshold(cutoffs[1]), evidence
+    d = decide(model, msg, n_evidence=n_evidence)
+    return d.label, d.p, d.score, threshold(d.cutoffs[1]), d.evidence
 
 
 def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None) -> bytes:
