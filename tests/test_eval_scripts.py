@@ -132,3 +132,57 @@ def test_protocols_names_the_worst_ranked_with_their_share(capsys):
         "cv10     A's worst ham     +0.90      2 spam 50.0000 of 50.0000 (1-AUC)% (100%)  sa/ham/b",
         "cv10     A's worst spam    +0.50      1 ham  25.0000 of 50.0000 (1-AUC)% (50%)  /elsewhere/c",
     ]
+
+
+def _script_module(name):
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(SCRIPTS))
+
+
+def test_first_day_frontier_shift_leaves_exactly_the_target_share_not_ham():
+    """100 ham scored 0..99: the 5% shift leaves the 5 highest (95..99) at or above 0."""
+    import numpy as np
+
+    frontier = _script_module("first_day_frontier")
+    ham = np.arange(100.0)
+    delta = frontier.shift_for(ham)
+    assert np.sum(ham - delta >= 0) == 5
+    # caught: spam above the spam cut-off (log 19) after the shift
+    spam = np.array([delta + 2.0, delta + 3.0, delta + 10.0])
+    assert frontier.caught(spam, delta) == pytest.approx(200 / 3)
+
+
+def test_first_day_frontier_length_all_counts_unknown_tokens_in_the_unit_length():
+    """presence-l2: a message of k known and u unknown distinct tokens scores each known
+    token 1/sqrt(k + u) with length=all, 1/sqrt(k) otherwise."""
+    import numpy as np
+
+    from spamnb.model import SpamModel
+
+    frontier = _script_module("first_day_frontier")
+    model = SpamModel()
+    model.learn([(b"Subject: cheap pills\n\ncheap pills now\n", "spam"),
+                 (b"Subject: meeting\n\nthe meeting is at noon\n", "ham")])
+    raw = b"Subject: meeting\n\ncheap meeting zanzibar quokka\n"
+    toks = set(model.tokens(raw))
+    k = sum(t in model.vocabulary for t in toks)
+    u = len(toks) - k
+    assert k and u
+    known = frontier.rows(model, [raw], None)
+    everything = frontier.rows(model, [raw], "all")
+    assert np.allclose(known.data, 1 / np.sqrt(k))
+    assert np.allclose(everything.data, 1 / np.sqrt(k + u))
+
+
+@pytest.mark.parametrize("lever, message", [
+    ("floor=abc", "floor takes a number, not 'abc'"),
+    ("length=some", "length is known or all, not 'some'"),
+    ("nonsense=1", "unknown setting 'nonsense'"),
+])
+def test_first_day_frontier_refuses_a_bad_lever_before_training(lever, message):
+    frontier = _script_module("first_day_frontier")
+    with pytest.raises(SystemExit, match=message):
+        frontier.split(lever)
