@@ -186,3 +186,27 @@ def test_first_day_frontier_refuses_a_bad_lever_before_training(lever, message):
     frontier = _script_module("first_day_frontier")
     with pytest.raises(SystemExit, match=message):
         frontier.split(lever)
+
+
+def test_first_week_readdresses_spam_to_the_mailbox_owner():
+    """The owner is the address most often in To: and Cc:; readdressing replaces the
+    whole To: field (its continuation lines too) and keeps every other byte."""
+    week = _script_module("first_week")
+    mailbox = [
+        ("a", b"To: Owner <owner@example.com>, x@example.com\nSubject: a\n\nbody\n", "ham"),
+        ("b", b"To: y@example.com\nCc: owner@EXAMPLE.com\nSubject: b\n\nbody\n", "ham"),
+        ("c", b"To: owner@example.com\n\nbody\n", "ham"),
+    ]
+    assert week.owner_address(mailbox) == "owner@example.com"
+    spam = b"From: s@spam.test\nTo: a@b.test,\n  c@d.test\nSubject: buy\n\nTo: not a header\n"
+    assert week.readdressed(spam, "owner@example.com") == (
+        b"From: s@spam.test\nSubject: buy\nTo: owner@example.com\n\nTo: not a header\n")
+
+
+def test_first_week_orders_a_mailbox_by_date_undated_last():
+    week = _script_module("first_week")
+    msgs = [("late", b"Date: Tue, 2 Jan 2001 10:00:00 -0800\n\n", "ham"),
+            ("none", b"Subject: x\n\n", "ham"),
+            ("early", b"Date: Mon, 1 Jan 2001 10:00:00 -0800\n\n", "ham"),
+            ("bad", b"Date: yesterday\n\n", "ham")]
+    assert [m[0] for m in week.by_date(msgs)] == ["early", "late", "bad", "none"]
