@@ -11,6 +11,7 @@ import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -318,10 +319,13 @@ def test_server_without_a_scorer_uses_the_full_model(model_file, sock_path):
 
 
 def _serve_until_listening(sock_path, model, *extra, umask=None):
-    """``spamnb serve`` started with ``umask`` (as a service manager may set it)."""
+    """``spamnb serve`` started with ``umask`` (as a service manager may set it), once
+    its socket answers and, with ``--pidfile``, its pid file names it: the file is
+    written just after the socket listens, so a connection alone may come first."""
     proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(sock_path), "--model", str(model), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=(lambda: os.umask(umask)) if umask is not None else None)
+    pidfile = Path(extra[extra.index("--pidfile") + 1]) if "--pidfile" in extra else None
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -329,11 +333,21 @@ def _serve_until_listening(sock_path, model, *extra, umask=None):
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
                 s.connect(str(sock_path))
+            if pidfile is None or _read_or_none(pidfile) == f"{proc.pid}\n":
                 return proc
         except OSError:
-            time.sleep(0.05)
+            pass
+        time.sleep(0.05)
     proc.kill()
-    raise AssertionError("server did not start")
+    held = f", its pid file holds {_read_or_none(pidfile)!r}" if pidfile else ""
+    raise AssertionError(f"server did not start{held}")
+
+
+def _read_or_none(path):
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return None
 
 
 def _stop(proc):
