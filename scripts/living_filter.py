@@ -30,6 +30,20 @@ unsure ones (``errors``): the rules differ only in what they learn of the
 messages they filed right, and a delay shows what a wrong self-label costs
 while it stands.
 
+The filter starts empty (``--start empty``), as a user who trains from nothing,
+or from a trained model: ``--start shipped`` is the default model a new user gets
+(the shipped corpus, as ``spamnb`` builds it), ``--start older-sa`` a model of the
+2002 SpamAssassin mail (easy_ham, hard_ham, spam), for which the later
+``spam_2`` is unfamiliar spam. ``--only REGEX`` keeps the messages whose source
+matches (one enron owner, say), and ``--readdress`` gives every spam of the
+stream the To: of the stream's own ham owner (the address most often in its
+ham's To: and Cc:), as spam sent to that user would carry it. The first weeks
+of a new user who gets business mail::
+
+    python scripts/living_filter.py --start older-sa --readdress \\
+        --corpus ../shared/corpora/enron-ham-dev --corpus ../shared/corpora/spamassassin \\
+        --only '/farmer-d/|/spam_2\\.' --limit 3000
+
 Usage::
 
     python scripts/living_filter.py                                   # SpamAssassin, orders 0-2
@@ -42,6 +56,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 import numpy as np
@@ -50,12 +65,41 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import shared_corpora  # noqa: E402
+from first_week import owner_address, readdressed  # noqa: E402
 from learning_curve import load, shuffled, table_head, table_row, windows  # noqa: E402
+from spamnb.scale import parallel  # noqa: E402
+from spamnb.storage.modelfile import build_default_model  # noqa: E402
 from spamnb.evaluation.evaluate import Scores  # noqa: E402
 from spamnb.model import SpamModel, label_id  # noqa: E402
 from spamnb.verdict import evidence, label_for, learns_verdict  # noqa: E402
 
 RULES = ("self-all", "self-none", "self-margin:5")
+STARTS = ("empty", "shipped", "older-sa")
+OLDER_SA = re.compile(r"/(easy_ham|hard_ham|spam)\.\d")
+
+
+def starting_model(start):
+    """A factory of fresh copies of the model the filter starts from."""
+    if start == "empty":
+        return SpamModel
+    if start == "shipped":
+        base = build_default_model()
+    else:
+        base = SpamModel()
+        parallel.train(base, [m for m in load(str(shared_corpora.SPAMASSASSIN)) if OLDER_SA.search(m[0])])
+    state = base.to_state()
+    return lambda: SpamModel.from_state(state)
+
+
+def with_owner(messages):
+    """The messages with every spam readdressed to the ham's owner (see the module doc)."""
+    ham = [m for m in messages if m[2] == "ham"]
+    if not ham:
+        raise SystemExit("--readdress: the stream has no ham, hence no owner")
+    addr = owner_address(ham)
+    print(f"spam readdressed to {addr}")
+    return [(src, readdressed(raw, addr), label) if label == "spam" else (src, raw, label)
+            for src, raw, label in messages]
 
 
 def self_learns(rule, label, score, cutoffs):
@@ -121,18 +165,29 @@ def main():
                     help="messages of each order (the windows end at 2,000; the messages after it are one more)")
     ap.add_argument("--rule", action="append", help=f"self-learning rules (repeatable; default {' '.join(RULES)})")
     ap.add_argument("--delay", type=int, default=0, help="messages between a verdict and the user's correction")
+    ap.add_argument("--start", choices=STARTS, default="empty", help="the model the filter starts from")
+    ap.add_argument("--only", metavar="REGEX", help="keep the messages whose source matches")
+    ap.add_argument("--readdress", action="store_true", help="give every spam the To: of the ham's owner")
     args = ap.parse_args()
+    try:
+        only = re.compile(args.only) if args.only else None
+    except re.error as exc:
+        raise SystemExit(f"--only: not a regular expression: {exc}") from None
     corpora = args.corpus or [str(shared_corpora.SPAMASSASSIN)]
     seeds = args.seed or [0, 1, 2]
-    messages = [m for c in corpora for m in load(c)]
-    print(f"{' + '.join(corpora)}: {len(messages)} messages; orders {seeds}, first {args.limit} of each; "
-          f"corrections {args.delay} messages later")
+    messages = [m for c in corpora for m in load(c) if only is None or only.search(m[0])]
+    if args.readdress:
+        messages = with_owner(messages)
+    make = starting_model(args.start)
+    print(f"{' + '.join(corpora)}{f' ({args.only})' if only else ''}: {len(messages)} messages; "
+          f"orders {seeds}, first {args.limit} of each; corrections {args.delay} messages later; "
+          f"starting {args.start}")
     wins = windows(args.limit)
     print(table_head("rule", " | self-learned  user actions (moves)", wins))
     for rule in args.rule or RULES:
         runs, counts = [], []
         for seed in seeds:
-            scores, labels, n = living(shuffled(messages, seed)[: args.limit], rule, args.delay)
+            scores, labels, n = living(shuffled(messages, seed)[: args.limit], rule, args.delay, make)
             runs.append((scores, labels))
             counts.append([n["self-learned"], n["actions"], n["moves"]])
         learned, actions, moves = np.mean(counts, axis=0)

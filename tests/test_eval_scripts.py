@@ -210,3 +210,12 @@ def test_first_week_orders_a_mailbox_by_date_undated_last():
             ("early", b"Date: Mon, 1 Jan 2001 10:00:00 -0800\n\n", "ham"),
             ("bad", b"Date: yesterday\n\n", "ham")]
     assert [m[0] for m in week.by_date(msgs)] == ["early", "late", "bad", "none"]
+
+
+def test_living_filter_readdresses_only_the_spam_of_the_stream():
+    living = _script_module("living_filter")
+    ham = ("h", b"To: owner@example.com\n\nhello\n", "ham")
+    spam = ("s", b"To: someone@else.test\nSubject: buy\n\nnow\n", "spam")
+    assert living.with_owner([ham, spam]) == [ham, ("s", b"Subject: buy\nTo: owner@example.com\n\nnow\n", "spam")]
+    with pytest.raises(SystemExit, match="no ham"):
+        living.with_owner([spam])
