@@ -90,7 +90,7 @@ def maker(pairs):
 def corpus(name, strip=None):
     index = shared_corpora.index_path(shared_corpora.SHARED / name)
     if not index.exists():
-        print(shared_corpora.absent_line(index.parent), file=sys.stderr)
+        print(shared_corpora.absent_line(shared_corpora.SHARED / name), file=sys.stderr)
         raise SystemExit(shared_corpora.EXIT_ABSENT)
     return [(m.source, strip(m.raw) if strip else m.raw, m.label) for m in iter_index(str(index), trusted=True)]
 

@@ -219,3 +219,14 @@ def test_living_filter_readdresses_only_the_spam_of_the_stream():
     assert living.with_owner([ham, spam]) == [ham, ("s", b"Subject: buy\nTo: owner@example.com\n\nnow\n", "spam")]
     with pytest.raises(SystemExit, match="no ham"):
         living.with_owner([spam])
+
+
+def test_protocols_names_the_absent_corpus_itself(tmp_path, monkeypatch, capsys):
+    """The scripts built on protocols.py (first_day_frontier, first_week) say which corpus
+    is missing, not only the folder of corpora."""
+    protocols = _script_module("protocols")
+    monkeypatch.setattr(protocols.shared_corpora, "SHARED", tmp_path / "corpora")
+    with pytest.raises(SystemExit) as stop:
+        protocols.corpus("enron-ham-dev")
+    assert stop.value.code == 2
+    assert f"no corpus at {tmp_path / 'corpora' / 'enron-ham-dev'};" in capsys.readouterr().err
