@@ -141,6 +141,33 @@ def test_filter_moves_spam_to_junk_with_keywords_and_keeps_every_byte(dovecot, i
     assert contents(dovecot, "INBOX", "Junk") == before
 
 
+def test_keywords_a_client_set_are_replaced_and_unmarked_mail_costs_one_store(dovecot, model, tmp_path,
+                                                                                monkeypatch):
+    """A mail client may have marked new mail already ($Junk on a ham, $NotJunk on a spam):
+    the verdict's keyword replaces it. The other keyword is taken off only where it is
+    (one STORE per verdict for unmarked mail, not two)."""
+    import imapclient
+
+    ham, spam = sample("ham", 3, model=model), sample("spam", 3, model=model)
+    dovecot.append("INBOX", ham[0], flags=[b"$Junk"])
+    dovecot.append("INBOX", spam[0], flags=[b"$NotJunk", b"\\Flagged"])
+    for raw in ham[1:] + spam[1:]:
+        dovecot.append("INBOX", raw)
+    removed = []
+    real = imapclient.IMAPClient.remove_flags
+    monkeypatch.setattr(imapclient.IMAPClient, "remove_flags",
+                        lambda self, uids, fl, silent=False: removed.append((list(uids), list(fl)))
+                        or real(self, uids, fl, silent=silent))
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0, err
+    assert sorted(fl for _, fl in removed) == [[b"$Junk"], [b"$NotJunk"]]  # one message each
+    assert all(len(uids) == 1 for uids, _ in removed)
+    assert all(b"$NotJunk" in f and b"$Junk" not in f for f in flags(dovecot, "INBOX").values())
+    junk = flags(dovecot, "Junk")
+    assert len(junk) == 3 and all(b"$Junk" in f and b"$NotJunk" not in f for f in junk.values())
+    assert sum(b"\\Flagged" in f for f in junk.values()) == 1  # the user's own flags stay
+
+
 def test_the_users_moves_are_learned_and_a_deletion_is_not(dovecot, inbox, model, tmp_path):
     ham, spam = inbox
     assert run(dovecot, tmp_path, "filter", model=model)[0] == 0
@@ -163,6 +190,9 @@ def test_the_users_moves_are_learned_and_a_deletion_is_not(dovecot, inbox, model
     back = [f for uid, f in flags(dovecot, "INBOX").items()
             if message_key(dovecot.fetch_all("INBOX")[uid]) == message_key(spam[0])][0]
     assert b"$NotJunk" in back and b"$Junk" not in back
+    moved = [f for uid, f in flags(dovecot, "Junk").items()
+             if message_key(dovecot.fetch_all("Junk")[uid]) == message_key(ham[0])][0]
+    assert b"$Junk" in moved and b"$NotJunk" not in moved  # spamnb had keyworded it ham
     code, err = run(dovecot, tmp_path, "filter", model=model)  # nothing learned twice
     assert "classified 0" in err and "learned 0 as spam and 0 as ham" in err
 

@@ -40,8 +40,10 @@ earlier judgement (remembered as in Junk, not learned): only what arrives
 afterwards is a correction.
 
 Round trips: a pass costs a ``SELECT`` and a ``UID SEARCH`` per folder, then
-one ``UID FETCH`` per batch of :data:`BATCH` new messages, one ``STORE`` per
-keyword and one ``MOVE`` (or three commands without MOVE) per batch: a
+per batch of :data:`BATCH` new messages two ``UID FETCH`` (sizes and flags,
+then bodies), one ``STORE`` per verdict's keyword (and one more only where a
+message carries the other verdict's keyword already: a correction, or a mail
+client's own marking) and one ``MOVE`` (or three commands without MOVE): a
 handful of round trips per hundred messages.
 """
 
@@ -239,20 +241,25 @@ def uids_after(client, last: int) -> list[int]:
     return sorted(u for u in client.search(["UID", f"{last + 1}:*"]) if u > last)
 
 
-def fetch_raw(client, uids, *, budget=FETCH_BYTES, too_large=None):
+def fetch_raw(client, uids, *, budget=FETCH_BYTES, too_large=None, flags=None):
     """``(uid, raw bytes)`` of ``uids`` in the selected folder, without setting
     ``\\Seen`` (``BODY.PEEK[]``): sizes first (``RFC822.SIZE``, :data:`BATCH` per
     round trip), then bodies in round trips of at most :data:`BATCH` messages and
     ``budget`` bytes, so a folder of large attachments never holds more than that
     in memory. A message over :data:`MAX_MESSAGE` is not fetched: ``too_large(uid,
-    size)`` is told and it stays where it is. Messages expunged meanwhile are skipped."""
+    size)`` is told and it stays where it is. Messages expunged meanwhile are skipped.
+    ``flags``, a dict: filled with each message's flags (lower-cased), fetched with
+    the sizes, in the same round trip."""
+    items = [b"RFC822.SIZE", b"FLAGS"] if flags is not None else [b"RFC822.SIZE"]
     for i in range(0, len(uids), BATCH):
-        sizes = client.fetch(uids[i:i + BATCH], [b"RFC822.SIZE"])
+        sizes = client.fetch(uids[i:i + BATCH], items)
         group, group_bytes = [], 0
         for uid in uids[i:i + BATCH]:
             size = sizes.get(uid, {}).get(b"RFC822.SIZE")
             if size is None:
                 continue  # expunged meanwhile
+            if flags is not None:
+                flags[uid] = {bytes(f).lower() for f in sizes[uid].get(b"FLAGS", ())}
             if size > MAX_MESSAGE:
                 if too_large:
                     too_large(uid, size)
@@ -416,8 +423,8 @@ class Filter:
         uids = uids_after(self.client, f["last_uid"])
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
-            learn, flag = [], []
-            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(junk)):
+            learn, flag, flags = [], [], {}
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(junk), flags=flags):
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is not None and rec.get("where") == JUNK:
@@ -432,7 +439,7 @@ class Filter:
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "learned": "spam", "uid": uid}
             self._learn(learn)
-            self._keyword(flag, "spam")
+            self._keyword(flag, "spam", flags)
             f["last_uid"] = max(batch)
             self._save()
         f["scanned"] = True
@@ -447,8 +454,8 @@ class Filter:
         uids = uids_after(self.client, f["last_uid"])
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
-            new, back = [], []
-            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(name)):
+            new, back, flags = [], [], {}
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(name), flags=flags):
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is None:
@@ -466,8 +473,8 @@ class Filter:
                          f"learning it as ham: {_subject(raw)}")
                 self.msgs[key] = {"where": INBOX, "learned": "ham"}
             self._learn([(raw, "ham") for _, _, raw in back])
-            self._keyword([uid for uid, _, _ in back], "ham")
-            self._file(name, junk, new)
+            self._keyword([uid for uid, _, _ in back], "ham", flags)
+            self._file(name, junk, new, flags)
             f["last_uid"] = max(batch)
             self._save()
         if first:  # after a re-scan, no pending UID of the old UIDVALIDITY may name a message of the new
@@ -488,9 +495,9 @@ class Filter:
         back = [item for item in found if self.msgs[item[1]].get("uid") not in still]
         return back, [item for item in found if item not in back]
 
-    def _file(self, name, junk, new):
+    def _file(self, name, junk, new, flags):
         """Keyword every new message with its verdict, learn the verdicts ``judge``
-        says to learn, move spam (and unsure) away."""
+        says to learn, move spam (and unsure) away (``flags``: each one's, as fetched)."""
         dest = {"spam": (JUNK, junk), "unsure": (UNSURE, self.s.unsure_folder)}
         moving, own = {}, []
         for uid, key, label, p, learns, raw in new:
@@ -512,7 +519,7 @@ class Filter:
             if not self.dry_run:
                 self.learn(own)
         for label in ("spam", "ham"):
-            self._keyword([item[0] for item in new if item[2] == label], label)
+            self._keyword([item[0] for item in new if item[2] == label], label, flags)
         self._save()  # the pending moves are on disk before any move starts
         for folder, uids in moving.items():
             self._move(uids, folder)
@@ -557,11 +564,15 @@ class Filter:
         if not self.dry_run:
             self.learn(items)
 
-    def _keyword(self, uids, label):
+    def _keyword(self, uids, label, flags):
+        """Set the label's keyword on ``uids``; take the other label's off the ones
+        that carry it (``flags``, as fetched: one STORE, not two, for new mail)."""
         if not uids or self.dry_run:
             return
         other = KEYWORDS["ham" if label == "spam" else "spam"]
-        self.client.remove_flags(uids, [other], silent=True)
+        stale = [uid for uid in uids if other.lower() in flags.get(uid, ())]
+        if stale:
+            self.client.remove_flags(stale, [other], silent=True)
         self.client.add_flags(uids, [KEYWORDS[label]], silent=True)
 
     def _move(self, uids, folder):
