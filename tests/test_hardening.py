@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from conftest import learnable_cutoffs, sample_message
@@ -228,13 +228,18 @@ def test_the_verdict_is_never_tokenized_as_body(name):
 HEADER_LINE = st.one_of(
     st.from_regex(rb"\A[A-Za-z-]{1,12}: [ -~]{0,20}\Z"),
     st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b),
-    st.just(b" continued"), st.just(b"no colon here"))
+    st.just(b" continued"), st.just(b"no colon here"),
+    st.just(b"From "), st.just(b"From someone@example.com"))  # the parser's own rules for these
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(lines=st.lists(HEADER_LINE, max_size=6), ends=st.lists(st.sampled_from([b"\n", b"\r\n", b"\r", b"\r\r\n"]),
                                                                min_size=6, max_size=6),
        body=st.binary(max_size=60))
+# found by a CI run: a last header line "From " is body to the parser, and verdict headers
+# written after it made it a misplaced envelope line (a defect token) instead
+@example(lines=[b"From "], ends=[b"\n"] * 6, body=b"")
+@example(lines=[b"To: a", b"From x", b"Cc: b"], ends=[b"\n"] * 6, body=b"hi")
 def test_filtering_never_changes_the_tokens(lines, ends, body):
     raw = b"Subject: x\n" + b"".join(line + end for line, end in zip(lines, ends)) + b"\n" + body
     out = add_headers(raw, header_lines("spam", 0.99, 5.0, "m", [("url:x.biz", 2.0)]))

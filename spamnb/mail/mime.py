@@ -116,17 +116,26 @@ def header_block_end(raw: bytes) -> int:
     NUL or 8-bit field name: the parser then starts the body there, with no
     blank line), or the end of the input. Lines end at CRLF, CR or LF, as the
     parser splits them (``\r\r\n`` is two line ends: the second line is blank).
+
+    A ``From `` line is a header line to the parser, but when it is the last one
+    (and not the first, the mbox envelope) the parser gives it back to the body
+    ("probably the first line of the body"), so the block ends before it; a
+    header written after it would make it a misplaced envelope line instead.
     """
-    pos, n = 0, len(raw)
+    pos, n, last = 0, len(raw), None  # last: where the block's last line starts
     while pos < n:
         m = _LINE_END.search(raw, pos)
         end = m.start() if m else n
         if end == pos or not _HEADER_LINE.match(raw, pos, end):
-            return pos
+            break
+        last = pos
         if m is None:
-            return n
+            pos = n
+            break
         pos = m.end()
-    return n
+    if last and raw.startswith(b"From ", last):
+        return last
+    return pos
 
 
 class NotMailError(ValueError):
