@@ -55,7 +55,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 
 import numpy as np
@@ -68,12 +67,15 @@ from first_day import strip_artefacts  # noqa: E402
 from spamnb.evaluation import metrics  # noqa: E402
 from spamnb.model import binary_features, transform_features  # noqa: E402
 from spamnb.scale import parallel  # noqa: E402
+from spamnb.verdict import DEFAULT_COSTS, cutoffs_from_costs  # noqa: E402
 
-SPAM_CUT = math.log(19)  # the default cut-offs as log-odds: ham below 0 (P = 0.5), spam above log 19 (P = 0.95)
+_HAM_P, _SPAM_P = cutoffs_from_costs(*DEFAULT_COSTS)  # the default cut-offs: P(spam) 0.5 and 0.95
+SPAM_CUT = math.log(_SPAM_P / (1 - _SPAM_P))  # as log-odds (log 19); ham below 0
 TARGET = 0.05  # at most 5% of unfamiliar ham unsure or spam (issue 17)
 DEFAULT_LEVERS = ("default", "length=all", "floor=0.5", "floor=1", "min_df=2", "min_df=3",
                   "recipient_counts=false", "fold_header_names=true", "alpha=0.1", "prior=uniform")
 SCORING_LEVERS = ("length", "floor", "min_df", "shift")
+SCORED = ("enron", "new", "trec")  # the sets each model judges
 
 
 def split(lever):
@@ -94,32 +96,48 @@ def split(lever):
     return [lever], {}
 
 
-def rows(model, raws, length):
-    """The feature rows the model scores, and, for ``length=all``, each rescaled so
-    the unit length is over all the message's distinct tokens: × sqrt(k / (k + u)),
-    k known and u unknown tokens (presence features: each known token is 1/sqrt(k + u))."""
-    toks = [model.tokens(r) for r in raws]
-    X, _ = model.vocabulary.transform(toks, binary=binary_features(model.features))
-    X = transform_features(X.tocsr(), model.features)
-    if length == "all":
-        known = np.diff(X.indptr)
-        distinct = np.array([len(set(t)) for t in toks])
-        scale = np.sqrt(known / np.maximum(distinct, 1))
-        X.data *= np.repeat(scale, known)
+def known_rows(model, token_lists):
+    """The feature rows the model scores: unit length over the tokens it knows."""
+    X, _ = model.vocabulary.transform(token_lists, binary=binary_features(model.features))
+    return transform_features(X.tocsr(), model.features)
+
+
+def distinct(token_lists):
+    return np.array([len(set(t)) for t in token_lists])
+
+
+def over_all_tokens(X, n_distinct):
+    """``X`` rescaled to unit length over all of each message's ``n_distinct`` tokens, the
+    unknown ones included: × sqrt(k / (k + u)), k known and u unknown (``length=all``)."""
+    X = X.copy()
+    known = np.diff(X.indptr)
+    X.data *= np.repeat(np.sqrt(known / np.maximum(n_distinct, 1)), known)
     return X
 
 
-def scores(model, raws, scoring):
-    """Log-odds of ``raws``: bias + Σ_w f(x)_w · weight_w, with the scoring lever's weights."""
-    bias, weights = model.linear_weights()
-    weights = weights.copy()
-    if "floor" in scoring:
-        weights[np.abs(weights) < scoring["floor"]] = 0.0
-    if "shift" in scoring:
-        bias -= scoring["shift"]
-    if "min_df" in scoring:
-        weights[model.doc_freq[: len(weights)] < scoring["min_df"]] = 0.0
-    return bias + rows(model, raws, scoring.get("length")) @ weights
+class Trained:
+    """One model setting trained once, with its log-odds weights and the rows of the
+    sets it judges: the scoring levers (length, floor, min_df, shift) only reweigh them."""
+
+    def __init__(self, model, data):
+        self.model = model
+        self.bias, self.weights = model.linear_weights()
+        self.rows, self.distinct = {}, {}
+        for name in SCORED:
+            toks = [model.tokens(raw) for _, raw, _ in data[name]]
+            self.rows[name], self.distinct[name] = known_rows(model, toks), distinct(toks)
+
+    def scores(self, name, scoring):
+        """Log-odds of set ``name``: bias + Σ_w f(x)_w · weight_w, with the scoring lever's weights."""
+        weights = self.weights.copy()
+        if "floor" in scoring:
+            weights[np.abs(weights) < scoring["floor"]] = 0.0
+        if "min_df" in scoring:
+            weights[self.model.doc_freq[: len(weights)] < scoring["min_df"]] = 0.0
+        X = self.rows[name]
+        if scoring.get("length") == "all":
+            X = over_all_tokens(X, self.distinct[name])
+        return self.bias - scoring.get("shift", 0.0) + X @ weights
 
 
 def shift_for(ham_scores, share=TARGET):
@@ -138,19 +156,24 @@ def frontier_interval(enron, spam, n, seed=0):
     return np.percentile(values, [2.5, 97.5])
 
 
-def measure(lever, data, train, resamples):
+def measure(lever, data, train, resamples, trained):
     """One lever's figures; with ``train == "all"`` spam_2 is training mail, so its
-    columns are None (the frontier is then the trec06c-dev spam's)."""
+    columns are None (the frontier is then the trec06c-dev spam's). ``trained``: the
+    :class:`Trained` models by model setting, filled as needed."""
     settings, scoring = split(lever)
-    model = protocols.maker(settings)()
-    parallel.train(model, data[train])
-    s = {name: scores(model, [raw for _, raw, _ in data[name]], scoring) for name in ("enron", "new", "trec")}
-    prior = model.linear_weights()[0] - scoring.get("shift", 0.0)
+    key = tuple(settings)
+    if key not in trained:
+        model = protocols.maker(settings)()
+        parallel.train(model, data[train])
+        trained[key] = Trained(model, data)
+    t = trained[key]
+    s = {name: t.scores(name, scoring) for name in SCORED}
+    prior = t.bias - scoring.get("shift", 0.0)
     y_new = np.array([label == "spam" for _, _, label in data["new"]], dtype=int)
-    unfamiliar = s["new"][y_new == 1] if train == "old" else s["trec"]
+    spam2 = s["new"][y_new == 1] if train == "old" else None
+    unfamiliar = spam2 if spam2 is not None else s["trec"]
     delta = shift_for(s["enron"])
     low, high = frontier_interval(s["enron"], unfamiliar, resamples)
-    spam2 = s["new"][y_new == 1] if train == "old" else None
     return {
         "lever": lever, "prior": prior,
         "enron_unsure": 100 * float(np.mean((s["enron"] >= 0) & (s["enron"] <= SPAM_CUT))),
@@ -186,8 +209,7 @@ def main():
     sa = cache("spamassassin")
     data = {
         "all": sa,
-        "old": [m for m in sa if re.search(r"/(easy_ham|hard_ham|spam)\.\d", m[0])],
-        "new": [m for m in sa if re.search(r"/(easy_ham_2|spam_2)\.\d", m[0])],
+        **dict(zip(("old", "new"), protocols.age_split(sa))),
         "enron": cache("enron-ham-dev", strip_artefacts),
         "trec": [m for m in cache("trec06c-dev") if m[2] == "spam"],
     }
@@ -198,8 +220,9 @@ def main():
     frontier = "spam_2 caught [95%]" if args.train == "old" else "trec caught [95%]"
     print(f"{'lever':<24} {'prior':>6} {'enron not ham':>15} {'spam_2 caught':>14} {'inbox':>6} {'trec':>6} "
           f"{'age (1-AUC)%':>12}   | shift δ for 5%: {'δ':>5} {frontier:>22} {'trec':>6}")
+    trained = {}
     for lever in levers:
-        r = measure(lever, data, args.train, args.resamples)
+        r = measure(lever, data, args.train, args.resamples, trained)
         not_ham = f"{r['enron_unsure'] + r['enron_spam']:.1f} ({r['enron_unsure']:.1f}/{r['enron_spam']:.2f})"
         print(f"{r['lever']:<24} {r['prior']:>+6.2f} {not_ham:>15} {cell(r['caught'], '.1f', 13)}% "
               f"{cell(r['inbox'], '.1f', 5)}% {r['trec']:>5.1f}% {cell(r['age_auc'], '.3f', 12)}   |"

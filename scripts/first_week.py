@@ -38,8 +38,6 @@ import math
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -48,7 +46,6 @@ from first_day import strip_artefacts  # noqa: E402
 from spamnb.model import SpamModel  # noqa: E402
 from spamnb.scale import parallel  # noqa: E402
 
-SPAM_CUT = math.log(19)  # the default cut-offs as log-odds: ham below 0, spam above log 19
 MAILBOXES = ("farmer-d", "williams-w3")
 
 
@@ -93,10 +90,10 @@ def readdressed(raw: bytes, addr: str) -> bytes:
     return b"\n".join(lines) + sep + body
 
 
-def shares(model, raws):
-    """``(ham %, unsure %, spam %)`` of ``raws`` at the model's cut-offs."""
-    s = np.array([c.score for c in model.classify_many(raws)])
-    return tuple(100 * float(np.mean(m)) for m in (s < 0, (s >= 0) & (s <= SPAM_CUT), s > SPAM_CUT))
+def shares(model, token_lists):
+    """``(ham %, unsure %, spam %)`` of messages (their tokens) as the model files them."""
+    labels = collections.Counter(c.label for c in model.classify_token_lists(token_lists))
+    return tuple(100 * labels[label] / len(token_lists) for label in ("ham", "unsure", "spam"))
 
 
 def numbers(text, option):
@@ -128,14 +125,19 @@ def main():
     print("default-model training (the whole SpamAssassin corpus), then the owner's first N messages learned as ham")
     print(f"{'owner':<12} {'N':>5} {'spam':>5}   {'own later mail not ham (unsure/spam)':>38}   "
           f"{'other owner not ham':>22}   {'trec spam caught':>16}   {'readdressed: caught / to inbox':>30}")
+
+    def tokens(raws):  # once per set: every model here has the default model's tokenizer
+        return [base.tokens(raw) for raw in raws]
+
+    trec_test = tokens(trec_spam[1::2])
     for box, other in (MAILBOXES, MAILBOXES[::-1]):
-        later = [raw for _, raw, _ in mail[box][counts[-1]:]]
-        others = [raw for _, raw, _ in mail[other]]
+        later = tokens(raw for _, raw, _ in mail[box][counts[-1]:])
+        others = tokens(raw for _, raw, _ in mail[other])
         if not later:
             raise SystemExit(f"{box} has {len(mail[box])} messages: none left after learning {counts[-1]}")
         addr = owner_address(mail[box])
         to_owner = [readdressed(raw, addr) for raw in trec_spam]
-        spam_pool, spam_test = to_owner[0::2], to_owner[1::2]
+        spam_pool, spam_test = to_owner[0::2], tokens(to_owner[1::2])
         if spam_counts[-1] > len(spam_pool):
             raise SystemExit(f"--spam: at most {len(spam_pool)} (half of trec06c-dev's spam)")
         print(f"{box}: {len(mail[box])} messages, owner {addr}")
@@ -146,7 +148,7 @@ def main():
                 model.learn(learned)
             _, u, s = shares(model, later)
             _, ou, os_ = shares(model, others)
-            caught = shares(model, trec_spam[1::2])[2]
+            caught = shares(model, trec_test)[2]
             inbox, _, rs = shares(model, spam_test)
             print(f"{box:<12} {n:>5} {k:>5}   {u + s:>21.1f}% ({u:.1f}/{s:.2f}) of {len(later):<5}"
                   f"   {ou + os_:>14.1f}% ({ou:.1f}/{os_:.2f})   {caught:>15.1f}%"

@@ -67,15 +67,15 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import shared_corpora  # noqa: E402
 from first_week import owner_address, readdressed  # noqa: E402
 from learning_curve import load, shuffled, table_head, table_row, windows  # noqa: E402
+from protocols import age_split  # noqa: E402
 from spamnb.scale import parallel  # noqa: E402
-from spamnb.storage.modelfile import build_default_model  # noqa: E402
+from spamnb.storage.modelfile import default_seed  # noqa: E402
 from spamnb.evaluation.evaluate import Scores  # noqa: E402
 from spamnb.model import SpamModel, label_id  # noqa: E402
-from spamnb.verdict import evidence, label_for, learns_verdict  # noqa: E402
+from spamnb.verdict import evidence, learns_verdict  # noqa: E402
 
 RULES = ("self-all", "self-none", "self-margin:5")
 STARTS = ("empty", "shipped", "older-sa")
-OLDER_SA = re.compile(r"/(easy_ham|hard_ham|spam)\.\d")
 
 
 def starting_model(start):
@@ -83,10 +83,10 @@ def starting_model(start):
     if start == "empty":
         return SpamModel
     if start == "shipped":
-        base = build_default_model()
+        base = default_seed()  # the default model a new user gets (cached once built)
     else:
         base = SpamModel()
-        parallel.train(base, [m for m in load(str(shared_corpora.SPAMASSASSIN)) if OLDER_SA.search(m[0])])
+        parallel.train(base, age_split(load(str(shared_corpora.SPAMASSASSIN)))[0])
     state = base.to_state()
     return lambda: SpamModel.from_state(state)
 
@@ -114,7 +114,7 @@ def living(messages, rule, delay=0, make=SpamModel):
     """``(scores, labels, counts)`` of the living filter over ``messages`` in order;
     counts: messages the filter learned itself, user actions, moves among them."""
     model = make()
-    cut = (float(model.cutoffs.ham_cutoff), float(model.cutoffs.spam_cutoff))
+    cut = tuple(model.cutoffs)
     last = [None, None]
 
     def tokens(raw, _tokens=model.tokens):  # learn() tokenizes again: reuse this message's tokens
@@ -134,11 +134,9 @@ def living(messages, rule, delay=0, make=SpamModel):
 
     for i, (source, raw, gold) in enumerate(messages):
         correct_until(i)
-        toks = tokens(raw)
-        s, p, n_unknown = model.score_tokens([toks])
-        k = evidence(len(toks) - int(n_unknown[0]), model.messages)
-        label = label_for(p[0], cut, known=k)
-        if self_learns(rule, label, s[0], cut):
+        c = model.classify_tokens(tokens(raw))
+        label, k = c.label, evidence(c.n_tokens - c.n_unknown, model.messages)  # before any learning
+        if self_learns(rule, label, c.score, cut):
             model.learn([(raw, label)])
             n["self-learned"] += 1
         if label != gold:  # misfiled or unsure: the user moves or sorts it
@@ -147,8 +145,8 @@ def living(messages, rule, delay=0, make=SpamModel):
         correct_until(i)
         sources.append(source)
         ys.append(label_id(gold))
-        ss.append(s[0])
-        ps.append(p[0])
+        ss.append(c.score)
+        ps.append(c.spam_probability)
         ks.append(k)
         labels.append(label)
     scores = Scores(sources, np.asarray(ys), np.asarray(ss), np.asarray(ps), known=np.asarray(ks))

@@ -88,11 +88,18 @@ def maker(pairs):
 
 
 def corpus(name, strip=None):
-    index = shared_corpora.index_path(shared_corpora.SHARED / name)
-    if not index.exists():
-        print(shared_corpora.absent_line(shared_corpora.SHARED / name), file=sys.stderr)
-        raise SystemExit(shared_corpora.EXIT_ABSENT)
-    return [(m.source, strip(m.raw) if strip else m.raw, m.label) for m in iter_index(str(index), trusted=True)]
+    index = shared_corpora.require(shared_corpora.SHARED / name)
+    return [(m.source, strip(m.raw) if strip else m.raw, m.label) for m in iter_index(index, trusted=True)]
+
+
+OLDER = re.compile(r"/(easy_ham|hard_ham|spam)\.\d")  # SpamAssassin's 2002 groups
+LATER = re.compile(r"/(easy_ham_2|spam_2)\.\d")  # its 2003-2005 ones
+
+
+def age_split(sa):
+    """``(older, later)`` messages of the SpamAssassin corpus: the by-age protocol's
+    training (easy_ham, hard_ham, spam) and test (easy_ham_2, spam_2) sets."""
+    return [m for m in sa if OLDER.search(m[0])], [m for m in sa if LATER.search(m[0])]
 
 
 def fair_headers(raw):
@@ -117,8 +124,7 @@ def run(protocol, make, cache):
         sc = evaluate.cross_validate(make, cache("spamassassin"), k=10)
     elif protocol == "age":
         sa = cache("spamassassin")
-        old = [m for m in sa if re.search(r"/(easy_ham|hard_ham|spam)\.\d", m[0])]
-        new = [m for m in sa if re.search(r"/(easy_ham_2|spam_2)\.\d", m[0])]
+        old, new = age_split(sa)
         sc = evaluate.train_test(make, old, new)
     elif protocol == "trec":
         tc = cache("trec06c-dev", fair_headers)

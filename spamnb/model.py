@@ -504,9 +504,12 @@ class SpamModel:
     def classify_many(self, raws, *, cutoffs: Cutoffs | None = None):
         """Classify an iterable of raw messages; yields :class:`Classification`."""
         for batch in batches(raws, BATCH):
-            yield from self._classifications([self.tokens(raw) for raw in batch], cutoffs or self.cutoffs)
+            yield from self.classify_token_lists([self.tokens(raw) for raw in batch], cutoffs=cutoffs)
 
-    def _classifications(self, token_lists, cut):
+    def classify_token_lists(self, token_lists, *, cutoffs: Cutoffs | None = None):
+        """Classify messages already tokenized with :meth:`tokens`, scored together;
+        yields :class:`Classification`."""
+        cut = cutoffs or self.cutoffs
         score, p, n_unknown = self.score_tokens(token_lists)
         for toks, s, pi, u in zip(token_lists, score, p, n_unknown):
             known = evidence(len(toks) - int(u), self.messages)
@@ -519,7 +522,7 @@ class SpamModel:
 
     def classify_tokens(self, toks, *, cutoffs: Cutoffs | None = None) -> Classification:
         """Classify one message already tokenized with :meth:`tokens`."""
-        return next(self._classifications([toks], cutoffs or self.cutoffs))
+        return next(self.classify_token_lists([toks], cutoffs=cutoffs))
 
     def linear_weights(self):
         """The model as log-odds weights: score(x) = bias + Σ_w f(x_w)·weight_w.

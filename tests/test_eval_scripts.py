@@ -171,8 +171,8 @@ def test_first_day_frontier_length_all_counts_unknown_tokens_in_the_unit_length(
     k = sum(t in model.vocabulary for t in toks)
     u = len(toks) - k
     assert k and u
-    known = frontier.rows(model, [raw], None)
-    everything = frontier.rows(model, [raw], "all")
+    known = frontier.known_rows(model, [model.tokens(raw)])
+    everything = frontier.over_all_tokens(known, frontier.distinct([model.tokens(raw)]))
     assert np.allclose(known.data, 1 / np.sqrt(k))
     assert np.allclose(everything.data, 1 / np.sqrt(k + u))
 
