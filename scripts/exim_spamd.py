@@ -79,7 +79,7 @@ LOST_PRIVILEGE = "exim user lost privilege for using -C option"
 
 
 class Unavailable(Exception):
-    """Exim cannot run here; the message says why."""
+    """The MTA cannot run here (Exim; Postfix and Haraka in their scripts); the message says why."""
 
 
 def exim_config(d: Path, smtp_port: int, spamd_port: int, user: str, group: str | None = None) -> str:
@@ -453,24 +453,37 @@ def main(argv=None) -> int:
     ap.add_argument("--exim", help="the exim binary (default: exim4 or exim on PATH, or in /usr/sbin)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (config, logs, maildir)")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so run()'s finally stops the servers
 
+    def go(model, exim):
+        print_pair(args.ham, args.spam)
+        return run(model, args.ham.read_bytes(), args.spam.read_bytes(), exim=exim, keep=args.keep)
+
+    return drive("exim_spamd", "Exim and spamnb", args.model, lambda: find_exim(args.exim), go)
+
+
+def drive(prog, what, model, check, go) -> int:
+    """An MTA script's run after its arguments: ``check()`` what the run needs
+    (before the model is trained, about 20 s), a model (``model``, else one
+    trained on the shipped corpus), ``go(model, checked) -> problems``, then
+    :func:`finish`. :class:`Unavailable` at any step: one line and
+    :data:`EXIT_UNAVAILABLE`. SIGTERM exits, so ``run``'s finally stops the servers."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        exim = find_exim(args.exim)
+        checked = check()
+        with tempfile.TemporaryDirectory(prefix=f"spamnb-{prog}-model-") as tmp:
+            model = model_or_trained(model, tmp)
+            t0 = time.monotonic()
+            problems = go(model, checked)
     except Unavailable as e:
-        print(f"exim_spamd.py: cannot run: {e}", file=sys.stderr)
+        print(f"{prog}.py: cannot run: {e}", file=sys.stderr)
         return EXIT_UNAVAILABLE
-    with tempfile.TemporaryDirectory(prefix="spamnb-exim-model-") as tmp:
-        model = model_or_trained(args.model, tmp)
-        print(f"ham:  {args.ham.relative_to(ROOT) if args.ham.is_relative_to(ROOT) else args.ham}")
-        print(f"spam: {args.spam.relative_to(ROOT) if args.spam.is_relative_to(ROOT) else args.spam}")
-        t0 = time.monotonic()
-        try:
-            problems = run(model, args.ham.read_bytes(), args.spam.read_bytes(), exim=exim, keep=args.keep)
-        except Unavailable as e:
-            print(f"exim_spamd.py: cannot run: {e}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-    return finish(problems, "Exim and spamnb", t0)
+    return finish(problems, what, t0)
+
+
+def print_pair(ham: Path, spam: Path) -> None:
+    """Which ham and spam a run sends (relative to the repository when inside it)."""
+    for label, path in (("ham: ", ham), ("spam:", spam)):
+        print(f"{label} {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}")
 
 
 def model_or_trained(model, tmp):

@@ -54,7 +54,6 @@ import email.policy
 import os
 import re
 import shutil
-import signal
 import smtplib
 import socket
 import subprocess
@@ -66,7 +65,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import exim_spamd  # noqa: E402
-from exim_spamd import (DOMAIN, EXIT_UNAVAILABLE, ROOT, SAMPLE, as_sent, free_port,  # noqa: E402
+from exim_spamd import (DOMAIN, ROOT, SAMPLE, Unavailable, as_sent, drive, free_port,  # noqa: E402
                         spamd_ask, spamd_check, stop, tail, wait_for)
 
 HARAKA_VERSION = "3.3.4"  # npm's latest of major 3 when this was written
@@ -114,10 +113,6 @@ exports.to_file = function (next, connection) {
 # Haraka's log line of the plugin's result (log_results)
 RESULT_LINE = re.compile(r"\[spamassassin\] (status=\w+, score=.*)$", re.M)
 STATUS_SCORE = re.compile(r"\bscore=(-?\d+(?:\.\d+)?)")
-
-
-class Unavailable(Exception):
-    """Haraka cannot run here; the message says why."""
 
 
 def cache_dir(version: str = HARAKA_VERSION) -> Path:
@@ -451,25 +446,17 @@ def main(argv=None) -> int:
     ap.add_argument("--no-install", action="store_true", help="use the cached Haraka only (no npm)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (config, logs, queue)")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so run()'s finally stops the servers
 
-    try:
+    def check():
         find_node()
         if args.no_install and cached() is None:
             raise Unavailable(f"Haraka {HARAKA_VERSION} is not cached in {cache_dir()}")
-    except Unavailable as e:
-        print(f"haraka_spamd.py: cannot run: {e}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    with tempfile.TemporaryDirectory(prefix="spamnb-haraka-model-") as tmp:
-        model = exim_spamd.model_or_trained(args.model, tmp)
-        t0 = time.monotonic()
-        try:
-            problems = run(model, ham=args.ham, high=args.spam, flagged=args.flagged, keep=args.keep,
-                           allow_download=not args.no_install)
-        except Unavailable as e:
-            print(f"haraka_spamd.py: cannot run: {e}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-    return exim_spamd.finish(problems, "Haraka and spamnb", t0)
+
+    def go(model, _):
+        return run(model, ham=args.ham, high=args.spam, flagged=args.flagged, keep=args.keep,
+                   allow_download=not args.no_install)
+
+    return drive("haraka_spamd", "Haraka and spamnb", args.model, check, go)
 
 
 if __name__ == "__main__":

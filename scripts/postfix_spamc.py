@@ -62,7 +62,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -71,11 +70,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, DOMAIN, RECIPIENT, ROOT,  # noqa: E402
-                        as_sent, finish, free_port, model_or_trained, smtp_send, spamd_ask, spamd_check, stop,
-                        tail, wait_for)
+from exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
+                        as_sent, delivered, drive, free_port, print_pair, smtp_send, spamd_ask, spamd_check,
+                        stop, tail, wait_for)
 
-EXIT_UNAVAILABLE = 77
 UNPACKED = ROOT / ".postfix-deb"
 DELIVERY_USER = "nobody"
 # header fields Postfix writes on top of a message it delivers to a maildir: smtpd's and
@@ -85,10 +83,6 @@ POSTFIX_ADDS = {"return-path", "x-original-to", "delivered-to", "received"}
 # but for bcc, content-length, resent-bcc: a message with those is not what this is about)
 POSTFIX_DROPS = {"return-path"}
 SPAMNB_ADDS = {"x-spam-flag", "x-spam-status"}
-
-
-class Unavailable(Exception):
-    """Postfix cannot run here; the message says why."""
 
 
 class Postfix:
@@ -223,11 +217,6 @@ def commands(d: Path, pf: Postfix):
             (sbin / cmd.name).chmod(0o755)
         else:
             (sbin / cmd.name).symlink_to(cmd)
-
-
-def delivered(maildir: Path) -> list[Path]:
-    return sorted(p for sub in ("new", "cur") for p in (maildir / sub).glob("*") if p.is_file()) \
-        if maildir.exists() else []
 
 
 def fields_of(head: bytes) -> list[bytes]:
@@ -437,28 +426,19 @@ def main(argv=None) -> int:
                     help=f"apt-get download postfix and unpack it into {UNPACKED.relative_to(ROOT)}, then run")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (config, log, maildir)")
     args = ap.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so run()'s finally stops Postfix and spamnb
 
-    try:
+    def check():
         if args.unpack:
             if os.geteuid() != 0:
                 raise Unavailable("not root: --unpack and the instance need root")
             unpack()
-        pf = find_postfix(args.postfix_root)
-    except Unavailable as e:
-        print(f"postfix_spamc.py: cannot run: {e}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    with tempfile.TemporaryDirectory(prefix="spamnb-postfix-model-") as tmp:
-        model = model_or_trained(args.model, tmp)
-        print(f"ham:  {args.ham.relative_to(ROOT) if args.ham.is_relative_to(ROOT) else args.ham}")
-        print(f"spam: {args.spam.relative_to(ROOT) if args.spam.is_relative_to(ROOT) else args.spam}")
-        t0 = time.monotonic()
-        try:
-            problems = run(model, args.ham.read_bytes(), args.spam.read_bytes(), postfix=pf, keep=args.keep)
-        except Unavailable as e:
-            print(f"postfix_spamc.py: cannot run: {e}", file=sys.stderr)
-            return EXIT_UNAVAILABLE
-    return finish(problems, "Postfix, spamc and spamnb", t0)
+        return find_postfix(args.postfix_root)
+
+    def go(model, pf):
+        print_pair(args.ham, args.spam)
+        return run(model, args.ham.read_bytes(), args.spam.read_bytes(), postfix=pf, keep=args.keep)
+
+    return drive("postfix_spamc", "Postfix, spamc and spamnb", args.model, check, go)
 
 
 if __name__ == "__main__":
