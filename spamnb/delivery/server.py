@@ -255,7 +255,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         self.slot_wait = wait
 
     def process_request(self, request, client_address):
-        if not self.slots.acquire(timeout=self.slot_wait) if self.slot_wait else not self.slots.acquire(False):
+        if not self.slots.acquire(timeout=self.slot_wait):  # timeout 0: a slot now or none
             self.log("too many connections: one closed unanswered")
             if self.busy:
                 try:
