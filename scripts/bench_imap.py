@@ -80,6 +80,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts"), str(ROOT / "tests")]
 
 import shared_corpora  # noqa: E402
+from bench_learning import default_spamnb  # noqa: E402
 from first_day import strip_artefacts  # noqa: E402
 
 ENRON = shared_corpora.SHARED / "enron-ham-dev"
@@ -122,20 +123,12 @@ main()
 """
 
 
-def default_spamnb():
-    beside = Path(sys.executable).with_name("spamnb")
-    return str(beside) if beside.exists() else shutil.which("spamnb")
-
-
 # -- the messages ---------------------------------------------------------------------
-
-
-def without_from_line(raw: bytes) -> bytes:
-    return raw.split(b"\n", 1)[1] if raw.startswith(b"From ") else raw
 
 
 def load_pool(seed):
     """[(label, raw)]: SpamAssassin and enron ham, unique by message key, shuffled."""
+    from spamnb.delivery.spamd import envelope_split
     from spamnb.mail.identity import message_key
     from spamnb.mail.sources import iter_index
 
@@ -144,7 +137,7 @@ def load_pool(seed):
     pool, seen = [], set()
     for index, strip in ((sa, None), (enron, strip_artefacts)):
         for m in iter_index(index, on_error=lambda *_: None):
-            raw = without_from_line(m.raw)
+            raw = envelope_split(m.raw)[1]  # no mbox From line: IMAP stores none
             raw = strip(raw) if strip else raw
             key = message_key(raw)
             if key not in seen:
