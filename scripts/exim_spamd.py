@@ -435,13 +435,19 @@ def run(model: Path, ham: bytes, spam: bytes, *, exim: str | None = None, workdi
     except RuntimeError as e:
         problems.append(str(e))
     finally:
-        stop(daemon)
-        stop(serve)
-        if keep:
-            out(f"\nkept: {d}")
-        elif workdir is None:
-            shutil.rmtree(d, ignore_errors=True)
+        leave(d, keep=keep, made=workdir is None, out=out, procs=(daemon, serve))
     return problems
+
+
+def leave(d: Path, *, keep: bool, made: bool, out, procs=()) -> None:
+    """A run's end: its processes stopped, then its folder kept (said) or, when the run
+    made it, removed."""
+    for proc in procs:
+        stop(proc)
+    if keep:
+        out(f"\nkept: {d}")
+    elif made:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def main(argv=None) -> int:

@@ -65,8 +65,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import exim_spamd  # noqa: E402
-from exim_spamd import (DOMAIN, ROOT, SAMPLE, Unavailable, as_sent, drive, free_port,  # noqa: E402
-                        spamd_ask, spamd_check, stop, tail, wait_for)
+from exim_spamd import (DOMAIN, ROOT, SAMPLE, Unavailable, as_sent, drive, free_port, leave,  # noqa: E402
+                        spamd_ask, spamd_check, tail, wait_for)
 
 HARAKA_VERSION = "3.3.4"  # npm's latest of major 3 when this was written
 PLUGIN_VERSION = "1.1.2"  # haraka-plugin-spamassassin, as Haraka 3.3.4 installs it
@@ -424,12 +424,7 @@ def run(model: Path, *, ham: Path | None = None, high: Path | None = None, flagg
     except RuntimeError as e:
         problems.append(str(e))
     finally:
-        stop(haraka)
-        stop(serve)
-        if keep:
-            out(f"\nkept: {d}")
-        elif workdir is None:
-            shutil.rmtree(d, ignore_errors=True)
+        leave(d, keep=keep, made=workdir is None, out=out, procs=(haraka, serve))
     return problems
 
 

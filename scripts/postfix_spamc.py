@@ -71,8 +71,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
-                        as_sent, delivered, drive, free_port, print_pair, smtp_send, spamd_ask, spamd_check,
-                        stop, tail, wait_for)
+                        as_sent, delivered, drive, free_port, leave, print_pair, smtp_send, spamd_ask, spamd_check,
+                        tail, wait_for)
 
 UNPACKED = ROOT / ".postfix-deb"
 DELIVERY_USER = "nobody"
@@ -406,11 +406,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None,
                 if not pid_file.exists():
                     break
                 time.sleep(0.1)
-        stop(serve)
-        if keep:
-            out(f"\nkept: {d}")
-        elif workdir is None:
-            shutil.rmtree(d, ignore_errors=True)
+        leave(d, keep=keep, made=workdir is None, out=out, procs=(serve,))
     return problems
 
 
