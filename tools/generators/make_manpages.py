@@ -105,7 +105,8 @@ def options(ctx):
         if record is None or getattr(param, "hidden", False):
             continue
         names, help_text = record
-        out += [".TP", "\\fB" + esc(names).replace(" ", "\\fR ", 1) + ("\\fR" if " " not in names else "")]
+        # option names bold, metavars roman: "\fB-c,\fR \fB--count\fR N"
+        out += [".TP", " ".join(f"\\fB{esc(w)}\\fR" if w.startswith("-") else esc(w) for w in names.split(" "))]
         out += [line(x.strip()) for x in help_text.split("\n") if x.strip()] or [""]
     return out
 
