@@ -58,7 +58,7 @@ MODEL_TYPES = {
 PRIORS = ("learned", "laplace", "smoothed", "uniform")
 DEFAULT_PRIOR = "laplace"
 
-# What a message's row holds (Rennie et al. 2003 transforms; scripts/model_ablation.py):
+# What a message's row holds (Rennie et al. 2003 transforms; tools/studies/model_ablation.py):
 #   counts       x_w = tf_w, the multinomial model of docs/naive-bayes.md §5
 #   presence     x_w = 1 if w occurs (boolean features; Metsis et al. 2006)
 #   presence-l2  x_w = 1 / sqrt(#distinct tokens): presence scaled to unit length,
@@ -66,7 +66,7 @@ DEFAULT_PRIOR = "laplace"
 #   logtf-l2     x_w = log(1 + tf_w), scaled to unit length
 FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
 
-# Defaults chosen by measurement (scripts/model_ablation.py, see README "Accuracy").
+# Defaults chosen by measurement (tools/studies/model_ablation.py, see README "Accuracy").
 DEFAULT_FEATURES = "presence-l2"
 DEFAULT_ALPHA = 0.01
 # Training on errors after the counting pass ("thick threshold", see refine()):

@@ -162,7 +162,7 @@ def label_for(p, cutoffs, known=None):
 #: ``filter -u`` learns its own verdict only for a message scored within this many
 #: log-odds of the cut-off that made the verdict (:func:`learns_verdict`). Measured
 #: on the loop a user lives with (the filter learns its verdicts, the user moves
-#: what it misfiled and sorts the unsure mail: ``python scripts/living_filter.py
+#: what it misfiled and sorts the unsure mail: ``python tools/studies/living_filter.py
 #: --rule self-all --rule self-margin:5``, with ``--corpus
 #: ../shared/corpora/trec06c-dev``, and with the three corpora ``--seed 1 --limit
 #: 6000``), learning every verdict -> within 5, misfiled (FP + FN) / unsure / user

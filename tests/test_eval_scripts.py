@@ -3,7 +3,7 @@
 The Chinese corpus (trec06c-dev) is not shipped: its licence allows research
 use only. The scripts read it from ``<repo>/../shared/corpora/trec06c-dev`` or
 ``--corpus PATH`` (or the index they are given) and, when it is not there,
-print one line and exit 2 (``scripts/shared_corpora.py``). These tests never
+print one line and exit 2 (``tools/shared_corpora.py``). These tests never
 read ``../shared``: they give the scripts paths that do not exist, and a small
 Chinese corpus made of the project's own golden messages.
 """
@@ -19,22 +19,24 @@ import pytest
 
 from conftest import ROOT
 
-SCRIPTS = ROOT / "scripts"
+TOOLS = ROOT / "tools"
 GOLDEN = ROOT / "tests" / "golden"
+
+
+def script(name):
+    """A script of tools/ by its file name, whichever folder holds it."""
+    (path,) = TOOLS.glob(f"*/{name}")
+    return path
 
 
 def run_script(name, *args, cwd):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, str(SCRIPTS / name), *map(str, args)], capture_output=True,
+    return subprocess.run([sys.executable, str(script(name)), *map(str, args)], capture_output=True,
                           text=True, timeout=120, cwd=cwd, env=env)
 
 
 def test_the_chinese_corpus_is_looked_for_beside_the_repository():
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import shared_corpora
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    shared_corpora = _script_module("shared_corpora")
     assert shared_corpora.TREC06C == ROOT.parent / "shared" / "corpora" / "trec06c-dev"
     assert shared_corpora.EXIT_ABSENT == 2
 
@@ -70,11 +72,11 @@ def test_bench_tokenizer_skips_an_absent_default_and_measures_the_rest(tmp_path)
     scripts in a repository of its own, beside which there is no ../shared, with
     a small Chinese corpus as --corpus."""
     repo = tmp_path / "repo"
-    (repo / "scripts").mkdir(parents=True)
-    for name in ("bench_tokenizer.py", "shared_corpora.py"):
-        shutil.copy(SCRIPTS / name, repo / "scripts" / name)
+    (repo / "tools" / "benchmarks").mkdir(parents=True)
+    for name in ("__init__.py", "shared_corpora.py", "benchmarks/__init__.py", "benchmarks/bench_tokenizer.py"):
+        shutil.copy(TOOLS / name, repo / "tools" / name)
     corpus = chinese_corpus(tmp_path / "data" / "trec06c-dev")
-    proc = subprocess.run([sys.executable, str(repo / "scripts" / "bench_tokenizer.py"), "--corpus", str(corpus),
+    proc = subprocess.run([sys.executable, str(repo / "tools" / "benchmarks" / "bench_tokenizer.py"), "--corpus", str(corpus),
                            "--repeat", "1"], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(ROOT)))
     assert proc.returncode == 0, proc.stderr
@@ -120,11 +122,7 @@ def test_protocols_names_the_worst_ranked_with_their_share(capsys):
     that ham (1 pair, half of it). Sources under the shared corpora are shown relative to them."""
     import numpy as np
 
-    sys.path.insert(0, str(SCRIPTS))
-    try:
-        import protocols
-    finally:
-        sys.path.remove(str(SCRIPTS))
+    protocols = _script_module("protocols")
     shared = protocols.shared_corpora.SHARED
     sources = [str(shared / "sa/ham/a"), str(shared / "sa/ham/b"), "/elsewhere/c", str(shared / "sa/spam/d")]
     protocols.worst_lines("cv10", np.array([0, 0, 1, 1]), np.array([0.1, 0.9, 0.5, 0.8]), sources, 1)
@@ -135,11 +133,16 @@ def test_protocols_names_the_worst_ranked_with_their_share(capsys):
 
 
 def _script_module(name):
-    sys.path.insert(0, str(SCRIPTS))
+    """tools/KIND/NAME.py (or tools/NAME.py) imported as the scripts import it: tools.KIND.NAME."""
+    import importlib
+
+    path = TOOLS / f"{name}.py"
+    dotted = f"tools.{name}" if path.exists() else f"tools.{script(name + '.py').parent.name}.{name}"
+    sys.path.insert(0, str(ROOT))
     try:
-        return __import__(name)
+        return importlib.import_module(dotted)
     finally:
-        sys.path.remove(str(SCRIPTS))
+        sys.path.remove(str(ROOT))
 
 
 def test_first_day_frontier_shift_leaves_exactly_the_target_share_not_ham():

@@ -76,7 +76,7 @@ def test_online_matches_replayed_models():
 
 
 def test_online_times_each_step_without_tokenizing():
-    # scripts/bench_online_growth.py reads these: one classify + learn time a message
+    # tools/benchmarks/bench_online_growth.py reads these: one classify + learn time a message
     msgs = corpus(15)
     result = ev.online(lambda: SpamModel(alpha=0.5), msgs, train_on="errors")
     assert result.step_seconds.shape == (len(msgs),) and (result.step_seconds >= 0).all()

@@ -1,6 +1,6 @@
 """Exim's ``spam =`` ACL condition against ``spamnb serve --spamd`` (issue 18).
 
-Runs the core of ``scripts/exim_spamd.py`` with the small test model: a real
+Runs the core of ``tools/harnesses/exim_spamd.py`` with the small test model: a real
 Exim (Debian's ``exim4-daemon-heavy``) with a private ``-C`` configuration,
 one SMTP session per message, the ham delivered to a maildir with the headers
 Exim wrote from spamnb's answer, the spam refused with 550 by the ACL. Skipped,
@@ -17,11 +17,11 @@ from conftest import ROOT
 from test_fastpath import compiled  # noqa: F401 (a fixture)
 from test_spamd import spam_and_ham  # noqa: F401 (a fixture)
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 try:
-    import exim_spamd
+    from tools.harnesses import exim_spamd
 finally:
-    sys.path.remove(str(ROOT / "scripts"))
+    sys.path.remove(str(ROOT))
 
 try:
     EXIM = exim_spamd.find_exim()

@@ -1,13 +1,13 @@
 """Haraka's ``spamassassin`` plugin against ``spamnb serve --spamd``.
 
-Runs the core of ``scripts/haraka_spamd.py`` with the small test model: a real
+Runs the core of ``tools/harnesses/haraka_spamd.py`` with the small test model: a real
 Haraka (the npm install that script caches in ``~/.cache/spamnb-peers/haraka``;
 this test never downloads it), ``config/spamassassin.ini`` with
 ``reject_threshold=7`` and ``relay_reject_threshold=7``, one SMTP session per
 message: the ham queued with Haraka's ``X-Spam-*`` headers carrying spamnb's
 score, the highest-scoring sample spam refused with 550 (and from a relaying
 client), a spam between T and 7 accepted but flagged. Skipped, with the reason,
-where node is missing or Haraka is not cached (``python scripts/haraka_spamd.py``
+where node is missing or Haraka is not cached (``python tools/harnesses/haraka_spamd.py``
 caches it once, from npm).
 """
 
@@ -20,11 +20,11 @@ import pytest
 from conftest import ROOT
 from test_fastpath import compiled  # noqa: F401 (a fixture)
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 try:
-    import haraka_spamd
+    from tools.harnesses import haraka_spamd
 finally:
-    sys.path.remove(str(ROOT / "scripts"))
+    sys.path.remove(str(ROOT))
 
 # found now: the tests' HOME and XDG_CACHE_HOME are private folders (conftest)
 PREFIX = haraka_spamd.cached()
@@ -32,7 +32,7 @@ try:
     haraka_spamd.find_node()
     WHY_NOT = "" if PREFIX else (
         f"Haraka {haraka_spamd.HARAKA_VERSION} is not cached in {haraka_spamd.cache_dir()} and the test"
-        " suite downloads nothing: run `python scripts/haraka_spamd.py` once (npm install)")
+        " suite downloads nothing: run `python tools/harnesses/haraka_spamd.py` once (npm install)")
 except haraka_spamd.Unavailable as e:
     WHY_NOT = str(e)
 

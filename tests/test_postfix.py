@@ -1,11 +1,11 @@
 """Postfix's spamc content filter (``master.cf``) against ``spamnb serve --spamd``.
 
-Runs the core of ``scripts/postfix_spamc.py`` with the small test model: a
+Runs the core of ``tools/harnesses/postfix_spamc.py`` with the small test model: a
 private Postfix instance (``postfix -c DIR``) whose smtpd hands each message to
 a ``pipe`` service running ``spamc -e sendmail``, the ham and the spam delivered
 to a maildir with spamnb's ``X-Spam-Flag``, every other byte as sent. Needs root
 and a Postfix: the installed package, or the package unpacked
-(``python scripts/postfix_spamc.py --unpack`` or ``SPAMNB_POSTFIX_ROOT``).
+(``python tools/harnesses/postfix_spamc.py --unpack`` or ``SPAMNB_POSTFIX_ROOT``).
 ``scripts/test.sh`` does not install it: on Debian postfix conflicts with every
 other MTA (it would remove exim4-daemon-heavy, which tests/test_exim.py needs)
 and its postinst starts a system Postfix where it can; so the test is skipped,
@@ -22,11 +22,11 @@ from conftest import ROOT
 from test_fastpath import compiled  # noqa: F401 (a fixture)
 from test_spamd import spam_and_ham  # noqa: F401 (a fixture)
 
-sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
 try:
-    import postfix_spamc
+    from tools.harnesses import postfix_spamc
 finally:
-    sys.path.remove(str(ROOT / "scripts"))
+    sys.path.remove(str(ROOT))
 
 try:
     POSTFIX = postfix_spamc.find_postfix()

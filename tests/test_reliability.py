@@ -1,6 +1,6 @@
 """What spamnb promises a mail system, tested the hard way.
 
-* Never lose mail: every malformed kind of scripts/make_fuzz_corpus.py (and
+* Never lose mail: every malformed kind of tools/generators/make_fuzz_corpus.py (and
   hypothesis' arbitrary bytes and structured messages) goes through the
   installed ``spamnb filter`` -- fast path, click path, server -- and comes out
   as the input with only our header lines inserted (or unchanged, exit 3);
@@ -43,7 +43,7 @@ from spamnb.storage.modelfile import load_model, save_model
 from spamnb.mail.tokenizer import DEFAULT_CONFIG, tokenize
 from test_e2e import SPAMNB
 
-_spec = importlib.util.spec_from_file_location("make_fuzz_corpus", ROOT / "scripts" / "make_fuzz_corpus.py")
+_spec = importlib.util.spec_from_file_location("make_fuzz_corpus", ROOT / "tools" / "generators" / "make_fuzz_corpus.py")
 fuzz = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(fuzz)
 

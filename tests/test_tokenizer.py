@@ -25,7 +25,7 @@ def test_golden(eml):
     expected = eml.with_suffix(".tokens").read_text(encoding="utf-8").split("\n")
     assert expected[-1] == ""
     got = tokenize(eml.read_bytes(), DEFAULT_CONFIG)
-    # On an intended change: python3 scripts/regen_golden.py, review the diff.
+    # On an intended change: python3 tools/generators/regen_golden.py, review the diff.
     assert got == expected[:-1]
 
 
@@ -49,7 +49,7 @@ def test_golden_facts():
 
 
 def test_golden_facts_chinese():
-    """The project's own Chinese messages (scripts/make_golden_cn.py): what each
+    """The project's own Chinese messages (tools/generators/make_golden_cn.py): what each
     was written to exercise, stated independently of the .tokens files."""
     def toks(name):
         return tokenize((GOLDEN / (name + ".eml")).read_bytes())
@@ -83,8 +83,8 @@ def test_golden_facts_chinese():
 
 
 def test_chinese_golden_messages_are_the_scripts():
-    """tests/golden/cn_*.eml are exactly what scripts/make_golden_cn.py writes."""
-    out = subprocess.run([sys.executable, str(GOLDEN.parent.parent / "scripts" / "make_golden_cn.py"), "--check"],
+    """tests/golden/cn_*.eml are exactly what tools/generators/make_golden_cn.py writes."""
+    out = subprocess.run([sys.executable, str(GOLDEN.parent.parent / "tools" / "generators" / "make_golden_cn.py"), "--check"],
                          capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
     names = {p.stem for p in GOLDEN.glob("cn_*.eml")}

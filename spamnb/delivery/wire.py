@@ -3,7 +3,7 @@
 Standard library only, and only the cheap parts of it: the client side runs
 inside ``spamnb filter``'s fast path, where ``json`` (which pulls in ``re`` and
 ``enum``) and ``socket`` (``selectors``, ``enum``) would cost more than the
-round trip itself (``scripts/bench_filter.py`` measures a delivery). So the framing is
+round trip itself (``tools/benchmarks/bench_filter.py`` measures a delivery). So the framing is
 fixed-size ``struct`` fields and the socket is ``_socket``'s.
 
 One request and one reply per connection, over a Unix stream socket

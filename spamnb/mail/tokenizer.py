@@ -56,7 +56,7 @@ levels of nesting, ``max_part_bytes`` of each part decoded, 2,000 characters of
 an address header, 1,000 of other headers.  See :mod:`spamnb.mail.mime`.
 
 Each default below carries the cross-validated figures that chose it and the
-command that produced them (``scripts/tokenizer_ablation.py``).
+command that produced them (``tools/studies/tokenizer_ablation.py``).
 """
 
 import functools
@@ -94,14 +94,14 @@ ALTERNATIVE_MODES = ("both", "html", "plain")
 #   shipped corpus: unsure 25.0% -> 19.1%, spam 0.99% -> 0.69%; trec06c-dev
 #   (1-AUC)% 0.689 -> 0.648; SpamAssassin 10-fold 0.032 -> 0.037 (paired 95%
 #   interval of the change -0.001 to +0.015: a few messages), recall at 0.1%
-#   FPR 96.9 -> 97.2 (python scripts/first_day.py).
+#   FPR 96.9 -> 97.2 (python tools/studies/first_day.py).
 #   Mailbox-store fields a mail client or a store adds (X-Keywords is in 31% of
 #   the corpus's spam and 0.6% of its ham; a Dovecot mbox adds it, X-UID and
 #   Status to every message): the fields a message's identity ignores
 #   (spamnb.mail.identity), so a copy a client stored tokenizes as the message
 #   did. Alone they moved nothing beyond noise (a one-off run of the protocols
 #   below: 10-fold 0.0131 -> 0.0132, by age 1.320 -> 1.319).
-# Both together, against all headers (python scripts/protocols.py --b skip_headers=
+# Both together, against all headers (python tools/studies/protocols.py --b skip_headers=
 # --resamples 300; paired 95% intervals): SpamAssassin by age (train easy_ham,
 # hard_ham, spam; test the later easy_ham_2, spam_2) (1-AUC)% 0.290 vs 1.320,
 # recall at 0.1% FPR 93.1 vs 90.6, at 1% 96.8 vs 93.8, all better; enron-ham-dev
@@ -173,13 +173,13 @@ class TokenizerConfig:
     # every message).
     __slots__ = _FIELDS + ("_hash",)
 
-    # Defaults chosen by cross-validation with scripts/tokenizer_ablation.py.
+    # Defaults chosen by cross-validation with tools/studies/tokenizer_ablation.py.
     # $CORPORA is the folder of the shared evaluation corpora (the full
     # SpamAssassin and trec06c-dev corpora, each with a TREC index), which
     # lives outside the repository:
-    #   SA  = python3 scripts/tokenizer_ablation.py $CORPORA/spamassassin/index --alpha 0.01
+    #   SA  = python3 tools/studies/tokenizer_ablation.py $CORPORA/spamassassin/index --alpha 0.01
     #         (6046 messages, 5 folds by md5 of the path, pooled scores)
-    #   TC  = python3 scripts/tokenizer_ablation.py $CORPORA/trec06c-dev/index --folds 2 \
+    #   TC  = python3 tools/studies/tokenizer_ablation.py $CORPORA/trec06c-dev/index --folds 2 \
     #         --alpha 0.01 --only-headers subject,from,to,content-type,content-transfer-encoding
     #         (7418 messages, half/half by md5, the corpus's fair header set)
     # Figures: (1-AUC)% / spam recall at 0.1% FPR, multinomial NB (α = 0.01) on
@@ -255,7 +255,7 @@ class TokenizerConfig:
         # and the online stream's (1-AUC)% 0.213 vs 0.218 (interval -0.012 to
         # -0.000), but SpamAssassin by age 0.299 vs 0.290 (+0.004 to +0.016),
         # worse, spread over some 240 of the later messages, not one; 10-fold and
-        # trec06c-dev noise (python scripts/protocols.py --b recipient_counts=false
+        # trec06c-dev noise (python tools/studies/protocols.py --b recipient_counts=false
         # --resamples 200).  The evidence is real and conflicts: 4 or more
         # addresses in To (Cc) are in 0.4% (0.5%) of the corpus's older ham, 9% (10%)
         # of its older spam, 8% (13%) of the later spam_2, and 26% (31%) of enron's
@@ -267,7 +267,7 @@ class TokenizerConfig:
         # Folded: enron-ham-dev not filed ham 17.6% vs 20.1% (unsure 16.9 vs 19.4%),
         # better (all its ham writes "Mime-Version", in 2.8% of the shipped
         # corpus's ham and 6.1% of its spam); SpamAssassin 10-fold, by age,
-        # trec06c-dev and the online stream all noise (python scripts/protocols.py
+        # trec06c-dev and the online stream all noise (python tools/studies/protocols.py
         # --b fold_header_names=true --resamples 200): one protocol helped, not
         # several.  With recipient_counts off too: enron 12.2%, by age worse
         # (0.300 vs 0.290).

@@ -205,7 +205,7 @@ def action_indices(p, ham_cutoff, spam_cutoff, known=None):
     Ham if p <= ham cut-off, spam if p > spam cut-off, else unsure; unsure wherever
     ``known`` (the tokens of each message the model knows, optional) is 0. The rule
     only compares, so any increasing scale of P(spam) with the cut-offs on the same
-    scale decides alike (log-odds, say: ``scripts/run_peers.py``); no range check here
+    scale decides alike (log-odds, say: ``tools/studies/run_peers.py``); no range check here
     (:meth:`Cutoffs.labels` checks probabilities). ``tests/test_metrics.py`` holds it
     equal to ``label_for`` at and next to the cut-offs.
     """

@@ -84,7 +84,7 @@ SHARD_SIZE = BATCH
 # bounded window below needs. "loky": joblib's fresh interpreters (slow to
 # start: each imports numpy, scipy and the tokenizer; for where forking is
 # unsafe, e.g. a caller with threads running). "dask": the workers of a Dask
-# cluster, through joblib. Measured by scripts/bench_train.py (section a):
+# cluster, through joblib. Measured by tools/benchmarks/bench_train.py (section a):
 # README "Scale".
 BACKENDS = ("multiprocessing", "loky", "dask")
 

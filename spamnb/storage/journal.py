@@ -78,7 +78,7 @@ _DIGEST = 16
 # Fold the journal into a new snapshot past this size (about 100 messages of
 # 300 distinct tokens). The cold path reads the whole journal at each delivery
 # and sums the changes of the message's tokens: at 1 MB a cold delivery takes
-# 1.2 times as long as with no journal (scripts/bench_learning.py), and a
+# 1.2 times as long as with no journal (tools/benchmarks/bench_learning.py), and a
 # compaction runs every ~100 learned messages, in the background. (At 4 MB an
 # in-process measurement gave +53 ms a delivery, as much as all the rest.)
 MAX_BYTES = 1024 * 1024

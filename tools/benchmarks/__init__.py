@@ -1,0 +1,1 @@
+"""tools/benchmarks: see tools/benchmarks/README.md."""

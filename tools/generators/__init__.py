@@ -1,0 +1,1 @@
+"""tools/generators: see tools/generators/README.md."""

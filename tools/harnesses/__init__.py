@@ -1,0 +1,1 @@
+"""tools/harnesses: see tools/harnesses/README.md."""

@@ -1,0 +1,1 @@
+"""tools/studies: see tools/studies/README.md."""
