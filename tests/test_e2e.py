@@ -148,14 +148,19 @@ def test_concurrent_filter_learn_loses_no_update(model_file, confident):
 # /bin:/usr/bin:/usr/local/bin), never with this test's, and find the model
 # where a user's is: ~/.local/share/spamnb/model.joblib of a HOME made here.
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+REPO = Path(__file__).resolve().parent.parent
+RECIPES = REPO / "docs" / "delivery.md"  # the recipes, explained; the README shows the procmail one
 README_SPAMNB = "/usr/local/bin/spamnb"  # the path the README's recipes spell out
 
 
 def readme_block(lang: str) -> str:
-    """The README's one fenced code block of language ``lang`` (```procmail, ```maildrop)."""
-    blocks = re.findall(rf"^```{lang}\n(.*?)^```$", README.read_text(), flags=re.S | re.M)
-    assert len(blocks) == 1, f"README has {len(blocks)} ```{lang} blocks"
+    """docs/delivery.md's one fenced code block of language ``lang`` (```procmail, ```maildrop);
+    a copy of it anywhere else in the README or the docs must be the same, byte for byte."""
+    blocks = re.findall(rf"^```{lang}\n(.*?)^```$", RECIPES.read_text(), flags=re.S | re.M)
+    assert len(blocks) == 1, f"docs/delivery.md has {len(blocks)} ```{lang} blocks"
+    for page in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for copy in re.findall(rf"^```{lang}\n(.*?)^```$", page.read_text(), flags=re.S | re.M):
+            assert copy == blocks[0], f"{page.name}'s ```{lang} recipe differs from docs/delivery.md's"
     return blocks[0]
 
 

@@ -1,0 +1,80 @@
+"""The README and the docs: a short README, a page per topic, and no broken link.
+
+Relative links must name a file or folder that exists and, for a markdown page, a
+heading it has (GitHub's anchors: lower case, punctuation dropped, spaces as
+hyphens, -1, -2 ... for repeats).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "tools").rglob("README.md")),
+         ROOT / "corpora" / "README.md"]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def prose(text):
+    """The text outside fenced code blocks and inline code, where a link is a link."""
+    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
+    return re.sub(r"`[^`\n]*`", "", text)
+
+
+def slug(heading):
+    heading = heading.strip().lower().replace("`", "")
+    return re.sub(r"[^\w\- ]", "", heading).replace(" ", "-")
+
+
+def anchors(path):
+    seen, out = {}, set()
+    for line in re.sub(r"^```.*?^```", "", path.read_text(encoding="utf-8"), flags=re.S | re.M).splitlines():
+        m = re.match(r"^#{1,6} (.+?)\s*#*$", line)
+        if m:
+            a = slug(m.group(1))
+            out.add(a if a not in seen else f"{a}-{seen[a]}")
+            seen[a] = seen.get(a, 0) + 1
+    return out
+
+
+def test_github_anchors():
+    assert slug("procmail (`~/.procmailrc`)") == "procmail-procmailrc"
+    assert slug("Scale: training on every core, and on a cluster") == "scale-training-on-every-core-and-on-a-cluster"
+    assert slug("The first day: a model trained on other people's mail") == \
+        "the-first-day-a-model-trained-on-other-peoples-mail"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
+def test_relative_links_and_anchors_resolve(page):
+    broken = []
+    for target in LINK.findall(prose(page.read_text(encoding="utf-8"))):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # https:, mailto: ...
+            continue
+        path, _, anchor = target.partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target}: no {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest}")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target}: no heading #{anchor} in {dest.relative_to(ROOT)}")
+    assert broken == [], f"{page.relative_to(ROOT)}: broken links"
+
+
+def test_the_readme_is_short_and_maps_every_page():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 300
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f"(docs/{page.name})" in readme, f"the README's map of the docs misses docs/{page.name}"
+    # the two commands, and the quick starts a newcomer looks for
+    for needle in ("bash scripts/main.sh", "bash scripts/test.sh", "```procmail", "spamnb imap filter",
+                   "spamnb serve --spamd", "content_filter=spamnb", "man -l man/"):
+        assert needle in readme
+
+
+def test_each_docs_page_has_one_title():
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        titles = [line for line in prose(page.read_text(encoding="utf-8")).splitlines() if line.startswith("# ")]
+        assert len(titles) == 1, f"docs/{page.name}: {titles}"
