@@ -66,11 +66,11 @@ DEFAULT_PRIOR = "laplace"
 #   logtf-l2     x_w = log(1 + tf_w), scaled to unit length
 FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
 
-# Defaults chosen by measurement (tools/studies/model_ablation.py, see README "Accuracy").
+# Defaults chosen by measurement (tools/studies/model_ablation.py, see docs/accuracy.md).
 DEFAULT_FEATURES = "presence-l2"
 DEFAULT_ALPHA = 0.01
 # Training on errors after the counting pass ("thick threshold", see refine()):
-# rounds and margin (log-odds) by measurement, README "Accuracy".
+# rounds and margin (log-odds) by measurement, docs/accuracy.md.
 DEFAULT_REFINE_ROUNDS = 10
 DEFAULT_REFINE_MARGIN = 10.0
 # At most this many training rows are kept for refine(): memory stays bounded

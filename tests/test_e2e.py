@@ -141,11 +141,12 @@ def test_concurrent_filter_learn_loses_no_update(model_file, confident):
 
 # -- mail delivery agents --------------------------------------------------------------
 #
-# The recipes are the README's, as a user copies them: the only change is the
-# full path of spamnb (the README writes /usr/local/bin/spamnb and says to put
-# what `command -v spamnb` prints). The delivery agents run them with their own
-# PATH (procmail: $HOME/bin:/usr/local/bin:/usr/bin:/bin, maildrop:
-# /bin:/usr/bin:/usr/local/bin), never with this test's, and find the model
+# The recipes are docs/delivery.md's (the README shows the procmail one), as a user
+# copies them: the only change is the full path of spamnb (the recipes write
+# /usr/local/bin/spamnb and the docs say to put what `command -v spamnb` prints).
+# The delivery agents run them with their own PATH (procmail:
+# $HOME/bin:/usr/local/bin:/usr/bin:/bin, maildrop: /bin:/usr/bin:/usr/local/bin),
+# never with this test's, and find the model
 # where a user's is: ~/.local/share/spamnb/model.joblib of a HOME made here.
 
 REPO = Path(__file__).resolve().parent.parent

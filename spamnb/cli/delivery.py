@@ -176,10 +176,10 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
 
     With --spamd it also answers SpamAssassin's protocol (CHECK, SYMBOLS,
     REPORT, REPORT_IFSPAM, PROCESS, HEADERS, PING, SKIP, TELL) for spamc,
-    Exim and Haraka; see the README, "Where spamd is".
+    Exim and Haraka; see docs/spamd.md.
 
     To run it as a service: the systemd units in contrib/systemd/ (a user
-    unit, and spamnb@USER.service for a mail host); see the README.
+    unit, and spamnb@USER.service for a mail host); see docs/delivery.md.
 
     \b
     Example:

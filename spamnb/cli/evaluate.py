@@ -76,7 +76,7 @@ def evaluate(ham, spam, index, folds, seed, test_ham, test_spam, test_index, onl
           --only-headers subject,from,to,content-type,content-transfer-encoding
     \b
     (trec06c-dev, the TREC 2006 Chinese corpus part, is research use only and
-    not shipped: see the README, "Corpora and licences".)
+    not shipped: see docs/corpora.md.)
     """
     import numpy as np
 

@@ -126,7 +126,7 @@ def model_settings_options(f):
         click.option("--only-headers", metavar="LIST", help="Comma-separated header names: tokenize only these."),
         click.option("--skip-headers", metavar="LIST",
                      help="Comma-separated header names never tokenized (default: mailing-list and "
-                          "mailbox-store fields, see the README; '' for none)."),
+                          "mailbox-store fields, see docs/accuracy.md; '' for none)."),
         click.option("--bigrams/--no-bigrams", default=None, help="Also use word pairs as tokens."),
         click.option("--max-part-bytes", type=click.IntRange(min=1),
                      help="Tokenize at most this many bytes of each part."),

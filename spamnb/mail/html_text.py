@@ -9,7 +9,7 @@ what a reader would actually see (:class:`_Evidence`).  The stdlib
 ``html_to_text(doc, stdlib=True)``: it is the reference the fast pass is
 tested against (it gave identical text and tokens on every HTML part of the
 full evaluation corpora when this pass was written), kept out of the hot path
-because it is the slower of the two (README, "Speed").
+because it is the slower of the two (docs/speed.md).
 
 Markup tokens (all namespaced; listed in :mod:`spamnb.mail.tokenizer` too):
 
@@ -350,8 +350,8 @@ def _stdlib_parse(html, ev):
 # (script and style), with the recovery rules of _sanitize built in, emitting
 # the same events as HTMLParser.  Why not HTMLParser itself: it was the
 # largest single cost of training, and this pass takes well under half its
-# time with the same handlers (the figures and their command: README,
-# "Speed").  The stdlib parser stays the reference: tests/test_html.py checks
+# time with the same handlers (the figures and their command:
+# docs/speed.md).  The stdlib parser stays the reference: tests/test_html.py checks
 # that both give the same text and tokens on tricky markup, on the golden
 # messages (English and Chinese) and on real mail (every HTML part of the
 # shipped SpamAssassin corpus with ``-m slow``).

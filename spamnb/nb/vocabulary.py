@@ -297,7 +297,7 @@ class HashingVocabulary:
     machine, maps a token to the same column without a shared dictionary.
     The price: tokens that share a column are one feature (their counts add
     up); with n_features much larger than the vocabulary few informative
-    tokens collide (README "Scale" has the measured cost).
+    tokens collide (docs/scale.md has the measured cost).
 
     Same interface as :class:`Vocabulary` for counting (:meth:`transform`,
     :meth:`ids`, ``len``); every token is "known", so ``n_unknown`` is always

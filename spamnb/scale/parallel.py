@@ -85,7 +85,7 @@ SHARD_SIZE = BATCH
 # start: each imports numpy, scipy and the tokenizer; for where forking is
 # unsafe, e.g. a caller with threads running). "dask": the workers of a Dask
 # cluster, through joblib. Measured by tools/benchmarks/bench_train.py (section a):
-# README "Scale".
+# docs/scale.md.
 BACKENDS = ("multiprocessing", "loky", "dask")
 
 
@@ -304,7 +304,7 @@ def _cyclic_gc_paused():
     Tokenizing allocates millions of short-lived, acyclic objects, freed by
     reference counting; the collector's passes over them (and, in a forked
     worker, over every object inherited from the parent) find nothing to free
-    and cost the workers time for it (README, "Training"). Collection resumes
+    and cost the workers time for it (docs/speed.md, "Training"). Collection resumes
     after the shard, so the rare cycle is still freed.
     """
     was = gc.isenabled()
@@ -434,7 +434,7 @@ def _executor(backend, jobs):
     "multiprocessing" where :func:`can_fork`: ``jobs`` forked workers of our
     own (they start in milliseconds), this process only merging: the merge in
     shard order waits whenever this process is busy counting, so it counts
-    nothing itself (README, "Scale"). Else joblib's reusable loky executor (it
+    nothing itself (docs/scale.md). Else joblib's reusable loky executor (it
     outlives the call) with ``jobs - 1`` workers, this process counting too
     while they start.
     """
