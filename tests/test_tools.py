@@ -30,8 +30,13 @@ SCRIPTS = [p for kind in KINDS for p in python_files(TOOLS / kind)
 
 def test_tools_holds_the_four_kinds_and_scripts_what_a_user_runs():
     assert sorted(p.name for p in TOOLS.iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(KINDS)
-    assert sorted(p.name for p in (ROOT / "scripts").iterdir() if p.name != "__pycache__") == [
-        "_venv.sh", "against_gold.py", "main.sh", "test.sh"]
+    extra = sorted(p.name for p in (ROOT / "scripts").iterdir() if p.name != "__pycache__"
+                   and p.name not in ("_venv.sh", "against_gold.py", "main.sh", "test.sh"))
+    assert extra == [], (
+        "scripts/ holds what a user runs (the README's two commands and their helpers): move "
+        f"{', '.join(extra)} to tools/benchmarks, tools/studies, tools/harnesses or tools/generators "
+        "(git mv), import neighbours as `from tools import shared_corpora` / `from tools.KIND import NAME` "
+        "with the project root on sys.path, and list it in that folder's README.md")
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=[p.relative_to(ROOT).as_posix() for p in SCRIPTS])
