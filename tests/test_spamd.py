@@ -675,3 +675,32 @@ def test_a_30mb_message_is_scanned_and_a_70mb_one_streamed_back_whole(compiled, 
             del raw, body
     finally:
         s.stop()
+
+
+@needs_spamc
+def test_a_user_model_that_cannot_be_read_falls_back_to_the_site_model_and_says_so(compiled, user_models,
+                                                                                    spam_and_ham):
+    """Issue 26 item 3: the mail is still scanned (spamc -c shows the site model's
+    score and threshold, not 0/0) and the server log names the model and why, once."""
+    alice = user_models / "alice" / "model.joblib"
+    s = Served(compiled, user_models=str(user_models))
+    try:
+        spam = spam_and_ham[0]
+        site = spamc(s.port, "-c", raw=spam).stdout
+        assert re.fullmatch(rb"\d+\.\d/2\.9\n", site)
+        assert spamc(s.port, "-u", "alice", "-c", raw=spam).stdout.endswith(b"/4.6\n")  # her model
+        alice.chmod(0o666)  # another user could have written it: it is not read
+        for _ in range(2):
+            r = spamc(s.port, "-u", "alice", "-c", raw=spam)
+            assert r.stdout == site and r.returncode == 1
+        said = [line for line in s.log_lines if "cannot read user model" in line]
+        assert len(said) == 1 and str(alice) in said[0] and str(compiled) in said[0], s.log_lines
+        out = spamc(s.port, "-u", "alice", raw=spam).stdout
+        assert b"model=model.joblib" in out and b"X-Spam-Flag: YES" in out
+        (user_models / "alice" / "model.joblib.scorer").unlink()
+        alice.chmod(0o600)
+        alice.write_bytes(b"not a model")  # damaged: read, and refused
+        assert spamc(s.port, "-u", "alice", "-c", raw=spam).stdout == site
+        assert len([line for line in s.log_lines if "cannot read user model" in line]) == 2
+    finally:
+        s.stop()
