@@ -704,3 +704,19 @@ def test_a_user_model_that_cannot_be_read_falls_back_to_the_site_model_and_says_
         assert len([line for line in s.log_lines if "cannot read user model" in line]) == 2
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--spamd", "0.0.0.0:7830"], "--allow"),
+    (["--spamd", "127.0.0.1:99999"], "port"),
+    (["--spamd", "127.0.0.1:7830", "--allow", "192.0.2.0/99"], "not an address"),
+])
+def test_serve_refuses_bad_spamd_options_before_loading_the_model(tmp_path, args, says):
+    """Issue 26 item 9: a damaged model would fail to load; the option is refused first."""
+    bad = tmp_path / "bad.joblib"
+    bad.write_bytes(b"not a model")
+    bad.chmod(0o600)
+    r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "s.sock"), "--model", str(bad), *args],
+                       capture_output=True, timeout=60)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and says in err and "model" not in err.lower().replace("--model", ""), err

@@ -198,6 +198,13 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
     if (allow or user_models or allow_tell) and not spamd_addresses:
         raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
+    if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
+        from spamnb.delivery.spamd import check_listening
+
+        try:
+            check_listening(spamd_addresses, allow)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
     others = None
     if spamd_addresses:

@@ -663,16 +663,24 @@ def check_exposure(host, allowed):
                          f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
 
 
+def check_listening(addresses, allow=()):
+    """``([parse_address(a)...], networks)`` of the options, ValueError when one is bad or
+    listens beyond loopback without ``allow``: ``serve`` asks before it loads any model."""
+    nets = parse_networks(allow)
+    listen = [parse_address(text) for text in addresses]
+    for kind, *where in listen:
+        if kind == "tcp":
+            check_exposure(where[0], nets)
+    return listen, nets
+
+
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
                  max_connections, compactor, log):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
-    nets = parse_networks(allow)
+    listen, nets = check_listening(addresses, allow)
     servers = []
     try:
-        for text in addresses:
-            kind, *where = parse_address(text)
-            if kind == "tcp":
-                check_exposure(where[0], nets)
+        for text, (kind, *where) in zip(addresses, listen):
             try:
                 srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1],
                                                                                       LOOPBACK + nets)
