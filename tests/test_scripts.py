@@ -228,3 +228,27 @@ def test_test_sh_finds_the_daemons_in_sbin_off_a_users_path(tmp_path):
                                 sbin=("dovecot", "exim4"))
     assert calls == [] and err == ""
     assert "SBIN:-/usr/sbin:/sbin" in (ROOT / "scripts" / "test.sh").read_text()  # where they are, by default
+
+
+@pytest.mark.slow
+def test_the_readme_classify_example_is_what_classify_prints(tmp_path):
+    """Issue 26 item 10: the README's `classify` example, run as it is written, on the
+    model its `train --index corpora/spamassassin.tar.xz` line makes (about a minute):
+    the same header, first row and summary (all but the rate, which is the machine's)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"### classify: one line per message\n\n```sh\n(.*?)```", readme, re.S).group(1).splitlines()
+    command = block[0].removeprefix("$ ").split()
+    assert command[:2] == ["spamnb", "classify"] and command[-1] == "model.joblib"
+    model = tmp_path / "model.joblib"
+    train = subprocess.run(SPAMNB + ["train", "--index", "corpora/spamassassin.tar.xz", "--model", str(model)],
+                           capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert train.returncode == 0, train.stderr
+    proc = subprocess.run(SPAMNB + [*command[1:-1], str(model)], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert block[1:3] == out[:2]
+    summary = re.sub(r" \(\d+ messages/s\)", "", proc.stderr.strip().splitlines()[-1])
+    assert re.sub(r" \(\d+ messages/s\)\s+\(on stderr\)$", "", block[-1]) == summary
