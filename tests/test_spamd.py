@@ -720,3 +720,29 @@ def test_serve_refuses_bad_spamd_options_before_loading_the_model(tmp_path, args
                        capture_output=True, timeout=60)
     err = r.stderr.decode()
     assert r.returncode == 2 and says in err and "model" not in err.lower().replace("--model", ""), err
+
+
+def test_cutoffs_set_in_place_keep_what_tell_learned_and_the_server_answers_with_them(compiled, spam_and_ham):
+    """Issue 26 item 7: `spamnb cutoffs` changes the model's stored cut-offs without
+    retraining; what TELL learned stays, and the running server's next answer uses them."""
+    s = Served(compiled)
+    try:
+        spam = spam_and_ham[0]
+        threshold = lambda: split_reply(s.ask(request("CHECK", spam)))[1][b"Spam"].split()[-1]  # noqa: E731
+        assert threshold() == b"2.9"
+        raw = spam.replace(b"Subject:", b"Subject: told-before", 1)
+        assert split_reply(s.ask(request("TELL", raw, Message_class="spam", Set="local")))[1]
+        shown = subprocess.run(SPAMNB + ["cutoffs", "--model", str(compiled)], capture_output=True, text=True)
+        assert shown.returncode == 0 and shown.stdout.startswith("ham <= 0.5 < unsure <= 0.95 < spam")
+        r = subprocess.run(SPAMNB + ["cutoffs", "--spam-cutoff", "0.99", "--ham-cutoff", "0.2",
+                                     "--model", str(compiled)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "spam > 0.95 -> 0.99" in r.stderr, r.stderr
+        assert threshold() == b"4.6"  # log(0.99/0.01), without a restart
+        m = load_model(compiled)
+        assert (m.cutoffs.ham_cutoff, m.cutoffs.spam_cutoff) == (0.2, 0.99)
+        assert m.known(message_key(raw), raw) == 1  # TELL's learning kept
+        bad = subprocess.run(SPAMNB + ["cutoffs", "--spam-cutoff", "1.5", "--model", str(compiled)],
+                             capture_output=True, text=True)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    finally:
+        s.stop()
