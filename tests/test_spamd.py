@@ -746,3 +746,40 @@ def test_cutoffs_set_in_place_keep_what_tell_learned_and_the_server_answers_with
         assert bad.returncode == 2 and "Traceback" not in bad.stderr
     finally:
         s.stop()
+
+
+TELL_REFUSALS = {  # docs/spamd.md's table: what spamc -L shows, and the server's log line
+    "TELL not enabled": (dict(allow_tell=False), [], "TELL commands are not enabled"),
+    "user without a model": (dict(user_models=True), ["-u", "bob"], "no model of user 'bob'"),
+    "the default model": (dict(is_default=True), [], "the default model does not learn"),
+    "model not trusted": (dict(untrusted=True), [], "not learned: refusing to load model"),
+}
+
+
+@needs_spamc
+@pytest.mark.parametrize("case", list(TELL_REFUSALS))
+def test_what_spamc_shows_for_each_tell_refusal(compiled, user_models, spam_and_ham, case):
+    """Issue 26 item 8, checked with the real spamc: it reads a refusal's status line and
+    no header block, fails with 74 (EX_IOERR) and prints nothing, whatever the code; the
+    reason is the server's log line. (With a header block after the code, spamc would
+    print "Message was already un/learned" and exit 0: a refusal passing for success.)"""
+    kw, args, logged = TELL_REFUSALS[case]
+    untrusted = kw.pop("untrusted", False)
+    if kw.pop("user_models", False):
+        kw["user_models"] = str(user_models)
+    s = Served(compiled, **kw)
+    try:
+        if untrusted:
+            compiled.chmod(0o666)
+        r = spamc(s.port, "-L", "spam", *args, raw=spam_and_ham[1])
+        assert (r.returncode, r.stdout) == (74, b"")
+        assert any(line.startswith("spamd: ") and logged in line for line in s.log_lines), s.log_lines
+    finally:
+        compiled.chmod(0o600)
+        s.stop()
+
+
+@needs_spamc
+def test_spamc_forget_of_a_message_never_learned_is_already_unlearned(served, spam_and_ham):
+    r = spamc(served.port, "-L", "forget", raw=spam_and_ham[1])
+    assert (r.returncode, r.stdout) == (0, b"Message was already un/learned\n")
