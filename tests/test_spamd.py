@@ -783,3 +783,12 @@ def test_what_spamc_shows_for_each_tell_refusal(compiled, user_models, spam_and_
 def test_spamc_forget_of_a_message_never_learned_is_already_unlearned(served, spam_and_ham):
     r = spamc(served.port, "-L", "forget", raw=spam_and_ham[1])
     assert (r.returncode, r.stdout) == (0, b"Message was already un/learned\n")
+
+
+def test_symbols_escape_commas_readably():
+    """Issue 26 item 11: a comma separates SYMBOLS' items, so one in a token is escaped,
+    as %2C (what spamc -y prints as it is), not \\u002c; spaces read as _."""
+    assert spamd.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
+    assert spamd.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before
+    items = ",".join([spamd.symbol("x,y", 1.0), spamd.symbol("z", 2.0)]).split(",")
+    assert items == ["x%2Cy(+1.00)", "z(+2.00)"]

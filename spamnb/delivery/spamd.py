@@ -244,8 +244,10 @@ def threshold(spam_cutoff: float) -> float:
 
 
 def symbol(token: str, contribution: float) -> str:
-    """One SYMBOLS item: the token (header-safe, no commas or spaces) and its weight."""
-    return f"{verdict.header_safe(token).replace(' ', '_')}({contribution:+.2f})"
+    """One SYMBOLS item: the token (header-safe, no commas or spaces) and its weight.
+    A comma, which separates the items, reads as %2C (spamc -y prints the list as it
+    is: ``subject:a%2Cb``, not ``subject:a\\u002cb``); a space as _."""
+    return f"{verdict.header_safe(token.replace(',', '%2C')).replace(' ', '_')}({contribution:+.2f})"
 
 
 def report(label, p, score, t, evidence, name) -> bytes:
