@@ -277,12 +277,11 @@ class SpamModel:
         hashed model keeps its columns (its |V| never grew)."""
         if cols is None or not len(cols) or type(self.vocabulary) is not Vocabulary:
             return
-        cols = np.unique(cols)
         held = (self.estimator.feature_count_[:, cols] > ZERO).any(axis=0)
         if held.all():
             return
         n = len(self.vocabulary)
-        src, dst = self.estimator.drop_features(cols[~held])
+        src, dst = self.estimator.drop_features(cols[~held])  # repeated ids are dropped once
         k = self.estimator.n_features_in_
         self.vocabulary.shrink(src, dst, k)
         for a in (self._df, self.last_seen):
