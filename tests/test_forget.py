@@ -151,3 +151,31 @@ def test_spamc_learn_then_forget_gives_the_same_check(compiled):
     finally:
         s.stop()
 
+
+
+def _classify_scores(model):
+    import json
+    import subprocess
+
+    from test_e2e import SAMPLE_MAILDIR, SPAMNB
+
+    out = subprocess.run(SPAMNB + ["classify", "--format", "jsonl", "--model", str(model), str(SAMPLE_MAILDIR)],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    return np.array([json.loads(line)["score"] for line in out.splitlines()])
+
+
+@pytest.mark.parametrize("strict", [[], ["--strict"]], ids=["fast path", "click"])
+def test_the_commands_learn_then_forget(compiled, tmp_path, strict):
+    """``spamnb learn`` then ``spamnb forget`` of a file, by the fast path and by click
+    (``--strict`` is the click command's), then ``spamnb classify``: the scores of before."""
+    import subprocess
+
+    from test_e2e import SPAMNB
+
+    before = _classify_scores(compiled)
+    msg = tmp_path / "new.eml"
+    msg.write_bytes(novel(messages()[4], "cli"))
+    for command in ("learn", "forget"):
+        subprocess.run(SPAMNB + [command, "--spam", *strict, "--model", str(compiled), str(msg)],
+                       capture_output=True, timeout=120, check=True)
+    np.testing.assert_allclose(_classify_scores(compiled), before, rtol=0, atol=EXACT)
