@@ -158,7 +158,7 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 @click.option("--allow", multiple=True, metavar="CIDR",
               help="Networks whose clients may use --spamd on TCP besides this machine (repeatable); "
                    "needed to listen on an address other than loopback.")
-@click.option("--user-models", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--user-models", type=click.Path(exists=True, file_okay=False), metavar="DIR",
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
 @click.option("--allow-tell", is_flag=True,
               help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
