@@ -16,13 +16,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/_venv.sh test,dask  # dask: the cluster test of sharded training
 
-missing_tools() {  # "command:package" pairs whose command is not on PATH
+missing_tools() {  # "command:package" pairs whose command is neither on PATH nor in an sbin folder
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
                 exim4:exim4-daemon-heavy; do
-        command -v "${pair%%:*}" >/dev/null || echo "$pair"
+        # dovecot and exim4 are daemons in /usr/sbin, off a user's PATH (their tests look there too)
+        PATH="$PATH:$SBIN" command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }
+SBIN=${SBIN:-/usr/sbin:/sbin}
 
 missing=$(missing_tools)
 if [ -n "$missing" ]; then

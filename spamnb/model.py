@@ -30,6 +30,7 @@ import numpy as np
 from spamnb.nb import naive_bayes
 from spamnb._version import __version__
 from spamnb.nb.decision import Cutoffs
+from spamnb.nb.membership import ZERO
 from spamnb.mail.identity import KEY_BYTES, legacy_message_key, message_key
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
@@ -245,9 +246,10 @@ class SpamModel:
         return transform_features(X, self.features), n_unknown
 
     def _update(self, token_lists, y, sign):
-        """Add (sign=+1) or subtract (sign=-1) a batch of messages' counts."""
+        """Add (sign=+1) or subtract (sign=-1) a batch of messages' counts; returns the
+        columns a subtraction touched (for :meth:`_drop_emptied`)."""
         if not token_lists:
-            return
+            return None
         X, _ = self._rows(token_lists, grow=sign > 0)
         y = np.asarray(y, dtype=np.int64)
         if sign > 0:
@@ -265,6 +267,26 @@ class SpamModel:
             np.subtract.at(self._df, X.indices, 1)
             np.maximum(self._df, 0, out=self._df)
         self.stats["updated"] = time.time()
+        return X.indices if sign < 0 else None
+
+    def _drop_emptied(self, cols) -> None:
+        """Take the tokens among columns ``cols`` that no learned message holds any more
+        out of the model (:mod:`spamnb.nb.membership`), so that forgetting a message
+        leaves |V|, and with it every smoothed estimate, as it was before the message
+        was learned. O(len(cols)): the last tokens move into the freed columns. A
+        hashed model keeps its columns (its |V| never grew)."""
+        if cols is None or not len(cols) or type(self.vocabulary) is not Vocabulary:
+            return
+        held = (self.estimator.feature_count_[:, cols] > ZERO).any(axis=0)
+        if held.all():
+            return
+        n = len(self.vocabulary)
+        src, dst = self.estimator.drop_features(cols[~held])  # repeated ids are dropped once
+        k = self.estimator.n_features_in_
+        self.vocabulary.shrink(src, dst, k)
+        for a in (self._df, self.last_seen):
+            a[dst] = a[src]
+            a[k:n] = 0
 
     def _subtract_clipped(self, X, y):
         """Take rows out of their classes' counts, no count below zero.
@@ -323,8 +345,9 @@ class SpamModel:
                         sub_toks.append(toks)
                         sub_y.append(old)
                 add[key] = (toks, y)  # a move within this batch just replaces the pending add
-            self._update(sub_toks, sub_y, -1)
+            emptied = self._update(sub_toks, sub_y, -1)
             self._update([t for t, _ in add.values()], [y for _, y in add.values()], +1)
+            self._drop_emptied(emptied)  # after the adds: a moved message's tokens stay where they are
             self.registry.update((key, y) for key, (_, y) in add.items())
         return done
 
@@ -411,6 +434,7 @@ class SpamModel:
             else:
                 self.registry[key] = c
         self.stats["updated"] = overlay.last_time
+        self._drop_emptied(ids)
 
     def forget(self, messages):
         """Undo learning: an iterable of ``(raw_bytes, label)``.
@@ -433,7 +457,7 @@ class SpamModel:
             toks.append(self.tokens(raw))
             ys.append(y)
             keys[key] = None
-        self._update(toks, ys, -1)
+        self._drop_emptied(self._update(toks, ys, -1))
         for key in keys:
             del self.registry[key]
         return len(keys)
@@ -631,6 +655,7 @@ class SpamModel:
             if version == 1:  # keys of the old message_key: found again by known()
                 model.legacy_registry, model.registry = model.registry, {}
             model.stats = dict(state["stats"])
+            model._drop_emptied(np.arange(len(model.vocabulary)))  # a file from before forget dropped them
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ModelFormatError):
                 raise

@@ -236,6 +236,24 @@ def header_lines(label, probability, score, model, evidence=None):
     return lines
 
 
+def filed_as(raw):
+    """The label of the verdict header :func:`header_lines` put in ``raw`` (the last
+    ``X-Spam-Status`` of the header block in spamnb's form, with its ``model=`` and
+    ``version=`` items), or None when no spamnb verdict is there. What the IMAP
+    filter reads to tell a delivery filter's filing from a user's move."""
+    head = raw.split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
+    found = None
+    for line in head.splitlines():
+        if line[:15].lower() != b"x-spam-status: ":
+            continue
+        word, _, rest = line[15:].partition(b", ")
+        items = [item.split(b"=", 1)[0] for item in rest.split(b", ")]
+        labels = [label for label, w in STATUS_WORD.items() if w.encode() == word]
+        if labels and items[:2] == [b"probability", b"score"] and b"model" in items and b"version" in items:
+            found = labels[0]
+    return found
+
+
 def is_verdict_block(block, label):
     """Whether ``block`` is only the verdict header lines of ``label`` (what
     :func:`spamnb.delivery.hook.verdict_block` inserts): X-Spam-Flag, X-Spam-Status,

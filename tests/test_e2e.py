@@ -151,6 +151,7 @@ def test_concurrent_filter_learn_loses_no_update(model_file, confident):
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "docs" / "delivery.md"  # the recipes, explained; the README shows the procmail one
+README = REPO / "README.md"  # the quick start's lines are tested as written
 README_SPAMNB = "/usr/local/bin/spamnb"  # the path the README's recipes spell out
 
 
@@ -294,3 +295,43 @@ def _match(got: list[bytes], inputs: list[bytes]) -> list[bytes]:
 def test_module_entry_point():
     proc = subprocess.run([sys.executable, "-m", "spamnb", "--version"], capture_output=True, timeout=60)
     assert proc.returncode == 0 and __version__ in proc.stdout.decode()
+
+
+def quick_start_trains():
+    """The `spamnb train` lines of the README's Quick start (a commented one is an alternative)."""
+    block = README.read_text().split("## Quick start", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    return [line.lstrip("# ").split("  #")[0].split() for line in block.splitlines()
+            if line.lstrip("# ").startswith("spamnb train ")]
+
+
+def test_the_quick_start_trains_on_a_real_maildir_and_on_mbox_files(tmp_path):
+    """Issue 26 item 5: a Maildir++ as Dovecot and procmail make it (INBOX, .Archive, .Junk,
+    .Sent) and mbox files (~/mail/inbox, ~/mail/spam), each trained by its Quick start line."""
+    import mailbox
+
+    home = tmp_path / "home"
+    home.mkdir()
+    ham = [strip_from_line(p.read_bytes()) for p in sorted(SAMPLE_MAILDIR.glob("cur/easy_ham*"))][:6]
+    spam = [strip_from_line(p.read_bytes()) for p in sorted(SAMPLE_MAILDIR.glob("cur/spam*"))][:4]
+    for folder, msgs in (("", ham[:3]), (".Archive", ham[3:5]), (".Sent", ham[5:]), (".Junk", spam)):
+        box = mailbox.Maildir(home / "Maildir" / folder, create=True)
+        for raw in msgs:
+            box.add(raw)
+    (home / "mail").mkdir()
+    for name, msgs in (("inbox", ham), ("spam", spam)):
+        box = mailbox.mbox(home / "mail" / name)
+        for raw in msgs:
+            box.add(raw)
+        box.close()
+    lines = quick_start_trains()
+    assert [line[:2] for line in lines] == [["spamnb", "train"]] * 2 and "-r" in lines[0]
+    for line in lines:
+        env = {**os.environ, "HOME": str(home)}
+        for var in ("XDG_DATA_HOME", "SPAMNB_MODEL"):
+            env.pop(var, None)
+        args = [a.replace("~", str(home), 1) if a.startswith("~/") else a for a in line[1:]]
+        proc = subprocess.run(SPAMNB + args, capture_output=True, text=True, timeout=300, env=env)
+        assert proc.returncode == 0, proc.stderr
+        model = load_model(home / ".local" / "share" / "spamnb" / "model.joblib")
+        assert model.messages.tolist() == [len(ham), len(spam)], (line, proc.stderr)
+        (home / ".local" / "share" / "spamnb" / "model.joblib").unlink()

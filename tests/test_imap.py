@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections import Counter
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -470,3 +471,33 @@ def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(do
             proc.stderr.close()
     assert code == 0, err
     assert "connection lost" in err and "stopped" in err
+
+
+def test_the_delivery_filters_filing_in_junk_is_not_a_correction(dovecot, model, tmp_path):
+    """procmail's recipe (`spamnb filter -u`, then X-Spam-Flag: YES -> .Junk) and the
+    IMAP filter on one mailbox learn what the recipe alone learns; only the user's
+    move back of a misfiled ham is a correction (issue 26 item 1)."""
+    from spamnb.delivery.hook import add_headers
+    from spamnb.verdict import header_lines
+
+    assert run(dovecot, tmp_path, "filter", model=model)[0] == 0  # the first pass: Junk's past is read
+    env = {**os.environ, "SPAMNB_SOCKET": str(tmp_path / "no-server.sock")}
+    for raw in sample("spam", 3, start=5, model=model):
+        out = subprocess.run(SPAMNB + ["filter", "-u", "--exit-zero", "--model", str(model)], input=raw,
+                             capture_output=True, env=env, timeout=120, check=True).stdout
+        assert b"X-Spam-Flag: YES" in out
+        dovecot.append("Junk", out)
+    ham = sample("ham", 1, start=5, model=model)[0]
+    dovecot.append("Junk", add_headers(ham, header_lines("spam", 0.97, 3.5, model.name)))  # a false positive
+    alone = load_model(model)  # what the recipe alone learned
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0 and "learned 0 as spam and 0 as ham" in err, err
+    assert err.count("filed there by spamnb at delivery") == 4 and "you moved it" not in err
+    both = load_model(model)
+    assert both.registry == alone.registry
+    np.testing.assert_array_equal(both.estimator.feature_count_, alone.estimator.feature_count_)
+    junk = {message_key(raw): uid for uid, raw in dovecot.fetch_all("Junk").items()}
+    dovecot.move("Junk", junk[message_key(ham)], "INBOX")  # the user: "this is not spam"
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0 and "learned 0 as spam and 1 as ham" in err, err
+    assert known(model, ham) == 0

@@ -656,3 +656,26 @@ def test_one_online_step_does_not_touch_the_vocabulary(cls):
     assert peak < 1_000_000, peak  # bytes; a dense (n_features,) float64 is 8 MB
     assert np.isfinite(lp).all() and np.isfinite(lp2).all()
     assert m.n_features_in_ == d + 4
+
+
+@pytest.mark.parametrize("cls", [MultinomialNB, BernoulliNB, ComplementNB])
+def test_drop_features_after_forget_restores_the_fit(cls):
+    """Columns a forgotten batch added (zero counts again) dropped with drop_features:
+    the model is the one fitted without them (the last columns move into the gaps)."""
+    rng = np.random.default_rng(3)
+    X = rng.integers(0, 3, size=(30, 8)).astype(float)
+    X[:, X.sum(axis=0) == 0] = 1.0
+    y = rng.integers(0, 2, size=30)
+    ref = cls().fit(X, y)
+    m = cls().fit(X, y)
+    extra = np.hstack([rng.integers(0, 2, size=(2, 8)), np.ones((2, 3))])  # 3 new columns
+    m.partial_fit(extra, [0, 1])
+    m.forget(extra, [0, 1])
+    src, dst = m.drop_features([9, 8, 10])  # the tail: nothing moves
+    assert m.n_features_in_ == 8 and src.size == dst.size == 0
+    np.testing.assert_allclose(m.predict_log_proba(X), ref.predict_log_proba(X), rtol=0, atol=1e-9)
+    m.drop_features([2])  # a column in the middle: the last one moves into its place
+    keep = [0, 1, 7, 3, 4, 5, 6]
+    ref2 = cls().fit(X[:, keep], y)
+    np.testing.assert_allclose(m.predict_log_proba(X[:, keep]), ref2.predict_log_proba(X[:, keep]),
+                               rtol=0, atol=1e-9)

@@ -35,10 +35,11 @@ fi
 """
 
 
-def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True, would_remove=()):
+def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True, would_remove=(), sbin=()):
     """``bash scripts/test.sh`` in a copy of the scripts, with a PATH holding only
     stand-ins: ``id`` (says ``uid``), ``apt-get`` (when ``apt``), the commands of
-    ``have``, and a ``.venv/bin/python`` that logs what it is asked to run;
+    ``have``, and a ``.venv/bin/python`` that logs what it is asked to run; the
+    commands of ``sbin`` in the folder it reads as /usr/sbin (``$SBIN``);
     installing a package of ``would_remove`` would remove another (apt-get -s says so).
     Returns (stderr, apt-get's calls, what the venv's python was asked)."""
     repo = tmp_path / "repo"
@@ -61,8 +62,13 @@ def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True, would_remove=()):
         os.symlink(shutil.which(tool), bin_ / tool)
     if would_remove:
         (bin_ / "remv").write_text("".join(f"{p}\n" for p in would_remove))
+    sbin_ = tmp_path / "sbin"
+    sbin_.mkdir()
+    for name in sbin:
+        (sbin_ / name).write_text("#!/bin/bash\n")
+        (sbin_ / name).chmod(0o755)
     proc = subprocess.run(["/bin/bash", str(repo / "scripts" / "test.sh"), "-x", "-q"], capture_output=True,
-                          text=True, timeout=60, env={"PATH": str(bin_), "HOME": str(tmp_path)})
+                          text=True, timeout=60, env={"PATH": str(bin_), "HOME": str(tmp_path), "SBIN": str(sbin_)})
     assert proc.returncode == 0, proc.stderr
     calls = log.read_text().splitlines() if log.exists() else []
     return proc.stderr, calls, py_log.read_text().splitlines()
@@ -214,3 +220,35 @@ def test_main_sh_ends_with_the_comparison_against_the_gold_labels(trained_model_
     out.write_text(classify_sample(trained_model_file, "table"))
     assert report == against_gold(out).stdout.splitlines()
     assert report[0] == "against the gold labels of corpora/sample-maildir.index (103 messages):"
+
+
+def test_test_sh_finds_the_daemons_in_sbin_off_a_users_path(tmp_path):
+    """Issue 26 item 6: dovecot and exim4 install to /usr/sbin, not on a user's PATH."""
+    err, calls, _ = run_test_sh(tmp_path, uid=1000, have=("procmail", "maildrop", "systemd-analyze", "spamc"),
+                                sbin=("dovecot", "exim4"))
+    assert calls == [] and err == ""
+    assert "SBIN:-/usr/sbin:/sbin" in (ROOT / "scripts" / "test.sh").read_text()  # where they are, by default
+
+
+@pytest.mark.slow
+def test_the_readme_classify_example_is_what_classify_prints(tmp_path):
+    """Issue 26 item 10: the README's `classify` example, run as it is written, on the
+    model its `train --index corpora/spamassassin.tar.xz` line makes (about a minute):
+    the same header, first row and summary (all but the rate, which is the machine's)."""
+    import re
+
+    readme = (ROOT / "README.md").read_text()
+    block = re.search(r"### classify: one line per message\n\n```sh\n(.*?)```", readme, re.S).group(1).splitlines()
+    command = block[0].removeprefix("$ ").split()
+    assert command[:2] == ["spamnb", "classify"] and command[-1] == "model.joblib"
+    model = tmp_path / "model.joblib"
+    train = subprocess.run(SPAMNB + ["train", "--index", "corpora/spamassassin.tar.xz", "--model", str(model)],
+                           capture_output=True, text=True, timeout=900, cwd=ROOT)
+    assert train.returncode == 0, train.stderr
+    proc = subprocess.run(SPAMNB + [*command[1:-1], str(model)], capture_output=True, text=True, timeout=300,
+                          cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert block[1:3] == out[:2]
+    summary = re.sub(r" \(\d+ messages/s\)", "", proc.stderr.strip().splitlines()[-1])
+    assert re.sub(r" \(\d+ messages/s\)\s+\(on stderr\)$", "", block[-1]) == summary

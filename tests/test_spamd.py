@@ -675,3 +675,121 @@ def test_a_30mb_message_is_scanned_and_a_70mb_one_streamed_back_whole(compiled, 
             del raw, body
     finally:
         s.stop()
+
+
+@needs_spamc
+def test_a_user_model_that_cannot_be_read_falls_back_to_the_site_model_and_says_so(compiled, user_models,
+                                                                                    spam_and_ham):
+    """Issue 26 item 3: the mail is still scanned (spamc -c shows the site model's
+    score and threshold, not 0/0) and the server log names the model and why, once."""
+    alice = user_models / "alice" / "model.joblib"
+    s = Served(compiled, user_models=str(user_models))
+    try:
+        spam = spam_and_ham[0]
+        site = spamc(s.port, "-c", raw=spam).stdout
+        assert re.fullmatch(rb"\d+\.\d/2\.9\n", site)
+        assert spamc(s.port, "-u", "alice", "-c", raw=spam).stdout.endswith(b"/4.6\n")  # her model
+        alice.chmod(0o666)  # another user could have written it: it is not read
+        for _ in range(2):
+            r = spamc(s.port, "-u", "alice", "-c", raw=spam)
+            assert r.stdout == site and r.returncode == 1
+        said = [line for line in s.log_lines if "cannot read user model" in line]
+        assert len(said) == 1 and str(alice) in said[0] and str(compiled) in said[0], s.log_lines
+        out = spamc(s.port, "-u", "alice", raw=spam).stdout
+        assert b"model=model.joblib" in out and b"X-Spam-Flag: YES" in out
+        (user_models / "alice" / "model.joblib.scorer").unlink()
+        alice.chmod(0o600)
+        alice.write_bytes(b"not a model")  # damaged: read, and refused
+        assert spamc(s.port, "-u", "alice", "-c", raw=spam).stdout == site
+        assert len([line for line in s.log_lines if "cannot read user model" in line]) == 2
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--spamd", "0.0.0.0:7830"], "--allow"),
+    (["--spamd", "127.0.0.1:99999"], "port"),
+    (["--spamd", "127.0.0.1:7830", "--allow", "192.0.2.0/99"], "not an address"),
+    (["--spamd", "127.0.0.1:7830", "--user-models", "/nonexistent/users"], "does not exist"),
+])
+def test_serve_refuses_bad_spamd_options_before_loading_the_model(tmp_path, args, says):
+    """Issue 26 item 9: a damaged model would fail to load; the option is refused first."""
+    bad = tmp_path / "bad.joblib"
+    bad.write_bytes(b"not a model")
+    bad.chmod(0o600)
+    r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "s.sock"), "--model", str(bad), *args],
+                       capture_output=True, timeout=60)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and says in err and "model" not in re.sub(r"--[\w-]+", "", err.lower()), err
+
+
+def test_cutoffs_set_in_place_keep_what_tell_learned_and_the_server_answers_with_them(compiled, spam_and_ham):
+    """Issue 26 item 7: `spamnb cutoffs` changes the model's stored cut-offs without
+    retraining; what TELL learned stays, and the running server's next answer uses them."""
+    s = Served(compiled)
+    try:
+        spam = spam_and_ham[0]
+        threshold = lambda: split_reply(s.ask(request("CHECK", spam)))[1][b"Spam"].split()[-1]  # noqa: E731
+        assert threshold() == b"2.9"
+        raw = spam.replace(b"Subject:", b"Subject: told-before", 1)
+        assert split_reply(s.ask(request("TELL", raw, Message_class="spam", Set="local")))[1]
+        shown = subprocess.run(SPAMNB + ["cutoffs", "--model", str(compiled)], capture_output=True, text=True)
+        assert shown.returncode == 0 and shown.stdout.startswith("ham <= 0.5 < unsure <= 0.95 < spam")
+        r = subprocess.run(SPAMNB + ["cutoffs", "--spam-cutoff", "0.99", "--ham-cutoff", "0.2",
+                                     "--model", str(compiled)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0 and "spam > 0.95 -> 0.99" in r.stderr, r.stderr
+        assert threshold() == b"4.6"  # log(0.99/0.01), without a restart
+        m = load_model(compiled)
+        assert (m.cutoffs.ham_cutoff, m.cutoffs.spam_cutoff) == (0.2, 0.99)
+        assert m.known(message_key(raw), raw) == 1  # TELL's learning kept
+        bad = subprocess.run(SPAMNB + ["cutoffs", "--spam-cutoff", "1.5", "--model", str(compiled)],
+                             capture_output=True, text=True)
+        assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    finally:
+        s.stop()
+
+
+TELL_REFUSALS = {  # docs/spamd.md's table: what spamc -L shows, and the server's log line
+    "TELL not enabled": (dict(allow_tell=False), [], "TELL commands are not enabled"),
+    "user without a model": (dict(user_models=True), ["-u", "bob"], "no model of user 'bob'"),
+    "the default model": (dict(is_default=True), [], "the default model does not learn"),
+    "model not trusted": (dict(untrusted=True), [], "not learned: refusing to load model"),
+}
+
+
+@needs_spamc
+@pytest.mark.parametrize("case", list(TELL_REFUSALS))
+def test_what_spamc_shows_for_each_tell_refusal(compiled, user_models, spam_and_ham, case):
+    """Issue 26 item 8, checked with the real spamc: it reads a refusal's status line and
+    no header block, fails with 74 (EX_IOERR) and prints nothing, whatever the code; the
+    reason is the server's log line. (With a header block after the code, spamc would
+    print "Message was already un/learned" and exit 0: a refusal passing for success.)"""
+    kw, args, logged = TELL_REFUSALS[case]
+    untrusted = kw.pop("untrusted", False)
+    if kw.pop("user_models", False):
+        kw["user_models"] = str(user_models)
+    s = Served(compiled, **kw)
+    try:
+        if untrusted:
+            compiled.chmod(0o666)
+        r = spamc(s.port, "-L", "spam", *args, raw=spam_and_ham[1])
+        assert (r.returncode, r.stdout) == (74, b"")
+        assert any(line.startswith("spamd: ") and logged in line for line in s.log_lines), s.log_lines
+    finally:
+        compiled.chmod(0o600)
+        s.stop()
+
+
+@needs_spamc
+def test_spamc_forget_of_a_message_never_learned_is_already_unlearned(served, spam_and_ham):
+    r = spamc(served.port, "-L", "forget", raw=spam_and_ham[1])
+    assert (r.returncode, r.stdout) == (0, b"Message was already un/learned\n")
+
+
+def test_symbols_escape_commas_readably():
+    """Issue 26 item 11: a comma separates SYMBOLS' items, so one in a token is escaped,
+    as %2C (what spamc -y prints as it is), not \\u002c; spaces read as _."""
+    assert spamd.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
+    assert spamd.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before
+    items = ",".join([spamd.symbol("x,y", 1.0), spamd.symbol("z", 2.0)]).split(",")
+    assert items == ["x%2Cy(+1.00)", "z(+2.00)"]

@@ -301,3 +301,14 @@ def test_matches_sklearn_countvectorizer_up_to_column_permutation():
         if binary:
             expected = (expected > 0).astype(float)
         np.testing.assert_array_equal(X.toarray(), expected)
+
+
+def test_shrink_moves_the_last_tokens_into_the_gaps_and_growth_goes_on():
+    v = Vocabulary(["a", "b", "c", "d", "e", "f"])
+    v.shrink([5, 4], [1, 2], 4)  # drop b, c (and nothing at the end): f -> 1, e -> 2
+    assert v.tokens() == ["a", "f", "e", "d"] and len(v) == 4
+    assert [v.index(t) for t in "afedbc"] == [0, 1, 2, 3, None, None]
+    X, _ = v.transform([["g", "b", "a"]], grow=True)  # new tokens still get the next ids
+    assert v.tokens() == ["a", "f", "e", "d", "g", "b"] and X.indices.tolist() == [0, 4, 5]
+    v.shrink([], [], 5)  # drop the last one
+    assert v.tokens() == ["a", "f", "e", "d", "g"] and v.index("b") is None

@@ -1,7 +1,7 @@
 """The ``spamnb`` command line: a thin click layer over the library.
 
 One module per command group (``train``, ``evaluate``, ``mailbox``: classify
-and sort, ``learning``: learn, forget, compact and prune, ``delivery``: filter and serve,
+and sort, ``learning``: learn, forget, compact, prune and cutoffs, ``delivery``: filter and serve,
 ``explain``: explain, info and tokens, ``imap``: imap train and filter), the options they share in
 ``options``; this module is the group. Commands import the library inside
 their own bodies, so that the click path of the per-message ``filter`` hook
@@ -98,7 +98,7 @@ def main():
 
 
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
-                 learning.compact, learning.prune,
+                 learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
                  explain.tokens, imap.imap):
     main.add_command(_command)

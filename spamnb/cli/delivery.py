@@ -158,7 +158,7 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 @click.option("--allow", multiple=True, metavar="CIDR",
               help="Networks whose clients may use --spamd on TCP besides this machine (repeatable); "
                    "needed to listen on an address other than loopback.")
-@click.option("--user-models", type=click.Path(file_okay=False), metavar="DIR",
+@click.option("--user-models", type=click.Path(exists=True, file_okay=False), metavar="DIR",
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
 @click.option("--allow-tell", is_flag=True,
               help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
@@ -198,6 +198,13 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
     if (allow or user_models or allow_tell) and not spamd_addresses:
         raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
+    if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
+        from spamnb.delivery.spamd import check_listening
+
+        try:
+            check_listening(spamd_addresses, allow)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
     _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
     others = None
     if spamd_addresses:

@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from spamnb.cli.options import model_options, notice, skipper, source_options
+from spamnb.cli.options import cutoffs, decision_options, model_options, notice, skipper, source_options
 
 
 def _learn_options(f):
@@ -165,6 +165,44 @@ def prune(model_path, allow_insecure_model, older_than, max_messages, max_tokens
         return
     click.echo(f"dropped {dropped} of {before} tokens; {before - dropped} kept"
                + (f"; automatic limit {'off' if not limit else limit}" if limit is not None else ""), err=True)
+
+
+@click.command("cutoffs")
+@model_options
+@decision_options
+def cutoffs_(model_path, allow_insecure_model, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+    """Show or set the model's stored cut-offs, in place (no retraining).
+
+    Every command decides with the cut-offs stored in the model unless given
+    others; this changes what is stored, and keeps every count, including what
+    learn, filter -u and spamd TELL added. A running `spamnb serve` answers with
+    them from the next message (it reloads the changed file). Without options it
+    prints them.
+
+    \b
+    Examples:
+      spamnb cutoffs
+      spamnb cutoffs --spam-cutoff 0.99 --ham-cutoff 0.2
+      spamnb cutoffs --cost-fp 20 --cost-unsure 0.5 --model /var/lib/spamnb/model.joblib
+    """
+    from spamnb.storage.modelfile import load_model, resolve, updating
+
+    path, is_default = resolve(model_path)
+    given = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    if all(v is None for v in given):
+        if not path.exists():
+            raise click.ClickException(f"no model at {path}")
+        cut = load_model(path, allow_insecure=allow_insecure_model).cutoffs
+        click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({path})")
+        return
+    if is_default:
+        raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "
+                                   "of a model of yours (--model), or give them to each command")
+    with updating(path, allow_insecure=allow_insecure_model) as model:
+        old = model.cutoffs
+        model.cutoffs = cutoffs(old, *given)
+    click.echo(f"cut-offs of {path}: ham <= {old.ham_cutoff:.6g} -> {model.cutoffs.ham_cutoff:.6g}, "
+               f"spam > {old.spam_cutoff:.6g} -> {model.cutoffs.spam_cutoff:.6g}", err=True)
 
 
 class _DryRun(Exception):

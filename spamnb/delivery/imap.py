@@ -17,7 +17,11 @@ spamd. This filters it where it is and learns from what the user does there.
   user's client to expunge.
 * **Learning from corrections**, on every pass: a message that arrives in Junk
   and that spamnb did not file there was put there by the user: it is learned
-  as spam. A message spamnb filed in Junk (or in the unsure folder) that shows
+  as spam. spamnb filed it when this filter moved it, or when it arrives carrying
+  spamnb's spam verdict header (:func:`spamnb.verdict.filed_as`: a procmail,
+  maildrop or Sieve rule filed it on ``X-Spam-Flag: YES`` at delivery); either
+  way it is remembered, not learned, so running both on one mailbox learns what
+  one would. A message spamnb filed in Junk (or in the unsure folder) that shows
   up in the filtered folder again was moved back by the user: it is learned
   as ham (which forgets it as spam when it had been learned so). Deleting a
   message from Junk is no correction: it never shows up anywhere. Messages are
@@ -433,6 +437,14 @@ class Filter:
                     rec["uid"] = uid
                 elif baseline or (rec is not None and rec.get("learned") == "spam"):
                     self.msgs[key] = {**(rec or {}), "where": JUNK, "uid": uid}  # the user's past, or learned
+                elif rec is None and verdict.filed_as(raw) == "spam":
+                    # filed by spamnb at delivery (procmail, maildrop, Sieve on its X-Spam-Flag): its
+                    # own verdict, which `filter -u` learned there if at all; the user's move back is
+                    # the correction (scan_folder), as for a message this filter filed itself
+                    self.say(f"{junk} {uid}: filed there by spamnb at delivery: not a correction: "
+                             f"{_subject(raw)}")
+                    flag.append(uid)
+                    self.msgs[key] = {"where": JUNK, "verdict": "spam", "uid": uid}
                 else:  # the user put it there
                     self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {_subject(raw)}")
                     learn.append((raw, "spam"))

@@ -244,8 +244,10 @@ def threshold(spam_cutoff: float) -> float:
 
 
 def symbol(token: str, contribution: float) -> str:
-    """One SYMBOLS item: the token (header-safe, no commas or spaces) and its weight."""
-    return f"{verdict.header_safe(token).replace(' ', '_')}({contribution:+.2f})"
+    """One SYMBOLS item: the token (header-safe, no commas or spaces) and its weight.
+    A comma, which separates the items, reads as %2C (spamc -y prints the list as it
+    is: ``subject:a%2Cb``, not ``subject:a\\u002cb``); a space as _."""
+    return f"{verdict.header_safe(token.replace(',', '%2C')).replace(' ', '_')}({contribution:+.2f})"
 
 
 def report(label, p, score, t, evidence, name) -> bytes:
@@ -287,6 +289,17 @@ class Models:
         self.log = log or (lambda text: None)
         self._holders: dict[str, ModelHolder] = {}
         self._lock = threading.Lock()
+        self._failed: dict[str, str] = {}  # user model -> why it was last unreadable (said once)
+
+    def fell_back(self, holder: ModelHolder, exc) -> None:
+        """Log that the user model of ``holder`` could not be read and the served model
+        answered instead: once per model and reason, not once per message."""
+        why = str(exc)
+        with self._lock:
+            if self._failed.get(holder.path) == why:
+                return
+            self._failed[holder.path] = why
+        self.log(f"cannot read user model {holder.path}: {why}; scanning with {self.served.path} instead")
 
     def user_path(self, user):
         """``USER_MODELS/<user>/model.joblib``, or None (no --user-models, no user)."""
@@ -323,13 +336,21 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     """The reply to one whole request (the message in ``raw``)."""
     if method == "TELL":
         return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
-    holder, _ = models.for_user(headers.get("User"))
+    holder, own = models.for_user(headers.get("User"))
     try:
-        loaded = holder.get()
-        if not holder.allow_insecure and not trusted_now(holder.path):
-            raise ModelError(f"model {holder.path} is not trusted (see spamnb info)")
+        loaded = _loaded(holder)
     except (ModelError, OSError) as exc:
-        raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+        if not own:
+            raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+        # A user's model the server cannot read (copied by root at 0600, damaged): the
+        # message is still scanned, with the site's model, whose name the verdict
+        # header carries; the log says why (once per user model and reason).
+        models.fell_back(holder, exc)
+        holder = models.served
+        try:
+            loaded = _loaded(holder)
+        except (ModelError, OSError) as exc2:
+            raise SpamdError("EX_IOERR", f"cannot read the model: {exc2}") from None
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
     label, p, score, t, evidence = judge(loaded.model, msg, want)
@@ -355,6 +376,14 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     if version < (1, 3):
         return reply(headers=[line], body=body, length=False)
     return reply(headers=[line], body=body)
+
+
+def _loaded(holder):
+    """The holder's model now, refused unless trusted; ModelError/OSError otherwise."""
+    loaded = holder.get()
+    if not holder.allow_insecure and not trusted_now(holder.path):
+        raise ModelError(f"model {holder.path} is not trusted (see spamnb info)")
+    return loaded
 
 
 def _find_header_end(out: bytes):
@@ -636,16 +665,24 @@ def check_exposure(host, allowed):
                          f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
 
 
+def check_listening(addresses, allow=()):
+    """``([parse_address(a)...], networks)`` of the options, ValueError when one is bad or
+    listens beyond loopback without ``allow``: ``serve`` asks before it loads any model."""
+    nets = parse_networks(allow)
+    listen = [parse_address(text) for text in addresses]
+    for kind, *where in listen:
+        if kind == "tcp":
+            check_exposure(where[0], nets)
+    return listen, nets
+
+
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
                  max_connections, compactor, log):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
-    nets = parse_networks(allow)
+    listen, nets = check_listening(addresses, allow)
     servers = []
     try:
-        for text in addresses:
-            kind, *where = parse_address(text)
-            if kind == "tcp":
-                check_exposure(where[0], nets)
+        for text, (kind, *where) in zip(addresses, listen):
             try:
                 srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1],
                                                                                       LOOPBACK + nets)

@@ -420,7 +420,8 @@ class _BaseCountNB(_BaseNB):
             self._changed(None)
 
     def _on_grow(self, V, d):
-        """Features V..d-1 were added, with zero counts; override to keep a summary in step."""
+        """Features V..d-1 were added (d < V: V-d were removed), with zero counts; override to
+        keep a summary in step."""
 
     def _on_counts(self, rows, old, new):
         """Counts of the given rows (features) change from old to new; override to keep a
@@ -543,6 +544,38 @@ class _BaseCountNB(_BaseNB):
         self.n_features_in_ = keep.size
         self._update_derived()
         return self
+
+    def drop_features(self, drop):
+        """Remove the feature columns ``drop`` (their counts are zero: tokens no learned
+        sample holds any more), so that |V| is what it was before they were learned.
+
+        The last columns move into the freed places: O(K·len(drop)), not O(K·|V|).
+        Returns ``(src, dst)``: column ``src[i]`` is now column ``dst[i]``; the caller
+        moves its own per-feature arrays (the vocabulary) the same way.
+        """
+        self._check_fitted()
+        self._ensure_derived()
+        V = self.n_features_in_
+        drop = np.unique(np.asarray(drop, dtype=np.intp))
+        if drop.size and (drop[0] < 0 or drop[-1] >= V):
+            raise ValueError(f"drop has column ids outside [0, {V})")
+        d = V - drop.size
+        dst = drop[drop < d]  # the places freed below the new end
+        tail = np.ones(V - d, dtype=bool)
+        tail[drop[drop >= d] - d] = False
+        src = d + np.flatnonzero(tail)  # the columns kept beyond it
+        old = self._fc[drop]
+        self._on_counts(drop, old, np.zeros_like(old))
+        self._T = np.maximum(self._T - old.sum(axis=0), 0.0)  # rounding left in the dropped counts
+        for name in ("_fc", "_Wt", "_Dt"):
+            a = getattr(self, name)
+            if a is not None:
+                a[dst] = a[src]
+                a[d:V] = 0.0  # rows >= n_features_in_ are always zero
+        self.n_features_in_ = d
+        self._on_grow(V, d)
+        self._changed(None)
+        return src, dst
 
     # -- derived ------------------------------------------------------------
     def _changed(self, rows):
@@ -784,7 +817,7 @@ class BernoulliNB(_BaseCountNB):
 
     def _on_grow(self, V, d):
         if self._hist is not None:
-            self._hist[:, 0] += d - V  # new words: m_cw = 0
+            self._hist[:, 0] += d - V  # new (or, d < V, removed) words: m_cw = 0
 
     def _on_counts(self, rows, old, new):
         if self._hist is None:

@@ -286,6 +286,21 @@ class Vocabulary:
         self._tokens = [self._tokens[i] for i in np.asarray(keep).tolist()]
         self._index = _lookup(self._tokens)
 
+    def shrink(self, src, dst, n: int) -> None:
+        """Keep ``n`` tokens: the one with id ``src[i]`` moves to id ``dst[i]``, the ids
+        in ``dst`` and those from ``n`` on not in ``src`` are removed (what
+        ``estimator.drop_features`` returns). O(removed), not O(len(self)): dict
+        order stays what :meth:`_growing` needs (new tokens at its end)."""
+        tokens, index = self._tokens, self._index
+        src, dst = np.asarray(src).tolist(), np.asarray(dst).tolist()
+        moved = set(src)
+        for i in dst + [i for i in range(n, len(tokens)) if i not in moved]:
+            del index[tokens[i]]
+        for i, j in zip(src, dst):
+            tokens[j] = tokens[i]
+            index[tokens[j]] = j
+        del tokens[n:]
+
 
 class HashingVocabulary:
     """Tokens mapped to a fixed number of columns by a stable hash (the hashing trick).

@@ -36,7 +36,7 @@ File layout
     payload the records of one update (one learn or forget call), each as
             uint32 length  record
     record  float64 time  16-byte message key  int8 old class  int8 new class
-            uint32 n tokens  uint32 tokens new to the model
+            uint32 n tokens  int32 tokens it adds to the vocabulary less those it takes out
             float64 Δ messages (ham, spam)  float64 Δ total count (ham, spam)
             uint64[n] token hashes (the scorer's)  float64[n] Δ ham  float64[n] Δ spam
             int8[n] Δ messages containing the token  uint32[n] token lengths  the tokens, UTF-8
@@ -65,6 +65,7 @@ import struct
 import time
 from array import array
 
+from spamnb.nb.membership import holds
 from spamnb.storage import store
 from spamnb.storage.store import ModelError
 
@@ -73,7 +74,7 @@ SUFFIX = ".journal"
 _HEADER = struct.Struct("<8s8s8s")
 _FRAME = struct.Struct("<cI")
 _COUNT = struct.Struct("<I")
-_FIXED = struct.Struct("<d16sbbIIdddd")
+_FIXED = struct.Struct("<d16sbbIidddd")
 _DIGEST = 16
 # Fold the journal into a new snapshot past this size (about 100 messages of
 # 300 distinct tokens). The cold path reads the whole journal at each delivery
@@ -481,13 +482,15 @@ class _Counts:
         self.messages = header["class_count"]
 
     def token(self, h):
-        """``(n_ham, n_spam)`` now, or None for a token the model does not know."""
+        """``(n_ham, n_spam)`` now, or None for a token the model does not know (never
+        learned, or its messages all forgotten: :mod:`spamnb.nb.membership`)."""
         base = self.sc.counts(h)
         d = self.ov.tokens.get(h)
         if d is None:
             return base
         nh, ns = base if base is not None else (0.0, 0.0)
-        return nh + d[0], ns + d[1]
+        nh, ns = nh + d[0], ns + d[1]
+        return (nh, ns) if holds(nh, ns) else None
 
     def record(self, key, old, new, toks, hashed) -> Record:
         """The record moving the message with tokens ``toks`` from class ``old`` to ``new``
@@ -524,7 +527,10 @@ class _Counts:
             delta = ([delta[0][i] for i in keep], [delta[1][i] for i in keep])
             d_df = [d_df[i] for i in keep]
             now = [now[i] for i in keep]
-        new_vocab = sum(1 for n in now if n is None)
+        # |V| changes by the tokens that join the vocabulary less those that leave it
+        after = [holds((0.0 if n is None else n[0]) + dh, (0.0 if n is None else n[1]) + ds)
+                 for n, dh, ds in zip(now, *delta)]
+        new_vocab = sum(a - (n is not None) for n, a in zip(now, after))
         return Record(key, -1 if old is None else old, new, hashes, delta[0], delta[1], d_df, tokens,
                       new_vocab=new_vocab, d_messages=tuple(d_messages),
                       d_totals=(math.fsum(delta[0]), math.fsum(delta[1])))

@@ -8,8 +8,8 @@ The default model
 -----------------
 A new user with no model still gets a working filter: when no ``--model`` is
 given and ``$SPAMNB_MODEL`` / the XDG path holds no model, spamnb trains one on
-the shipped SpamAssassin corpus (``corpora/spamassassin.tar.xz`` beside the
-package, or ``$SPAMNB_CORPUS``) on first use and caches it in
+the shipped SpamAssassin corpus (``spamnb/data/spamassassin.tar.xz``, in the
+package, so every install has it: ``corpora/`` links to it; or ``$SPAMNB_CORPUS``) on first use and caches it in
 ``$XDG_CACHE_HOME/spamnb/default-model.joblib``. Output then says that the
 default model is in use.
 """
@@ -26,15 +26,15 @@ from spamnb.verdict import default_model_notice
 
 
 NO_MODEL = ("no model of yours, and no shipped corpus to build the default model from "
-            "(an install without the source tree has none): train your own with "
+            "(an install without spamnb/data/spamassassin.tar.xz): train your own with "
             "`spamnb train --ham DIR --spam DIR`, or set SPAMNB_CORPUS to a labelled corpus")
 
 
 def shipped_corpus() -> Path | None:
-    """The shipped training corpus (``$SPAMNB_CORPUS``, else ``corpora/`` beside the
-    package), or None when there is none."""
+    """The shipped training corpus (``$SPAMNB_CORPUS``, else the package's own), or None
+    when there is none."""
     env = os.environ.get("SPAMNB_CORPUS")
-    path = Path(env) if env else Path(__file__).resolve().parents[2] / "corpora" / "spamassassin.tar.xz"
+    path = Path(env) if env else Path(__file__).resolve().parents[1] / "data" / "spamassassin.tar.xz"
     return path if path.exists() else None
 
 

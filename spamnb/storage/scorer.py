@@ -69,6 +69,7 @@ import os
 import struct
 import sys
 
+from spamnb.nb.membership import holds
 from spamnb.verdict import evidence
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "REBUILDABLE", "Scorer", "scorer_path", "token_hash",
@@ -395,7 +396,8 @@ class Scorer:
         """``(bias, [(token, weight, tf)])`` of the snapshot plus the journal's changes.
 
         The multinomial model only (docs/naive-bayes.md §5), as
-        :class:`spamnb.nb.naive_bayes.MultinomialNB` scores it:
+        :class:`spamnb.nb.naive_bayes.MultinomialNB` scores it (a token whose
+        messages were all forgotten is unknown again: :mod:`spamnb.nb.membership`):
 
             weight_w = [log(n_sw + λ) − log(n_hw + λ)] − D,  D = log(T_s + |V|·λ) − log(T_h + |V|·λ)
 
@@ -403,7 +405,8 @@ class Scorer:
         totals T_c, |V| (tokens new to the model) and the class counts: the
         weights of its tokens are computed from their counts, the others'
         compiled weights move by the change of D, and the bias (the prior
-        log-odds) is recomputed from the class counts.
+        log-odds) is recomputed from the class counts. |V| changes by the
+        records' ``new_vocab``: tokens that joined less those that left.
         """
         h = self.header
         ov = self.overlay
@@ -429,6 +432,8 @@ class Scorer:
                 continue
             nh, ns = (0.0, 0.0) if i is None else (self._counts[2 * i], self._counts[2 * i + 1])
             nh, ns = max(nh + d[0], 0.0), max(ns + d[1], 0.0)
+            if not holds(nh, ns):
+                continue
             known.append((t, math.log(ns + lam) - math.log(nh + lam) - D, n))
         return bias, known
 

@@ -4,7 +4,8 @@
 Writes, reproducibly (fixed member order, mtimes and owners):
 
 * ``corpora/spamassassin.tar.xz``: the SpamAssassin public corpus with its
-  ``index``, minus a held-out sample;
+  ``index``, minus a held-out sample (written through the link to
+  ``spamnb/data/``, where it ships inside the package for the default model);
 * ``corpora/sample-maildir/``: that held-out sample as a maildir (``cur/``),
   the mailbox the README's main command classifies, with its gold labels in
   ``corpora/sample-maildir.index`` (TREC index format).
