@@ -389,7 +389,8 @@ def test_config_file_must_be_private_and_is_read(dovecot, inbox, model, tmp_path
     assert res.exit_code == 0 and "classified 10" in res.stderr
     conf.write_text(conf.read_text() + "passwd = \"x\"\n")
     res = CliRunner().invoke(main, ["imap", "filter", "--model", str(model)])
-    assert res.exit_code == 1 and "unknown key(s) passwd" in res.stderr
+    # read as the [imap] table of the configuration files: an unknown key is named with FILE:LINE, exit 2
+    assert res.exit_code == 2 and f"{conf}:6: unknown key 'passwd' in [imap]" in res.stderr
 
 
 def test_no_password_on_the_command_line_and_no_plaintext_beyond_loopback(tmp_path):

@@ -51,6 +51,46 @@ _FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure"
 _FLOATS = DECISION_OPTIONS
 
 
+#: Configuration keys the fast path applies, and the option each stands for.
+_CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "learn",
+                 ("model", "allow_insecure"): "allow_insecure"}
+
+
+def with_config(opts, env=os.environ):
+    """``opts`` with the configuration files' values where the command line gave
+    none (:mod:`spamnb.storage.settings`), or None when only the click command can
+    answer (a broken file, a key this path does not handle: evidence, log lines).
+    The decision is one unit: any decision option on the command line sets it."""
+    from spamnb.storage import settings
+
+    if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
+        return opts  # the usual case: a few stats, no TOML parser
+    try:
+        layers = settings.Layers.load(env)
+    except settings.ConfigError:
+        return None
+    if layers.get("filter", "evidence") or layers.get("log", "messages"):
+        return None
+    out = dict(opts)
+    if all(opts[k] is None for k in DECISION_OPTIONS):
+        for k, value in zip(DECISION_OPTIONS, settings.decision_of(layers)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return None
+            out[k] = None if value is None else float(value)
+    for key, name in (("model", "model"), ("socket", "socket")):
+        value = layers.get("model" if key == "model" else "serve", "path" if key == "model" else "socket")
+        if out[name] is None and value is not None:
+            if not isinstance(value, str):
+                return None
+            out[name] = value
+    for (table, key), name in _CONFIG_FLAGS.items():
+        value = layers.get(table, key)
+        if value is not None and not isinstance(value, bool):
+            return None
+        out[name] = out[name] or bool(value)
+    return out
+
+
 def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
@@ -327,6 +367,8 @@ def main(args, load_cli, env=os.environ):
     """``spamnb filter ARGS``: the fast way when it can, else the click command
     (see :func:`full_path` for ``load_cli``)."""
     opts = parse_args(args)
+    if opts is not None:
+        opts = with_config(opts, env)
     if opts is None:
         full_path(load_cli, args)
         return
