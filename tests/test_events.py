@@ -70,6 +70,11 @@ def test_filter_writes_a_line_when_asked(compiled, a_spam):
     assert ev["via"] == "filter" and ev["verdict"] == "spam" and int(ev["size"]) == len(a_spam)
     res = run("filter", "--model", compiled, "--log-messages", "--log-format", "json", input=a_spam)
     assert json.loads(res.stderr.decode().strip().splitlines()[-1])["verdict"] == "spam"
+    # the fast path's line and the click command's (--evidence takes it) say the same
+    res = run("filter", "--model", compiled, "--log-messages", "--evidence", "1", input=a_spam)
+    full = events.parse(res.stderr.decode().strip().splitlines()[-1])
+    same = ("via", "verdict", "score", "p", "cutoff", "size", "user", "mid", "learned")
+    assert {k: full[k] for k in same} == {k: ev[k] for k in same}
 
 
 @pytest.mark.skipif(SPAMC is None, reason="spamc is not installed (apt-get install spamc)")

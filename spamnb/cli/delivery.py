@@ -141,11 +141,11 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 
 
 def _login():
-    import getpass
+    import pwd
 
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
         return str(os.geteuid())
 
 

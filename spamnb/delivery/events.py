@@ -32,7 +32,8 @@ DESTINATIONS = ("stderr", "syslog")
 #: Where a message came in (``via=``) and who taught a learned one (``source=``).
 VIA = ("socket", "spamd", "imap", "filter")
 SOURCES = ("filter-u", "tell", "imap", "cli")
-_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.:/@+-<>,")
+#: Characters a value may have and stay bare: printable ASCII but space, quote, backslash and ``=``.
+_PLAIN = frozenset(chr(c) for c in range(33, 127)) - set('"\\=')
 #: A Message-ID longer than this is cut (a header can be any length; a log line should not).
 MAX_VALUE = 200
 
@@ -156,7 +157,7 @@ class Recorder:
         self.emit({"event": "message", "via": via, "verdict": label, "score": f"{score:.2f}",
                    "p": f"{p:.6f}", "cutoff": f"{cutoffs[0]:g}/{cutoffs[1]:g}" if cutoffs else None,
                    "size": size, "ms": f"{seconds * 1000:.1f}", "user": user, "folder": folder,
-                   "mid": mid or "-", "learned": learned or "no", "why": why if learned else None})
+                   "mid": mid or "-", "learned": learned or "no", "why": why if learned and learned != "?" else None})
 
     def learned(self, label, source, *, raw=None, mid=None, user=None, was=None):
         """A message learned by the user's hand (``source``: TELL, an IMAP move, the
