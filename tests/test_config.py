@@ -284,3 +284,41 @@ def test_a_users_own_decision_overrides_the_sites_for_spamd(compiled, a_spam, tm
         assert b"Spam: True ; " in served.ask(request("CHECK", a_spam, User="alice"))
     finally:
         served.stop()
+
+
+def test_decision_keys_reach_every_deciding_command_but_train():
+    from spamnb.cli import main
+    from spamnb.cli.config import DECIDING, default_map
+    from spamnb.storage import settings
+
+    layers = settings.Layers([(settings.SYSTEM, "f", {"decision": {"spam_cutoff": 0.99}}, {})], env={})
+    found = default_map(main, layers)
+    for path in DECIDING:
+        node = found
+        for part in path.split():
+            node = node[part]
+        assert node["spam_cutoff"] == 0.99, path
+    assert "train" not in found and "train" not in found["imap"]
+
+
+def test_the_fast_paths_cache_follows_the_files(user_file, compiled, a_spam):
+    from spamnb.delivery import fastfilter
+    from spamnb.storage import settings
+
+    def opts():
+        return fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+
+    write(user_file, "[decision]\nspam_cutoff = 0.99\n")
+    assert opts()["spam_cutoff"] == 0.99
+    assert os.path.exists(settings.cache_path())
+    assert opts()["spam_cutoff"] == 0.99  # from the cache
+    write(user_file, "[decision]\nspam_cutoff = 0.9\n")
+    assert opts()["spam_cutoff"] == 0.9
+    user_file.chmod(0o666)  # the same bytes, now writable by others: refused, cache or not
+    assert opts() is None
+    user_file.chmod(0o644)
+    assert opts()["spam_cutoff"] == 0.9
+    user_file.unlink()
+    assert opts()["spam_cutoff"] is None
+    res = run("filter", "--model", compiled, input=a_spam)
+    assert res.returncode == 0 and b"X-Spam-Status: Yes" in res.stdout

@@ -70,7 +70,7 @@ def with_config(opts, env=os.environ):
     if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
         return opts  # the usual case: a few stats, no TOML parser
     try:
-        layers = settings.Layers.load(env)
+        layers = settings.load_cached(env)
     except settings.ConfigError:
         return None
     if layers.get("filter", "evidence"):

@@ -28,10 +28,10 @@ import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from spamnb.delivery.events import SOURCES, VIA
+from spamnb.delivery.spamd import LOOPBACK, client_allowed, parse_address
 from spamnb.storage import journal
 from spamnb.verdict import ACTIONS, LABELS
 
-LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -41,22 +41,12 @@ class MetricsError(Exception):
 
 
 def parse_listen(text):
-    """``(host, port)`` of ``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (127.0.0.1)."""
-    host, port = "127.0.0.1", text
-    if text.startswith("["):
-        host, _, port = text[1:].partition("]")
-        port = port[1:] if port.startswith(":") else ""
-    elif ":" in text:
-        host, _, port = text.rpartition(":")
-    if host == "localhost":
-        host = "127.0.0.1"
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        raise ValueError(f"--metrics {text}: the host must be an IP address (or localhost)") from None
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    """``(host, port)`` of ``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (127.0.0.1),
+    as ``--spamd`` reads a TCP address (:func:`spamnb.delivery.spamd.parse_address`)."""
+    kind, *where = parse_address(text, "--metrics") if "/" not in text else ("unix",)
+    if kind != "tcp":
         raise ValueError(f"--metrics {text}: give HOST:PORT or a port")
-    return host, int(port)
+    return where[0], where[1]
 
 
 def networks(cidrs):
@@ -184,13 +174,7 @@ class _Listener(ThreadingHTTPServer):
         super().__init__((metrics.host, metrics.port), _Handler)
 
     def verify_request(self, request, client_address):
-        try:
-            ip = ipaddress.ip_address(client_address[0])
-        except ValueError:
-            return False
-        if ip.version == 6 and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        return any(ip in net for net in self.metrics.allowed)
+        return client_allowed(client_address, self.metrics.allowed)
 
     def where(self):
         host, port = self.server_address[:2]

@@ -605,15 +605,9 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
 
     def verify_request(self, request, client_address):
         """Connections from outside the allowed networks are closed before a byte is read."""
-        try:
-            ip = ipaddress.ip_address(client_address[0])
-        except ValueError:
-            return False
-        if ip.version == 6 and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        if any(ip in net for net in self.allowed):
+        if client_allowed(client_address, self.allowed):
             return True
-        self.log(f"spamd: connection from {ip} refused (not in --allow)")
+        self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
         return False
 
     def close(self):
@@ -653,9 +647,22 @@ LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")
 DEFAULT_PORT = 783
 
 
-def parse_address(text: str):
+def client_allowed(client_address, allowed) -> bool:
+    """Whether a TCP client's address is in the ``allowed`` networks (an IPv4 client
+    on an IPv6 socket as its IPv4 address)."""
+    try:
+        ip = ipaddress.ip_address(client_address[0])
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in allowed)
+
+
+def parse_address(text: str, option="--spamd"):
     """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
-    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError otherwise."""
+    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError
+    otherwise (naming ``option``)."""
     if "/" in text:
         return ("unix", os.path.abspath(text))
     host, port = "127.0.0.1", text
@@ -665,12 +672,12 @@ def parse_address(text: str):
     elif ":" in text:
         host, _, port = text.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--spamd {text}: give HOST:PORT, a port, or a socket path")
+        raise ValueError(f"{option} {text}: give HOST:PORT, a port, or a socket path")
     try:
         ipaddress.ip_address(host)
     except ValueError:
         if host != "localhost":
-            raise ValueError(f"--spamd {text}: the host must be an IP address (or localhost)") from None
+            raise ValueError(f"{option} {text}: the host must be an IP address (or localhost)") from None
         host = "127.0.0.1"
     return ("tcp", host, int(port))
 
