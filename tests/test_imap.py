@@ -471,3 +471,45 @@ def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(do
             proc.stderr.close()
     assert code == 0, err
     assert "connection lost" in err and "stopped" in err
+
+
+def test_watch_serves_metrics_and_a_line_per_message(dovecot, model, tmp_path):
+    pytest.importorskip("prometheus_client", reason="the metrics extra is not installed (pip install 'spamnb[metrics]')")
+    import socket
+    import urllib.request
+
+    from spamnb.delivery import events
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = account(dovecot, tmp_path)
+    proc = subprocess.Popen(SPAMNB + ["imap", "filter", *args, "--model", str(model), "--watch", "--interval", "2",
+                                      "--metrics", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+
+    def page():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    try:
+        spam = sample("spam", 2, model=model)
+        assert _wait_for(lambda: dovecot.sessions())
+        for raw in spam:
+            dovecot.append("INBOX", raw)
+        assert _wait_for(lambda: 'spamnb_messages_total{verdict="spam",via="imap"} 2.0' in page()), page()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(20)
+        finally:
+            err = proc.stderr.read().decode()
+            proc.stdout.close()
+            proc.stderr.close()
+    assert code == 0, err
+    lines = [ev for line in err.splitlines() if (ev := events.parse(line))]
+    assert [ev["verdict"] for ev in lines] == ["spam", "spam"] and all(ev["via"] == "imap" for ev in lines)
+    assert lines[0]["user"] == dovecot.user
