@@ -186,11 +186,10 @@ def load(ctx, named):
         if ctx.invoked_subcommand == "filter":
             pass_through(str(exc))
         raise ConfigProblem(str(exc)) from None
-    if any(source == settings.IMAP_FILE for source, *_ in layers.layers):
-        path = next(p for s, p, *_ in layers.layers if s == settings.IMAP_FILE)
-        if ctx.invoked_subcommand == "imap":
-            click.echo(f"spamnb: note: {path} is read as the [imap] table of "
-                       f"{os.path.join(os.path.dirname(path), 'config.toml')}; move its keys there", err=True)
+    imap_file = next((path for source, path, *_ in layers.layers if source == settings.IMAP_FILE), None)
+    if imap_file and ctx.invoked_subcommand == "imap":
+        click.echo(f"spamnb: note: {imap_file} is read as the [imap] table of "
+                   f"{os.path.join(os.path.dirname(imap_file), 'config.toml')}; move its keys there", err=True)
 
 
 class ConfigProblem(click.ClickException):
