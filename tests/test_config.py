@@ -76,6 +76,15 @@ def test_each_source_overrides_the_one_before(system_file, user_file, tmp_path, 
     assert setting(out, "model", "path") == f'path = "{compiled}"  # environment $SPAMNB_MODEL'
     assert setting(out, "serve", "pidfile") == "# pidfile: unset (default)"
     assert setting(out, "serve", "socket").startswith("# socket: unset")
+    # one command line's settings: an option over all of them
+    out = run("config", "--command", "serve --timeout 3 --spamd 783",
+              env={"SPAMNB_CONFIG": str(named), "SPAMNB_MODEL": str(compiled)}).stdout.decode()
+    assert setting(out, "serve", "timeout") == "timeout = 3.0  # option"
+    assert setting(out, "serve", "max_connections") == f"max_connections = 9  # config file {named}:2"
+    assert setting(out, "serve", "max_bytes") == f"max_bytes = 1000  # system file {system_file}:2"
+    assert setting(out, "spamd", "listen") == 'listen = ["783"]  # option'
+    assert setting(out, "model", "path") == f'path = "{compiled}"  # environment $SPAMNB_MODEL'
+    assert "[imap]" not in out
     # the global --config wins over $SPAMNB_CONFIG
     other = write(tmp_path / "other.toml", "[serve]\nmax_connections = 10\n")
     out = run("--config", other, "config", env={"SPAMNB_CONFIG": str(named)}).stdout.decode()

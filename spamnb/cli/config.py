@@ -215,8 +215,11 @@ ALL_FILES = "\0all"  # --check without FILE
 @click.option("--check", "check_", is_flag=False, flag_value=ALL_FILES, default=None, metavar="[FILE]",
               help="Check the files read (or FILE only) and exit: 0 when good, 2 naming FILE:LINE for each "
                    "unknown key, wrong type or value out of range.")
+@click.option("--command", "command_line", metavar="'COMMAND [OPTIONS]'",
+              help="Show the settings of this command line instead, its options too "
+                   "(e.g. --command 'serve --spamd 783').")
 @click.pass_context
-def config(ctx, check_):
+def config(ctx, check_, command_line):
     """Show every setting and where it comes from; check configuration files.
 
     \b
@@ -231,6 +234,7 @@ def config(ctx, check_):
     Examples:
       spamnb config
       spamnb config --check /etc/spamnb/spamnb.toml
+      spamnb config --command 'serve --max-bytes 1000000'
       spamnb config reload            # a running `spamnb serve` rereads them
     """
     if ctx.invoked_subcommand is not None:
@@ -257,6 +261,9 @@ def config(ctx, check_):
         click.echo(f"{', '.join(names)}: ok")
         return
     click.echo("# read: " + (", ".join(f"{s} {p}" for s, p, *_ in layers.layers) or "no configuration file"))
+    if command_line:
+        _show_command(group, layers, command_line)
+        return
     table = None
     for (t, key) in KEYS:
         if t != table:
@@ -281,6 +288,49 @@ def config(ctx, check_):
             value, source, path, line = where
             at = f"{path}:{line}" if line else path
             click.echo(f"{key} = {_toml(value)}  # {source} {at}")
+
+
+def _show_command(group, layers, command_line):
+    """Each key of one command line: its value, and whether an option, a file,
+    the environment or the default set it."""
+    import shlex
+
+    from click.core import ParameterSource
+
+    words = shlex.split(command_line)
+    ctx = click.Context(group, info_name="spamnb", default_map=default_map(group, layers))
+    cmd, path = group, []
+    while isinstance(cmd, click.Group) and words and words[0] in cmd.commands:
+        path.append(words.pop(0))
+        cmd = cmd.commands[path[-1]]
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd, info_name=path[-1], parent=ctx)
+    if isinstance(cmd, click.Group) or not path:
+        raise click.UsageError(f"--command {command_line!r}: name a command, e.g. 'serve'")
+    # click.Command's own parsing: filter's would deliver standard input on a bad option
+    sub = click.Command.make_context(cmd, path[-1], words, parent=ctx)
+    here = " ".join(path)
+    table = None
+    for (t, key) in KEYS:
+        found = [p for p_path, p in targets(group, t, key) if p_path == here]
+        if not found:
+            continue
+        if t != table:
+            click.echo(f"\n[{t}]")
+            table = t
+        name = found[0].name
+        value, source = sub.params.get(name), sub.get_parameter_source(name)
+        where = layers.where(t, key)
+        if source == ParameterSource.COMMANDLINE:
+            said = "option"
+        elif where is not None and (source == ParameterSource.DEFAULT_MAP or where[1] == settings.ENVIRONMENT):
+            value, said = where[0], f"{where[1]} {where[2]}" + (f":{where[3]}" if where[3] else "")
+        else:
+            said = "default"
+        if value is None or value == () or value == []:
+            click.echo(f"# {key}: unset ({said})")
+        else:
+            click.echo(f"{key} = {_toml(list(value) if isinstance(value, tuple) else value)}  # {said}")
 
 
 @config.command("reload")
