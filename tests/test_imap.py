@@ -449,6 +449,16 @@ def _wait_for(pred, timeout=30.0):
     return False
 
 
+def _stop(proc):
+    """SIGTERM a watching ``imap filter``: ``(exit status, its stderr)``."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(20), proc.stderr.read().decode()
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(dovecot, model, tmp_path):
     args = account(dovecot, tmp_path)
     proc = subprocess.Popen(SPAMNB + ["imap", "filter", *args, "--model", str(model), "--watch", "--interval", "2"],
@@ -462,13 +472,7 @@ def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(do
         dovecot.append("INBOX", spam[1])
         assert _wait_for(lambda: message_key(spam[1]) in keys_in(dovecot, "Junk"), 40), "not filed after a drop"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(20)
-        finally:
-            err = proc.stderr.read().decode()
-            proc.stdout.close()
-            proc.stderr.close()
+        code, err = _stop(proc)
     assert code == 0, err
     assert "connection lost" in err and "stopped" in err
 
@@ -502,13 +506,7 @@ def test_watch_serves_metrics_and_a_line_per_message(dovecot, model, tmp_path):
             dovecot.append("INBOX", raw)
         assert _wait_for(lambda: 'spamnb_messages_total{verdict="spam",via="imap"} 2.0' in page()), page()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(20)
-        finally:
-            err = proc.stderr.read().decode()
-            proc.stdout.close()
-            proc.stderr.close()
+        code, err = _stop(proc)
     assert code == 0, err
     lines = [ev for line in err.splitlines() if (ev := events.parse(line))]
     assert [ev["verdict"] for ev in lines] == ["spam", "spam"] and all(ev["via"] == "imap" for ev in lines)
