@@ -200,13 +200,15 @@ def test_decision_applies_through_the_server(system_file, compiled, a_spam, tmp_
     proc = start_server(sock, compiled)
     try:
         write(system_file, ALL_UNSURE)
+        res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)  # checks the file
+        assert res.returncode == 2 and b"X-Spam-Status: Unsure" in res.stdout
         # the server's answer, asked by the fast client, which sends the files' decision
         from spamnb.delivery import fastfilter
 
         opts = fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
         out, label = fastfilter.via_server(sock, a_spam, str(compiled), False, opts)
         assert label == "unsure" and b"X-Spam-Status: Unsure" in out
-        res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)
+        res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)  # the fast path
         assert res.returncode == 2 and b"X-Spam-Status: Unsure" in res.stdout
     finally:
         proc.terminate()
@@ -310,24 +312,31 @@ def test_decision_keys_reach_every_deciding_command_but_train():
     assert "train" not in found and "train" not in found["imap"]
 
 
-def test_the_fast_paths_cache_follows_the_files(user_file, compiled, a_spam):
+def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_file, compiled, a_spam):
     from spamnb.delivery import fastfilter
     from spamnb.storage import settings
 
     def opts():
         return fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
 
+    def delivered():
+        """(filtered, passed through): exit 0-2 with the verdict's headers, or exit 3 unchanged."""
+        res = run("filter", "--model", compiled, input=a_spam)
+        return res.returncode != 3 and res.stdout != a_spam, res.returncode == 3 and res.stdout == a_spam
+
+    assert opts()["spam_cutoff"] is None  # no file: nothing to read
     write(user_file, "[decision]\nspam_cutoff = 0.99\n")
-    assert opts()["spam_cutoff"] == 0.99
-    assert os.path.exists(settings.cache_path())
-    assert opts()["spam_cutoff"] == 0.99  # from the cache
+    assert opts() is None  # not checked yet: the click command reads it, once
+    assert delivered() == (True, False)
+    assert os.path.exists(settings.cache_path()) and opts()["spam_cutoff"] == 0.99
     write(user_file, "[decision]\nspam_cutoff = 0.9\n")
-    assert opts()["spam_cutoff"] == 0.9
-    user_file.chmod(0o666)  # the same bytes, now writable by others: refused, cache or not
     assert opts() is None
+    assert delivered() == (True, False) and opts()["spam_cutoff"] == 0.9
+    user_file.chmod(0o666)  # the same bytes, now writable by others: refused on every path
+    assert opts() is None and delivered() == (False, True)
     user_file.chmod(0o644)
-    assert opts()["spam_cutoff"] == 0.9
+    assert delivered() == (True, False) and opts()["spam_cutoff"] == 0.9
+    write(user_file, "[decision]\nspam_cutof = 0.9\n")  # a key the click command does not know
+    assert delivered() == (False, True) and opts() is None
     user_file.unlink()
-    assert opts()["spam_cutoff"] is None
-    res = run("filter", "--model", compiled, input=a_spam)
-    assert res.returncode == 0 and b"X-Spam-Status: Yes" in res.stdout
+    assert opts()["spam_cutoff"] is None and delivered() == (True, False)

@@ -180,8 +180,11 @@ def load(ctx, named):
     """Read the files and give the commands their values; a broken file is an error
     (for ``filter``: the message passes through, as for any other error)."""
     try:
+        stamped = settings.stamps(named=named)
         layers = settings.Layers.load(named=named)
         ctx.default_map = default_map(ctx.command, layers)
+        if named is None and layers.layers and settings.read_cache() is None:
+            settings.write_cache(layers, stamped)  # checked: the fast filter path may use them
     except settings.ConfigError as exc:
         if ctx.invoked_subcommand == "filter":
             pass_through(str(exc))
@@ -242,6 +245,7 @@ def config(ctx, check_, command_line):
     group = ctx.find_root().command
     named = ctx.find_root().params.get("config_file")
     file = None if check_ in (None, ALL_FILES) else check_
+    stamped = settings.stamps(named=named)
     try:
         if file:
             tables, lines = settings.read(file, must_exist=True)
@@ -256,6 +260,8 @@ def config(ctx, check_, command_line):
         click.echo(f"spamnb: error: {describe(p)}", err=True)
     if found:
         sys.exit(2)
+    if not file and named is None and layers.layers:
+        settings.write_cache(layers, stamped)  # checked: the fast filter path may use them
     if check_:
         names = [p for _, p, *_ in layers.layers] or ["no configuration file"]
         click.echo(f"{', '.join(names)}: ok")

@@ -62,16 +62,16 @@ _CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "lea
 
 def with_config(opts, env=os.environ):
     """``opts`` with the configuration files' values where the command line gave
-    none (:mod:`spamnb.storage.settings`), or None when only the click command can
-    answer (a broken file, a key this path does not handle: evidence).
+    none, from the files as the click command last read and checked them
+    (:func:`spamnb.storage.settings.read_cache`), or None when only the click command can
+    answer (files changed since, or broken; a key this path does not handle: evidence).
     The decision is one unit: any decision option on the command line sets it."""
     from spamnb.storage import settings
 
     if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
         return opts  # the usual case: a few stats, no TOML parser
-    try:
-        layers = settings.load_cached(env)
-    except settings.ConfigError:
+    layers = settings.read_cache(env)
+    if layers is None:  # files the click command has not read and checked yet: it does, once
         return None
     if layers.get("filter", "evidence"):
         return None

@@ -181,10 +181,13 @@ class Layers:
 #
 # `spamnb filter` runs once per delivery. Importing tomllib (with `typing` and `re`)
 # and parsing costs it about a third more CPU through the server (measured with
-# /usr/bin/time beside a run without a file), so the layers read are kept in a
-# marshal file, valid while every file, and its folder, has the same identity,
-# owner and mode as when it was read (a chmod that makes one untrusted changes
-# its ctime). marshal is built in: nothing to import.
+# /usr/bin/time beside a run without a file), and checking every key is the command
+# line's (the click options). So a click command that has read and checked the
+# files keeps them in a marshal file (:func:`write_cache`), valid while every file,
+# and its folder, has the same identity, owner and mode as when it was read (a chmod
+# that makes one untrusted changes its ctime); the fast path reads only that
+# (:func:`read_cache`) and leaves files it has not seen checked to the click command,
+# so both answer alike for the same files. marshal is built in: nothing to import.
 
 
 def cache_path(env=os.environ) -> str:
@@ -194,9 +197,10 @@ def cache_path(env=os.environ) -> str:
     return os.path.join(base, "spamnb", "config.cache")
 
 
-def _stamps(env, named):
+def stamps(env=os.environ, named=None):
+    """What the cache is valid for: each file's and its folder's identity, owner and mode."""
     out = []
-    for source, path, must in files(env, named):
+    for _, path, _ in files(env, named):
         try:
             st, dst = os.stat(path), os.stat(os.path.dirname(os.path.abspath(path)))
         except OSError:
@@ -207,28 +211,33 @@ def _stamps(env, named):
     return out
 
 
-def load_cached(env=os.environ, named=None) -> Layers:
-    """:meth:`Layers.load`, through the cache when the files have not changed
-    since it was written (ConfigError as :meth:`Layers.load` raises it)."""
+def read_cache(env=os.environ):
+    """The checked layers of the files as they are now, or None (no cache, or a file changed)."""
     import marshal
 
-    stamps = _stamps(env, named)
+    try:
+        fd = os.open(cache_path(env), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        saved, layers = marshal.loads(os.read(fd, 1 << 20))
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+    return Layers(layers, env) if saved == stamps(env) else None
+
+
+def write_cache(layers, stamped, env=os.environ):
+    """Keep ``layers`` (read and checked, the files as ``stamped`` before reading) for the fast path."""
+    import marshal
+
     cache = cache_path(env)
     try:
-        fd = os.open(cache, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-        try:
-            st = os.fstat(fd)
-            if st.st_uid == os.geteuid() and not st.st_mode & 0o022:
-                saved, layers = marshal.loads(os.read(fd, 1 << 20))
-                if saved == stamps:
-                    return Layers(layers, env)
-        finally:
-            os.close(fd)
-    except (OSError, ValueError, EOFError, TypeError):
-        pass
-    layers = Layers.load(env, named)
-    try:
-        data = marshal.dumps((stamps, layers.layers))
+        data = marshal.dumps((stamped, layers.layers))
         os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
         tmp = f"{cache}.{os.getpid()}.tmp"
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -239,7 +248,6 @@ def load_cached(env=os.environ, named=None) -> Layers:
         os.replace(tmp, cache)
     except (OSError, ValueError):  # a value marshal cannot keep (a TOML date), a read-only home: no cache
         pass
-    return layers
 
 
 def decision_of(layers) -> list:
