@@ -7,8 +7,10 @@
 # through them), systemd-analyze (Debian's systemd package: checks the units in
 # contrib/systemd), spamc (SpamAssassin's client, which the --spamd tests talk to
 # spamnb serve with), dovecot (Debian's dovecot-imapd: the IMAP tests run a private
-# Dovecot per test, see tests/dovecot.py) and exim4 (exim4-daemon-heavy: the Exim
-# spam= ACL test). Missing ones are installed when we are root and apt-get is
+# Dovecot per test, see tests/dovecot.py), exim4 (exim4-daemon-heavy: the Exim
+# spam= ACL test) and prometheus (Debian's prometheus, with promtool: it scrapes a
+# running spamnb serve --metrics in tests/test_prometheus.py). Missing ones are
+# installed when we are root and apt-get is
 # there, except one whose install would remove another package (exim4 and postfix
 # each replace the other MTA); otherwise, or when that fails, each missing one is
 # named here and its tests are skipped with the reason.
@@ -19,7 +21,7 @@ cd "$(dirname "$0")/.."
 missing_tools() {  # "command:package" pairs whose command is neither on PATH nor in an sbin folder
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
-                exim4:exim4-daemon-heavy; do
+                exim4:exim4-daemon-heavy prometheus:prometheus promtool:prometheus; do
         # dovecot and exim4 are daemons in /usr/sbin, off a user's PATH (their tests look there too)
         PATH="$PATH:$SBIN" command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done

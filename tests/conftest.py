@@ -45,6 +45,10 @@ def isolated_env(tmp_path_factory, monkeypatch):
         monkeypatch.setenv(name, str(base / sub))
     monkeypatch.delenv("SPAMNB_MODEL", raising=False)
     monkeypatch.delenv("SPAMNB_DEBUG", raising=False)
+    # configuration files: none of the machine's (/etc/spamnb, $XDG_CONFIG_HOME) unless a test writes one
+    monkeypatch.delenv("SPAMNB_CONFIG", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
+    monkeypatch.setenv("SPAMNB_SYSTEM_CONFIG", str(base / "system.toml"))
     monkeypatch.setenv("SPAMNB_CORPUS", str(base / "no-corpus.tar.gz"))
     return base
 

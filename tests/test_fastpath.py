@@ -174,7 +174,8 @@ def test_fast_path_equals_click_command_with_options(compiled, trained_model, ar
     (["--model", "m"], True), (["--model=m", "--exit-zero"], True), (["--socket", "/s"], True),
     (["--evidence", "3"], False), (["--learn"], True), (["-u"], True), (["--help"], False),
     (["--model", "a", "--model", "b"], False), (["stray"], False), (["--spam-cutoff", "x"], False),
-    (["--model"], False), (["--exit-zero=1"], False)])
+    (["--model"], False), (["--exit-zero=1"], False), (["--log-messages", "--log-format", "json"], True),
+    (["--log-to", "syslog"], True), (["--log-format", "xml"], False)])
 def test_parse_args_handles_only_what_it_knows(args, handled):
     assert (fastfilter.parse_args(args) is not None) == handled
 

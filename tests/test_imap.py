@@ -390,7 +390,8 @@ def test_config_file_must_be_private_and_is_read(dovecot, inbox, model, tmp_path
     assert res.exit_code == 0 and "classified 10" in res.stderr
     conf.write_text(conf.read_text() + "passwd = \"x\"\n")
     res = CliRunner().invoke(main, ["imap", "filter", "--model", str(model)])
-    assert res.exit_code == 1 and "unknown key(s) passwd" in res.stderr
+    # read as the [imap] table of the configuration files: an unknown key is named with FILE:LINE, exit 2
+    assert res.exit_code == 2 and f"{conf}:6: unknown key 'passwd' in [imap]" in res.stderr
 
 
 def test_no_password_on_the_command_line_and_no_plaintext_beyond_loopback(tmp_path):
@@ -449,6 +450,16 @@ def _wait_for(pred, timeout=30.0):
     return False
 
 
+def _stop(proc):
+    """SIGTERM a watching ``imap filter``: ``(exit status, its stderr)``."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(20), proc.stderr.read().decode()
+    finally:
+        proc.stdout.close()
+        proc.stderr.close()
+
+
 def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(dovecot, model, tmp_path):
     args = account(dovecot, tmp_path)
     proc = subprocess.Popen(SPAMNB + ["imap", "filter", *args, "--model", str(model), "--watch", "--interval", "2"],
@@ -462,13 +473,7 @@ def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(do
         dovecot.append("INBOX", spam[1])
         assert _wait_for(lambda: message_key(spam[1]) in keys_in(dovecot, "Junk"), 40), "not filed after a drop"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait(20)
-        finally:
-            err = proc.stderr.read().decode()
-            proc.stdout.close()
-            proc.stderr.close()
+        code, err = _stop(proc)
     assert code == 0, err
     assert "connection lost" in err and "stopped" in err
 
@@ -501,3 +506,39 @@ def test_the_delivery_filters_filing_in_junk_is_not_a_correction(dovecot, model,
     code, err = run(dovecot, tmp_path, "filter", model=model)
     assert code == 0 and "learned 0 as spam and 1 as ham" in err, err
     assert known(model, ham) == 0
+
+
+def test_watch_serves_metrics_and_a_line_per_message(dovecot, model, tmp_path):
+    pytest.importorskip("prometheus_client", reason="the metrics extra is not installed (pip install 'spamnb[metrics]')")
+    import socket
+    import urllib.request
+
+    from spamnb.delivery import events
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = account(dovecot, tmp_path)
+    proc = subprocess.Popen(SPAMNB + ["imap", "filter", *args, "--model", str(model), "--watch", "--interval", "2",
+                                      "--metrics", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ))
+
+    def page():
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
+    try:
+        spam = sample("spam", 2, model=model)
+        assert _wait_for(lambda: dovecot.sessions())
+        for raw in spam:
+            dovecot.append("INBOX", raw)
+        assert _wait_for(lambda: 'spamnb_messages_total{verdict="spam",via="imap"} 2.0' in page()), page()
+    finally:
+        code, err = _stop(proc)
+    assert code == 0, err
+    lines = [ev for line in err.splitlines() if (ev := events.parse(line))]
+    assert [ev["verdict"] for ev in lines] == ["spam", "spam"] and all(ev["via"] == "imap" for ev in lines)
+    assert lines[0]["user"] == dovecot.user

@@ -110,7 +110,7 @@ def spam_and_ham(compiled):
     sc = fresh_scorer(str(compiled))
     by_label = {}
     for raw in messages():
-        label = spamd.judge(sc, raw, 0)[0]
+        label = spamd.judge(sc, raw, 0)[0].label
         by_label.setdefault(label, raw)
     return by_label["spam"], by_label["ham"]
 

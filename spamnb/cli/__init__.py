@@ -18,7 +18,7 @@ import sys
 import click
 
 from spamnb._version import __version__
-from spamnb.cli import delivery, evaluate, explain, imap, learning, mailbox, train
+from spamnb.cli import config, delivery, evaluate, explain, imap, learning, mailbox, stats, train
 
 
 class _Group(click.Group):
@@ -82,7 +82,11 @@ def _silence_stdout():
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="spamnb")
-def main():
+@click.option("--config", "config_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="A configuration file read after the system and user files (default $SPAMNB_CONFIG); "
+                   "see `spamnb config`.")
+@click.pass_context
+def main(ctx, config_file):
     """spamnb: a naive Bayes spam filter for your own mail.
 
     \b
@@ -92,7 +96,11 @@ def main():
     \b
     Or run it as a procmail/maildrop filter (see `spamnb filter --help`).
     Without a model of your own, a default one trained on the shipped corpus is used.
+    Settings can live in /etc/spamnb/spamnb.toml and ~/.config/spamnb/config.toml
+    (`spamnb config` shows them).
     """
+    if ctx.invoked_subcommand != "config":  # config --check reports a broken file itself
+        config.load(ctx, config_file)
 
 
 
@@ -100,5 +108,5 @@ def main():
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
                  learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
-                 explain.tokens, imap.imap):
+                 explain.tokens, imap.imap, config.config, stats.stats):
     main.add_command(_command)

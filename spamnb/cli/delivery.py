@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
 
-from spamnb.cli.options import decision_options, model_options, notice, open_model
+from spamnb import verdict
+from spamnb.cli.options import (cutoffs, decision_options, log_options, metrics_from, metrics_options, model_options,
+                                notice, open_model, pass_through, recorder)
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
@@ -23,14 +26,7 @@ class _FilterCommand(click.Command):
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
         except click.ClickException as exc:
-            click.echo(passed_through(exc.format_message().rstrip(".")), err=True)
-            try:
-                stdout = sys.stdout.buffer
-                stdout.write(sys.stdin.buffer.read())
-                stdout.flush()
-            except OSError:
-                pass
-            raise click.exceptions.Exit(EXIT_ERROR) from None
+            pass_through(exc.format_message().rstrip("."))
 
 
 @click.command("filter", cls=_FilterCommand)
@@ -45,8 +41,9 @@ class _FilterCommand(click.Command):
               help="Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
                    "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
 @decision_options
+@log_options(False)
 def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
-            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to):
     """Filter one message from standard input to standard output.
 
     Adds X-Spam-Flag: YES|NO and X-Spam-Status: Yes|No|Unsure, probability=...,
@@ -88,7 +85,8 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     try:
         raw = stdin.read()
         out, label = _filter_message(raw, model_path, allow_insecure_model, learn_, evidence,
-                                     (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff))
+                                     (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
+                                     recorder(log_messages, log_format, log_to))
         code = 0 if exit_zero else EXIT_CODES[label]
     except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
         click.echo(passed_through(_reason(exc)), err=True)
@@ -117,12 +115,17 @@ def _reason(exc):
     return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
-def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):
-    from spamnb.delivery.hook import LEARN_TIMEOUT, filter_message, not_learned
+def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision, rec):
+    import time
 
+    from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, not_learned
+
+    start = time.perf_counter()
     model, path, is_default = open_model(model_path, allow_insecure_model)
-    out, label, learns = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
-    if learn_ and learns and not is_default:
+    pos, block, d = filter_verdict(model, raw, model_name(path, is_default), decision, n_evidence)
+    out, label, learns = raw[:pos] + block + raw[pos:], d.label, d.learns
+    learned = learn_ and learns and not is_default
+    if learned:
         from spamnb.storage.modelfile import learn_messages
         from spamnb.storage.store import ModelError, lock_timeout
 
@@ -131,7 +134,19 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
                            timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
         except ModelError as exc:  # the verdict stands: deliver it, unlearned
             click.echo(not_learned(exc), err=True)
+            learned = False
+    rec.message("filter", label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
+                user=_login(), learned=label if learned else None, why="filter-u")
     return out, label
+
+
+def _login():
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 # -- serve -----------------------------------------------------------------------
@@ -164,8 +179,13 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
               help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
-def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode):
+@decision_options
+@log_options(True)
+@metrics_options
+@click.pass_context
+def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
+          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode, cost_fp, cost_fn, cost_unsure,
+          spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -176,7 +196,14 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
 
     With --spamd it also answers SpamAssassin's protocol (CHECK, SYMBOLS,
     REPORT, REPORT_IFSPAM, PROCESS, HEADERS, PING, SKIP, TELL) for spamc,
-    Exim and Haraka; see docs/spamd.md.
+    Exim and Haraka; see docs/spamd.md. The decision options
+    (and the [decision] table of the configuration files) override every
+    model's cut-offs for spamd clients; `spamnb filter` sends its own.
+
+    One line per message on stderr (--log-to syslog, --log-format json);
+    Prometheus metrics with --metrics HOST:PORT. On SIGHUP (or `spamnb config
+    reload`) it rereads the configuration files' [decision] table without
+    dropping a connection; see docs/admin.md.
 
     To run it as a service: the systemd units in contrib/systemd/ (a user
     unit, and spamnb@USER.service for a mail host); see docs/delivery.md.
@@ -205,23 +232,63 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
             check_listening(spamd_addresses, allow)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
+    decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
     _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
+    meter = metrics_from(metrics_address, metrics_allow)
+    rec = recorder(log_messages, log_format, log_to, meter)
+    spamd_models = []
     others = None
     if spamd_addresses:
         from spamnb.delivery import spamd
 
         def others(holder, compactor, log):
-            models = spamd.Models(holder, is_default, user_models, log)
+            models = spamd.Models(holder, is_default, user_models, log, decision=decision, recorder=rec)
+            spamd_models.append(models)
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
                                       allow_tell=allow_tell, unix_mode=mode, max_connections=max_connections,
                                       compactor=compactor, log=log)
+
+    def reload():
+        new = reread_decision(ctx)
+        for models in spamd_models:
+            models.decision = new  # one assignment: a request in flight keeps the tuple it read
+        return f"configuration reread; decision {_shown(new)}"
+
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
                    max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections,
-                   others=others)
+                   others=others, recorder=rec, reload=reload, metrics=meter and meter.listener)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except ServerError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from None
+
+
+def reread_decision(ctx):
+    """The decision of a running command after its configuration files changed:
+    the options given on its command line, else the files' [decision] keys now."""
+    from click.core import ParameterSource
+
+    from spamnb.storage import settings
+
+    root = ctx.find_root()
+    layers = settings.Layers.load(named=root.params.get("config_file"))
+    from spamnb.cli.config import default_map
+
+    fresh = default_map(root.command, layers)  # checks the files: ConfigError keeps the old decision
+    for part in ctx.command_path.split()[1:]:
+        fresh = fresh.get(part, {})
+    out = []
+    for name in verdict.DECISION_OPTIONS:
+        given = ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+        out.append(ctx.params[name] if given else fresh.get(name))
+    cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *out)
+    return tuple(out)
+
+
+def _shown(decision):
+    given = [f"{k}={v:g}" for k, v in zip(verdict.DECISION_OPTIONS, decision) if v is not None]
+    return ", ".join(given) or "the model's cut-offs"

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from spamnb.cli.options import notice
+from spamnb.cli.options import decision_options, log_options, metrics_from, metrics_options, notice, recorder
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -127,7 +127,12 @@ def train(ham, spam, config_path, **kw):
                    "of your own); your corrections are learned either way.")
 @click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
 @account_options
-def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, **kw):
+@decision_options
+@log_options(True)
+@metrics_options
+def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, cost_fp, cost_fn,
+            cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow,
+            **kw):
     """Classify new messages, move spam to Junk, learn from your moves.
 
     Each pass: a message you moved into Junk is learned as spam; one spamnb
@@ -135,6 +140,9 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     learned as ham; deleting from Junk teaches nothing. Then every message of
     the folder not classified yet gets the keyword $Junk or $NotJunk and spam
     moves to Junk. State (what was seen and filed) lives beside the model.
+
+    A line per message on stderr (--no-log-messages: none); with --watch,
+    --metrics HOST:PORT serves Prometheus metrics (see docs/admin.md).
     """
     from spamnb.delivery import imap as lib
     from spamnb.storage import store
@@ -151,8 +159,20 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
         raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
     if lock is None:
         raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
+    if metrics_address and not watch:
+        raise click.UsageError("--metrics is for --watch")
+    meter = metrics_from(metrics_address, metrics_allow)
+    rec = recorder(log_messages, log_format, log_to, meter)
+    listener = None
     try:
-        judge, learn = _judge_and_learn(s.model, learn_verdicts)
+        decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+        judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user)
+        if meter is not None:
+            import threading
+
+            listener = meter.listener()
+            threading.Thread(target=listener.serve_forever, daemon=True).start()
+            say(f"serving Prometheus metrics on {listener.where()}")
 
         def one_pass(client):
             # the state as on disk: a pass that failed half-way is redone from its last save
@@ -173,31 +193,54 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     except lib.ImapError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
+        if listener is not None:
+            listener.shutdown()
+            listener.close()
         os.close(lock)
 
 
-def _judge_and_learn(model_path, learn_verdicts=True):
+def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=None, user=None):
     """``judge(raw) -> (label, p, learn)`` with the user's model as it is now (their
-    own once they have one, else the default), ``learn`` saying whether the verdict
+    own once they have one, else the default) under ``decision`` (the decision
+    options: the model's cut-offs when all None), ``learn`` saying whether the verdict
     is learned as ``filter -u`` would learn it (never with the default model), and
     ``learn(items)`` into their own model (made from the default one at the first
-    correction, as `spamnb learn` does)."""
+    correction, as `spamnb learn` does). ``rec``: the Recorder of each message and
+    of each correction learned."""
+    import hashlib
+    import time
+
+    from spamnb.delivery.events import NOTHING
     from spamnb.delivery.hook import decide
     from spamnb.delivery.server import ModelHolder
     from spamnb.storage.modelfile import default_seed, learn_messages, open_model, own_model_path, resolve
 
     holders = {}
+    rec = rec or NOTHING
+    own = set()  # digests of the verdicts judge() said to learn: the others learn() gets are the user's moves
 
     def judge(raw):
+        start = time.perf_counter()
         path, is_default = resolve(model_path)
         if is_default and not path.exists():
             open_model(model_path, notice=notice)  # builds the default model once
         holder = holders.get(path) or holders.setdefault(path, ModelHolder(str(path)))
-        d = decide(holder.get().model, raw)
-        return d.label, d.p, learn_verdicts and not is_default and d.learns
+        d = decide(holder.get().model, raw, decision)
+        learns = learn_verdicts and not is_default and d.learns
+        if learns:
+            own.add(hashlib.sha256(raw).digest())
+        rec.message("imap", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
+                    user=user, learned=d.label if learns else None, why="filter-u")
+        return d.label, d.p, learns
 
     def learn(items):
         learn_messages(own_model_path(model_path), items, create=default_seed, warn=notice)
+        for raw, label in items:
+            digest = hashlib.sha256(raw).digest()
+            if digest in own:
+                own.discard(digest)
+            else:
+                rec.learned(label, "imap", raw=raw, user=user)
 
     return judge, learn
 

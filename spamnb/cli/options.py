@@ -6,9 +6,12 @@ Decision options become cut-offs through :func:`spamnb.verdict.cutoffs_from`
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from spamnb import verdict
+from spamnb.verdict import EXIT_ERROR, passed_through
 
 
 def model_options(f):
@@ -20,6 +23,18 @@ def model_options(f):
     return f
 
 
+def _decision_default(ctx, param, value):
+    """The decision is one unit: a configuration file's decision keys step aside for
+    any decision option on the command line (click processes those first), so
+    `--cost-fp 20` over a file's spam_cutoff is not "costs and cut-offs both"."""
+    from click.core import ParameterSource
+
+    if ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and any(
+            ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in verdict.DECISION_OPTIONS):
+        return None
+    return value
+
+
 def decision_options(f):
     for name, text in [
         ("--ham-cutoff", "Decide ham when P(spam|x) <= this."),
@@ -28,7 +43,7 @@ def decision_options(f):
         ("--cost-fn", "Loss of letting a spam through (default 1)."),
         ("--cost-fp", "Loss of filing a ham as spam (default 10)."),
     ]:
-        f = click.option(name, type=float, help=text)(f)
+        f = click.option(name, type=float, help=text, callback=_decision_default)(f)
     return f
 
 
@@ -221,3 +236,69 @@ def model_factory(model_type, alpha, prior, features, only_headers, skip_headers
 def header_list(text):
     """``--only-headers``/``--skip-headers``: comma-separated names, lower-cased."""
     return tuple(h.strip().lower() for h in text.split(",") if h.strip())
+
+
+def log_options(default_on):
+    """``--log-messages``, ``--log-format``, ``--log-to``: a line per message
+    (:mod:`spamnb.delivery.events`); on by default for servers, asked for by ``filter``."""
+    def add(f):
+        opts = [
+            click.option("--log-messages/--no-log-messages", default=default_on, show_default=True,
+                         help="Write one line per message: time, verdict, score, cut-offs, size, "
+                              "milliseconds, user, Message-ID, whether it was learned."),
+            click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+                         help="text: key=value pairs (grep verdict=spam); json: one object a line."),
+            click.option("--log-to", type=click.Choice(["stderr", "syslog"]), default="stderr", show_default=True,
+                         help="stderr (journald keeps it under systemd) or syslog (facility mail)."),
+        ]
+        for opt in reversed(opts):
+            f = opt(f)
+        return f
+    return add
+
+
+def metrics_options(f):
+    """``--metrics HOST:PORT`` and who may scrape it (:mod:`spamnb.delivery.metrics`)."""
+    f = click.option("--metrics-allow", multiple=True, metavar="CIDR",
+                     help="Networks whose clients may read --metrics besides this machine (repeatable); "
+                          "needed to listen on an address other than loopback.")(f)
+    f = click.option("--metrics", "metrics_address", metavar="HOST:PORT",
+                     help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: on 127.0.0.1; "
+                          "needs the metrics extra: pip install 'spamnb[metrics]').")(f)
+    return f
+
+
+def recorder(log_messages, log_format, log_to, metrics=None):
+    """The :class:`spamnb.delivery.events.Recorder` of the log options."""
+    from spamnb.delivery.events import Recorder
+
+    return Recorder(lines=log_messages, fmt=log_format, to=log_to, metrics=metrics)
+
+
+def metrics_from(address, allow):
+    """The :class:`spamnb.delivery.metrics.Metrics` of --metrics, or None."""
+    if not address:
+        if allow:
+            raise click.UsageError("--metrics-allow is for --metrics")
+        return None
+    from spamnb.delivery import metrics
+
+    try:
+        return metrics.Metrics(address, allow)
+    except metrics.MetricsError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def pass_through(reason):
+    """Deliver standard input unchanged, say why on stderr, and exit 3: what ``filter``
+    does when it cannot even start (bad options, a broken configuration file)."""
+    click.echo(passed_through(reason), err=True)
+    try:
+        stdout = sys.stdout.buffer
+        stdout.write(sys.stdin.buffer.read())
+        stdout.flush()
+    except OSError:
+        pass
+    raise click.exceptions.Exit(EXIT_ERROR)

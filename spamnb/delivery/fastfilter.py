@@ -36,6 +36,7 @@ written out unchanged and the exit status is 3.
 import io
 import os
 import sys
+import time  # loaded by the interpreter's own start-up: free here
 
 from spamnb.storage import locate
 from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
@@ -46,16 +47,64 @@ SOCKET_TIMEOUT = 10.0
 
 _VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
-                  "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
-_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn"}
+                  "--cost-fn": "cost_fn", "--cost-fp": "cost_fp", "--log-format": "log_format",
+                  "--log-to": "log_to"}
+_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn",
+          "--log-messages": "log"}
+_LOG_CHOICES = {"log_format": ("text", "json"), "log_to": ("stderr", "syslog")}
 _FLOATS = DECISION_OPTIONS
+
+
+#: Configuration keys the fast path applies, and the option each stands for.
+_CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "learn",
+                 ("model", "allow_insecure"): "allow_insecure", ("log", "messages"): "log"}
+
+
+def with_config(opts, env=os.environ):
+    """``opts`` with the configuration files' values where the command line gave
+    none, from the files as the click command last read and checked them
+    (:func:`spamnb.storage.settings.read_cache`), or None when only the click command can
+    answer (files changed since, or broken; a key this path does not handle: evidence).
+    The decision is one unit: any decision option on the command line sets it."""
+    from spamnb.storage import settings
+
+    if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
+        return opts  # the usual case: a few stats, no TOML parser
+    layers = settings.read_cache(env)
+    if layers is None:  # files the click command has not read and checked yet: it does, once
+        return None
+    if layers.get("filter", "evidence"):
+        return None
+    out = dict(opts)
+    for key in _LOG_CHOICES:
+        value = layers.get("log", key[4:])
+        if value is not None and value not in _LOG_CHOICES[key]:
+            return None
+        out[key] = out[key] or value
+    if all(opts[k] is None for k in DECISION_OPTIONS):
+        for k, value in zip(DECISION_OPTIONS, settings.decision_of(layers)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return None
+            out[k] = None if value is None else float(value)
+    for key, name in (("model", "model"), ("socket", "socket")):
+        value = layers.get("model" if key == "model" else "serve", "path" if key == "model" else "socket")
+        if out[name] is None and value is not None:
+            if not isinstance(value, str):
+                return None
+            out[name] = value
+    for (table, key), name in _CONFIG_FLAGS.items():
+        value = layers.get(table, key)
+        if value is not None and not isinstance(value, bool):
+            return None
+        out[name] = out[name] or bool(value)
+    return out
 
 
 def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
     opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
-            **{k: None for k in _FLOATS}}
+            "log": False, "log_format": None, "log_to": None, **{k: None for k in _FLOATS}}
     seen = set()
     i = 0
     while i < len(args):
@@ -80,6 +129,8 @@ def parse_args(args):
                 value = float(value)  # what click's FLOAT type does
             except ValueError:
                 return None
+        if key in _LOG_CHOICES and value not in _LOG_CHOICES[key]:
+            return None  # click says what is wrong
         opts[key] = value
         i += 1
     return opts
@@ -88,8 +139,9 @@ def parse_args(args):
 # -- the two fast ways ---------------------------------------------------------------
 
 
-def via_server(sock_path, raw, path, is_default, opts):
-    """Ask the filter server; ``(output, label)``, or Fallback for any failure."""
+def via_server(sock_path, raw, path, is_default, opts, facts=None):
+    """Ask the filter server; ``(output, label)``, or Fallback for any failure.
+    ``facts``: a dict to fill with the verdict's score, probability and learning (for the log line)."""
     import _socket  # not `socket`: its wrapper module costs more than the round trip
 
     from spamnb.delivery import wire
@@ -122,6 +174,12 @@ def via_server(sock_path, raw, path, is_default, opts):
         from spamnb.delivery.hook import not_learned
 
         sys.stderr.write(not_learned(reason) + "\n")
+    if facts is not None:  # from our own, checked, X-Spam-Status line: "Yes, probability=P, score=S, ..."
+        items = dict(x.split("=", 1) for x in block.split(b"X-Spam-Status: ", 1)[1].split(b"\n", 1)[0]
+                     .decode("ascii").rstrip("\r").split(", ")[1:] if "=" in x)
+        # whether the server learned it is in the server's own line ("?": its rule, its cut-offs)
+        facts.update(score=float(items["score"]), p=float(items["probability"]), cutoffs=None,
+                     learned="?" if learn and not reason and label != "unsure" else None)
     return raw[:pos] + block + raw[pos:], label
 
 
@@ -149,12 +207,12 @@ class NoScorer(Fallback):
         self.kind = kind
 
 
-def cold(raw, path, is_default, opts):
+def cold(raw, path, is_default, opts, facts=None):
     """Score with the compiled scorer beside the model and the model's journal;
     ``(output, label)``, else NoScorer when only the scorer is wrong, Fallback
     otherwise. With ``--learn``, then learn the message (:func:`learn_here`)."""
     # the tokenizer: not needed when the server answers
-    from spamnb.delivery.hook import filter_message, message_tokens
+    from spamnb.delivery.hook import filter_verdict, message_tokens
     from spamnb.storage import journal
     from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, token_hash
     from spamnb.storage.store import ModelError
@@ -169,8 +227,9 @@ def cold(raw, path, is_default, opts):
         j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow, opened=handed)
         if j is not None:  # the changes learned since the snapshot, to this message's tokens
             sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
-        out, label, learns = filter_message(sc, raw, model_name(path, is_default),
-                                            [opts[k] for k in DECISION_OPTIONS], toks=toks)
+        pos, block, d = filter_verdict(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS],
+                                       toks=toks)
+        out, label, learns = raw[:pos] + block + raw[pos:], d.label, d.learns
     except ScorerError as exc:
         if exc.kind in REBUILDABLE:
             raise NoScorer(str(exc), exc.kind) from None
@@ -180,8 +239,11 @@ def cold(raw, path, is_default, opts):
     finally:
         if opened:
             os.close(opened[0])
-    if opts["learn"] and learns and not is_default:
+    learned = opts["learn"] and learns and not is_default
+    if learned:
         learn_here(path, raw, label, toks, allow)
+    if facts is not None:
+        facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=label if learned else None)
     return out, label
 
 
@@ -255,18 +317,18 @@ def socket_path(opts, env=os.environ):
     return opts["socket"] if opts["socket"] else locate.default_socket_path(env)
 
 
-def answer(raw, opts, env=os.environ):
+def answer(raw, opts, env=os.environ, facts=None):
     """``(output, label)`` from the server or the scorer; Fallback when neither can."""
     path, is_default = locate.resolve_model(opts["model"], env)
     sock = socket_path(opts, env)
     result = None
     if os.path.exists(sock):
         try:
-            result = via_server(sock, raw, path, is_default, opts)
+            result = via_server(sock, raw, path, is_default, opts, facts)
         except Fallback:
             result = None
     if result is None:
-        result = cold(raw, path, is_default, opts)
+        result = cold(raw, path, is_default, opts, facts)
     if is_default:  # the notice the click path prints
         sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result
@@ -327,15 +389,19 @@ def main(args, load_cli, env=os.environ):
     """``spamnb filter ARGS``: the fast way when it can, else the click command
     (see :func:`full_path` for ``load_cli``)."""
     opts = parse_args(args)
+    if opts is not None:
+        opts = with_config(opts, env)
     if opts is None:
         full_path(load_cli, args)
         return
+    start = time.perf_counter()
     raw = _read_stdin()
     if raw is None:
         full_path(load_cli, args)
         return
+    facts = {} if opts["log"] else None
     try:
-        out, label = answer(raw, opts, env)
+        out, label = answer(raw, opts, env, facts)
     except NoScorer as exc:
         if opts["learn"]:  # the click command loads the model, learns, and saves its scorer
             full_path(load_cli, args, raw)
@@ -345,7 +411,27 @@ def main(args, load_cli, env=os.environ):
             full_path(load_cli, args, raw)
             return
         out, label = result
+        if facts is not None and not facts:  # answered from the full model: no figures for the line
+            full_path(load_cli, args, raw)
+            return
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
         full_path(load_cli, args, raw)
         return
+    if facts:
+        log_line(opts, label, facts, raw, time.perf_counter() - start)
     _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+
+
+def log_line(opts, label, facts, raw, seconds):
+    """``filter --log-messages``' line (:mod:`spamnb.delivery.events`), as the click command writes it."""
+    try:
+        import pwd
+
+        from spamnb.delivery.events import Recorder
+
+        user = pwd.getpwuid(os.geteuid()).pw_name
+        Recorder(fmt=opts["log_format"] or "text", to=opts["log_to"] or "stderr").message(
+            "filter", label, facts["score"], facts["p"], facts["cutoffs"], len(raw), seconds, raw=raw, user=user,
+            learned=facts["learned"], why="filter-u")
+    except Exception as exc:  # noqa: BLE001 - a log line never costs a delivery
+        sys.stderr.write(f"spamnb: warning: no log line: {exc}\n")

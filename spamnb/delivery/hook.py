@@ -121,9 +121,9 @@ def decide(model, raw, decision=(None,) * 5, n_evidence=0, toks=None) -> Decided
 
 
 def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
-    """``(pos, block, label, learn)``: the verdict of ``raw``, where its header lines
-    go, and whether ``filter -u`` learns the message as that verdict
-    (:func:`spamnb.verdict.learns_verdict`, the one rule of every way of answering).
+    """``(pos, block, decided)``: where the header lines of ``raw``'s verdict go, and the
+    :class:`Decided` verdict (with whether ``filter -u`` learns the message as it:
+    :func:`spamnb.verdict.learns_verdict`, the one rule of every way of answering).
 
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
     where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
@@ -131,11 +131,11 @@ def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     """
     d = decide(model, raw, decision, n_evidence, toks)
     pos, block = verdict_block(raw, verdict.header_lines(d.label, d.p, d.score, name, d.evidence))
-    return pos, block, d.label, d.learns
+    return pos, block, d
 
 
 def filter_message(model, raw, name, decision, n_evidence=0, toks=None):
     """``(output, label, learn)``: what ``spamnb filter`` writes for ``raw``, its
     verdict, and whether ``filter -u`` learns it (:func:`filter_verdict`)."""
-    pos, block, label, learn = filter_verdict(model, raw, name, decision, n_evidence, toks)
-    return raw[:pos] + block + raw[pos:], label, learn
+    pos, block, d = filter_verdict(model, raw, name, decision, n_evidence, toks)
+    return raw[:pos] + block + raw[pos:], d.label, d.learns

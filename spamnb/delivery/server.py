@@ -32,6 +32,12 @@ Guarantees
   is read, and a request that has not arrived whole within ``timeout`` seconds
   (a stalled client, or one sending a byte now and then) is dropped.
 * SIGTERM / SIGINT: stop accepting, let running requests finish, remove the socket.
+* SIGHUP (or ``spamnb config reload``, which finds the server by its pid file or
+  its socket, :func:`server_pid`): ``reload()`` rereads the configuration files;
+  the settings it returns apply to the requests that start after it, while
+  connections open meanwhile are served to the end.
+* A line per message (:mod:`spamnb.delivery.events`), and the counts of the
+  metrics, through the ``recorder``.
 * A pid file (``--pidfile``) for service managers that want one: checked
   before anything else (a live server holding it is a refusal), written
   atomically once the socket listens, locked for the server's life (so a
@@ -53,7 +59,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from spamnb.delivery import wire
+from spamnb.delivery import events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
 from spamnb.storage.modelfile import compact, load_and_compile, load_model
@@ -189,6 +195,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def _answer(self, header, raw):
         """``(status, label, pos, block, reason)`` for one request."""
         srv = self.server
+        start = time.perf_counter()
         try:
             holder = srv.holder
             if os.path.realpath(header["model"]) != holder.real_now():
@@ -197,17 +204,20 @@ class _Handler(socketserver.BaseRequestHandler):
             if not header["allow_insecure"] and not trusted_now(holder.path):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             toks = message_tokens(loaded.model, raw)
-            pos, block, label, learns = filter_verdict(loaded.model, raw, header["name"], header["decision"],
-                                                       toks=toks)
+            pos, block, d = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
             reason = ""
-            if header["learn"] and learns:
+            learned = header["learn"] and d.learns
+            if learned:
                 if not isinstance(loaded.model, Scorer):
                     return wire.DECLINED, None, 0, b"", "learning here needs the model's scorer"
-                reason = self._learn(holder, raw, label, toks, header["allow_insecure"])
+                reason = self._learn(holder, raw, d.label, toks, header["allow_insecure"])
                 if reason is None:
                     return wire.DECLINED, None, 0, b"", "only the full model can learn it"
-            return wire.OK, label, pos, block, reason
+            srv.recorder.message("socket", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
+                                 raw=raw, learned=d.label if learned and not reason else None, why="filter-u")
+            return wire.OK, d.label, pos, block, reason
         except Exception as exc:  # noqa: BLE001 - the client does it itself
+            srv.recorder.error("declined", f"{exc.__class__.__name__}: {exc}", via="socket")
             return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
 
     def _learn(self, holder, raw, label, toks, allow_insecure):
@@ -311,8 +321,9 @@ class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
     request_queue_size = 128
 
     def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
-                 max_connections=MAX_CONNECTIONS, compactor=None):
+                 max_connections=MAX_CONNECTIONS, compactor=None, recorder=None):
         self.holder = holder
+        self.recorder = recorder or events.NOTHING
         self.max_bytes = max_bytes
         self.timeout_s = timeout
         self.log = log or (lambda text: None)
@@ -446,8 +457,34 @@ class PidFile:
         self.fd = None
 
 
+def server_pid(*, socket_path=None, pidfile=None) -> int:
+    """The pid of the running ``spamnb serve`` of this user: the live holder of
+    ``pidfile``, else the process at the other end of its private socket
+    (``socket_path``, default :func:`spamnb.storage.locate.default_socket_path`),
+    which must be ours. ValueError/OSError when there is none."""
+    if pidfile:
+        pid = PidFile(pidfile).holder()
+        if pid is None or not pid.isdigit():
+            raise ValueError(f"no live server holds the pid file {pidfile}")
+        return int(pid)
+    from spamnb.storage.locate import default_socket_path
+
+    path = socket_path or default_socket_path()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(5)
+        try:
+            s.connect(path)
+        except OSError as exc:
+            raise ValueError(f"no server listening on {path} ({exc.strerror or exc})") from None
+        pid, uid, _ = wire.peer_credentials(s)
+    if uid != os.geteuid():
+        raise ValueError(f"the server on {path} runs as another user (uid {uid})")
+    return pid
+
+
 def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
-          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS, others=None):
+          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS, others=None,
+          recorder=None, reload=None, metrics=None):
     """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens.
 
     ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
@@ -455,6 +492,10 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
     ``others(holder, compactor, log)``: more listening servers to run beside
     the private socket on the same model (``--spamd``), each with
     ``serve_forever``, ``shutdown``, ``where`` and a ``close`` of its own.
+    ``recorder``: the :class:`spamnb.delivery.events.Recorder` of every message.
+    ``reload()``: called on SIGHUP, in the main thread, between requests'
+    starts (it swaps in new settings; an exception is logged, the old ones stay).
+    ``metrics(holder)``: the metrics listener to run beside them, or None.
     """
     log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
     pid = PidFile(pidfile) if pidfile else None
@@ -465,8 +506,10 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
     compactor = Compactor(log)
     extra = others(holder, compactor, log) if others else []
     try:
+        if metrics is not None:
+            extra.append(metrics(holder))
         server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log,
-                              max_connections=max_connections, compactor=compactor)
+                              max_connections=max_connections, compactor=compactor, recorder=recorder)
     except BaseException:
         for srv in extra:
             srv.close()
@@ -480,18 +523,21 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
             for srv in extra:
                 srv.close()
             raise
-    stop = threading.Event()
+    stop, hup = threading.Event(), threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
     for srv in [server, *extra]:
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     log(f"listening on {sock_path} (model {holder.path})")
     for srv in extra:
-        log(f"serving the spamd protocol on {srv.where()}")
+        log(f"serving {getattr(srv, 'what', 'the spamd protocol')} on {srv.where()}")
     if ready:
         ready()
     try:
-        while not stop.wait(1.0):
-            pass
+        while not stop.wait(0.2):
+            if hup.is_set():
+                hup.clear()
+                _reload(reload, log)
     finally:
         for srv in [server, *extra]:
             srv.shutdown()  # stop accepting
@@ -504,3 +550,13 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log("stopped")
+
+
+def _reload(reload, log):
+    if reload is None:
+        log("SIGHUP: nothing to reload")
+        return
+    try:
+        log(f"SIGHUP: {reload()}")
+    except Exception as exc:  # noqa: BLE001 - a bad file keeps the settings in force
+        log(f"SIGHUP: configuration not reloaded, the settings in force stay: {exc}")

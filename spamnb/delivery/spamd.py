@@ -60,6 +60,9 @@ thread for at most the deadline.
 **Per-user models.** The ``User:`` header picks ``USER_MODELS/<user>/model.joblib``
 when ``--user-models`` is given and that file exists; otherwise the served
 model scores. A user name must be a plain name (:data:`_PLAIN_NAME`).
+``USER_MODELS/<user>/config.toml``, when there, may hold a ``[decision]`` table
+of the user's own: it replaces the site's decision for that user
+(:meth:`Models.decision_for`; a broken or untrusted one is logged and the site's applies).
 
 **Exim** sends the message in mbox form, a ``From `` envelope line first: it is
 scored (and learned) as the message without it, and kept in ``PROCESS``'s output.
@@ -80,6 +83,7 @@ import threading
 import time
 
 from spamnb import verdict
+from spamnb.delivery import events
 from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, decide
 from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
 from spamnb.storage import journal
@@ -282,12 +286,17 @@ class Models:
 
     CACHE = 256
 
-    def __init__(self, served: ModelHolder, served_is_default=False, user_models=None, log=None):
+    def __init__(self, served: ModelHolder, served_is_default=False, user_models=None, log=None,
+                 decision=(None,) * 5, recorder=None):
         self.served = served
+        #: The decision options over every model's cut-offs (the [decision] table: swapped whole on reload).
+        self.decision = tuple(decision)
+        self.recorder = recorder or events.NOTHING
         self.served_is_default = served_is_default
         self.user_models = os.path.abspath(user_models) if user_models else None
         self.log = log or (lambda text: None)
         self._holders: dict[str, ModelHolder] = {}
+        self._decisions: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._failed: dict[str, str] = {}  # user model -> why it was last unreadable (said once)
 
@@ -309,6 +318,42 @@ class Models:
             raise SpamdError("EX_PROTOCOL", "(User header is not a plain user name)")
         return os.path.join(self.user_models, user, "model.joblib")
 
+    def decision_for(self, user) -> tuple:
+        """The decision for ``user``: the ``[decision]`` table of their
+        ``USER_MODELS/<user>/config.toml`` when it has one, else the site's
+        (:attr:`decision`). Reread when the file changes."""
+        path = self.user_path(user)
+        if path is None:
+            return self.decision
+        conf = os.path.join(os.path.dirname(path), "config.toml")
+        try:
+            st = os.stat(conf)
+        except OSError:
+            return self.decision
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
+        cached = self._decisions.get(conf)
+        if cached is None or cached[0] != stamp:
+            cached = (stamp, self._user_decision(conf))
+            with self._lock:
+                self._decisions[conf] = cached
+                while len(self._decisions) > self.CACHE:
+                    del self._decisions[next(iter(self._decisions))]
+        return cached[1] or self.decision
+
+    def _user_decision(self, conf):
+        from spamnb.storage import settings
+
+        try:
+            layers = settings.Layers([(settings.USER, conf, *settings.read(conf))], env={})
+            decision = tuple(settings.decision_of(layers))
+            if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in decision):
+                raise ValueError("[decision] values must be numbers")
+            verdict.cutoffs_from((0.5, 0.95), *decision)
+        except (ValueError, TypeError) as exc:  # settings.ConfigError and verdict.DecisionError are ValueErrors
+            self.log(f"spamd: {conf}: {exc}; the site's decision applies")
+            return None
+        return decision if any(v is not None for v in decision) else None
+
     def for_user(self, user) -> tuple[ModelHolder, bool]:
         """``(holder, own)``: the user's model when there is one, else the served one."""
         path = self.user_path(user)
@@ -326,16 +371,18 @@ class Models:
 # -- answering -------------------------------------------------------------------------
 
 
-def judge(model, msg: bytes, n_evidence: int):
-    """``(label, p, score, T, evidence)`` of ``msg`` under ``model`` at its own cut-offs."""
-    d = decide(model, msg, n_evidence=n_evidence)
-    return d.label, d.p, d.score, threshold(d.cutoffs[1]), d.evidence
+def judge(model, msg: bytes, n_evidence: int, decision=(None,) * 5):
+    """The :class:`spamnb.delivery.hook.Decided` verdict of ``msg`` under ``model``
+    (its own cut-offs unless ``decision`` overrides them) and T, the spam cut-off as log-odds."""
+    d = decide(model, msg, decision, n_evidence=n_evidence)
+    return d, threshold(d.cutoffs[1])
 
 
 def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None) -> bytes:
     """The reply to one whole request (the message in ``raw``)."""
     if method == "TELL":
         return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
+    start = time.perf_counter()
     holder, own = models.for_user(headers.get("User"))
     try:
         loaded = _loaded(holder)
@@ -353,7 +400,10 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
             raise SpamdError("EX_IOERR", f"cannot read the model: {exc2}") from None
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
-    label, p, score, t, evidence = judge(loaded.model, msg, want)
+    d, t = judge(loaded.model, msg, want, models.decision_for(headers.get("User")))
+    label, p, score, evidence = d.label, d.p, d.score, d.evidence
+    models.recorder.message("spamd", label, score, p, d.cutoffs, len(raw), time.perf_counter() - start, raw=msg,
+                            user=headers.get("User"))
     line = spam_line(label, score, t, method)
     name = verdict.model_name(holder.path, holder is models.served and models.served_is_default)
     if method == "CHECK":
@@ -425,9 +475,14 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
     did = []
     if set_local and done.get("learned", 0) + done.get("moved", 0):
         did.append(b"DidSet: local")
+        models.recorder.learned(label, "tell", raw=msg, user=user, was=_other(label) if done.get("moved") else None)
     if remove_local and done.get("forgotten", 0):
         did.append(b"DidRemove: local")
     return reply(headers=did, length=False)
+
+
+def _other(label):
+    return "ham" if label == "spam" else "spam"
 
 
 def _update(holder, items, *, forget, compact):
@@ -462,9 +517,11 @@ class _Handler(socketserver.BaseRequestHandler):
             out = self._request(reader)
         except SpamdError as exc:
             srv.log(f"spamd: {exc}")
+            srv.models.recorder.error(exc.name.lower(), via="spamd")
             out = exc.line()
         except Exception as exc:  # noqa: BLE001 - one bad message never stops the server
             srv.log(f"spamd: internal error: {exc.__class__.__name__}: {exc}")
+            srv.models.recorder.error("ex_software", via="spamd")
             out = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}").line()
         if out:
             self._send([out], time.monotonic() + srv.timeout_s)
@@ -503,7 +560,8 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
         holder, _ = srv.models.for_user(headers.get("User"))
         try:
-            t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs)[1])
+            t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs,
+                                               *srv.models.decision_for(headers.get("User")))[1])
         except (ModelError, OSError) as exc:
             raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
         line = spam_line("ham", 0.0, t, method)
@@ -576,15 +634,9 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
 
     def verify_request(self, request, client_address):
         """Connections from outside the allowed networks are closed before a byte is read."""
-        try:
-            ip = ipaddress.ip_address(client_address[0])
-        except ValueError:
-            return False
-        if ip.version == 6 and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        if any(ip in net for net in self.allowed):
+        if client_allowed(client_address, self.allowed):
             return True
-        self.log(f"spamd: connection from {ip} refused (not in --allow)")
+        self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
         return False
 
     def close(self):
@@ -624,9 +676,22 @@ LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")
 DEFAULT_PORT = 783
 
 
-def parse_address(text: str):
+def client_allowed(client_address, allowed) -> bool:
+    """Whether a TCP client's address is in the ``allowed`` networks (an IPv4 client
+    on an IPv6 socket as its IPv4 address)."""
+    try:
+        ip = ipaddress.ip_address(client_address[0])
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in allowed)
+
+
+def parse_address(text: str, option="--spamd"):
     """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
-    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError otherwise."""
+    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError
+    otherwise (naming ``option``)."""
     if "/" in text:
         return ("unix", os.path.abspath(text))
     host, port = "127.0.0.1", text
@@ -636,12 +701,12 @@ def parse_address(text: str):
     elif ":" in text:
         host, _, port = text.rpartition(":")
     if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--spamd {text}: give HOST:PORT, a port, or a socket path")
+        raise ValueError(f"{option} {text}: give HOST:PORT, a port, or a socket path")
     try:
         ipaddress.ip_address(host)
     except ValueError:
         if host != "localhost":
-            raise ValueError(f"--spamd {text}: the host must be an IP address (or localhost)") from None
+            raise ValueError(f"{option} {text}: the host must be an IP address (or localhost)") from None
         host = "127.0.0.1"
     return ("tcp", host, int(port))
 

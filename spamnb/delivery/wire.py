@@ -136,12 +136,16 @@ def send_all(sock, parts) -> None:
             sock.sendall(part)
 
 
-def peer_uid(sock) -> int:
-    """The user id of the process at the other end of a Unix socket (SO_PEERCRED)."""
+def peer_credentials(sock) -> tuple[int, int, int]:
+    """``(pid, uid, gid)`` of the process at the other end of a Unix socket (SO_PEERCRED)."""
     import _socket
 
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size)
-    return _UCRED.unpack(creds)[1]
+    return _UCRED.unpack(sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size))
+
+
+def peer_uid(sock) -> int:
+    """The user id of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    return peer_credentials(sock)[1]
 
 
 def private_socket_dir(path: str) -> bool:

@@ -1,0 +1,361 @@
+"""``spamnb config``: the configuration file's keys, built from the commands' own options.
+
+:data:`KEYS` is the one table of keys: ``(table, key)`` -> the click
+parameter it sets and the commands that have it. A key's type, range and
+default are its option's (a ``click.IntRange`` is the range a file's value
+is checked against, ``multiple`` options take a TOML array, flags a boolean),
+so an option and its key cannot drift apart. A file's values reach the commands
+as click's ``default_map`` (:func:`default_map`), below the command line; the
+files and their order are :mod:`spamnb.storage.settings`'.
+
+To add a key: add its option to the command, then one line here.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from spamnb.cli.options import pass_through
+from spamnb.storage import settings
+from spamnb.verdict import DECISION_OPTIONS
+
+#: Commands the ``[decision]`` keys override the model's cut-offs for (``train`` is
+#: left out on purpose: its decision options are the cut-offs it stores).
+DECIDING = ("classify", "sort", "evaluate", "filter", "serve", "imap filter")
+IMAP = ("imap train", "imap filter")
+EVERY = "*"  # every command that has the parameter
+LOGGING = ("serve", "filter", "imap filter")
+METRICS = ("serve", "imap filter")
+
+#: (table, key) -> (parameter name, commands). One line per key.
+KEYS = {
+    ("model", "path"): ("model_path", EVERY),
+    ("model", "allow_insecure"): ("allow_insecure_model", EVERY),
+    **{("decision", name): (name, DECIDING) for name in DECISION_OPTIONS},
+    ("serve", "socket"): ("socket_path", ("serve", "filter")),
+    ("serve", "max_bytes"): ("max_bytes", ("serve",)),
+    ("serve", "timeout"): ("timeout", ("serve",)),
+    ("serve", "max_connections"): ("max_connections", ("serve",)),
+    ("serve", "pidfile"): ("pidfile", ("serve",)),
+    ("spamd", "listen"): ("spamd_addresses", ("serve",)),
+    ("spamd", "allow"): ("allow", ("serve",)),
+    ("spamd", "user_models"): ("user_models", ("serve",)),
+    ("spamd", "allow_tell"): ("allow_tell", ("serve",)),
+    ("spamd", "socket_mode"): ("spamd_socket_mode", ("serve",)),
+    ("filter", "exit_zero"): ("exit_zero", ("filter",)),
+    ("filter", "learn"): ("learn_", ("filter",)),
+    ("filter", "evidence"): ("evidence", ("filter",)),
+    ("log", "messages"): ("log_messages", LOGGING),
+    ("log", "format"): ("log_format", LOGGING),
+    ("log", "to"): ("log_to", LOGGING),
+    ("metrics", "listen"): ("metrics_address", METRICS),
+    ("metrics", "allow"): ("metrics_allow", METRICS),
+    **{("imap", name): (name, IMAP) for name in ("host", "port", "user", "password_file", "password_command",
+                                                  "security", "cafile", "force_plaintext")},
+    ("imap", "model"): ("model_path", IMAP),  # imap.toml's own key for the model
+    ("imap", "ham"): ("ham", ("imap train",)),
+    ("imap", "spam"): ("spam", ("imap train",)),
+    **{("imap", name): (name, ("imap filter",)) for name in ("folder", "junk", "unsure_folder", "interval",
+                                                             "learn_verdicts")},
+}
+
+
+def commands(group):
+    """``{"serve": cmd, "imap filter": cmd, ...}``: every command under ``group``."""
+    out = {}
+    for name, cmd in group.commands.items():
+        if isinstance(cmd, click.Group):
+            out.update({f"{name} {k}": v for k, v in commands(cmd).items()})
+        else:
+            out[name] = cmd
+    return out
+
+
+def targets(group, table, key):
+    """``[(command path, click.Parameter)]`` that a key sets."""
+    name, where = KEYS[(table, key)]
+    out = []
+    for path, cmd in commands(group).items():
+        if where != EVERY and path not in where:
+            continue
+        out += [(path, p) for p in cmd.params if p.name == name]
+    return out
+
+
+def _kind(param):
+    """``(python types, words)`` a file's value for ``param`` must be."""
+    t = param.type
+    if getattr(param, "is_flag", False) or isinstance(t, click.types.BoolParamType):
+        return bool, "true or false"
+    if isinstance(t, click.types.IntParamType):  # IntRange too
+        return int, "an integer"
+    if isinstance(t, click.types.FloatParamType):
+        return (int, float), "a number"
+    return str, "a string"
+
+
+def check_value(param, value):
+    """A file's ``value`` for ``param`` as the command takes it; ValueError saying
+    what is wrong (type, range, choice)."""
+    if param.multiple:
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, list):
+            raise ValueError(f"must be a list, got {value!r}")
+        return [_one(param, v) for v in items]
+    return _one(param, value)
+
+
+def _one(param, value):
+    types, what = _kind(param)
+    if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
+        raise ValueError(f"must be {what}, got {value!r}")
+    if types is bool:
+        return value
+    try:
+        return param.type.convert(value, None, None)
+    except click.BadParameter as exc:
+        raise ValueError(exc.message.rstrip(".")) from None
+
+
+def problems(group, layers):
+    """``[(path, line, text)]`` of every key of ``layers`` that is unknown, of a wrong type or out of range,
+    and of a ``[decision]`` table that makes no decision."""
+    from spamnb import verdict
+
+    out = []
+    tables = {t for t, _ in KEYS}
+    for path, table, key, value, line, table_line in layers.items():
+        if table not in tables:
+            problem = (path, table_line, f"unknown table [{table}] (known: {', '.join(sorted(tables))})")
+            if problem not in out:
+                out.append(problem)
+        elif key is None:
+            out.append((path, line, f"{table} must be a table ([{table}])"))
+        elif (table, key) not in KEYS:
+            known = ", ".join(k for t, k in KEYS if t == table)
+            out.append((path, line, f"unknown key {key!r} in [{table}] (known: {known})"))
+        else:
+            try:
+                check_value(targets(group, table, key)[0][1], value)
+            except ValueError as exc:
+                out.append((path, line, f"[{table}] {key}: {exc}"))
+    if not out:
+        try:
+            verdict.cutoffs_from((0.5, 0.95), *settings.decision_of(layers))
+        except (verdict.DecisionError, TypeError) as exc:
+            found = [w for k in DECISION_OPTIONS if (w := layers.where("decision", k))]
+            path, line = max(((w[2], w[3] or 0) for w in found), key=lambda w: w[1], default=("?", None))
+            out.append((path, line, f"[decision] {exc}"))
+    return out
+
+
+def describe(problem):
+    path, line, text = problem
+    return f"{path}:{line}: {text}" if line else f"{path}: {text}"
+
+
+def default_map(group, layers):
+    """click's ``default_map`` of the files' values (checked first: ConfigError for
+    the first problem). A key whose environment variable is set is left to it."""
+    found = problems(group, layers)
+    if found:
+        raise settings.ConfigError(describe(found[0]))
+    out = {}
+    for (table, key) in KEYS:
+        where = layers.where(table, key)
+        if where is None or where[1] == settings.ENVIRONMENT:
+            continue
+        for path, param in targets(group, table, key):
+            node = out
+            for part in path.split():
+                node = node.setdefault(part, {})
+            node[param.name] = check_value(param, where[0])
+    return out
+
+
+def load(ctx, named):
+    """Read the files and give the commands their values; a broken file is an error
+    (for ``filter``: the message passes through, as for any other error)."""
+    try:
+        stamped = settings.stamps(named=named)
+        layers = settings.Layers.load(named=named)
+        ctx.default_map = default_map(ctx.command, layers)
+        if named is None and layers.layers and settings.read_cache() is None:
+            settings.write_cache(layers, stamped)  # checked: the fast filter path may use them
+    except settings.ConfigError as exc:
+        if ctx.invoked_subcommand == "filter":
+            pass_through(str(exc))
+        raise ConfigProblem(str(exc)) from None
+    imap_file = next((path for source, path, *_ in layers.layers if source == settings.IMAP_FILE), None)
+    if imap_file and ctx.invoked_subcommand == "imap":
+        click.echo(f"spamnb: note: {imap_file} is read as the [imap] table of "
+                   f"{os.path.join(os.path.dirname(imap_file), 'config.toml')}; move its keys there", err=True)
+
+
+class ConfigProblem(click.ClickException):
+    exit_code = 2
+
+
+def _toml(value):
+    import json
+
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return json.dumps(str(value))
+
+
+ALL_FILES = "\0all"  # --check without FILE
+
+
+@click.group("config", invoke_without_command=True)
+@click.option("--check", "check_", is_flag=False, flag_value=ALL_FILES, default=None, metavar="[FILE]",
+              help="Check the files read (or FILE only) and exit: 0 when good, 2 naming FILE:LINE for each "
+                   "unknown key, wrong type or value out of range.")
+@click.option("--command", "command_line", metavar="'COMMAND [OPTIONS]'",
+              help="Show the settings of this command line instead, its options too "
+                   "(e.g. --command 'serve --spamd 783').")
+@click.pass_context
+def config(ctx, check_, command_line):
+    """Show every setting and where it comes from; check configuration files.
+
+    \b
+    Files, later ones winning key by key:
+      /etc/spamnb/spamnb.toml                      (the system file)
+      $XDG_CONFIG_HOME/spamnb/config.toml          (yours; ~/.config/spamnb/...)
+      the file of `spamnb --config FILE` or $SPAMNB_CONFIG
+    then $SPAMNB_MODEL and $SPAMNB_SOCKET, then each command's options.
+    See docs/admin.md.
+
+    \b
+    Examples:
+      spamnb config
+      spamnb config --check /etc/spamnb/spamnb.toml
+      spamnb config --command 'serve --max-bytes 1000000'
+      spamnb config reload            # a running `spamnb serve` rereads them
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    group = ctx.find_root().command
+    named = ctx.find_root().params.get("config_file")
+    file = None if check_ in (None, ALL_FILES) else check_
+    stamped = settings.stamps(named=named)
+    try:
+        if file:
+            tables, lines = settings.read(file, must_exist=True)
+            layers = settings.Layers([(settings.NAMED, file, tables, lines)], env={})
+        else:
+            layers = settings.Layers.load(named=named)
+    except settings.ConfigError as exc:
+        click.echo(f"spamnb: error: {exc}", err=True)
+        sys.exit(2)
+    found = problems(group, layers)
+    for p in found:
+        click.echo(f"spamnb: error: {describe(p)}", err=True)
+    if found:
+        sys.exit(2)
+    if not file and named is None and layers.layers:
+        settings.write_cache(layers, stamped)  # checked: the fast filter path may use them
+    if check_:
+        names = [p for _, p, *_ in layers.layers] or ["no configuration file"]
+        click.echo(f"{', '.join(names)}: ok")
+        return
+    click.echo("# read: " + (", ".join(f"{s} {p}" for s, p, *_ in layers.layers) or "no configuration file"))
+    if command_line:
+        _show_command(group, layers, command_line)
+        return
+    table = None
+    for (t, key) in KEYS:
+        if t != table:
+            click.echo(f"\n[{t}]")
+            table = t
+        where = layers.where(t, key)
+        if where is None:
+            defaults = {}
+            for path, param in targets(group, t, key):
+                default = param.get_default(click.Context(commands(group)[path]))
+                shown = _toml(default) if isinstance(default, (str, int, float, list, tuple)) and default not in \
+                    ((), []) else None
+                defaults.setdefault(shown, []).append(path)
+            if len(defaults) > 1:
+                click.echo(f"# {key}: default " + "; ".join(f"{v or 'unset'} for {', '.join(p)}"
+                                                           for v, p in defaults.items()))
+            elif next(iter(defaults)) is None:
+                click.echo(f"# {key}: unset (default)")
+            else:
+                click.echo(f"{key} = {next(iter(defaults))}  # default")
+        else:
+            value, source, path, line = where
+            at = f"{path}:{line}" if line else path
+            click.echo(f"{key} = {_toml(value)}  # {source} {at}")
+
+
+def _show_command(group, layers, command_line):
+    """Each key of one command line: its value, and whether an option, a file,
+    the environment or the default set it."""
+    import shlex
+
+    from click.core import ParameterSource
+
+    words = shlex.split(command_line)
+    ctx = click.Context(group, info_name="spamnb", default_map=default_map(group, layers))
+    cmd, path = group, []
+    while isinstance(cmd, click.Group) and words and words[0] in cmd.commands:
+        path.append(words.pop(0))
+        cmd = cmd.commands[path[-1]]
+        if isinstance(cmd, click.Group):
+            ctx = click.Context(cmd, info_name=path[-1], parent=ctx)
+    if isinstance(cmd, click.Group) or not path:
+        raise click.UsageError(f"--command {command_line!r}: name a command, e.g. 'serve'")
+    # click.Command's own parsing: filter's would deliver standard input on a bad option
+    sub = click.Command.make_context(cmd, path[-1], words, parent=ctx)
+    here = " ".join(path)
+    table = None
+    for (t, key) in KEYS:
+        found = [p for p_path, p in targets(group, t, key) if p_path == here]
+        if not found:
+            continue
+        if t != table:
+            click.echo(f"\n[{t}]")
+            table = t
+        name = found[0].name
+        value, source = sub.params.get(name), sub.get_parameter_source(name)
+        where = layers.where(t, key)
+        if source == ParameterSource.COMMANDLINE:
+            said = "option"
+        elif where is not None and (source == ParameterSource.DEFAULT_MAP or where[1] == settings.ENVIRONMENT):
+            value, said = where[0], f"{where[1]} {where[2]}" + (f":{where[3]}" if where[3] else "")
+        else:
+            said = "default"
+        if value is None or value == () or value == []:
+            click.echo(f"# {key}: unset ({said})")
+        else:
+            click.echo(f"{key} = {_toml(list(value) if isinstance(value, tuple) else value)}  # {said}")
+
+
+@config.command("reload")
+@click.option("--socket", "socket_path", metavar="PATH",
+              help="The server's private socket (default as `spamnb serve`'s).")
+@click.option("--pidfile", metavar="PATH", help="Or the server's --pidfile.")
+def reload(socket_path, pidfile):
+    """Make a running `spamnb serve` reread its configuration (as SIGHUP does).
+
+    Finds the server by its pid file, else by its socket (the server's
+    process, checked to be yours), and sends it SIGHUP. Without systemd.
+    """
+    import signal
+
+    from spamnb.delivery.server import server_pid
+
+    try:
+        pid = server_pid(socket_path=socket_path, pidfile=pidfile)
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"no server to reload: {exc}") from None
+    os.kill(pid, signal.SIGHUP)
+    click.echo(f"asked spamnb serve (pid {pid}) to reread its configuration", err=True)

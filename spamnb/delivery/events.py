@@ -1,0 +1,183 @@
+"""A line per message, and the counts behind the metrics: what the filter did, as it did it.
+
+Every way of answering that runs for an admin (``serve``'s private socket and
+its spamd protocol, ``imap filter``, and ``filter --log-messages``) reports
+each message here (:meth:`Recorder.message`), each message learned
+(:meth:`Recorder.learned`) and each error (:meth:`Recorder.error`). A
+:class:`Recorder` writes the line and, when the server exports metrics
+(:mod:`spamnb.delivery.metrics`), counts it, so the log and the metrics
+can never tell two stories.
+
+The line, ``text`` form (spamd's ``key=value`` style, for grep and awk)::
+
+    ts=2026-12-02T02:34:48.123Z event=message via=spamd verdict=spam score=9.00 p=0.999877
+      cutoff=0.5/0.95 size=1098 ms=3.1 user=alice mid=<x@example.org> learned=no
+
+(one line), or one JSON object a line with ``json``. Values that come from the
+message or the client (Message-ID, user, folder) are escaped
+(:func:`quote`): no line break, no control or non-ASCII character and no ``=``
+survive, so a message cannot end its line or write a ``verdict=`` of its own.
+:func:`parse` reads both forms back (``spamnb stats``).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+FORMATS = ("text", "json")
+DESTINATIONS = ("stderr", "syslog")
+#: Where a message came in (``via=``) and who taught a learned one (``source=``).
+VIA = ("socket", "spamd", "imap", "filter")
+SOURCES = ("filter-u", "tell", "imap", "cli")
+#: Characters a value may have and stay bare: printable ASCII but space, quote, backslash and ``=``.
+_PLAIN = frozenset(chr(c) for c in range(33, 127)) - set('"\\=')
+#: A Message-ID longer than this is cut (a header can be any length; a log line should not).
+MAX_VALUE = 200
+
+
+def quote(value) -> str:
+    """A value as it appears after ``key=``: bare when plain, else in double
+    quotes with JSON's escapes plus ``=`` and space as ``\\u003d`` / ``\\u0020``,
+    so it holds no line break and no ``key=`` a grep could take for a field."""
+    text = str(value)
+    if text and all(c in _PLAIN for c in text):
+        return text
+    return json.dumps(text, ensure_ascii=True).replace("=", "\\u003d").replace(" ", "\\u0020")
+
+
+def message_id(raw: bytes) -> str | None:
+    """The Message-ID header of ``raw`` (unfolded, at most :data:`MAX_VALUE`
+    characters), looked for in its header block only; None without one."""
+    head = raw[:65536]
+    end = min((i for i in (head.find(b"\n\n"), head.find(b"\r\n\r\n")) if i >= 0), default=len(head))
+    head = head[:end]
+    low = head.lower()
+    at = 0 if low.startswith(b"message-id:") else low.find(b"\nmessage-id:") + 1
+    if at <= 0 and not low.startswith(b"message-id:"):
+        return None
+    value = head[at + len(b"message-id:"):]
+    lines = value.split(b"\n")
+    parts = [lines[0]] + [x for x in _continuation(lines[1:])]
+    text = b" ".join(p.strip() for p in parts).decode("latin-1").strip()
+    return text[:MAX_VALUE] or None
+
+
+def _continuation(lines):
+    for line in lines:
+        if not line[:1] in (b" ", b"\t"):
+            return
+        yield line
+
+
+def format_line(fields: dict, fmt: str = "text") -> str:
+    """One event as a line (without its newline); ``fields`` in order, None values left out."""
+    fields = {k: v for k, v in fields.items() if v is not None}
+    if fmt == "json":
+        return json.dumps(fields, ensure_ascii=True, separators=(",", ":"))
+    return " ".join(f"{k}={quote(v)}" for k, v in fields.items())
+
+
+def parse(line: str) -> dict | None:
+    """The fields of a line written by :func:`format_line` in either form (values
+    as strings in the text form), or None for a line that is not one (other log lines)."""
+    line = line.strip()
+    # a line from journald or syslog has a prefix: the fields start at ts=
+    if line.startswith("{"):
+        try:
+            data = json.loads(line)
+        except ValueError:
+            return None
+        return data if isinstance(data, dict) and "event" in data else None
+    at = line.find("ts=")
+    if at < 0:
+        return None
+    out = {}
+    for item in line[at:].split(" "):
+        key, eq, value = item.partition("=")
+        if not eq:
+            return None
+        if value.startswith('"'):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                return None
+        out[key] = value
+    return out if "event" in out else None
+
+
+def now_iso(t=None) -> str:
+    t = time.time() if t is None else t
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
+
+
+class Recorder:
+    """Writes the event lines (when ``lines``) and counts them in ``metrics`` (when given)."""
+
+    def __init__(self, *, lines=True, fmt="text", to="stderr", metrics=None, write=None):
+        if fmt not in FORMATS or to not in DESTINATIONS:
+            raise ValueError(f"log format {fmt!r}, destination {to!r}: not one of {FORMATS}, {DESTINATIONS}")
+        self.lines = lines
+        self.fmt = fmt
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        if write is not None:
+            self._write = write
+        elif to == "syslog":
+            import syslog
+
+            syslog.openlog("spamnb", syslog.LOG_PID, syslog.LOG_MAIL)
+            self._write = lambda line: syslog.syslog(syslog.LOG_INFO, line)
+        else:
+            self._write = self._stderr
+
+    @staticmethod
+    def _stderr(line):
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    def emit(self, fields):
+        line = format_line({"ts": now_iso(), **fields}, self.fmt)
+        with self._lock:  # one whole line at a time, whichever thread writes
+            self._write(line)
+
+    def message(self, via, label, score, p, cutoffs, size, seconds, *, raw=None, mid=None, user=None,
+                learned=None, why=None, folder=None):
+        """One message's verdict; ``learned`` the class it was learned as (None: not learned)."""
+        if self.metrics is not None:
+            self.metrics.message(via, label, seconds)
+            if learned:
+                self.metrics.learned(learned, why or "filter-u")
+        if not self.lines:
+            return
+        if mid is None and raw is not None:
+            mid = message_id(raw)
+        self.emit({"event": "message", "via": via, "verdict": label, "score": f"{score:.2f}",
+                   "p": f"{p:.6f}", "cutoff": f"{cutoffs[0]:g}/{cutoffs[1]:g}" if cutoffs else None,
+                   "size": size, "ms": f"{seconds * 1000:.1f}", "user": user, "folder": folder,
+                   "mid": mid or "-", "learned": learned or "no", "why": why if learned and learned != "?" else None})
+
+    def learned(self, label, source, *, raw=None, mid=None, user=None, was=None):
+        """A message learned by the user's hand (``source``: TELL, an IMAP move, the
+        command line); ``was``: the class it was filed as before, for a correction."""
+        if self.metrics is not None:
+            self.metrics.learned(label, source)
+        if not self.lines:
+            return
+        if mid is None and raw is not None:
+            mid = message_id(raw)
+        self.emit({"event": "learn", "class": label, "source": source, "was": was, "user": user,
+                   "mid": mid or "-"})
+
+    def error(self, kind, text=None, *, via=None):
+        """An error a client or the model caused (``kind``: a short word)."""
+        if self.metrics is not None:
+            self.metrics.error(kind)
+        if self.lines:
+            self.emit({"event": "error", "via": via, "kind": kind, "text": text})
+
+
+#: A recorder that writes and counts nothing (the library's default).
+NOTHING = Recorder(lines=False)

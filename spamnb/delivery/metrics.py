@@ -1,0 +1,185 @@
+"""``--metrics HOST:PORT``: Prometheus' text format at ``/metrics``.
+
+The counts are what :class:`spamnb.delivery.events.Recorder` sees (the same
+events as the log lines); the model's size is read from the served model when
+Prometheus scrapes. The exposition is ``prometheus_client``'s (the ``metrics``
+extra): the text format's escaping, the histogram's cumulative buckets and
+``_created`` series, content negotiation and OpenMetrics are its job, kept up to
+date with Prometheus by the Prometheus project itself; the HTTP listener is
+ours, so that it refuses clients outside loopback and ``--metrics-allow``
+before reading a byte, as the spamd listener does.
+
+Metrics::
+
+    spamnb_messages_total{verdict,via}     messages answered (via: socket, spamd, imap, filter)
+    spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
+    spamnb_errors_total{kind}              errors (a spamd error code in lower case, declined, ...)
+    spamnb_scan_seconds                    histogram of the time to answer one message
+    spamnb_model_tokens                    tokens the served model knows (its snapshot)
+    spamnb_model_messages{class}           messages the served model learned, by class
+    spamnb_journal_bytes                   size of the model's journal (changes not yet compacted)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from spamnb.delivery.events import SOURCES, VIA
+from spamnb.delivery.spamd import LOOPBACK, client_allowed, parse_address
+from spamnb.storage import journal
+from spamnb.verdict import ACTIONS, LABELS
+
+#: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
+BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class MetricsError(Exception):
+    """The metrics cannot be served (the library is missing, the port is taken)."""
+
+
+def parse_listen(text):
+    """``(host, port)`` of ``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (127.0.0.1),
+    as ``--spamd`` reads a TCP address (:func:`spamnb.delivery.spamd.parse_address`)."""
+    kind, *where = parse_address(text, "--metrics") if "/" not in text else ("unix",)
+    if kind != "tcp":
+        raise ValueError(f"--metrics {text}: give HOST:PORT or a port")
+    return where[0], where[1]
+
+
+def networks(cidrs):
+    try:
+        return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+    except ValueError as exc:
+        raise ValueError(f"--metrics-allow: {exc}") from None
+
+
+def model_size(model):
+    """``(tokens, (ham messages, spam messages))`` of a served model (a compiled
+    scorer's snapshot, or a full model)."""
+    header = getattr(model, "header", None)
+    if header is not None:
+        return len(model), tuple(int(x) for x in header["class_count"])
+    return len(model.vocabulary), tuple(int(x) for x in model.messages)
+
+
+class Metrics:
+    """The counters, and :meth:`listener` to serve them beside a model."""
+
+    def __init__(self, address, allow=()):
+        try:
+            import prometheus_client as pc
+        except ImportError:
+            raise MetricsError("--metrics needs the prometheus_client library: "
+                               "pip install 'spamnb[metrics]'") from None
+        self.host, self.port = parse_listen(address)
+        self.allowed = LOOPBACK + networks(allow)
+        if not ipaddress.ip_address(self.host).is_loopback and not allow:
+            raise ValueError(f"--metrics on {self.host} listens beyond this machine: say who may read it with "
+                             f"--metrics-allow CIDR (e.g. the Prometheus server's address)")
+        self.pc = pc
+        self.registry = pc.CollectorRegistry()
+        self.messages = pc.Counter("spamnb_messages", "Messages answered, by verdict and by way in",
+                                   ["verdict", "via"], registry=self.registry)
+        self._learned = pc.Counter("spamnb_learned", "Messages learned, by class and by who taught it",
+                                   ["class", "source"], registry=self.registry)
+        self.errors = pc.Counter("spamnb_errors", "Errors, by kind", ["kind"], registry=self.registry)
+        self.scan = pc.Histogram("spamnb_scan_seconds", "Seconds to answer one message", buckets=BUCKETS,
+                                 registry=self.registry)
+        for v in ACTIONS:
+            for way in VIA:
+                self.messages.labels(v, way)
+        for c in LABELS:
+            for s in SOURCES:
+                self._learned.labels(c, s)
+        self.holder = None
+        self.registry.register(_ModelCollector(self))
+
+    def message(self, via, label, seconds):
+        self.messages.labels(label, via).inc()
+        self.scan.observe(seconds)
+
+    def learned(self, label, source):
+        self._learned.labels(label, source).inc()
+
+    def error(self, kind):
+        self.errors.labels(kind).inc()
+
+    def page(self, accept=None):
+        """``(body, content type)`` of a scrape (OpenMetrics when the scraper asks for it)."""
+        from prometheus_client.exposition import choose_encoder
+
+        encoder, content_type = choose_encoder(accept or "")
+        return encoder(self.registry), content_type
+
+    def listener(self, holder=None):
+        """The HTTP listener (bound now), reporting the size of ``holder``'s model."""
+        self.holder = holder
+        try:
+            return _Listener(self)
+        except OSError as exc:
+            raise MetricsError(f"cannot listen on {self.host}:{self.port} for --metrics: "
+                               f"{exc.strerror or exc}") from None
+
+
+class _ModelCollector:
+    def __init__(self, metrics):
+        self.metrics = metrics
+
+    def collect(self):
+        from prometheus_client.core import GaugeMetricFamily
+
+        holder = self.metrics.holder
+        if holder is None or holder.current is None:
+            return
+        tokens, messages = model_size(holder.current.model)
+        yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows (its snapshot)", tokens)
+        g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
+                              labels=["class"])
+        for label, n in zip(LABELS, messages):
+            g.add_metric([label], n)
+        yield g
+        try:
+            size = os.stat(journal.journal_path(holder.path)).st_size
+        except OSError:
+            size = 0
+        yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted", size)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path.split("?")[0] != "/metrics":
+            self.send_error(404, "only /metrics here")
+            return
+        body, content_type = self.server.metrics.page(self.headers.get("Accept"))
+        self.send_response(200)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):  # a scrape every few seconds is not news
+        pass
+
+
+class _Listener(ThreadingHTTPServer):
+    daemon_threads = True
+    what = "Prometheus metrics"
+
+    def __init__(self, metrics):
+        self.metrics = metrics
+        self.address_family = socket.AF_INET6 if ":" in metrics.host else socket.AF_INET
+        super().__init__((metrics.host, metrics.port), _Handler)
+
+    def verify_request(self, request, client_address):
+        return client_allowed(client_address, self.metrics.allowed)
+
+    def where(self):
+        host, port = self.server_address[:2]
+        return f"http://{host}:{port}/metrics"
+
+    def close(self):
+        self.server_close()
+

@@ -1,0 +1,258 @@
+"""Configuration files: where they are, who may write them, what they say, and which one wins.
+
+One TOML file format (``tomllib``) in tables (``[model]``, ``[decision]``,
+``[serve]``, ``[spamd]``, ``[filter]``, ``[imap]``, ``[log]``, ``[metrics]``),
+read in this order, a later one overriding an earlier one key by key:
+
+1. built-in defaults (the commands' own);
+2. the system file ``/etc/spamnb/spamnb.toml`` (``$SPAMNB_SYSTEM_CONFIG`` names
+   another, for packagers and tests);
+3. the user file ``$XDG_CONFIG_HOME/spamnb/config.toml`` (``~/.config/...``),
+   then ``spamnb imap``'s older ``imap.toml`` beside it, read as its ``[imap]`` table;
+4. the file named by the global ``--config FILE``, else by ``$SPAMNB_CONFIG``;
+5. the environment variables spamnb read before it had files (:data:`ENV`);
+6. command-line options.
+
+This module reads and merges files 2-4 and knows 5; which keys exist and what
+type each has is the command line's (:mod:`spamnb.cli.config` builds it from
+the click options). The fast filter path reads the ``[decision]``,
+``[model]``, ``[serve]`` and ``[filter]`` values here too, so every way of
+answering applies the same cut-offs. ``os`` only at import; ``tomllib`` is
+imported only when a file is there.
+
+A configuration file follows the trust rules of a model file
+(:func:`spamnb.storage.store.trust_problem`): owned by the user or root, not
+writable by group or others, nor its folder. It may be readable by anyone (the
+service user reads the system file); the IMAP table's password is never in
+it, only where to get it.
+"""
+
+import os
+
+SYSTEM_FILE = "/etc/spamnb/spamnb.toml"
+
+#: Environment variables that set a key, over every file (as they did before files).
+ENV = {("model", "path"): "SPAMNB_MODEL", ("serve", "socket"): "SPAMNB_SOCKET"}
+
+#: Names of the sources, in the order they override each other.
+DEFAULT, SYSTEM, USER, IMAP_FILE, NAMED, ENVIRONMENT, OPTION = (
+    "default", "system file", "user file", "imap file", "config file", "environment", "option")
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be used: ``FILE:LINE: what is wrong``."""
+
+
+def config_home(env=os.environ) -> str:
+    base = env.get("XDG_CONFIG_HOME")
+    if not base or not os.path.isabs(base):  # the XDG spec: ignore a relative path
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
+    return os.path.join(base, "spamnb")
+
+
+def files(env=os.environ, named=None) -> list:
+    """``(source, path, must_exist)`` of the files read, in order (module docstring)."""
+    home = config_home(env)
+    out = [(SYSTEM, env.get("SPAMNB_SYSTEM_CONFIG") or SYSTEM_FILE, False),
+           (USER, os.path.join(home, "config.toml"), False),
+           (IMAP_FILE, os.path.join(home, "imap.toml"), False)]
+    named = named or env.get("SPAMNB_CONFIG")
+    if named:
+        out.append((NAMED, os.path.expanduser(named), True))
+    return out
+
+
+def key_lines(text: str) -> dict:
+    """``{(table, key): line}`` of a TOML text: where each key is written, for
+    errors that name FILE:LINE (``tomllib`` keeps no positions). Plain
+    ``[table]`` headers and ``key = value`` lines, as a configuration file has them."""
+    lines, table = {}, ""
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if s.startswith("[") and not s.startswith("[["):
+            table = s[1:s.find("]")].strip().strip('"') if "]" in s else table
+            lines.setdefault((table, None), n)
+        elif "=" in s and not s.startswith("#"):
+            key = s.split("=", 1)[0].strip().strip('"').strip("'")
+            if "." in key and not table:  # dotted key at the top: decision.spam_cutoff = ...
+                t, _, key = key.partition(".")
+                lines.setdefault((t.strip(), key.strip()), n)
+            else:
+                lines.setdefault((table, key), n)
+    return lines
+
+
+def trusted(path: str, st) -> bool:
+    """Whether a configuration file passes the model files' trust rule."""
+    from spamnb.storage.store import trust_problem
+
+    return trust_problem(os.path.realpath(path), st, "configuration file") is None
+
+
+def read(path: str, *, must_exist=False, flat_table=None):
+    """``(tables, lines)`` of the file at ``path`` (``({}, {})`` when absent and not
+    ``must_exist``). ``flat_table``: a file of plain keys read as that table
+    (the older ``imap.toml``). ConfigError for an unreadable, untrusted or
+    malformed file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if must_exist:
+            raise ConfigError(f"{path}: no such configuration file") from None
+        return {}, {}
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    if not trusted(path, st):
+        raise ConfigError(f"{path}: refusing to read a configuration file that others could change: it "
+                          f"must be owned by you or root and not writable by group or others, nor its folder "
+                          f"(chmod go-w)")
+    import tomllib
+
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+        data = tomllib.loads(text)
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    except tomllib.TOMLDecodeError as exc:
+        where = str(exc)
+        line = where.rsplit("line ", 1)[-1].split(",")[0] if "line " in where else "1"
+        raise ConfigError(f"{path}:{line}: {where}") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: {exc.strerror or exc}") from None
+    lines = key_lines(text)
+    if flat_table:
+        data = {flat_table: {k.replace("-", "_"): v for k, v in data.items()}}
+        lines = {(flat_table, k.replace("-", "_")): n for (t, k), n in lines.items() if k}
+    return data, lines
+
+
+class Layers:
+    """The files read, in order: ``value(table, key)`` is the last one's, the
+    environment (:data:`ENV`) over all of them."""
+
+    def __init__(self, layers, env=os.environ):
+        self.layers = layers  # [(source, path, tables, lines)]
+        self.env = env
+
+    @classmethod
+    def load(cls, env=os.environ, named=None, skip_errors=False):
+        layers = []
+        for source, path, must in files(env, named):
+            try:
+                tables, lines = read(path, must_exist=must, flat_table="imap" if source == IMAP_FILE else None)
+            except ConfigError:
+                if skip_errors:
+                    continue
+                raise
+            if tables or must:
+                layers.append((source, path, tables, lines))
+        return cls(layers, env)
+
+    def where(self, table, key):
+        """``(value, source, path, line)`` of a key, or None when nothing sets it."""
+        var = ENV.get((table, key))
+        if var and self.env.get(var):
+            return self.env[var], ENVIRONMENT, f"${var}", None
+        for source, path, tables, lines in reversed(self.layers):
+            t = tables.get(table)
+            if isinstance(t, dict) and key in t:
+                return t[key], source, path, lines.get((table, key))
+        return None
+
+    def get(self, table, key, default=None):
+        found = self.where(table, key)
+        return default if found is None or found[1] == ENVIRONMENT else found[0]
+
+    def items(self):
+        """``(path, table, key, value, line, table line)`` of every key of every file,
+        in file order (a table that is not a table is itself an item, key None)."""
+        for _, path, tables, lines in self.layers:
+            for table, keys in tables.items():
+                at = lines.get((table, None)) or lines.get(("", table))
+                if not isinstance(keys, dict):
+                    yield path, table, None, keys, at, at
+                    continue
+                for key, value in keys.items():
+                    yield path, table, key, value, lines.get((table, key)) or at, at
+
+
+# -- the fast filter path's cache ----------------------------------------------------------
+#
+# `spamnb filter` runs once per delivery. Importing tomllib (with `typing` and `re`)
+# and parsing costs it about a third more CPU through the server (measured with
+# /usr/bin/time beside a run without a file), and checking every key is the command
+# line's (the click options). So a click command that has read and checked the
+# files keeps them in a marshal file (:func:`write_cache`), valid while every file,
+# and its folder, has the same identity, owner and mode as when it was read (a chmod
+# that makes one untrusted changes its ctime); the fast path reads only that
+# (:func:`read_cache`) and leaves files it has not seen checked to the click command,
+# so both answer alike for the same files. marshal is built in: nothing to import.
+
+
+def cache_path(env=os.environ) -> str:
+    base = env.get("XDG_CACHE_HOME")
+    if not base or not os.path.isabs(base):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "spamnb", "config.cache")
+
+
+def stamps(env=os.environ, named=None):
+    """What the cache is valid for: each file's and its folder's identity, owner and mode."""
+    out = []
+    for _, path, _ in files(env, named):
+        try:
+            st, dst = os.stat(path), os.stat(os.path.dirname(os.path.abspath(path)))
+        except OSError:
+            out.append((path, None))
+            continue
+        out.append((path, (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_uid, st.st_mode,
+                           dst.st_ino, dst.st_uid, dst.st_mode)))
+    return out
+
+
+def read_cache(env=os.environ):
+    """The checked layers of the files as they are now, or None (no cache, or a file changed)."""
+    import marshal
+
+    try:
+        fd = os.open(cache_path(env), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        st = os.fstat(fd)
+        if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+            return None
+        saved, layers = marshal.loads(os.read(fd, 1 << 20))
+    except (OSError, ValueError, EOFError, TypeError):
+        return None
+    finally:
+        os.close(fd)
+    return Layers(layers, env) if saved == stamps(env) else None
+
+
+def write_cache(layers, stamped, env=os.environ):
+    """Keep ``layers`` (read and checked, the files as ``stamped`` before reading) for the fast path."""
+    import marshal
+
+    cache = cache_path(env)
+    try:
+        data = marshal.dumps((stamped, layers.layers))
+        os.makedirs(os.path.dirname(cache), mode=0o700, exist_ok=True)
+        tmp = f"{cache}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.replace(tmp, cache)
+    except (OSError, ValueError):  # a value marshal cannot keep (a TOML date), a read-only home: no cache
+        pass
+
+
+def decision_of(layers) -> list:
+    """The ``[decision]`` values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
+    None where no file sets them (:func:`spamnb.verdict.cutoffs_from`'s order)."""
+    from spamnb.verdict import DECISION_OPTIONS
+
+    return [layers.get("decision", k) for k in DECISION_OPTIONS]

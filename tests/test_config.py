@@ -1,0 +1,342 @@
+"""Configuration files: lookup order, sources, checks, trust, and the [decision]
+table overriding the model's cut-offs on every way of answering, reloaded by a
+running server on SIGHUP and `spamnb config reload` without dropping a connection."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from spamnb.delivery import spamd
+from spamnb.storage.scorer import fresh_scorer
+from test_e2e import SPAMNB
+from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
+from test_server import start_server
+
+SPAMC = shutil.which("spamc")
+needs_spamc = pytest.mark.skipif(SPAMC is None, reason="spamc is not installed (apt-get install spamc; "
+                                                       "the README's test command does it when run as root)")
+#: cut-offs under which nothing is spam or ham: every message is unsure
+ALL_UNSURE = "[decision]\nspam_cutoff = 1.0\nham_cutoff = 0.0\n"
+
+
+def run(*args, input=None, env=None):
+    return subprocess.run(SPAMNB + [str(a) for a in args], input=input, capture_output=True, timeout=120,
+                          env={**os.environ, **(env or {})})
+
+
+def write(path, text, mode=0o644):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(mode)
+    return path
+
+
+@pytest.fixture
+def system_file():
+    return write(__import__("pathlib").Path(os.environ["SPAMNB_SYSTEM_CONFIG"]), "")
+
+
+@pytest.fixture
+def user_file():
+    return __import__("pathlib").Path(os.environ["HOME"]) / ".config" / "spamnb" / "config.toml"
+
+
+@pytest.fixture
+def a_spam(compiled):
+    sc = fresh_scorer(str(compiled))
+    return next(raw for raw in messages() if spamd.judge(sc, raw, 0)[0].label == "spam")
+
+
+def setting(out, table, key):
+    """The line of ``key`` in ``spamnb config``'s output under ``[table]``."""
+    section = out.split(f"[{table}]\n", 1)[1].split("\n\n", 1)[0]
+    return next(line for line in section.splitlines() if line.startswith((f"{key} ", f"# {key}:")))
+
+
+# -- lookup order and sources ---------------------------------------------------------
+
+
+def test_each_source_overrides_the_one_before(system_file, user_file, tmp_path, compiled):
+    write(system_file, "[serve]\nmax_bytes = 1000\ntimeout = 5.0\nmax_connections = 7\n[model]\npath = '/srv/spamnb/model.joblib'\n")
+    write(user_file, "[serve]\ntimeout = 6.0\nmax_connections = 8\n")
+    named = write(tmp_path / "named.toml", "[serve]\nmax_connections = 9\n")
+    res = run("config", env={"SPAMNB_CONFIG": str(named), "SPAMNB_MODEL": str(compiled)})
+    out = res.stdout.decode()
+    assert res.returncode == 0, res.stderr
+    assert setting(out, "serve", "max_bytes") == f"max_bytes = 1000  # system file {system_file}:2"
+    assert setting(out, "serve", "timeout") == f"timeout = 6.0  # user file {user_file}:2"
+    assert setting(out, "serve", "max_connections") == f"max_connections = 9  # config file {named}:2"
+    assert setting(out, "model", "path") == f'path = "{compiled}"  # environment $SPAMNB_MODEL'
+    assert setting(out, "serve", "pidfile") == "# pidfile: unset (default)"
+    assert setting(out, "serve", "socket").startswith("# socket: unset")
+    # one command line's settings: an option over all of them
+    out = run("config", "--command", "serve --timeout 3 --spamd 783",
+              env={"SPAMNB_CONFIG": str(named), "SPAMNB_MODEL": str(compiled)}).stdout.decode()
+    assert setting(out, "serve", "timeout") == "timeout = 3.0  # option"
+    assert setting(out, "serve", "max_connections") == f"max_connections = 9  # config file {named}:2"
+    assert setting(out, "serve", "max_bytes") == f"max_bytes = 1000  # system file {system_file}:2"
+    assert setting(out, "spamd", "listen") == 'listen = ["783"]  # option'
+    assert setting(out, "model", "path") == f'path = "{compiled}"  # environment $SPAMNB_MODEL'
+    assert "[imap]" not in out
+    # the global --config wins over $SPAMNB_CONFIG
+    other = write(tmp_path / "other.toml", "[serve]\nmax_connections = 10\n")
+    out = run("--config", other, "config", env={"SPAMNB_CONFIG": str(named)}).stdout.decode()
+    assert setting(out, "serve", "max_connections") == f"max_connections = 10  # config file {other}:2"
+
+
+def test_an_option_overrides_the_files(system_file, compiled, a_spam):
+    write(system_file, ALL_UNSURE)
+    assert b"X-Spam-Status: Unsure" in run("filter", "--model", compiled, input=a_spam).stdout
+    res = run("filter", "--model", compiled, "--spam-cutoff", "0.9", input=a_spam)
+    assert b"X-Spam-Status: Yes" in res.stdout and res.returncode == 0
+    # the decision is one unit: costs on the command line set it whole, over a file's cut-offs
+    res = run("filter", "--model", compiled, "--evidence", "1", "--cost-fp", "10", input=a_spam)
+    assert b"X-Spam-Status: Yes" in res.stdout, res.stderr
+
+
+def test_the_imap_file_is_read_as_the_imap_table(user_file, tmp_path):
+    imap = write(user_file.parent / "imap.toml", 'host = "mail.example.org"\nuser = "me"\n', mode=0o600)
+    out = run("config").stdout.decode()
+    assert setting(out, "imap", "host") == f'host = "mail.example.org"  # imap file {imap}:1'
+    write(user_file, '[imap]\nhost = "imap.example.org"\n')
+    out = run("config").stdout.decode()
+    assert setting(out, "imap", "host") == f'host = "mail.example.org"  # imap file {imap}:1'
+    res = run("imap", "filter", "--dry-run", "--password-file", "/nonexistent")
+    assert "is read as the [imap] table" in res.stderr.decode()
+
+
+# -- checks -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text, line, words", [
+    ("[serve]\nmax_bytes = 5\nmax_conections = 3\n", 3, "unknown key 'max_conections' in [serve]"),
+    ("[servve]\nmax_bytes = 5\n", 1, "unknown table [servve]"),
+    ("[serve]\n\ntimeout = 'ten'\n", 3, "[serve] timeout: must be a number, got 'ten'"),
+    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: 0 is not in the range x>=1"),
+    ("[spamd]\nallow_tell = 'yes'\n", 2, "[spamd] allow_tell: must be true or false"),
+    ("[log]\nformat = 'xml'\n", 2, "[log] format: 'xml' is not one of 'text', 'json'"),
+    ("[decision]\nspam_cutoff = 0.2\nham_cutoff = 0.5\n", 3, "need 0 <= ham_cutoff <= spam_cutoff <= 1"),
+    ("[decision]\nspam_cutoff = 0.99\ncost_fp = 5\n", 3, "either costs or cut-offs"),
+    ("[serve\n", 1, "Expected ']'"),
+])
+def test_check_names_file_and_line(tmp_path, text, line, words):
+    bad = write(tmp_path / "bad.toml", text)
+    res = run("config", "--check", bad)
+    err = res.stderr.decode()
+    assert res.returncode == 2, err
+    assert f"{bad}:{line}: " in err and words in err, err
+    # the same file as the system file: every command refuses it, naming it
+    res = run("config", "--check", env={"SPAMNB_SYSTEM_CONFIG": str(bad)})
+    assert res.returncode == 2 and f"{bad}:{line}: " in res.stderr.decode()
+    res = run("info", env={"SPAMNB_SYSTEM_CONFIG": str(bad)})
+    assert res.returncode == 2 and f"{bad}:{line}: " in res.stderr.decode()
+
+
+def test_check_accepts_a_good_file(tmp_path):
+    good = write(tmp_path / "good.toml", "[decision]\nspam_cutoff = 0.99\n[spamd]\nlisten = ['127.0.0.1:7830']\n"
+                                         "allow = ['10.0.0.0/8']\n[log]\nformat = 'json'\n[imap]\nport = 993\n")
+    res = run("config", "--check", good)
+    assert res.returncode == 0 and res.stdout.decode().strip() == f"{good}: ok"
+
+
+def test_a_file_others_can_write_is_refused(system_file, compiled, a_spam):
+    write(system_file, ALL_UNSURE, mode=0o666)
+    res = run("config", "--check")
+    assert res.returncode == 2 and "others could change" in res.stderr.decode()
+    # filter never loses the message: it passes it through, exit 3
+    res = run("filter", "--model", compiled, input=a_spam)
+    assert res.returncode == 3 and res.stdout == a_spam
+    assert "others could change" in res.stderr.decode()
+
+
+def test_a_broken_file_passes_filtered_mail_through(system_file, compiled, a_spam):
+    write(system_file, "[filter]\nexit_zero = 3\n")
+    for extra in ([], ["--evidence", "2"]):
+        res = run("filter", "--model", compiled, *extra, input=a_spam)
+        assert res.returncode == 3 and res.stdout == a_spam, res.stderr
+        assert "[filter] exit_zero: must be true or false" in res.stderr.decode()
+
+
+# -- [decision] on every path -------------------------------------------------------------
+
+
+def test_decision_overrides_the_model_on_every_local_path(system_file, compiled, a_spam, tmp_path):
+    msg = tmp_path / "msg.eml"
+    msg.write_bytes(a_spam)
+
+    def classified():
+        return run("classify", "--model", compiled, "--format", "tsv", msg).stdout.split(b"\n")[0].split(b"\t")[1]
+
+    assert classified() == b"spam"
+    write(system_file, ALL_UNSURE)
+    assert classified() == b"unsure"
+    # filter: the fast path (scorer + journal) and the full click path (--evidence)
+    for extra in ([], ["--evidence", "1"]):
+        res = run("filter", "--model", compiled, *extra, input=a_spam)
+        assert res.returncode == 2 and b"X-Spam-Status: Unsure" in res.stdout, (extra, res.stderr)
+    # sort: nothing is filed as spam
+    md = tmp_path / "Maildir"
+    for sub in ("cur", "new", "tmp"):
+        (md / sub).mkdir(parents=True)
+    (md / "new" / "1.eml").write_bytes(a_spam)
+    res = run("sort", "--model", compiled, md)
+    assert res.returncode == 0 and (md / "new" / "1.eml").exists(), res.stderr
+    # imap filter's judge
+    from spamnb.cli.imap import _judge_and_learn
+
+    judge, _ = _judge_and_learn(str(compiled), decision=(None, None, None, 1.0, 0.0))
+    assert judge(a_spam)[0] == "unsure"
+
+
+def test_decision_applies_through_the_server(system_file, compiled, a_spam, tmp_path):
+    sock = str(tmp_path / "run" / "socket")
+    proc = start_server(sock, compiled)
+    try:
+        write(system_file, ALL_UNSURE)
+        res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)  # checks the file
+        assert res.returncode == 2 and b"X-Spam-Status: Unsure" in res.stdout
+        # the server's answer, asked by the fast client, which sends the files' decision
+        from spamnb.delivery import fastfilter
+
+        opts = fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+        out, label = fastfilter.via_server(sock, a_spam, str(compiled), False, opts)
+        assert label == "unsure" and b"X-Spam-Status: Unsure" in out
+        res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)  # the fast path
+        assert res.returncode == 2 and b"X-Spam-Status: Unsure" in res.stdout
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def spamc_says(port, raw):
+    """spamc -c's exit status: 1 spam, 0 not spam."""
+    return subprocess.run([SPAMC, "-c", "-d", "127.0.0.1", "-p", str(port)], input=raw, capture_output=True,
+                          timeout=30).returncode
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def until(check, seconds=10.0):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@needs_spamc
+def test_spamd_takes_the_decision_and_rereads_it_on_sighup(system_file, compiled, a_spam, tmp_path):
+    port = free_port()
+    sock = str(tmp_path / "run" / "socket")
+    write(system_file, ALL_UNSURE)
+    proc = start_server(sock, compiled, "--spamd", str(port), "--pidfile", str(tmp_path / "pid"))
+    try:
+        assert until(lambda: spamc_says(port, a_spam) in (0, 1))
+        assert spamc_says(port, a_spam) == 0  # unsure: not spam to spamc
+        # a connection open across the reload is served to its end
+        half = socket.create_connection(("127.0.0.1", port))
+        body = a_spam
+        half.sendall(f"CHECK SPAMC/1.5\r\nContent-length: {len(body)}\r\n\r\n".encode() + body[:50])
+        write(system_file, "")
+        proc.send_signal(signal.SIGHUP)
+        assert until(lambda: spamc_says(port, a_spam) == 1), "SIGHUP did not reload the decision"
+        half.sendall(body[50:])
+        reply = half.recv(4096)
+        half.close()
+        assert reply.startswith(b"SPAMD/1.1 0 EX_OK") and b"Spam: " in reply
+        # without systemd or kill: spamnb config reload finds the server by its socket, or its pid file
+        write(system_file, ALL_UNSURE)
+        res = run("config", "reload", "--socket", sock)
+        assert res.returncode == 0, res.stderr
+        assert until(lambda: spamc_says(port, a_spam) == 0)
+        write(system_file, "")
+        assert run("config", "reload", "--pidfile", tmp_path / "pid").returncode == 0
+        assert until(lambda: spamc_says(port, a_spam) == 1)
+        # a broken file keeps the decision in force
+        write(system_file, "[decision]\nspam_cutoff = 'high'\n")
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        assert spamc_says(port, a_spam) == 1 and proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert b"configuration not reloaded" in proc.stderr.read()
+
+
+def test_a_users_own_decision_overrides_the_sites_for_spamd(compiled, a_spam, tmp_path):
+    from test_spamd import Served, request
+
+    users = tmp_path / "users"
+    for name in ("alice", "bob"):
+        (users / name).mkdir(parents=True)
+        shutil.copy(compiled, users / name / "model.joblib")
+    write(users / "alice" / "config.toml", ALL_UNSURE)
+    write(users / "bob" / "config.toml", "[decision]\nspam_cutoff = 'x'\n")  # broken: the site's applies
+    served = Served(compiled, user_models=str(users))
+    try:
+        served.models.decision = (None, None, None, 0.9, None)
+        assert b"Spam: False" in served.ask(request("CHECK", a_spam, User="alice"))
+        assert b"Spam: True ; " in served.ask(request("CHECK", a_spam, User="bob"))
+        assert b"Spam: True ; " in served.ask(request("CHECK", a_spam))
+        assert any("the site's decision applies" in line for line in served.log_lines)
+        write(users / "alice" / "config.toml", "")  # changed: reread, and empty: the site's again
+        assert b"Spam: True ; " in served.ask(request("CHECK", a_spam, User="alice"))
+    finally:
+        served.stop()
+
+
+def test_decision_keys_reach_every_deciding_command_but_train():
+    from spamnb.cli import main
+    from spamnb.cli.config import DECIDING, default_map
+    from spamnb.storage import settings
+
+    layers = settings.Layers([(settings.SYSTEM, "f", {"decision": {"spam_cutoff": 0.99}}, {})], env={})
+    found = default_map(main, layers)
+    for path in DECIDING:
+        node = found
+        for part in path.split():
+            node = node[part]
+        assert node["spam_cutoff"] == 0.99, path
+    assert "train" not in found and "train" not in found["imap"]
+
+
+def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_file, compiled, a_spam):
+    from spamnb.delivery import fastfilter
+    from spamnb.storage import settings
+
+    def opts():
+        return fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+
+    def delivered():
+        """(filtered, passed through): exit 0-2 with the verdict's headers, or exit 3 unchanged."""
+        res = run("filter", "--model", compiled, input=a_spam)
+        return res.returncode != 3 and res.stdout != a_spam, res.returncode == 3 and res.stdout == a_spam
+
+    assert opts()["spam_cutoff"] is None  # no file: nothing to read
+    write(user_file, "[decision]\nspam_cutoff = 0.99\n")
+    assert opts() is None  # not checked yet: the click command reads it, once
+    assert delivered() == (True, False)
+    assert os.path.exists(settings.cache_path()) and opts()["spam_cutoff"] == 0.99
+    write(user_file, "[decision]\nspam_cutoff = 0.9\n")
+    assert opts() is None
+    assert delivered() == (True, False) and opts()["spam_cutoff"] == 0.9
+    user_file.chmod(0o666)  # the same bytes, now writable by others: refused on every path
+    assert opts() is None and delivered() == (False, True)
+    user_file.chmod(0o644)
+    assert delivered() == (True, False) and opts()["spam_cutoff"] == 0.9
+    write(user_file, "[decision]\nspam_cutof = 0.9\n")  # a key the click command does not know
+    assert delivered() == (False, True) and opts() is None
+    user_file.unlink()
+    assert opts()["spam_cutoff"] is None and delivered() == (True, False)
