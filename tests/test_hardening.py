@@ -564,3 +564,29 @@ def test_another_file_system_skips_the_message_and_goes_on(tmp_path, model_file,
     assert res.exit_code == 0, res.output
     assert res.stderr.count("another file system") == 3 and "skipped 3" in res.stderr
     assert sorted(os.listdir(md / "new")) == ["0.host", "1.host", "2.host"]
+
+
+# == issue "Hardening, round three" ==========================================================
+
+# -- 1. background compaction takes no module from the working folder -----------------------
+
+PLANTED = "import pathlib, sys\npathlib.Path({marker!r}).write_text(' '.join(sys.argv))\n"
+
+
+@pytest.mark.parametrize("planted", ["spamnb.py", "spamnb/__main__.py", "spamnb/__init__.py"])
+def test_background_compaction_runs_no_module_planted_in_the_working_folder(
+        sticky_dir, compiled, tmp_path, monkeypatch, planted):
+    marker = tmp_path / "planted-code-ran"
+    target = sticky_dir / planted
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(PLANTED.format(marker=str(marker)))
+    if planted == "spamnb/__main__.py":
+        (sticky_dir / "spamnb" / "__init__.py").write_text("")
+    monkeypatch.chdir(sticky_dir)  # the delivery's folder: a shared one
+    monkeypatch.setenv("PYTHONPATH", str(sticky_dir))  # nor from the environment
+    proc = fastfilter.compact_in_background(os.path.relpath(compiled, sticky_dir))
+    assert proc.wait(timeout=120) == 0
+    assert not marker.exists(), marker.read_text()
+    assert str(sticky_dir) not in fastfilter.safe_import_path()
+
+
