@@ -590,3 +590,156 @@ def test_background_compaction_runs_no_module_planted_in_the_working_folder(
     assert str(sticky_dir) not in fastfilter.safe_import_path()
 
 
+
+# -- 2. spamd's TELL: who may teach which model ------------------------------------------------
+
+CONTRIB = Path(__file__).resolve().parent.parent / "contrib" / "systemd"
+
+
+def unit_settings(path):
+    """``{key: [values]}`` of a unit file's lines (comments and sections dropped)."""
+    out = {}
+    for line in Path(path).read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            out.setdefault(key.strip(), []).append(value.strip())
+    return out
+
+
+def test_no_shipped_unit_enables_tell():
+    units = sorted(CONTRIB.glob("*/*.service"))
+    assert units
+    for unit in units:
+        for line in unit_settings(unit).get("ExecStart", []):
+            assert "--allow-tell" not in line, unit
+
+
+def _spamd_served(model, **kw):
+    from test_spamd import Served
+
+    return Served(model, **kw)
+
+
+def test_tell_without_user_never_teaches_the_served_model_unless_allowed(compiled):
+    from test_spamd import request, split_reply
+
+    raw = sample_message("ham", 7).read_bytes().replace(b"Subject:", b"Subject: taught", 1)
+    s = _spamd_served(compiled, allow_tell=True, tell_served=False)
+    try:
+        out = s.ask(request("TELL", raw, Message_class="spam", Set="local"))
+        assert out.startswith(b"SPAMD/1.0 69 ") and b"--allow-tell-served" in out
+        assert load_model(compiled).known(message_key(raw), raw) is None
+    finally:
+        s.stop()
+    s = _spamd_served(compiled, allow_tell=True, tell_served=True)
+    try:
+        assert split_reply(s.ask(request("TELL", raw, Message_class="spam", Set="local")))[1] == {
+            b"DidSet": b"local"}
+        assert load_model(compiled).known(message_key(raw), raw) == 1
+    finally:
+        s.stop()
+
+
+def test_serve_allow_tell_served_is_its_own_option():
+    res = subprocess.run([*SPAMNB, "serve", "--help"], capture_output=True, timeout=60)
+    assert b"--allow-tell-served" in res.stdout
+
+
+def message_key(raw):
+    from spamnb.mail.identity import message_key as key
+
+    return key(raw)
+
+
+def ask_as(user, sock_path, data: bytes) -> bytes:
+    """``data`` sent to the Unix socket by a process running as ``user``; its reply."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            with socket.socket(socket.AF_UNIX) as s:
+                s.settimeout(30)
+                s.connect(str(sock_path))
+                s.sendall(data)
+                s.shutdown(socket.SHUT_WR)
+                while chunk := s.recv(65536):
+                    os.write(w, chunk)
+        finally:
+            os._exit(0)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 65536):
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return out
+
+
+@pytest.fixture
+def unix_spamd(compiled, tmp_path, sticky_dir, trained_model):
+    """A spamd Unix socket everyone may connect to, with --allow-tell and per-user
+    models for "bob" and for the throwaway user."""
+    from spamnb.delivery import spamd
+    from spamnb.delivery.server import Compactor, ModelHolder
+
+    users = tmp_path / "users"
+    for name in ("bob", MALLORY):
+        save_model(trained_model, users / name / "model.joblib")
+    log = []
+    holder = ModelHolder(str(compiled), log=log.append)
+    models = spamd.Models(holder, False, str(users), log.append)
+    sock = sticky_dir / "spamd.sock"
+    srv = spamd.UnixServer(str(sock), 0o666)
+    srv.configure(models, max_bytes=1 << 20, timeout=10, allow_tell=True, log=log.append,
+                  compactor=Compactor(log.append), max_connections=4)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    yield sock, users, log
+    srv.shutdown()
+    srv.close()
+
+
+def test_tell_on_a_unix_socket_is_for_the_peers_own_user(mallory, unix_spamd, tmp_path):
+    from test_spamd import request
+
+    sock, users, log = unix_spamd
+    raw = sample_message("ham", 8).read_bytes().replace(b"Subject:", b"Subject: peer", 1)
+    out = ask_as(mallory, sock, request("TELL", raw, User="bob", Message_class="spam", Set="local"))
+    assert out.startswith(b"SPAMD/1.0 77 ") and b"another user" in out, out
+    assert load_model(users / "bob" / "model.joblib").known(message_key(raw), raw) is None
+    out = ask_as(mallory, sock, request("TELL", raw, Message_class="spam", Set="local"))  # no User:
+    assert out.startswith(b"SPAMD/1.0 69 ")
+    out = ask_as(mallory, sock, request("TELL", raw, User=MALLORY, Message_class="spam", Set="local"))
+    assert b"DidSet: local" in out, out  # their own model: fine
+    assert load_model(users / MALLORY / "model.joblib").known(message_key(raw), raw) == 1
+    root = pwd.getpwuid(0)
+    out = ask_as(root, sock, request("TELL", raw, User="bob", Message_class="spam", Set="local"))
+    assert b"DidSet: local" in out, out  # root (an MTA, the admin) may name anyone
+    assert str(tmp_path).encode() not in out
+
+
+def test_spamd_replies_never_name_a_server_path(compiled, tmp_path, trained_model):
+    from test_spamd import request
+
+    users = tmp_path / "users"
+    save_model(trained_model, users / "alice" / "model.joblib")
+    raw = sample_message("spam", 0).read_bytes()
+    s = _spamd_served(compiled, user_models=str(users))
+    try:
+        out = s.ask(request("TELL", raw, User="bob", Message_class="spam", Set="local"))
+        assert out.startswith(b"SPAMD/1.0 67 ") and b"bob" in out
+        compiled.parent.chmod(0o770)  # the model turns untrusted
+        (users / "alice").chmod(0o770)
+        for req in (request("CHECK", raw), request("CHECK", raw, User="alice"),
+                    request("TELL", raw, User="alice", Message_class="spam", Set="local")):
+            out = s.ask(req)
+            assert out.startswith(b"SPAMD/1.0 74 "), out
+            assert b"/" not in out.split(b"\r\n")[0].split(b" ", 2)[2], out
+        assert any(str(compiled.parent) in line for line in s.log_lines)  # the admin's log has it
+    finally:
+        compiled.parent.chmod(0o700)
+        (users / "alice").chmod(0o700)
+        s.stop()

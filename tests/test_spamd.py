@@ -40,7 +40,7 @@ class Served:
     """An in-process spamd server on 127.0.0.1 (ephemeral port)."""
 
     def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
-                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False):
+                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False, tell_served=None):
         self.log_lines = []
         log = self.log_lines.append
         self.holder = ModelHolder(str(model), log=log)
@@ -48,7 +48,8 @@ class Served:
         self.models = spamd.Models(self.holder, is_default, user_models, log)
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
-                           compactor=Compactor(log), max_connections=max_connections)
+                           compactor=Compactor(log), max_connections=max_connections,
+                           tell_served=allow_tell if tell_served is None else tell_served)
         self.port = self.srv.server_address[1]
         self.thread = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()

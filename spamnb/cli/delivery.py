@@ -161,11 +161,16 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 @click.option("--user-models", type=click.Path(file_okay=False), metavar="DIR",
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
 @click.option("--allow-tell", is_flag=True,
-              help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
+              help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
+                   "model, as spamd's --allow-tell. On a Unix socket User: must be the client's own user "
+                   "(root and the server's user may name anyone).")
+@click.option("--allow-tell-served", is_flag=True,
+              help="spamd: TELL may also change the served model, which scores everyone without a model of "
+                   "their own (implies --allow-tell).")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
 def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode):
+          spamd_addresses, allow, user_models, allow_tell, allow_tell_served, spamd_socket_mode):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -185,7 +190,7 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
     Example:
       spamnb serve &
       spamnb filter --exit-zero < message.eml
-      spamnb serve --spamd 127.0.0.1:783 --allow-tell
+      spamnb serve --spamd 127.0.0.1:783 --user-models /var/lib/spamnb/users --allow-tell
     """
     from spamnb.storage.locate import default_socket_path
     from spamnb.delivery.server import ServerError, serve as run_server
@@ -196,7 +201,7 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
         mode = -1
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
-    if (allow or user_models or allow_tell) and not spamd_addresses:
+    if (allow or user_models or allow_tell or allow_tell_served) and not spamd_addresses:
         raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
     _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
     others = None
@@ -206,7 +211,8 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
         def others(holder, compactor, log):
             models = spamd.Models(holder, is_default, user_models, log)
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
-                                      allow_tell=allow_tell, unix_mode=mode, max_connections=max_connections,
+                                      allow_tell=allow_tell or allow_tell_served,
+                                      tell_served=allow_tell_served, unix_mode=mode, max_connections=max_connections,
                                       compactor=compactor, log=log)
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,

@@ -30,6 +30,12 @@ What each method answers (:func:`answer`):
   with ``Set: local`` learns the message into the user's model (moving it when
   it was learned as the other class), ``Remove: local`` forgets it; the reply
   says ``DidSet: local`` / ``DidRemove: local`` when that changed the model.
+  Who may teach what (:func:`tell`, docs/security.md): the served model, which
+  scores everyone without a model of their own, learns only with
+  ``--allow-tell-served`` as well; on a Unix socket ``User:`` must name the
+  connecting process's own user (``SO_PEERCRED``) unless it runs as root or as
+  the server's user. Over TCP ``User:`` is taken as sent, as spamd takes it from
+  the addresses ``--allow`` admits.
 
 **The score scale.** S and T in ``Spam: True ; S / T`` are log-odds:
 S = log P(spam|x)/P(ham|x), the score of spamnb's ``X-Spam-Status``, and
@@ -44,9 +50,11 @@ EX_PROTOCOL for a bad request (unknown method, malformed header, a
 ``Content-length`` the message does not match), 79 EX_TIMEOUT for a request
 not received in time, 74 EX_IOERR when the model cannot be read, 67
 EX_NOUSER for ``TELL`` for a user with no model of their own, 69
-EX_UNAVAILABLE for ``TELL`` without ``--allow-tell``, 75 EX_TEMPFAIL when the
+EX_UNAVAILABLE for ``TELL`` without ``--allow-tell`` (or into the served model
+without ``--allow-tell-served``), 77 EX_NOPERM for ``TELL`` for another user, 75 EX_TEMPFAIL when the
 server is at its connection cap or the model's lock stays busy, 70
-EX_SOFTWARE for anything else. spamc passes the message through unchanged on
+EX_SOFTWARE for anything else. An error reply never names a file of the
+server (the log has the whole reason). spamc passes the message through unchanged on
 any of them (unless run with ``-x``).
 
 **Limits.** A message over ``max_bytes`` is answered as unscanned (score 0.0,
@@ -71,10 +79,12 @@ import errno
 import ipaddress
 import math
 import os
+import pwd
 import re
 import socket
 import socketserver
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -113,9 +123,13 @@ MAX_HEADER_BLOCK = 1 << 20
 class SpamdError(Exception):
     """A request answered with an error line: ``SPAMD/1.0 <code> <text>``."""
 
-    def __init__(self, name: str, text: str):
+    def __init__(self, name: str, text: str, detail: str = ""):
         super().__init__(text)
         self.name = name
+        self.detail = detail  # for the server's log only: it may name server paths
+
+    def logged(self) -> str:
+        return f"{self} ({self.detail})" if self.detail else str(self)
 
     def line(self) -> bytes:
         text = " ".join(str(self).split())  # one line, whatever the cause said
@@ -319,17 +333,20 @@ def judge(model, msg: bytes, n_evidence: int):
     return d.label, d.p, d.score, threshold(d.cutoffs[1]), d.evidence
 
 
-def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None) -> bytes:
-    """The reply to one whole request (the message in ``raw``)."""
+def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None,
+           tell_served=False, peer_uid=None) -> bytes:
+    """The reply to one whole request (the message in ``raw``); ``peer_uid``: the
+    connecting process's user on a Unix socket (None over TCP)."""
     if method == "TELL":
-        return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
+        return tell(headers, raw, models, allow_tell=allow_tell, compact=compact, tell_served=tell_served,
+                    peer_uid=peer_uid)
     holder, _ = models.for_user(headers.get("User"))
     try:
         loaded = holder.get()
         if not holder.allow_insecure and not trusted_now(holder.path):
             raise ModelError(f"model {holder.path} is not trusted (see spamnb info)")
     except (ModelError, OSError) as exc:
-        raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+        raise SpamdError("EX_IOERR", "cannot read the model", str(exc)) from None
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
     label, p, score, t, evidence = judge(loaded.model, msg, want)
@@ -363,8 +380,13 @@ def _find_header_end(out: bytes):
     return min(ends) if ends else None
 
 
-def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
-    """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model."""
+def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=False, peer_uid=None) -> bytes:
+    """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model.
+
+    Only the user's own model learns unless ``tell_served``: the served model
+    scores everyone else, so one client's TELL would change their verdicts too.
+    ``peer_uid`` (a Unix socket's peer): ``User:`` must be that user's name, unless
+    the peer is root or the server's own user (an MTA or a script of the admin)."""
     if not allow_tell:
         raise SpamdError("EX_UNAVAILABLE",
                          "Service Unavailable: TELL commands are not enabled, set the --allow-tell switch.")
@@ -376,12 +398,19 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
     if set_local and label is None:
         raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
     user = headers.get("User")
+    if peer_uid is not None and user is not None and peer_uid not in (0, os.geteuid()) \
+            and user != _user_name(peer_uid):
+        raise SpamdError("EX_NOPERM", f"TELL for user {user!r} refused: the connecting process runs as "
+                                      f"another user (uid {peer_uid})")
     holder, own = models.for_user(user)
     if models.user_models and user is not None and not own:
-        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (make one with spamnb train --model "
-                                      f"{models.user_path(user)})")
+        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (the administrator makes one with "
+                                      f"spamnb train)", str(models.user_path(user)))
     if holder is models.served and models.served_is_default:
         raise SpamdError("EX_UNAVAILABLE", "the default model does not learn: train a model of your own")
+    if holder is models.served and not tell_served:
+        raise SpamdError("EX_UNAVAILABLE", "TELL into the shared model is not enabled (send User: with a "
+                                           "model of its own, or start the server with --allow-tell-served)")
     _, msg = envelope_split(raw)
     done = {}
     if set_local:
@@ -414,11 +443,21 @@ def _update(holder, items, *, forget, compact):
             return learn_messages(holder.path, [(raw, label) for raw, label, _ in items], forget=forget,
                                   allow_insecure=holder.allow_insecure, timeout=timeout, warn=holder.log)
     except ModelError as exc:  # a lock held too long is worth retrying; the rest is the model's
-        raise SpamdError("EX_TEMPFAIL" if isinstance(exc, LockTimeout) else "EX_IOERR",
-                         f"not learned: {exc}") from None
+        busy = isinstance(exc, LockTimeout)
+        raise SpamdError("EX_TEMPFAIL" if busy else "EX_IOERR",
+                         "not learned: " + ("timed out waiting for the model's lock, try again" if busy
+                                           else "the model cannot be updated"),
+                         str(exc)) from None
     if done.get("needs_compaction") and compact:
         compact(holder)
     return done
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 # -- the server -------------------------------------------------------------------------
@@ -432,7 +471,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             out = self._request(reader)
         except SpamdError as exc:
-            srv.log(f"spamd: {exc}")
+            srv.log(f"spamd: {exc.logged()}")
             out = exc.line()
         except Exception as exc:  # noqa: BLE001 - one bad message never stops the server
             srv.log(f"spamd: internal error: {exc.__class__.__name__}: {exc}")
@@ -464,7 +503,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if len(raw) > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, None, raw)
         return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
-                      compact=srv.compactor.soon)
+                      compact=srv.compactor.soon, tell_served=srv.tell_served, peer_uid=srv.peer_uid(self.request))
 
     def _unscanned(self, reader, method, version, headers, length, head=b""):
         """A message over the limit: neither scored nor learned. PROCESS streams it
@@ -476,7 +515,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs)[1])
         except (ModelError, OSError) as exc:
-            raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+            raise SpamdError("EX_IOERR", "cannot read the model", str(exc)) from None
         line = spam_line("ham", 0.0, t, method)
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))
@@ -525,16 +564,22 @@ class _SpamdServer(BoundedThreads):
     block_on_close = True
     request_queue_size = 128
 
-    def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections):
+    def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
+                  tell_served=False):
         self.models = models
         self.max_bytes = max_bytes
         self.timeout_s = timeout
         self.allow_tell = allow_tell
+        self.tell_served = tell_served
         self.log = log
         self.compactor = compactor
         # spamc passes a message through unfiltered when refused: a burst waits a moment instead
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT)
+
+    def peer_uid(self, conn):
+        """The connecting process's user; None where the socket cannot say (TCP)."""
+        return None
 
 
 class TCPServer(_SpamdServer, socketserver.TCPServer):
@@ -579,6 +624,10 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
 
     def where(self):
         return self.path
+
+    def peer_uid(self, conn):
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[1]
 
     def close(self):
         self.server_close()
@@ -637,7 +686,7 @@ def check_exposure(host, allowed):
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
-                 max_connections, compactor, log):
+                 max_connections, compactor, log, tell_served=False):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
     nets = parse_networks(allow)
     servers = []
@@ -655,7 +704,7 @@ def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=
                         if kind == "tcp" and where[1] < 1024 and exc.errno == errno.EACCES else "")
                 raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
             srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
-                          compactor=compactor, max_connections=max_connections)
+                          compactor=compactor, max_connections=max_connections, tell_served=tell_served)
             servers.append(srv)
     except BaseException:
         for srv in servers:
