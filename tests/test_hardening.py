@@ -743,3 +743,77 @@ def test_spamd_replies_never_name_a_server_path(compiled, tmp_path, trained_mode
         compiled.parent.chmod(0o700)
         (users / "alice").chmod(0o700)
         s.stop()
+
+
+# -- 3. the IMAP state and its lock are trusted as the model is ------------------------------
+
+def _imap_args(tmp_path, model, host="127.0.0.1", port=9, user="alice", password="secret"):
+    pw = tmp_path / "imap-pw"
+    pw.write_text(password + "\n")
+    pw.chmod(0o600)
+    return ["imap", "filter", "--host", host, "--port", str(port), "--user", user, "--password-file", str(pw),
+            "--security", "none", "--model", str(model)]
+
+
+def test_an_imap_state_another_user_planted_is_refused(mallory, sticky_dir, model_file):
+    import json
+
+    from spamnb.delivery import imap
+
+    model = sticky_dir / "model.joblib"
+    shutil.copyfile(model_file, model)
+    model.chmod(0o600)
+    state = imap.state_path(model)
+    planted = {"version": imap.STATE_VERSION, "accounts": {}}
+    as_user(mallory, "sh", "-c", f"umask 022; printf '%s' '{json.dumps(planted)}' > {state}")
+    with pytest.raises(imap.ImapError, match=f"owned by uid {mallory.pw_uid}.*decides which messages"):
+        imap.State.load(state)
+    os.chown(state, 0, 0)
+    os.chmod(state, 0o666)
+    with pytest.raises(imap.ImapError, match="writable by group or others"):
+        imap.State.load(state)
+    os.chmod(state, 0o600)
+    assert imap.State.load(state).data == planted  # ours (root's): read
+
+
+def test_another_users_imap_lock_is_refused(mallory, sticky_dir, model_file, tmp_path):
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+    from spamnb.delivery import imap
+
+    model = sticky_dir / "model.joblib"
+    shutil.copyfile(model_file, model)
+    model.chmod(0o600)
+    as_user(mallory, "sh", "-c", f"umask 0; : > {imap.state_path(model)}.lock")
+    res = CliRunner().invoke(main, _imap_args(tmp_path, model))
+    assert res.exit_code == 1 and f"belongs to uid {mallory.pw_uid}" in res.stderr, res.stderr
+
+
+def test_a_failed_state_save_is_reported_as_one(dovecot, model_file, tmp_path, monkeypatch):
+    import errno
+
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+    from spamnb.storage import store
+
+    def disk_full(path, parts):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(store, "write_bytes_atomic", disk_full)
+    d = dovecot
+    res = CliRunner().invoke(main, _imap_args(tmp_path, model_file, d.host, d.port, d.user, d.password))
+    assert res.exit_code == 1, res.output
+    assert "cannot save the IMAP state" in res.stderr and "No space left" in res.stderr, res.stderr
+    assert "connection" not in res.stderr
+
+
+# -- 5. folders made for the IMAP state are private whatever the umask ------------------------
+
+def test_imap_filter_makes_private_folders_under_umask_002(tmp_path):
+    target = tmp_path / "data" / "new" / "model.joblib"
+    subprocess.run([*SPAMNB, *_imap_args(tmp_path, target)], capture_output=True, timeout=120,
+                   preexec_fn=lambda: os.umask(0o002))
+    for folder in (tmp_path / "data", target.parent):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder

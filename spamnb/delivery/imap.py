@@ -77,6 +77,10 @@ class ImapError(Exception):
     """What the user is told, in one line (no traceback)."""
 
 
+class StateError(ImapError):
+    """The state file cannot be saved: the pass stops there (never a dropped connection)."""
+
+
 # -- settings: options and the config file ----------------------------------------------
 
 
@@ -307,11 +311,19 @@ class State:
 
     @classmethod
     def load(cls, path) -> "State":
+        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.open_trusted`):
+        a state another user planted could say a message was half-moved to Junk, and the
+        next pass would delete the folder's copy."""
+        from spamnb.storage.store import ModelError, open_trusted
+
         try:
-            with open(path, "rb") as f:
+            fd, _ = open_trusted(path, what="IMAP state")
+            with os.fdopen(fd, "rb") as f:
                 data = json.loads(f.read())
         except FileNotFoundError:
             return cls(path)
+        except ModelError as exc:
+            raise ImapError(str(exc)) from None
         except (OSError, ValueError) as exc:
             raise ImapError(f"cannot read the IMAP state {path}: {exc} (move it away to start afresh)") from None
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
@@ -321,7 +333,11 @@ class State:
     def save(self) -> None:
         from spamnb.storage.store import write_bytes_atomic
 
-        write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+        try:
+            write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+        except OSError as exc:
+            raise StateError(f"cannot save the IMAP state {self.path}: {exc.strerror or exc} (the pass "
+                             "stopped there; the next one redoes what was not recorded)") from None
 
     def account(self, name) -> dict:
         return self.data["accounts"].setdefault(name, {"folders": {}, "messages": {}})
