@@ -817,3 +817,69 @@ def test_imap_filter_makes_private_folders_under_umask_002(tmp_path):
                    preexec_fn=lambda: os.umask(0o002))
     for folder in (tmp_path / "data", target.parent):
         assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+
+
+# -- 4. a site model's journal and scorer are readable by whoever may read the model ------------
+
+def run_as(user, fn):
+    """``fn()`` in a forked process turned into ``user``: its result's repr, or the
+    exception's (``"error: ..."``)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.setgid(user.pw_gid)
+            os.setuid(user.pw_uid)
+            try:
+                out = repr(fn())
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                out = f"error: {type(exc).__name__}: {exc}"
+            os.write(w, out.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    out = b""
+    while chunk := os.read(r, 65536):
+        out += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return out.decode()
+
+
+def test_a_site_models_journal_is_readable_by_every_user(mallory, compiled):
+    from spamnb.storage import journal, scorer
+    from spamnb.storage.modelfile import learn_messages
+
+    site = Path(tempfile.mkdtemp(prefix="spamnb-site-", dir="/tmp"))
+    try:
+        site.chmod(0o755)
+        model = site / "model.joblib"
+        shutil.copyfile(compiled, model)
+        model.chmod(0o644)  # root's site model: trusted by every user
+        save_model(load_model(model), model)  # its scorer, as root compiles it
+        learn_messages(model, [(sample_message("ham", 3).read_bytes(), "spam")])  # root learns one
+        for companion in (journal.journal_path(model), scorer.scorer_path(model)):
+            assert stat.S_IMODE(os.stat(companion).st_mode) == 0o644, companion
+        raw = sample_message("spam", 0).read_bytes()
+        opts = fastfilter.parse_args(["--model", str(model)])
+        got = run_as(mallory, lambda: fastfilter.cold(raw, str(model), False, opts)[1])
+        assert got == "'spam'", got
+        got = run_as(mallory, lambda: len(journal.read(model, *_base(model))))
+        assert got == "1", got
+        # a private model's stay private
+        model.chmod(0o600)
+        learn_messages(model, [(sample_message("ham", 4).read_bytes(), "spam")], timeout=10)
+        from spamnb.storage.modelfile import compact
+
+        compact(model, force=True)
+        assert stat.S_IMODE(os.stat(journal.journal_path(model)).st_mode) == 0o600
+    finally:
+        shutil.rmtree(site, ignore_errors=True)
+
+
+def _base(path):
+    from spamnb.storage.modelfile import load_snapshot
+
+    stats = load_snapshot(path).stats
+    return stats.get("save_id"), stats.get("journal")

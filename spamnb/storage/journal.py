@@ -350,10 +350,12 @@ def new_id() -> bytes:
 
 def write_fresh(model_path, save_id: str, body: bytes = b"") -> str:
     """Replace the journal with a new one for the snapshot ``save_id`` holding the
-    record bytes ``body``, atomically (mode 0600, fsynced). Returns its id (hex).
+    record bytes ``body``, atomically (the model's mode without write bits for others:
+    :func:`spamnb.storage.store.companion_mode`; fsynced). Returns its id (hex).
     The caller holds the model's lock."""
     jid = new_id()
-    store.write_bytes_atomic(journal_path(model_path), [_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)), body])
+    store.write_bytes_atomic(journal_path(model_path), [_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)), body],
+                             mode=store.companion_mode(model_path))
     return jid.hex()
 
 

@@ -109,11 +109,11 @@ def save_atomic(obj, path, *, compress=0) -> None:
     fsync_folder(folder)
 
 
-def write_bytes_atomic(path, parts) -> None:
+def write_bytes_atomic(path, parts, *, mode=_NEW_FILE_MODE) -> None:
     """Write the byte strings ``parts`` to ``path`` atomically: a temporary file in
-    the same folder (mode 0600), synced, renamed into place, the folder synced.
-    OSError passes through, the temporary file removed (the compiled scorer, the
-    journal's new copy)."""
+    the same folder (``mode``, 0600 unless told), synced, renamed into place, the
+    folder synced. OSError passes through, the temporary file removed (the compiled
+    scorer, the journal's new copy: :func:`companion_mode`)."""
     import tempfile
 
     path = os.fspath(path)
@@ -121,7 +121,7 @@ def write_bytes_atomic(path, parts) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _NEW_FILE_MODE)
+            os.fchmod(f.fileno(), mode)
             for part in parts:
                 f.write(part)
             f.flush()
@@ -151,6 +151,17 @@ def make_private_folder(folder) -> None:
         except FileExistsError:
             continue  # made meanwhile by a racing process, or a file: the next step says
         os.chmod(name, _NEW_DIR_MODE)  # the umask may have taken bits the mode asked for
+
+
+def companion_mode(model_path) -> int:
+    """The mode of a file every reader of the model reads too (its scorer, its journal):
+    the model's, without group/world write bits, read-write for the owner; 0600 when
+    there is no model. A site model root made 0644 is read by every user: a journal
+    made 0600 beside it sent every one of their deliveries through unfiltered."""
+    try:
+        return stat.S_IMODE(os.stat(model_path).st_mode) & 0o644 | 0o600
+    except OSError:
+        return _NEW_FILE_MODE
 
 
 def _mode_for(path: str) -> int:
