@@ -883,3 +883,49 @@ def _base(path):
 
     stats = load_snapshot(path).stats
     return stats.get("save_id"), stats.get("journal")
+
+
+# -- 6. spamd: a declared length over the cap is refused before a byte of it is read ------------
+
+def test_spamd_refuses_a_declared_length_over_its_cap_at_once(compiled):
+    from spamnb.delivery import spamd
+    from test_spamd import Served
+
+    assert spamd.MAX_LENGTH >= 500 * 1024  # never below spamc's own default (-s)
+    s = Served(compiled, max_bytes=2000, max_length=100_000)
+    try:
+        start = time.monotonic()
+        for method in ("PROCESS", "CHECK", "TELL"):
+            with socket.create_connection(("127.0.0.1", s.port), timeout=10) as c:
+                c.sendall(f"{method} SPAMC/1.5\r\nContent-length: 999999999999\r\n\r\nSubject: x\r\n\r\n".encode())
+                out = c.recv(4096)  # answered while the client has sent almost nothing
+            assert out.startswith(b"SPAMD/1.0 65 ") and b"not scanned" in out, out
+        assert time.monotonic() - start < 5
+        # no Content-length: read up to the cap, then refused
+        big = b"Subject: big\r\n\r\n" + b"x" * 200_000
+        out = s.ask(b"PROCESS SPAMC/1.5\r\n\r\n" + big)
+        assert out.startswith(b"SPAMD/1.0 65 "), out[:100]
+        # under the cap and over max_bytes: unscanned, returned whole, as before
+        mid = b"Subject: mid\r\n\r\n" + b"y" * 50_000
+        assert s.ask(b"PROCESS SPAMC/1.5\r\n\r\n" + mid).endswith(b"\r\n\r\n" + mid)
+    finally:
+        s.stop()
+
+
+def test_spamc_passes_a_message_over_the_cap_through(compiled):
+    from test_spamd import SPAMC, Served, spamc
+
+    if SPAMC is None:
+        pytest.skip("spamc is not installed (apt-get install spamc)")
+    s = Served(compiled, max_length=100_000)
+    try:
+        raw = sample_message("spam", 0).read_bytes() + b"\n" + b"padding line\n" * 30_000
+        r = spamc(s.port, "-s", "10000000", raw=raw)
+        assert r.returncode == 0 and r.stdout == raw
+    finally:
+        s.stop()
+
+
+def test_serve_has_a_spamd_cap_option():
+    res = subprocess.run([*SPAMNB, "serve", "--help"], capture_output=True, timeout=60)
+    assert b"--spamd-max-bytes" in res.stdout

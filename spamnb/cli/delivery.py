@@ -167,10 +167,13 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 @click.option("--allow-tell-served", is_flag=True,
               help="spamd: TELL may also change the served model, which scores everyone without a model of "
                    "their own (implies --allow-tell).")
+@click.option("--spamd-max-bytes", type=click.IntRange(min=1), metavar="BYTES",
+              help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); "
+                   "spamc then passes it through unscanned (spamc's own -s limit is 500 KB by default).")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
 def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, allow_tell_served, spamd_socket_mode):
+          spamd_addresses, allow, user_models, allow_tell, allow_tell_served, spamd_max_bytes, spamd_socket_mode):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -213,7 +216,8 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
                                       allow_tell=allow_tell or allow_tell_served,
                                       tell_served=allow_tell_served, unix_mode=mode, max_connections=max_connections,
-                                      compactor=compactor, log=log)
+                                      compactor=compactor, log=log,
+                                      max_length=spamd_max_bytes or spamd.MAX_LENGTH)
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
                    max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections,

@@ -57,7 +57,11 @@ EX_SOFTWARE for anything else. An error reply never names a file of the
 server (the log has the whole reason). spamc passes the message through unchanged on
 any of them (unless run with ``-x``).
 
-**Limits.** A message over ``max_bytes`` is answered as unscanned (score 0.0,
+**Limits.** A declared ``Content-length`` over ``max_length`` (``--spamd-max-bytes``,
+:data:`MAX_LENGTH`) is refused at once, nothing read (EX_DATAERR: spamc passes the
+message through), and so is a message without one that runs past it: the disk,
+memory and time one request takes are bounded by it, not by bandwidth x timeout.
+Below it, a message over ``max_bytes`` is answered as unscanned (score 0.0,
 ``Spam: False``), as spamc does for its own ``-s`` limit; for ``PROCESS``
 it is returned as it came (held on disk while it arrives, never in memory
 beyond :data:`SPOOL_BYTES`), never dropped. Every
@@ -116,6 +120,12 @@ CHUNK = 64 * 1024
 SLOT_WAIT = 2.0
 #: An unscanned message for PROCESS is held in memory up to this, then on disk.
 SPOOL_BYTES = 8 * 1024 * 1024
+#: The largest message a spamd client may send (``--spamd-max-bytes``): 10 MB, twenty
+#: times spamc's own default limit (``spamc -s``, 500 KB), so that spamc's limit, not
+#: this one, decides for its users; Exim's spam condition sends any size (put a size
+#: condition before it, see docs/security.md). It bounds each request's memory
+#: (scanned in memory up to it) and disk (an unscanned PROCESS is spooled).
+MAX_LENGTH = 10 * 1024 * 1024
 #: An unscanned message's header block is looked for in its first bytes only.
 MAX_HEADER_BLOCK = 1 << 20
 
@@ -494,6 +504,8 @@ class _Handler(socketserver.BaseRequestHandler):
             return None
         length = headers.get("Content-length")
         length = int(length) if length is not None else None
+        if length is not None and length > srv.max_length:
+            raise too_long(srv.max_length)
         if length is not None and length > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, length)
         raw = b"".join(reader.chunks(length if length is not None else srv.max_bytes + 1))
@@ -519,6 +531,8 @@ class _Handler(socketserver.BaseRequestHandler):
         line = spam_line("ham", 0.0, t, method)
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))
+        if length is None:
+            rest = _at_most(rest, srv.max_length - len(head), srv.max_length)
         if method == "PROCESS":
             # Read it all before answering: spamc (like most clients) reads nothing until it
             # has sent everything, so echoing while it sends would deadlock once the sockets'
@@ -559,15 +573,29 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.log(f"spamd: reply not delivered: {exc}")
 
 
+def too_long(cap):
+    return SpamdError("EX_DATAERR", f"message over {cap} bytes (the server's --spamd-max-bytes): not scanned")
+
+
+def _at_most(pieces, left, cap):
+    """``pieces`` while they total at most ``left`` bytes; EX_DATAERR (over ``cap``) past it."""
+    for piece in pieces:
+        left -= len(piece)
+        if left < 0:
+            raise too_long(cap)
+        yield piece
+
+
 class _SpamdServer(BoundedThreads):
     daemon_threads = False
     block_on_close = True
     request_queue_size = 128
 
     def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
-                  tell_served=False):
+                  tell_served=False, max_length=MAX_LENGTH):
         self.models = models
-        self.max_bytes = max_bytes
+        self.max_length = max_length
+        self.max_bytes = min(max_bytes, max_length)
         self.timeout_s = timeout
         self.allow_tell = allow_tell
         self.tell_served = tell_served
@@ -686,7 +714,7 @@ def check_exposure(host, allowed):
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
-                 max_connections, compactor, log, tell_served=False):
+                 max_connections, compactor, log, tell_served=False, max_length=MAX_LENGTH):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
     nets = parse_networks(allow)
     servers = []
@@ -704,7 +732,8 @@ def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=
                         if kind == "tcp" and where[1] < 1024 and exc.errno == errno.EACCES else "")
                 raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
             srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
-                          compactor=compactor, max_connections=max_connections, tell_served=tell_served)
+                          compactor=compactor, max_connections=max_connections, tell_served=tell_served,
+                          max_length=max_length)
             servers.append(srv)
     except BaseException:
         for srv in servers:
