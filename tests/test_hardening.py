@@ -929,3 +929,157 @@ def test_spamc_passes_a_message_over_the_cap_through(compiled):
 def test_serve_has_a_spamd_cap_option():
     res = subprocess.run([*SPAMNB, "serve", "--help"], capture_output=True, timeout=60)
     assert b"--spamd-max-bytes" in res.stdout
+
+
+# -- 7. a hostile IMAP server --------------------------------------------------------------------
+
+class HostileImap:
+    """An IMAP server on 127.0.0.1 that speaks just enough for a pass, then misbehaves:
+    ``select_without_uidvalidity``, or a body ``literal`` of that many bytes (declared;
+    a few are sent) under an RFC822.SIZE of 100. ``logins`` keeps what each login sent."""
+
+    def __init__(self, *, select_without_uidvalidity=False, literal=None):
+        self.no_uv = select_without_uidvalidity
+        self.literal = literal
+        self.logins = []
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.port = self.srv.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def close(self):
+        self.srv.close()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._session, args=(conn,), daemon=True).start()
+
+    def _session(self, conn):
+        f = conn.makefile("rwb", buffering=0)
+        say = lambda text: f.write(text.encode() + b"\r\n")  # noqa: E731
+        caps = "IMAP4rev1 AUTH=PLAIN MOVE UIDPLUS"
+        try:
+            say(f"* OK [CAPABILITY {caps}] hostile ready")
+            while line := f.readline():
+                tag, _, rest = line.decode("utf-8", "replace").rstrip("\r\n").partition(" ")
+                words = rest.upper().split()
+                cmd = " ".join(words[:2]) if words[:1] == ["UID"] else (words[:1] or [""])[0]
+                if cmd == "CAPABILITY":
+                    say(f"* CAPABILITY {caps}")
+                elif cmd == "LOGIN":
+                    self.logins.append(rest)
+                elif cmd == "AUTHENTICATE":
+                    say("+ ")
+                    self.logins.append(f.readline())
+                    say(f"{tag} NO [AUTHENTICATIONFAILED] no")
+                    continue
+                elif cmd == "LIST":
+                    say('* LIST () "/" Junk')
+                    say('* LIST () "/" INBOX')
+                elif cmd in ("SELECT", "EXAMINE"):
+                    say("* 1 EXISTS")
+                    say("* FLAGS (\\Seen)")
+                    if not self.no_uv:
+                        say("* OK [UIDVALIDITY 7] ok")
+                    say(f"{tag} OK [READ-WRITE] selected")
+                    continue
+                elif cmd == "UID SEARCH":
+                    say("* SEARCH 1")
+                elif cmd == "UID FETCH" and "BODY.PEEK[]" in rest.upper():
+                    f.write(b"* 1 FETCH (UID 1 BODY[] {%d}\r\nSubject: x\r\n\r\n" % self.literal)
+                    time.sleep(30)  # never the rest: a client that waits for it hangs
+                    return
+                elif cmd == "UID FETCH":
+                    say("* 1 FETCH (UID 1 RFC822.SIZE 100 FLAGS ())")
+                elif cmd == "LOGOUT":
+                    say("* BYE bye")
+                    say(f"{tag} OK bye")
+                    return
+                say(f"{tag} OK done")
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+
+@pytest.fixture
+def hostile_imap():
+    servers = []
+
+    def make(**kw):
+        servers.append(HostileImap(**kw))
+        return servers[-1]
+
+    yield make
+    for s in servers:
+        s.close()
+
+
+def _imap_run(tmp_path, model, server, *extra, password="secret"):
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    args = _imap_args(tmp_path, model, "127.0.0.1", server.port, password=password)
+    return CliRunner().invoke(main, [*args, "--junk", "Junk", *extra])
+
+
+@pytest.mark.parametrize("size", [100_000_000_000, 2_000_000_000])
+def test_a_huge_literal_is_refused_before_it_is_read(hostile_imap, model_file, tmp_path, size):
+    import resource
+
+    server = hostile_imap(literal=size)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    res = _imap_run(tmp_path, model_file, server)
+    assert time.monotonic() - start < 20
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
+    assert f"literal of {size} bytes" in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100 * 1024
+
+
+def test_a_select_without_uidvalidity_is_one_line_and_watch_goes_on(hostile_imap, model_file, tmp_path):
+    server = hostile_imap(select_without_uidvalidity=True)
+    res = _imap_run(tmp_path, model_file, server)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
+    assert "without a valid UIDVALIDITY" in res.stderr and "Traceback" not in res.stderr
+    args = _imap_args(tmp_path, model_file, "127.0.0.1", server.port)
+    proc = subprocess.Popen([*SPAMNB, *args, "--junk", "Junk", "--watch", "--interval", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        time.sleep(6)
+        assert proc.poll() is None  # still watching
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1].decode()
+    assert err.count("without a valid UIDVALIDITY") >= 2 and "Traceback" not in err, err
+
+
+def test_a_non_ascii_password_is_sent_as_utf8_and_never_shown(hostile_imap, model_file, tmp_path):
+    import base64
+
+    server = hostile_imap()
+    secret = "pässwörd-ß"
+    res = _imap_run(tmp_path, model_file, server, password=secret)
+    assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.exception
+    assert "login to" in res.stderr and "failed" in res.stderr
+    assert not set(res.stderr) & set("äöß") and "position" not in res.stderr, res.stderr
+    sent = base64.b64decode(server.logins[-1].strip()).decode("utf-8")
+    assert sent.split("\0")[2] == secret  # AUTHENTICATE PLAIN, in UTF-8
+
+
+def test_a_password_file_others_can_read_is_refused(hostile_imap, model_file, tmp_path):
+    server = hostile_imap()
+    args = _imap_args(tmp_path, model_file, "127.0.0.1", server.port)
+    (tmp_path / "imap-pw").chmod(0o644)
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    res = CliRunner().invoke(main, [*args, "--junk", "Junk"])
+    assert res.exit_code == 1 and "password file" in res.stderr and "chmod 600" in res.stderr, res.stderr
+    assert server.logins == []  # nothing was sent
+

@@ -213,7 +213,7 @@ def _watch(s, one_pass, say, interval):
     def tolerant_pass(client):
         try:
             one_pass(client)
-        except (ModelError, lib.StateError) as exc:  # a busy lock, a full disk: the next pass redoes this one
+        except (ModelError, lib.StateError, lib.BadReply) as exc:  # a busy lock, a full disk: the next pass redoes this one
             say(f"pass not finished: {exc}; trying again at the next one")
 
     stopping = []
