@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -1083,3 +1084,63 @@ def test_a_password_file_others_can_read_is_refused(hostile_imap, model_file, tm
     assert res.exit_code == 1 and "password file" in res.stderr and "chmod 600" in res.stderr, res.stderr
     assert server.logins == []  # nothing was sent
 
+
+# -- 8. a crafted journal frame ends the journal, as a bad digest does -------------------------
+
+def _crafted(rec, how):
+    """The body of one frame holding ``rec`` changed as ``how`` says (digest made to match)."""
+    import struct
+
+    if how == "messages":
+        rec.d_messages = (-1e9, 0.0)
+    elif how == "counts":
+        rec.d_ham[0] = 1e300
+    elif how == "nan":
+        rec.d_spam[0] = float("nan")
+    elif how == "df":
+        rec.d_df[0] = 7
+    elif how == "class":
+        rec.new = 5
+    payload = rec.encode()
+    if how == "utf8":
+        payload = payload[:-1] + b"\xff"  # the last token's last byte: not UTF-8
+    n = 5 if how == "count" else 1
+    return struct.pack("<I", n) + struct.pack("<I", len(payload)) + payload
+
+
+@pytest.mark.parametrize("how", ["count", "utf8", "messages", "counts", "nan", "df", "class"])
+def test_a_crafted_journal_frame_is_the_journals_end(compiled, how):
+    import struct
+
+    from spamnb.storage import journal
+    from spamnb.storage.modelfile import compact
+
+    msgs = [sample_message("spam", i).read_bytes() for i in (1, 2)]
+    journal.update(compiled, [(msgs[0], "ham", None)])
+    reference = load_model(compiled)
+    jpath = journal.journal_path(compiled)
+    rec = next(iter(journal.read(compiled, *_base(compiled)).records(texts=True)))
+    body = _crafted(rec, how)
+    with open(jpath, "ab") as f:
+        f.write(struct.pack("<cI", b"R", len(body)) + body + _blake(body))
+    after = load_model(compiled)  # the crafted frame is not read as counts
+    assert after.registry == reference.registry
+    assert np.array_equal(after.estimator.class_count_, reference.estimator.class_count_)
+    raw = sample_message("spam", 0).read_bytes()
+    res = filter_cmd(raw, "--model", str(compiled))
+    assert res.returncode in (0, 1, 2), res.stderr  # filtered, not passed through unfiltered
+    res = subprocess.run([*SPAMNB, "learn", "--spam", "--model", str(compiled), "-"], input=msgs[1],
+                         capture_output=True, timeout=120)
+    assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
+    assert b"damaged tail" in res.stderr  # the writer reports it and cuts it off
+    assert compact(compiled, force=True) == 2
+    model = load_model(compiled)
+    assert np.isfinite(model.estimator.feature_count_.data if hasattr(model.estimator.feature_count_, "data")
+                       else model.estimator.feature_count_).all()
+    assert model.estimator.class_count_.sum() == reference.estimator.class_count_.sum() + 1
+
+
+def _blake(body):
+    from hashlib import blake2b
+
+    return blake2b(body, digest_size=16).digest()
