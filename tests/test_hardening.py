@@ -1144,3 +1144,49 @@ def _blake(body):
     from hashlib import blake2b
 
     return blake2b(body, digest_size=16).digest()
+
+
+# -- 9. companions another user planted beside a model in a sticky folder -------------------------
+
+@pytest.fixture
+def shared_model(sticky_dir, compiled):
+    """Our model (with its scorer) in a sticky shared folder such as /tmp."""
+    model = sticky_dir / "model.joblib"
+    save_model(load_model(compiled), model)
+    return model
+
+
+def test_a_planted_journal_is_ignored_by_readers_and_refused_by_writers(mallory, shared_model):
+    from spamnb.storage import journal
+
+    jpath = journal.journal_path(shared_model)
+    as_user(mallory, "sh", "-c", f"umask 022; printf 'SPNBJRN1 anything' > {jpath}")
+    raw = sample_message("spam", 0).read_bytes()
+    res = filter_cmd(raw, "--model", str(shared_model))
+    assert res.returncode == 0 and b"X-Spam-Flag: YES" in res.stdout, res.stderr  # filtered, not exit 3
+    assert f"ignoring the journal {jpath} belongs to uid {mallory.pw_uid}".encode() in res.stderr
+    assert b"runs code" not in res.stderr
+    res = subprocess.run([*SPAMNB, "learn", "--spam", "--model", str(shared_model), str(sample_message("ham", 1))],
+                         capture_output=True, timeout=120)
+    assert res.returncode == 1 and b"Traceback" not in res.stderr, res.stderr
+    assert f"belongs to uid {mallory.pw_uid}".encode() in res.stderr and b"remove it" in res.stderr
+    assert b"runs code" not in res.stderr
+
+
+def test_a_planted_compaction_lock_is_reported_not_silent(mallory, shared_model, monkeypatch):
+    from spamnb.storage import journal
+    from spamnb.storage.modelfile import compact
+    from spamnb.storage.store import ModelError
+
+    lock = f"{shared_model}.compact.lock"
+    as_user(mallory, "sh", "-c", f"umask 0; : > {lock}")
+    monkeypatch.setattr(journal, "MAX_BYTES", 1)
+    warnings = []
+    done = journal.update(shared_model, [(sample_message("ham", 2).read_bytes(), "spam", None)],
+                          warn=warnings.append)
+    assert done["needs_compaction"]
+    assert any(f"compaction's lock {lock} belongs to uid {mallory.pw_uid}" in w for w in warnings), warnings
+    with pytest.raises(ModelError, match=f"belongs to uid {mallory.pw_uid}"):
+        compact(shared_model, force=True)
+    res = subprocess.run([*SPAMNB, "compact", "--model", str(shared_model)], capture_output=True, timeout=120)
+    assert res.returncode == 1 and b"belongs to uid" in res.stderr, res.stderr

@@ -272,12 +272,28 @@ def open_journal(model_path, *, allow_insecure=False):
     that would make an older snapshot's records look stale.
     """
     path = journal_path(model_path)
+    uid = None if allow_insecure else store.planted_by(path)
+    if uid is not None:  # readers go on without it (the writers refuse: see update)
+        _say_once(store.planted_message(path, uid, "ignoring the journal", "what it holds is not counted"))
+        return None
     try:
         return store.open_trusted(path, allow_insecure=allow_insecure, what="journal")
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ModelError(f"cannot read the journal {path}: {exc.strerror or exc}") from None
+
+
+_said = set()
+
+
+def _say_once(text: str) -> None:
+    """A warning on stderr, once per process (a server reads the journal at every request)."""
+    if text not in _said:
+        _said.add(text)
+        import sys
+
+        sys.stderr.write(f"spamnb: warning: {text}\n")
 
 
 def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None, opened=None) -> Journal | None:
@@ -478,6 +494,10 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
     from spamnb.storage import scorer
 
     done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}
+    uid = None if allow_insecure else store.planted_by(journal_path(model_path))
+    if uid is not None:
+        raise ModelError(store.planted_message(journal_path(model_path), uid, "the journal",
+                                               "nothing is learned into this model while it is there"))
     with store.model_lock(model_path, timeout=timeout):
         try:
             sc = scorer.fresh_scorer(model_path, allow_insecure=allow_insecure)
@@ -519,6 +539,10 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
             append(model_path, journal, h["save_id"], records, warn=warn)
         size = os.stat(journal_path(model_path)).st_size if records or journal else 0
     done["needs_compaction"] = size > MAX_BYTES or (bool(records) and h.get("model_type") != "multinomial")
+    lock = os.fspath(model_path) + ".compact.lock"
+    if done["needs_compaction"] and warn and (uid := store.planted_by(lock, lock=True)) is not None:
+        warn(store.planted_message(lock, uid, "the compaction's lock", "the journal is never folded "
+                                   "into the model while it is there, and grows"))
     return done
 
 

@@ -451,8 +451,8 @@ def compact(path, *, allow_insecure=False, force=False, warn=None):
     with ExitStack() as stack:
         try:
             stack.enter_context(store.model_lock(path + ".compact", timeout=0))
-        except ModelError:
-            return 0  # another compaction is at work
+        except store.LockTimeout:
+            return 0  # another compaction is at work (another user's lock file: ModelError says so)
         return _compact(path, allow_insecure, force, warn)
 
 

@@ -334,6 +334,28 @@ def _trusted_owners() -> set[int]:
     return {os.geteuid(), 0}
 
 
+def planted_by(path, *, lock: bool = False) -> int | None:
+    """The uid of another user who owns the file at ``path`` (not us, nor root unless
+    ``lock``: a lock must be ours), or None (ours, root's, or nothing there). Such a
+    file beside a model was made by someone who can write to the model's folder (a
+    sticky one such as /tmp lets everyone create files there)."""
+    try:
+        uid = os.lstat(path).st_uid
+    except OSError:
+        return None
+    if not hasattr(os, "geteuid"):
+        return None
+    return None if uid in ({os.geteuid()} if lock else _trusted_owners()) else uid
+
+
+def planted_message(path, uid: int, what: str, consequence: str) -> str:
+    """What to tell about a companion file another user made (:func:`planted_by`)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return (f"{what} {path} belongs to uid {uid}, not to you: another user made it in {folder}, "
+            f"which others can write to; {consequence}; remove it, or keep the model in a folder "
+            f"only you can write to")
+
+
 #: What a planted file of each kind could do: why another user's is refused.
 _RISK = {
     "journal": "its records change the model's counts",
