@@ -1190,3 +1190,87 @@ def test_a_planted_compaction_lock_is_reported_not_silent(mallory, shared_model,
         compact(shared_model, force=True)
     res = subprocess.run([*SPAMNB, "compact", "--model", str(shared_model)], capture_output=True, timeout=120)
     assert res.returncode == 1 and b"belongs to uid" in res.stderr, res.stderr
+
+
+# -- the systemd units: sandboxed, and still able to do their work --------------------------------
+
+SYSTEM_UNITS = sorted((CONTRIB / "system").glob("*.service"))
+USER_UNITS = sorted((CONTRIB / "user").glob("*.service"))
+#: The exposure `systemd-analyze security --offline=yes` gives each unit at most (before
+#: the sandbox: spamd 5.9, spamnb@ 8.1, the user units 9.6).
+EXPOSURE = {"spamnb-spamd.service": 2.0, "spamnb@.service": 3.5, "spamnb.service": 6.5,
+            "spamnb-imap.service": 6.5}
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+@pytest.mark.parametrize("unit", SYSTEM_UNITS + USER_UNITS, ids=lambda p: p.name)
+def test_each_unit_is_sandboxed(unit, tmp_path):
+    import re
+
+    args = ["systemd-analyze", "security", "--offline=yes", unit.name]
+    env = dict(os.environ)
+    if unit.parent.name == "user":
+        args.insert(1, "--user")
+        env["XDG_RUNTIME_DIR"] = str(tmp_path)
+    res = subprocess.run(args, cwd=unit.parent, capture_output=True, text=True, timeout=120, env=env)
+    level = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", res.stdout).group(1))
+    assert level <= EXPOSURE[unit.name], res.stdout[-3000:]
+
+
+def _under(path, roots):
+    return any(os.path.commonpath([path, r]) == r for r in roots)
+
+
+def _needs(unit, user="alice"):
+    """``(writes, binds_low_port, tcp)``: the folders the unit's command writes in (its
+    models, their journals and locks, its sockets), expanded for instance ``user``."""
+    import shlex
+
+    from spamnb.storage import locate
+
+    argv = shlex.split(unit_settings(unit)["ExecStart"][0].replace("%i", user))
+    opts = {}
+    for flag, value in zip(argv, argv[1:]):
+        if flag.startswith("--"):
+            opts.setdefault(flag, []).append(value)
+    home = {"HOME": f"/home/{user}"}
+    writes = [os.path.dirname(opts.get("--model", [locate.default_model_path(home)])[0])]
+    if "--model" not in opts:  # the default model, built at the first start
+        writes.append(os.path.dirname(locate.default_cache_path(home)))
+    writes += opts.get("--user-models", [])
+    writes += [os.path.dirname(p) for p in opts.get("--socket", [])]
+    writes += [os.path.dirname(a) for a in opts.get("--spamd", []) if "/" in a]
+    ports = [int(a.rsplit(":", 1)[1]) for a in opts.get("--spamd", []) if "/" not in a]
+    return writes, any(p < 1024 for p in ports), bool(ports)
+
+
+@pytest.mark.parametrize("unit", SYSTEM_UNITS, ids=lambda p: p.name)
+def test_each_system_units_sandbox_lets_it_read_learn_and_listen(unit, user="alice"):
+    """The paths the command needs, against the sandbox: a unit that cannot read its
+    model, write its journal or make its socket is worse than a loose one."""
+    s = {k: v[-1] for k, v in unit_settings(unit).items()}
+    writes, low_port, tcp = _needs(unit, user)
+    writable = [p.lstrip("-").replace("%i", user) for p in s.get("ReadWritePaths", "").split()]
+    writable.append("/run/" + s["RuntimeDirectory"].replace("%i", user))
+    hidden = {"yes": ["/home", "/root", "/run/user"], "read-only": [], "tmpfs": ["/home", "/root", "/run/user"]}
+    for path in writes:
+        if s.get("ProtectSystem") == "strict":
+            assert _under(path, writable), (path, writable)
+        if s.get("ProtectHome") in ("yes", "tmpfs"):
+            assert not _under(path, hidden[s["ProtectHome"]]), path
+        if s.get("ProtectHome") == "read-only":
+            assert not _under(path, ["/home", "/root", "/run/user"]) or _under(path, writable), path
+    families = s.get("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6").split()
+    assert "AF_UNIX" in families and (not tcp or {"AF_INET", "AF_INET6"} <= set(families))
+    if low_port:
+        assert "CAP_NET_BIND_SERVICE" in s.get("CapabilityBoundingSet", "")
+        assert "CAP_NET_BIND_SERVICE" in s.get("AmbientCapabilities", "")
+    assert s.get("PrivateUsers", "no") == "no"  # root's files would look like nobody's: refused
+
+
+def test_the_sandbox_check_catches_a_unit_that_cannot_write_its_models(tmp_path):
+    broken = tmp_path / "spamnb-spamd.service"
+    broken.write_text((CONTRIB / "system" / "spamnb-spamd.service").read_text()
+                      .replace("ReadWritePaths=/var/lib/spamnb", "ReadWritePaths=/var/lib/elsewhere"))
+    with pytest.raises(AssertionError):
+        test_each_system_units_sandbox_lets_it_read_learn_and_listen(broken)
