@@ -1274,3 +1274,42 @@ def test_the_sandbox_check_catches_a_unit_that_cannot_write_its_models(tmp_path)
                       .replace("ReadWritePaths=/var/lib/spamnb", "ReadWritePaths=/var/lib/elsewhere"))
     with pytest.raises(AssertionError):
         test_each_system_units_sandbox_lets_it_read_learn_and_listen(broken)
+
+
+# == what held in the review, kept as tests ========================================================
+
+def test_a_compaction_killed_part_way_is_exact_and_its_leftovers_go_at_the_next(compiled):
+    """kill -9 of `spamnb compact` at several moments: the model is the same after, and the
+    staged files it left (a few MB each) are removed by the next compaction."""
+    import signal
+
+    from spamnb.storage import journal
+    from spamnb.storage.modelfile import STALE_STAGE, compact
+
+    msgs = [(sample_message(label, i).read_bytes(), label) for label in ("ham", "spam") for i in range(12)]
+    journal.update(compiled, [(raw, "spam" if label == "ham" else "ham", None) for raw, label in msgs])
+    reference = load_model(compiled)
+    folder = compiled.parent
+    for delay in (0.05, 0.3, 0.6, 1.0):
+        proc = subprocess.Popen([*SPAMNB, "compact", "--model", str(compiled)], stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        model = load_model(compiled)
+        assert model.registry == reference.registry
+        assert np.array_equal(model.estimator.class_count_, reference.estimator.class_count_)
+    # what a kill while staging leaves (made here, so that the test does not depend on timing)
+    leftovers = [f".{compiled.name}.0123456789ab.new", f".{compiled.name}.0123456789ab.new.scorer",
+                 f"..{compiled.name}.0123456789ab.new.x1y2z3.tmp"]
+    keep = [f".{compiled.name}.abc.tmp", "other-file"]  # a save's temporary file, not a stage
+    old = time.time() - STALE_STAGE - 60
+    for name in leftovers + keep:
+        (folder / name).write_bytes(b"x" * 1000)
+        os.utime(folder / name, (old, old))
+    fresh = folder / f".{compiled.name}.ba9876543210.new"  # a save staging right now: left alone
+    fresh.write_bytes(b"y")
+    journal.update(compiled, [(sample_message("ham", 20).read_bytes(), "ham", None)])
+    assert compact(compiled, force=True) > 0
+    names = set(os.listdir(folder))
+    assert not names & set(leftovers), names
+    assert set(keep) <= names and fresh.name in names
