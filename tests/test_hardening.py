@@ -1313,3 +1313,102 @@ def test_a_compaction_killed_part_way_is_exact_and_its_leftovers_go_at_the_next(
     names = set(os.listdir(folder))
     assert not names & set(leftovers), names
     assert set(keep) <= names and fresh.name in names
+
+
+@pytest.mark.parametrize("user", ["../x", "/etc", "a\x00b", "jos\xe9", "x" * 5000, "..", "a/../b"])
+def test_spamd_user_names_that_are_not_plain_are_refused(compiled, tmp_path, trained_model, user):
+    from test_spamd import request
+
+    users = tmp_path / "users"
+    save_model(trained_model, users / "alice" / "model.joblib")
+    s = _spamd_served(compiled, user_models=str(users))
+    try:
+        head = b"CHECK SPAMC/1.5\r\nUser: " + user.encode("latin-1") + b"\r\nContent-length: 2\r\n\r\nhi"
+        out = s.ask(head)
+        assert out.startswith(b"SPAMD/1.0 76 "), out
+        assert s.ask(request("PING")) == b"SPAMD/1.5 0 PONG\r\n"
+    finally:
+        s.stop()
+
+
+def test_spamd_content_length_lies_never_smuggle_a_second_request(served_spamd):
+    s = served_spamd
+    msg = b"Subject: hi\r\n\r\nhello\r\n"
+    out = s.ask(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(msg) + msg + b"PING SPAMC/1.5\r\n\r\n")
+    assert out.count(b"SPAMD/") == 1 and b"PONG" not in out, out  # one request per connection
+    out = s.ask(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % (len(msg) + 10) + msg)
+    assert out.startswith(b"SPAMD/1.0 76 ") and b"mismatch" in out
+    out = s.ask(b"CHECK SPAMC/1.5\r\nContent-length: 5\r\nContent-length: 99999999999\r\n\r\n" + msg)
+    assert out.startswith(b"SPAMD/1.0 65 ")  # the last one counts, and it is over the cap
+
+
+@pytest.fixture
+def served_spamd(compiled):
+    s = _spamd_served(compiled, timeout=1.0, max_connections=4)
+    yield s
+    s.stop()
+
+
+def test_spamd_allow_applies_to_ipv4_mapped_ipv6_peers(served_spamd):
+    import ipaddress
+
+    srv = served_spamd.srv
+    assert srv.verify_request(None, ("::ffff:127.0.0.1", 1, 0, 0))
+    assert not srv.verify_request(None, ("::ffff:192.0.2.5", 1, 0, 0))
+    srv.allowed = srv.allowed + (ipaddress.ip_network("192.0.2.0/24"),)
+    assert srv.verify_request(None, ("::ffff:192.0.2.5", 1, 0, 0))
+    assert not srv.verify_request(None, ("::ffff:198.51.100.1", 1, 0, 0))
+    assert not srv.verify_request(None, ("not-an-address", 1))
+
+
+def test_spamd_symbols_and_report_are_escaped(served_spamd):
+    import re
+
+    from test_spamd import request, split_reply
+
+    raw = ("Subject: =?utf-8?b?5Lit5paH?= a,b\r\nContent-Type: text/plain; charset=utf-8\r\n\r\n"
+           "垃圾邮件 免费 发票 http://x.example/a,b;c?d=e\r\n\u2028 caf\u00e9 \x1b[31m\r\n").encode("utf-8")
+    status, hdrs, body = split_reply(served_spamd.ask(request("SYMBOLS", raw)))
+    assert body.isascii() and b"\r" not in body.rstrip(b"\r\n") and b"\n" not in body.rstrip(b"\r\n")
+    for item in body.rstrip(b"\r\n").split(b","):
+        assert re.fullmatch(rb"[!-~]+\([+-]\d+\.\d\d\)", item), item
+    status, hdrs, body = split_reply(served_spamd.ask(request("REPORT", raw)))
+    assert body.isascii() and b"\x1b" not in body
+    assert all(32 <= c < 127 for line in body.split(b"\r\n") for c in line), body
+
+
+def test_spamd_200_idle_connections_neither_stop_it_nor_grow_it(served_spamd, compiled):
+    from test_spamd import request
+
+    s = served_spamd
+    threads0 = threading.active_count()
+    idle = []
+    try:
+        for _ in range(200):
+            idle.append(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+        for _ in range(6):
+            time.sleep(0.5)
+            assert threading.active_count() <= threads0 + 4 + 2  # --max-connections, and the cap's waiter
+    finally:
+        for c in idle:
+            c.close()
+    start = time.monotonic()  # the backlog drains (each closed one ends at once): served again
+    out = s.ask(request("CHECK", sample_message("spam", 0).read_bytes()), timeout=60)
+    assert out.startswith(b"SPAMD/1.1 0 EX_OK") and time.monotonic() - start < 30, out
+
+
+def test_no_password_in_the_imap_state(dovecot, model_file, tmp_path):
+    from spamnb.delivery import imap
+
+    res = _imap_run_d(tmp_path, model_file, dovecot)
+    assert res.exit_code == 0, res.stderr
+    state = Path(imap.state_path(model_file)).read_text()
+    assert dovecot.password not in state and "password" not in state
+
+
+def _imap_run_d(tmp_path, model, d):
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    return CliRunner().invoke(main, _imap_args(tmp_path, model, d.host, d.port, d.user, d.password))
