@@ -1377,6 +1377,7 @@ def test_spamd_symbols_and_report_are_escaped(served_spamd):
     assert all(32 <= c < 127 for line in body.split(b"\r\n") for c in line), body
 
 
+@pytest.mark.slow  # 20 s: the backlog of 200 drains
 def test_spamd_200_idle_connections_neither_stop_it_nor_grow_it(served_spamd, compiled):
     from test_spamd import request
 
