@@ -654,20 +654,35 @@ def message_key(raw):
 
 def ask_as(user, sock_path, data: bytes) -> bytes:
     """``data`` sent to the Unix socket by a process running as ``user``; its reply."""
+    def ask():
+        out = b""
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(30)
+            s.connect(str(sock_path))
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            while chunk := s.recv(65536):
+                out += chunk
+        return out
+
+    return forked_as(user, ask)
+
+
+def forked_as(user, fn) -> bytes:
+    """``fn()`` (bytes) in a forked process turned into ``user``; what it returned, or
+    ``b"error: ..."`` for what it raised."""
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:
+    if pid == 0:  # the child: never returns into pytest
         try:
             os.close(r)
             os.setgid(user.pw_gid)
             os.setuid(user.pw_uid)
-            with socket.socket(socket.AF_UNIX) as s:
-                s.settimeout(30)
-                s.connect(str(sock_path))
-                s.sendall(data)
-                s.shutdown(socket.SHUT_WR)
-                while chunk := s.recv(65536):
-                    os.write(w, chunk)
+            try:
+                out = fn()
+            except BaseException as exc:  # noqa: BLE001 - reported to the parent
+                out = f"error: {type(exc).__name__}: {exc}".encode()
+            os.write(w, out)
         finally:
             os._exit(0)
     os.close(w)
@@ -823,29 +838,8 @@ def test_imap_filter_makes_private_folders_under_umask_002(tmp_path):
 # -- 4. a site model's journal and scorer are readable by whoever may read the model ------------
 
 def run_as(user, fn):
-    """``fn()`` in a forked process turned into ``user``: its result's repr, or the
-    exception's (``"error: ..."``)."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.setgid(user.pw_gid)
-            os.setuid(user.pw_uid)
-            try:
-                out = repr(fn())
-            except BaseException as exc:  # noqa: BLE001 - reported to the parent
-                out = f"error: {type(exc).__name__}: {exc}"
-            os.write(w, out.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    out = b""
-    while chunk := os.read(r, 65536):
-        out += chunk
-    os.close(r)
-    os.waitpid(pid, 0)
-    return out.decode()
+    """``repr(fn())`` in a forked process turned into ``user`` (``"error: ..."`` if it raised)."""
+    return forked_as(user, lambda: repr(fn()).encode()).decode()
 
 
 def test_a_site_models_journal_is_readable_by_every_user(mallory, compiled):
@@ -1101,14 +1095,19 @@ def _crafted(rec, how):
         rec.d_df[0] = 7
     elif how == "class":
         rec.new = 5
+    elif how == "split":  # lengths 2, 1 -> 1, 2: the blob is UTF-8, the first token is not
+        rec.tokens[:2] = ["\u00e9", "x"]
     payload = rec.encode()
+    if how == "split":
+        at = 8 + 16 + 1 + 1 + 4 + 4 + 32 + len(rec.hashes) * (8 + 8 + 8 + 1)  # the token lengths
+        payload = payload[:at] + struct.pack("<II", 1, 2) + payload[at + 8:]
     if how == "utf8":
         payload = payload[:-1] + b"\xff"  # the last token's last byte: not UTF-8
     n = 5 if how == "count" else 1
     return struct.pack("<I", n) + struct.pack("<I", len(payload)) + payload
 
 
-@pytest.mark.parametrize("how", ["count", "utf8", "messages", "counts", "nan", "df", "class"])
+@pytest.mark.parametrize("how", ["count", "utf8", "split", "messages", "counts", "nan", "df", "class"])
 def test_a_crafted_journal_frame_is_the_journals_end(compiled, how):
     import struct
 

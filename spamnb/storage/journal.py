@@ -88,8 +88,8 @@ _DIGEST = 16
 # in-process measurement gave +53 ms a delivery, as much as all the rest.)
 MAX_BYTES = 1024 * 1024
 
-#: The largest change of a count one record may carry (a token's count in a message,
-#: a class's total): far above any message spamnb reads (its parse cap is 10 MB).
+#: The largest change of counts one record may carry (the sum of its tokens' counts in a
+#: class, a class's total): far above what any message spamnb reads can carry (it parses 4 MB).
 MAX_COUNT = float(2 ** 32)
 
 try:  # the builtin BLAKE2, without loading OpenSSL at every start-up
@@ -133,7 +133,10 @@ class Record:
         return payload
 
     @classmethod
-    def decode(cls, payload: bytes, *, texts: bool) -> "Record":
+    def decode(cls, payload: bytes, *, texts: bool, validate: bool = False) -> "Record":
+        """The record in ``payload``; ``texts``: with its tokens' text. ``validate``: also
+        ValueError unless it passes :meth:`check` and its tokens are UTF-8 whose lengths
+        add up (checked on the whole blob, without making a string per token)."""
         t, key, old, new, n, new_vocab, mh, ms, th, ts = _FIXED.unpack_from(payload)
         at = _FIXED.size
         arrays = []
@@ -153,8 +156,13 @@ class Record:
                 pos += ln
             if pos != len(blob):
                 raise ValueError("record tokens do not match their lengths")
-        return cls(key, old, new, arrays[0], arrays[1], arrays[2], arrays[3], tokens, new_vocab=new_vocab,
-                   d_messages=(mh, ms), d_totals=(th, ts), time_=t)
+        rec = cls(key, old, new, arrays[0], arrays[1], arrays[2], arrays[3], tokens, new_vocab=new_vocab,
+                  d_messages=(mh, ms), d_totals=(th, ts), time_=t)
+        if validate:
+            rec.check()
+            if not texts:
+                _check_texts(payload[at:], arrays[4])
+        return rec
 
     def check(self) -> None:
         """ValueError unless the record's numbers are ones a learner writes: one message
@@ -168,10 +176,10 @@ class Record:
             raise ValueError("record totals out of range")
         if self.new_vocab > len(self.hashes):
             raise ValueError("record new tokens out of range")
-        for a in (self.d_ham, self.d_spam):  # a NaN or an inf makes the sum one too
-            if a and not (math.isfinite(sum(a)) and -MAX_COUNT <= min(a) and max(a) <= MAX_COUNT):
+        for a in (self.d_ham, self.d_spam):  # one message's counts: their sum is its length
+            if not sum(map(abs, a)) <= MAX_COUNT:  # a NaN fails the comparison, an inf the bound
                 raise ValueError("record token counts out of range")
-        if self.d_df and not (-1 <= min(self.d_df) and max(self.d_df) <= 1):
+        if self.d_df.tobytes().translate(None, b"\x00\x01\xff"):  # int8 -1, 0, 1: no more
             raise ValueError("record token message counts out of range")
 
 
@@ -180,9 +188,10 @@ class Journal:
     and end (file offsets), the raw bytes from :attr:`start` on, and
     :attr:`damaged`: bytes ignored after the last good record."""
 
-    def __init__(self, path, jid, start, end, size, data):
+    def __init__(self, path, jid, start, end, size, data, decoded=None):
         self.path, self.id, self.start, self.end, self.size = path, jid, start, end, size
         self._data = data  # the file's bytes from `start`
+        self._decoded = decoded  # the records without texts, as checking them decoded them
 
     @property
     def damaged(self) -> int:
@@ -194,6 +203,9 @@ class Journal:
 
     def records(self, *, texts=False):
         """The records from :attr:`start` to :attr:`end`, decoded."""
+        if not texts and self._decoded is not None:
+            yield from self._decoded
+            return
         for at, ln in self._frames():
             yield from _unframe(self._data[at + _FRAME.size:at + _FRAME.size + ln], texts)
 
@@ -225,8 +237,10 @@ def _unframe(body: bytes, texts: bool):
         at += ln
 
 
-def _good_end(data: bytes) -> int:
-    """Length of the run of whole records with good digests at the start of ``data``."""
+def _good_end(data: bytes, decoded=None) -> int:
+    """Length of the run of whole frames with good digests and valid records
+    (:func:`_valid_body`) at the start of ``data``; ``decoded``, a list: gets their
+    records (without texts), so that a reader decodes them once."""
     at = 0
     while at + _FRAME.size <= len(data):
         tag, ln = _FRAME.unpack_from(data, at)
@@ -235,16 +249,42 @@ def _good_end(data: bytes) -> int:
             break
         if _digest(data[body:body + ln]) != data[body + ln:body + ln + _DIGEST]:
             break
-        if not _valid_body(data[body:body + ln]):
+        records = _valid_body(data[body:body + ln])
+        if records is None:
             break
+        if decoded is not None:
+            decoded += records
         at = body + ln + _DIGEST
     return at
 
 
-def _valid_body(body: bytes) -> bool:
-    """Whether a frame's body holds exactly the records it says, each one that passes
-    :meth:`Record.check` with tokens in UTF-8 (what every reader, and the compaction,
-    will decode)."""
+# bytes.translate deletes these: what is left of a token's first bytes is UTF-8 continuation bytes
+_NOT_CONTINUATION = bytes(b for b in range(256) if not 0x80 <= b < 0xC0)
+
+
+def _check_texts(blob: bytes, lengths) -> None:
+    """ValueError unless ``blob`` is the tokens of ``lengths``, each UTF-8 (as written:
+    surrogates allowed): the blob is, and no token ends inside a character."""
+    from itertools import accumulate
+    from operator import itemgetter
+
+    if sum(lengths) != len(blob):
+        raise ValueError("record tokens do not match their lengths")
+    blob.decode("utf-8", "surrogatepass")
+    starts = list(accumulate(lengths))[:-1]  # where each token after the first begins
+    if len(starts) > 1:  # one C call each, not a Python step per token
+        firsts = bytes(itemgetter(*starts)(blob))
+    else:
+        firsts = bytes(blob[p] for p in starts)
+    if firsts.translate(None, _NOT_CONTINUATION):
+        raise ValueError("a record token ends inside a character")
+
+
+def _valid_body(body: bytes):
+    """The records of a frame's body (without texts) if it holds exactly the records it
+    says, each one that passes :meth:`Record.check` with tokens in UTF-8 (what every
+    reader, and the compaction, will decode); None otherwise."""
+    records = []
     try:
         (n,) = _COUNT.unpack_from(body)
         at = _COUNT.size
@@ -252,12 +292,12 @@ def _valid_body(body: bytes) -> bool:
             (ln,) = _COUNT.unpack_from(body, at)
             at += _COUNT.size
             if at + ln > len(body):
-                return False
-            Record.decode(body[at:at + ln], texts=True).check()
+                return None
+            records.append(Record.decode(body[at:at + ln], texts=False, validate=True))
             at += ln
     except (struct.error, ValueError):  # UnicodeDecodeError is a ValueError
-        return False
-    return at == len(body)
+        return None
+    return records if at == len(body) else None
 
 
 def open_journal(model_path, *, allow_insecure=False):
@@ -332,7 +372,8 @@ def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None, 
         data = os.pread(fd, st.st_size - start, start)
     finally:
         os.close(fd)
-    return Journal(path, jid.hex(), start, start + _good_end(data), start + len(data), data)
+    decoded = []
+    return Journal(path, jid.hex(), start, start + _good_end(data, decoded), start + len(data), data, decoded)
 
 
 class Overlay:
