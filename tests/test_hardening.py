@@ -1412,3 +1412,40 @@ def _imap_run_d(tmp_path, model, d):
     from spamnb.cli import main
 
     return CliRunner().invoke(main, _imap_args(tmp_path, model, d.host, d.port, d.user, d.password))
+
+
+def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp_path, trained_model):
+    """spamc -u bob -L ham from another local user, over 127.0.0.1: refused (the kernel's
+    socket table says who connected), as on a Unix socket."""
+    from spamnb.delivery import spamd
+    from test_spamd import request
+
+    users = tmp_path / "users"
+    for name in ("bob", MALLORY):
+        save_model(trained_model, users / name / "model.joblib")
+    s = _spamd_served(compiled, user_models=str(users))
+    raw = sample_message("ham", 9).read_bytes().replace(b"Subject:", b"Subject: tcp", 1)
+
+    "127.0.0.1".encode("idna")  # the codec a connect needs, loaded before the child (who cannot read it)
+
+    def tell_as(user, name):
+        def ask():
+            with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
+                c.sendall(request("TELL", raw, User=name, Message_class="spam", Set="local"))
+                c.shutdown(socket.SHUT_WR)
+                out = b""
+                while chunk := c.recv(65536):
+                    out += chunk
+                return out
+        return forked_as(user, ask)
+
+    try:
+        out = tell_as(mallory, "bob")
+        assert out.startswith(b"SPAMD/1.0 77 "), out
+        assert load_model(users / "bob" / "model.joblib").known(message_key(raw), raw) is None
+        assert b"DidSet: local" in tell_as(mallory, MALLORY)
+        assert b"DidSet: local" in tell_as(pwd.getpwuid(0), "bob")
+        with socket.create_connection(("127.0.0.1", s.port)) as c:  # the table, read as the server reads it
+            assert spamd.loopback_peer_uid(c.family, c.getsockname(), c.getpeername()) == os.geteuid()
+    finally:
+        s.stop()

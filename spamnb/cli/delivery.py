@@ -162,7 +162,7 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
 @click.option("--allow-tell", is_flag=True,
               help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
-                   "model, as spamd's --allow-tell. On a Unix socket User: must be the client's own user "
+                   "model, as spamd's --allow-tell. From this machine User: must be the client's own user "
                    "(root and the server's user may name anyone).")
 @click.option("--allow-tell-served", is_flag=True,
               help="spamd: TELL may also change the served model, which scores everyone without a model of "

@@ -33,9 +33,10 @@ What each method answers (:func:`answer`):
   Who may teach what (:func:`tell`, docs/security.md): the served model, which
   scores everyone without a model of their own, learns only with
   ``--allow-tell-served`` as well; on a Unix socket ``User:`` must name the
-  connecting process's own user (``SO_PEERCRED``) unless it runs as root or as
-  the server's user. Over TCP ``User:`` is taken as sent, as spamd takes it from
-  the addresses ``--allow`` admits.
+  connecting process's own user (``SO_PEERCRED``; over TCP from this machine, the
+  kernel's socket table) unless it runs as root or as the server's user. From
+  another host ``User:`` is taken as sent, as spamd takes it from the addresses
+  ``--allow`` admits.
 
 **The score scale.** S and T in ``Spam: True ; S / T`` are log-odds:
 S = log P(spam|x)/P(ham|x), the score of spamnb's ``X-Spam-Status``, and
@@ -410,7 +411,7 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
     user = headers.get("User")
     if peer_uid is not None and user is not None and peer_uid not in (0, os.geteuid()) \
             and user != _user_name(peer_uid):
-        raise SpamdError("EX_NOPERM", f"TELL for user {user!r} refused: the connecting process runs as "
+        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process runs as "
                                       f"another user (uid {peer_uid})")
     holder, own = models.for_user(user)
     if models.user_models and user is not None and not own:
@@ -634,6 +635,22 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
     def close(self):
         self.server_close()
 
+    def peer_uid(self, conn):
+        """The local user of a peer on this machine (the kernel's socket table, as identd
+        reads it); None for a peer on another host, or when the table does not say."""
+        try:
+            peer, mine = conn.getpeername(), conn.getsockname()
+            ip = ipaddress.ip_address(peer[0])
+        except (OSError, ValueError):
+            return None
+        family = conn.family
+        if getattr(ip, "ipv4_mapped", None):  # an IPv4 client of a dual-stack socket: in the IPv4 table
+            ip, family = ip.ipv4_mapped, socket.AF_INET
+            peer, mine = (str(ip), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
+        if not ip.is_loopback:
+            return None
+        return loopback_peer_uid(family, peer, mine)
+
     def where(self):
         host, port = self.server_address[:2]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -664,6 +681,31 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
                 os.unlink(self.path)
         except OSError:
             pass
+
+
+def loopback_peer_uid(family, peer, mine):
+    """The uid owning the TCP socket at ``peer`` connected to ``mine``, from
+    ``/proc/net/tcp`` (``tcp6`` for an AF_INET6 socket); None when it is not listed."""
+    def hexed(address):
+        if family == socket.AF_INET:
+            raw = socket.inet_pton(socket.AF_INET, address[0])
+        else:
+            raw = socket.inet_pton(socket.AF_INET6, address[0].split("%")[0])
+        words = struct.unpack(f"={len(raw) // 4}I", raw)  # each 32-bit word in host order
+        return "".join(f"{w:08X}" for w in words) + f":{address[1]:04X}"
+
+    try:
+        want = (hexed(peer), hexed(mine))
+        # /proc/self/net: /proc/net is hidden under systemd's ProcSubset=pid (the spamd unit's)
+        with open("/proc/self/net/tcp" if family == socket.AF_INET else "/proc/self/net/tcp6") as f:
+            next(f)  # the column names
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == want:
+                    return int(fields[7])
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None
 
 
 # -- addresses -------------------------------------------------------------------------
