@@ -1128,6 +1128,7 @@ def test_a_crafted_journal_frame_is_the_journals_end(compiled, how):
     raw = sample_message("spam", 0).read_bytes()
     res = filter_cmd(raw, "--model", str(compiled))
     assert res.returncode in (0, 1, 2), res.stderr  # filtered, not passed through unfiltered
+    assert res.stdout.endswith(raw.split(b"\n\n", 1)[1])  # the body as it came
     res = subprocess.run([*SPAMNB, "learn", "--spam", "--model", str(compiled), "-"], input=msgs[1],
                          capture_output=True, timeout=120)
     assert res.returncode == 0 and b"Traceback" not in res.stderr, res.stderr
@@ -1449,3 +1450,44 @@ def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp
             assert spamd.loopback_peer_uid(c.family, c.getsockname(), c.getpeername()) == os.geteuid()
     finally:
         s.stop()
+
+
+@pytest.mark.parametrize("compactions", [10, pytest.param(40, marks=pytest.mark.slow)])
+def test_learners_and_forced_compactions_at_once_count_every_message_once(compiled, compactions):
+    """4 learners of 25 messages each, one at a time through the journal, while
+    compactions are forced again and again: every message counted once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from spamnb.mail.sources import iter_index
+    from spamnb.storage import journal
+    from spamnb.storage.modelfile import compact
+    from conftest import SAMPLE_INDEX
+
+    msgs = [(m.raw, m.label) for m in iter_index(str(SAMPLE_INDEX))][:100]
+    before = load_model(compiled)
+    new = [(raw, label) for raw, label in msgs if before.known(message_key(raw), raw) is None]
+    n0 = int(before.class_count.sum())
+    stop = threading.Event()
+    done = []
+
+    def learner(k):
+        for raw, label in new[k::4]:
+            journal.update(compiled, [(raw, label, None)], timeout=60)
+
+    def compactor():
+        while not stop.is_set() and len(done) < compactions:
+            compact(compiled, force=True)
+            done.append(1)
+
+    thread = threading.Thread(target=compactor)
+    thread.start()
+    try:
+        with ThreadPoolExecutor(4) as pool:
+            list(pool.map(learner, range(4)))
+    finally:
+        thread.join(300)
+        stop.set()
+    compact(compiled, force=True)
+    after = load_model(compiled)
+    assert done and int(after.class_count.sum()) == n0 + len(new)
+    assert all(after.known(message_key(raw), raw) == (1 if label == "spam" else 0) for raw, label in new)
