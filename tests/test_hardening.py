@@ -1491,3 +1491,39 @@ def test_learners_and_forced_compactions_at_once_count_every_message_once(compil
     after = load_model(compiled)
     assert done and int(after.class_count.sum()) == n0 + len(new)
     assert all(after.known(message_key(raw), raw) == (1 if label == "spam" else 0) for raw, label in new)
+
+
+@pytest.mark.parametrize("mode", [0o640, 0o604, 0o620])
+def test_an_imap_config_others_can_read_or_write_is_refused(tmp_path, mode):
+    from spamnb.delivery import imap
+
+    conf = tmp_path / "imap.toml"
+    conf.write_text('host = "h"\n')
+    conf.chmod(mode)
+    with pytest.raises(imap.ImapError, match=f"must be yours and mode 0600 \\(it is {mode:04o}"):
+        imap.read_config(conf)
+    conf.chmod(0o600)
+    assert imap.read_config(conf) == {"host": "h"}
+
+
+def test_an_imap_config_that_is_a_fifo_is_refused_at_once(tmp_path):
+    from spamnb.delivery import imap
+
+    fifo = tmp_path / "imap.toml"
+    os.mkfifo(fifo, 0o600)
+    start = time.monotonic()
+    with pytest.raises(imap.ImapError, match="not a regular file"):
+        imap.read_config(fifo)
+    assert time.monotonic() - start < 5
+
+
+def test_starttls_refuses_an_untrusted_certificate(make_dovecot, model_file, tmp_path):
+    d = make_dovecot(tls=True)
+    args = _imap_args(tmp_path, model_file, "127.0.0.1", d.port, d.user, d.password)
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    res = CliRunner().invoke(main, [*args[:-4], "--security", "starttls", "--model", str(model_file)])
+    assert res.exit_code == 1 and "not trusted" in res.stderr and "--cafile" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
