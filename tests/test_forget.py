@@ -120,7 +120,7 @@ def test_full_model_path_without_a_scorer(compiled):
 
 def _served_scores(s):
     model = s.holder.get().model
-    return np.array([spamd.judge(model, raw, 0)[2] for raw in messages()])
+    return np.array([spamd.judge(model, raw, 0)[0].score for raw in messages()])
 
 
 def test_spamd_tell_learn_then_forget(compiled):

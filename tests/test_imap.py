@@ -425,6 +425,7 @@ def test_tls_checks_the_certificate_and_starttls_works(make_dovecot, model, tmp_
 def test_wrong_password_is_one_line(dovecot, tmp_path):
     pw = tmp_path / "bad"
     pw.write_text("wrong\n")
+    pw.chmod(0o600)
     res = CliRunner().invoke(main, ["imap", "filter", "--host", dovecot.host, "--port", str(dovecot.port),
                                     "--user", dovecot.user, "--password-file", str(pw), "--security", "none"])
     assert res.exit_code == 1 and "login" in res.stderr and "failed" in res.stderr

@@ -40,7 +40,8 @@ class Served:
     """An in-process spamd server on 127.0.0.1 (ephemeral port)."""
 
     def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
-                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False):
+                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False, tell_served=None,
+                 max_length=spamd.MAX_LENGTH):
         self.log_lines = []
         log = self.log_lines.append
         self.holder = ModelHolder(str(model), log=log)
@@ -48,7 +49,8 @@ class Served:
         self.models = spamd.Models(self.holder, is_default, user_models, log)
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
-                           compactor=Compactor(log), max_connections=max_connections)
+                           compactor=Compactor(log), max_connections=max_connections,
+                           tell_served=allow_tell if tell_served is None else tell_served, max_length=max_length)
         self.port = self.srv.server_address[1]
         self.thread = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
@@ -657,7 +659,7 @@ def test_a_30mb_message_is_scanned_and_a_70mb_one_streamed_back_whole(compiled, 
     every byte; a 70 MB one is answered unscanned and returned whole, never held."""
     from spamnb.delivery.server import MAX_BYTES
 
-    s = Served(compiled, max_bytes=MAX_BYTES, timeout=120.0)
+    s = Served(compiled, max_bytes=MAX_BYTES, timeout=120.0, max_length=128 << 20)
     try:
         head = spam_and_ham[1].split(b"\n\n", 1)[0] + b"\n\n"
         for size, scanned in ((30 << 20, True), (70 << 20, False)):
@@ -753,7 +755,7 @@ TELL_REFUSALS = {  # docs/spamd.md's table: what spamc -L shows, and the server'
     "TELL not enabled": (dict(allow_tell=False), [], "TELL commands are not enabled"),
     "user without a model": (dict(user_models=True), ["-u", "bob"], "no model of user 'bob'"),
     "the default model": (dict(is_default=True), [], "the default model does not learn"),
-    "model not trusted": (dict(untrusted=True), [], "not learned: refusing to load model"),
+    "model not trusted": (dict(untrusted=True), [], "not learned: the model cannot be updated (refusing to load model"),
 }
 
 

@@ -176,7 +176,15 @@ def _login():
 @click.option("--user-models", type=click.Path(exists=True, file_okay=False), metavar="DIR",
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
 @click.option("--allow-tell", is_flag=True,
-              help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
+              help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
+                   "model, as spamd's --allow-tell. From this machine User: must be the client's own user "
+                   "(root and the server's user may name anyone).")
+@click.option("--allow-tell-served", is_flag=True,
+              help="spamd: TELL may also change the served model, which scores everyone without a model of "
+                   "their own (implies --allow-tell).")
+@click.option("--spamd-max-bytes", type=click.IntRange(min=1), metavar="BYTES",
+              help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); "
+                   "spamc then passes it through unscanned (spamc's own -s limit is 500 KB by default).")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
 @decision_options
@@ -184,7 +192,8 @@ def _login():
 @metrics_options
 @click.pass_context
 def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode, cost_fp, cost_fn, cost_unsure,
+          spamd_addresses, allow, user_models, allow_tell, allow_tell_served, spamd_max_bytes,
+          spamd_socket_mode, cost_fp, cost_fn, cost_unsure,
           spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
@@ -212,7 +221,7 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
     Example:
       spamnb serve &
       spamnb filter --exit-zero < message.eml
-      spamnb serve --spamd 127.0.0.1:783 --allow-tell
+      spamnb serve --spamd 127.0.0.1:783 --user-models /var/lib/spamnb/users --allow-tell
     """
     from spamnb.storage.locate import default_socket_path
     from spamnb.delivery.server import ServerError, serve as run_server
@@ -223,7 +232,7 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
         mode = -1
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
-    if (allow or user_models or allow_tell) and not spamd_addresses:
+    if (allow or user_models or allow_tell or allow_tell_served) and not spamd_addresses:
         raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
     if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
         from spamnb.delivery.spamd import check_listening
@@ -246,8 +255,10 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
             models = spamd.Models(holder, is_default, user_models, log, decision=decision, recorder=rec)
             spamd_models.append(models)
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
-                                      allow_tell=allow_tell, unix_mode=mode, max_connections=max_connections,
-                                      compactor=compactor, log=log)
+                                      allow_tell=allow_tell or allow_tell_served,
+                                      tell_served=allow_tell_served, unix_mode=mode, max_connections=max_connections,
+                                      compactor=compactor, log=log,
+                                      max_length=spamd_max_bytes or spamd.MAX_LENGTH)
 
     def reload():
         new = reread_decision(ctx)

@@ -153,10 +153,12 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     state_path = lib.state_path(own)
     say = (lambda text: click.echo(f"(dry run) {text}", err=True)) if dry_run else (lambda text: click.echo(text, err=True))
     try:
-        os.makedirs(os.path.dirname(os.path.abspath(state_path)), exist_ok=True)
+        store.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
         lock = store.try_lock(state_path + ".lock")
     except OSError as exc:
         raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
+    except store.ModelError as exc:
+        raise click.ClickException(str(exc)) from None
     if lock is None:
         raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
     if metrics_address and not watch:
@@ -254,7 +256,7 @@ def _watch(s, one_pass, say, interval):
     def tolerant_pass(client):
         try:
             one_pass(client)
-        except ModelError as exc:  # a busy lock, a model being replaced: the next pass redoes this one
+        except (ModelError, lib.StateError, lib.BadReply) as exc:  # a busy lock, a full disk: the next pass redoes this one
             say(f"pass not finished: {exc}; trying again at the next one")
 
     stopping = []

@@ -275,17 +275,48 @@ def warn(text):
 
 def compact_in_background(path, allow_insecure=False):
     """Start ``spamnb compact`` for the model at ``path`` in its own session and
-    return at once: the delivery does not wait for it (nor for its exit)."""
+    return the process at once: the delivery does not wait for it (nor for its exit).
+
+    It runs where no module can be planted: ``python -I`` (no working folder, no
+    ``PYTHON*`` variables, no user site) in ``/``, with the model's absolute path and
+    an import path of this process's own folders that no other user can write to
+    (:func:`safe_import_path`). ``python -m spamnb`` in the caller's folder ran a
+    ``spamnb.py`` or ``spamnb/`` planted in a shared folder such as /tmp."""
     import subprocess
 
-    args = [sys.executable, "-m", "spamnb", "compact", "--if-needed", "--quiet", "--model", os.fspath(path)]
+    code = ("import sys; i = sys.argv.index('--'); sys.path[:0] = sys.argv[1:i]; "
+            "sys.argv = ['spamnb'] + sys.argv[i + 1:]; from spamnb._entry import main; main()")
+    args = [sys.executable, "-I", "-c", code, *safe_import_path(), "--",
+            "compact", "--if-needed", "--quiet", "--model", os.path.abspath(path)]
     if allow_insecure:
         args.append("--allow-insecure-model")
     try:
-        subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         start_new_session=True, close_fds=True)
+        return subprocess.Popen(args, cwd="/", stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True, close_fds=True)
     except OSError:
-        pass  # the next learner tries again
+        return None  # the next learner tries again
+
+
+def safe_import_path():
+    """The folders a background spamnb may import from: the one spamnb itself was
+    imported from, then this process's absolute ``sys.path`` entries, without the
+    working folder and without any folder another user can write to (sticky or not:
+    anyone may create ``spamnb.py`` in /tmp)."""
+    import spamnb
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(spamnb.__file__)))
+    cwd = os.getcwd()
+    out = []
+    for entry in [here, *sys.path]:
+        if not entry or not os.path.isabs(entry) or entry in out or (entry == cwd and entry != here):
+            continue
+        try:
+            st = os.stat(entry)
+        except OSError:
+            continue
+        if st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022:
+            out.append(entry)
+    return out
 
 
 def with_model(raw, opts, kind, env=os.environ):

@@ -81,6 +81,15 @@ class ImapError(Exception):
     """What the user is told, in one line (no traceback)."""
 
 
+class StateError(ImapError):
+    """The state file cannot be saved: the pass stops there (never a dropped connection)."""
+
+
+class BadReply(ImapError):
+    """The server answered what it must not (a SELECT without UIDVALIDITY): the pass
+    stops there; ``--watch`` tries again at the next one."""
+
+
 # -- settings: options and the config file ----------------------------------------------
 
 
@@ -112,22 +121,18 @@ def read_config(path, *, explicit=False) -> dict:
     """The keys of the TOML config file at ``path`` ({} when it is not there and
     was not named). Refused unless it is a regular file of ours that no one
     else can read (it may hold how to get the password): mode 0600 or stricter."""
-    import stat
     import tomllib
 
     try:
-        st = os.stat(path)
+        f = open_private(path, path, "config file")
     except FileNotFoundError:
         if explicit:
             raise ImapError(f"config file {path} does not exist") from None
         return {}
-    if not stat.S_ISREG(st.st_mode):
-        raise ImapError(f"config file {path} is not a regular file")
-    if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-        raise ImapError(f"config file {path} must be yours and mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}, "
-                        f"owner uid {st.st_uid}): chmod 600 {shlex.quote(str(path))}")
+    except OSError as exc:
+        raise ImapError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     try:
-        with open(path, "rb") as f:
+        with f:
             data = tomllib.load(f)
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ImapError(f"config file {path}: {exc}") from None
@@ -166,11 +171,11 @@ def password(s: Settings) -> str:
     """The first line of the password file, or of what the password command prints."""
     if s.password_file:
         try:
-            with open(os.path.expanduser(s.password_file), encoding="utf-8") as f:
-                text = f.readline()
+            with open_private(os.path.expanduser(s.password_file), s.password_file, "password file") as f:
+                text = f.readline().decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
-            raise ImapError(f"cannot read the password file {s.password_file}: "
-                            f"{getattr(exc, 'strerror', None) or exc}") from None
+            why = getattr(exc, "strerror", None) or "it is not UTF-8 text"  # never the bytes themselves
+            raise ImapError(f"cannot read the password file {s.password_file}: {why}") from None
     else:
         try:
             done = subprocess.run(s.password_command, shell=True, capture_output=True, timeout=60)
@@ -183,6 +188,26 @@ def password(s: Settings) -> str:
     if not text:
         raise ImapError("the password is empty")
     return text
+
+
+def open_private(path, shown, what):
+    """``path`` opened for reading (binary), once it is known to be a regular file of
+    ours that no one else can read or write (mode 0600 or stricter): the config
+    file's rule, and the password file's. ImapError otherwise; OSError passes through."""
+    import stat
+
+    f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")  # a FIFO cannot hang us
+    try:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise ImapError(f"{what} {shown} is not a regular file")
+        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
+            raise ImapError(f"{what} {shown} must be yours and mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}, "
+                            f"owner uid {st.st_uid}): chmod 600 {shlex.quote(str(shown))}")
+    except BaseException:
+        f.close()
+        raise
+    return f
 
 
 def _is_loopback(host: str) -> bool:
@@ -207,9 +232,10 @@ def connect(s: Settings, *, timeout=60.0):
     where = f"{s.host}:{port}"
     try:
         client = imapclient.IMAPClient(s.host, port, ssl=s.security == "tls", ssl_context=ctx, timeout=timeout)
+        cap_literals(client)
         if s.security == "starttls":
             client.starttls(ctx)
-        client.login(s.user, password(s))
+        _login(client, s)
     except ssl.SSLCertVerificationError as exc:
         raise ImapError(f"the certificate of {where} is not trusted ({exc.verify_message}); "
                         "give its CA with --cafile FILE") from None
@@ -218,6 +244,45 @@ def connect(s: Settings, *, timeout=60.0):
     except (OSError, imapclient.exceptions.IMAPClientError) as exc:
         raise ImapError(f"cannot connect to {where}: {exc}") from None
     return client
+
+
+def _login(client, s: Settings):
+    """LOGIN, or AUTHENTICATE PLAIN for a non-ASCII password (LOGIN's strings are ASCII,
+    PLAIN's UTF-8). An encoding error names neither a character nor its position."""
+    secret = password(s)
+    try:
+        if secret.isascii() and s.user.isascii():
+            client.login(s.user, secret)
+        else:
+            client.plain_login(s.user, secret)
+    except UnicodeError:
+        raise ImapError(f"the server at {s.host} cannot take the user name or password: they have "
+                        "characters it does not accept") from None
+
+
+def cap_literals(client, limit=MAX_MESSAGE):
+    """Refuse a literal (``{N}`` then N bytes) over ``limit`` bytes, and more than
+    ``limit`` bytes of literals in the answer to one command, before reading them:
+    imaplib allocates a literal whole, so ``{100000000000}`` ended the run with a
+    MemoryError, and a 2 GB body under a small RFC822.SIZE took 2 GB. The refusal is
+    a dropped connection (``IMAP4.abort``): a one-line error, and ``--watch`` reconnects."""
+    import imaplib
+
+    imap = client._imap  # imapclient's imaplib connection: the one place literals are read
+    read, send = imap.read, imap.send
+    left = [limit]
+
+    def bounded_read(size):
+        if size > left[0]:
+            raise imaplib.IMAP4.abort(f"the server sent a literal of {size} bytes, over the {limit}-byte limit")
+        left[0] -= size
+        return read(size)
+
+    def send_command(data):
+        left[0] = limit  # a new command: a new allowance for its answer
+        return send(data)
+
+    imap.read, imap.send = bounded_read, send_command
 
 
 def require_imapclient():
@@ -311,11 +376,19 @@ class State:
 
     @classmethod
     def load(cls, path) -> "State":
+        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.open_trusted`):
+        a state another user planted could say a message was half-moved to Junk, and the
+        next pass would delete the folder's copy."""
+        from spamnb.storage.store import ModelError, open_trusted
+
         try:
-            with open(path, "rb") as f:
+            fd, _ = open_trusted(path, what="IMAP state")
+            with os.fdopen(fd, "rb") as f:
                 data = json.loads(f.read())
         except FileNotFoundError:
             return cls(path)
+        except ModelError as exc:
+            raise ImapError(str(exc)) from None
         except (OSError, ValueError) as exc:
             raise ImapError(f"cannot read the IMAP state {path}: {exc} (move it away to start afresh)") from None
         if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
@@ -325,7 +398,11 @@ class State:
     def save(self) -> None:
         from spamnb.storage.store import write_bytes_atomic
 
-        write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+        try:
+            write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+        except OSError as exc:
+            raise StateError(f"cannot save the IMAP state {self.path}: {exc.strerror or exc} (the pass "
+                             "stopped there; the next one redoes what was not recorded)") from None
 
     def account(self, name) -> dict:
         return self.data["accounts"].setdefault(name, {"folders": {}, "messages": {}})
@@ -398,7 +475,13 @@ class Filter:
         """Select ``name``; ``(folder state, first)``: first is True the first time
         this folder is seen, and after its UIDVALIDITY changed (a re-scan)."""
         info = self.client.select_folder(name, readonly=self.dry_run)
-        uv = int(info[b"UIDVALIDITY"])
+        try:
+            uv = int(info[b"UIDVALIDITY"])
+        except (KeyError, TypeError, ValueError):
+            uv = 0
+        if uv <= 0:
+            raise BadReply(f"the server opened folder {name!r} without a valid UIDVALIDITY, which spamnb "
+                           "needs to know a message again: nothing done in it")
         f = self.acct["folders"].setdefault(role, {})
         first = f.get("uidvalidity") != uv
         if first:

@@ -30,6 +30,13 @@ What each method answers (:func:`answer`):
   with ``Set: local`` learns the message into the user's model (moving it when
   it was learned as the other class), ``Remove: local`` forgets it; the reply
   says ``DidSet: local`` / ``DidRemove: local`` when that changed the model.
+  Who may teach what (:func:`tell`, docs/security.md): the served model, which
+  scores everyone without a model of their own, learns only with
+  ``--allow-tell-served`` as well; on a Unix socket ``User:`` must name the
+  connecting process's own user (``SO_PEERCRED``; over TCP from this machine, the
+  kernel's socket table) unless it runs as root or as the server's user. From
+  another host ``User:`` is taken as sent, as spamd takes it from the addresses
+  ``--allow`` admits.
 
 **The score scale.** S and T in ``Spam: True ; S / T`` are log-odds:
 S = log P(spam|x)/P(ham|x), the score of spamnb's ``X-Spam-Status``, and
@@ -44,12 +51,18 @@ EX_PROTOCOL for a bad request (unknown method, malformed header, a
 ``Content-length`` the message does not match), 79 EX_TIMEOUT for a request
 not received in time, 74 EX_IOERR when the model cannot be read, 67
 EX_NOUSER for ``TELL`` for a user with no model of their own, 69
-EX_UNAVAILABLE for ``TELL`` without ``--allow-tell``, 75 EX_TEMPFAIL when the
+EX_UNAVAILABLE for ``TELL`` without ``--allow-tell`` (or into the served model
+without ``--allow-tell-served``), 77 EX_NOPERM for ``TELL`` for another user, 75 EX_TEMPFAIL when the
 server is at its connection cap or the model's lock stays busy, 70
-EX_SOFTWARE for anything else. spamc passes the message through unchanged on
+EX_SOFTWARE for anything else. An error reply never names a file of the
+server (the log has the whole reason). spamc passes the message through unchanged on
 any of them (unless run with ``-x``).
 
-**Limits.** A message over ``max_bytes`` is answered as unscanned (score 0.0,
+**Limits.** A declared ``Content-length`` over ``max_length`` (``--spamd-max-bytes``,
+:data:`MAX_LENGTH`) is refused at once, nothing read (EX_DATAERR: spamc passes the
+message through), and so is a message without one that runs past it: the disk,
+memory and time one request takes are bounded by it, not by bandwidth x timeout.
+Below it, a message over ``max_bytes`` is answered as unscanned (score 0.0,
 ``Spam: False``), as spamc does for its own ``-s`` limit; for ``PROCESS``
 it is returned as it came (held on disk while it arrives, never in memory
 beyond :data:`SPOOL_BYTES`), never dropped. Every
@@ -74,10 +87,12 @@ import errno
 import ipaddress
 import math
 import os
+import pwd
 import re
 import socket
 import socketserver
 import stat
+import struct
 import tempfile
 import threading
 import time
@@ -110,6 +125,12 @@ CHUNK = 64 * 1024
 SLOT_WAIT = 2.0
 #: An unscanned message for PROCESS is held in memory up to this, then on disk.
 SPOOL_BYTES = 8 * 1024 * 1024
+#: The largest message a spamd client may send (``--spamd-max-bytes``): 10 MB, twenty
+#: times spamc's own default limit (``spamc -s``, 500 KB), so that spamc's limit, not
+#: this one, decides for its users; Exim's spam condition sends any size (put a size
+#: condition before it, see docs/security.md). It bounds each request's memory
+#: (scanned in memory up to it) and disk (an unscanned PROCESS is spooled).
+MAX_LENGTH = 10 * 1024 * 1024
 #: An unscanned message's header block is looked for in its first bytes only.
 MAX_HEADER_BLOCK = 1 << 20
 
@@ -117,9 +138,13 @@ MAX_HEADER_BLOCK = 1 << 20
 class SpamdError(Exception):
     """A request answered with an error line: ``SPAMD/1.0 <code> <text>``."""
 
-    def __init__(self, name: str, text: str):
+    def __init__(self, name: str, text: str, detail: str = ""):
         super().__init__(text)
         self.name = name
+        self.detail = detail  # for the server's log only: it may name server paths
+
+    def logged(self) -> str:
+        return f"{self} ({self.detail})" if self.detail else str(self)
 
     def line(self) -> bytes:
         text = " ".join(str(self).split())  # one line, whatever the cause said
@@ -378,17 +403,20 @@ def judge(model, msg: bytes, n_evidence: int, decision=(None,) * 5):
     return d, threshold(d.cutoffs[1])
 
 
-def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None) -> bytes:
-    """The reply to one whole request (the message in ``raw``)."""
+def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None,
+           tell_served=False, peer_uid=None) -> bytes:
+    """The reply to one whole request (the message in ``raw``); ``peer_uid``: the
+    connecting process's user on a Unix socket (None over TCP)."""
     if method == "TELL":
-        return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
+        return tell(headers, raw, models, allow_tell=allow_tell, compact=compact, tell_served=tell_served,
+                    peer_uid=peer_uid)
     start = time.perf_counter()
     holder, own = models.for_user(headers.get("User"))
     try:
         loaded = _loaded(holder)
     except (ModelError, OSError) as exc:
         if not own:
-            raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+            raise SpamdError("EX_IOERR", "cannot read the model", str(exc)) from None
         # A user's model the server cannot read (copied by root at 0600, damaged): the
         # message is still scanned, with the site's model, whose name the verdict
         # header carries; the log says why (once per user model and reason).
@@ -397,7 +425,7 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
         try:
             loaded = _loaded(holder)
         except (ModelError, OSError) as exc2:
-            raise SpamdError("EX_IOERR", f"cannot read the model: {exc2}") from None
+            raise SpamdError("EX_IOERR", "cannot read the model", str(exc2)) from None
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
     d, t = judge(loaded.model, msg, want, models.decision_for(headers.get("User")))
@@ -442,8 +470,13 @@ def _find_header_end(out: bytes):
     return min(ends) if ends else None
 
 
-def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
-    """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model."""
+def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=False, peer_uid=None) -> bytes:
+    """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model.
+
+    Only the user's own model learns unless ``tell_served``: the served model
+    scores everyone else, so one client's TELL would change their verdicts too.
+    ``peer_uid`` (a Unix socket's peer): ``User:`` must be that user's name, unless
+    the peer is root or the server's own user (an MTA or a script of the admin)."""
     if not allow_tell:
         raise SpamdError("EX_UNAVAILABLE",
                          "Service Unavailable: TELL commands are not enabled, set the --allow-tell switch.")
@@ -455,12 +488,19 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
     if set_local and label is None:
         raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
     user = headers.get("User")
+    if peer_uid is not None and user is not None and peer_uid not in (0, os.geteuid()) \
+            and user != _user_name(peer_uid):
+        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process runs as "
+                                      f"another user (uid {peer_uid})")
     holder, own = models.for_user(user)
     if models.user_models and user is not None and not own:
-        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (make one with spamnb train --model "
-                                      f"{models.user_path(user)})")
+        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (the administrator makes one with "
+                                      f"spamnb train)", str(models.user_path(user)))
     if holder is models.served and models.served_is_default:
         raise SpamdError("EX_UNAVAILABLE", "the default model does not learn: train a model of your own")
+    if holder is models.served and not tell_served:
+        raise SpamdError("EX_UNAVAILABLE", "TELL into the shared model is not enabled (send User: with a "
+                                           "model of its own, or start the server with --allow-tell-served)")
     _, msg = envelope_split(raw)
     done = {}
     if set_local:
@@ -498,11 +538,21 @@ def _update(holder, items, *, forget, compact):
             return learn_messages(holder.path, [(raw, label) for raw, label, _ in items], forget=forget,
                                   allow_insecure=holder.allow_insecure, timeout=timeout, warn=holder.log)
     except ModelError as exc:  # a lock held too long is worth retrying; the rest is the model's
-        raise SpamdError("EX_TEMPFAIL" if isinstance(exc, LockTimeout) else "EX_IOERR",
-                         f"not learned: {exc}") from None
+        busy = isinstance(exc, LockTimeout)
+        raise SpamdError("EX_TEMPFAIL" if busy else "EX_IOERR",
+                         "not learned: " + ("timed out waiting for the model's lock, try again" if busy
+                                           else "the model cannot be updated"),
+                         str(exc)) from None
     if done.get("needs_compaction") and compact:
         compact(holder)
     return done
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
 
 
 # -- the server -------------------------------------------------------------------------
@@ -516,7 +566,7 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             out = self._request(reader)
         except SpamdError as exc:
-            srv.log(f"spamd: {exc}")
+            srv.log(f"spamd: {exc.logged()}")
             srv.models.recorder.error(exc.name.lower(), via="spamd")
             out = exc.line()
         except Exception as exc:  # noqa: BLE001 - one bad message never stops the server
@@ -541,6 +591,8 @@ class _Handler(socketserver.BaseRequestHandler):
             return None
         length = headers.get("Content-length")
         length = int(length) if length is not None else None
+        if length is not None and length > srv.max_length:
+            raise too_long(srv.max_length)
         if length is not None and length > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, length)
         raw = b"".join(reader.chunks(length if length is not None else srv.max_bytes + 1))
@@ -550,7 +602,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if len(raw) > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, None, raw)
         return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
-                      compact=srv.compactor.soon)
+                      compact=srv.compactor.soon, tell_served=srv.tell_served, peer_uid=srv.peer_uid(self.request))
 
     def _unscanned(self, reader, method, version, headers, length, head=b""):
         """A message over the limit: neither scored nor learned. PROCESS streams it
@@ -563,10 +615,12 @@ class _Handler(socketserver.BaseRequestHandler):
             t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs,
                                                *srv.models.decision_for(headers.get("User")))[1])
         except (ModelError, OSError) as exc:
-            raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+            raise SpamdError("EX_IOERR", "cannot read the model", str(exc)) from None
         line = spam_line("ham", 0.0, t, method)
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))
+        if length is None:
+            rest = _at_most(rest, srv.max_length - len(head), srv.max_length)
         if method == "PROCESS":
             # Read it all before answering: spamc (like most clients) reads nothing until it
             # has sent everything, so echoing while it sends would deadlock once the sockets'
@@ -607,21 +661,41 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.log(f"spamd: reply not delivered: {exc}")
 
 
+def too_long(cap):
+    return SpamdError("EX_DATAERR", f"message over {cap} bytes (the server's --spamd-max-bytes): not scanned")
+
+
+def _at_most(pieces, left, cap):
+    """``pieces`` while they total at most ``left`` bytes; EX_DATAERR (over ``cap``) past it."""
+    for piece in pieces:
+        left -= len(piece)
+        if left < 0:
+            raise too_long(cap)
+        yield piece
+
+
 class _SpamdServer(BoundedThreads):
     daemon_threads = False
     block_on_close = True
     request_queue_size = 128
 
-    def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections):
+    def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
+                  tell_served=False, max_length=MAX_LENGTH):
         self.models = models
-        self.max_bytes = max_bytes
+        self.max_length = max_length
+        self.max_bytes = min(max_bytes, max_length)
         self.timeout_s = timeout
         self.allow_tell = allow_tell
+        self.tell_served = tell_served
         self.log = log
         self.compactor = compactor
         # spamc passes a message through unfiltered when refused: a burst waits a moment instead
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT)
+
+    def peer_uid(self, conn):
+        """The connecting process's user; None where the socket cannot say (TCP)."""
+        return None
 
 
 class TCPServer(_SpamdServer, socketserver.TCPServer):
@@ -642,6 +716,22 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
     def close(self):
         self.server_close()
 
+    def peer_uid(self, conn):
+        """The local user of a peer on this machine (the kernel's socket table, as identd
+        reads it); None for a peer on another host, or when the table does not say."""
+        try:
+            peer, mine = conn.getpeername(), conn.getsockname()
+            ip = ipaddress.ip_address(peer[0])
+        except (OSError, ValueError):
+            return None
+        family = conn.family
+        if getattr(ip, "ipv4_mapped", None):  # an IPv4 client of a dual-stack socket: in the IPv4 table
+            ip, family = ip.ipv4_mapped, socket.AF_INET
+            peer, mine = (str(ip), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
+        if not ip.is_loopback:
+            return None
+        return loopback_peer_uid(family, peer, mine)
+
     def where(self):
         host, port = self.server_address[:2]
         return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -661,6 +751,10 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
     def where(self):
         return self.path
 
+    def peer_uid(self, conn):
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return struct.unpack("3i", creds)[1]
+
     def close(self):
         self.server_close()
         try:
@@ -668,6 +762,31 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
                 os.unlink(self.path)
         except OSError:
             pass
+
+
+def loopback_peer_uid(family, peer, mine):
+    """The uid owning the TCP socket at ``peer`` connected to ``mine``, from
+    ``/proc/net/tcp`` (``tcp6`` for an AF_INET6 socket); None when it is not listed."""
+    def hexed(address):
+        if family == socket.AF_INET:
+            raw = socket.inet_pton(socket.AF_INET, address[0])
+        else:
+            raw = socket.inet_pton(socket.AF_INET6, address[0].split("%")[0])
+        words = struct.unpack(f"={len(raw) // 4}I", raw)  # each 32-bit word in host order
+        return "".join(f"{w:08X}" for w in words) + f":{address[1]:04X}"
+
+    try:
+        want = (hexed(peer), hexed(mine))
+        # /proc/self/net: /proc/net is hidden under systemd's ProcSubset=pid (the spamd unit's)
+        with open("/proc/self/net/tcp" if family == socket.AF_INET else "/proc/self/net/tcp6") as f:
+            next(f)  # the column names
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == want:
+                    return int(fields[7])
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None
 
 
 # -- addresses -------------------------------------------------------------------------
@@ -742,7 +861,7 @@ def check_listening(addresses, allow=()):
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
-                 max_connections, compactor, log):
+                 max_connections, compactor, log, tell_served=False, max_length=MAX_LENGTH):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
     listen, nets = check_listening(addresses, allow)
     servers = []
@@ -757,7 +876,8 @@ def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=
                         if kind == "tcp" and where[1] < 1024 and exc.errno == errno.EACCES else "")
                 raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
             srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
-                          compactor=compactor, max_connections=max_connections)
+                          compactor=compactor, max_connections=max_connections, tell_served=tell_served,
+                          max_length=max_length)
             servers.append(srv)
     except BaseException:
         for srv in servers:

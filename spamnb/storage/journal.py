@@ -52,7 +52,12 @@ One update is one frame, written with one ``write`` and made durable with one
 killed at any moment has learned all 30 or none. A frame that is cut short
 or fails its digest ends the journal: what follows is ignored, never read as
 counts. Readers skip it silently (it may be an append
-in progress); writers, who hold the lock, report it and cut it off.
+in progress); writers, who hold the lock, report it and cut it off. So does a
+frame whose digest is good but whose records are not ones a learner writes
+(:meth:`Record.check`: counts that do not add up, tokens that are not UTF-8,
+class changes other than -1, 0 or 1, counts not finite or beyond
+:data:`MAX_COUNT`): only the model's owner can write the journal, but a damaged
+or crafted frame must end it, never stop every reader or be baked into the snapshot.
 
 Standard library only: ``filter -u`` appends without numpy.
 """
@@ -83,6 +88,10 @@ _DIGEST = 16
 # compaction runs every ~100 learned messages, in the background. (At 4 MB an
 # in-process measurement gave +53 ms a delivery, as much as all the rest.)
 MAX_BYTES = 1024 * 1024
+
+#: The largest change of counts one record may carry (the sum of its tokens' counts in a
+#: class, a class's total): far above what any message spamnb reads can carry (it parses 4 MB).
+MAX_COUNT = float(2 ** 32)
 
 try:  # the builtin BLAKE2, without loading OpenSSL at every start-up
     from _blake2 import blake2b
@@ -125,7 +134,10 @@ class Record:
         return payload
 
     @classmethod
-    def decode(cls, payload: bytes, *, texts: bool) -> "Record":
+    def decode(cls, payload: bytes, *, texts: bool, validate: bool = False) -> "Record":
+        """The record in ``payload``; ``texts``: with its tokens' text. ``validate``: also
+        ValueError unless it passes :meth:`check` and its tokens are UTF-8 whose lengths
+        add up (checked on the whole blob, without making a string per token)."""
         t, key, old, new, n, new_vocab, mh, ms, th, ts = _FIXED.unpack_from(payload)
         at = _FIXED.size
         arrays = []
@@ -145,8 +157,31 @@ class Record:
                 pos += ln
             if pos != len(blob):
                 raise ValueError("record tokens do not match their lengths")
-        return cls(key, old, new, arrays[0], arrays[1], arrays[2], arrays[3], tokens, new_vocab=new_vocab,
-                   d_messages=(mh, ms), d_totals=(th, ts), time_=t)
+        rec = cls(key, old, new, arrays[0], arrays[1], arrays[2], arrays[3], tokens, new_vocab=new_vocab,
+                  d_messages=(mh, ms), d_totals=(th, ts), time_=t)
+        if validate:
+            rec.check()
+            if not texts:
+                _check_texts(payload[at:], arrays[4])
+        return rec
+
+    def check(self) -> None:
+        """ValueError unless the record's numbers are ones a learner writes: one message
+        leaves at most one class and joins at most one (-1, 0 or 1 each), counts finite and
+        within :data:`MAX_COUNT`, at most one message per token."""
+        if not math.isfinite(self.time) or self.old not in (-1, 0, 1) or self.new not in (-1, 0, 1):
+            raise ValueError("record time or classes out of range")
+        if any(d not in (-1.0, 0.0, 1.0) for d in self.d_messages):
+            raise ValueError("record message counts out of range")
+        if not all(math.isfinite(t) and abs(t) <= MAX_COUNT for t in self.d_totals):
+            raise ValueError("record totals out of range")
+        if self.new_vocab > len(self.hashes):
+            raise ValueError("record new tokens out of range")
+        for a in (self.d_ham, self.d_spam):  # one message's counts: their sum is its length
+            if not sum(map(abs, a)) <= MAX_COUNT:  # a NaN fails the comparison, an inf the bound
+                raise ValueError("record token counts out of range")
+        if self.d_df.tobytes().translate(None, b"\x00\x01\xff"):  # int8 -1, 0, 1: no more
+            raise ValueError("record token message counts out of range")
 
 
 class Journal:
@@ -154,9 +189,10 @@ class Journal:
     and end (file offsets), the raw bytes from :attr:`start` on, and
     :attr:`damaged`: bytes ignored after the last good record."""
 
-    def __init__(self, path, jid, start, end, size, data):
+    def __init__(self, path, jid, start, end, size, data, decoded=None):
         self.path, self.id, self.start, self.end, self.size = path, jid, start, end, size
         self._data = data  # the file's bytes from `start`
+        self._decoded = decoded  # the records without texts, as checking them decoded them
 
     @property
     def damaged(self) -> int:
@@ -168,6 +204,9 @@ class Journal:
 
     def records(self, *, texts=False):
         """The records from :attr:`start` to :attr:`end`, decoded."""
+        if not texts and self._decoded is not None:
+            yield from self._decoded
+            return
         for at, ln in self._frames():
             yield from _unframe(self._data[at + _FRAME.size:at + _FRAME.size + ln], texts)
 
@@ -199,8 +238,10 @@ def _unframe(body: bytes, texts: bool):
         at += ln
 
 
-def _good_end(data: bytes) -> int:
-    """Length of the run of whole records with good digests at the start of ``data``."""
+def _good_end(data: bytes, decoded=None) -> int:
+    """Length of the run of whole frames with good digests and valid records
+    (:func:`_valid_body`) at the start of ``data``; ``decoded``, a list: gets their
+    records (without texts), so that a reader decodes them once."""
     at = 0
     while at + _FRAME.size <= len(data):
         tag, ln = _FRAME.unpack_from(data, at)
@@ -209,8 +250,55 @@ def _good_end(data: bytes) -> int:
             break
         if _digest(data[body:body + ln]) != data[body + ln:body + ln + _DIGEST]:
             break
+        records = _valid_body(data[body:body + ln])
+        if records is None:
+            break
+        if decoded is not None:
+            decoded += records
         at = body + ln + _DIGEST
     return at
+
+
+# bytes.translate deletes these: what is left of a token's first bytes is UTF-8 continuation bytes
+_NOT_CONTINUATION = bytes(b for b in range(256) if not 0x80 <= b < 0xC0)
+
+
+def _check_texts(blob: bytes, lengths) -> None:
+    """ValueError unless ``blob`` is the tokens of ``lengths``, each UTF-8 (as written:
+    surrogates allowed): the blob is, and no token ends inside a character."""
+    from itertools import accumulate
+    from operator import itemgetter
+
+    if sum(lengths) != len(blob):
+        raise ValueError("record tokens do not match their lengths")
+    blob.decode("utf-8", "surrogatepass")
+    starts = list(accumulate(lengths))[:-1]  # where each token after the first begins
+    if len(starts) > 1:  # one C call each, not a Python step per token
+        firsts = bytes(itemgetter(*starts)(blob))
+    else:
+        firsts = bytes(blob[p] for p in starts)
+    if firsts.translate(None, _NOT_CONTINUATION):
+        raise ValueError("a record token ends inside a character")
+
+
+def _valid_body(body: bytes):
+    """The records of a frame's body (without texts) if it holds exactly the records it
+    says, each one that passes :meth:`Record.check` with tokens in UTF-8 (what every
+    reader, and the compaction, will decode); None otherwise."""
+    records = []
+    try:
+        (n,) = _COUNT.unpack_from(body)
+        at = _COUNT.size
+        for _ in range(n):
+            (ln,) = _COUNT.unpack_from(body, at)
+            at += _COUNT.size
+            if at + ln > len(body):
+                return None
+            records.append(Record.decode(body[at:at + ln], texts=False, validate=True))
+            at += ln
+    except (struct.error, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+    return records if at == len(body) else None
 
 
 def open_journal(model_path, *, allow_insecure=False):
@@ -225,12 +313,28 @@ def open_journal(model_path, *, allow_insecure=False):
     that would make an older snapshot's records look stale.
     """
     path = journal_path(model_path)
+    uid = None if allow_insecure else store.planted_by(path)
+    if uid is not None:  # readers go on without it (the writers refuse: see update)
+        _say_once(store.planted_message(path, uid, "ignoring the journal", "what it holds is not counted"))
+        return None
     try:
         return store.open_trusted(path, allow_insecure=allow_insecure, what="journal")
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ModelError(f"cannot read the journal {path}: {exc.strerror or exc}") from None
+
+
+_said = set()
+
+
+def _say_once(text: str) -> None:
+    """A warning on stderr, once per process (a server reads the journal at every request)."""
+    if text not in _said:
+        _said.add(text)
+        import sys
+
+        sys.stderr.write(f"spamnb: warning: {text}\n")
 
 
 def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None, opened=None) -> Journal | None:
@@ -269,7 +373,8 @@ def read(model_path, save_id: str, folded, *, allow_insecure=False, since=None, 
         data = os.pread(fd, st.st_size - start, start)
     finally:
         os.close(fd)
-    return Journal(path, jid.hex(), start, start + _good_end(data), start + len(data), data)
+    decoded = []
+    return Journal(path, jid.hex(), start, start + _good_end(data, decoded), start + len(data), data, decoded)
 
 
 class Overlay:
@@ -351,10 +456,12 @@ def new_id() -> bytes:
 
 def write_fresh(model_path, save_id: str, body: bytes = b"") -> str:
     """Replace the journal with a new one for the snapshot ``save_id`` holding the
-    record bytes ``body``, atomically (mode 0600, fsynced). Returns its id (hex).
+    record bytes ``body``, atomically (the model's mode without write bits for others:
+    :func:`spamnb.storage.store.companion_mode`; fsynced). Returns its id (hex).
     The caller holds the model's lock."""
     jid = new_id()
-    store.write_bytes_atomic(journal_path(model_path), [_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)), body])
+    store.write_bytes_atomic(journal_path(model_path), [_HEADER.pack(MAGIC, jid, bytes.fromhex(save_id)), body],
+                             mode=store.companion_mode(model_path))
     return jid.hex()
 
 
@@ -429,6 +536,10 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
     from spamnb.storage import scorer
 
     done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}
+    uid = None if allow_insecure else store.planted_by(journal_path(model_path))
+    if uid is not None:
+        raise ModelError(store.planted_message(journal_path(model_path), uid, "the journal",
+                                               "nothing is learned into this model while it is there"))
     with store.model_lock(model_path, timeout=timeout):
         try:
             sc = scorer.fresh_scorer(model_path, allow_insecure=allow_insecure)
@@ -470,6 +581,10 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
             append(model_path, journal, h["save_id"], records, warn=warn)
         size = os.stat(journal_path(model_path)).st_size if records or journal else 0
     done["needs_compaction"] = size > MAX_BYTES or (bool(records) and h.get("model_type") != "multinomial")
+    lock = os.fspath(model_path) + ".compact.lock"
+    if done["needs_compaction"] and warn and (uid := store.planted_by(lock, lock=True)) is not None:
+        warn(store.planted_message(lock, uid, "the compaction's lock", "the journal is never folded "
+                                   "into the model while it is there, and grows"))
     return done
 
 

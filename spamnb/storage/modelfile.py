@@ -451,9 +451,42 @@ def compact(path, *, allow_insecure=False, force=False, warn=None):
     with ExitStack() as stack:
         try:
             stack.enter_context(store.model_lock(path + ".compact", timeout=0))
-        except ModelError:
-            return 0  # another compaction is at work
+        except store.LockTimeout:
+            return 0  # another compaction is at work (another user's lock file: ModelError says so)
+        discard_stale_stages(path)
         return _compact(path, allow_insecure, force, warn)
+
+
+#: Seconds after which a staged snapshot nobody installed is a leftover (see discard_stale_stages).
+STALE_STAGE = 600
+
+
+def discard_stale_stages(path) -> int:
+    """Remove what a compaction killed part-way left beside the model at ``path`` (its
+    staged snapshot and scorer, a few MB each time, and their temporary files); the
+    number removed. Called under the compaction's lock, so no compaction is staging
+    now; a save (``learn``, ``train``) stages under the same names without that lock,
+    so only files untouched for :data:`STALE_STAGE` seconds go (no save takes that long)."""
+    import re
+    import time
+
+    folder, base = os.path.split(os.path.abspath(path))
+    staged = re.compile(r"\.?\.%s\.[0-9a-f]{12}\.new(\.scorer)?(\.[^/]*\.tmp)?\Z" % re.escape(base))
+    removed = 0
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return 0
+    for name in names:
+        full = os.path.join(folder, name)
+        try:
+            st = os.lstat(full) if staged.match(name) else None
+            if st and st.st_uid == os.geteuid() and time.time() - st.st_mtime > STALE_STAGE:
+                os.unlink(full)
+                removed += 1
+        except OSError:
+            continue
+    return removed
 
 
 def _compact(path, allow_insecure, force, warn):

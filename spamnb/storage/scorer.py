@@ -242,8 +242,9 @@ def write_scorer(model, path, identity: dict) -> bool:
     }
     text = json.dumps(header, sort_keys=True).encode("utf-8")
     text += b" " * (-(_PREAMBLE.size + len(text)) % 8)  # arrays start 8-byte aligned
-    from spamnb.storage.store import write_bytes_atomic
+    from spamnb.storage.store import companion_mode, write_bytes_atomic
 
+    model_path = path[:-len(SUFFIX)] if path.endswith(SUFFIX) else path
     write_bytes_atomic(path, [
         _PREAMBLE.pack(MAGIC, FORMAT_VERSION, len(text)), text,
         keys.tobytes(),  # native byte order, as the header says
@@ -251,7 +252,7 @@ def write_scorer(model, path, identity: dict) -> bool:
         counts.tobytes(),
         b"".join(k for k, _ in registry),
         array("b", [c for _, c in registry]).tobytes(),
-    ])
+    ], mode=companion_mode(model_path))
     return True
 
 

@@ -109,11 +109,11 @@ def save_atomic(obj, path, *, compress=0) -> None:
     fsync_folder(folder)
 
 
-def write_bytes_atomic(path, parts) -> None:
+def write_bytes_atomic(path, parts, *, mode=_NEW_FILE_MODE) -> None:
     """Write the byte strings ``parts`` to ``path`` atomically: a temporary file in
-    the same folder (mode 0600), synced, renamed into place, the folder synced.
-    OSError passes through, the temporary file removed (the compiled scorer, the
-    journal's new copy)."""
+    the same folder (``mode``, 0600 unless told), synced, renamed into place, the
+    folder synced. OSError passes through, the temporary file removed (the compiled
+    scorer, the journal's new copy: :func:`companion_mode`)."""
     import tempfile
 
     path = os.fspath(path)
@@ -121,7 +121,7 @@ def write_bytes_atomic(path, parts) -> None:
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
-            os.fchmod(f.fileno(), _NEW_FILE_MODE)
+            os.fchmod(f.fileno(), mode)
             for part in parts:
                 f.write(part)
             f.flush()
@@ -151,6 +151,17 @@ def make_private_folder(folder) -> None:
         except FileExistsError:
             continue  # made meanwhile by a racing process, or a file: the next step says
         os.chmod(name, _NEW_DIR_MODE)  # the umask may have taken bits the mode asked for
+
+
+def companion_mode(model_path) -> int:
+    """The mode of a file every reader of the model reads too (its scorer, its journal):
+    the model's, without group/world write bits, read-write for the owner; 0600 when
+    there is no model. A site model root made 0644 is read by every user: a journal
+    made 0600 beside it sent every one of their deliveries through unfiltered."""
+    try:
+        return stat.S_IMODE(os.stat(model_path).st_mode) & 0o644 | 0o600
+    except OSError:
+        return _NEW_FILE_MODE
 
 
 def _mode_for(path: str) -> int:
@@ -323,6 +334,35 @@ def _trusted_owners() -> set[int]:
     return {os.geteuid(), 0}
 
 
+def planted_by(path, *, lock: bool = False) -> int | None:
+    """The uid of another user who owns the file at ``path`` (not us, nor root unless
+    ``lock``: a lock must be ours), or None (ours, root's, or nothing there). Such a
+    file beside a model was made by someone who can write to the model's folder (a
+    sticky one such as /tmp lets everyone create files there)."""
+    try:
+        uid = os.lstat(path).st_uid
+    except OSError:
+        return None
+    if not hasattr(os, "geteuid"):
+        return None
+    return None if uid in ({os.geteuid()} if lock else _trusted_owners()) else uid
+
+
+def planted_message(path, uid: int, what: str, consequence: str) -> str:
+    """What to tell about a companion file another user made (:func:`planted_by`)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return (f"{what} {path} belongs to uid {uid}, not to you: another user made it in {folder}, "
+            f"which others can write to; {consequence}; remove it, or keep the model in a folder "
+            f"only you can write to")
+
+
+#: What a planted file of each kind could do: why another user's is refused.
+_RISK = {
+    "journal": "its records change the model's counts",
+    "IMAP state": "it decides which messages are moved or deleted",
+}
+
+
 def trust_problem(path: str, st: os.stat_result, what: str = "model") -> str | None:
     """Why a model file must not be loaded (someone other than us or root can change it), or None.
 
@@ -333,14 +373,15 @@ def trust_problem(path: str, st: os.stat_result, what: str = "model") -> str | N
     if not hasattr(os, "geteuid"):  # no POSIX owners to check
         return None
     override = "or pass --allow-insecure-model (allow_insecure=True) if you trust it"
+    risk = _RISK.get(what, "loading a model runs code from it")
     owners = _trusted_owners()
     if st.st_uid not in owners:
         return (f"refusing to load {what} {path}: it is owned by uid {st.st_uid}, not by you "
-                f"(uid {os.geteuid()}) or root, and loading a model runs code from it; "
+                f"(uid {os.geteuid()}) or root, and {risk}; "
                 f"copy it to a file you own, {override}")
     if st.st_mode & _UNSAFE_WRITE:
         return (f"refusing to load {what} {path}: it is writable by group or others "
-                f"(mode {stat.S_IMODE(st.st_mode):04o}), and loading a model runs code from it; "
+                f"(mode {stat.S_IMODE(st.st_mode):04o}), and {risk}; "
                 f"fix with `chmod go-w {path}`, {override}")
     folder = os.path.dirname(os.path.abspath(path))
     try:
@@ -378,16 +419,31 @@ def lock_timeout(default: float = LOCK_TIMEOUT) -> float:
 def try_lock(lock_path):
     """An exclusive ``flock`` on ``lock_path`` (made 0600) if free now: its open fd,
     held until closed; None when another process holds it. For a process that
-    must run alone (``spamnb imap filter`` for one model's state)."""
+    must run alone (``spamnb imap filter`` for one model's state). ModelError for
+    another user's lock file (:func:`check_lock_owner`)."""
     fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
     try:
+        check_lock_owner(fd, lock_path)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as exc:
         os.close(fd)
         if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
             return None
         raise
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
+
+
+def check_lock_owner(fd: int, lock_path: str) -> None:
+    """ModelError when the open lock file ``fd`` is another user's: made in a shared
+    folder before ours, it would let that user hold the lock, and so block every
+    update, for ever."""
+    owner = os.fstat(fd).st_uid
+    if hasattr(os, "geteuid") and owner != os.geteuid():
+        raise ModelError(f"lock file {lock_path} belongs to uid {owner}, not to you: "
+                         f"another user can block every update; remove it")
 
 
 @contextmanager
@@ -429,12 +485,7 @@ def model_lock(path, *, shared: bool = False, timeout: float | None = None) -> I
     except OSError as exc:
         raise ModelError(f"cannot open lock file {lock_path}: {_describe(exc)}") from exc
     try:
-        owner = os.fstat(fd).st_uid
-        if hasattr(os, "geteuid") and owner != os.geteuid():
-            # Another user's lock file (made in a shared folder before ours) would let
-            # that user hold the lock, and so every update of our model, for ever.
-            raise ModelError(f"lock file {lock_path} belongs to uid {owner}, not to you: "
-                             f"another user can block every update of the model; remove it")
+        check_lock_owner(fd, lock_path)
         _flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX,
                lock_timeout() if timeout is None else timeout, path)
         try:
