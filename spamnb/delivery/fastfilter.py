@@ -39,7 +39,8 @@ import sys
 
 from spamnb.storage import locate
 from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
-                            default_model_notice, is_verdict_block, model_name, passed_through)
+                            default_model_notice, is_verdict_block, may_hold_verdicts, model_name,
+                            passed_through)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -116,6 +117,10 @@ def via_server(sock_path, raw, path, is_default, opts):
         raise Fallback(f"server declined: {reason}")
     # The server says where the verdict goes and what it is; the message bytes are
     # ours. Anything but spamnb's own header lines, anywhere in it: do the work here.
+    if may_hold_verdicts(raw):  # the server places ours in the message without incoming verdict fields
+        from spamnb.mail.mime import strip_verdicts
+
+        raw = strip_verdicts(raw)
     if not (0 <= pos <= len(raw) and is_verdict_block(block, label)):
         raise Fallback("the server's answer is not a verdict")
     if learn and reason:  # answered, and could not learn it: say so, as the click path does
