@@ -44,7 +44,6 @@ difference is printed), 77 when it cannot run here, with the reason.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import os
 import shutil
@@ -56,7 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, ROOT, Unavailable, as_sent, drive, free_port,  # noqa: E402
+from exim_spamd import (ROOT, Unavailable, as_sent, drive, free_port, mta_arguments,  # noqa: E402
                         print_pair, spamd_check, stop, tail)
 from postfix_spamc import (STATUS, check_delivered, find_postfix, instance, send, split_added,  # noqa: E402
                            unpack as unpack_postfix)
@@ -219,11 +218,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix=None, milter: Milter | 
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, help="a spamnb model (default: train one on the shipped corpus)")
-    ap.add_argument("--ham", type=Path, default=DEFAULT_HAM, help="the ham to send (default: %(default)s)")
-    ap.add_argument("--spam", type=Path, default=DEFAULT_SPAM, help="the spam to send (default: %(default)s)")
+    ap = mta_arguments(__doc__)
     ap.add_argument("--reject", type=int, default=3, help="the -r level on spamnb's log-odds (default: 3)")
     ap.add_argument("--unpack", action="store_true",
                     help="apt-get download postfix, spamass-milter and libmilter and unpack them, then run")

@@ -56,7 +56,6 @@ spamc, or Postfix refusing to start), with the reason.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import glob
 import grp
@@ -72,9 +71,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
-                        as_sent, delivered, drive, free_port, leave, print_pair, smtp_send, spamd_ask, spamd_check,
-                        tail, wait_for)
+from exim_spamd import (DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
+                        as_sent, delivered, drive, free_port, leave, mta_arguments, print_pair, smtp_send, spamd_ask,
+                        spamd_check, tail, wait_for)
 
 UNPACKED = ROOT / ".postfix-deb"
 DELIVERY_USER = "nobody"
@@ -451,11 +450,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None,
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, help="a spamnb model (default: train one on the shipped corpus)")
-    ap.add_argument("--ham", type=Path, default=DEFAULT_HAM, help="the ham to send (default: %(default)s)")
-    ap.add_argument("--spam", type=Path, default=DEFAULT_SPAM, help="the spam to send (default: %(default)s)")
+    ap = mta_arguments(__doc__)
     ap.add_argument("--postfix-root", help="an unpacked postfix package (default: $SPAMNB_POSTFIX_ROOT, "
                                            f"the installed one, or {UNPACKED.relative_to(ROOT)})")
     ap.add_argument("--unpack", action="store_true",

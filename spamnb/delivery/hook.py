@@ -156,15 +156,15 @@ def decide(model, raw, decision=(None,) * 5, n_evidence=0, toks=None) -> Decided
 def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     """``(pos, block, label, learn)``: the verdict of ``raw``, where its header lines
     go in ``strip_verdicts(raw)`` (:func:`verdict_place`: the message without
-    incoming verdict fields, ``raw`` itself for most mail), and whether ``filter -u`` learns the message as
-    that verdict (:func:`spamnb.verdict.learns_verdict`, the one rule of every way
-    of answering).
+    incoming verdict fields, ``raw`` itself for most mail), and whether
+    ``filter -u`` learns the message as that verdict
+    (:func:`spamnb.verdict.learns_verdict`, the one rule of every way of answering).
 
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
     where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
     model's name in the header (:func:`spamnb.verdict.model_name`).
     """
-    kept, pos, block, label, learns = _filtered(model, raw, name, decision, n_evidence, toks)
+    _, pos, block, label, learns = _filtered(model, raw, name, decision, n_evidence, toks)
     return pos, block, label, learns
 
 
