@@ -36,6 +36,7 @@ for the same reason as Postfix: installing it would pull in an MTA and start
 its service. Needs root (Postfix's master).
 
     python scripts/postfix_milter.py --unpack            # once: .postfix-deb/, .spamass-milter-deb/
+    python scripts/postfix_milter.py --unpack-only       # what scripts/test.sh does as root
     python scripts/postfix_milter.py --model ~/.local/share/spamnb/model.joblib
 
 Exit status: 0 when everything is as expected, 1 when something differs (each
@@ -55,7 +56,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from exim_spamd import (ROOT, Unavailable, as_sent, drive, free_port, mta_arguments,  # noqa: E402
+from exim_spamd import (EXIT_UNAVAILABLE, ROOT, Unavailable, as_sent, drive, free_port, mta_arguments,  # noqa: E402
                         print_pair, spamd_check, stop, tail)
 from postfix_spamc import (STATUS, check_delivered, find_postfix, instance, send, split_added,  # noqa: E402
                            unpack as unpack_postfix)
@@ -104,6 +105,25 @@ def unpack() -> Milter:
             subprocess.run(["dpkg-deb", "-x", deb, str(MILTER_UNPACKED)], check=True)
             print(f"unpacked {os.path.basename(deb)} into {MILTER_UNPACKED}")
     return find_milter()
+
+
+def unpack_missing() -> int:
+    """Unpack Postfix and the milter where neither is there already: 0, or 77 saying why not."""
+    try:
+        if os.geteuid() != 0:
+            raise Unavailable("not root: --unpack-only needs root")
+        try:
+            find_postfix()
+        except Unavailable:
+            unpack_postfix()
+        try:
+            find_milter()
+        except Unavailable:
+            unpack()
+    except (Unavailable, OSError, subprocess.CalledProcessError) as e:
+        print(f"postfix_milter.py: cannot unpack: {e}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    return 0
 
 
 def start_milter(milter: Milter, port: int, spamd_port: int, options: list[str], log: Path) -> subprocess.Popen:
@@ -222,8 +242,12 @@ def main(argv=None) -> int:
     ap.add_argument("--reject", type=int, default=3, help="the -r level on spamnb's log-odds (default: 3)")
     ap.add_argument("--unpack", action="store_true",
                     help="apt-get download postfix, spamass-milter and libmilter and unpack them, then run")
+    ap.add_argument("--unpack-only", action="store_true",
+                    help="unpack what is missing of them (scripts/test.sh, as root), and run nothing")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (config, logs, maildir)")
     args = ap.parse_args(argv)
+    if args.unpack_only:
+        return unpack_missing()
 
     def check():
         if args.unpack:

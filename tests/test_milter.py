@@ -5,8 +5,8 @@ Runs ``scripts/postfix_milter.py``'s exchange with the small test model: with
 carrying a forged verdict) accepted; without ``-m`` both bodies come through
 byte for byte. Needs root, Postfix and spamass-milter, installed or unpacked
 (``python scripts/postfix_milter.py --unpack``); ``scripts/test.sh`` installs
-neither (Postfix would remove Exim, and both packages start services), so the
-test is skipped, with the reason, where they are not there.
+neither (Postfix would remove Exim, and both packages start services) but, as
+root, unpacks both; the test is skipped, with the reason, where they are not there.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ except postfix_spamc.Unavailable as e:
     FOUND, WHY_NOT = None, str(e)
 
 
-@pytest.mark.skipif(FOUND is None, reason=f"{WHY_NOT}; test.sh installs neither Postfix (it would remove "
-                                          "another MTA) nor spamass-milter")
+@pytest.mark.skipif(FOUND is None, reason=f"{WHY_NOT}; test.sh unpacks Postfix and spamass-milter only as "
+                                          "root (installing Postfix would remove another MTA)")
 def test_spamass_milter_rejects_spam_at_the_level_and_keeps_bodies(compiled, spam_and_ham):  # noqa: F811
     spam, ham = spam_and_ham
     transcript = []

@@ -3,13 +3,15 @@
 Runs the core of ``scripts/postfix_spamc.py`` with the small test model: a
 private Postfix instance (``postfix -c DIR``) whose smtpd hands each message to
 a ``pipe`` service running ``spamc -e sendmail``, the ham and the spam delivered
-to a maildir with spamnb's ``X-Spam-Flag``, every other byte as sent. Needs root
+to a maildir with spamnb's ``X-Spam-Status`` (and ``X-Spam-Flag`` on the spam),
+every other byte as sent. Needs root
 and a Postfix: the installed package, or the package unpacked
 (``python scripts/postfix_spamc.py --unpack`` or ``SPAMNB_POSTFIX_ROOT``).
 ``scripts/test.sh`` does not install it: on Debian postfix conflicts with every
 other MTA (it would remove exim4-daemon-heavy, which tests/test_exim.py needs)
-and its postinst starts a system Postfix where it can; so the test is skipped,
-with the reason, where there is none.
+and its postinst starts a system Postfix where it can; as root it unpacks it
+(``scripts/postfix_milter.py --unpack-only``); so the test is skipped, with the
+reason, where there is none.
 """
 
 from __future__ import annotations
