@@ -18,10 +18,11 @@ one run of the milter each, one SMTP session per message:
   default T = log 19 = 2.9): the spam (at or above N) refused, the ham accepted;
   then N two above the spam's score: the spam accepted, tagged;
 * no option (the milter may replace bodies): both delivered, the spam with
-  ``X-Spam-Flag: YES``, and both bodies byte for byte; plus a spam whose body
-  starts with a blank line, to show the milter's own bug (it drops the blank
-  lines at the start of a body it replaces, whoever answered): reported, and
-  only that difference accepted.
+  ``X-Spam-Flag: YES``, and both bodies byte for byte, also a ham whose body
+  starts with blank lines (the milter replaces no body but a flagged one's);
+  plus a spam whose body starts with blank lines, to show the milter's own bug
+  (it drops the blank lines at the start of a body it replaces, whoever
+  answered): reported, and only that difference accepted.
 
 What Postfix adds on top (``Return-Path``, ``X-Original-To``, ``Delivered-To``,
 ``Received``) and the message's own ``Return-Path`` (``message_drop_headers``)
@@ -170,8 +171,8 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix=None, milter: Milter | 
 
     ham, spam = as_sent(ham), as_sent(spam)
     forged = ham.replace(b"\r\nSubject:", b"\r\n" + FORGED + b"Subject:", 1)
-    head, _, body = spam.partition(b"\r\n\r\n")
-    blank_first = head + b"\r\n\r\n\r\n\r\n" + body  # a spam whose body starts with two blank lines
+    blank_first = spam.replace(b"\r\n\r\n", b"\r\n\r\n\r\n\r\n", 1)  # a body starting with two blank lines
+    blank_ham = ham.replace(b"\r\n\r\n", b"\r\n\r\n\r\n\r\n", 1)
     try:
         with instance(model, pf, workdir=workdir, keep=keep, out=out, spamnb=spamnb,
                       smtpd_options=smtpd_options) as inst:
@@ -202,7 +203,8 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix=None, milter: Milter | 
                         *([(["-m", "-r", "0"], [("short note", SHORT, SHORT, truncated)])] if note else []),
                         (["-m", "-r", str(reject)], [("ham", ham, ham, 250), ("spam", spam, spam, 550)]),
                         (["-m", "-r", str(above)], [("spam", spam, spam, 250)]),  # below the level: tagged only
-                        ([], [("ham", ham, ham, 250), ("spam", spam, spam, 250),
+                        ([], [("ham", ham, ham, 250), ("ham, body starting with blank lines", blank_ham, blank_ham, 250),
+                              ("spam", spam, spam, 250),
                               ("spam, body starting with blank lines", blank_first, blank_first, 250)])]
             for options, cases in settings:
                 log = inst.d / "milter.log"
