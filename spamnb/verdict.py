@@ -42,7 +42,18 @@ DEFAULT_COSTS = (10.0, 1.0, 0.5)
 #: The decision options, in the order of :func:`cutoffs_from`'s parameters.
 DECISION_OPTIONS = ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")
 
-STATUS_WORD = {"spam": "Yes", "ham": "No", "unsure": "Unsure"}
+#: X-Spam-Status's first word, SpamAssassin's two: an unsure message is "No" (not
+#: spam: deliver it), and ``tests=`` (:data:`VERDICT_TEST`) keeps spamnb's three verdicts.
+STATUS_WORD = {"spam": "Yes", "ham": "No", "unsure": "No"}
+#: X-Spam-Status's ``tests=``: spamnb's verdict, in the place SpamAssassin lists its rules.
+VERDICT_TEST = {"spam": "SPAMNB_SPAM", "ham": "SPAMNB_HAM", "unsure": "SPAMNB_UNSURE"}
+#: Header fields that read as a verdict: spamnb's own and those SpamAssassin, Amavis
+#: (its remove_existing_spam_headers list) and Exim's usual ACL write. Incoming ones
+#: are removed before spamnb adds its own (a sender's ``X-Spam-Flag: YES`` or
+#: ``X-Spam-Score: -10`` never reaches the user or the next program), and none is
+#: ever a token, so that removal leaves a message's tokens as they were.
+VERDICT_FIELDS = ("X-Spam-Flag", "X-Spam-Status", "X-Spam-Evidence", "X-Spam-Level", "X-Spam-Score",
+                  "X-Spam-Report", "X-Spam-Checker-Version", "X-Spam-Tests", "X-Spam-Bar")
 #: Long header fields (the evidence) are folded to lines of about this many characters.
 FOLD_WIDTH = 78
 
@@ -216,20 +227,54 @@ def passed_through(reason):
     return f"spamnb: error: {reason}; message passed through unchanged"
 
 
-def header_lines(label, probability, score, model, evidence=None):
+def may_hold_verdicts(raw):
+    """False when ``raw`` surely has no verdict field in its header block, so the
+    filter's client need not import the parser-side
+    :func:`spamnb.mail.mime.strip_verdicts` (most mail). Every name of
+    :data:`VERDICT_FIELDS` starts ``X-Spam-``, and the header block ends at the
+    latest at the first empty line (two line ends in a row: LF LF, CR CR, LF CR)."""
+    end = len(raw)
+    for blank in (b"\n\n", b"\r\r", b"\n\r"):
+        i = raw.find(blank, 0, end)
+        if i != -1:
+            end = i
+    return b"x-spam-" in raw[:end].lower()
+
+
+def threshold(spam_cutoff):
+    """T = log(c / (1 − c)): the spam cut-off on P(spam|x) as log-odds, the
+    ``required=`` of X-Spam-Status and the T of spamd's ``Spam: True ; S / T``
+    (finite: a cut-off of 0 or 1 is clamped)."""
+    c = min(max(spam_cutoff, 1e-300), 1 - 1e-16)
+    return math.log(c) - math.log1p(-c)
+
+
+def clamped(x):
+    """A log-odds figure as the headers write it: within ±999.9 (a learned prior of
+    an empty class is infinite, and no client parses "inf")."""
+    return max(-999.9, min(999.9, x))
+
+
+def header_lines(label, probability, score, model, evidence=None, *, required):
     """The verdict's header lines (without line endings), ASCII only; a folded
     field's continuation lines are separate items starting with a tab::
 
-        X-Spam-Flag: YES
-        X-Spam-Status: Yes, probability=0.999874, score=9.00, model=model.joblib, version=0.1.0
+        X-Spam-Flag: YES                                                  (spam only)
+        X-Spam-Status: Yes, score=9.00 required=2.94 tests=SPAMNB_SPAM probability=0.999874 model=model.joblib version=0.1.0
         X-Spam-Evidence: url:example.biz:+2.31, subject:free:+1.87, ...   (with evidence)
 
-    In SpamAssassin's style, so rules written for its headers keep working.
+    In SpamAssassin's form, so its clients read them: ``X-Spam-Flag`` only on
+    spam (spamass-milter takes its presence for spam), ``Yes``/``No`` first
+    (unsure says ``No``), then ``score=`` and ``required=`` on one scale, the
+    log-odds S and T (``required``, :func:`threshold` of the spam cut-off; S > T
+    exactly for spam), ``tests=`` spamnb's verdict (:data:`VERDICT_TEST`), and
+    spamnb's own items. Items are separated by spaces, as SpamAssassin's.
     """
-    flag = b"YES" if label == "spam" else b"NO"
-    status = (f"{STATUS_WORD[label]}, probability={probability:.6f}, score={score:.2f}, "
-              f"model={header_safe(model)}, version={__version__}")
-    lines = [b"X-Spam-Flag: " + flag, b"X-Spam-Status: " + status.encode("ascii")]
+    status = (f"{STATUS_WORD[label]}, score={clamped(score):.2f} required={clamped(required):.2f} "
+              f"tests={VERDICT_TEST[label]} probability={probability:.6f} "
+              f"model={header_safe(model)} version={__version__}")
+    lines = [b"X-Spam-Flag: YES"] if label == "spam" else []
+    lines.append(b"X-Spam-Status: " + status.encode("ascii"))
     if evidence:
         items = [f"{header_safe(tok)}:{c:+.2f}" for tok, c in evidence]
         lines.extend(folded("X-Spam-Evidence: ", items))
@@ -238,28 +283,38 @@ def header_lines(label, probability, score, model, evidence=None):
 
 def filed_as(raw):
     """The label of the verdict header :func:`header_lines` put in ``raw`` (the last
-    ``X-Spam-Status`` of the header block in spamnb's form, with its ``model=`` and
-    ``version=`` items), or None when no spamnb verdict is there. What the IMAP
-    filter reads to tell a delivery filter's filing from a user's move."""
+    ``X-Spam-Status`` of the header block in spamnb's form: ``score=``, ``required=``
+    and spamnb's ``tests=`` first, its ``model=`` and ``version=`` items), or None when
+    no spamnb verdict is there. What the IMAP filter reads to tell a delivery filter's
+    filing from a user's move. The form before SpamAssassin's (``Yes, probability=...,
+    score=..., model=..., version=...``, with ``Unsure``) is read too: mail filed by
+    an older spamnb is still in people's folders."""
     head = raw.split(b"\n\n", 1)[0].split(b"\r\n\r\n", 1)[0]
+    by_test = {test.encode(): label for label, test in VERDICT_TEST.items()}
     found = None
     for line in head.splitlines():
         if line[:15].lower() != b"x-spam-status: ":
             continue
         word, _, rest = line[15:].partition(b", ")
-        items = [item.split(b"=", 1)[0] for item in rest.split(b", ")]
-        labels = [label for label, w in STATUS_WORD.items() if w.encode() == word]
-        if labels and items[:2] == [b"probability", b"score"] and b"model" in items and b"version" in items:
-            found = labels[0]
+        items = [item.partition(b"=") for item in rest.split(b" ")]
+        keys = [key for key, _, _ in items]
+        if keys[:3] == [b"score", b"required", b"tests"] and b"model" in keys and b"version" in keys:
+            found = by_test.get(items[2][2], found)
+            continue
+        keys = [item.split(b"=", 1)[0] for item in rest.split(b", ")]  # the older form
+        old = {b"Yes": "spam", b"No": "ham", b"Unsure": "unsure"}
+        if word in old and keys[:2] == [b"probability", b"score"] and b"model" in keys and b"version" in keys:
+            found = old[word]
     return found
 
 
 def is_verdict_block(block, label):
     """Whether ``block`` is only the verdict header lines of ``label`` (what
-    :func:`spamnb.delivery.hook.verdict_block` inserts): X-Spam-Flag, X-Spam-Status,
-    optionally X-Spam-Evidence and its tab-folded continuation lines, ASCII, each
-    ended by one line ending (a first one may close an unterminated header line).
-    The filter's client checks a server's answer with it before it writes anything."""
+    :func:`spamnb.delivery.hook.verdict_block` inserts): X-Spam-Flag (spam only),
+    X-Spam-Status, optionally X-Spam-Evidence and its tab-folded continuation
+    lines, ASCII, each ended by one line ending (a first one may close an
+    unterminated header line). The filter's client checks a server's answer
+    with it before it writes anything."""
     for eol in (b"\r\n", b"\n"):
         if not block.endswith(eol):
             continue
@@ -267,11 +322,15 @@ def is_verdict_block(block, label):
         if body.startswith(eol):
             body = body[len(eol):]
         lines = body.split(eol)
-        flag = b"X-Spam-Flag: YES" if label == "spam" else b"X-Spam-Flag: NO"
-        return (len(lines) >= 2 and lines[0] == flag
-                and lines[1].startswith(b"X-Spam-Status: " + STATUS_WORD[label].encode() + b", ")
-                and all(line.startswith(b"X-Spam-Evidence: ") for line in lines[2:3])
-                and all(line.startswith(b"\t") for line in lines[3:])
+        if label == "spam":
+            if lines[0] != b"X-Spam-Flag: YES":
+                return False
+            lines = lines[1:]
+        status = b"X-Spam-Status: " + STATUS_WORD[label].encode() + b", score="
+        return (len(lines) >= 1 and lines[0].startswith(status)
+                and b" tests=" + VERDICT_TEST[label].encode() + b" " in lines[0]
+                and all(line.startswith(b"X-Spam-Evidence: ") for line in lines[1:2])
+                and all(line.startswith(b"\t") for line in lines[2:])
                 and all(line.isascii() and b"\r" not in line and b"\n" not in line for line in lines))
     return False
 
@@ -293,8 +352,8 @@ def folded(name, items, width=FOLD_WIDTH):
 
 
 def header_safe(text):
-    """Header-safe text: non-ASCII and control characters as JSON escapes, commas escaped
-    (they separate the fields' items)."""
+    """Header-safe text: non-ASCII and control characters as JSON escapes, commas and
+    spaces escaped (they separate the fields' items)."""
     import json  # not at the top: the server's client never writes a header
 
-    return json.dumps(text, ensure_ascii=True)[1:-1].replace(",", "\\u002c")
+    return json.dumps(text, ensure_ascii=True)[1:-1].replace(",", "\\u002c").replace(" ", "\\u0020")

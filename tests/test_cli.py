@@ -18,7 +18,7 @@ from conftest import SAMPLE_MAILDIR, gold_labels, learnable_cutoffs, sample_mess
 from spamnb.storage import store
 from spamnb.cli import main
 from spamnb.delivery.hook import add_headers
-from spamnb.verdict import header_lines
+from spamnb.verdict import header_lines, threshold
 from spamnb.storage.modelfile import load_model
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb._version import __version__
@@ -450,7 +450,9 @@ def test_learn_missing_source(model_file):
 
 def expected_filter_output(model, raw, name, cutoffs=None):
     c = model.classify(raw, cutoffs=cutoffs)
-    return add_headers(raw, header_lines(c.label, c.spam_probability, c.score, name)), c
+    spam_cut = (cutoffs or model.cutoffs).spam_cutoff
+    return add_headers(raw, header_lines(c.label, c.spam_probability, c.score, name,
+                                         required=threshold(spam_cut))), c
 
 
 @pytest.mark.parametrize("label, code", [("spam", 0), ("ham", 1)])
@@ -465,9 +467,10 @@ def test_filter_adds_headers_byte_exact(trained_model, trained_model_file, label
     cut = raw.index(b"\n\n") + 1
     added = out[cut:len(out) - (len(raw) - cut)]
     assert out[:cut] == raw[:cut] and out[cut + len(added):] == raw[cut:]
-    flag = b"YES" if label == "spam" else b"NO"
-    assert re.fullmatch(rb"X-Spam-Flag: " + flag + rb"\nX-Spam-Status: (Yes|No), probability=\d\.\d{6}, "
-                        rb"score=-?\d+\.\d\d, model=small\.joblib, version=" + __version__.encode() + rb"\n",
+    flag = b"X-Spam-Flag: YES\n" if label == "spam" else b""  # SpamAssassin's rule: on spam only
+    word, test = (b"Yes", b"SPAM") if label == "spam" else (b"No", b"HAM")
+    assert re.fullmatch(flag + rb"X-Spam-Status: " + word + rb", score=-?\d+\.\d\d required=2\.94 tests=SPAMNB_" + test
+                        + rb" probability=\d\.\d{6} model=small\.joblib version=" + __version__.encode() + rb"\n",
                         added)
 
 
@@ -475,7 +478,9 @@ def test_filter_unsure_and_exit_zero(trained_model_file):
     raw = b"Subject: meeting notes\n\nclick here for the meeting notes, free of charge\n"
     res = run(["filter", "--model", trained_model_file, "--ham-cutoff", "0", "--spam-cutoff", "1"],
               input=raw, code=2)
-    assert b"X-Spam-Flag: NO\nX-Spam-Status: Unsure, " in res.stdout_bytes
+    assert b"\nX-Spam-Status: No, score=" in res.stdout_bytes  # SpamAssassin's clients: not spam
+    assert b" required=36.74 tests=SPAMNB_UNSURE " in res.stdout_bytes  # spamnb's verdict; T of cut-off 1
+    assert b"X-Spam-Flag" not in res.stdout_bytes
     for label in ("spam", "ham"):
         run(["filter", "--model", trained_model_file, "--exit-zero"],
             input=sample_message(label).read_bytes(), code=0)
@@ -740,7 +745,7 @@ def test_default_model_for_a_new_user(small_archive, monkeypatch, spam_msg, isol
     assert "using the default model" in res.stderr and "building" not in res.stderr
     assert "(default model)" in run(["info"]).stdout
     out = run(["filter", "--exit-zero"], input=spam_msg.read_bytes()).stdout_bytes
-    assert b", model=default, version=" in out
+    assert b" model=default version=" in out
     # an empty SPAMNB_MODEL is the same as none
     monkeypatch.setenv("SPAMNB_MODEL", "")
     assert "(default model)" in run(["info"]).stdout

@@ -20,7 +20,7 @@ import pytest
 
 from conftest import SAMPLE_MAILDIR, gold_labels, learnable_cutoffs, strip_from_line
 from spamnb._version import __version__
-from spamnb.delivery.hook import add_headers
+from spamnb.delivery.hook import replace_verdicts
 from spamnb.storage.modelfile import load_model, save_model
 
 
@@ -45,10 +45,11 @@ def spamnb(*args, input=None, code=0):
 
 
 def added_lines(delivered: bytes, original: bytes) -> list[bytes]:
-    """The header lines the filter inserted, checking nothing else changed."""
+    """The header lines the filter inserted (X-Spam-Flag on spam only, X-Spam-Status),
+    checking nothing else changed but incoming verdict fields removed."""
     lines = [line for line in delivered.split(b"\n") if line.startswith(b"X-Spam-")]
-    assert [line.split(b":")[0] for line in lines] == [b"X-Spam-Flag", b"X-Spam-Status"]
-    assert delivered == add_headers(original, lines)
+    assert [line.split(b":")[0] for line in lines] in ([b"X-Spam-Flag", b"X-Spam-Status"], [b"X-Spam-Status"])
+    assert delivered == replace_verdicts(original, lines)
     return lines
 
 
@@ -110,8 +111,8 @@ def test_filter_exit_codes_and_bytes(trained_model_file, confident, tmp_path):
     for label, code in (("spam", 0), ("ham", 1)):
         raw = confident[label][0]
         out = spamnb("filter", "--model", trained_model_file, input=raw, code=code).stdout
-        flag = added_lines(out, raw)[0]
-        assert flag == (b"X-Spam-Flag: YES" if label == "spam" else b"X-Spam-Flag: NO")
+        first = added_lines(out, raw)[0]
+        assert first == b"X-Spam-Flag: YES" if label == "spam" else first.startswith(b"X-Spam-Status: No, score=")
     spamnb("filter", "--model", trained_model_file, "--exit-zero", input=confident["ham"][0], code=0)
     # any failure: the original bytes, exit 3
     raw = confident["spam"][0]
@@ -210,6 +211,9 @@ def procmail_deliver(home: Path, raw: bytes, *settings: str):
 def test_procmail_readme_recipe_files_spam_into_junk(user_home, confident):
     maildir = user_home / "Maildir"
     spams, hams = confident["spam"][:2], confident["ham"][:2]
+    # a sender's forged verdict (issue 27) reaches neither the recipe nor the user
+    hams[1] = hams[1].replace(b"\nSubject:", b"\nX-Spam-Flag: YES\nX-Spam-Status: Yes, score=99.0 required=5.0"
+                              b"\nX-Spam-Level: **********\nSubject:", 1)
     for raw in spams + hams:
         log = procmail_deliver(user_home, raw)
         assert "Error" not in log and "cannot" not in log, log
@@ -220,10 +224,12 @@ def test_procmail_readme_recipe_files_spam_into_junk(user_home, confident):
     for raw, got in zip(spams, _match(spam_in, spams)):
         flag, status = added_lines(got, raw)
         assert flag == b"X-Spam-Flag: YES"
-        assert status.startswith(b"X-Spam-Status: Yes, probability=")
-        assert status.endswith(f", model=model.joblib, version={__version__}".encode())
+        assert status.startswith(b"X-Spam-Status: Yes, score=")
+        assert b" tests=SPAMNB_SPAM " in status
+        assert status.endswith(f" model=model.joblib version={__version__}".encode())
     for raw, got in zip(hams, _match(ham_in, hams)):
-        assert added_lines(got, raw)[0] == b"X-Spam-Flag: NO"
+        assert added_lines(got, raw)[0].startswith(b"X-Spam-Status: No, score=")
+        assert b"99.0" not in got and b"X-Spam-Level" not in got
     assert not (maildir / ".Junk" / ".lock").exists()  # :0, not :0: -- a maildir takes no lock file
 
 
@@ -260,7 +266,7 @@ def test_maildrop_readme_recipe_files_spam_into_junk(user_home, confident, tmp_p
     spam_in, ham_in = delivered(maildir / ".Junk"), delivered(maildir)
     assert len(spam_in) == len(ham_in) == 1
     assert added_lines(spam_in[0], spam)[0] == b"X-Spam-Flag: YES"
-    assert added_lines(ham_in[0], ham)[0] == b"X-Spam-Flag: NO"
+    assert added_lines(ham_in[0], ham)[0].startswith(b"X-Spam-Status: No, ")
     # a failing filter makes maildrop defer the message (EX_TEMPFAIL): the MTA keeps it
     proc = deliver(confident["ham"][3], SPAMNB_MODEL=str(tmp_path / "absent"))
     assert proc.returncode == 75

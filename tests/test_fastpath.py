@@ -23,9 +23,9 @@ from spamnb.delivery import fastfilter
 from spamnb.storage import scorer
 from spamnb.cli import main
 from spamnb.nb.decision import Cutoffs
-from spamnb.delivery.hook import add_headers
+from spamnb.delivery.hook import replace_verdicts
 from spamnb.model import SpamModel
-from spamnb.verdict import EXIT_CODES, cutoffs_from, header_lines
+from spamnb.verdict import EXIT_CODES, cutoffs_from, header_lines, threshold
 from spamnb.storage.modelfile import load_model, save_model
 from spamnb.mail.sources import iter_index
 from test_e2e import SPAMNB
@@ -58,8 +58,10 @@ def expected(model, raw, name, args):
     """What the click command writes (its own code path, without starting click)."""
     opts = fastfilter.parse_args(args)
     decision = [opts[k] for k in ("cost_fp", "cost_fn", "cost_unsure", "spam_cutoff", "ham_cutoff")]
-    c = model.classify(raw, cutoffs=Cutoffs(*cutoffs_from(model.cutoffs, *decision)))
-    out = add_headers(raw, header_lines(c.label, c.spam_probability, c.score, name))
+    cutoffs = cutoffs_from(model.cutoffs, *decision)
+    c = model.classify(raw, cutoffs=Cutoffs(*cutoffs))
+    out = replace_verdicts(raw, header_lines(c.label, c.spam_probability, c.score, name,
+                                             required=threshold(cutoffs[1])))
     return out, 0 if opts["exit_zero"] else EXIT_CODES[c.label]
 
 
@@ -250,7 +252,7 @@ def test_default_model_through_the_fast_path(trained_model, isolated_env, spam_a
     raw = spam_and_ham["spam"]
     opts = fastfilter.parse_args([])
     out, label = fastfilter.cold(raw, str(cache), True, opts)
-    assert b", model=default, version=" in out
+    assert b" model=default version=" in out
     proc = subprocess.run(SPAMNB + ["filter"], input=raw, capture_output=True, env=dict(os.environ))
     res = CliRunner().invoke(main, ["filter"], input=raw)
     assert (proc.stdout, proc.returncode) == (res.stdout_bytes, res.exit_code) == (out, EXIT_CODES[label])

@@ -44,7 +44,7 @@ def test_haraka_spamassassin_plugin_queues_ham_flags_and_rejects_spam(compiled):
     text = "\n".join(transcript)
     assert problems == [], text
     assert "reject_threshold=7" in text and "relay_reject_threshold=7" in text
-    assert "X-Spam-Status: No, probability=" in text
+    assert "X-Spam-Status: No, score=" in text
     if "\nrejected: " in text:  # a sample spam scores 7 or more with this model
         assert "-> 550 spam score exceeded threshold" in text
         assert "-> 550 spam score exceeded relay threshold" in text

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from conftest import learnable_cutoffs, sample_message
 from spamnb.delivery import fastfilter, wire
-from spamnb.delivery.hook import add_headers, filter_message
+from spamnb.delivery.hook import add_headers, filter_message, replace_verdicts
 from spamnb.mail.tokenizer import tokenize
 from spamnb.storage import locate
 from spamnb.storage.modelfile import load_model, save_model
@@ -218,7 +218,7 @@ BROKEN_HEADERS = {
 @pytest.mark.parametrize("name", sorted(BROKEN_HEADERS))
 def test_the_verdict_is_never_tokenized_as_body(name):
     raw = BROKEN_HEADERS[name]
-    out = add_headers(raw, header_lines("spam", 0.99, 5.0, "m", [("url:x.biz", 2.0)]))
+    out = add_headers(raw, header_lines("spam", 0.99, 5.0, "m", [("url:x.biz", 2.0)], required=2.94))
     toks = tokenize(out)
     assert not [t for t in toks if "spam" in t.lower() or t == "yes"], toks
     assert toks == tokenize(raw)
@@ -228,6 +228,8 @@ def test_the_verdict_is_never_tokenized_as_body(name):
 
 HEADER_LINE = st.one_of(
     st.from_regex(rb"\A[A-Za-z-]{1,12}: [ -~]{0,20}\Z"),
+    st.sampled_from([b"X-Spam-Flag: YES", b"x-spam-status: No, score=-9", b"X-Spam-Level: ***",  # removed by
+                     b"X-Spam-Score: 12", b"X-SPAM-REPORT: r", b"X-Spam-Evidence: a:+1.0"]),        # the filter
     st.binary(max_size=20).filter(lambda b: b"\n" not in b and b"\r" not in b),
     st.just(b" continued"), st.just(b"no colon here"),
     st.just(b"From "), st.just(b"From someone@example.com"))  # the parser's own rules for these
@@ -241,10 +243,17 @@ HEADER_LINE = st.one_of(
 # written after it made it a misplaced envelope line (a defect token) instead
 @example(lines=[b"From "], ends=[b"\n"] * 6, body=b"")
 @example(lines=[b"To: a", b"From x", b"Cc: b"], ends=[b"\n"] * 6, body=b"hi")
-def test_filtering_never_changes_the_tokens(lines, ends, body):
-    raw = b"Subject: x\n" + b"".join(line + end for line, end in zip(lines, ends)) + b"\n" + body
-    out = add_headers(raw, header_lines("spam", 0.99, 5.0, "m", [("url:x.biz", 2.0)]))
-    assert tokenize(out) == tokenize(raw)
+@example(lines=[b"X-Spam-Flag: YES", b"From x"], ends=[b"\n"] * 6, body=b"hi")
+@example(lines=[b"X-Spam-Level: ***", b" more"], ends=[b"\r"] * 6, body=b"")
+@pytest.mark.parametrize("top", [b"Subject: x\n", b"X-Spam-Flag: NO\n", b"X-Spam-Level: *\nFrom x\n"])
+def test_filtering_never_changes_the_tokens(top, lines, ends, body):
+    """What the filter does to a message -- incoming verdict fields removed, its own
+    added -- leaves its tokens as they were, for mail, broken mail and not-mail."""
+    raw = top + b"".join(line + end for line, end in zip(lines, ends)) + b"\n" + body
+    for label in ("spam", "ham"):
+        lines_ = header_lines(label, 0.99, 5.0, "m", [("url:x.biz", 2.0)], required=2.94)
+        out = replace_verdicts(raw, lines_)
+        assert tokenize(out) == tokenize(raw)
 
 
 # -- 10. the client writes only what it checked ----------------------------------------------
@@ -341,7 +350,7 @@ def serve_as(user, path):
             srv.bind(str(path))
             srv.listen(4)
             os.write(ready_w, b"1")
-            block = b"X-Spam-Flag: NO\nX-Spam-Status: No, probability=0.000001, score=-9.00, model=x, version=0\n"
+            block = b"".join(line + b"\n" for line in header_lines("ham", 0.000001, -9.0, "x", required=2.94))
             while True:
                 conn, _ = srv.accept()
                 with conn:

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 
 
 from spamnb.delivery.hook import add_headers, header_end
+from spamnb.mail.mime import strip_verdicts
+from spamnb.verdict import may_hold_verdicts
 
 LINES = [b"X-Spam-Flag: YES", b"X-Spam-Status: Yes, probability=0.990000, score=4.60, model=m, version=1"]
 ADDED_LF = b"".join(line + b"\n" for line in LINES)
@@ -40,7 +42,7 @@ GOLDEN = [
                  b"Subject: a\n long folded\n\tsubject\nTo: c\n" + ADDED_LF
                  + b"\nbody\n\nmore: not a header\n", id="folded-header-and-later-blank-lines"),
     pytest.param(b"Subject: hi\nX-Spam-Flag: NO\n\nforged\n", b"Subject: hi\nX-Spam-Flag: NO\n" + ADDED_LF + b"\nforged\n",
-                 id="forged-header-kept"),
+                 id="add-headers-only-inserts"),  # removing incoming verdicts is strip_verdicts' job
     # only verdict lines and no header of its own: not mail (spamnb puts its verdict at
     # the top of non-mail, and the result must stay non-mail), so the verdict goes on top
     pytest.param(b"X-Spam-Flag: NO\n\nforged\n", ADDED_LF + b"X-Spam-Flag: NO\n\nforged\n",
@@ -90,3 +92,43 @@ def test_added_headers_parse_as_headers():
     assert msg["X-Spam-Status"].startswith("Yes, probability=0.990000")
     assert msg["Subject"] == "hi"
     assert msg.get_content().strip() == "body line"
+
+
+# -- incoming verdict fields: removed from the header block, nothing else ------------
+
+STRIP = [
+    pytest.param(b"Subject: hi\nX-Spam-Flag: YES\nX-Spam-Status: Yes, score=99.0 required=5.0\nTo: b\n\nbody\n",
+                 b"Subject: hi\nTo: b\n\nbody\n", id="forged-flag-and-status"),
+    pytest.param(b"Subject: hi\r\nx-spam-LEVEL: ****\r\nX-Spam-Report: \r\n\tline one\r\n line two\r\nTo: b\r\n\r\nb\r\n",
+                 b"Subject: hi\r\nTo: b\r\n\r\nb\r\n", id="any-case-folded-crlf"),
+    pytest.param(b"X-Spam-Score: -10\nX-Spam-Bar: ---\nSubject: s\n\nX-Spam-Flag: YES\n",
+                 b"Subject: s\n\nX-Spam-Flag: YES\n", id="first-lines-and-body-text-kept"),
+    pytest.param(b"Subject: s\nX-Spam-Flagged: yes\nX-Spam-Flag : YES\n\nb\n",
+                 b"Subject: s\nX-Spam-Flagged: yes\nX-Spam-Flag : YES\n\nb\n",
+                 id="other-names-and-a-name-the-parser-ends-the-block-at"),
+    pytest.param(b"From a@b  Mon Sep  2 16:21:48 2002\nX-Spam-Checker-Version: SA\nSubject: x\n\nb\n",
+                 b"From a@b  Mon Sep  2 16:21:48 2002\nSubject: x\n\nb\n", id="mbox-from-line"),
+    pytest.param(b"X-Spam-Flag: YES\n\nforged\n", b"\nforged\n", id="verdict-lines-only"),
+    pytest.param(b"Subject: no verdict\n\nbody\n", b"Subject: no verdict\n\nbody\n", id="none"),
+]
+
+
+@pytest.mark.parametrize("raw, expected", STRIP)
+def test_strip_verdicts_golden(raw, expected):
+    assert strip_verdicts(raw) == expected
+    assert strip_verdicts(expected) == expected
+    if expected != raw:
+        assert may_hold_verdicts(raw)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([b"X-Spam-Flag: YES", b"x-spam-status: No", b"X-Spam-Level: **", b"Subject: x",
+                                 b" cont", b"", b"body", b"From x", b"\r", b"X-Spam-Other: 1"]), max_size=8)
+       .flatmap(lambda parts: st.sampled_from([b"\n", b"\r\n", b"\r"]).map(lambda eol: eol.join(parts))))
+def test_strip_verdicts_removes_whole_lines_and_the_client_check_never_misses_one(raw):
+    out = strip_verdicts(raw)
+    if out != raw:
+        assert may_hold_verdicts(raw)  # the filter's client imports the parser only then
+    assert strip_verdicts(out) == out
+    it = iter(raw)  # what is left is raw with some pieces taken out, in order
+    assert all(byte in it for byte in out)

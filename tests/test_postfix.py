@@ -3,13 +3,15 @@
 Runs the core of ``tools/harnesses/postfix_spamc.py`` with the small test model: a
 private Postfix instance (``postfix -c DIR``) whose smtpd hands each message to
 a ``pipe`` service running ``spamc -e sendmail``, the ham and the spam delivered
-to a maildir with spamnb's ``X-Spam-Flag``, every other byte as sent. Needs root
+to a maildir with spamnb's ``X-Spam-Status`` (and ``X-Spam-Flag`` on the spam),
+every other byte as sent. Needs root
 and a Postfix: the installed package, or the package unpacked
 (``python tools/harnesses/postfix_spamc.py --unpack`` or ``SPAMNB_POSTFIX_ROOT``).
 ``scripts/test.sh`` does not install it: on Debian postfix conflicts with every
 other MTA (it would remove exim4-daemon-heavy, which tests/test_exim.py needs)
-and its postinst starts a system Postfix where it can; so the test is skipped,
-with the reason, where there is none.
+and its postinst starts a system Postfix where it can; as root it unpacks it
+(``tools/harnesses/postfix_milter.py --unpack-only``); so the test is skipped, with the
+reason, where there is none.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def test_postfix_content_filter_flags_ham_and_spam(compiled, spam_and_ham):  # n
     problems = postfix_spamc.run(compiled, ham, spam, postfix=POSTFIX, out=transcript.append)
     text = "\n".join(transcript)
     assert problems == [], text
-    assert "added by spamnb:    X-Spam-Flag: NO" in text
+    assert "added by spamnb:    X-Spam-Status: No, score=" in text
     assert "added by spamnb:    X-Spam-Flag: YES" in text
     assert "status=sent (delivered via spamnb service)" in text
     assert text.count("every other byte as sent") == 2
@@ -59,12 +61,18 @@ def test_master_cf_has_the_filter_and_its_pipe():
 def test_split_added_sets_aside_postfix_and_spamnb_fields():
     sent = b"Return-Path: <a@b>\nReceived: old\nSubject: x\n\nbody\n"
     got = (b"Return-Path: <e@f>\nDelivered-To: bob@x\nReceived: by mx\n\tid 1\n"
-           b"Received: old\nSubject: x\nX-Spam-Flag: NO\nX-Spam-Status: No\n\nbody\n")
+           b"Received: old\nSubject: x\nX-Spam-Status: No, score=-3.00 required=2.94 tests=SPAMNB_HAM x=1\n\nbody\n")
     on_top, spamnb, dropped, left, expected = postfix_spamc.split_added(got, sent)
     assert on_top == [b"Return-Path: <e@f>", b"Delivered-To: bob@x", b"Received: by mx\n\tid 1"]
-    assert spamnb == [b"X-Spam-Flag: NO", b"X-Spam-Status: No"]
+    assert spamnb == [b"X-Spam-Status: No, score=-3.00 required=2.94 tests=SPAMNB_HAM x=1"]
     assert dropped == [b"Return-Path: <a@b>"]
     assert left == expected == b"Received: old\nSubject: x\n\nbody\n"
     problems = []
+    postfix_spamc.check_delivered("ham", got, sent, problems, lambda _: None)
+    assert problems == []
     postfix_spamc.check_delivered("ham", got.replace(b"body", b"bodY"), sent, problems, lambda _: None)
-    assert problems and "differs" in problems[0]
+    assert len(problems) == 1 and "differs" in problems[0]
+    problems = []
+    postfix_spamc.check_delivered("ham", got.replace(b"\nX-Spam", b"\nX-Spam-Flag: YES\nX-Spam"), sent, problems,
+                                  lambda _: None)
+    assert problems == ["ham: X-Spam-Flag [b'YES'], expected []"]

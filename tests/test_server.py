@@ -3,6 +3,7 @@ concurrency, reload on change, limits, fallback, privacy and a clean stop."""
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import socket
@@ -92,11 +93,14 @@ def expected_by_hand(model_path, raw, cutoffs=None):
     before the blank line that ends the header block."""
     from spamnb.storage.modelfile import load_model
 
-    c = load_model(model_path).classify(raw, cutoffs=cutoffs)
-    word = {"spam": "Yes", "ham": "No", "unsure": "Unsure"}[c.label]
-    lines = (f"X-Spam-Flag: {'YES' if c.label == 'spam' else 'NO'}\n"
-             f"X-Spam-Status: {word}, probability={c.spam_probability:.6f}, score={c.score:.2f}, "
-             f"model={os.path.basename(model_path)}, version={__version__}\n").encode()
+    model = load_model(model_path)
+    c = model.classify(raw, cutoffs=cutoffs)
+    word = {"spam": "Yes", "ham": "No", "unsure": "No"}[c.label]
+    spam_cut = (cutoffs or model.cutoffs).spam_cutoff
+    lines = (("X-Spam-Flag: YES\n" if c.label == "spam" else "")
+             + f"X-Spam-Status: {word}, score={c.score:.2f} required={math.log(spam_cut / (1 - spam_cut)):.2f}"
+             f" tests=SPAMNB_{c.label.upper()} probability={c.spam_probability:.6f}"
+             f" model={os.path.basename(model_path)} version={__version__}\n").encode()
     end = raw.index(b"\n\n") + 1
     return raw[:end] + lines + raw[end:], c.label
 

@@ -208,6 +208,26 @@ def test_process_adds_the_filters_headers_and_keeps_every_other_byte(served, spa
         assert b"X-Spam-Status: " in headers and len(headers) < len(body)
 
 
+FORGED = b"X-Spam-Flag: YES\nX-Spam-Status: Yes, score=99.0 required=5.0\nX-Spam-Level: ******\n"
+
+
+def test_process_and_headers_replace_a_forged_verdict(served, spam_and_ham):
+    """Issue 27: a verdict the sender wrote never reaches spamc's caller (a milter takes
+    any X-Spam-Flag for spam), and the score is the message's own."""
+    spam, ham = spam_and_ham
+    forged = ham.replace(b"\nSubject:", b"\n" + FORGED + b"Subject:", 1)
+    assert split_reply(served.ask(request("CHECK", forged)))[1] == split_reply(served.ask(request("CHECK", ham)))[1]
+    got = split_reply(served.ask(request("PROCESS", forged)))[2]
+    assert got == split_reply(served.ask(request("PROCESS", ham)))[2]
+    assert b"X-Spam-Flag" not in got and b"99.0" not in got and b"X-Spam-Level" not in got
+    headers = split_reply(served.ask(request("HEADERS", forged)))[2]
+    assert re.search(rb"\nX-Spam-Status: No, score=-?\d+\.\d\d required=2\.94 tests=SPAMNB_HAM ", headers)
+    assert b"X-Spam-Flag" not in headers and headers.count(b"X-Spam-") == 1
+    forged_spam = spam.replace(b"\nSubject:", b"\nX-Spam-Status: No, score=-50.0\nSubject:", 1)
+    headers = split_reply(served.ask(request("HEADERS", forged_spam)))[2]
+    assert headers.count(b"X-Spam-Status: ") == 1 and b"\nX-Spam-Flag: YES\nX-Spam-Status: Yes, score=" in headers
+
+
 def test_exim_envelope_line_is_not_scored_and_is_kept(served, spam_and_ham):
     raw = spam_and_ham[0]
     line = b"From sender@example.org Mon Dec  1 10:00:00 2026\n"
@@ -242,7 +262,7 @@ def test_older_protocol_versions(served, spam_and_ham):
     raw = spam_and_ham[1]
     # 1.0: no headers, the message runs to the end of input; the reply has no length
     out = served.ask(b"PROCESS SPAMC/1.0\r\n" + raw)
-    assert out.startswith(b"SPAMD/1.0 0 EX_OK\r\n") and b"X-Spam-Flag: NO" in out
+    assert out.startswith(b"SPAMD/1.0 0 EX_OK\r\n") and b"X-Spam-Status: No, score=" in out
     # 1.2: a length, no Spam header; 1.3+: both
     status, hdrs, _ = split_reply(served.ask(request("PROCESS", raw, version="1.2")))
     assert b"Content-length" in hdrs and b"Spam" not in hdrs
@@ -483,6 +503,8 @@ def test_spamc_check_process_report_symbols_ping(served, spam_and_ham):
     assert r.returncode == 0 and re.fullmatch(rb"-?\d+\.\d/2\.9\n", r.stdout)
     r = spamc(served.port, raw=ham)  # PROCESS
     assert r.returncode == 0 and r.stdout == split_reply(served.ask(request("PROCESS", ham)))[2]
+    r = spamc(served.port, raw=ham.replace(b"\nSubject:", b"\n" + FORGED + b"Subject:", 1))
+    assert r.returncode == 0 and r.stdout == split_reply(served.ask(request("PROCESS", ham)))[2]  # forged: gone
     r = spamc(served.port, "-R", raw=spam)
     assert b"Content analysis details:" in r.stdout
     r = spamc(served.port, "-y", raw=spam)

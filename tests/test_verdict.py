@@ -102,36 +102,65 @@ def test_verdict_imports_only_cheap_modules():
                              check=True).stdout.split())
     assert not new & {"numpy", "json", "re", "click", "joblib", "scipy"}, new
 
+T = verdict.threshold(0.95)  # log 19, the default spam cut-off as log-odds
+
+
 def test_header_lines_exact_text():
-    assert header_lines("spam", 0.999874, 9.0, "model.joblib") == [
+    """SpamAssassin's form: the flag on spam only, Yes/No, score= and required= (the
+    form spamass-milter's ``%*s score=%d`` reads), tests= spamnb's verdict."""
+    v = __version__.encode()
+    assert header_lines("spam", 0.999874, 9.0, "model.joblib", required=T) == [
         b"X-Spam-Flag: YES",
-        b"X-Spam-Status: Yes, probability=0.999874, score=9.00, model=model.joblib, version=" + __version__.encode(),
+        b"X-Spam-Status: Yes, score=9.00 required=2.94 tests=SPAMNB_SPAM probability=0.999874"
+        b" model=model.joblib version=" + v,
     ]
-    assert header_lines("ham", 0.0000004, -14.7312, "default") == [
-        b"X-Spam-Flag: NO",
-        b"X-Spam-Status: No, probability=0.000000, score=-14.73, model=default, version=" + __version__.encode(),
+    assert header_lines("ham", 0.0000004, -14.7312, "default", required=T) == [
+        b"X-Spam-Status: No, score=-14.73 required=2.94 tests=SPAMNB_HAM probability=0.000000"
+        b" model=default version=" + v,
     ]
-    assert header_lines("unsure", 0.5, 0.0, "m")[0] == b"X-Spam-Flag: NO"
-    assert header_lines("unsure", 0.5, 0.0, "m")[1].startswith(b"X-Spam-Status: Unsure, ")
+    assert header_lines("unsure", 0.5, 0.0, "m", required=T) == [
+        b"X-Spam-Status: No, score=0.00 required=2.94 tests=SPAMNB_UNSURE probability=0.500000"
+        b" model=m version=" + v,
+    ]
+    # an infinite score (a learned prior of an empty class) is written as a number
+    assert b"score=-999.90 required=36.74 " in header_lines("ham", 0.0, -math.inf, "m", required=verdict.threshold(1.0))[0]
+
+
+def test_threshold_is_the_spam_cutoff_as_log_odds():
+    assert T == pytest.approx(math.log(19))
+    assert verdict.threshold(0.5) == 0.0 and math.isfinite(verdict.threshold(0.0))
 
 
 def test_header_lines_model_name_is_header_safe():
-    # A comma would end the field's "model=" item; non-ASCII and newlines cannot go in a header.
-    lines = header_lines("ham", 0.1, -2.2, "my, modèl\n.joblib")
-    status = lines[1]
+    # A comma or a space would end the field's "model=" item; non-ASCII and newlines cannot go in a header.
+    lines = header_lines("ham", 0.1, -2.2, "my, modèl\n.joblib", required=T)
+    status = lines[0]
     assert status.isascii() and b"\n" not in status
-    assert b"model=my\\u002c mod\\u00e8l\\n.joblib, version=" in status
+    assert b"model=my\\u002c\\u0020mod\\u00e8l\\n.joblib version=" in status
+
+
+@pytest.mark.parametrize("label", ["spam", "ham", "unsure"])
+def test_is_verdict_block_takes_exactly_the_lines_of_the_label(label):
+    lines = header_lines(label, 0.5, 1.0, "m", [("a", 1.0)] * 30, required=T)
+    for eol in (b"\n", b"\r\n"):
+        block = b"".join(line + eol for line in lines)
+        assert verdict.is_verdict_block(block, label) and verdict.is_verdict_block(eol + block, label)
+        others = [other for other in ("spam", "ham", "unsure") if other != label]
+        assert not any(verdict.is_verdict_block(block, other) for other in others)
+    ham = b"".join(line + b"\n" for line in header_lines("ham", 0.1, -3.0, "m", required=T))
+    assert not verdict.is_verdict_block(b"X-Spam-Flag: YES\n" + ham, "ham")  # a flag on ham
+    assert not verdict.is_verdict_block(ham + b"X-Other: 1\n", "ham")
 
 
 def test_evidence_header_items_and_signs():
     lines = header_lines("spam", 0.9, 2.2, "m", [("url:example.biz", 2.314), ("subject:free", 1.87),
-                                                        ("from:friend", -0.5)])
+                                                        ("from:friend", -0.5)], required=T)
     assert lines[2] == b"X-Spam-Evidence: url:example.biz:+2.31, subject:free:+1.87, from:friend:-0.50"
 
 
 def test_long_evidence_is_folded_under_the_line_limit():
     evidence = [(f"url:some-long-domain-name-{i}.example", 1.0 + i / 100) for i in range(60)]
-    lines = header_lines("spam", 0.9, 2.2, "m", evidence)
+    lines = header_lines("spam", 0.9, 2.2, "m", evidence, required=T)
     ev = lines[2:]
     assert ev[0].startswith(b"X-Spam-Evidence: ") and len(ev) > 1
     assert all(line.startswith(b"\t") for line in ev[1:])  # continuation lines

@@ -46,8 +46,10 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
             cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to):
     """Filter one message from standard input to standard output.
 
-    Adds X-Spam-Flag: YES|NO and X-Spam-Status: Yes|No|Unsure, probability=...,
-    score=..., model=..., version=... to the header. Exit status as bogofilter's:
+    Adds X-Spam-Flag: YES (spam only) and X-Spam-Status: Yes|No, score=S
+    required=T tests=SPAMNB_SPAM|SPAMNB_UNSURE|SPAMNB_HAM probability=... model=...
+    version=... to the header, in SpamAssassin's form (S and T log-odds; unsure
+    is No), after removing the verdict fields the message came with. Exit status as bogofilter's:
     0 spam, 1 ham, 2 unsure, 3 error (0 for all with --exit-zero). On any error
     the message is written out unchanged and the exit status is 3: mail is never lost.
 
@@ -122,8 +124,8 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
 
     start = time.perf_counter()
     model, path, is_default = open_model(model_path, allow_insecure_model)
-    pos, block, d = filter_verdict(model, raw, model_name(path, is_default), decision, n_evidence)
-    out, label, learns = raw[:pos] + block + raw[pos:], d.label, d.learns
+    kept, pos, block, d = filter_verdict(model, raw, model_name(path, is_default), decision, n_evidence)
+    out, label, learns = kept[:pos] + block + kept[pos:], d.label, d.learns
     learned = learn_ and learns and not is_default
     if learned:
         from spamnb.storage.modelfile import learn_messages

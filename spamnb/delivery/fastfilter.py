@@ -40,7 +40,8 @@ import time  # loaded by the interpreter's own start-up: free here
 
 from spamnb.storage import locate
 from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
-                            default_model_notice, is_verdict_block, model_name, passed_through)
+                            default_model_notice, is_verdict_block, may_hold_verdicts, model_name,
+                            passed_through)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -168,15 +169,19 @@ def via_server(sock_path, raw, path, is_default, opts, facts=None):
         raise Fallback(f"server declined: {reason}")
     # The server says where the verdict goes and what it is; the message bytes are
     # ours. Anything but spamnb's own header lines, anywhere in it: do the work here.
+    if may_hold_verdicts(raw):  # the server places ours in the message without incoming verdict fields
+        from spamnb.mail.mime import strip_verdicts
+
+        raw = strip_verdicts(raw)
     if not (0 <= pos <= len(raw) and is_verdict_block(block, label)):
         raise Fallback("the server's answer is not a verdict")
     if learn and reason:  # answered, and could not learn it: say so, as the click path does
         from spamnb.delivery.hook import not_learned
 
         sys.stderr.write(not_learned(reason) + "\n")
-    if facts is not None:  # from our own, checked, X-Spam-Status line: "Yes, probability=P, score=S, ..."
-        items = dict(x.split("=", 1) for x in block.split(b"X-Spam-Status: ", 1)[1].split(b"\n", 1)[0]
-                     .decode("ascii").rstrip("\r").split(", ")[1:] if "=" in x)
+    if facts is not None:  # from our own, checked, X-Spam-Status line: "Yes, score=S required=T ... probability=P ..."
+        status = block.split(b"X-Spam-Status: ", 1)[1].split(b"\n", 1)[0].decode("ascii").rstrip("\r")
+        items = dict(x.split("=", 1) for x in status.split(", ", 1)[1].split(" ") if "=" in x)
         # whether the server learned it is in the server's own line ("?": its rule, its cut-offs)
         facts.update(score=float(items["score"]), p=float(items["probability"]), cutoffs=None,
                      learned="?" if learn and not reason and label != "unsure" else None)
@@ -227,9 +232,9 @@ def cold(raw, path, is_default, opts, facts=None):
         j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow, opened=handed)
         if j is not None:  # the changes learned since the snapshot, to this message's tokens
             sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
-        pos, block, d = filter_verdict(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS],
+        kept, pos, block, d = filter_verdict(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS],
                                        toks=toks)
-        out, label, learns = raw[:pos] + block + raw[pos:], d.label, d.learns
+        out, label, learns = kept[:pos] + block + kept[pos:], d.label, d.learns
     except ScorerError as exc:
         if exc.kind in REBUILDABLE:
             raise NoScorer(str(exc), exc.kind) from None

@@ -5,17 +5,20 @@ of :func:`spamnb.verdict.header_lines` added at the end of its header block.
 :func:`filter_message` is what every way of answering (the click command, the
 cold path, the server) calls, so all write the same bytes for the same model.
 
-Everything else is copied byte for byte: :func:`add_headers` only *inserts*
-lines, at :func:`header_end`. Header fields already in the message (a sender's
-forged ``X-Spam-Flag: NO``, say) are kept as they are; ours come last in the
-header block.
+Verdict fields already in the header block (a sender's forged ``X-Spam-Flag:
+YES`` or ``X-Spam-Status: No``, an earlier filter's: :data:`spamnb.verdict.VERDICT_FIELDS`)
+are removed first (:func:`spamnb.mail.mime.strip_verdicts`), so the only verdict
+the next program reads is spamnb's; the tokenizer never reads those fields, so
+the message scores as it came. Everything else is copied byte for byte:
+:func:`add_headers` only *inserts* lines, at :func:`header_end`; ours come last
+in the header block.
 This module imports nothing heavy (no numpy): it is on the per-message path.
 """
 
 from __future__ import annotations
 
 from spamnb import verdict
-from spamnb.mail.mime import header_block_end, looks_like_mail
+from spamnb.mail.mime import header_block_end, looks_like_mail, strip_verdicts
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.storage.scorer import Scorer
 
@@ -37,20 +40,50 @@ def header_end(raw: bytes) -> tuple[int, bytes]:
     return header_block_end(raw), eol
 
 
-def verdict_block(raw: bytes, lines: list[bytes]) -> tuple[int, bytes]:
-    """``(pos, block)``: where ``lines`` go in ``raw`` (:func:`header_end`) and the
-    bytes inserted there, each line ended as the message ends its lines."""
+def verdict_place(raw: bytes) -> tuple[bytes, int, bytes]:
+    """``(kept, pos, eol)``: ``raw`` without its incoming verdict fields
+    (:func:`spamnb.mail.mime.strip_verdicts`), where spamnb's go in it, and their
+    line ending.
+
+    ``pos`` is :func:`header_end` of ``raw`` carried into ``kept``: every removed
+    byte lies before it, so it keeps its distance to the end. Not ``header_end(kept)``:
+    where a removed field followed a misplaced ``From `` line, that line would
+    end ``kept``'s header block and go back to the body, and the message would parse
+    (and tokenize) otherwise; spamnb's fields, written where the removed ones
+    ended, keep it a header line as it was.
+    """
     pos, eol = header_end(raw)
+    kept = strip_verdicts(raw)
+    if pos:  # mail (not mail: at the top, of kept as of raw)
+        pos -= len(raw) - len(kept)
+    return kept, pos, eol
+
+
+def verdict_block(raw: bytes, lines: list[bytes]) -> tuple[bytes, int, bytes]:
+    """``(kept, pos, block)``: :func:`verdict_place` of ``raw`` and the bytes
+    inserted at ``pos`` in ``kept``, each of ``lines`` ended as the message ends its lines."""
+    kept, pos, eol = verdict_place(raw)
+    return kept, pos, _block(kept, pos, eol, lines)
+
+
+def _block(raw, pos, eol, lines):
     block = b"".join(line + eol for line in lines)
     if pos == len(raw) and raw and not raw.endswith(b"\n"):
         block = eol + block  # close the unterminated last header line first
-    return pos, block
+    return block
 
 
 def add_headers(raw: bytes, lines: list[bytes]) -> bytes:
     """``raw`` with ``lines`` inserted at the end of its header block."""
-    pos, block = verdict_block(raw, lines)
-    return raw[:pos] + block + raw[pos:]
+    pos, eol = header_end(raw)
+    return raw[:pos] + _block(raw, pos, eol, lines) + raw[pos:]
+
+
+def replace_verdicts(raw: bytes, lines: list[bytes]) -> bytes:
+    """``raw`` with its incoming verdict fields removed and ``lines`` added
+    (:func:`verdict_block`): what every way of answering writes."""
+    kept, pos, block = verdict_block(raw, lines)
+    return kept[:pos] + block + kept[pos:]
 
 
 # `filter -u` waits this long for the model's lock, then delivers without learning:
@@ -121,21 +154,23 @@ def decide(model, raw, decision=(None,) * 5, n_evidence=0, toks=None) -> Decided
 
 
 def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
-    """``(pos, block, decided)``: where the header lines of ``raw``'s verdict go, and the
-    :class:`Decided` verdict (with whether ``filter -u`` learns the message as it:
-    :func:`spamnb.verdict.learns_verdict`, the one rule of every way of answering).
+    """``(kept, pos, block, decided)``: ``raw`` without incoming verdict fields
+    (:func:`verdict_place`: ``raw`` itself for most mail), where the header lines of
+    its verdict go in ``kept``, those lines, and the :class:`Decided` verdict (with
+    whether ``filter -u`` learns the message as it: :func:`spamnb.verdict.learns_verdict`,
+    the one rule of every way of answering).
 
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
     where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
     model's name in the header (:func:`spamnb.verdict.model_name`).
     """
     d = decide(model, raw, decision, n_evidence, toks)
-    pos, block = verdict_block(raw, verdict.header_lines(d.label, d.p, d.score, name, d.evidence))
-    return pos, block, d
+    lines = verdict.header_lines(d.label, d.p, d.score, name, d.evidence, required=verdict.threshold(d.cutoffs[1]))
+    return (*verdict_block(raw, lines), d)
 
 
 def filter_message(model, raw, name, decision, n_evidence=0, toks=None):
     """``(output, label, learn)``: what ``spamnb filter`` writes for ``raw``, its
     verdict, and whether ``filter -u`` learns it (:func:`filter_verdict`)."""
-    pos, block, d = filter_verdict(model, raw, name, decision, n_evidence, toks)
-    return raw[:pos] + block + raw[pos:], d.label, d.learns
+    kept, pos, block, d = filter_verdict(model, raw, name, decision, n_evidence, toks)
+    return kept[:pos] + block + kept[pos:], d.label, d.learns

@@ -204,7 +204,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if not header["allow_insecure"] and not trusted_now(holder.path):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             toks = message_tokens(loaded.model, raw)
-            pos, block, d = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
+            _, pos, block, d = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
             reason = ""
             learned = header["learn"] and d.learns
             if learned:

@@ -24,7 +24,8 @@ What each method answers (:func:`answer`):
   comma-separated, as the body; ``REPORT``: with a text report of them;
   ``REPORT_IFSPAM``: the report for spam only (and ``Yes``/``No`` in the
   ``Spam:`` line). ``PROCESS``: the message with spamnb's ``X-Spam-*`` header
-  lines added, every other byte as sent; ``HEADERS``: only its header block.
+  lines added and incoming verdict fields removed, every other byte as sent;
+  ``HEADERS``: only its header block.
   ``PING``: ``PONG``. ``SKIP``: nothing.
 * ``TELL`` (only with ``--allow-tell``, as spamd): ``Message-class: spam|ham``
   with ``Set: local`` learns the message into the user's model (moving it when
@@ -43,8 +44,11 @@ S = log P(spam|x)/P(ham|x), the score of spamnb's ``X-Spam-Status``, and
 T = log(c/(1 − c)) for the model's spam cut-off c (0.95: T = 2.9), so S > T
 exactly when the verdict is spam; a clean message scores below 0. ``True``
 is the spam verdict only: an unsure message says ``False`` (its
-``X-Spam-Status`` says ``Unsure``). One decimal each, as spamd writes them
-(Haraka and Exim parse that form).
+``X-Spam-Status`` says ``No, ... tests=SPAMNB_UNSURE``). One decimal each, as
+spamd writes them (Haraka and Exim parse that form). ``PROCESS`` and
+``HEADERS`` remove incoming verdict fields before adding spamnb's
+(:func:`spamnb.delivery.hook.replace_verdicts`), whose ``X-Spam-Status`` has S
+and T as ``score=`` and ``required=``, the form spamass-milter reads.
 
 **Errors** are ``SPAMD/1.0 <code> <text>`` with the sysexits code: 76
 EX_PROTOCOL for a bad request (unknown method, malformed header, a
@@ -99,10 +103,11 @@ import time
 
 from spamnb import verdict
 from spamnb.delivery import events
-from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, decide
+from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
 from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
 from spamnb.storage import journal
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
+from spamnb.verdict import threshold
 
 #: sysexits.h, as spamd answers with them.
 EX = {"EX_OK": 0, "EX_USAGE": 64, "EX_DATAERR": 65, "EX_NOINPUT": 66, "EX_NOUSER": 67, "EX_NOHOST": 68,
@@ -262,21 +267,14 @@ def spam_line(label: str, score: float, threshold: float, method: str) -> bytes:
     """``Spam: True ; 9.0 / 2.9``: the verdict, S and T on the log-odds scale (module doc)."""
     is_spam = label == "spam"
     word = ("Yes" if is_spam else "No") if method == "REPORT_IFSPAM" else ("True" if is_spam else "False")
-    clamp = lambda x: max(-999.9, min(999.9, x))  # noqa: E731 - a learned prior of an empty class is infinite
-    return f"Spam: {word} ; {clamp(score):.1f} / {clamp(threshold):.1f}".encode("ascii")
-
-
-def threshold(spam_cutoff: float) -> float:
-    """T = log(c / (1 − c)): the spam cut-off on P(spam|x) as log-odds."""
-    c = min(max(spam_cutoff, 1e-300), 1 - 1e-16)
-    return math.log(c) - math.log1p(-c)
+    return f"Spam: {word} ; {verdict.clamped(score):.1f} / {verdict.clamped(threshold):.1f}".encode("ascii")
 
 
 def symbol(token: str, contribution: float) -> str:
     """One SYMBOLS item: the token (header-safe, no commas or spaces) and its weight.
     A comma, which separates the items, reads as %2C (spamc -y prints the list as it
     is: ``subject:a%2Cb``, not ``subject:a\\u002cb``); a space as _."""
-    return f"{verdict.header_safe(token.replace(',', '%2C')).replace(' ', '_')}({contribution:+.2f})"
+    return f"{verdict.header_safe(token.replace(',', '%2C').replace(' ', '_'))}({contribution:+.2f})"
 
 
 def report(label, p, score, t, evidence, name) -> bytes:
@@ -437,7 +435,7 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     if method == "CHECK":
         return reply(headers=[line], length=False)
     if method in ("PROCESS", "HEADERS"):
-        out = envelope + add_headers(msg, verdict.header_lines(label, p, score, name))
+        out = envelope + replace_verdicts(msg, verdict.header_lines(label, p, score, name, required=t))
         if method == "HEADERS":
             out = out[:_find_header_end(out) or len(out)]
         if version < (1, 2):

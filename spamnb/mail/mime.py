@@ -39,6 +39,8 @@ import email.parser
 import itertools
 import re
 
+from spamnb.verdict import VERDICT_FIELDS
+
 __all__ = [
     "MAX_DEPTH",
     "MAX_PARTS",
@@ -85,14 +87,19 @@ _B64_JUNK = bytes(b for b in range(256)
                   if not (chr(b).isascii() and (chr(b).isalnum() or chr(b) in "+/")))
 
 
+# A verdict field's name and colon (spamnb.verdict.VERDICT_FIELDS), as the parser reads a name.
+_VERDICT_NAME = rb"(?:" + b"|".join(re.escape(n.encode("ascii")) for n in VERDICT_FIELDS) + rb"):"
 # A header field at the very top: an RFC 5322 field name, then a colon, as the
-# email package reads one (optionally after an mbox "From " line). A filter's
-# verdict lines there do not count: spamnb puts them at the top of input that is
-# not mail, which must stay not mail (and tokenize as before) once filtered.
+# email package reads one (optionally after an mbox "From " line). Verdict fields
+# there do not count: spamnb puts its own at the top of input that is not mail,
+# which must stay not mail (and tokenize as before) once filtered, and removes
+# incoming ones (strip_verdicts), which must not turn mail into not mail.
 _FIELD_AT_TOP = re.compile(
     rb"(?:From [^\r\n]*(?:\r\n|\r|\n))?"
-    rb"(?:X-Spam-(?:Flag|Status|Evidence):[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(?:\r\n|\r|\n))*+"
+    rb"(?:" + _VERDICT_NAME + rb"[^\r\n]*(?:(?:\r\n|\r|\n)[ \t][^\r\n]*)*(?:\r\n|\r|\n))*+"
     rb"[!-9;-~]+:", re.IGNORECASE)
+# A verdict field starting a line of the header block (the first, or after a line end).
+_VERDICT_LINE = re.compile(rb"(?:\A|(?<=[\r\n]))" + _VERDICT_NAME, re.IGNORECASE)
 # What the email package's parser takes for a header line (email.feedparser.headerRE),
 # and for a line end: the header block ends at the first line that is neither.
 _HEADER_LINE = re.compile(rb"From |[!-9;-~]*:|[\t ]")
@@ -136,6 +143,33 @@ def header_block_end(raw: bytes) -> int:
     if last and raw.startswith(b"From ", last):
         return last
     return pos
+
+
+def strip_verdicts(raw: bytes) -> bytes:
+    """``raw`` without the verdict fields (:data:`spamnb.verdict.VERDICT_FIELDS`,
+    with their continuation lines) of its header block (:func:`header_block_end`):
+    what a sender or an earlier filter wrote there is removed, as SpamAssassin and
+    Amavis remove it, before spamnb adds its own. Every other byte stays, in
+    order; ``raw`` itself when it has none (most mail).
+
+    Removed, not renamed: a renamed field would still read as a verdict to a
+    person, and would be a new header name for the tokenizer. The tokenizer
+    never reads these fields, so the message's tokens stay as they were.
+    """
+    end = header_block_end(raw)
+    if _VERDICT_LINE.search(raw, 0, end) is None:
+        return raw
+    out, pos, dropping = [], 0, False
+    while pos < end:
+        m = _LINE_END.search(raw, pos, end)
+        nxt = m.end() if m else end
+        if raw[pos:pos + 1] not in (b" ", b"\t"):  # a new field (a continuation keeps the last one's fate)
+            dropping = _VERDICT_LINE.match(raw, pos) is not None
+        if not dropping:
+            out.append(raw[pos:nxt])
+        pos = nxt
+    out.append(raw[end:])
+    return b"".join(out)
 
 
 class NotMailError(ValueError):

@@ -76,6 +76,7 @@ from spamnb.mail.lexer import (
     shape,
     words,
 )
+from spamnb.verdict import VERDICT_FIELDS
 
 __all__ = ["TokenizerConfig", "DEFAULT_CONFIG", "tokenize", "iter_tokens",
            "header_tokens", "body_tokens", "text_tokens"]
@@ -385,11 +386,15 @@ _UNSET = object()  # an argument not given (None is a valid charset: none declar
 
 
 # A filter's verdict is not evidence about the sender: the headers spamnb adds
-# (and SpamAssassin's of the same names) are never tokenized, whatever the
+# and those of the same kind SpamAssassin, Amavis and Exim write
+# (spamnb.verdict.VERDICT_FIELDS) are never tokenized, whatever the
 # configuration. Otherwise learning from a Junk folder that spamnb filed would
 # teach "x-spam-flag:yes means spam", and a message would tokenize differently
-# before and after the filter (breaking forget and the move of a relabelled message).
-VERDICT_HEADERS = frozenset({"x-spam-flag", "x-spam-status", "x-spam-evidence"})
+# before and after the filter, which adds its own and removes incoming ones
+# (breaking forget and the move of a relabelled message). Of the evaluation
+# corpora (about 22,600 messages) only 3 SpamAssassin and 9 modern-spam-dev ones have
+# a line starting with one of the fields beyond spamnb's three (grep -il).
+VERDICT_HEADERS = frozenset(name.lower() for name in VERDICT_FIELDS)
 
 
 @functools.lru_cache(maxsize=64)

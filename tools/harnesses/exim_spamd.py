@@ -451,11 +451,7 @@ def leave(d: Path, *, keep: bool, made: bool, out, procs=()) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, help="a spamnb model (default: train one on the shipped corpus)")
-    ap.add_argument("--ham", type=Path, default=DEFAULT_HAM, help="the ham to send (default: %(default)s)")
-    ap.add_argument("--spam", type=Path, default=DEFAULT_SPAM, help="the spam to send (default: %(default)s)")
+    ap = mta_arguments(__doc__)
     ap.add_argument("--exim", help="the exim binary (default: exim4 or exim on PATH, or in /usr/sbin)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary folder (config, logs, maildir)")
     args = ap.parse_args(argv)
@@ -465,6 +461,16 @@ def main(argv=None) -> int:
         return run(model, args.ham.read_bytes(), args.spam.read_bytes(), exim=exim, keep=args.keep)
 
     return drive("exim_spamd", "Exim and spamnb", args.model, lambda: find_exim(args.exim), go)
+
+
+def mta_arguments(doc: str) -> argparse.ArgumentParser:
+    """An MTA script's parser with the options they all take: --model, --ham, --spam."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", type=Path, help="a spamnb model (default: train one on the shipped corpus)")
+    ap.add_argument("--ham", type=Path, default=DEFAULT_HAM, help="the ham to send (default: %(default)s)")
+    ap.add_argument("--spam", type=Path, default=DEFAULT_SPAM, help="the spam to send (default: %(default)s)")
+    return ap
 
 
 def drive(prog, what, model, check, go) -> int:

@@ -403,8 +403,8 @@ def run(model: Path, *, ham: Path | None = None, high: Path | None = None, flagg
                         problems.append(f"flagged: score {s_hdr} in X-Spam-Status is not between"
                                         f" T={pick.t} and {reject:g}")
                 if pick.role == "ham":
-                    if flag != "NO":
-                        problems.append(f"ham: X-Spam-Flag {flag!r}, expected NO")
+                    if flag == "YES":  # spamnb writes the flag on spam only (SpamAssassin's rule)
+                        problems.append(f"ham: X-Spam-Flag {flag!r}, expected none (or NO)")
                     if (hdrs.get("Precedence") or "").strip() == "junk":
                         problems.append("ham: Haraka added Precedence: junk")
                 else:

@@ -17,7 +17,8 @@ lives in a temporary folder DIR; no system configuration is read or touched:
    ``postfix -c DIR/etc start``;
 4. an SMTP session (``smtplib``) per message: EHLO, MAIL, RCPT, DATA, QUIT;
 5. checks: both delivered to the maildir, the spam with ``X-Spam-Flag: YES``, the
-   ham with ``X-Spam-Flag: NO``, and, once spamnb's two headers and the headers
+   ham without (SpamAssassin's rule), each with spamnb's ``X-Spam-Status`` in
+   SpamAssassin's form, and, once spamnb's headers and the headers
    Postfix adds on top (``Return-Path``, ``Delivered-To``, ``Received``) are set
    aside, every byte as sent.
 
@@ -55,7 +56,7 @@ spamc, or Postfix refusing to start), with the reason.
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import glob
 import grp
 import os
@@ -70,9 +71,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
-from tools.harnesses.exim_spamd import (DEFAULT_HAM, DEFAULT_SPAM, DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
-                        as_sent, delivered, drive, free_port, leave, print_pair, smtp_send, spamd_ask, spamd_check,
-                        tail, wait_for)
+from tools.harnesses.exim_spamd import (DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
+                                        as_sent, delivered, drive, free_port, leave, mta_arguments, print_pair,
+                                        smtp_send, spamd_ask, spamd_check, tail, wait_for)
 
 UNPACKED = ROOT / ".postfix-deb"
 DELIVERY_USER = "nobody"
@@ -83,6 +84,8 @@ POSTFIX_ADDS = {"return-path", "x-original-to", "delivered-to", "received"}
 # but for bcc, content-length, resent-bcc: a message with those is not what this is about)
 POSTFIX_DROPS = {"return-path"}
 SPAMNB_ADDS = {"x-spam-flag", "x-spam-status"}
+# spamnb's X-Spam-Status as SpamAssassin's clients read it (spamass-milter: "%*s score=%d")
+STATUS = re.compile(rb"(Yes|No), score=(-?\d+\.\d+) required=(-?\d+\.\d+) tests=SPAMNB_(SPAM|HAM|UNSURE) ")
 
 
 class Postfix:
@@ -180,11 +183,11 @@ virtual_gid_maps = static:{gid}
 """
 
 
-def master_cf(smtp_port: int, spamd_port: int, d: Path) -> str:
+def master_cf(smtp_port: int, spamd_port: int, d: Path, smtpd_options: str = "-o content_filter=spamnb:dummy") -> str:
     return f"""\
 # written by tools/harnesses/postfix_spamc.py
 # service type  private unpriv chroot wakeup maxproc command + args
-127.0.0.1:{smtp_port} inet n - n - - smtpd -o content_filter=spamnb:dummy
+127.0.0.1:{smtp_port} inet n - n - - smtpd {smtpd_options}
 spamnb    unix  -  n  n  -  -  pipe user={DELIVERY_USER} argv=/usr/bin/spamc -d 127.0.0.1 -p {spamd_port} -u ${{user}} -e {d}/sbin/sendmail -oi -f ${{sender}} ${{recipient}}
 pickup    unix  n  -  n  60  1  pickup
 cleanup   unix  n  -  n  -  0  cleanup
@@ -269,11 +272,14 @@ def check_delivered(label: str, got: bytes, sent: bytes, problems: list[str], ou
     for f in dropped:
         out(f"  dropped by Postfix: {first(f)}  (message_drop_headers)")
     flags = [f.split(b":", 1)[1].strip() for f in spamnb if field_name(f) == "x-spam-flag"]
-    want = b"YES" if label == "spam" else b"NO"
-    if flags != [want]:
-        problems.append(f"{label}: X-Spam-Flag {flags}, expected one {want.decode()}")
-    if len(spamnb) != 2:
-        problems.append(f"{label}: {len(spamnb)} X-Spam-Flag/X-Spam-Status fields, expected 2")
+    want = [b"YES"] if label == "spam" else []  # SpamAssassin's rule: the flag on spam only
+    if flags != want:
+        problems.append(f"{label}: X-Spam-Flag {flags}, expected {want}")
+    statuses = [f.split(b":", 1)[1].strip() for f in spamnb if field_name(f) == "x-spam-status"]
+    if len(statuses) != 1 or not STATUS.match(statuses[0]) or \
+            STATUS.match(statuses[0]).group(1) != (b"Yes" if label == "spam" else b"No"):
+        problems.append(f"{label}: X-Spam-Status {statuses}, expected one in SpamAssassin's form"
+                        f" ({'Yes' if label == 'spam' else 'No'}, score=S required=T tests=SPAMNB_...)")
     if left != expected:
         problems.append(f"{label}: the delivered message, spamnb's and Postfix's headers aside, differs from"
                         f" the one sent ({len(left)} bytes against {len(expected)})")
@@ -300,16 +306,28 @@ def out_log(maillog: Path, queue_id: str, out):
             out(f"  log: {ln.split(' ', 3)[3] if ln.count(' ') > 3 else ln}")
 
 
-def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None, workdir: Path | None = None,
-        keep: bool = False, out=print, spamnb: list[str] | None = None, timeout: float = 30.0) -> list[str]:
-    """Do the whole exchange; return the differences from what is expected (none: all well).
+class Instance:
+    """A running private Postfix (:func:`instance`): its folder, smtpd and spamd ports, maildir."""
 
-    Raises :class:`Unavailable` when Postfix cannot run here.
+    def __init__(self, d: Path, smtp_port: int, spamd_port: int):
+        self.d, self.smtp_port, self.spamd_port = d, smtp_port, spamd_port
+        self.maildir = d / "mail" / "Maildir"
+        self.maillog = d / "maillog"
+
+
+@contextlib.contextmanager
+def instance(model: Path, pf: Postfix, *, workdir: Path | None = None, keep: bool = False, out=print,
+             spamnb: list[str] | None = None, smtpd_options=lambda ports: "-o content_filter=spamnb:dummy"):
+    """``spamnb serve --spamd`` and a private Postfix in front of it, started; yields
+    an :class:`Instance`, and stops both (and removes the folder unless ``keep``) at the end.
+    ``smtpd_options(ports)`` gives the smtpd service's options; ``ports`` is the list
+    of ports already taken, which it may extend with its own.
+
+    Raises :class:`Unavailable` when Postfix cannot run here, RuntimeError when a part
+    does not start.
     """
-    pf = postfix or find_postfix()
     spamnb = spamnb or [sys.executable, "-m", "spamnb"]
     d = Path(workdir or tempfile.mkdtemp(prefix="spamnb-postfix-"))
-    problems: list[str] = []
     serve = None
     started = False
     etc = d / "etc"
@@ -328,7 +346,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None,
         commands(d, pf)
         spamd_port, smtp_port = free_port(), free_port()
         (etc / "main.cf").write_text(main_cf(d, pf, owner, group))
-        (etc / "master.cf").write_text(master_cf(smtp_port, spamd_port, d))
+        (etc / "master.cf").write_text(master_cf(smtp_port, spamd_port, d, smtpd_options([spamd_port, smtp_port])))
 
         serve_log = d / "serve.log"
         with open(serve_log, "wb") as f:
@@ -369,35 +387,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None,
             if time.monotonic() > end:
                 raise RuntimeError(f"Postfix's smtpd not answering on {smtp_port}: {tail(d / 'maillog')}")
             time.sleep(0.1)
-
-        maildir = d / "mail" / "Maildir"
-        for label, raw in (("ham", ham), ("spam", spam)):
-            msg = as_sent(raw)
-            is_spam, s_own, t_own = spamd_check(spamd_port, msg)
-            out(f"\n{label}: spamnb's own CHECK of the message as sent: Spam: {is_spam} ; {s_own} / {t_own}")
-            if is_spam != (label == "spam"):
-                problems.append(f"{label}: the model itself judges it {'spam' if is_spam else 'not spam'}"
-                                f" ({s_own} / {t_own}): pick another message or model")
-            before = set(delivered(maildir))
-            code, text = smtp_send(smtp_port, msg, out)
-            if code != 250:
-                problems.append(f"{label}: DATA answered {code} {text}, expected 250")
-                continue
-            queue_id = text.rpartition(" ")[2].strip()
-            end = time.monotonic() + timeout
-            while not set(delivered(maildir)) - before and time.monotonic() < end:
-                time.sleep(0.1)
-            time.sleep(0.2)  # virtual's log line after the file
-            out_log(d / "maillog", queue_id, out)
-            new = [p for p in delivered(maildir) if p not in before]
-            if len(new) != 1:
-                problems.append(f"{label}: {len(new)} new files in {maildir} after {timeout:.0f} s, expected 1"
-                                f" (log: {tail(d / 'maillog')})")
-                continue
-            out(f"  delivered: {new[0].relative_to(d)}")
-            check_delivered(label, new[0].read_bytes(), msg, problems, out)
-    except RuntimeError as e:
-        problems.append(str(e))
+        yield Instance(d, smtp_port, spamd_port)
     finally:
         if started:
             subprocess.run([*postfix_cmd, "stop"], capture_output=True, env=env, timeout=60)
@@ -407,15 +397,60 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None,
                     break
                 time.sleep(0.1)
         leave(d, keep=keep, made=workdir is None, out=out, procs=(serve,))
+
+
+def send(inst: Instance, label: str, msg: bytes, problems: list[str], out, timeout: float = 30.0,
+         want: int = 250) -> Path | None:
+    """One SMTP session with ``msg``; the file it was delivered to, or None (DATA
+    answered ``want`` but 250, or a problem: added to ``problems``)."""
+    before = set(delivered(inst.maildir))
+    code, text = smtp_send(inst.smtp_port, msg, out)
+    if code != want:
+        problems.append(f"{label}: DATA answered {code} {text}, expected {want}")
+    if code != 250:
+        return None
+    queue_id = text.rpartition(" ")[2].strip()
+    end = time.monotonic() + timeout
+    while not set(delivered(inst.maildir)) - before and time.monotonic() < end:
+        time.sleep(0.1)
+    time.sleep(0.2)  # virtual's log line after the file
+    out_log(inst.maillog, queue_id, out)
+    new = [p for p in delivered(inst.maildir) if p not in before]
+    if len(new) != 1:
+        problems.append(f"{label}: {len(new)} new files in {inst.maildir} after {timeout:.0f} s, expected 1"
+                        f" (log: {tail(inst.maillog)})")
+        return None
+    out(f"  delivered: {new[0].relative_to(inst.d)}")
+    return new[0]
+
+
+def run(model: Path, ham: bytes, spam: bytes, *, postfix: Postfix | None = None, workdir: Path | None = None,
+        keep: bool = False, out=print, spamnb: list[str] | None = None, timeout: float = 30.0) -> list[str]:
+    """Do the whole exchange; return the differences from what is expected (none: all well).
+
+    Raises :class:`Unavailable` when Postfix cannot run here.
+    """
+    pf = postfix or find_postfix()
+    problems: list[str] = []
+    try:
+        with instance(model, pf, workdir=workdir, keep=keep, out=out, spamnb=spamnb) as inst:
+            for label, raw in (("ham", ham), ("spam", spam)):
+                msg = as_sent(raw)
+                is_spam, s_own, t_own = spamd_check(inst.spamd_port, msg)
+                out(f"\n{label}: spamnb's own CHECK of the message as sent: Spam: {is_spam} ; {s_own} / {t_own}")
+                if is_spam != (label == "spam"):
+                    problems.append(f"{label}: the model itself judges it {'spam' if is_spam else 'not spam'}"
+                                    f" ({s_own} / {t_own}): pick another message or model")
+                got = send(inst, label, msg, problems, out, timeout)
+                if got is not None:
+                    check_delivered(label, got.read_bytes(), msg, problems, out)
+    except RuntimeError as e:
+        problems.append(str(e))
     return problems
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", type=Path, help="a spamnb model (default: train one on the shipped corpus)")
-    ap.add_argument("--ham", type=Path, default=DEFAULT_HAM, help="the ham to send (default: %(default)s)")
-    ap.add_argument("--spam", type=Path, default=DEFAULT_SPAM, help="the spam to send (default: %(default)s)")
+    ap = mta_arguments(__doc__)
     ap.add_argument("--postfix-root", help="an unpacked postfix package (default: $SPAMNB_POSTFIX_ROOT, "
                                            f"the installed one, or {UNPACKED.relative_to(ROOT)})")
     ap.add_argument("--unpack", action="store_true",
