@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -167,8 +168,8 @@ def main():
             base_tree.mkdir()
             archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.ref, "spamnb"],
                                      capture_output=True, check=True).stdout
-            with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as t:
-                t.extractall(base_tree, filter="data")
+            with tarfile.open(fileobj=io.BytesIO(archive)) as t:
+                t.extractall(base_tree, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
             base_file = tmp / "base.jsonl"
             procs = [_run_emit(base_tree, args.big, base_file)]
         procs.append(_run_emit(ROOT, args.big, tmp / "mine.jsonl"))
