@@ -42,8 +42,10 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared" / "corpora"
+import shared_corpora  # scripts/shared_corpora.py: where the evaluation corpora live
+
+ROOT = shared_corpora.ROOT
+SHARED = shared_corpora.SHARED
 
 # Configurations besides the default, each taking another branch of the tokenizer
 # (name -> TokenizerConfig keyword arguments); hashed on the shipped corpus, the
