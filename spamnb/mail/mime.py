@@ -189,8 +189,8 @@ def parse(raw):
 # -- the fast path: one regex over the header block of a single-part message -------------
 #
 # The common shape of mail (92% of the shipped corpus: 5,470 of its 5,943
-# messages; 18,232 of 22,701 in the evaluation corpora with the test messages) is one text part
-# under a clean header block. For it the stdlib's feed parser (a generator per
+# messages; 18,232 of 22,701 in the evaluation corpora with the test messages)
+# is one text part under a clean header block. For it the stdlib's feed parser (a generator per
 # part, a Python call per line of the whole message for its line splitting and
 # boundary checks) was about a quarter of all tokenizing time (1.06 of 3.96 CPU s).
 # Here one regex checks and splits the header block and the body is one slice, to
