@@ -205,7 +205,7 @@ def parse(raw):
 # no field name, a block that does not end at a blank line). Both give the same
 # tokens on every message of the shipped and evaluation corpora and the fuzz
 # corpus (scripts/token_hashes.py). Parsing the shipped corpus: 0.94-1.01 ->
-# 0.56-0.61 CPU s (best of 5, three alternations; docs/speed.md).
+# 0.56-0.61 CPU s (best of 5, three alternations; docs/tokenizer-speed.md).
 _SIMPLE_HEAD = re.compile(
     rb"(From [^\r\n]*)?+(?:\r\n|\r|\n)?+"  # the mbox envelope line (only as the first line)
     rb"((?:[!-9;-~]++:[^\r\n]*+(?:\r\n|\r|\n)(?:[ \t][^\r\n]*+(?:\r\n|\r|\n))*+)++)"  # fields
