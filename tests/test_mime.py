@@ -175,3 +175,74 @@ def test_parse_never_raises_on_odd_inputs():
     # headerless input is all body, byte for byte (as latin-1 text)
     msg, _ = mime.parse(b"\x00" * 100)
     assert msg.get_payload() == "\x00" * 100 and not msg.keys()
+
+
+# -- the fast path for single-part messages --------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+import email.parser  # noqa: E402
+
+_HERE = Path(__file__).resolve().parent
+_SHAPES = {
+    # taken by the fast path
+    "plain": (b"From: a@example.com\nSubject: hi\n\nbody\n", True),
+    "crlf": (b"From: a@example.com\r\nSubject: hi\r\n\r\nbody\r\nmore\r\n", True),
+    "cr only": (b"From: a@example.com\rSubject: hi\r\rbody\r", True),
+    "cr then crlf": (b"Subject: hi\r\r\nbody\n", True),
+    "mbox envelope": (b"From someone Mon Jan  1 00:00:00 2002\nSubject: hi\n\nbody\n", True),
+    "folded, blanks": (b"Subject:   \n\tfolded\n  twice \nX-Empty:\nTo:b@x\n\nbody", True),
+    "8-bit header": (b"Subject: caf\xe9 \xb0\xa1\nFrom: \xc4\xe3 <a@b.cn>\n\n\xc4\xe3\xba\xc3\n", True),
+    "text/html": (b"Content-Type: text/html; charset=utf-8\nSubject: x\n\n<p>hi</p>\n", True),
+    "no body": (b"Subject: x\n\n", True),
+    "odd names": (b"X-!#$%&'*+-.^_`|~9: v\nSubject:x\n\nbody\n", True),
+    # left to the email package
+    "no blank line": (b"Subject: x\nFrom: a@b", False),
+    "no header end": (b"Subject: x\nnot a header\nbody\n", False),
+    "first line continued": (b" cont\nSubject: x\n\nbody\n", False),
+    "envelope then continuation": (b"From x\n\tcont\nSubject: x\n\nbody\n", False),
+    "misplaced envelope": (b"Subject: x\nFrom y\nTo: z\n\nbody\n", False),
+    "last line envelope": (b"Subject: x\nFrom y\n\nbody\n", False),
+    "no field name": (b"Subject: x\n: empty\n\nbody\n", False),
+    "blank before colon": (b"Subject : x\n\nbody\n", False),
+    "blank first": (b"\nSubject: x\n\nbody\n", False),
+    "multipart": (b'Content-Type: multipart/mixed; boundary="b"\n\n--b\n\nx\n--b--\n', False),
+    "message/rfc822": (b"Content-Type: message/rfc822\n\nSubject: inner\n\nx\n", False),
+    "8-bit content type": (b"Content-Type: text/plain; name=\xe9\n\nx\n", False),
+    "envelope only": (b"From x\n\nbody\n", False),
+}
+
+
+def _same_as_stdlib(raw):
+    """Whether the fast path takes ``raw``; asserts it builds the stdlib's message if it does."""
+    fast = mime._parse_simple(raw)
+    if fast is None:
+        return False
+    ref = email.parser.BytesParser().parsebytes(raw)
+    assert fast._headers == ref._headers
+    assert (fast._unixfrom, fast._payload, fast.defects) == (ref._unixfrom, ref._payload, ref.defects)
+    assert not ref.is_multipart() and fast.get_content_type() == ref.get_content_type()
+    return True
+
+
+@pytest.mark.parametrize("name", _SHAPES)
+def test_simple_parse_builds_the_stdlib_message_or_hands_over(name):
+    raw, taken = _SHAPES[name]
+    assert _same_as_stdlib(raw) is taken
+    msg, problems = mime.parse(raw)
+    assert msg._headers == email.parser.BytesParser().parsebytes(raw)._headers and problems == []
+
+
+def test_simple_parse_on_golden_and_fuzz_messages():
+    files = sorted((_HERE / "golden").glob("*.eml")) + sorted((_HERE / "data" / "fuzz").glob("*.eml"))
+    taken = [p.name for p in files if _same_as_stdlib(p.read_bytes()[:mime._parse_limit(p.read_bytes())])]
+    assert "sa_ham_plain.eml" in taken and "crlf_message.eml" in taken
+    assert "nested_50.eml" not in taken and "header_without_colon_and_continuation_first.eml" not in taken
+
+
+@pytest.mark.slow
+def test_simple_parse_on_the_shipped_corpus():
+    from spamnb.mail.sources import iter_index
+
+    taken = sum(_same_as_stdlib(m.raw) for m in iter_index(_HERE.parent / "corpora" / "spamassassin.tar.xz"))
+    assert taken > 5000  # of 5,943: the common shape is common
