@@ -2,7 +2,7 @@
 
 One module per command group (``train``, ``evaluate``, ``mailbox``: classify
 and sort, ``learning``: learn, forget, compact and prune, ``delivery``: filter and serve,
-``explain``: explain, info and tokens, ``imap``: imap train and filter), the options they share in
+``explain``: explain, info and tokens, ``imap``: imap train and filter, ``web``: the page), the options they share in
 ``options``; this module is the group. Commands import the library inside
 their own bodies, so that the click path of the per-message ``filter`` hook
 does not pay for modules it never uses. Errors the
@@ -18,7 +18,7 @@ import sys
 import click
 
 from spamnb._version import __version__
-from spamnb.cli import delivery, evaluate, explain, imap, learning, mailbox, train
+from spamnb.cli import delivery, evaluate, explain, imap, learning, mailbox, train, web
 
 
 class _Group(click.Group):
@@ -100,5 +100,5 @@ def main():
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
                  learning.compact, learning.prune,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
-                 explain.tokens, imap.imap):
+                 explain.tokens, imap.imap, web.web):
     main.add_command(_command)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from spamnb.cli.options import decision_options, model_options, notice, open_model
+from spamnb.cli.options import decision_options, history_options, history_path, model_options, notice, open_model
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
@@ -45,8 +45,9 @@ class _FilterCommand(click.Command):
               help="Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
                    "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
 @decision_options
+@history_options
 def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
-            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, history):
     """Filter one message from standard input to standard output.
 
     Adds X-Spam-Flag: YES|NO and X-Spam-Status: Yes|No|Unsure, probability=...,
@@ -56,7 +57,8 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
 
     Started as the `spamnb` program, it answers through a running `spamnb serve`
     when it can, else from the model's compiled scorer, else the full way:
-    the output is the same whichever way answers.
+    the output is the same whichever way answers. Each verdict is recorded in
+    the history (see `spamnb web`): by the server when it answers, else here.
 
     Delivery agents run it with their own PATH, not yours (procmail:
     $HOME/bin:/usr/local/bin:/usr/bin:/bin; maildrop: /bin:/usr/bin:/usr/local/bin),
@@ -88,7 +90,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     try:
         raw = stdin.read()
         out, label = _filter_message(raw, model_path, allow_insecure_model, learn_, evidence,
-                                     (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff))
+                                     (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), history)
         code = 0 if exit_zero else EXIT_CODES[label]
     except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
         click.echo(passed_through(_reason(exc)), err=True)
@@ -117,20 +119,27 @@ def _reason(exc):
     return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
-def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):
-    from spamnb.delivery.hook import LEARN_TIMEOUT, filter_message, not_learned
+def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision, history=None):
+    from spamnb.delivery.hook import LEARN_TIMEOUT, decide, not_learned, verdict_output
 
     model, path, is_default = open_model(model_path, allow_insecure_model)
-    out, label, learns = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
-    if learn_ and learns and not is_default:
+    d = decide(model, raw, decision, n_evidence)
+    out, label, learned = verdict_output(raw, d, model_name(path, is_default)), d.label, None
+    if learn_ and d.learns and not is_default:
         from spamnb.storage.modelfile import learn_messages
         from spamnb.storage.store import ModelError, lock_timeout
 
         try:
             learn_messages(path, [(raw, label)], allow_insecure=allow_insecure_model,
                            timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
+            learned = label
         except ModelError as exc:  # the verdict stands: deliver it, unlearned
             click.echo(not_learned(exc), err=True)
+    where = history_path(history, path)
+    if where:
+        from spamnb.storage.history import record_now
+
+        record_now(where, raw, label, d.score, d.p, via="filter", learned=learned, log=notice)
     return out, label
 
 
@@ -164,8 +173,9 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
               help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
+@history_options
 def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode):
+          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode, history):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -189,6 +199,7 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
     """
     from spamnb.storage.locate import default_socket_path
     from spamnb.delivery.server import ServerError, serve as run_server
+    from spamnb.storage.history import HistoryError
 
     try:
         mode = int(spamd_socket_mode, 8)
@@ -211,10 +222,10 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
     try:
         run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
                    max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections,
-                   others=others)
+                   others=others, history=history_path(history, path))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    except ServerError as exc:
+    except (ServerError, HistoryError) as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from None

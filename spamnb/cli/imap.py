@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from spamnb.cli.options import notice
+from spamnb.cli.options import history_options, history_path, notice
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -126,8 +126,9 @@ def train(ham, spam, config_path, **kw):
               help="Also learn its own verdicts near the decision, as `spamnb filter -u` does (with a model "
                    "of your own); your corrections are learned either way.")
 @click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
+@history_options
 @account_options
-def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, **kw):
+def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, history, **kw):
     """Classify new messages, move spam to Junk, learn from your moves.
 
     Each pass: a message you moved into Junk is learned as spam; one spamnb
@@ -152,7 +153,8 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     if lock is None:
         raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
     try:
-        judge, learn = _judge_and_learn(s.model, learn_verdicts)
+        where = None if dry_run else history_path(history, own)
+        judge, learn = _judge_and_learn(s.model, learn_verdicts, where and _recorder(where, s))
 
         def one_pass(client):
             # the state as on disk: a pass that failed half-way is redone from its last save
@@ -176,7 +178,20 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
         os.close(lock)
 
 
-def _judge_and_learn(model_path, learn_verdicts=True):
+def _recorder(where, s):
+    """``record(raw, decided, learns)``: the verdict into the history at ``where``,
+    with the account as user and the folder it goes to."""
+    from spamnb.storage.history import record_now
+
+    def record(raw, d, learns):
+        dest = {"spam": s.junk or "Junk", "unsure": s.unsure_folder}.get(d.label) or s.folder
+        record_now(where, raw, d.label, d.score, d.p, via="imap", user=s.account(), dest=dest,
+                   learned=d.label if learns else None, log=notice)
+
+    return record
+
+
+def _judge_and_learn(model_path, learn_verdicts=True, record=None):
     """``judge(raw) -> (label, p, learn)`` with the user's model as it is now (their
     own once they have one, else the default), ``learn`` saying whether the verdict
     is learned as ``filter -u`` would learn it (never with the default model), and
@@ -194,7 +209,10 @@ def _judge_and_learn(model_path, learn_verdicts=True):
             open_model(model_path, notice=notice)  # builds the default model once
         holder = holders.get(path) or holders.setdefault(path, ModelHolder(str(path)))
         d = decide(holder.get().model, raw)
-        return d.label, d.p, learn_verdicts and not is_default and d.learns
+        learns = learn_verdicts and not is_default and d.learns
+        if record:
+            record(raw, d, learns)
+        return d.label, d.p, learns
 
     def learn(items):
         learn_messages(own_model_path(model_path), items, create=default_seed, warn=notice)

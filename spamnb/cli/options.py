@@ -6,6 +6,8 @@ Decision options become cut-offs through :func:`spamnb.verdict.cutoffs_from`
 
 from __future__ import annotations
 
+import functools
+
 import click
 
 from spamnb import verdict
@@ -18,6 +20,32 @@ def model_options(f):
     f = click.option("--model", "model_path", type=click.Path(dir_okay=False),
                      help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")(f)
     return f
+
+
+def history_options(f):
+    """``--history FILE`` / ``--no-history``, passed on as ``history``: a path,
+    False for none, None for the default beside the model (:func:`history_path`)."""
+
+    @functools.wraps(f)
+    def command(history, no_history, **kwargs):
+        if history is not None and no_history:
+            raise click.UsageError("give --history FILE or --no-history, not both")
+        return f(history=False if no_history else history, **kwargs)
+
+    command = click.option("--no-history", is_flag=True, help="Record nothing in the history.")(command)
+    return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                        help="Record each verdict in this SQLite file (default MODEL.history.sqlite, "
+                             "beside the model; `spamnb web` shows it).")(command)
+
+
+def history_path(history, model_path):
+    """The history file a command records in: ``history`` (:func:`history_options`),
+    else the model's; None with ``--no-history``."""
+    if history is False:
+        return None
+    from spamnb.storage.history import default_path
+
+    return history or default_path(model_path)
 
 
 def decision_options(f):

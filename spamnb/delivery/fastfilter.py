@@ -44,10 +44,11 @@ from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionEr
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
 
-_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
+_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--history": "history", "--ham-cutoff": "ham_cutoff",
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
-_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn"}
+_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn",
+          "--no-history": "no_history"}
 _FLOATS = DECISION_OPTIONS
 
 
@@ -55,7 +56,7 @@ def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
     opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
-            **{k: None for k in _FLOATS}}
+            "history": None, "no_history": False, **{k: None for k in _FLOATS}}
     seen = set()
     i = 0
     while i < len(args):
@@ -82,6 +83,8 @@ def parse_args(args):
                 return None
         opts[key] = value
         i += 1
+    if opts["history"] is not None and opts["no_history"]:
+        return None  # the click command says what is wrong
     return opts
 
 
@@ -154,7 +157,7 @@ def cold(raw, path, is_default, opts):
     ``(output, label)``, else NoScorer when only the scorer is wrong, Fallback
     otherwise. With ``--learn``, then learn the message (:func:`learn_here`)."""
     # the tokenizer: not needed when the server answers
-    from spamnb.delivery.hook import filter_message, message_tokens
+    from spamnb.delivery.hook import decide, message_tokens, verdict_output
     from spamnb.storage import journal
     from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, token_hash
     from spamnb.storage.store import ModelError
@@ -169,8 +172,8 @@ def cold(raw, path, is_default, opts):
         j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow, opened=handed)
         if j is not None:  # the changes learned since the snapshot, to this message's tokens
             sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
-        out, label, learns = filter_message(sc, raw, model_name(path, is_default),
-                                            [opts[k] for k in DECISION_OPTIONS], toks=toks)
+        d = decide(sc, raw, [opts[k] for k in DECISION_OPTIONS], toks=toks)
+        out, label = verdict_output(raw, d, model_name(path, is_default)), d.label
     except ScorerError as exc:
         if exc.kind in REBUILDABLE:
             raise NoScorer(str(exc), exc.kind) from None
@@ -180,16 +183,28 @@ def cold(raw, path, is_default, opts):
     finally:
         if opened:
             os.close(opened[0])
-    if opts["learn"] and learns and not is_default:
-        learn_here(path, raw, label, toks, allow)
+    learned = opts["learn"] and d.learns and not is_default and learn_here(path, raw, label, toks, allow)
+    remember(opts, path, raw, d, learned)
     return out, label
+
+
+def remember(opts, model_path, raw, d, learned=False):
+    """Record the verdict ``d`` in the history (``--history``, else beside the
+    model; none with ``--no-history``): a failure is a note on stderr."""
+    if opts["no_history"]:
+        return
+    from spamnb.storage import history
+
+    history.record_now(opts["history"] or history.default_path(model_path), raw, d.label, d.score, d.p,
+                       via="filter", learned=d.label if learned else None, log=warn)
 
 
 def learn_here(path, raw, label, toks, allow_insecure):
     """``filter -u``'s learning on the cold path: one record appended to the journal
     (as ``spamnb learn`` would), waiting at most :data:`spamnb.delivery.hook.LEARN_TIMEOUT`
-    for the lock; a failure is a warning and the verdict is delivered. Fallback
-    when only the full model can learn it (nothing is written then)."""
+    for the lock; a failure is a warning and the verdict is delivered (False:
+    not learned). Fallback when only the full model can learn it (nothing is
+    written then)."""
     from spamnb.delivery.hook import LEARN_TIMEOUT, not_learned
     from spamnb.storage import journal
     from spamnb.storage.store import ModelError, lock_timeout
@@ -201,9 +216,10 @@ def learn_here(path, raw, label, toks, allow_insecure):
         raise Fallback(str(exc)) from None
     except ModelError as exc:
         sys.stderr.write(not_learned(exc) + "\n")
-        return
+        return False
     if done["needs_compaction"]:
         compact_in_background(path, allow_insecure)
+    return True
 
 
 def warn(text):
@@ -236,16 +252,18 @@ def with_model(raw, opts, kind, env=os.environ):
     where procmail's log keeps it.
     """
     try:
-        from spamnb.delivery.hook import filter_message
+        from spamnb.delivery.hook import decide, verdict_output
         from spamnb.storage.modelfile import load_and_compile
 
         path, is_default = locate.resolve_model(opts["model"], env)
         model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure"])
         if note:
             sys.stderr.write(f"spamnb filter: {note}\n")
-        result = filter_message(model, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])[:2]
+        d = decide(model, raw, [opts[k] for k in DECISION_OPTIONS])
+        result = verdict_output(raw, d, model_name(path, is_default)), d.label
     except Exception:  # noqa: BLE001 - the full path decides, and says what is wrong
         return None
+    remember(opts, path, raw, d)
     if is_default:  # the notice the click path prints
         sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result

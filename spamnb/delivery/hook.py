@@ -134,6 +134,12 @@ def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
     return pos, block, d.label, d.learns
 
 
+def verdict_output(raw, d: Decided, name) -> bytes:
+    """``raw`` with the header lines of the verdict ``d`` (:func:`decide`'s) added."""
+    pos, block = verdict_block(raw, verdict.header_lines(d.label, d.p, d.score, name, d.evidence))
+    return raw[:pos] + block + raw[pos:]
+
+
 def filter_message(model, raw, name, decision, n_evidence=0, toks=None):
     """``(output, label, learn)``: what ``spamnb filter`` writes for ``raw``, its
     verdict, and whether ``filter -u`` learns it (:func:`filter_verdict`)."""

@@ -54,7 +54,8 @@ import time
 from dataclasses import dataclass
 
 from spamnb.delivery import wire
-from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
+from spamnb.delivery.hook import LEARN_TIMEOUT, decide, message_tokens, verdict_block
+from spamnb.verdict import header_lines
 from spamnb.storage import journal
 from spamnb.storage.modelfile import compact, load_and_compile, load_model
 from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
@@ -197,15 +198,19 @@ class _Handler(socketserver.BaseRequestHandler):
             if not header["allow_insecure"] and not trusted_now(holder.path):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             toks = message_tokens(loaded.model, raw)
-            pos, block, label, learns = filter_verdict(loaded.model, raw, header["name"], header["decision"],
-                                                       toks=toks)
+            d = decide(loaded.model, raw, header["decision"], toks=toks)
+            label = d.label
+            pos, block = verdict_block(raw, header_lines(label, d.p, d.score, header["name"]))
             reason = ""
-            if header["learn"] and learns:
+            if header["learn"] and d.learns:
                 if not isinstance(loaded.model, Scorer):
                     return wire.DECLINED, None, 0, b"", "learning here needs the model's scorer"
                 reason = self._learn(holder, raw, label, toks, header["allow_insecure"])
                 if reason is None:
                     return wire.DECLINED, None, 0, b"", "only the full model can learn it"
+            if srv.history is not None:
+                srv.history.add(raw, label, d.score, d.p, via="serve",
+                                learned=label if header["learn"] and d.learns and not reason else None)
             return wire.OK, label, pos, block, reason
         except Exception as exc:  # noqa: BLE001 - the client does it itself
             return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
@@ -305,6 +310,7 @@ class Compactor:
 
 class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
     daemon_threads = False
+    history = None  # a spamnb.storage.history.Recorder: each verdict answered is recorded
     block_on_close = True  # server_close() waits for running requests
     # Connections waiting to be accepted; a burst of deliveries beyond this
     # makes clients see EAGAIN (they retry briefly, then filter by themselves).
@@ -447,7 +453,7 @@ class PidFile:
 
 
 def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
-          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS, others=None):
+          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS, others=None, history=None):
     """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens.
 
     ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
@@ -455,6 +461,8 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
     ``others(holder, compactor, log)``: more listening servers to run beside
     the private socket on the same model (``--spamd``), each with
     ``serve_forever``, ``shutdown``, ``where`` and a ``close`` of its own.
+    ``history``: a path for a :class:`spamnb.storage.history.Recorder` that
+    every server records its verdicts in (None: no history).
     """
     log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
     pid = PidFile(pidfile) if pidfile else None
@@ -462,11 +470,19 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
         pid.check()
     holder = ModelHolder(model_path, allow_insecure=allow_insecure, log=log)
     holder.get()  # a model that cannot load is an error now, not at the first message
+    recorder = None
+    if history:
+        from spamnb.storage.history import Recorder
+
+        recorder = Recorder(history, log)
     compactor = Compactor(log)
     extra = others(holder, compactor, log) if others else []
+    for srv in extra:
+        srv.history = recorder
     try:
         server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log,
                               max_connections=max_connections, compactor=compactor)
+        server.history = recorder
     except BaseException:
         for srv in extra:
             srv.close()
@@ -485,6 +501,8 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
     for srv in [server, *extra]:
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     log(f"listening on {sock_path} (model {holder.path})")
+    if recorder:
+        log(f"recording verdicts in {recorder.path}")
     for srv in extra:
         log(f"serving the spamd protocol on {srv.where()}")
     if ready:
@@ -499,6 +517,8 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
         server.server_close()  # waits for running requests
         for srv in extra:
             srv.close()
+        if recorder:
+            recorder.close()
         if pid:
             pid.remove()
         for sig, handler in previous.items():

@@ -319,8 +319,10 @@ def judge(model, msg: bytes, n_evidence: int):
     return d.label, d.p, d.score, threshold(d.cutoffs[1]), d.evidence
 
 
-def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None) -> bytes:
-    """The reply to one whole request (the message in ``raw``)."""
+def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None,
+           history=None) -> bytes:
+    """The reply to one whole request (the message in ``raw``); ``history``: a
+    :class:`spamnb.storage.history.Recorder` the verdict is recorded in."""
     if method == "TELL":
         return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
     holder, _ = models.for_user(headers.get("User"))
@@ -333,6 +335,8 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
     label, p, score, t, evidence = judge(loaded.model, msg, want)
+    if history is not None:
+        history.add(msg, label, score, p, via="spamd", user=headers.get("User"))
     line = spam_line(label, score, t, method)
     name = verdict.model_name(holder.path, holder is models.served and models.served_is_default)
     if method == "CHECK":
@@ -464,7 +468,7 @@ class _Handler(socketserver.BaseRequestHandler):
         if len(raw) > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, None, raw)
         return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
-                      compact=srv.compactor.soon)
+                      compact=srv.compactor.soon, history=srv.history)
 
     def _unscanned(self, reader, method, version, headers, length, head=b""):
         """A message over the limit: neither scored nor learned. PROCESS streams it
@@ -522,6 +526,7 @@ class _Handler(socketserver.BaseRequestHandler):
 
 class _SpamdServer(BoundedThreads):
     daemon_threads = False
+    history = None  # a spamnb.storage.history.Recorder, set by spamnb.delivery.server.serve
     block_on_close = True
     request_queue_size = 128
 
@@ -595,7 +600,7 @@ LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128")
 DEFAULT_PORT = 783
 
 
-def parse_address(text: str):
+def parse_address(text: str, option="--spamd", any_port=False):
     """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
     ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError otherwise."""
     if "/" in text:
@@ -606,13 +611,13 @@ def parse_address(text: str):
         port = port[1:] if port.startswith(":") else ""
     elif ":" in text:
         host, _, port = text.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--spamd {text}: give HOST:PORT, a port, or a socket path")
+    if not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:  # any_port: 0 picks a free one
+        raise ValueError(f"{option} {text}: give HOST:PORT, a port, or a socket path")
     try:
         ipaddress.ip_address(host)
     except ValueError:
         if host != "localhost":
-            raise ValueError(f"--spamd {text}: the host must be an IP address (or localhost)") from None
+            raise ValueError(f"{option} {text}: the host must be an IP address (or localhost)") from None
         host = "127.0.0.1"
     return ("tcp", host, int(port))
 
@@ -628,11 +633,11 @@ def parse_networks(cidrs) -> tuple:
     return tuple(nets)
 
 
-def check_exposure(host, allowed):
+def check_exposure(host, allowed, option="--spamd"):
     """Listening beyond loopback needs ``--allow`` (as spamd's ``-A``): ValueError otherwise."""
     ip = ipaddress.ip_address(host)
     if not ip.is_loopback and not allowed:
-        raise ValueError(f"--spamd on {host} listens beyond this machine: say who may connect with "
+        raise ValueError(f"{option} on {host} listens beyond this machine: say who may connect with "
                          f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
 
 
