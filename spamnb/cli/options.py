@@ -26,16 +26,20 @@ def history_options(f):
     """``--history FILE`` / ``--no-history``, passed on as ``history``: a path,
     False for none, None for the default beside the model (:func:`history_path`)."""
 
+    def exclusive(ctx, param, value):  # while parsing: filter passes the mail through a usage error
+        if value and ctx.params.get("no_history" if param.name == "history" else "history"):
+            raise click.UsageError("give --history FILE or --no-history, not both")
+        return value
+
     @functools.wraps(f)
     def command(history, no_history, **kwargs):
-        if history is not None and no_history:
-            raise click.UsageError("give --history FILE or --no-history, not both")
         return f(history=False if no_history else history, **kwargs)
 
-    command = click.option("--no-history", is_flag=True, help="Record nothing in the history.")(command)
+    command = click.option("--no-history", is_flag=True, callback=exclusive,
+                           help="Record nothing in the history.")(command)
     return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-                        help="Record each verdict in this SQLite file (default MODEL.history.sqlite, "
-                             "beside the model; `spamnb web` shows it).")(command)
+                        callback=exclusive, help="Record each verdict in this SQLite file (default "
+                        "MODEL.history.sqlite, beside the model; `spamnb web` shows it).")(command)
 
 
 def history_path(history, model_path):
