@@ -101,7 +101,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def refuse(self):
         self.send(403, pages.error_page(403, "This page needs its token: open the URL that `spamnb web` printed "
-                                             "when it started."))
+                                             "when it started.", nav=False))
 
     def log_message(self, fmt, *args):  # the request line only: never the token or a cookie
         if self.server.verbose:
@@ -114,6 +114,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         url = urlsplit(self.path)
+        if url.path == "/static/style.css":  # no secret in it: the refusal page is styled too
+            self.send(200, pages.STYLE, "text/css; charset=utf-8")
+            return
         query = parse_qs(url.query, keep_blank_values=True, max_num_fields=20)
         ok = self.authorised(query)
         if ok is None:
@@ -169,8 +172,6 @@ class Handler(BaseHTTPRequestHandler):
         if path == "/":
             _, waiting = site.unsure()
             self.redirect("/unsure" if waiting else "/history")
-        elif path == "/static/style.css":
-            self.send(200, pages.STYLE, "text/css; charset=utf-8")
         elif path == "/unsure":
             rows, total = site.unsure(page)
             clues = {r["id"]: site.clues(site.message(r["id"])[1]) for r in rows}

@@ -47,10 +47,11 @@ def stacked_bars(title, labels, series, *, markers=(), tick_every=1, x_range=Non
                        f'font-size="10">{escape(str(label))}</text>')
     if x_range:
         lo, hi = x_range
-        for x, text in markers:
+        for i, (x, text) in enumerate(markers):  # the first labelled to its left, the others to their right
             px = LEFT + plot_w * (min(max(x, lo), hi) - lo) / (hi - lo)
+            side = f'x="{px - 3:.1f}" text-anchor="end"' if i == 0 else f'x="{px + 3:.1f}"'
             out.append(f'<line x1="{px:.1f}" y1="{TOP - 4}" x2="{px:.1f}" y2="{TOP + plot_h}" stroke="#000" '
-                       f'stroke-dasharray="4 3"/><text x="{px + 3:.1f}" y="{TOP + 8}" font-size="11">'
+                       f'stroke-dasharray="4 3"/><text {side} y="{TOP + 8 + 14 * i}" font-size="11">'
                        f'{escape(text)}</text>')
     x = LEFT
     for name in series:

@@ -26,9 +26,9 @@ def when(t) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""
 
 
-def layout(title, body, *, active="", flash=""):
+def layout(title, body, *, active="", flash="", nav=True):
     on = ' class="on"'
-    nav = "".join(f'<a href="/{p}"{on if p == active else ""}>{name}</a>'
+    nav = "" if not nav else "".join(f'<a href="/{p}"{on if p == active else ""}>{name}</a>'
                   for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
                                   ("model", "Model")))
     note = f'<p class="flash">{flash}</p>' if flash else ""
@@ -196,8 +196,8 @@ def model_page(facts, preview, older_than, max_messages):
     return layout("Model", body, active="model")
 
 
-def error_page(status, text):
-    return layout(f"{status}", f"<p>{e(text)}</p>")
+def error_page(status, text, nav=True):
+    return layout(f"{status}", f"<p>{e(text)}</p>", nav=nav)
 
 
 STYLE = """
