@@ -8,9 +8,10 @@
 # contrib/systemd), spamc (SpamAssassin's client, which the --spamd tests talk to
 # spamnb serve with), dovecot (Debian's dovecot-imapd: the IMAP tests run a private
 # Dovecot per test, see tests/dovecot.py) and exim4 (exim4-daemon-heavy: the Exim
-# spam= ACL test). Missing ones are installed when we are root and apt-get is
-# there, except one whose install would remove another package (exim4 and postfix
-# each replace the other MTA); otherwise, or when that fails, each missing one is
+# spam= ACL test), chromium and chromium-driver (the `spamnb web` tests drive
+# Debian's headless Chromium with selenium; nothing downloads a browser). Missing
+# ones are installed when we are root and apt-get is there, except one whose
+# install would remove another package (exim4 and postfix each replace the other MTA); otherwise, or when that fails, each missing one is
 # named here and its tests are skipped with the reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 missing_tools() {  # "command:package" pairs whose command is not on PATH
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
-                exim4:exim4-daemon-heavy; do
+                exim4:exim4-daemon-heavy chromium:chromium chromedriver:chromium-driver; do
         command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }
