@@ -139,7 +139,7 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
     if where:
         from spamnb.storage.history import record_now
 
-        record_now(where, raw, label, d.score, d.p, via="filter", learned=learned, log=notice)
+        record_now(where, raw, label, d.score, d.p, via="filter", learned=learned, cutoffs=d.cutoffs, log=notice)
     return out, label
 
 

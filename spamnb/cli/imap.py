@@ -186,7 +186,7 @@ def _recorder(where, s):
     def record(raw, d, learns):
         dest = {"spam": s.junk or "Junk", "unsure": s.unsure_folder}.get(d.label) or s.folder
         record_now(where, raw, d.label, d.score, d.p, via="imap", user=s.account(), dest=dest,
-                   learned=d.label if learns else None, log=notice)
+                   learned=d.label if learns else None, cutoffs=d.cutoffs, log=notice)
 
     return record
 

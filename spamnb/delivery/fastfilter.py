@@ -196,7 +196,7 @@ def remember(opts, model_path, raw, d, learned=False):
     from spamnb.storage import history
 
     history.record_now(opts["history"] or history.default_path(model_path), raw, d.label, d.score, d.p,
-                       via="filter", learned=d.label if learned else None, log=warn)
+                       via="filter", learned=d.label if learned else None, cutoffs=d.cutoffs, log=warn)
 
 
 def learn_here(path, raw, label, toks, allow_insecure):

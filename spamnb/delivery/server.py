@@ -209,7 +209,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 if reason is None:
                     return wire.DECLINED, None, 0, b"", "only the full model can learn it"
             if srv.history is not None:
-                srv.history.add(raw, label, d.score, d.p, via="serve",
+                srv.history.add(raw, label, d.score, d.p, via="serve", cutoffs=d.cutoffs,
                                 learned=label if header["learn"] and d.learns and not reason else None)
             return wire.OK, label, pos, block, reason
         except Exception as exc:  # noqa: BLE001 - the client does it itself

@@ -58,7 +58,8 @@ CREATE TABLE IF NOT EXISTS verdicts (
     corrected TEXT,             -- the label the user taught on the page
     corrected_t REAL,
     now_verdict TEXT,           -- after the last re-scoring on the page
-    now_score REAL
+    now_score REAL,
+    ham_cut REAL, spam_cut REAL -- the cut-offs the verdict was decided with (re-scoring uses them)
 );
 CREATE INDEX IF NOT EXISTS verdicts_t ON verdicts (t);
 CREATE INDEX IF NOT EXISTS verdicts_verdict ON verdicts (verdict, id);
@@ -178,11 +179,13 @@ def check_private(st, path):
                            f"chmod 600 it")
 
 
-def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, t=None):
-    """The record of one verdict: ``(columns, body or None)``."""
+def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoffs=(None, None), t=None):
+    """The record of one verdict: ``(columns, body or None)``; ``cutoffs``: the
+    ``(ham, spam)`` cut-offs it was decided with."""
     f = fields(raw)
     cols = {"t": time.time() if t is None else t, "verdict": label, "score": float(score), "p": float(p),
-            **f, "user": user or local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned}
+            **f, "user": user or local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned,
+            "ham_cut": cutoffs[0], "spam_cut": cutoffs[1]}
     return cols, raw if len(raw) <= MAX_BODY else None
 
 

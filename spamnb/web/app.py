@@ -194,7 +194,7 @@ class Handler(BaseHTTPRequestHandler):
             today = datetime.date.today()
             days = [(today - datetime.timedelta(days=i)).isoformat() for i in range(29, -1, -1)]
             self.send(200, pages.overview_page(site.per_day(), days, site.score_bins(),
-                                               cutoffs_from(model.cutoffs), site.corrections(), facts))
+                                               cutoffs_from(model.cutoffs), site.corrections(days=30), facts))
         elif path == "/model":
             older = int(q["older_than"]) if q.get("older_than", "").isdigit() else 90
             most = int(q["max_messages"]) if q.get("max_messages", "").isdigit() else 1

@@ -186,11 +186,12 @@ class Site:
         moved, updates = [], []
         db = self.db()
         try:
-            cur = db.execute("SELECT v.id, v.subject, coalesce(v.now_verdict, v.verdict), b.raw FROM verdicts v "
-                             "JOIN bodies b ON b.id = v.id WHERE v.verdict = 'unsure' AND v.corrected IS NULL "
-                             "ORDER BY v.id DESC LIMIT ?", (RESCORE,))
-            for mid, subject, was, raw in cur.fetchall():
-                d = decide(model, bytes(raw))
+            cur = db.execute("SELECT v.id, v.subject, coalesce(v.now_verdict, v.verdict), v.ham_cut, v.spam_cut, "
+                             "b.raw FROM verdicts v JOIN bodies b ON b.id = v.id WHERE v.verdict = 'unsure' "
+                             "AND v.corrected IS NULL ORDER BY v.id DESC LIMIT ?", (RESCORE,))
+            for mid, subject, was, ham_cut, spam_cut, raw in cur.fetchall():
+                # at the cut-offs it was delivered with (a filter's --spam-cutoff...), else the model's
+                d = decide(model, bytes(raw), (None, None, None, spam_cut, ham_cut))
                 updates.append((d.label, d.score, mid))
                 if d.label != was:
                     moved.append((mid, subject, was, d.label))

@@ -167,12 +167,10 @@ def overview_page(per_day, days, bins, cutoffs, corrections, facts):
     hist = charts.stacked_bars("Scores (log-odds) of the last 30 days", [f"{x:g}" for x in edges[:-1]],
                                {v: counts[v] for v in ("ham", "unsure", "spam")}, markers=markers,
                                tick_every=5, x_range=(lo, hi))
-    c_days = sorted(corrections)
     kinds = ("false positive", "false negative", "unsure taught", "confirmed")
-    corr = charts.stacked_bars("Corrections per day", [d[5:] for d in c_days],
-                               {k: [corrections[d].get(k, 0) for d in c_days] for k in kinds},
-                               tick_every=max(len(c_days) // 10, 1)) if c_days else \
-        '<p class="muted">No corrections yet.</p>'
+    corr = charts.stacked_bars("Corrections per day", day_labels,
+                               {k: [corrections.get(d, {}).get(k, 0) for d in days] for k in kinds},
+                               tick_every=3) if corrections else '<p class="muted">No corrections yet.</p>'
     size = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if k in ("messages", "vocabulary", "size"))
     body = (f'<h2>Messages per day</h2>{charts.stacked_bars("Messages per day by verdict", day_labels, day_series, tick_every=3)}'
             f'<h2>Score histogram</h2><p class="muted">Scores below -40 and above 40 are counted in the end bars; '
