@@ -102,6 +102,18 @@ def test_learning_from_the_page_is_spamnb_learn_and_rescores(site):
     assert "taught as" in body
 
 
+@pytest.mark.parametrize("back, want", [
+    ("//evil.example/", "/unsure"), ("http://evil.example/", "/unsure"), ("/unsure%5C..", "/unsure"),
+    ("/x%0d%0aSet-Cookie:%20a=b", "/unsure"),  # a header smuggled into the redirect
+    ("/history%3Fq%3D%253Cx%253E%26page%3D1", "/history?q=%3Cx%3E&page=1"),  # what the History page's form sends
+])
+def test_after_a_choice_the_page_goes_back_only_to_a_path_of_its_own(site, back, want):
+    web, _, _ = site
+    _, _, body = web.get("/unsure")
+    status, headers, _ = web.get("/learn", data=f"id=2&label=ham&csrf={csrf_of(body)}&back={back}".encode())
+    assert status == 303 and "Set-Cookie" not in headers and headers["Location"] == want
+
+
 def test_learning_a_message_not_kept_is_refused(site):
     web, _, _ = site
     _, _, body = web.get("/unsure")

@@ -552,16 +552,7 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
 
     def verify_request(self, request, client_address):
         """Connections from outside the allowed networks are closed before a byte is read."""
-        try:
-            ip = ipaddress.ip_address(client_address[0])
-        except ValueError:
-            return False
-        if ip.version == 6 and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        if any(ip in net for net in self.allowed):
-            return True
-        self.log(f"spamd: connection from {ip} refused (not in --allow)")
-        return False
+        return peer_allowed(client_address, self.allowed, lambda text: self.log(f"spamd: {text}"))
 
     def close(self):
         self.server_close()
@@ -631,6 +622,21 @@ def parse_networks(cidrs) -> tuple:
         except ValueError:
             raise ValueError(f"--allow {c}: not an address or CIDR network") from None
     return tuple(nets)
+
+
+def peer_allowed(client_address, allowed, log) -> bool:
+    """Whether a TCP peer's address is in the ``allowed`` networks (an IPv4-mapped
+    IPv6 address as its IPv4 one); a refusal is logged."""
+    try:
+        ip = ipaddress.ip_address(client_address[0])
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    if any(ip in net for net in allowed):
+        return True
+    log(f"connection from {ip} refused (not in --allow)")
+    return False
 
 
 def check_exposure(host, allowed, option="--spamd"):

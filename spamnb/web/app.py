@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import ipaddress
+import re
 import secrets
 import socket
 import sys
@@ -35,6 +35,7 @@ from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlsplit
 
+from spamnb.delivery.spamd import peer_allowed
 from spamnb.verdict import cutoffs_from
 from spamnb.web import pages
 from spamnb.web.data import Site
@@ -42,6 +43,7 @@ from spamnb.web.data import Site
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
        "base-uri 'none'")
 MAX_POST = 16 * 1024
+SAFE_BACK = re.compile(r"/[A-Za-z0-9/_?=&%.+-]*")
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -151,7 +153,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send(404, pages.error_page(404, "no such page"))
             return
         back = form.get("back", "/unsure")
-        if not back.startswith("/") or back.startswith("//") or "\\" in back:
+        if not SAFE_BACK.fullmatch(back) or back.startswith("//"):  # a path here, nothing a header could carry
             back = "/unsure"
         try:
             mid, label = int(form.get("id", "")), form.get("label", "")
@@ -179,7 +181,8 @@ class Handler(BaseHTTPRequestHandler):
         elif path == "/history":
             params = {k: q.get(k, "") for k in ("q", "verdict", "since", "until")}
             rows, total = site.search(**params, page=page)
-            self.send(200, pages.history_page(rows, total, page, params, srv.csrf, srv.flash()))
+            clues = {r["id"]: site.clues(site.message(r["id"])[1]) for r in rows if r["kept"]}
+            self.send(200, pages.history_page(rows, total, page, params, clues, srv.csrf, srv.flash()))
         elif path.startswith("/message/") and path[9:].isdigit():
             found = site.message(int(path[9:]))
             if found is None:
@@ -224,16 +227,7 @@ class WebServer(ThreadingHTTPServer):
 
     def verify_request(self, request, client_address):
         """Connections from outside the allowed networks are closed before a byte is read."""
-        try:
-            ip = ipaddress.ip_address(client_address[0])
-        except ValueError:
-            return False
-        if ip.version == 6 and ip.ipv4_mapped:
-            ip = ip.ipv4_mapped
-        if any(ip in net for net in self.allowed):
-            return True
-        self.log(f"connection from {ip} refused (not in --allow)")
-        return False
+        return peer_allowed(client_address, self.allowed, self.log)
 
     def url(self):
         host, port = self.server_address[:2]

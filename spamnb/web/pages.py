@@ -103,7 +103,7 @@ def unsure_page(rows, total, page, clues, csrf, flash=""):
     return layout("Unsure mail", body, active="unsure", flash=flash)
 
 
-def history_page(rows, total, page, params, csrf, flash=""):
+def history_page(rows, total, page, params, clues, csrf, flash=""):
     q, verdict, since, until = (params.get(k, "") for k in ("q", "verdict", "since", "until"))
     options = "".join(f'<option value="{v}"{" selected" if v == verdict else ""}>{v or "any verdict"}</option>'
                       for v in ("", "spam", "ham", "unsure"))
@@ -128,7 +128,8 @@ def history_page(rows, total, page, params, csrf, flash=""):
         items.append(
             f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td><td>{verdict_badge(r["verdict"], r["score"])}</td>'
             f'<td><a href="/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
-            f'<div class="from">{e(r["sender"])}</div></td><td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
+            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
+            f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
             f'<div class="muted">{e(r["user"])}</div></td><td>{state}</td><td class="act">{act}</td></tr>')
     table = (f'<table class="list history"><thead><tr><th>Date</th><th>Verdict</th><th>Message</th><th>Via</th>'
              f'<th>Learned</th><th></th></tr></thead><tbody>{"".join(items)}</tbody></table>') if rows else \
