@@ -186,3 +186,24 @@ def test_recorder_never_blocks_and_counts_what_it_drops(tmp_path, monkeypatch):
         rec.add(b"Subject: x\n\nb", "ham", -3.0, 0.01, via="serve")
     assert time.monotonic() - t < 0.4
     assert rec.dropped >= 40 and any("dropped" in line for line in logged)
+
+
+def test_serve_with_an_unusable_history_serves_without_it(compiled, messages, sock_path):
+    from spamnb.delivery import fastfilter
+
+    path = str(compiled) + ".history.sqlite"
+    history.open_db(path).close()
+    os.chmod(path, 0o666)
+    proc = start_server(sock_path, compiled)
+    try:
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        out, label = fastfilter.via_server(sock_path, messages[0], str(compiled), False, opts)
+        assert b"X-Spam-Status" in out
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        err = proc.stderr.read().decode()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert "not recording the history" in err and "may be written by others" in err
+    assert rows(path) == []

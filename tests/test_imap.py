@@ -470,3 +470,20 @@ def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(do
             proc.stderr.close()
     assert code == 0, err
     assert "connection lost" in err and "stopped" in err
+
+
+def test_filter_records_each_verdict_and_its_folder_in_the_history(dovecot, inbox, model, tmp_path):
+    import sqlite3
+
+    ham, spam = inbox
+    hist = str(model) + ".history.sqlite"
+    acct = f"{dovecot.user}@{dovecot.host}:{dovecot.port}"
+    code, err = run(dovecot, tmp_path, "filter", "--dry-run", model=model)
+    assert code == 0 and not os.path.exists(hist)  # a dry run records nothing
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0, err
+    db = sqlite3.connect(hist)
+    got = db.execute("SELECT verdict, via, user, dest FROM verdicts").fetchall()
+    db.close()
+    assert sorted(got) == sorted([("ham", "imap", acct, "INBOX")] * len(ham)
+                                 + [("spam", "imap", acct, "Junk")] * len(spam))

@@ -199,7 +199,6 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
     """
     from spamnb.storage.locate import default_socket_path
     from spamnb.delivery.server import ServerError, serve as run_server
-    from spamnb.storage.history import HistoryError
 
     try:
         mode = int(spamd_socket_mode, 8)
@@ -225,7 +224,7 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
                    others=others, history=history_path(history, path))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    except (ServerError, HistoryError) as exc:
+    except ServerError as exc:
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from None

@@ -472,9 +472,14 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
     holder.get()  # a model that cannot load is an error now, not at the first message
     recorder = None
     if history:
-        from spamnb.storage.history import Recorder
+        import sqlite3
 
-        recorder = Recorder(history, log)
+        from spamnb.storage.history import HistoryError, Recorder
+
+        try:
+            recorder = Recorder(history, log)
+        except (HistoryError, sqlite3.Error, OSError) as exc:  # deliveries matter more than their record: serve without it
+            log(f"not recording the history: {exc}")
     compactor = Compactor(log)
     extra = others(holder, compactor, log) if others else []
     for srv in extra:
