@@ -196,7 +196,8 @@ def remember(opts, model_path, raw, d, learned=False):
     from spamnb.storage import history
 
     history.record_now(opts["history"] or history.default_path(model_path), raw, d.label, d.score, d.p,
-                       via="filter", learned=d.label if learned else None, cutoffs=d.cutoffs, log=warn)
+                       via="filter", learned=d.label if learned else None, cutoffs=d.cutoffs, log=warn,
+                       leave_open=True)  # the process ends with os._exit: no checkpoint to wait for
 
 
 def learn_here(path, raw, label, toks, allow_insecure):

@@ -40,6 +40,7 @@ ROW_DAYS = 400  # days a verdict's row stays
 BUSY_MS = 50  # the longest a record waits for the database's lock
 QUEUE = 1000  # records waiting for the server's writer; more are dropped
 PRUNE_EVERY = 500  # records between two retention passes
+LINGER = 0.05  # seconds the server's writer waits after a write, gathering the next records
 SUFFIX = ".history.sqlite"
 
 SCHEMA = """
@@ -107,6 +108,12 @@ def fields(raw: bytes) -> dict:
 
 
 def local_user() -> str:
+    """The name of the user running this (for the row's user): $LOGNAME or $USER,
+    which login, procmail and systemd set, before a password-database lookup,
+    which can take milliseconds (NSS) on the cold filter's path."""
+    name = os.environ.get("LOGNAME") or os.environ.get("USER")
+    if name:
+        return name[:64]
     try:
         import pwd
 
@@ -218,9 +225,20 @@ def prune(db, *, now=None, keep_recent=KEEP_RECENT, body_days=BODY_DAYS, row_day
     db.execute("DELETE FROM verdicts WHERE t < ?", (now - row_days * 86400,))
 
 
-def record_now(path, raw, label, score, p, *, log, **kw):
+# Connections ``record_now(..., leave_open=True)`` keeps to the process's end (see there).
+LEFT_OPEN = []
+
+
+def record_now(path, raw, label, score, p, *, log, leave_open=False, **kw):
     """Record one verdict now (``filter``, ``imap filter``): at most :data:`BUSY_MS`
-    of waiting; any failure is one line to ``log`` and no record."""
+    of waiting; any failure is one line to ``log`` and no record.
+
+    ``leave_open``: for a process that ends at once without closing anything
+    (the cold ``filter``, with ``os._exit``). Closing the last connection to a
+    WAL database checkpoints it, an fsync (30 ms on a busy disk, where the
+    commit itself takes 0.1 ms); left open, the WAL stays for the next
+    connection (SQLite's case of a process that ended), and the checkpoint
+    comes when the WAL has grown, paid once for many records."""
     import sqlite3
 
     try:
@@ -228,7 +246,10 @@ def record_now(path, raw, label, score, p, *, log, **kw):
         try:
             write(db, [row(raw, label, score, p, **kw)])
         finally:
-            db.close()
+            if leave_open:
+                LEFT_OPEN.append(db)
+            else:
+                db.close()
     except (sqlite3.Error, HistoryError, OSError) as exc:
         log(f"history not recorded: {exc}")
 
@@ -280,6 +301,7 @@ class Recorder:
                 self.log(f"history: {len(records)} record(s) not written: {exc}")
             if stop:
                 return
+            time.sleep(LINGER)  # let a burst gather: one transaction for many records
 
     def close(self, wait=5.0):
         """Write what is queued (at most ``wait`` seconds), then close."""
