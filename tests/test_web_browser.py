@@ -21,6 +21,7 @@ from webpage import HOSTILE, Web, fill, hostile_message, output_dir
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra has it)")
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402 (after the skip)
 pytestmark = pytest.mark.skipif(
     not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)),
     reason="Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
@@ -72,6 +73,7 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
     shot(browser, "unsure")
     before = load_model(model).messages.copy()
     browser.find_element("css selector", "#m4 button.spam").click()
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))  # the next page
     assert browser.current_url.startswith(web.base + "/unsure")
     assert load_model(model).messages[1] == before[1] + 1  # the model learned it, as spam
     after_rows = rows(browser)
@@ -93,6 +95,7 @@ def test_a_hostile_subject_is_shown_as_text_and_never_runs(browser, site):
     assert browser.find_elements("css selector", "main img, main script") == []
     assert browser.title != "pwned"
     subject.click()
+    WebDriverWait(browser, 60).until(lambda b: "/message/" in b.current_url)
     assert browser.title != "pwned" and HOSTILE in browser.find_element("css selector", "pre.source").text
     assert browser.find_elements("css selector", "main img, main script") == []
     shot(browser, "message-hostile")
@@ -120,6 +123,7 @@ def test_a_20000_row_history_is_paged_without_loading_it_all(browser, compiled, 
         assert "page 1 of 801 (20005 messages)" in browser.find_element("css selector", ".pager").text
         first = rows(browser)
         browser.find_element("css selector", "a[rel=next]").click()
+        WebDriverWait(browser, 60).until(lambda b: "page=1" in b.current_url)
         assert "page 2 of 801" in browser.find_element("css selector", ".pager").text
         assert len(rows(browser)) == 25 and not set(rows(browser)) & set(first)
         # the page's size does not grow with the history
@@ -127,6 +131,7 @@ def test_a_20000_row_history_is_paged_without_loading_it_all(browser, compiled, 
         search = browser.find_element("name", "q")
         search.send_keys("filler 1999")
         search.submit()
+        WebDriverWait(browser, 60).until(lambda b: "q=filler" in b.current_url)
         assert rows(browser) == [f"m{i + 1}" for i in range(19999, 19989, -1)] + ["m2000"]  # ids count from 1
         shot(browser, "history-20000")
         browser.get(web.base + "/overview")

@@ -2,8 +2,8 @@
 
 One module per command group (``train``, ``evaluate``, ``mailbox``: classify
 and sort, ``learning``: learn, forget, compact and prune, ``delivery``: filter and serve,
-``explain``: explain, info and tokens, ``imap``: imap train and filter, ``web``: the page), the options they share in
-``options``; this module is the group. Commands import the library inside
+``explain``: explain, info and tokens, ``imap``: imap train and filter,
+``web``: the page), the options they share in ``options``; this module is the group. Commands import the library inside
 their own bodies, so that the click path of the per-message ``filter`` hook
 does not pay for modules it never uses. Errors the
 user can fix (missing files, bad models, bad options) end in one line on stderr

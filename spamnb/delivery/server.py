@@ -478,7 +478,7 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
 
         try:
             recorder = Recorder(history, log)
-        except (HistoryError, sqlite3.Error, OSError) as exc:  # deliveries matter more than their record: serve without it
+        except (HistoryError, sqlite3.Error, OSError) as exc:  # deliveries matter more than their record
             log(f"not recording the history: {exc}")
     compactor = Compactor(log)
     extra = others(holder, compactor, log) if others else []

@@ -126,7 +126,8 @@ def history_page(rows, total, page, params, clues, csrf, flash=""):
                else learn_form(r["id"], "spam", csrf, back) + learn_form(r["id"], "ham", csrf, back) if r["kept"]
                else '<span class="muted">not kept</span>')
         items.append(
-            f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td><td>{verdict_badge(r["verdict"], r["score"])}</td>'
+            f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
+            f'<td>{verdict_badge(r["verdict"], r["score"])}</td>'
             f'<td><a href="/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
             f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
             f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
@@ -173,7 +174,8 @@ def overview_page(per_day, days, bins, cutoffs, corrections, facts):
                                {k: [corrections.get(d, {}).get(k, 0) for d in days] for k in kinds},
                                tick_every=3) if corrections else '<p class="muted">No corrections yet.</p>'
     size = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if k in ("messages", "vocabulary", "size"))
-    body = (f'<h2>Messages per day</h2>{charts.stacked_bars("Messages per day by verdict", day_labels, day_series, tick_every=3)}'
+    per_day_chart = charts.stacked_bars("Messages per day by verdict", day_labels, day_series, tick_every=3)
+    body = (f'<h2>Messages per day</h2>{per_day_chart}'
             f'<h2>Score histogram</h2><p class="muted">Scores below -40 and above 40 are counted in the end bars; '
             f'the dashed lines are the cut-offs.</p>{hist}'
             f'<h2>Corrections</h2><p class="muted">What you taught here: spam that was ham (false positive), '
@@ -219,7 +221,8 @@ button.spam{background:#c0392b;color:#fff;border:0}button.ham{background:#2e7d32
 .flash{background:#fff8e1;border:1px solid #e0c060;padding:6px}
 pre.source{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #ddd;padding:8px;
 max-height:600px;overflow:auto}
-dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:600}dd{margin:0;overflow-wrap:anywhere}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:600}
+dd{margin:0;overflow-wrap:anywhere}
 form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
 .pager{margin:10px 0}
 """
