@@ -340,3 +340,24 @@ def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_fi
     assert delivered() == (False, True) and opts() is None
     user_file.unlink()
     assert opts()["spam_cutoff"] is None and delivered() == (True, False)
+
+
+def test_the_history_key_reaches_every_recording_path(system_file, compiled, a_spam, tmp_path):
+    """[history] path: where filter records, on the fast path and the click path, and
+    --no-history on the command line still wins over it (no usage error)."""
+    import sqlite3
+
+    hist = tmp_path / "kept" / "h.sqlite"
+    hist.parent.mkdir()
+    write(system_file, f'[history]\npath = "{hist}"\n')
+    env = {"SPAMNB_SOCKET": str(tmp_path / "no-server.sock")}
+    for extra in ([], [], ["--evidence", "1"]):  # the first run checks the file; then fast; then click
+        res = run("filter", "--model", compiled, *extra, input=a_spam, env=env)
+        assert res.returncode == 0 and b"X-Spam-Status: Yes" in res.stdout, res.stderr
+    res = run("filter", "--model", compiled, "--no-history", input=a_spam, env=env)
+    assert res.returncode == 0 and res.stderr == b"", res.stderr
+    db = sqlite3.connect(hist)
+    assert db.execute("SELECT count(*), min(via) FROM verdicts").fetchone() == (3, "filter")
+    db.close()
+    assert not os.path.exists(str(compiled) + ".history.sqlite")
+    assert f'path = "{hist}"' in setting(run("config").stdout.decode(), "history", "path")

@@ -543,3 +543,19 @@ def test_watch_serves_metrics_and_a_line_per_message(dovecot, model, tmp_path):
     lines = [ev for line in err.splitlines() if (ev := events.parse(line))]
     assert [ev["verdict"] for ev in lines] == ["spam", "spam"] and all(ev["via"] == "imap" for ev in lines)
     assert lines[0]["user"] == dovecot.user
+
+
+def test_filter_records_each_verdict_and_its_folder_in_the_history(dovecot, inbox, model, tmp_path):
+    import sqlite3
+
+    ham, spam = inbox
+    hist = str(model) + ".history.sqlite"
+    code, err = run(dovecot, tmp_path, "filter", "--dry-run", model=model)
+    assert code == 0 and not os.path.exists(hist)  # a dry run records nothing
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0, err
+    db = sqlite3.connect(hist)
+    got = db.execute("SELECT verdict, via, user, dest FROM verdicts").fetchall()
+    db.close()
+    assert sorted(got) == sorted([("ham", "imap", dovecot.user, "INBOX")] * len(ham)
+                                 + [("spam", "imap", dovecot.user, "Junk")] * len(spam))

@@ -26,6 +26,7 @@ LAYERS = [
     ["spamnb.scale"],
     ["spamnb.storage", "spamnb.evaluation"],
     ["spamnb.delivery"],
+    ["spamnb.web"],
     ["spamnb.cli"],
     ["spamnb._entry"],
     ["spamnb.__main__"],

@@ -2,8 +2,8 @@
 
 One module per command group (``train``, ``evaluate``, ``mailbox``: classify
 and sort, ``learning``: learn, forget, compact, prune and cutoffs, ``delivery``: filter and serve,
-``explain``: explain, info and tokens, ``imap``: imap train and filter), the options they share in
-``options``; this module is the group. Commands import the library inside
+``explain``: explain, info and tokens, ``imap``: imap train and filter, ``web``: the page), the
+options they share in ``options``; this module is the group. Commands import the library inside
 their own bodies, so that the click path of the per-message ``filter`` hook
 does not pay for modules it never uses. Errors the
 user can fix (missing files, bad models, bad options) end in one line on stderr
@@ -18,7 +18,7 @@ import sys
 import click
 
 from spamnb._version import __version__
-from spamnb.cli import config, delivery, evaluate, explain, imap, learning, mailbox, stats, train
+from spamnb.cli import config, delivery, evaluate, explain, imap, learning, mailbox, stats, train, web
 
 
 class _Group(click.Group):
@@ -108,5 +108,5 @@ def main(ctx, config_file):
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
                  learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
-                 explain.tokens, imap.imap, config.config, stats.stats):
+                 explain.tokens, imap.imap, config.config, stats.stats, web.web):
     main.add_command(_command)

@@ -8,8 +8,8 @@ import sys
 import click
 
 from spamnb import verdict
-from spamnb.cli.options import (cutoffs, decision_options, log_options, metrics_from, metrics_options, model_options,
-                                notice, open_model, pass_through, recorder)
+from spamnb.cli.options import (cutoffs, decision_options, history_options, history_path, log_options, metrics_from,
+                                metrics_options, model_options, notice, open_model, pass_through, recorder)
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
@@ -42,8 +42,9 @@ class _FilterCommand(click.Command):
                    "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
 @decision_options
 @log_options(False)
+@history_options
 def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
-            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to):
+            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, history):
     """Filter one message from standard input to standard output.
 
     Adds X-Spam-Flag: YES (spam only) and X-Spam-Status: Yes|No, score=S
@@ -55,7 +56,8 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
 
     Started as the `spamnb` program, it answers through a running `spamnb serve`
     when it can, else from the model's compiled scorer, else the full way:
-    the output is the same whichever way answers.
+    the output is the same whichever way answers. Each verdict is recorded in
+    the history (see `spamnb web`): by the server when it answers, else here.
 
     Delivery agents run it with their own PATH, not yours (procmail:
     $HOME/bin:/usr/local/bin:/usr/bin:/bin; maildrop: /bin:/usr/bin:/usr/local/bin),
@@ -88,7 +90,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
         raw = stdin.read()
         out, label = _filter_message(raw, model_path, allow_insecure_model, learn_, evidence,
                                      (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
-                                     recorder(log_messages, log_format, log_to))
+                                     recorder(log_messages, log_format, log_to), history)
         code = 0 if exit_zero else EXIT_CODES[label]
     except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
         click.echo(passed_through(_reason(exc)), err=True)
@@ -117,7 +119,7 @@ def _reason(exc):
     return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
-def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision, rec):
+def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision, rec, history=None):
     import time
 
     from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, not_learned
@@ -139,6 +141,12 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
             learned = False
     rec.message("filter", label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
                 user=_login(), learned=label if learned else None, why="filter-u")
+    where = history_path(history, path)
+    if where:  # now, not through rec's writer thread: this process ends with the message
+        from spamnb.storage.history import record_now
+
+        record_now(where, raw, label, d.score, d.p, via="filter", learned=label if learned else None,
+                   cutoffs=d.cutoffs, log=notice)
     return out, label
 
 
@@ -192,11 +200,12 @@ def _login():
 @decision_options
 @log_options(True)
 @metrics_options
+@history_options
 @click.pass_context
 def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
           spamd_addresses, allow, user_models, allow_tell, allow_tell_served, spamd_max_bytes,
           spamd_socket_mode, cost_fp, cost_fn, cost_unsure,
-          spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow):
+          spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -247,7 +256,9 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
     _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
     meter = metrics_from(metrics_address, metrics_allow)
-    rec = recorder(log_messages, log_format, log_to, meter)
+    rec = recorder(log_messages, log_format, log_to, meter, history_path(history, path))
+    if rec.history is not None:
+        notice(f"recording verdicts in {rec.history.path}")
     spamd_models = []
     others = None
     if spamd_addresses:
@@ -278,6 +289,8 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
         raise click.ClickException(str(exc)) from None
     except OSError as exc:
         raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from None
+    finally:
+        rec.close()
 
 
 def reread_decision(ctx):

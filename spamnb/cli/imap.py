@@ -7,7 +7,8 @@ import sys
 
 import click
 
-from spamnb.cli.options import decision_options, log_options, metrics_from, metrics_options, notice, recorder
+from spamnb.cli.options import (decision_options, history_options, history_path, log_options, metrics_from,
+                                metrics_options, notice, recorder)
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -126,13 +127,14 @@ def train(ham, spam, config_path, **kw):
               help="Also learn its own verdicts near the decision, as `spamnb filter -u` does (with a model "
                    "of your own); your corrections are learned either way.")
 @click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
+@history_options
 @account_options
 @decision_options
 @log_options(True)
 @metrics_options
 def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, cost_fp, cost_fn,
             cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow,
-            **kw):
+            history, **kw):
     """Classify new messages, move spam to Junk, learn from your moves.
 
     Each pass: a message you moved into Junk is learned as spam; one spamnb
@@ -164,11 +166,13 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     if metrics_address and not watch:
         raise click.UsageError("--metrics is for --watch")
     meter = metrics_from(metrics_address, metrics_allow)
-    rec = recorder(log_messages, log_format, log_to, meter)
+    rec = recorder(log_messages, log_format, log_to, meter, None if dry_run else history_path(history, own))
     listener = None
     try:
         decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-        judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user)
+        folders = {"spam": s.junk or "Junk", "unsure": s.unsure_folder}
+        judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user,
+                                        lambda label: folders.get(label) or s.folder)
         if meter is not None:
             import threading
 
@@ -198,17 +202,18 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
         if listener is not None:
             listener.shutdown()
             listener.close()
+        rec.close()
         os.close(lock)
 
 
-def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=None, user=None):
+def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=None, user=None, folder=None):
     """``judge(raw) -> (label, p, learn)`` with the user's model as it is now (their
     own once they have one, else the default) under ``decision`` (the decision
     options: the model's cut-offs when all None), ``learn`` saying whether the verdict
     is learned as ``filter -u`` would learn it (never with the default model), and
     ``learn(items)`` into their own model (made from the default one at the first
     correction, as `spamnb learn` does). ``rec``: the Recorder of each message and
-    of each correction learned."""
+    of each correction learned; ``folder(label)``: where a verdict files the message."""
     import hashlib
     import time
 
@@ -232,7 +237,8 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
         if learns:
             own.add(hashlib.sha256(raw).digest())
         rec.message("imap", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
-                    user=user, learned=d.label if learns else None, why="filter-u")
+                    user=user, learned=d.label if learns else None, why="filter-u",
+                    folder=folder and folder(d.label))
         return d.label, d.p, learns
 
     def learn(items):

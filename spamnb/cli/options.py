@@ -6,6 +6,7 @@ Decision options become cut-offs through :func:`spamnb.verdict.cutoffs_from`
 
 from __future__ import annotations
 
+import functools
 import sys
 
 import click
@@ -33,6 +34,40 @@ def _decision_default(ctx, param, value):
             ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in verdict.DECISION_OPTIONS):
         return None
     return value
+
+
+def history_options(f):
+    """``--history FILE`` / ``--no-history``, passed on as ``history``: a path,
+    False for none, None for the default beside the model (:func:`history_path`)."""
+
+    def exclusive(ctx, param, value):  # while parsing: filter passes the mail through a usage error
+        from click.core import ParameterSource
+
+        other = "no_history" if param.name == "history" else "history"
+        given = [ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in (param.name, other)]
+        if value and ctx.params.get(other) and all(given):  # a configuration file's path yields to --no-history
+            raise click.UsageError("give --history FILE or --no-history, not both")
+        return value
+
+    @functools.wraps(f)
+    def command(history, no_history, **kwargs):
+        return f(history=False if no_history else history, **kwargs)
+
+    command = click.option("--no-history", is_flag=True, callback=exclusive,
+                           help="Record nothing in the history.")(command)
+    return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+                        callback=exclusive, help="Record each verdict in this SQLite file (default "
+                        "MODEL.history.sqlite, beside the model; `spamnb web` shows it).")(command)
+
+
+def history_path(history, model_path):
+    """The history file a command records in: ``history`` (:func:`history_options`),
+    else the model's; None with ``--no-history``."""
+    if history is False:
+        return None
+    from spamnb.storage.history import default_path
+
+    return history or default_path(model_path)
 
 
 def decision_options(f):
@@ -268,11 +303,24 @@ def metrics_options(f):
     return f
 
 
-def recorder(log_messages, log_format, log_to, metrics=None):
-    """The :class:`spamnb.delivery.events.Recorder` of the log options."""
+def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=notice):
+    """The :class:`spamnb.delivery.events.Recorder` of the log options; ``history``:
+    the history file it also records each message in (:func:`history_path`; None:
+    none). A history that cannot be used is said to ``log``, and the command goes on
+    without it: deliveries matter more than their record. Close it at the end."""
     from spamnb.delivery.events import Recorder
 
-    return Recorder(lines=log_messages, fmt=log_format, to=log_to, metrics=metrics)
+    kept = None
+    if history:
+        import sqlite3
+
+        from spamnb.storage import history as hist
+
+        try:
+            kept = hist.Recorder(history, log)
+        except (hist.HistoryError, sqlite3.Error, OSError) as exc:
+            log(f"not recording the history: {exc}")
+    return Recorder(lines=log_messages, fmt=log_format, to=log_to, metrics=metrics, history=kept)
 
 
 def metrics_from(address, allow):

@@ -18,6 +18,9 @@ message or the client (Message-ID, user, folder) are escaped
 (:func:`quote`): no line break, no control or non-ASCII character and no ``=``
 survive, so a message cannot end its line or write a ``verdict=`` of its own.
 :func:`parse` reads both forms back (``spamnb stats``).
+
+A :class:`Recorder` given a ``history`` (a :class:`spamnb.storage.history.Recorder`)
+also records each message there, lines or not, for ``spamnb web``.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ SOURCES = ("filter-u", "tell", "imap", "cli")
 _PLAIN = frozenset(chr(c) for c in range(33, 127)) - set('"\\=')
 #: A Message-ID longer than this is cut (a header can be any length; a log line should not).
 MAX_VALUE = 200
+#: The history's name of a ``via`` (:mod:`spamnb.storage.history`: ``serve`` for its private socket).
+HISTORY_VIA = {"socket": "serve"}
 
 
 def quote(value) -> str:
@@ -114,14 +119,16 @@ def now_iso(t=None) -> str:
 
 
 class Recorder:
-    """Writes the event lines (when ``lines``) and counts them in ``metrics`` (when given)."""
+    """Writes the event lines (when ``lines``), counts them in ``metrics`` and records
+    each message in ``history`` (each when given)."""
 
-    def __init__(self, *, lines=True, fmt="text", to="stderr", metrics=None, write=None):
+    def __init__(self, *, lines=True, fmt="text", to="stderr", metrics=None, write=None, history=None):
         if fmt not in FORMATS or to not in DESTINATIONS:
             raise ValueError(f"log format {fmt!r}, destination {to!r}: not one of {FORMATS}, {DESTINATIONS}")
         self.lines = lines
         self.fmt = fmt
         self.metrics = metrics
+        self.history = history
         self._lock = threading.Lock()
         if write is not None:
             self._write = write
@@ -145,11 +152,15 @@ class Recorder:
 
     def message(self, via, label, score, p, cutoffs, size, seconds, *, raw=None, mid=None, user=None,
                 learned=None, why=None, folder=None):
-        """One message's verdict; ``learned`` the class it was learned as (None: not learned)."""
+        """One message's verdict; ``learned`` the class it was learned as (None: not learned);
+        ``folder``: where it was filed."""
         if self.metrics is not None:
             self.metrics.message(via, label, seconds)
             if learned:
                 self.metrics.learned(learned, why or "filter-u")
+        if self.history is not None and raw is not None:
+            self.history.add(raw, label, score, p, via=HISTORY_VIA.get(via, via), user=user, dest=folder,
+                             learned=learned if learned != "?" else None, cutoffs=cutoffs or (None, None))
         if not self.lines:
             return
         if mid is None and raw is not None:
@@ -177,6 +188,11 @@ class Recorder:
             self.metrics.error(kind)
         if self.lines:
             self.emit({"event": "error", "via": via, "kind": kind, "text": text})
+
+    def close(self):
+        """Write what the history has queued, and close it."""
+        if self.history is not None:
+            self.history.close()
 
 
 #: A recorder that writes and counts nothing (the library's default).

@@ -46,12 +46,12 @@ from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionEr
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
 
-_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
+_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--history": "history", "--ham-cutoff": "ham_cutoff",
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp", "--log-format": "log_format",
                   "--log-to": "log_to"}
 _FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn",
-          "--log-messages": "log"}
+          "--log-messages": "log", "--no-history": "no_history"}
 _LOG_CHOICES = {"log_format": ("text", "json"), "log_to": ("stderr", "syslog")}
 _FLOATS = DECISION_OPTIONS
 
@@ -59,6 +59,7 @@ _FLOATS = DECISION_OPTIONS
 #: Configuration keys the fast path applies, and the option each stands for.
 _CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "learn",
                  ("model", "allow_insecure"): "allow_insecure", ("log", "messages"): "log"}
+_CONFIG_PATHS = {("model", "path"): "model", ("serve", "socket"): "socket", ("history", "path"): "history"}
 
 
 def with_config(opts, env=os.environ):
@@ -87,8 +88,8 @@ def with_config(opts, env=os.environ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 return None
             out[k] = None if value is None else float(value)
-    for key, name in (("model", "model"), ("socket", "socket")):
-        value = layers.get("model" if key == "model" else "serve", "path" if key == "model" else "socket")
+    for (table, key), name in _CONFIG_PATHS.items():
+        value = layers.get(table, key)
         if out[name] is None and value is not None:
             if not isinstance(value, str):
                 return None
@@ -105,7 +106,8 @@ def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
     opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
-            "log": False, "log_format": None, "log_to": None, **{k: None for k in _FLOATS}}
+            "log": False, "log_format": None, "log_to": None, "history": None, "no_history": False,
+            **{k: None for k in _FLOATS}}
     seen = set()
     i = 0
     while i < len(args):
@@ -134,6 +136,8 @@ def parse_args(args):
             return None  # click says what is wrong
         opts[key] = value
         i += 1
+    if opts["history"] is not None and opts["no_history"]:
+        return None  # the click command says what is wrong
     return opts
 
 
@@ -244,19 +248,31 @@ def cold(raw, path, is_default, opts, facts=None):
     finally:
         if opened:
             os.close(opened[0])
-    learned = opts["learn"] and learns and not is_default
-    if learned:
-        learn_here(path, raw, label, toks, allow)
+    learned = opts["learn"] and learns and not is_default and learn_here(path, raw, label, toks, allow)
+    remember(opts, path, raw, d, learned)
     if facts is not None:
         facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=label if learned else None)
     return out, label
 
 
+def remember(opts, model_path, raw, d, learned=False):
+    """Record the verdict ``d`` in the history (``--history``, else beside the
+    model; none with ``--no-history``): a failure is a note on stderr."""
+    if opts["no_history"]:
+        return
+    from spamnb.storage import history
+
+    history.record_now(opts["history"] or history.default_path(model_path), raw, d.label, d.score, d.p,
+                       via="filter", learned=d.label if learned else None, cutoffs=d.cutoffs, log=warn,
+                       leave_open=True)  # the process ends with os._exit: no checkpoint to wait for
+
+
 def learn_here(path, raw, label, toks, allow_insecure):
     """``filter -u``'s learning on the cold path: one record appended to the journal
     (as ``spamnb learn`` would), waiting at most :data:`spamnb.delivery.hook.LEARN_TIMEOUT`
-    for the lock; a failure is a warning and the verdict is delivered. Fallback
-    when only the full model can learn it (nothing is written then)."""
+    for the lock; a failure is a warning and the verdict is delivered (False:
+    not learned). Fallback when only the full model can learn it (nothing is
+    written then)."""
     from spamnb.delivery.hook import LEARN_TIMEOUT, not_learned
     from spamnb.storage import journal
     from spamnb.storage.store import ModelError, lock_timeout
@@ -268,9 +284,10 @@ def learn_here(path, raw, label, toks, allow_insecure):
         raise Fallback(str(exc)) from None
     except ModelError as exc:
         sys.stderr.write(not_learned(exc) + "\n")
-        return
+        return False
     if done["needs_compaction"]:
         compact_in_background(path, allow_insecure)
+    return True
 
 
 def warn(text):
@@ -324,7 +341,7 @@ def safe_import_path():
     return out
 
 
-def with_model(raw, opts, kind, env=os.environ):
+def with_model(raw, opts, kind, env=os.environ, facts=None):
     """``(output, label)`` from the whole model, for a model whose scorer is unusable
     (``kind``), rebuilding the scorer on the way when it can; None on any failure
     (the click command then runs, and reports it).
@@ -334,16 +351,21 @@ def with_model(raw, opts, kind, env=os.environ):
     where procmail's log keeps it.
     """
     try:
-        from spamnb.delivery.hook import filter_message
+        from spamnb.delivery.hook import filter_verdict
         from spamnb.storage.modelfile import load_and_compile
 
         path, is_default = locate.resolve_model(opts["model"], env)
         model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure"])
         if note:
             sys.stderr.write(f"spamnb filter: {note}\n")
-        result = filter_message(model, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS])[:2]
+        kept, pos, block, d = filter_verdict(model, raw, model_name(path, is_default),
+                                             [opts[k] for k in DECISION_OPTIONS])
+        result = kept[:pos] + block + kept[pos:], d.label
     except Exception:  # noqa: BLE001 - the full path decides, and says what is wrong
         return None
+    remember(opts, path, raw, d)
+    if facts is not None:
+        facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=None)
     if is_default:  # the notice the click path prints
         sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result
@@ -442,14 +464,11 @@ def main(args, load_cli, env=os.environ):
         if opts["learn"]:  # the click command loads the model, learns, and saves its scorer
             full_path(load_cli, args, raw)
             return
-        result = with_model(raw, opts, exc.kind, env)
+        result = with_model(raw, opts, exc.kind, env, facts)
         if result is None:
             full_path(load_cli, args, raw)
             return
         out, label = result
-        if facts is not None and not facts:  # answered from the full model: no figures for the line
-            full_path(load_cli, args, raw)
-            return
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
         full_path(load_cli, args, raw)
         return

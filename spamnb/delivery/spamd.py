@@ -805,7 +805,7 @@ def client_allowed(client_address, allowed) -> bool:
     return any(ip in net for net in allowed)
 
 
-def parse_address(text: str, option="--spamd"):
+def parse_address(text: str, option="--spamd", any_port=False):
     """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
     ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError
     otherwise (naming ``option``)."""
@@ -817,7 +817,7 @@ def parse_address(text: str, option="--spamd"):
         port = port[1:] if port.startswith(":") else ""
     elif ":" in text:
         host, _, port = text.rpartition(":")
-    if not port.isdigit() or not 0 < int(port) < 65536:
+    if not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:  # any_port: 0 picks a free one
         raise ValueError(f"{option} {text}: give HOST:PORT, a port, or a socket path")
     try:
         ipaddress.ip_address(host)
@@ -839,11 +839,11 @@ def parse_networks(cidrs) -> tuple:
     return tuple(nets)
 
 
-def check_exposure(host, allowed):
+def check_exposure(host, allowed, option="--spamd"):
     """Listening beyond loopback needs ``--allow`` (as spamd's ``-A``): ValueError otherwise."""
     ip = ipaddress.ip_address(host)
     if not ip.is_loopback and not allowed:
-        raise ValueError(f"--spamd on {host} listens beyond this machine: say who may connect with "
+        raise ValueError(f"{option} on {host} listens beyond this machine: say who may connect with "
                          f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
 
 

@@ -1,0 +1,83 @@
+"""``spamnb web``: the page that shows what the filter did and learns your corrections."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from spamnb.cli.options import model_options, notice
+
+
+@click.command()
+@model_options
+@click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
+              help="The history to show (default MODEL.history.sqlite, beside the model).")
+@click.option("--listen", default="127.0.0.1:8783", show_default=True, metavar="HOST:PORT",
+              help="Where to listen (a PORT alone is on 127.0.0.1; port 0 picks a free one).")
+@click.option("--allow", multiple=True, metavar="CIDR",
+              help="Networks whose browsers may connect besides this machine (repeatable); needed to "
+                   "listen on an address other than loopback. They still need the token.")
+@click.option("--verbose", "-v", is_flag=True, help="Log each request (its path, never the token).")
+def web(model_path, allow_insecure_model, history, listen, allow, verbose):
+    """Show what the filter did and correct it, in your browser.
+
+    Pages: Unsure mail (with Spam / Ham buttons that learn the message, as
+    `spamnb learn` does, and re-score the rest), History (every verdict the
+    filter, the server and imap filter recorded, searchable, with a "wrong?"
+    button), Overview (pictures of the last days) and Model (what `spamnb info`
+    says, and a prune preview).
+
+    It prints its address with a secret token, as Jupyter does: open that
+    URL; every request needs the token (a cookie after the first visit).
+    Stops on Ctrl-C.
+
+    \b
+    Example:
+      spamnb web
+      spamnb web --listen 192.0.2.10:8783 --allow 192.0.2.0/24
+    """
+    import signal
+    import threading
+
+    from spamnb.delivery import spamd
+    from spamnb.storage.history import HistoryError, default_path, open_db
+    from spamnb.storage.modelfile import resolve
+    from spamnb.web.app import WebServer
+    from spamnb.web.data import Site
+
+    try:
+        kind, *where = spamd.parse_address(listen, option="--listen", any_port=True)
+        if kind != "tcp":
+            raise ValueError(f"--listen {listen}: give HOST:PORT or a port")
+        nets = spamd.parse_networks(allow)
+        spamd.check_exposure(where[0], nets, option="--listen")
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    path, is_default = resolve(model_path)
+    if not path.exists():
+        raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
+    path = path.resolve()
+    history = os.path.abspath(history or default_path(path))
+    try:
+        open_db(history).close()  # made (0600) when missing: the page works before the first message
+    except HistoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    site = Site(path, is_default, history, allow_insecure=allow_insecure_model, log=notice)
+    try:
+        server = WebServer((where[0], where[1]), site, allowed=spamd.LOOPBACK + nets, verbose=verbose)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+    click.echo(f"spamnb web: serving {path} and its history {history}", err=True)
+    click.echo(f"spamnb web: open {server.url()}", err=True)
+    try:
+        while not stop.wait(1.0):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,315 @@
+"""What the filter did: every verdict in an SQLite database, ``MODEL.history.sqlite``.
+
+``serve`` (both protocols), ``filter`` (when it does the work itself) and
+``imap filter`` record each verdict here; ``spamnb web`` shows it and learns
+from it. One row per verdict (time, verdict, score, P(spam), From, Subject,
+Message-ID, user, size, which way answered, where the message went, learned
+or not, the user's correction), and the whole message beside it for unsure
+ones (and the :data:`KEEP_RECENT` most recent others) up to :data:`MAX_BODY`
+bytes, for :data:`BODY_DAYS` days: enough to show them and learn them later.
+
+Recording is a side effect of a delivery and never its master:
+
+* bounded: SQLite waits at most :data:`BUSY_MS` for a lock; a locked, full,
+  damaged or unwritable database skips the record and says so in the log,
+  and the delivery goes on with its verdict;
+* off the delivery's path in the server and ``imap filter``: :class:`Recorder`
+  (handed each message by :class:`spamnb.delivery.events.Recorder`, where the
+  line per message is written) passes the record to a writer thread through a
+  bounded queue (a full queue drops it, logged); ``filter`` writes it itself
+  (:func:`record_now`), after the verdict is decided;
+* private: the file is made mode 0600 (SQLite gives its ``-wal`` and ``-shm``
+  files the same mode) and a file that is not ours, or that others may write,
+  or a symlink, is not used;
+* WAL mode, ``synchronous=NORMAL``: a commit is an append to the WAL with no
+  fsync (a power cut may lose the last records, never the database), and the
+  page reads while deliveries write.
+
+Standard library only: the cold ``filter`` path imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+MAX_BODY = 512 * 1024  # bytes: a bigger message is recorded without its body
+KEEP_RECENT = 200  # bodies of the most recent messages that are not unsure
+BODY_DAYS = 30  # days a kept body stays
+ROW_DAYS = 400  # days a verdict's row stays
+BUSY_MS = 50  # the longest a record waits for the database's lock
+QUEUE = 1000  # records waiting for the server's writer; more are dropped
+PRUNE_EVERY = 500  # records between two retention passes
+LINGER = 0.05  # seconds the server's writer waits after a write, gathering the next records
+SUFFIX = ".history.sqlite"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS verdicts (
+    id INTEGER PRIMARY KEY,
+    t REAL NOT NULL,            -- seconds since the epoch
+    verdict TEXT NOT NULL,      -- spam, ham, unsure: as delivered
+    score REAL,                 -- log-odds
+    p REAL,                     -- P(spam|message)
+    sender TEXT, subject TEXT, message_id TEXT,
+    user TEXT,                  -- the spamd User, the IMAP account, the local user
+    size INTEGER,
+    via TEXT,                   -- serve, spamd, filter, imap
+    dest TEXT,                  -- where it went, when spamnb knows (an IMAP folder)
+    learned TEXT,               -- the label filter -u's rule learned it as, at delivery
+    corrected TEXT,             -- the label the user taught on the page
+    corrected_t REAL,
+    now_verdict TEXT,           -- after the last re-scoring on the page
+    now_score REAL,
+    ham_cut REAL, spam_cut REAL -- the cut-offs the verdict was decided with (re-scoring uses them)
+);
+CREATE INDEX IF NOT EXISTS verdicts_t ON verdicts (t);
+CREATE INDEX IF NOT EXISTS verdicts_verdict ON verdicts (verdict, id);
+CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
+"""
+
+
+class HistoryError(Exception):
+    """The history database cannot be used (not ours, unsafe, damaged)."""
+
+
+def default_path(model_path) -> str:
+    return os.fspath(model_path) + SUFFIX
+
+
+# -- the message's fields ---------------------------------------------------------------
+
+
+def fields(raw: bytes) -> dict:
+    """From, Subject and Message-ID of ``raw``, decoded (RFC 2047), unfolded, each cut
+    to 300 characters: what a row shows. Never raises."""
+    from spamnb.mail.mime import decode_header, header_block_end
+
+    want = {b"from": "sender", b"subject": "subject", b"message-id": "message_id"}
+    out = {"sender": "", "subject": "", "message_id": ""}
+    try:
+        head = raw[:header_block_end(raw[:256 * 1024])]
+        current = None
+        for line in head.splitlines():
+            if line[:1] in (b" ", b"\t"):
+                if current:
+                    out[current] += " " + line.strip().decode("utf-8", "surrogateescape")
+                continue
+            name, colon, value = line.partition(b":")
+            current = want.get(name.strip().lower()) if colon else None
+            if current and out[current]:
+                current = None  # the first of a repeated field counts
+            elif current:
+                out[current] = value.strip().decode("utf-8", "surrogateescape")
+        for k, v in out.items():
+            out[k] = decode_header(v)[:300].encode("utf-8", "replace").decode("utf-8")
+    except Exception:  # noqa: BLE001 - hostile headers give empty fields, never a failed record
+        pass
+    return out
+
+
+def local_user() -> str:
+    """The name of the user running this (for the row's user): $LOGNAME or $USER,
+    which login, procmail and systemd set, before a password-database lookup,
+    which can take milliseconds (NSS) on the cold filter's path."""
+    name = os.environ.get("LOGNAME") or os.environ.get("USER")
+    if name:
+        return name[:64]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.geteuid())
+
+
+# -- the database ----------------------------------------------------------------------
+
+
+def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
+    """A connection to the history at ``path`` (made 0600 when missing and ``create``).
+
+    HistoryError when the file is a symlink or not a regular file, is another
+    user's, or others may write it (a record there could be forged), or is not
+    a history database; sqlite3.Error for the rest.
+    """
+    import sqlite3
+
+    path = os.path.abspath(os.fspath(path))
+    if create and not readonly:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            raise HistoryError(f"cannot open history {path}: {exc.strerror or exc}") from None
+        try:
+            check_private(os.fstat(fd), path)
+        finally:
+            os.close(fd)
+    else:
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            raise HistoryError(f"no history at {path}: {exc.strerror or exc}") from None
+        check_private(st, path)
+    uri = "file:" + path.replace("%", "%25").replace("?", "%3f").replace("#", "%23") + ("?mode=ro" if readonly else "")
+    try:
+        db = sqlite3.connect(uri, uri=True, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise HistoryError(f"cannot open history {path}: {exc}") from None
+    try:
+        db.execute(f"PRAGMA busy_timeout = {int(busy_ms)}")
+        if not readonly:
+            if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+                raise HistoryError(f"history {path}: cannot switch to WAL mode")
+            db.execute("PRAGMA synchronous = NORMAL")
+            if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+                db.executescript(SCHEMA + "PRAGMA user_version = 1;")
+        elif db.execute("PRAGMA user_version").fetchone()[0] != 1:
+            raise HistoryError(f"{path} is not a spamnb history")
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        if isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc):
+            raise
+        raise HistoryError(f"history {path}: {exc}") from None
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def check_private(st, path):
+    if not stat.S_ISREG(st.st_mode):
+        raise HistoryError(f"history {path} is not a regular file")
+    if st.st_uid != os.geteuid():
+        raise HistoryError(f"history {path} belongs to uid {st.st_uid}, not to you")
+    if st.st_mode & 0o022:
+        raise HistoryError(f"history {path} may be written by others (mode {stat.S_IMODE(st.st_mode):04o}): "
+                           f"chmod 600 it")
+
+
+def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoffs=(None, None), t=None):
+    """The record of one verdict: ``(columns, body or None)``; ``cutoffs``: the
+    ``(ham, spam)`` cut-offs it was decided with."""
+    f = fields(raw)
+    cols = {"t": time.time() if t is None else t, "verdict": label, "score": float(score), "p": float(p),
+            **f, "user": user or local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned,
+            "ham_cut": cutoffs[0], "spam_cut": cutoffs[1]}
+    return cols, raw if len(raw) <= MAX_BODY else None
+
+
+def write(db, records, *, keep_recent=KEEP_RECENT):
+    """Insert ``records`` (:func:`row`'s) in one transaction."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        for cols, body in records:
+            cur = db.execute(f"INSERT INTO verdicts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                             list(cols.values()))
+            if body is not None:
+                db.execute("INSERT INTO bodies (id, raw) VALUES (?, ?)", (cur.lastrowid, body))
+        last = cur.lastrowid if records else 0
+        if last and last % PRUNE_EVERY < len(records):
+            prune(db, keep_recent=keep_recent)
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+
+
+def prune(db, *, now=None, keep_recent=KEEP_RECENT, body_days=BODY_DAYS, row_days=ROW_DAYS):
+    """Retention: bodies older than ``body_days``, bodies beyond the ``keep_recent``
+    most recent of messages that were not unsure, rows older than ``row_days``.
+    Inside the caller's transaction."""
+    now = time.time() if now is None else now
+    db.execute("DELETE FROM bodies WHERE id IN (SELECT id FROM verdicts WHERE t < ?)", (now - body_days * 86400,))
+    db.execute("DELETE FROM bodies WHERE id IN (SELECT b.id FROM bodies b JOIN verdicts v ON v.id = b.id "
+               "WHERE v.verdict != 'unsure' ORDER BY b.id DESC LIMIT -1 OFFSET ?)", (keep_recent,))
+    db.execute("DELETE FROM verdicts WHERE t < ?", (now - row_days * 86400,))
+
+
+# Connections ``record_now(..., leave_open=True)`` keeps to the process's end (see there).
+LEFT_OPEN = []
+
+
+def record_now(path, raw, label, score, p, *, log, leave_open=False, **kw):
+    """Record one verdict now (``filter``): at most :data:`BUSY_MS`
+    of waiting; any failure is one line to ``log`` and no record.
+
+    ``leave_open``: for a process that ends at once without closing anything
+    (the cold ``filter``, with ``os._exit``). Closing the last connection to a
+    WAL database checkpoints it, an fsync (30 ms on a busy disk, where the
+    commit itself takes 0.1 ms); left open, the WAL stays for the next
+    connection (SQLite's case of a process that ended), and the checkpoint
+    comes when the WAL has grown, paid once for many records."""
+    import sqlite3
+
+    try:
+        db = open_db(path)
+        try:
+            write(db, [row(raw, label, score, p, **kw)])
+        finally:
+            if leave_open:
+                LEFT_OPEN.append(db)
+            else:
+                db.close()
+    except (sqlite3.Error, HistoryError, OSError) as exc:
+        log(f"history not recorded: {exc}")
+
+
+class Recorder:
+    """The server's recorder: :meth:`add` queues a record and returns at once; a
+    writer thread writes what is queued in one transaction at a time."""
+
+    def __init__(self, path, log):
+        import queue
+        import threading
+
+        self.path = os.path.abspath(os.fspath(path))
+        self.log = log
+        self.db = open_db(self.path)  # a history that cannot open is an error at start, not per message
+        self.queue = queue.Queue(QUEUE)
+        self.dropped = 0
+        self.thread = threading.Thread(target=self._run, name="spamnb-history", daemon=True)
+        self.thread.start()
+
+    def add(self, raw, label, score, p, **kw):
+        """Queue one verdict (never blocks; a full queue drops it, logged once per 100)."""
+        import queue
+
+        try:
+            self.queue.put_nowait((raw, label, score, p, kw))
+        except queue.Full:
+            self.dropped += 1
+            if self.dropped % 100 == 1:
+                self.log(f"history: the writer is behind, {self.dropped} record(s) dropped")
+
+    def _run(self):
+        import sqlite3
+
+        while True:
+            item = self.queue.get()
+            batch = [item]
+            while item is not None and len(batch) < 100:
+                try:
+                    item = self.queue.get_nowait()
+                except Exception:  # noqa: BLE001 - queue.Empty: write what we have
+                    break
+                batch.append(item)
+            stop = batch[-1] is None
+            records = [i for i in batch if i is not None]
+            try:
+                write(self.db, [row(raw, label, score, p, **kw) for raw, label, score, p, kw in records])
+            except (sqlite3.Error, OSError) as exc:
+                self.log(f"history: {len(records)} record(s) not written: {exc}")
+            if stop:
+                return
+            time.sleep(LINGER)  # let a burst gather: one transaction for many records
+
+    def close(self, wait=5.0):
+        """Write what is queued (at most ``wait`` seconds), then close."""
+        try:
+            self.queue.put(None, timeout=wait)
+        except Exception:  # noqa: BLE001 - queue.Full: what is left is lost, the server stops anyway
+            pass
+        self.thread.join(wait)
+        if not self.thread.is_alive():
+            self.db.close()

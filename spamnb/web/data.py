@@ -1,0 +1,255 @@
+"""What the page shows and does, without HTML: the history's queries, the model's
+facts, learning a message and re-scoring the unsure ones.
+
+Every query reads one page of rows (``LIMIT``/``OFFSET`` on an index), never
+the whole history: a history of a year of mail pages as fast as a day's.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+
+from spamnb.delivery.hook import decide, scored
+from spamnb.delivery.server import ModelHolder
+from spamnb.storage import history
+from spamnb.storage.modelfile import default_seed, learn_messages, load_model, own_model_path
+
+PAGE = 25
+RESCORE = 200  # unsure messages re-scored after a choice (the newest)
+LABELS = ("spam", "ham", "unsure")
+COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id", "user", "size", "via",
+           "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score")
+
+
+class Site:
+    """The model and history one ``spamnb web`` serves, and what it does to them."""
+
+    def __init__(self, model_path, is_default, history_path, *, allow_insecure=False, log=None):
+        self.model_path = os.fspath(model_path)
+        # learning starts the user's own model from the default one, as `spamnb learn` does
+        self.learn_path = os.fspath(own_model_path()) if is_default else self.model_path
+        self.history_path = os.fspath(history_path)
+        self.allow_insecure = allow_insecure
+        self.log = log or (lambda text: None)
+        self.holders = {}
+        self.lock = threading.Lock()  # one choice (learn, re-score) at a time
+        self.full = (None, None)  # (identity, SpamModel) for the Model page
+
+    # -- the database ------------------------------------------------------------
+
+    def db(self):
+        return history.open_db(self.history_path, busy_ms=2000)
+
+    def query(self, sql, args=()):
+        db = self.db()
+        try:
+            return db.execute(sql, args).fetchall()
+        finally:
+            db.close()
+
+    def rows(self, where="", args=(), *, page=0, size=PAGE):
+        """``(rows, total)``: one page of verdicts matching ``where``, newest first."""
+        db = self.db()
+        try:
+            total = db.execute(f"SELECT count(*) FROM verdicts v {where}", args).fetchone()[0]
+            cur = db.execute(f"SELECT {', '.join('v.' + c for c in COLUMNS)}, b.id IS NOT NULL FROM verdicts v "
+                             f"LEFT JOIN bodies b ON b.id = v.id {where} ORDER BY v.id DESC LIMIT ? OFFSET ?",
+                             (*args, size, page * size))
+            return [dict(zip((*COLUMNS, "kept"), r)) for r in cur], total
+        finally:
+            db.close()
+
+    def unsure(self, page=0):
+        """The queue: unsure messages kept whole and not taught yet."""
+        return self.rows("JOIN bodies k ON k.id = v.id WHERE v.verdict = 'unsure' AND v.corrected IS NULL",
+                         page=page)
+
+    def search(self, *, q="", verdict="", since="", until="", page=0):
+        """History rows by sender/subject text, verdict, and dates (YYYY-MM-DD, local time)."""
+        where, args = [], []
+        if q:
+            like = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            where.append("(v.sender LIKE ? ESCAPE '\\' OR v.subject LIKE ? ESCAPE '\\')")
+            args += [like, like]
+        if verdict in LABELS:
+            where.append("v.verdict = ?")
+            args.append(verdict)
+        for day, op, extra in ((since, ">=", 0), (until, "<", 86400)):
+            t = day_start(day)
+            if t is not None:
+                where.append(f"v.t {op} ?")
+                args.append(t + extra)
+        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page)
+
+    def message(self, mid):
+        """``(row, raw or None)`` of verdict ``mid``; None when there is no such row."""
+        found, _ = self.rows("WHERE v.id = ?", (mid,), size=1)
+        if not found:
+            return None
+        raw = self.query("SELECT raw FROM bodies WHERE id = ?", (mid,))
+        return found[0], bytes(raw[0][0]) if raw else None
+
+    # -- the model --------------------------------------------------------------
+
+    def model(self, path=None):
+        """The model as its files are now (a scorer with its journal, else the full model)."""
+        path = path or self.current_path()
+        holder = self.holders.get(path) or self.holders.setdefault(
+            path, ModelHolder(path, allow_insecure=self.allow_insecure, log=self.log))
+        return holder.get().model
+
+    def current_path(self):
+        """The user's own model once learning made it, else the one served."""
+        return self.learn_path if os.path.exists(self.learn_path) else self.model_path
+
+    def clues(self, raw, n=8):
+        """The ``n`` strongest ``(token, log-odds)`` of ``raw`` (what ``spamnb explain`` lists)."""
+        return scored(self.model(), raw, n)[2] or []
+
+    def full_model(self):
+        """The whole model (for its facts and the prune preview), reloaded when its file changed."""
+        path = self.current_path()
+        st = os.stat(path)
+        ident = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+        if self.full[0] != ident:
+            self.full = (ident, load_model(path, allow_insecure=self.allow_insecure))
+        return self.full[1]
+
+    def facts(self):
+        """What ``spamnb info`` says, as ``(name, value)`` rows, and the model."""
+        import datetime
+
+        from spamnb.storage import journal
+
+        path = self.current_path()
+        m = self.full_model()
+        stats = m.stats
+        counts = m.messages
+
+        def when(t):
+            return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "never"
+
+        j = journal.read(path, stats.get("save_id"), stats.get("journal"), allow_insecure=self.allow_insecure)
+        jrow = f"{len(j)} update(s), {(j.end - j.start) / 1e3:.0f} kB" if j is not None and len(j) else "empty"
+        return [
+            ("model file", path),
+            ("size", f"{os.path.getsize(path) / 1e6:.1f} MB"),
+            ("messages", f"{int(counts[0])} ham, {int(counts[1])} spam"),
+            ("vocabulary", f"{len(m.vocabulary)} tokens"),
+            ("journal", jrow),
+            ("compacted", when(stats.get("compacted"))),
+            ("updated", when(stats.get("updated"))),
+            ("cut-offs", f"ham if P(spam) <= {m.cutoffs.ham_cutoff:g}, spam if > {m.cutoffs.spam_cutoff:g}"),
+            ("model type", f"{m.model_type}, features {m.features}"),
+            ("history", f"{self.history_path}"),
+        ], m
+
+    def prune_preview(self, older_than=90, max_messages=1):
+        """How many tokens ``spamnb prune --older-than D --max-messages N`` would drop, of how many
+        (on a copy loaded for it: the model on disk is not touched)."""
+        path = self.current_path()
+        m = load_model(path, allow_insecure=self.allow_insecure)
+        before = len(m.vocabulary)
+        return m.age_out(older_than_days=older_than, max_messages=max_messages), before
+
+    # -- choices -----------------------------------------------------------------
+
+    def learn(self, mid, label):
+        """Learn verdict ``mid``'s message as ``label`` (the path of ``spamnb learn``:
+        the journal, the model's store), mark the row, then re-score the unsure
+        queue: ``[(id, subject, was, now)]`` of the messages whose verdict moved.
+        ValueError when the message is not there to learn."""
+        if label not in ("spam", "ham"):
+            raise ValueError("learn it as spam or ham")
+        with self.lock:
+            found = self.message(mid)
+            if found is None or found[1] is None:
+                raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
+            row, raw = found
+            learn_messages(self.learn_path, [(raw, label)], allow_insecure=self.allow_insecure,
+                           create=default_seed, warn=self.log)
+            db = self.db()
+            try:
+                db.execute("UPDATE verdicts SET corrected = ?, corrected_t = ? WHERE id = ?", (label, time.time(), mid))
+            finally:
+                db.close()
+            self.log(f"learned message {mid} as {label}")
+            return self.rescore()
+
+    def rescore(self):
+        """Score the newest :data:`RESCORE` messages of the unsure queue again with the model as it
+        is now; ``[(id, subject, was, now)]`` of those whose verdict changed."""
+        model = self.model()
+        moved, updates = [], []
+        db = self.db()
+        try:
+            cur = db.execute("SELECT v.id, v.subject, coalesce(v.now_verdict, v.verdict), v.ham_cut, v.spam_cut, "
+                             "b.raw FROM verdicts v JOIN bodies b ON b.id = v.id WHERE v.verdict = 'unsure' "
+                             "AND v.corrected IS NULL ORDER BY v.id DESC LIMIT ?", (RESCORE,))
+            for mid, subject, was, ham_cut, spam_cut, raw in cur.fetchall():
+                # at the cut-offs it was delivered with (a filter's --spam-cutoff...), else the model's
+                d = decide(model, bytes(raw), (None, None, None, spam_cut, ham_cut))
+                updates.append((d.label, d.score, mid))
+                if d.label != was:
+                    moved.append((mid, subject, was, d.label))
+            db.execute("BEGIN IMMEDIATE")
+            db.executemany("UPDATE verdicts SET now_verdict = ?, now_score = ? WHERE id = ?", updates)
+            db.execute("COMMIT")
+        finally:
+            db.close()
+        return moved
+
+    # -- the overview ---------------------------------------------------------------
+
+    def per_day(self, days=30):
+        """``{day: {verdict: n}}`` of the last ``days`` days (local time)."""
+        since = time.time() - days * 86400
+        out = {}
+        for day, verdict, n in self.query("SELECT date(t, 'unixepoch', 'localtime') d, verdict, count(*) "
+                                          "FROM verdicts WHERE t >= ? GROUP BY d, verdict", (since,)):
+            out.setdefault(day, {})[verdict] = n
+        return out
+
+    def score_bins(self, lo=-40.0, hi=40.0, bins=40, days=30):
+        """``(edges, {verdict: [n per bin]})``: the scores (log-odds) of the last ``days``
+        days binned in SQL, clipped into the end bins."""
+        width = (hi - lo) / bins
+        counts = {v: [0] * bins for v in LABELS}
+        for b, verdict, n in self.query(
+                "SELECT max(0, min(?, CAST((score - ?) / ? AS INTEGER))) b, verdict, count(*) FROM verdicts "
+                "WHERE t >= ? AND score IS NOT NULL GROUP BY b, verdict",
+                (bins - 1, lo, width, time.time() - days * 86400)):
+            if verdict in counts:
+                counts[verdict][int(b)] += n
+        return [lo + i * width for i in range(bins + 1)], counts
+
+    def corrections(self, days=90):
+        """``{day: {"false positive"|"false negative"|"unsure taught": n}}``."""
+        out = {}
+        for day, verdict, corrected, n in self.query(
+                "SELECT date(corrected_t, 'unixepoch', 'localtime') d, verdict, corrected, count(*) FROM verdicts "
+                "WHERE corrected IS NOT NULL AND corrected_t >= ? GROUP BY d, verdict, corrected",
+                (time.time() - days * 86400,)):
+            kind = ("false positive" if (verdict, corrected) == ("spam", "ham") else
+                    "false negative" if (verdict, corrected) == ("ham", "spam") else
+                    "unsure taught" if verdict == "unsure" else "confirmed")
+            out.setdefault(day, {}).setdefault(kind, 0)
+            out[day][kind] += n
+        return out
+
+
+def day_start(text):
+    """Seconds since the epoch at local midnight of ``YYYY-MM-DD``; None for anything else."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%d"))
+    except (ValueError, TypeError, OverflowError):
+        return None
+
+
+def logit(p):
+    """The log-odds of the P(spam) cut-off ``p`` (where the histogram marks it)."""
+    p = min(max(p, 1e-300), 1 - 1e-16)
+    return math.log(p / (1 - p))

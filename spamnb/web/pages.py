@@ -1,0 +1,228 @@
+"""The HTML of each page. Every value that comes from a message (From, Subject,
+Message-ID, tokens, the body) or from the request goes through :func:`e`
+(``html.escape`` with quotes): a Subject of ``<img src=x onerror=...>`` shows
+as those characters. Bodies are shown as text in ``<pre>``, never rendered;
+no page has a script, and the Content-Security-Policy the server sends
+(:data:`spamnb.web.app.CSP`) forbids any.
+"""
+
+from __future__ import annotations
+
+import datetime
+import html
+from urllib.parse import urlencode
+
+from spamnb.web import charts
+from spamnb.web.data import PAGE, logit
+
+MAX_SHOWN = 200_000  # characters of a message's source shown on its page
+
+
+def e(value) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def when(t) -> str:
+    return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""
+
+
+def layout(title, body, *, active="", flash="", nav=True):
+    on = ' class="on"'
+    nav = "" if not nav else "".join(f'<a href="/{p}"{on if p == active else ""}>{name}</a>'
+                  for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
+                                  ("model", "Model")))
+    note = f'<p class="flash">{flash}</p>' if flash else ""
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} - spamnb</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f'<link rel="stylesheet" href="/static/style.css"></head><body>'
+            f'<header><strong>spamnb</strong><nav>{nav}</nav></header><main><h1>{e(title)}</h1>{note}{body}'
+            f'</main></body></html>')
+
+
+def verdict_badge(label, score=None):
+    text = e(label) + (f" {score:+.1f}" if score is not None else "")
+    return f'<span class="v {e(label)}">{text}</span>'
+
+
+def clue_list(clues):
+    if not clues:
+        return '<span class="muted">no known tokens</span>'
+    return '<ul class="clues">' + "".join(
+        f'<li class="{"s" if c > 0 else "h"}"><code>{e(tok)}</code> {c:+.2f}</li>' for tok, c in clues) + "</ul>"
+
+
+def learn_form(mid, label, csrf, back, text=None):
+    return (f'<form method="post" action="/learn" class="inline"><input type="hidden" name="id" value="{int(mid)}">'
+            f'<input type="hidden" name="label" value="{e(label)}"><input type="hidden" name="csrf" value="{e(csrf)}">'
+            f'<input type="hidden" name="back" value="{e(back)}">'
+            f'<button class="{e(label)}" type="submit">{e(text or label.capitalize())}</button></form>')
+
+
+def pager(page, total, base, params):
+    pages = max((total + PAGE - 1) // PAGE, 1)
+    links = []
+    if page > 0:
+        links.append(f'<a rel="prev" href="{e(base)}?{e(urlencode({**params, "page": page - 1}))}">newer</a>')
+    links.append(f"page {page + 1} of {pages} ({total} messages)")
+    if page + 1 < pages:
+        links.append(f'<a rel="next" href="{e(base)}?{e(urlencode({**params, "page": page + 1}))}">older</a>')
+    return '<p class="pager">' + " · ".join(links) + "</p>"
+
+
+def moved_note(moved):
+    if moved is None:
+        return ""
+    if not moved:
+        return "Re-scored the unsure messages: none moved."
+    items = ", ".join(f'<a href="/message/{int(mid)}">#{int(mid)} {e(subject or "(no subject)")}</a> '
+                      f'{e(was)} → {verdict_badge(now)}' for mid, subject, was, now in moved[:20])
+    more = f" and {len(moved) - 20} more" if len(moved) > 20 else ""
+    return f"Re-scored the unsure messages: {len(moved)} moved: {items}{more}."
+
+
+def unsure_page(rows, total, page, clues, csrf, flash=""):
+    if not rows:
+        body = "<p>No unsure mail waiting. <a href=\"/history\">The history</a> has every verdict.</p>"
+        return layout("Unsure mail", body, active="unsure", flash=flash)
+    back = f"/unsure?page={page}"
+    items = []
+    for r in rows:
+        now = ""
+        if r["now_verdict"] and r["now_verdict"] != r["verdict"]:
+            now = f' <span class="moved">now {verdict_badge(r["now_verdict"], r["now_score"])}</span>'
+        items.append(
+            f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
+            f'<td><a href="/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
+            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues.get(r["id"]))}</td>'
+            f'<td>{verdict_badge(r["verdict"], r["score"])}{now}</td>'
+            f'<td class="act">{learn_form(r["id"], "spam", csrf, back)}{learn_form(r["id"], "ham", csrf, back)}</td>'
+            f'</tr>')
+    body = (f'<table class="list unsure"><thead><tr><th>Date</th><th>Message and its clues</th><th>Score</th>'
+            f'<th>It is</th></tr></thead><tbody>{"".join(items)}</tbody></table>'
+            + pager(page, total, "/unsure", {}))
+    return layout("Unsure mail", body, active="unsure", flash=flash)
+
+
+def history_page(rows, total, page, params, clues, csrf, flash=""):
+    q, verdict, since, until = (params.get(k, "") for k in ("q", "verdict", "since", "until"))
+    options = "".join(f'<option value="{v}"{" selected" if v == verdict else ""}>{v or "any verdict"}</option>'
+                      for v in ("", "spam", "ham", "unsure"))
+    form = (f'<form method="get" action="/history" class="search"><input type="search" name="q" value="{e(q)}" '
+            f'placeholder="sender or subject"><select name="verdict">{options}</select>'
+            f'<label>from <input type="date" name="since" value="{e(since)}"></label>'
+            f'<label>to <input type="date" name="until" value="{e(until)}"></label><button>Search</button></form>')
+    back = "/history?" + urlencode({**params, "page": page})
+    items = []
+    for r in rows:
+        label = r["corrected"] or r["verdict"]
+        other = "ham" if label == "spam" else "spam"
+        if r["corrected"]:
+            state = f'taught as {verdict_badge(r["corrected"])}'
+        elif r["learned"]:
+            state = f'learned as {e(r["learned"])}'
+        else:
+            state = ""
+        act = (learn_form(r["id"], other, csrf, back, f"wrong? learn as {other}") if r["kept"] and label != "unsure"
+               else learn_form(r["id"], "spam", csrf, back) + learn_form(r["id"], "ham", csrf, back) if r["kept"]
+               else '<span class="muted">not kept</span>')
+        items.append(
+            f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
+            f'<td>{verdict_badge(r["verdict"], r["score"])}</td>'
+            f'<td><a href="/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
+            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
+            f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
+            f'<div class="muted">{e(r["user"])}</div></td><td>{state}</td><td class="act">{act}</td></tr>')
+    table = (f'<table class="list history"><thead><tr><th>Date</th><th>Verdict</th><th>Message</th><th>Via</th>'
+             f'<th>Learned</th><th></th></tr></thead><tbody>{"".join(items)}</tbody></table>') if rows else \
+        "<p>No verdict matches.</p>"
+    return layout("History", form + table + pager(page, total, "/history", {k: v for k, v in params.items() if v}),
+                  active="history", flash=flash)
+
+
+def message_page(row, raw, clues, csrf, flash=""):
+    facts = [("Date", when(row["t"])), ("From", row["sender"]), ("Subject", row["subject"]),
+             ("Message-ID", row["message_id"]), ("User", row["user"]), ("Size", f'{row["size"]} bytes'),
+             ("Via", row["via"]), ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
+             ("Taught here", row["corrected"])]
+    dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if v)
+    back = f"/message/{row['id']}"
+    body = [f'<p>{verdict_badge(row["verdict"], row["score"])} P(spam) = {row["p"]:.6f}</p><dl>{dl}</dl>']
+    if raw is None:
+        body.append('<p class="muted">The message itself was not kept (only unsure messages and the most recent '
+                    'others are, for a while), so it cannot be shown or learned here.</p>')
+    else:
+        body.append(f'<p>{learn_form(row["id"], "spam", csrf, back)} {learn_form(row["id"], "ham", csrf, back)}</p>')
+        body.append(f"<h2>Clues</h2>{clue_list(clues)}")
+        text = raw.decode("utf-8", "replace")
+        cut = len(text) > MAX_SHOWN
+        body.append(f'<h2>Source (as text, never rendered)</h2><pre class="source">{e(text[:MAX_SHOWN])}</pre>'
+                    + ('<p class="muted">(cut)</p>' if cut else ""))
+    return layout(f"Message #{row['id']}", "".join(body), flash=flash)
+
+
+def overview_page(per_day, days, bins, cutoffs, corrections, facts):
+    day_labels = [d[5:] for d in days]
+    day_series = {v: [per_day.get(d, {}).get(v, 0) for d in days] for v in ("ham", "unsure", "spam")}
+    edges, counts = bins
+    lo, hi = edges[0], edges[-1]
+    markers = [(logit(cutoffs[0]), f"ham ≤ {cutoffs[0]:g}"), (logit(cutoffs[1]), f"spam > {cutoffs[1]:g}")]
+    hist = charts.stacked_bars("Scores (log-odds) of the last 30 days", [f"{x:g}" for x in edges[:-1]],
+                               {v: counts[v] for v in ("ham", "unsure", "spam")}, markers=markers,
+                               tick_every=5, x_range=(lo, hi))
+    kinds = ("false positive", "false negative", "unsure taught", "confirmed")
+    corr = charts.stacked_bars("Corrections per day", day_labels,
+                               {k: [corrections.get(d, {}).get(k, 0) for d in days] for k in kinds},
+                               tick_every=3) if corrections else '<p class="muted">No corrections yet.</p>'
+    size = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if k in ("messages", "vocabulary", "size"))
+    per_day_chart = charts.stacked_bars("Messages per day by verdict", day_labels, day_series, tick_every=3)
+    body = (f'<h2>Messages per day</h2>{per_day_chart}'
+            f'<h2>Score histogram</h2><p class="muted">Scores below -40 and above 40 are counted in the end bars; '
+            f'the dashed lines are the cut-offs.</p>{hist}'
+            f'<h2>Corrections</h2><p class="muted">What you taught here: spam that was ham (false positive), '
+            f'ham that was spam (false negative), unsure mail.</p>{corr}'
+            f'<h2>Model size</h2><dl>{size}</dl>')
+    return layout("Overview", body, active="overview")
+
+
+def model_page(facts, preview, older_than, max_messages):
+    dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts)
+    dropped, before = preview
+    form = (f'<form method="get" action="/model" class="search"><label>tokens unseen for '
+            f'<input type="number" name="older_than" min="0" value="{int(older_than)}"> days</label> '
+            f'<label>in at most <input type="number" name="max_messages" min="0" value="{int(max_messages)}"> '
+            f'messages</label><button>Preview</button></form>')
+    body = (f"<dl>{dl}</dl><h2>Prune preview</h2>{form}<p>spamnb prune --older-than {int(older_than)} "
+            f"--max-messages {int(max_messages)} would drop <strong>{dropped}</strong> of {before} tokens. "
+            f"Nothing is changed here: run the command to prune.</p>")
+    return layout("Model", body, active="model")
+
+
+def error_page(status, text, nav=True):
+    return layout(f"{status}", f"<p>{e(text)}</p>", nav=nav)
+
+
+STYLE = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
+header{background:#263238;color:#fff;padding:8px 16px;display:flex;gap:24px;align-items:center}
+header a{color:#cfd8dc;margin-right:14px;text-decoration:none}header a.on{color:#fff;font-weight:bold}
+main{padding:8px 16px;max-width:1200px}
+table.list{border-collapse:collapse;width:100%}
+table.list td,table.list th{border-bottom:1px solid #ddd;padding:6px;vertical-align:top;text-align:left}
+.when{white-space:nowrap;color:#555}.from{color:#555;font-size:12px}.muted{color:#777}
+.subject{font-weight:600;color:#111;overflow-wrap:anywhere}
+.v{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px;white-space:nowrap}
+.v.spam{background:#c0392b}.v.ham{background:#2e7d32}.v.unsure{background:#e0a800;color:#222}
+.moved{display:block;margin-top:4px;font-size:12px}
+ul.clues{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px}
+ul.clues li{font-size:12px;padding:0 4px;border-radius:3px}ul.clues li.s{background:#fbe3e0}
+ul.clues li.h{background:#e3f1e4}code{overflow-wrap:anywhere}
+form.inline{display:inline}button{margin:2px;padding:3px 10px;cursor:pointer}
+button.spam{background:#c0392b;color:#fff;border:0}button.ham{background:#2e7d32;color:#fff;border:0}
+.flash{background:#fff8e1;border:1px solid #e0c060;padding:6px}
+pre.source{white-space:pre-wrap;overflow-wrap:anywhere;background:#fff;border:1px solid #ddd;padding:8px;
+max-height:600px;overflow:auto}
+dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:600}
+dd{margin:0;overflow-wrap:anywhere}
+form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
+.pager{margin:10px 0}
+"""

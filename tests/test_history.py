@@ -1,0 +1,231 @@
+"""The verdict history: what serve (both protocols), filter and imap filter record,
+bounded, private, and never in a delivery's way (spamnb.storage.history)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import stat
+import subprocess
+import time
+
+import pytest
+
+from spamnb.storage import history
+from test_e2e import SPAMNB
+from test_fastpath import compiled, messages as sample_messages  # noqa: F401 (compiled: a fixture)
+from test_server import sock_path, start_server  # noqa: F401 (sock_path: a fixture)
+
+
+@pytest.fixture(scope="module")
+def messages():
+    return sample_messages()
+
+
+def rows(path):
+    db = sqlite3.connect(path)
+    try:
+        return db.execute("SELECT v.verdict, v.via, v.sender, v.subject, v.user, v.size, v.learned, "
+                          "b.id IS NOT NULL FROM verdicts v LEFT JOIN bodies b ON b.id = v.id ORDER BY v.id").fetchall()
+    finally:
+        db.close()
+
+
+def stopped(proc):
+    """Stop a server started by ``start_server``; its stderr."""
+    proc.terminate()
+    proc.wait(20)
+    err = proc.stderr.read().decode()
+    proc.stdout.close()
+    proc.stderr.close()
+    return err
+
+
+def filter_(model, raw, *args, env=None):
+    return subprocess.run(SPAMNB + ["filter", "--model", str(model), *args], input=raw, capture_output=True,
+                          env={**os.environ, "SPAMNB_SOCKET": "/nonexistent/socket", **(env or {})})
+
+
+def test_fields_are_decoded_unfolded_and_bounded():
+    raw = (b"From: =?utf-8?q?Jos=C3=A9?= <j@example.org>\r\nSubject: a long\r\n  folded one\r\n"
+           b"Message-ID: <x@y>\r\nSubject: second\r\n\r\nbody")
+    assert history.fields(raw) == {"sender": "José <j@example.org>", "subject": "a long folded one",
+                                   "message_id": "<x@y>"}
+    assert len(history.fields(b"Subject: " + b"x" * 5000 + b"\n\nb")["subject"]) == 300
+    assert history.fields(b"\xff\xfe not mail at all") == {"sender": "", "subject": "", "message_id": ""}
+
+
+def test_cold_filter_records_each_verdict_beside_the_model(compiled, messages):
+    for raw in messages[:3]:
+        proc = filter_(compiled, raw)
+        assert proc.returncode in (0, 1, 2) and proc.stderr == b""
+    path = str(compiled) + ".history.sqlite"
+    got = rows(path)
+    assert len(got) == 3
+    assert {r[1] for r in got} == {"filter"}
+    assert got[0][3] == history.fields(messages[0])["subject"] and got[0][5] == len(messages[0])
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_history_file_option_and_no_history(compiled, messages, tmp_path):
+    other = tmp_path / "h.sqlite"
+    assert filter_(compiled, messages[0], "--history", str(other)).returncode in (0, 1, 2)
+    assert len(rows(other)) == 1
+    assert filter_(compiled, messages[0], "--no-history").returncode in (0, 1, 2)
+    assert not os.path.exists(str(compiled) + ".history.sqlite")
+    both = filter_(compiled, messages[0], "--no-history", "--history", str(other))
+    assert both.returncode == 3 and both.stdout == messages[0]  # a usage error passes the mail through
+    assert len(rows(other)) == 1
+
+
+def test_a_locked_history_skips_the_record_and_delivers(compiled, messages):
+    path = str(compiled) + ".history.sqlite"
+    history.open_db(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another writer holding the lock, forever
+    try:
+        t = time.monotonic()
+        proc = filter_(compiled, messages[0])
+        took = time.monotonic() - t
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert proc.returncode in (0, 1, 2) and b"X-Spam-Status" in proc.stdout
+    assert b"history not recorded" in proc.stderr and b"locked" in proc.stderr
+    assert rows(path) == []
+    assert took < 30  # the wait is BUSY_MS; the rest is the process start on a shared machine
+
+
+@pytest.mark.parametrize("breakage", ["symlink", "others-write", "not-sqlite"])
+def test_an_unsafe_or_foreign_history_is_not_used(compiled, messages, tmp_path, breakage):
+    path = str(compiled) + ".history.sqlite"
+    if breakage == "symlink":
+        target = tmp_path / "elsewhere.sqlite"
+        history.open_db(target).close()
+        os.symlink(target, path)
+    elif breakage == "others-write":
+        history.open_db(path).close()
+        os.chmod(path, 0o666)
+    else:
+        with open(path, "wb") as f:
+            f.write(b"not a database" * 100)
+        os.chmod(path, 0o600)
+    proc = filter_(compiled, messages[0])
+    assert proc.returncode in (0, 1, 2) and b"X-Spam-Status" in proc.stdout
+    assert b"history not recorded" in proc.stderr
+    if breakage == "symlink":
+        assert rows(tmp_path / "elsewhere.sqlite") == []
+
+
+def test_retention_keeps_unsure_bodies_and_only_recent_others(tmp_path):
+    path = tmp_path / "h.sqlite"
+    db = history.open_db(path)
+    now = time.time()
+    raw = b"Subject: s\n\nbody\n"
+    recs = [history.row(raw, "unsure" if i % 10 == 0 else "ham", 0.0, 0.5, via="filter", t=now - 1000 + i)
+            for i in range(100)]
+    recs.append(history.row(raw, "unsure", 0.0, 0.5, via="filter", t=now - 40 * 86400))  # too old for a body
+    recs.append(history.row(b"x" * (history.MAX_BODY + 1), "unsure", 0.0, 0.5, via="filter"))  # too big
+    history.write(db, recs)
+    db.execute("BEGIN")
+    history.prune(db, keep_recent=5)
+    db.execute("COMMIT")
+    kept = db.execute("SELECT v.verdict, count(*) FROM bodies b JOIN verdicts v ON v.id = b.id "
+                      "GROUP BY v.verdict").fetchall()
+    assert dict(kept) == {"unsure": 10, "ham": 5}
+    assert db.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 102  # rows stay
+    db.close()
+
+
+def test_serve_records_both_protocols_off_the_delivery_path(compiled, messages, sock_path, tmp_path):
+    from spamnb.delivery import fastfilter
+
+    port_sock = socket.socket()
+    port_sock.bind(("127.0.0.1", 0))
+    port = port_sock.getsockname()[1]
+    port_sock.close()
+    proc = start_server(sock_path, compiled, "--spamd", f"127.0.0.1:{port}")
+    try:
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        fastfilter.via_server(sock_path, messages[0], str(compiled), False, opts)
+        with socket.create_connection(("127.0.0.1", port)) as s:
+            s.sendall(b"CHECK SPAMC/1.5\r\nUser: alice\r\nContent-length: %d\r\n\r\n" % len(messages[1])
+                      + messages[1])
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(4096):
+                pass
+        path = str(compiled) + ".history.sqlite"
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(rows(path)) < 2:
+            time.sleep(0.05)
+        got = rows(path)
+        assert [(r[1], r[4]) for r in got] == [("serve", history.local_user()), ("spamd", "alice")]
+        assert got[0][3] == history.fields(messages[0])["subject"]
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdout.close()
+        proc.stderr.close()
+
+
+def test_serve_no_history_records_nothing(compiled, messages, sock_path):
+    from spamnb.delivery import fastfilter
+
+    proc = start_server(sock_path, compiled, "--no-history")
+    try:
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        fastfilter.via_server(sock_path, messages[0], str(compiled), False, opts)
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert not os.path.exists(str(compiled) + ".history.sqlite")
+
+
+def test_recorder_never_blocks_and_counts_what_it_drops(tmp_path, monkeypatch):
+    logged = []
+    rec = history.Recorder(tmp_path / "h.sqlite", logged.append)
+    monkeypatch.setattr(history, "write", lambda *a, **k: time.sleep(0.5))  # a writer stuck on a slow disk
+    rec.queue.maxsize = 3
+    t = time.monotonic()
+    for _ in range(50):
+        rec.add(b"Subject: x\n\nb", "ham", -3.0, 0.01, via="serve")
+    assert time.monotonic() - t < 0.4
+    assert rec.dropped >= 40 and any("dropped" in line for line in logged)
+
+
+def test_serve_with_an_unusable_history_serves_without_it(compiled, messages, sock_path):
+    from spamnb.delivery import fastfilter
+
+    path = str(compiled) + ".history.sqlite"
+    history.open_db(path).close()
+    os.chmod(path, 0o666)
+    proc = start_server(sock_path, compiled)
+    try:
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        out, label = fastfilter.via_server(sock_path, messages[0], str(compiled), False, opts)
+        assert b"X-Spam-Status" in out
+    finally:
+        err = stopped(proc)
+    assert "not recording the history" in err and "may be written by others" in err
+    assert rows(path) == []
+
+
+def test_serve_records_without_its_log_lines(compiled, messages, sock_path):
+    """The history is handed each message where the line per message is written
+    (spamnb.delivery.events), lines or not (--no-log-messages)."""
+    from spamnb.delivery import fastfilter
+
+    proc = start_server(sock_path, compiled, "--no-log-messages")
+    try:
+        opts = fastfilter.parse_args(["--model", str(compiled)])
+        fastfilter.via_server(sock_path, messages[0], str(compiled), False, opts)
+        path = str(compiled) + ".history.sqlite"
+    finally:
+        err = stopped(proc)
+    assert [(r[0] in ("ham", "spam", "unsure"), r[1]) for r in rows(path)] == [(True, "serve")]  # written at the stop
+    assert "event=message" not in err and "recording verdicts in" in err

@@ -1,0 +1,144 @@
+"""``spamnb web`` in a real browser: Debian's headless Chromium driven by selenium.
+
+The browser and its driver are the system's (/usr/bin/chromium,
+/usr/bin/chromedriver: Debian's chromium and chromium-driver, which
+scripts/test.sh installs when it runs as root); nothing downloads a browser.
+Without them, or without selenium, these tests skip and say why. Each page
+is kept as a screenshot in out/web/ (see docs/web.md).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+from spamnb.storage.modelfile import load_model
+from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
+from webpage import HOSTILE, Web, fill, hostile_message, output_dir
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (the test extra has it)")
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402 (after the skip)
+pytestmark = pytest.mark.skipif(
+    not (os.access(CHROMIUM, os.X_OK) and os.access(CHROMEDRIVER, os.X_OK)),
+    reason="Debian's chromium and chromium-driver are not installed (apt-get install chromium chromium-driver)")
+
+
+@pytest.fixture
+def browser():
+    from selenium.webdriver.chrome.service import Service
+
+    profile = tempfile.mkdtemp(prefix="spamnb-chromium-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1280,1000",
+                 f"--user-data-dir={profile}"):
+        opts.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+    shutil.rmtree(profile, ignore_errors=True)
+
+
+@pytest.fixture
+def site(compiled, tmp_path):
+    mail = messages()[:12]
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [*mail, hostile_message()], unsure={0, 1, 2, 3, 7, 12})
+    web = Web(compiled, hist)
+    yield web, mail, compiled
+    web.stop()
+
+
+def shot(driver, name):
+    driver.save_screenshot(str(output_dir() / f"{name}.png"))
+
+
+def rows(driver):
+    return [r.get_attribute("id") for r in driver.find_elements("css selector", "tbody tr")]
+
+
+def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
+    web, _, model = site
+    browser.get(web.url)
+    assert browser.current_url == web.base + "/unsure"  # the token left the address bar for a cookie
+    assert browser.find_element("tag name", "h1").text == "Unsure mail"
+    before_rows = rows(browser)
+    assert before_rows[0] == "m13" and len(before_rows) == 6  # newest first
+    shot(browser, "unsure")
+    before = load_model(model).messages.copy()
+    browser.find_element("css selector", "#m4 button.spam").click()
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))  # the next page
+    assert browser.current_url.startswith(web.base + "/unsure")
+    assert load_model(model).messages[1] == before[1] + 1  # the model learned it, as spam
+    after_rows = rows(browser)
+    assert "m4" not in after_rows and len(after_rows) == 5
+    flash = browser.find_element("css selector", ".flash").text
+    assert "Learned #4 as spam" in flash and "Re-scored the unsure messages" in flash
+    shot(browser, "unsure-after-learning")
+    browser.get(web.base + "/history")  # the cookie alone is enough now
+    assert "taught as" in browser.find_element("id", "m4").text
+    shot(browser, "history")
+
+
+def test_a_hostile_subject_is_shown_as_text_and_never_runs(browser, site):
+    web, mail, _ = site
+    hostile = f"m{len(mail) + 1}"
+    browser.get(web.url)
+    subject = browser.find_element("css selector", f"#{hostile} a.subject")
+    assert subject.text == HOSTILE
+    assert browser.find_elements("css selector", "main img, main script") == []
+    assert browser.title != "pwned"
+    subject.click()
+    WebDriverWait(browser, 60).until(lambda b: "/message/" in b.current_url)
+    assert browser.title != "pwned" and HOSTILE in browser.find_element("css selector", "pre.source").text
+    assert browser.find_elements("css selector", "main img, main script") == []
+    shot(browser, "message-hostile")
+
+
+def test_a_request_without_the_token_is_refused(browser, site):
+    web, _, _ = site
+    for path in ("/unsure", "/history", "/overview"):
+        browser.get(web.base + path)
+        assert "needs its token" in browser.find_element("tag name", "main").text
+        assert browser.find_elements("css selector", "table") == []
+    browser.get(web.base + "/unsure?token=not-the-token")
+    assert "needs its token" in browser.find_element("tag name", "main").text
+    shot(browser, "refused")
+
+
+def test_a_20000_row_history_is_paged_without_loading_it_all(browser, compiled, tmp_path):
+    hist = tmp_path / "big.sqlite"
+    fill(hist, messages()[:5], unsure={1, 3}, extra=20_000)
+    web = Web(compiled, hist)
+    try:
+        browser.get(web.url)
+        browser.get(web.base + "/history")
+        assert len(rows(browser)) == 25
+        assert "page 1 of 801 (20005 messages)" in browser.find_element("css selector", ".pager").text
+        first = rows(browser)
+        browser.find_element("css selector", "a[rel=next]").click()
+        WebDriverWait(browser, 60).until(lambda b: "page=1" in b.current_url)
+        assert "page 2 of 801" in browser.find_element("css selector", ".pager").text
+        assert len(rows(browser)) == 25 and not set(rows(browser)) & set(first)
+        # the page's size does not grow with the history
+        assert len(browser.page_source) < 100_000
+        search = browser.find_element("name", "q")
+        search.send_keys("filler 1999")
+        search.submit()
+        WebDriverWait(browser, 60).until(lambda b: "q=filler" in b.current_url)
+        assert rows(browser) == [f"m{i + 1}" for i in range(19999, 19989, -1)] + ["m2000"]  # ids count from 1
+        shot(browser, "history-20000")
+        browser.get(web.base + "/overview")
+        assert len(browser.find_elements("css selector", "main svg")) == 2
+        shot(browser, "overview")
+        browser.get(web.base + "/model")
+        assert "would drop" in browser.find_element("tag name", "main").text
+        shot(browser, "model")
+    finally:
+        web.stop()

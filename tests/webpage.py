@@ -1,0 +1,96 @@
+"""A running ``spamnb web`` over a model and a history made for the test
+(tests/test_web.py over HTTP, tests/test_web_browser.py in Chromium)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from spamnb.storage import history
+from test_e2e import SPAMNB
+
+HOSTILE = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>"
+
+
+def hostile_message() -> bytes:
+    return (f"From: \"<b>evil</b>\" <x@example.org>\nSubject: {HOSTILE}\nMessage-ID: <h@example.org>\n"
+            f"Content-Type: text/html\n\n<html><body>{HOSTILE}<img src=\"http://example.org/track.png\">"
+            f"</body></html>\n").encode()
+
+
+def fill(path, messages, *, unsure=(), extra=0, t0=None):
+    """A history at ``path``: ``messages`` recorded as ham (those whose index is in
+    ``unsure`` as unsure), newest last, plus ``extra`` small ham rows before them."""
+    t0 = time.time() - 3600 if t0 is None else t0
+    db = history.open_db(path)
+    try:
+        small = b"From: a@example.org\nSubject: filler %d\n\nhello\n"
+        for start in range(0, extra, 5000):
+            history.write(db, [history.row(small % i, "ham", -8.0 - i % 7, 0.001, via="filter",
+                                           t=t0 - 86400 * 20 + i * 60) for i in range(start, min(start + 5000, extra))],
+                          keep_recent=10)
+        history.write(db, [history.row(raw, "unsure" if i in unsure else "ham", 0.5 if i in unsure else -9.0,
+                                       0.6 if i in unsure else 0.001, via="filter", t=t0 + i)
+                           for i, raw in enumerate(messages)], keep_recent=10 ** 6)
+    finally:
+        db.close()
+
+
+class Web:
+    """``spamnb web`` in a subprocess; ``url`` is the one it printed (with the token)."""
+
+    def __init__(self, model, hist, *extra):
+        self.proc = subprocess.Popen(SPAMNB + ["web", "--model", str(model), "--history", str(hist),
+                                               "--listen", "127.0.0.1:0", *extra],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        self.lines = []
+        deadline = time.monotonic() + 60
+        self.url = None
+        while time.monotonic() < deadline and self.url is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                raise AssertionError("spamnb web exited: " + "".join(self.lines))
+            self.lines.append(line)
+            m = re.search(r"open (http://\S+)", line)
+            if m:
+                self.url = m.group(1)
+        if self.url is None:
+            self.stop()
+            raise AssertionError("spamnb web did not start")
+        self.base = self.url.split("/?", 1)[0]
+        self.token = self.url.rsplit("token=", 1)[1]
+        self.cookie = f"spamnb_token_{self.base.rsplit(':', 1)[1]}={self.token}"
+
+    def get(self, path, *, cookie=True, data=None):
+        """``(status, headers, body)`` of one request (redirects not followed)."""
+        req = urllib.request.Request(self.base + path, data=data)
+        if cookie:
+            req.add_header("Cookie", self.cookie)
+        opener = urllib.request.build_opener(NoRedirect)
+        try:
+            with opener.open(req, timeout=60) as r:
+                return r.status, r.headers, r.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.headers, exc.read().decode()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+        self.proc.wait(20)
+        self.proc.stderr.close()
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def output_dir() -> Path:
+    """Where the tests keep what they draw (screenshots): out/web/ of the checkout."""
+    path = Path(__file__).resolve().parent.parent / "out" / "web"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
