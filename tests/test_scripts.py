@@ -14,8 +14,24 @@ import pytest
 
 from conftest import ROOT
 
+def tool_pairs():
+    """``scripts/test.sh``'s ``(command, package)`` pairs, read from its loop, so these
+    tests follow the list as tools are added to it."""
+    loop = (ROOT / "scripts" / "test.sh").read_text().split("for pair in ", 1)[1].split("; do", 1)[0]
+    return [tuple(pair.split(":")) for pair in loop.replace("\\\n", " ").split()]
+
+
+PAIRS = tool_pairs()
+TOOLS = [command for command, _ in PAIRS]
+PACKAGES = {package for _, package in PAIRS}
+
+
+def all_but(*commands):
+    return tuple(t for t in TOOLS if t not in commands)
+
+
 APT_STUB = """#!/bin/bash
-# apt-get stand-in: logs its arguments; "install PKG..." makes each package's command;
+# apt-get stand-in: logs its arguments; "install PKG..." makes each package's commands;
 # "-s install PKG" (a simulation) says it would remove postfix when {bin}/remv names PKG.
 echo "$*" >> {log}
 if [ "$1" = -s ]; then
@@ -25,14 +41,14 @@ fi
 if [ "$1" = install ]; then
     for arg in "$@"; do
         case "$arg" in
-            procmail|maildrop|spamc) printf '#!/bin/bash\\n' > {bin}/"$arg"; chmod +x {bin}/"$arg" ;;
-            systemd) printf '#!/bin/bash\\n' > {bin}/systemd-analyze; chmod +x {bin}/systemd-analyze ;;
-            dovecot-imapd) printf '#!/bin/bash\\n' > {bin}/dovecot; chmod +x {bin}/dovecot ;;
-            exim4-daemon-heavy) printf '#!/bin/bash\\n' > {bin}/exim4; chmod +x {bin}/exim4 ;;
+{cases}
         esac
     done
 fi
 """
+CASES = "\n".join(f"            {package}) " + " ".join(f"printf '#!/bin/bash\\\\n' > {{bin}}/{c}; chmod +x {{bin}}/{c};"
+                                                       for c, p in PAIRS if p == package) + " ;;"
+                  for package in sorted(PACKAGES))
 
 
 def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True, would_remove=(), sbin=()):
@@ -52,7 +68,7 @@ def run_test_sh(tmp_path: Path, uid: int, have=(), apt=True, would_remove=(), sb
     (repo / ".venv" / "bin").mkdir(parents=True)
     stubs = {"id": f'#!/bin/bash\necho {uid}\n', **{cmd: "#!/bin/bash\n" for cmd in have}}
     if apt:
-        stubs["apt-get"] = APT_STUB.format(log=log, bin=bin_)
+        stubs["apt-get"] = APT_STUB.format(log=log, bin=bin_, cases=CASES.format(bin=bin_))
     for name, text in stubs.items():
         (bin_ / name).write_text(text)
         (bin_ / name).chmod(0o755)
@@ -78,17 +94,16 @@ def test_test_sh_installs_the_integration_tools_as_root(tmp_path):
     err, calls, python = run_test_sh(tmp_path, uid=0)
     installs = [c.split() for c in calls if c.startswith("install")]
     assert len(installs) == 1
-    assert {"procmail", "maildrop", "systemd", "spamc", "dovecot-imapd", "exim4-daemon-heavy"} <= set(installs[0])
+    assert PACKAGES <= set(installs[0])
     assert "note:" not in err
     assert python[-1] == "-m pytest -x -q"  # then the suite, with the arguments given
 
 
 def test_test_sh_installs_only_what_is_missing(tmp_path):
-    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "systemd-analyze", "spamc", "dovecot", "exim4"))
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=all_but("maildrop"))
     installs = [c.split() for c in calls if c.startswith("install")]
     assert [p for p in installs[0] if not p.startswith("-")] == ["install", "maildrop"]
-    _, calls, _ = run_test_sh(tmp_path / "all", uid=0,
-                              have=("procmail", "maildrop", "systemd-analyze", "spamc", "dovecot", "exim4"))
+    _, calls, _ = run_test_sh(tmp_path / "all", uid=0, have=TOOLS)
     assert calls == []  # nothing missing: apt is not touched
 
 
@@ -107,7 +122,7 @@ def test_test_sh_says_what_it_skips_when_not_root(tmp_path):
 
 
 def test_test_sh_never_installs_what_would_remove_another_package(tmp_path):
-    err, calls, _ = run_test_sh(tmp_path, uid=0, have=("procmail", "maildrop", "systemd-analyze", "spamc"),
+    err, calls, _ = run_test_sh(tmp_path, uid=0, have=all_but("dovecot", "exim4"),
                                 would_remove=("exim4-daemon-heavy",))
     installs = [c.split() for c in calls if c.startswith("install")]
     assert [p for p in installs[0] if not p.startswith("-")] == ["install", "dovecot-imapd"]
@@ -116,7 +131,7 @@ def test_test_sh_never_installs_what_would_remove_another_package(tmp_path):
 
 
 def test_test_sh_says_so_when_root_has_no_apt(tmp_path):
-    err, _, _ = run_test_sh(tmp_path, uid=0, have=("maildrop", "systemd-analyze", "spamc", "dovecot", "exim4"), apt=False)
+    err, _, _ = run_test_sh(tmp_path, uid=0, have=all_but("procmail"), apt=False)
     assert err.splitlines() == ["note: procmail is not installed and there is no apt-get, so its tests will "
                                 "be skipped (to run them: apt-get install procmail as root)"]
 
@@ -224,8 +239,7 @@ def test_main_sh_ends_with_the_comparison_against_the_gold_labels(trained_model_
 
 def test_test_sh_finds_the_daemons_in_sbin_off_a_users_path(tmp_path):
     """Issue 26 item 6: dovecot and exim4 install to /usr/sbin, not on a user's PATH."""
-    err, calls, _ = run_test_sh(tmp_path, uid=1000, have=("procmail", "maildrop", "systemd-analyze", "spamc"),
-                                sbin=("dovecot", "exim4"))
+    err, calls, _ = run_test_sh(tmp_path, uid=1000, have=all_but("dovecot", "exim4"), sbin=("dovecot", "exim4"))
     assert calls == [] and err == ""
     assert "SBIN:-/usr/sbin:/sbin" in (ROOT / "scripts" / "test.sh").read_text()  # where they are, by default
 
