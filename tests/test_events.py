@@ -5,6 +5,7 @@ judge and `filter --log-messages` write; `spamnb stats` over them."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 
@@ -129,3 +130,34 @@ def test_stats_counts_verdicts_learning_and_corrections(tmp_path):
     assert "ham   from filter-u         1" in out and "spam  from tell             2" in out
     assert "messages: 0" not in run("stats", "--since", "1d", log).stdout.decode()
     assert "no spamnb event lines" in run("stats", "--since", "2999-01-01", log).stdout.decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
+                    reason="reading what reaches /dev/log needs root (a socket there, or one bound over it)")
+def test_log_to_syslog_sends_the_line_to_dev_log(compiled, a_spam, tmp_path):
+    """--log-to syslog: the line reaches the local syslog socket as a mail-facility
+    message tagged spamnb[PID], its fields intact. The test's own datagram socket stands
+    where syslogd's would: at /dev/log when there is none, else bound over it in a
+    private mount namespace (unshare -m), so the machine's syslog never sees the test."""
+    import socket
+
+    ours = tmp_path / "log"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+        s.bind(str(ours))
+        s.settimeout(30)
+        cmd = [*SPAMNB, "filter", "--model", str(compiled), "--log-messages", "--log-to", "syslog"]
+        if os.path.exists("/dev/log"):
+            cmd = ["unshare", "-m", "sh", "-c", f"mount --bind {ours} /dev/log && exec \"$@\"", "sh", *cmd]
+        else:
+            os.symlink(ours, "/dev/log")
+        try:
+            res = subprocess.run(cmd, input=a_spam, capture_output=True, timeout=120)
+            got = s.recv(65536).decode()
+        finally:
+            if os.path.islink("/dev/log"):
+                os.unlink("/dev/log")
+    assert res.returncode == 0 and b"X-Spam-Flag: YES" in res.stdout, res.stderr
+    assert b"event=message" not in res.stderr  # to syslog, not stderr
+    assert got.startswith("<22>") and "spamnb[" in got  # facility mail (2) * 8 + info (6)
+    ev = events.parse(got)
+    assert ev["via"] == "filter" and ev["verdict"] == "spam" and int(ev["size"]) == len(a_spam)
