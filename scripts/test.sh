@@ -8,7 +8,8 @@
 # contrib/systemd), spamc (SpamAssassin's client, which the --spamd tests talk to
 # spamnb serve with), dovecot (Debian's dovecot-imapd: the IMAP tests run a private
 # Dovecot per test, see tests/dovecot.py) and exim4 (exim4-daemon-heavy: the Exim
-# spam= ACL test). Missing ones are installed when we are root and apt-get is
+# spam= ACL test) and redis-server (the store tests start a private one on a Unix socket
+# in a temporary folder). Missing ones are installed when we are root and apt-get is
 # there, except one whose install would remove another package (exim4 and postfix
 # each replace the other MTA); otherwise, or when that fails, each missing one is
 # named here and its tests are skipped with the reason.
@@ -19,7 +20,7 @@ cd "$(dirname "$0")/.."
 missing_tools() {  # "command:package" pairs whose command is not on PATH
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
-                exim4:exim4-daemon-heavy; do
+                exim4:exim4-daemon-heavy redis-server:redis-server; do
         command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
 }

@@ -18,7 +18,7 @@ import sys
 import click
 
 from spamnb._version import __version__
-from spamnb.cli import delivery, evaluate, explain, imap, learning, mailbox, train
+from spamnb.cli import delivery, evaluate, explain, imap, learning, mailbox, remote, train
 
 
 class _Group(click.Group):
@@ -100,5 +100,5 @@ def main():
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
                  learning.compact, learning.prune,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
-                 explain.tokens, imap.imap):
+                 explain.tokens, imap.imap, remote.store):
     main.add_command(_command)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from spamnb.cli.options import decision_options, model_options, notice, open_model
+from spamnb.cli.options import decision_options, model_options, notice, open_backend
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
@@ -45,7 +45,7 @@ class _FilterCommand(click.Command):
               help="Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
                    "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
 @decision_options
-def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
+def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
             cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
     """Filter one message from standard input to standard output.
 
@@ -87,7 +87,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     raw = b""
     try:
         raw = stdin.read()
-        out, label = _filter_message(raw, model_path, allow_insecure_model, learn_, evidence,
+        out, label = _filter_message(raw, model_path, store, allow_insecure_model, learn_, evidence,
                                      (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff))
         code = 0 if exit_zero else EXIT_CODES[label]
     except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
@@ -117,18 +117,17 @@ def _reason(exc):
     return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
-def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision):
+def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evidence, decision):
     from spamnb.delivery.hook import LEARN_TIMEOUT, filter_message, not_learned
 
-    model, path, is_default = open_model(model_path, allow_insecure_model)
-    out, label, learns = filter_message(model, raw, model_name(path, is_default), decision, n_evidence)
-    if learn_ and learns and not is_default:
-        from spamnb.storage.modelfile import learn_messages
+    backend = open_backend(model_path, store, allow_insecure_model)
+    out, label, learns = filter_message(backend.view(), raw, model_name(backend.short_name, backend.is_default),
+                                        decision, n_evidence)
+    if learn_ and learns and not backend.is_default:
         from spamnb.storage.store import ModelError, lock_timeout
 
         try:
-            learn_messages(path, [(raw, label)], allow_insecure=allow_insecure_model,
-                           timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
+            backend.learn([(raw, label, None)], timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
         except ModelError as exc:  # the verdict stands: deliver it, unlearned
             click.echo(not_learned(exc), err=True)
     return out, label
@@ -164,7 +163,7 @@ def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, d
               help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
-def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
+def serve(socket_path, model_path, store, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
           spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
@@ -198,20 +197,19 @@ def serve(socket_path, model_path, allow_insecure_model, max_bytes, timeout, max
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
     if (allow or user_models or allow_tell) and not spamd_addresses:
         raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
-    _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
+    backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     others = None
     if spamd_addresses:
         from spamnb.delivery import spamd
 
-        def others(holder, compactor, log):
-            models = spamd.Models(holder, is_default, user_models, log)
+        def others(backend, compactor, log):
+            models = spamd.Models(backend, user_models, log)
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
                                       allow_tell=allow_tell, unix_mode=mode, max_connections=max_connections,
                                       compactor=compactor, log=log)
     try:
-        run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
-                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections,
-                   others=others)
+        run_server(socket_path or default_socket_path(), backend, max_bytes=max_bytes, timeout=timeout,
+                   pidfile=pidfile, max_connections=max_connections, others=others)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except ServerError as exc:

@@ -17,7 +17,14 @@ def model_options(f):
                           "a model file is code).")(f)
     f = click.option("--model", "model_path", type=click.Path(dir_okay=False),
                      help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")(f)
-    return f
+    return store_option(f)
+
+
+def store_option(f):
+    return click.option("--store", metavar="URL",
+                        help="Keep the model in a store shared by several hosts instead of a file: "
+                             "redis://HOST:PORT/DB, rediss:// (TLS) or unix:///PATH, with ?prefix=NAME: "
+                             "(default $SPAMNB_STORE; docs/many-hosts.md).")(f)
 
 
 def decision_options(f):
@@ -97,11 +104,12 @@ def notice(text):
 
 
 
-def open_model(model_path, allow_insecure_model):
-    """``(model, path, is_default)`` of the model a command uses (the default one built if needed)."""
-    from spamnb.storage import modelfile
+def open_backend(model_path, store, allow_insecure_model, **kwargs):
+    """The :class:`spamnb.storage.backend.Backend` of the model a command uses (the
+    default model built if needed)."""
+    from spamnb.storage import where
 
-    return modelfile.open_model(model_path, allow_insecure=allow_insecure_model, notice=notice)
+    return where.open_backend(model_path, store, allow_insecure=allow_insecure_model, notice=notice, **kwargs)
 
 
 

@@ -21,8 +21,8 @@ this module then, in order:
    write: :func:`spamnb.storage.modelfile.load_and_compile`), says so in one
    line on stderr -- or says why it could not, since every delivery is then
    slow -- and answers from the loaded model (:func:`with_model`);
-5. else -- model not built yet or not trusted, bad options, any error at all
-   -- runs the full click command in this process with the bytes already
+5. else -- model not built yet or not trusted, bad options, a model in a store
+   (``--store``, ``$SPAMNB_STORE``), any error at all -- runs the full click command in this process with the bytes already
    read (:func:`full_path`), which gives the exact output and error messages
    of ``spamnb filter``.
 
@@ -327,7 +327,7 @@ def main(args, load_cli, env=os.environ):
     """``spamnb filter ARGS``: the fast way when it can, else the click command
     (see :func:`full_path` for ``load_cli``)."""
     opts = parse_args(args)
-    if opts is None:
+    if opts is None or env.get("SPAMNB_STORE"):  # a store (--store is not parsed here): the click command
         full_path(load_cli, args)
         return
     raw = _read_stdin()

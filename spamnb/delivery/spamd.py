@@ -45,7 +45,8 @@ EX_PROTOCOL for a bad request (unknown method, malformed header, a
 not received in time, 74 EX_IOERR when the model cannot be read, 67
 EX_NOUSER for ``TELL`` for a user with no model of their own, 69
 EX_UNAVAILABLE for ``TELL`` without ``--allow-tell``, 75 EX_TEMPFAIL when the
-server is at its connection cap or the model's lock stays busy, 70
+server is at its connection cap, the model's lock stays busy or the store cannot
+be reached for a ``TELL`` (74 for a scan), 70
 EX_SOFTWARE for anything else. spamc passes the message through unchanged on
 any of them (unless run with ``-x``).
 
@@ -58,8 +59,9 @@ connections served at once are capped, so a slow or stalled client holds one
 thread for at most the deadline.
 
 **Per-user models.** The ``User:`` header picks ``USER_MODELS/<user>/model.joblib``
-when ``--user-models`` is given and that file exists; otherwise the served
-model scores. A user name must be a plain name (:data:`_PLAIN_NAME`).
+when ``--user-models`` is given and that file exists, or the user's model in the
+store of ``--store`` when there is one (:meth:`spamnb.storage.backend.Backend.for_user`);
+otherwise the served model scores. A user name must be a plain name (:data:`_PLAIN_NAME`).
 
 **Exim** sends the message in mbox form, a ``From `` envelope line first: it is
 scored (and learned) as the message without it, and kept in ``PROCESS``'s output.
@@ -81,8 +83,8 @@ import time
 
 from spamnb import verdict
 from spamnb.delivery.hook import LEARN_TIMEOUT, add_headers, decide
-from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
-from spamnb.storage import journal
+from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
+from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
 
 #: sysexits.h, as spamd answers with them.
@@ -276,38 +278,62 @@ def reply(headers=(), body=b"", *, length=True) -> bytes:
 
 
 class Models:
-    """The served model, and per-user models under ``user_models`` (cached holders)."""
+    """The served model, and per-user models (cached backends): ``USER_MODELS/<user>/model.joblib``
+    with ``--user-models``, the user's keys in a store with ``--store``."""
 
     CACHE = 256
 
-    def __init__(self, served: ModelHolder, served_is_default=False, user_models=None, log=None):
+    def __init__(self, served: Backend, user_models=None, log=None):
         self.served = served
-        self.served_is_default = served_is_default
         self.user_models = os.path.abspath(user_models) if user_models else None
         self.log = log or (lambda text: None)
-        self._holders: dict[str, ModelHolder] = {}
+        self._backends: dict[str, Backend] = {}
         self._lock = threading.Lock()
+
+    @property
+    def per_user(self) -> bool:
+        return bool(self.user_models) or self.served.per_user
 
     def user_path(self, user):
         """``USER_MODELS/<user>/model.joblib``, or None (no --user-models, no user)."""
         if not self.user_models or user is None:
             return None
-        if not _PLAIN_NAME.match(user) or ".." in user:
-            raise SpamdError("EX_PROTOCOL", "(User header is not a plain user name)")
-        return os.path.join(self.user_models, user, "model.joblib")
+        return os.path.join(self.user_models, plain_user(user), "model.joblib")
 
-    def for_user(self, user) -> tuple[ModelHolder, bool]:
-        """``(holder, own)``: the user's model when there is one, else the served one."""
+    def where(self, user) -> str:
+        """Where the model of ``user`` would be (for a message saying there is none)."""
         path = self.user_path(user)
-        if path is None or not os.path.isfile(path):
+        return f"spamnb train --model {path}" if path else f"spamnb store push MODEL {self.served.user_name(user)}"
+
+    def for_user(self, user) -> tuple[Backend, bool]:
+        """``(backend, own)``: the user's model when there is one, else the served one."""
+        if user is None or not self.per_user:
+            return self.served, False
+        name = plain_user(user)
+        with self._lock:
+            backend = self._backends.pop(name, None)
+        if backend is None:
+            path = self.user_path(user)
+            if path is not None:
+                from spamnb.storage.filestore import FileBackend
+
+                backend = FileBackend(path, allow_insecure=self.served.allow_insecure, log=self.log).resident()
+            else:
+                backend = self.served.for_user(name).resident()
+        if not backend.exists():
             return self.served, False
         with self._lock:
-            holder = self._holders.pop(path, None) or ModelHolder(
-                path, allow_insecure=self.served.allow_insecure, log=self.log)
-            self._holders[path] = holder  # most recently used last
-            while len(self._holders) > self.CACHE:
-                del self._holders[next(iter(self._holders))]
-        return holder, True
+            self._backends[name] = backend  # most recently used last
+            while len(self._backends) > self.CACHE:
+                self._backends.pop(next(iter(self._backends))).close()
+        return backend, True
+
+
+def plain_user(user) -> str:
+    """``user`` when it is a plain name (a login or mailbox name, never a path); EX_PROTOCOL otherwise."""
+    if not _PLAIN_NAME.match(user) or ".." in user:
+        raise SpamdError("EX_PROTOCOL", "(User header is not a plain user name)")
+    return user
 
 
 # -- answering -------------------------------------------------------------------------
@@ -323,18 +349,15 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     """The reply to one whole request (the message in ``raw``)."""
     if method == "TELL":
         return tell(headers, raw, models, allow_tell=allow_tell, compact=compact)
-    holder, _ = models.for_user(headers.get("User"))
-    try:
-        loaded = holder.get()
-        if not holder.allow_insecure and not trusted_now(holder.path):
-            raise ModelError(f"model {holder.path} is not trusted (see spamnb info)")
-    except (ModelError, OSError) as exc:
-        raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
+    backend, _ = models.for_user(headers.get("User"))
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
-    label, p, score, t, evidence = judge(loaded.model, msg, want)
+    try:
+        label, p, score, t, evidence = judge(backend.view(), msg, want)
+    except (ModelError, OSError) as exc:
+        raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
     line = spam_line(label, score, t, method)
-    name = verdict.model_name(holder.path, holder is models.served and models.served_is_default)
+    name = verdict.model_name(backend.short_name, backend.is_default)
     if method == "CHECK":
         return reply(headers=[line], length=False)
     if method in ("PROCESS", "HEADERS"):
@@ -376,20 +399,19 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
     if set_local and label is None:
         raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
     user = headers.get("User")
-    holder, own = models.for_user(user)
-    if models.user_models and user is not None and not own:
-        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (make one with spamnb train --model "
-                                      f"{models.user_path(user)})")
-    if holder is models.served and models.served_is_default:
+    backend, own = models.for_user(user)
+    if models.per_user and user is not None and not own:
+        raise SpamdError("EX_NOUSER", f"no model of user {user!r} (make one with {models.where(user)})")
+    if backend.is_default:
         raise SpamdError("EX_UNAVAILABLE", "the default model does not learn: train a model of your own")
     _, msg = envelope_split(raw)
     done = {}
     if set_local:
-        done = _update(holder, [(msg, label, None)], forget=False, compact=compact)
+        done = _update(backend, [(msg, label, None)], forget=False, compact=compact)
     elif remove_local:
         for cls in (label,) if label else ("spam", "ham"):
             try:
-                done = _update(holder, [(msg, cls, None)], forget=True, compact=compact)
+                done = _update(backend, [(msg, cls, None)], forget=True, compact=compact)
                 break
             except ValueError:  # not learned as that class: nothing to forget there
                 continue
@@ -401,24 +423,14 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None) -> bytes:
     return reply(headers=did, length=False)
 
 
-def _update(holder, items, *, forget, compact):
-    """Learn or forget through the journal (as ``spamnb learn``), else the full model."""
-    from spamnb.storage.modelfile import learn_messages
-
-    timeout = lock_timeout(LEARN_TIMEOUT)
+def _update(backend, items, *, forget, compact):
+    """Learn or forget, as ``spamnb learn`` (upkeep such as a compaction through ``compact``)."""
     try:
-        try:
-            done = journal.update(holder.path, items, forget=forget, allow_insecure=holder.allow_insecure,
-                                  timeout=timeout, warn=holder.log)
-        except journal.NeedsModel:  # no fresh scorer: the full model, as the click command does
-            return learn_messages(holder.path, [(raw, label) for raw, label, _ in items], forget=forget,
-                                  allow_insecure=holder.allow_insecure, timeout=timeout, warn=holder.log)
-    except ModelError as exc:  # a lock held too long is worth retrying; the rest is the model's
-        raise SpamdError("EX_TEMPFAIL" if isinstance(exc, LockTimeout) else "EX_IOERR",
+        return backend.learn(items, forget=forget, timeout=lock_timeout(LEARN_TIMEOUT), warn=backend.log,
+                             later=compact)
+    except ModelError as exc:  # a busy lock or store is worth retrying; the rest is the model's
+        raise SpamdError("EX_TEMPFAIL" if isinstance(exc, (LockTimeout, StoreUnavailable)) else "EX_IOERR",
                          f"not learned: {exc}") from None
-    if done.get("needs_compaction") and compact:
-        compact(holder)
-    return done
 
 
 # -- the server -------------------------------------------------------------------------
@@ -472,9 +484,9 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         if method == "TELL":
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
-        holder, _ = srv.models.for_user(headers.get("User"))
+        backend, _ = srv.models.for_user(headers.get("User"))
         try:
-            t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs)[1])
+            t = threshold(verdict.cutoffs_from(backend.view().cutoffs)[1])
         except (ModelError, OSError) as exc:
             raise SpamdError("EX_IOERR", f"cannot read the model: {exc}") from None
         line = spam_line("ham", 0.0, t, method)
