@@ -358,6 +358,18 @@ def test_an_unreachable_store_is_one_line_and_mail_passes_through(tmp_path):
     assert r.returncode == 1 and r.stderr.count(b"\n") == 1 and b"cannot reach the store" in r.stderr
 
 
+def test_spamnb_store_in_the_environment_is_the_store_option(url, trained_model_file, monkeypatch):
+    pushed(url, trained_model_file)
+    raw = sample_messages()[0]
+    want = run("filter", "--store", url, input=raw)
+    assert want.returncode in (0, 1, 2) and b"model=store:" in want.stdout
+    monkeypatch.setenv("SPAMNB_STORE", url)
+    assert (run("filter", input=raw).stdout, run("filter", "-u", input=raw).returncode) == (want.stdout,
+                                                                                         want.returncode)
+    r = run("info")
+    assert r.returncode == 0 and url.split("?")[0].encode() in r.stdout, r.stderr
+
+
 def test_a_store_restarted_empty_says_so(url, server, trained_model_file):
     backend = pushed(url, trained_model_file)
     raw = sample_messages()[0]
@@ -457,3 +469,18 @@ def test_the_shipped_corpus_scores_the_same_through_the_store(url, tmp_path):
         worst = max(worst, abs(decide(view, m.raw).score - decide(model, m.raw).score))
         n += 1
     assert n == 5943 and worst < 1e-9, worst
+
+
+def test_imap_with_a_store_learns_into_the_logins_own_model(url, trained_model_file):
+    """spamnb imap filter --store: the shared model judges until the user's first
+    correction, which makes their model (from the shared one) in the store."""
+    from spamnb.cli.imap import _judge_and_learn
+
+    shared = pushed(url, trained_model_file)
+    judge, learn = _judge_and_learn(None, True, url, "alice@example.org")
+    raw = sample_messages()[5]
+    label, p, _ = judge(raw)
+    learn([(raw, "spam" if label != "spam" else "ham")])
+    alice = shared.for_user("alice@example.org")
+    assert alice.exists() and judge(raw)[1] != p  # judged by her model now
+    assert message_key(raw) in alice.model().registry and message_key(raw) not in shared.model().registry

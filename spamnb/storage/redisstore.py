@@ -403,7 +403,7 @@ class RedisBackend(Backend):
     def read(self, tokens):
         """``(settings, counts, {token hash: (n_ham, n_spam)})`` of the stored tokens
         among ``tokens``: one script call (one round trip)."""
-        hashes = list(dict.fromkeys(token_hash(t) for t in tokens))
+        hashes = [token_hash(t) for t in set(tokens)]
         blob = b"".join(h.to_bytes(8, "little") for h in hashes)
         for _ in range(3):
             st = self.settings()
