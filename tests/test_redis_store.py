@@ -439,7 +439,7 @@ def test_per_user_models_under_spamds_user(url, trained_model_file, tmp_path):
     store = spamd_store(url)
     store.for_user("alice").replace(FileBackend(trained_model_file).model())
     pushed(url, trained_model_file)
-    host = Spamd(url, tmp_path / "h")
+    host = Spamd(url, tmp_path / "h", "--store-users")
     try:
         raw = sample_messages()[3]
         before = host.check(raw)
@@ -452,7 +452,8 @@ def test_per_user_models_under_spamds_user(url, trained_model_file, tmp_path):
         assert reply.startswith(b"SPAMD/1.0 67 "), reply  # bob has no model: EX_NOUSER
     finally:
         host.stop()
-    assert spamd.Models(store).for_user("alice")[1]
+    assert spamd.Models(store, store_users=True).for_user("alice")[1]
+    assert not spamd.Models(store).for_user("alice")[1]  # without --store-users: the served model
 
 
 @pytest.mark.slow

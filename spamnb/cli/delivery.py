@@ -159,12 +159,15 @@ def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evid
                    "needed to listen on an address other than loopback.")
 @click.option("--user-models", type=click.Path(file_okay=False), metavar="DIR",
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
+@click.option("--store-users", is_flag=True,
+              help="spamd, with --store: the User: header picks that user's model in the store when there "
+                   "is one (put there with `spamnb store push MODEL URL --user NAME`).")
 @click.option("--allow-tell", is_flag=True,
               help="spamd: let clients learn and forget messages (TELL, spamc -L), as spamd's --allow-tell.")
 @click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
               help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
 def serve(socket_path, model_path, store, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, spamd_socket_mode):
+          spamd_addresses, allow, user_models, store_users, allow_tell, spamd_socket_mode):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -195,15 +198,15 @@ def serve(socket_path, model_path, store, allow_insecure_model, max_bytes, timeo
         mode = -1
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
-    if (allow or user_models or allow_tell) and not spamd_addresses:
-        raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
+    if (allow or user_models or store_users or allow_tell) and not spamd_addresses:
+        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd")
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     others = None
     if spamd_addresses:
         from spamnb.delivery import spamd
 
         def others(backend, compactor, log):
-            models = spamd.Models(backend, user_models, log)
+            models = spamd.Models(backend, user_models, log, store_users=store_users)
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
                                       allow_tell=allow_tell, unix_mode=mode, max_connections=max_connections,
                                       compactor=compactor, log=log)

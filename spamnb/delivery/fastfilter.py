@@ -22,8 +22,9 @@ this module then, in order:
    line on stderr -- or says why it could not, since every delivery is then
    slow -- and answers from the loaded model (:func:`with_model`);
 5. else -- model not built yet or not trusted, bad options, a model in a store
-   (``--store``, ``$SPAMNB_STORE``), any error at all -- runs the full click command in this process with the bytes already
-   read (:func:`full_path`), which gives the exact output and error messages
+   (``--store``, ``$SPAMNB_STORE``), any error at all -- runs the full click
+   command in this process with the bytes already read (:func:`full_path`),
+   which gives the exact output and error messages
    of ``spamnb filter``.
 
 Every step gives byte-identical output and the same exit status as the click

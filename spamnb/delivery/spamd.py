@@ -279,12 +279,14 @@ def reply(headers=(), body=b"", *, length=True) -> bytes:
 
 class Models:
     """The served model, and per-user models (cached backends): ``USER_MODELS/<user>/model.joblib``
-    with ``--user-models``, the user's keys in a store with ``--store``."""
+    with ``--user-models``, the user's model in the store of ``--store`` with ``store_users``
+    (``--store-users``)."""
 
     CACHE = 256
 
-    def __init__(self, served: Backend, user_models=None, log=None):
+    def __init__(self, served: Backend, user_models=None, log=None, *, store_users=False):
         self.served = served
+        self.store_users = store_users and served.per_user
         self.user_models = os.path.abspath(user_models) if user_models else None
         self.log = log or (lambda text: None)
         self._backends: dict[str, Backend] = {}
@@ -292,7 +294,7 @@ class Models:
 
     @property
     def per_user(self) -> bool:
-        return bool(self.user_models) or self.served.per_user
+        return bool(self.user_models) or self.store_users
 
     def user_path(self, user):
         """``USER_MODELS/<user>/model.joblib``, or None (no --user-models, no user)."""

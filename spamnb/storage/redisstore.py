@@ -166,7 +166,8 @@ local cur = redis.call('HGET', KEYS[2], ARGV[2])
 if cur then cur = tonumber(cur) + 1 end
 if forget and cur ~= y then return {'notlearned', cur and (cur - 1) or -1} end
 if not forget and cur == y then return {'unchanged'} end
-local features, today, age, rare, ttl = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local features, today, age = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local rare, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
 local N1, N2, T1, T2, V = struct.unpack('<ddddd', redis.call('HGET', meta, 'counts'))
 local N, T = {N1, N2}, {T1, T2}
 local n = (#ARGV - 9) / 3
@@ -205,7 +206,8 @@ for i = 1, n do
     local df = math.max(old[3] + ddf[i], 0)
     local inline = ''
     if #text[i] <= 40 then inline = text[i] end
-    redis.call('HSET', KEYS[3 + i], field[i], struct.pack('<ddi4I4', old[1] + d1[i], old[2] + d2[i], df, today) .. inline)
+    local value = struct.pack('<ddi4I4', old[1] + d1[i], old[2] + d2[i], df, today)
+    redis.call('HSET', KEYS[3 + i], field[i], value .. inline)
     T[1] = T[1] + d1[i]; T[2] = T[2] + d2[i]
     local key = KEYS[3 + i]
     if df <= rare then
@@ -623,8 +625,8 @@ class RedisBackend(Backend):
             "class_count": np.array([n_h, n_s]), "feature_count": a[:, :2].T.copy(),
             "doc_freq": a[:, 2].astype(np.int64), "last_seen": a[:, 3].astype(np.int32),
             "registry": registry, "legacy_registry": {},
-            "stats": {"created": s.get("created"), "updated": None, "spamnb_version": s.get("spamnb_version"),
-                      "refine_copies": s.get("refine_copies", [0, 0])},
+            "stats": {"created": s.get("created"), "updated": s.get("pushed"),
+                      "spamnb_version": s.get("spamnb_version"), "refine_copies": s.get("refine_copies", [0, 0])},
         }
         return SpamModel.from_state(state)
 
