@@ -485,3 +485,20 @@ def test_imap_with_a_store_learns_into_the_logins_own_model(url, trained_model_f
     alice = shared.for_user("alice@example.org")
     assert alice.exists() and judge(raw)[1] != p  # judged by her model now
     assert message_key(raw) in alice.model().registry and message_key(raw) not in shared.model().registry
+
+
+def test_the_filters_fast_path_answers_from_the_store_as_the_click_command(url, trained_model_file, tmp_path):
+    """`spamnb filter --store` skips click and numpy (spamnb.delivery.fastfilter.via_store):
+    the same bytes and status as the click command, also when the store is gone."""
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    pushed(url, trained_model_file)
+    gone = f"unix://{tmp_path}/none.sock"
+    for raw in sample_messages()[:6]:
+        for args in (["--store", url], ["--store", url, "--exit-zero", "--spam-cutoff", "0.6"], ["--store", gone]):
+            fast = run("filter", *args, input=raw)
+            res = CliRunner().invoke(main, ["filter", *args], input=raw)
+            assert (fast.stdout, fast.returncode) == (res.stdout_bytes, res.exit_code)
+            assert fast.stderr.decode() == res.stderr, args

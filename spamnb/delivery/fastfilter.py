@@ -21,11 +21,15 @@ this module then, in order:
    write: :func:`spamnb.storage.modelfile.load_and_compile`), says so in one
    line on stderr -- or says why it could not, since every delivery is then
    slow -- and answers from the loaded model (:func:`with_model`);
-5. else -- model not built yet or not trusted, bad options, a model in a store
-   (``--store``, ``$SPAMNB_STORE``), any error at all -- runs the full click
-   command in this process with the bytes already read (:func:`full_path`),
-   which gives the exact output and error messages
+5. else -- model not built yet or not trusted, bad options, any error at all
+   -- runs the full click command in this process with the bytes already
+   read (:func:`full_path`), which gives the exact output and error messages
    of ``spamnb filter``.
+
+With a store (``--store URL`` or ``$SPAMNB_STORE``: docs/many-hosts.md) there
+is no model file: :func:`via_store` asks the store (one round trip) and
+answers, or, when the store fails, passes the message through with exit
+status 3, as the click command does.
 
 Every step gives byte-identical output and the same exit status as the click
 command (tests/test_fastpath.py holds them equal), and nothing is written
@@ -45,7 +49,7 @@ from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionEr
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
 
-_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
+_VALUE_OPTIONS = {"--model": "model", "--store": "store", "--socket": "socket", "--ham-cutoff": "ham_cutoff",
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp"}
 _FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn"}
@@ -55,7 +59,7 @@ _FLOATS = DECISION_OPTIONS
 def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
-    opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
+    opts = {"model": None, "store": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
             **{k: None for k in _FLOATS}}
     seen = set()
     i = 0
@@ -273,6 +277,32 @@ def answer(raw, opts, env=os.environ):
     return result
 
 
+def via_store(raw, url, opts):
+    """``(output, exit status)`` from the model in the store at ``url``: one round trip
+    (and one to learn with ``-u``), no numpy or click. The store failing is what the
+    click command says and does: the message passed through, exit 3."""
+    from spamnb.delivery.hook import filter_message, message_tokens, not_learned
+    from spamnb.storage.store import ModelError
+
+    try:
+        from spamnb.storage.redisstore import RedisBackend
+
+        backend = RedisBackend.from_url(url)
+        view = backend.view()
+        toks = message_tokens(view, raw)
+        out, label, learns = filter_message(view, raw, model_name(backend.short_name, False),
+                                            [opts[k] for k in DECISION_OPTIONS], toks=toks)
+    except (ModelError, DecisionError) as exc:
+        sys.stderr.write(passed_through(str(exc)) + "\n")
+        return raw, EXIT_ERROR
+    if opts["learn"] and learns:
+        try:
+            backend.learn([(raw, label, toks)])
+        except ModelError as exc:  # the verdict stands: deliver it, unlearned
+            sys.stderr.write(not_learned(exc) + "\n")
+    return out, EXIT_CODES[label]
+
+
 # -- entry ----------------------------------------------------------------------------
 
 
@@ -328,13 +358,20 @@ def main(args, load_cli, env=os.environ):
     """``spamnb filter ARGS``: the fast way when it can, else the click command
     (see :func:`full_path` for ``load_cli``)."""
     opts = parse_args(args)
-    if opts is None or env.get("SPAMNB_STORE"):  # a store (--store is not parsed here): the click command
+    if opts is None:
         full_path(load_cli, args)
         return
     raw = _read_stdin()
     if raw is None:
         full_path(load_cli, args)
         return
+    url = opts["store"] or env.get("SPAMNB_STORE")
+    if url:
+        if opts["model"] is not None:
+            full_path(load_cli, args, raw)  # it says what is wrong
+            return
+        out, code = via_store(raw, url, opts)
+        _write_and_exit(out, 0 if opts["exit_zero"] and code != EXIT_ERROR else code)
     try:
         out, label = answer(raw, opts, env)
     except NoScorer as exc:

@@ -56,6 +56,7 @@ import urllib.parse
 from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.scorer import Scorer, token_hash
 from spamnb.storage.store import ModelError
+from spamnb.verdict import LABELS
 
 DEFAULT_PREFIX = "spamnb:"
 #: seconds one request to the store may take (connect, or answer): a slow store is a
@@ -424,7 +425,6 @@ class RedisBackend(Backend):
     def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
         from spamnb.mail.identity import message_key
         from spamnb.mail.tokenizer import tokenize
-        from spamnb.model import label_id
 
         if create is not None and self.user and not self.exists():
             self.replace(create())
@@ -441,7 +441,9 @@ class RedisBackend(Backend):
                     done["duplicates"] += 1
                 continue
             given.add(key)
-            todo.append((raw, label_id(label), key, toks))
+            if label not in LABELS:
+                raise ValueError(f"unknown label {label!r}: expected 'ham' or 'spam'")
+            todo.append((raw, LABELS.index(label), key, toks))
         if forget:  # a message not learned so refuses the whole call, before anything changes
             for (_, y, key, _), now in zip(todo, self._classes(st, [k for _, _, k, _ in todo])):
                 if now != y:
@@ -716,7 +718,7 @@ def _read_password(path) -> str:
 def _buckets(n_tokens) -> int:
     """A power of two near ``n_tokens`` / :data:`TOKENS_PER_BUCKET` (at least :data:`MIN_BUCKETS`)."""
     want = max(MIN_BUCKETS, n_tokens // TOKENS_PER_BUCKET)
-    return 1 << max(0, math.ceil(math.log2(want)))
+    return 1 << round(math.log2(want))
 
 
 def _reg_bucket(key: bytes, st: Settings) -> int:
