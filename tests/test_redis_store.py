@@ -368,6 +368,10 @@ def test_spamnb_store_in_the_environment_is_the_store_option(url, trained_model_
                                                                                          want.returncode)
     r = run("info")
     assert r.returncode == 0 and url.split("?")[0].encode() in r.stdout, r.stderr
+    r = run("filter", "--model", trained_model_file, input=raw)  # an explicit file wins over the variable
+    assert r.returncode in (0, 1, 2) and f"model={trained_model_file.name}".encode() in r.stdout
+    r = run("filter", "--model", trained_model_file, "--store", url, input=raw)
+    assert (r.returncode, r.stdout) == (3, raw) and b"not both" in r.stderr
 
 
 def test_a_store_restarted_empty_says_so(url, server, trained_model_file):

@@ -365,10 +365,10 @@ def main(args, load_cli, env=os.environ):
     if raw is None:
         full_path(load_cli, args)
         return
-    url = opts["store"] or env.get("SPAMNB_STORE")
+    url = opts["store"] or (env.get("SPAMNB_STORE") if opts["model"] is None else None)
     if url:
         if opts["model"] is not None:
-            full_path(load_cli, args, raw)  # it says what is wrong
+            full_path(load_cli, args, raw)  # both: it says what is wrong
             return
         out, code = via_store(raw, url, opts)
         _write_and_exit(out, 0 if opts["exit_zero"] and code != EXIT_ERROR else code)

@@ -13,9 +13,12 @@ STORE_ENV = "SPAMNB_STORE"
 STORE_SCHEMES = ("redis", "rediss", "unix")
 
 
-def store_url(store=None, env=os.environ):
-    """The store URL of ``--store`` or ``$SPAMNB_STORE`` (an empty one is unset), or None."""
-    return store or env.get(STORE_ENV) or None
+def store_url(store=None, env=os.environ, model_path=None):
+    """The store URL of ``--store``, else of ``$SPAMNB_STORE`` (an empty one is unset)
+    unless an explicit ``--model`` names a file, else None."""
+    if store and model_path is not None:
+        raise ModelError("give --model or --store, not both")
+    return store or (env.get(STORE_ENV) if model_path is None else None) or None
 
 
 def is_store_url(text) -> bool:
@@ -28,10 +31,8 @@ def open_backend(model_path=None, store=None, *, allow_insecure=False, env=os.en
     one is named, else the model file (``--model``, ``$SPAMNB_MODEL``, the XDG path,
     else the cached default model, built first when ``build_default`` and missing:
     ``notice(text)`` is told)."""
-    url = store_url(store, env)
+    url = store_url(store, env, model_path)
     if url is not None:
-        if model_path is not None:
-            raise ModelError("give --model or --store, not both")
         from spamnb.storage.redisstore import RedisBackend
 
         return RedisBackend.from_url(url)
@@ -49,9 +50,9 @@ def own_backend(model_path=None, store=None, *, allow_insecure=False, env=os.env
     """Where a command that writes the user's model writes (``train``, a first
     ``learn``): the store, else ``--model``/``$SPAMNB_MODEL``/the XDG path, never
     the default model's cache."""
-    url = store_url(store, env)
+    url = store_url(store, env, model_path)
     if url is not None:
-        return open_backend(model_path, url, env=env)
+        return open_backend(None, url, env=env)
     from spamnb.storage import modelfile
     from spamnb.storage.filestore import FileBackend
 
