@@ -46,8 +46,9 @@ pytestmark = [
 class RedisServer:
     """A private redis-server on a Unix socket in ``folder``."""
 
-    def __init__(self, folder: Path, *extra):
+    def __init__(self, folder: Path, *extra, password=None):
         self.folder = folder
+        self.password = password
         self.sock = folder / "redis.sock"
         self.extra = extra
         self.proc = None
@@ -72,7 +73,7 @@ class RedisServer:
         self.proc.wait(20)
 
     def client(self):
-        return redis.Redis(unix_socket_path=str(self.sock))
+        return redis.Redis(unix_socket_path=str(self.sock), password=self.password)
 
     def url(self, prefix="t:", **params):
         query = "&".join([f"prefix={prefix}"] + [f"{k}={v}" for k, v in params.items()])
@@ -506,3 +507,24 @@ def test_the_filters_fast_path_answers_from_the_store_as_the_click_command(url, 
             res = CliRunner().invoke(main, ["filter", *args], input=raw)
             assert (fast.stdout, fast.returncode) == (res.stdout_bytes, res.exit_code)
             assert fast.stderr.decode() == res.stderr, args
+
+
+def test_a_password_comes_from_a_file_and_is_never_shown(tmp_path, trained_model_file):
+    srv = RedisServer(tmp_path, "--requirepass", "s3cret-pw", password="s3cret-pw")
+    try:
+        pw = tmp_path / "pw"
+        pw.write_text("s3cret-pw\n")
+        pw.chmod(0o600)
+        url = f"unix://{srv.sock}?prefix=p:&password_file={pw}"
+        r = run("store", "push", trained_model_file, url)
+        assert r.returncode == 0, r.stderr
+        assert b"s3cret" not in r.stderr
+        raw = sample_messages()[0]
+        assert run("filter", "--store", url, input=raw).returncode in (0, 1, 2)
+        (tmp_path / "bad").write_text("wrong\n")
+        r = run("filter", "--store", url.replace(str(pw), str(tmp_path / "bad")), input=raw)
+        assert (r.returncode, r.stdout) == (3, raw) and b"wrong" not in r.stderr and b"s3cret" not in r.stderr
+        r = run("info", "--store", f"unix://:s3cret-pw@{srv.sock}")
+        assert r.returncode == 1 and b"password_file" in r.stderr
+    finally:
+        srv.stop()
