@@ -8,9 +8,10 @@
 # contrib/systemd), spamc (SpamAssassin's client, which the --spamd tests talk to
 # spamnb serve with), dovecot (Debian's dovecot-imapd: the IMAP tests run a private
 # Dovecot per test, see tests/dovecot.py), exim4 (exim4-daemon-heavy: the Exim
-# spam= ACL test) and prometheus (Debian's prometheus, with promtool: it scrapes a
-# running spamnb serve --metrics in tests/test_prometheus.py). Missing ones are
-# installed when we are root and apt-get is
+# spam= ACL test), prometheus (Debian's prometheus, with promtool: it scrapes a
+# running spamnb serve --metrics in tests/test_prometheus.py) and redis-server (the
+# store tests start a private one on a Unix socket in a temporary folder). Missing
+# ones are installed when we are root and apt-get is
 # there, except one whose install would remove another package (exim4 and postfix
 # each replace the other MTA); otherwise, or when that fails, each missing one is
 # named here and its tests are skipped with the reason.
@@ -21,7 +22,8 @@ cd "$(dirname "$0")/.."
 missing_tools() {  # "command:package" pairs whose command is neither on PATH nor in an sbin folder
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
-                exim4:exim4-daemon-heavy prometheus:prometheus promtool:prometheus; do
+                exim4:exim4-daemon-heavy prometheus:prometheus promtool:prometheus \
+                redis-server:redis-server; do
         # dovecot and exim4 are daemons in /usr/sbin, off a user's PATH (their tests look there too)
         PATH="$PATH:$SBIN" command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done
