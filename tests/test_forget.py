@@ -119,7 +119,7 @@ def test_full_model_path_without_a_scorer(compiled):
 
 
 def _served_scores(s):
-    model = s.holder.get().model
+    model = s.backend.view()
     return np.array([spamd.judge(model, raw, 0)[0].score for raw in messages()])
 
 

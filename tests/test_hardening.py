@@ -708,14 +708,15 @@ def unix_spamd(compiled, tmp_path, sticky_dir, trained_model):
     """A spamd Unix socket everyone may connect to, with --allow-tell and per-user
     models for "bob" and for the throwaway user."""
     from spamnb.delivery import spamd
-    from spamnb.delivery.server import Compactor, ModelHolder
+    from spamnb.delivery.server import Compactor
+    from spamnb.storage.filestore import FileBackend
 
     users = tmp_path / "users"
     for name in ("bob", MALLORY):
         save_model(trained_model, users / name / "model.joblib")
     log = []
-    holder = ModelHolder(str(compiled), log=log.append)
-    models = spamd.Models(holder, False, str(users), log.append)
+    backend = FileBackend(str(compiled), log=log.append).resident()
+    models = spamd.Models(backend, str(users), log.append)
     sock = sticky_dir / "spamd.sock"
     srv = spamd.UnixServer(str(sock), 0o666)
     srv.configure(models, max_bytes=1 << 20, timeout=10, allow_tell=True, log=log.append,

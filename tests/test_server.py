@@ -19,6 +19,8 @@ import pytest
 from conftest import sample_message
 from spamnb._version import __version__
 from spamnb.delivery import fastfilter, server, wire
+from spamnb.storage import filestore
+from spamnb.storage.filestore import FileBackend
 from spamnb.verdict import EXIT_CODES
 from test_e2e import SPAMNB
 from test_fastpath import ODD_INPUTS, click_filter, compiled, messages  # noqa: F401 (fixture)
@@ -280,9 +282,9 @@ def test_socket_folder_others_can_enter_is_refused(compiled, tmp_path):
 
 def test_connections_from_other_users_are_refused(compiled, sock_path, monkeypatch, trained_model):
     """In process, with the peer check told the client is someone else: no answer at all."""
-    holder = server.ModelHolder(str(compiled))
-    holder.current = server.Loaded(trained_model, server._identity(os.stat(compiled)))
-    srv = server.FilterServer(sock_path, holder)
+    backend = FileBackend(str(compiled)).resident()
+    backend.holder.current = filestore.Loaded(trained_model, filestore.file_state(os.stat(compiled)))
+    srv = server.FilterServer(sock_path, backend)
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     try:

@@ -23,8 +23,9 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from spamnb import verdict
 from spamnb.delivery import hook, spamd
-from spamnb.delivery.server import Compactor, ModelHolder
+from spamnb.delivery.server import Compactor
 from spamnb.mail.identity import message_key
+from spamnb.storage.filestore import FileBackend
 from spamnb.storage.modelfile import load_model, save_model
 from spamnb.storage.scorer import fresh_scorer
 from test_e2e import SPAMNB
@@ -44,9 +45,9 @@ class Served:
                  max_length=spamd.MAX_LENGTH):
         self.log_lines = []
         log = self.log_lines.append
-        self.holder = ModelHolder(str(model), log=log)
-        self.holder.get()
-        self.models = spamd.Models(self.holder, is_default, user_models, log)
+        self.backend = FileBackend(str(model), is_default=is_default, log=log).resident()
+        self.backend.view()
+        self.models = spamd.Models(self.backend, user_models, log)
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                            compactor=Compactor(log), max_connections=max_connections,

@@ -34,6 +34,7 @@ METRICS = ("serve", "imap filter")
 KEYS = {
     ("model", "path"): ("model_path", EVERY),
     ("model", "allow_insecure"): ("allow_insecure_model", EVERY),
+    ("store", "url"): ("store", EVERY),
     **{("decision", name): (name, DECIDING) for name in DECISION_OPTIONS},
     ("serve", "socket"): ("socket_path", ("serve", "filter")),
     ("serve", "max_bytes"): ("max_bytes", ("serve",)),
@@ -43,6 +44,7 @@ KEYS = {
     ("spamd", "listen"): ("spamd_addresses", ("serve",)),
     ("spamd", "allow"): ("allow", ("serve",)),
     ("spamd", "user_models"): ("user_models", ("serve",)),
+    ("spamd", "store_users"): ("store_users", ("serve",)),
     ("spamd", "allow_tell"): ("allow_tell", ("serve",)),
     ("spamd", "socket_mode"): ("spamd_socket_mode", ("serve",)),
     ("filter", "exit_zero"): ("exit_zero", ("filter",)),

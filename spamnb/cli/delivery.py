@@ -8,8 +8,8 @@ import sys
 import click
 
 from spamnb import verdict
-from spamnb.cli.options import (cutoffs, decision_options, history_options, history_path, log_options, metrics_from,
-                                metrics_options, model_options, notice, open_model, pass_through, recorder)
+from spamnb.cli.options import (cutoffs, decision_options, history_for, history_options, log_options, metrics_from,
+                                metrics_options, model_options, notice, open_backend, pass_through, recorder)
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
@@ -43,7 +43,7 @@ class _FilterCommand(click.Command):
 @decision_options
 @log_options(False)
 @history_options
-def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
+def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
             cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, history):
     """Filter one message from standard input to standard output.
 
@@ -88,7 +88,7 @@ def filter_(model_path, allow_insecure_model, exit_zero, learn_, evidence, socke
     raw = b""
     try:
         raw = stdin.read()
-        out, label = _filter_message(raw, model_path, allow_insecure_model, learn_, evidence,
+        out, label = _filter_message(raw, model_path, store, allow_insecure_model, learn_, evidence,
                                      (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
                                      recorder(log_messages, log_format, log_to), history)
         code = 0 if exit_zero else EXIT_CODES[label]
@@ -119,29 +119,28 @@ def _reason(exc):
     return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
-def _filter_message(raw, model_path, allow_insecure_model, learn_, n_evidence, decision, rec, history=None):
+def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evidence, decision, rec, history=None):
     import time
 
     from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, not_learned
 
     start = time.perf_counter()
-    model, path, is_default = open_model(model_path, allow_insecure_model)
-    kept, pos, block, d = filter_verdict(model, raw, model_name(path, is_default), decision, n_evidence)
+    backend = open_backend(model_path, store, allow_insecure_model)
+    kept, pos, block, d = filter_verdict(backend.view(), raw, model_name(backend.short_name, backend.is_default),
+                                         decision, n_evidence)
     out, label, learns = kept[:pos] + block + kept[pos:], d.label, d.learns
-    learned = learn_ and learns and not is_default
+    learned = learn_ and learns and not backend.is_default
     if learned:
-        from spamnb.storage.modelfile import learn_messages
         from spamnb.storage.store import ModelError, lock_timeout
 
         try:
-            learn_messages(path, [(raw, label)], allow_insecure=allow_insecure_model,
-                           timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
+            backend.learn([(raw, label, None)], timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
         except ModelError as exc:  # the verdict stands: deliver it, unlearned
             click.echo(not_learned(exc), err=True)
             learned = False
     rec.message("filter", label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
                 user=_login(), learned=label if learned else None, why="filter-u")
-    where = history_path(history, path)
+    where = history_for(history, backend)
     if where:  # now, not through rec's writer thread: this process ends with the message
         from spamnb.storage.history import record_now
 
@@ -185,6 +184,9 @@ def _login():
                    "needed to listen on an address other than loopback.")
 @click.option("--user-models", type=click.Path(exists=True, file_okay=False), metavar="DIR",
               help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
+@click.option("--store-users", is_flag=True,
+              help="spamd, with --store: the User: header picks that user's model in the store when there "
+                   "is one (put there with `spamnb store push MODEL URL --user NAME`).")
 @click.option("--allow-tell", is_flag=True,
               help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
                    "model, as spamd's --allow-tell. From this machine User: must be the client's own user "
@@ -202,8 +204,8 @@ def _login():
 @metrics_options
 @history_options
 @click.pass_context
-def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
-          spamd_addresses, allow, user_models, allow_tell, allow_tell_served, spamd_max_bytes,
+def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
+          spamd_addresses, allow, user_models, store_users, allow_tell, allow_tell_served, spamd_max_bytes,
           spamd_socket_mode, cost_fp, cost_fn, cost_unsure,
           spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
     """Keep the model loaded and filter messages for `spamnb filter`.
@@ -243,8 +245,8 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
         mode = -1
     if not 0 <= mode <= 0o777:
         raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
-    if (allow or user_models or allow_tell or allow_tell_served) and not spamd_addresses:
-        raise click.UsageError("--allow, --user-models and --allow-tell are for --spamd")
+    if (allow or user_models or store_users or allow_tell or allow_tell_served) and not spamd_addresses:
+        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd")
     if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
         from spamnb.delivery.spamd import check_listening
 
@@ -254,9 +256,9 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
             raise click.UsageError(str(exc)) from None
     decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
-    _, path, is_default = open_model(model_path, allow_insecure_model)  # builds the default model if needed
+    backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     meter = metrics_from(metrics_address, metrics_allow)
-    rec = recorder(log_messages, log_format, log_to, meter, history_path(history, path))
+    rec = recorder(log_messages, log_format, log_to, meter, history_for(history, backend))
     if rec.history is not None:
         notice(f"recording verdicts in {rec.history.path}")
     spamd_models = []
@@ -264,8 +266,9 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
     if spamd_addresses:
         from spamnb.delivery import spamd
 
-        def others(holder, compactor, log):
-            models = spamd.Models(holder, is_default, user_models, log, decision=decision, recorder=rec)
+        def others(backend, compactor, log):
+            models = spamd.Models(backend, user_models, log, store_users=store_users, decision=decision,
+                                  recorder=rec)
             spamd_models.append(models)
             return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
                                       allow_tell=allow_tell or allow_tell_served,
@@ -280,9 +283,9 @@ def serve(ctx, socket_path, model_path, allow_insecure_model, max_bytes, timeout
         return f"configuration reread; decision {_shown(new)}"
 
     try:
-        run_server(socket_path or default_socket_path(), str(path), allow_insecure=allow_insecure_model,
-                   max_bytes=max_bytes, timeout=timeout, pidfile=pidfile, max_connections=max_connections,
-                   others=others, recorder=rec, reload=reload, metrics=meter and meter.listener)
+        run_server(socket_path or default_socket_path(), backend, max_bytes=max_bytes, timeout=timeout,
+                   pidfile=pidfile, max_connections=max_connections, others=others, recorder=rec, reload=reload,
+                   metrics=meter and meter.listener)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except ServerError as exc:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 import sys
 
 import click
 
-from spamnb.cli.options import model_options, open_model
+from spamnb.cli.options import model_options, open_backend
 
 
 @click.command()
@@ -15,7 +14,7 @@ from spamnb.cli.options import model_options, open_model
 @model_options
 @click.option("--count", "-c", "count", type=click.IntRange(min=1), default=15, show_default=True,
               help="How many tokens to show.")
-def explain(message, model_path, allow_insecure_model, count):
+def explain(message, model_path, store, allow_insecure_model, count):
     """Show why a message got its score: the prior and the strongest tokens.
 
     Contributions are in log-odds (natural log); positive means spammier.
@@ -27,7 +26,7 @@ def explain(message, model_path, allow_insecure_model, count):
     """
     from spamnb.mail.sources import iter_messages
 
-    model, _, is_default = open_model(model_path, allow_insecure_model)
+    model = open_backend(model_path, store, allow_insecure_model).model()
     msg = next(iter(iter_messages(message, strict=True)), None)
     if msg is None:
         raise click.ClickException(f"no message in {message}")
@@ -46,7 +45,7 @@ def explain(message, model_path, allow_insecure_model, count):
 @click.option("--rebuild-scorer", is_flag=True,
               help="Compile the model's scorer again (after copying a model: the filter's fast path "
                    "needs it; only for a trusted model, in a folder you can write).")
-def info(model_path, allow_insecure_model, rebuild_scorer):
+def info(model_path, store, allow_insecure_model, rebuild_scorer):
     """Show what a model holds, and whether its compiled scorer is fresh.
 
     The scorer (MODEL.scorer) lets `spamnb filter` answer without loading the
@@ -59,48 +58,25 @@ def info(model_path, allow_insecure_model, rebuild_scorer):
     """
     import datetime
 
-    from spamnb.storage import journal, scorer
-    from spamnb.storage.modelfile import compile_scorer, load_model
+    from spamnb.storage.store import ModelError
 
-    model, path, is_default = open_model(model_path, allow_insecure_model)
+    backend = open_backend(model_path, store, allow_insecure_model)
     if rebuild_scorer:
-        from spamnb.storage.store import ModelError
-
         try:
-            _, outcome = compile_scorer(path)
-            model = load_model(path, allow_insecure=allow_insecure_model)  # with its journal
+            outcome = backend.rebuild_scorer()
         except ModelError as exc:
             raise click.ClickException(str(exc)) from None
-        click.echo(f"scorer of {path}: " + {"written": "rebuilt", "changed": "not rebuilt: the model "
-                                            "changed while it was read; run again"}.get(outcome, "none"),
-                   err=True)
+        click.echo(f"scorer of {backend.name}: {outcome}", err=True)
+    model = backend.model()
     counts = model.messages
     stats = model.stats
-    why_none = scorer.cannot_compile(model)
-    state = scorer.state(path, allow_insecure=allow_insecure_model)
-    if why_none is not None:
-        scorer_row = f"none: {why_none}, so the filter loads the whole model"
-    elif state == "fresh":
-        scorer_row = f"fresh ({scorer.scorer_path(path)})"
-    else:
-        scorer_row = (f"{scorer.REBUILDABLE.get(state, state)}: each delivery loads the whole model until "
-                      f"it is rebuilt (by the next `spamnb filter`, or `spamnb info --rebuild-scorer`)")
 
     def when(t):
         return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "never"
 
-    j = journal.read(path, stats.get("save_id"), stats.get("journal"), allow_insecure=allow_insecure_model)
-    journal_row = "empty"
-    if j is not None and (len(j) or j.damaged):
-        journal_row = (f"{len(j)} update(s), {(j.end - j.start) / 1e3:.0f} kB (folded in past "
-                       f"{journal.MAX_BYTES / 1e6:.0f} MB, or by `spamnb compact`)")
-        if j.damaged:
-            journal_row += f"; a damaged tail of {j.damaged} bytes, ignored"
+    before, after = backend.describe(model)
     rows = [
-        ("model file", f"{path}" + (" (default model)" if is_default else "")),
-        ("size", f"{os.path.getsize(path) / 1e6:.1f} MB"),
-        ("journal", journal_row),
-        ("compacted", when(stats.get("compacted"))),
+        *before,
         ("model type", f"{model.model_type}, features {model.features}"),
         ("alpha (λ)", f"{model.alpha:g}"),
         ("refine", f"{model.refine_rounds} rounds, margin {model.refine_margin:g}"),
@@ -113,7 +89,7 @@ def info(model_path, allow_insecure_model, rebuild_scorer):
         ("created", when(stats.get("created"))),
         ("updated", when(stats.get("updated"))),
         ("written by", f"spamnb {stats.get('spamnb_version')}"),
-        ("scorer", scorer_row),
+        *after,
     ]
     for k, v in rows:
         click.echo(f"{k + ':':<12} {v}")
@@ -123,7 +99,7 @@ def info(model_path, allow_insecure_model, rebuild_scorer):
 @click.argument("message", metavar="FILE|-")
 @model_options
 @click.option("--default-settings", is_flag=True, help="Use the default tokenizer settings, not the model's.")
-def tokens(message, model_path, allow_insecure_model, default_settings):
+def tokens(message, model_path, store, allow_insecure_model, default_settings):
     """Print a message's tokens, one per line (like bogolexer).
 
     Uses the tokenizer settings of the model when one exists.
@@ -137,13 +113,9 @@ def tokens(message, model_path, allow_insecure_model, default_settings):
 
     config = TokenizerConfig()
     if not default_settings:
-        from spamnb.storage.modelfile import resolve
-
-        path, is_default = resolve(model_path)
-        if path.exists() or model_path is not None:  # an explicit --model must be there
-            from spamnb.storage.modelfile import load_model
-
-            config = load_model(path, allow_insecure=allow_insecure_model).tokenizer
+        backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
+        if backend.exists() or model_path is not None or store is not None:  # one named must be there
+            config = backend.tokenizer()
     out = sys.stdout
     for msg in iter_messages(message, strict=True):
         for tok in tokenize(msg.raw, config):

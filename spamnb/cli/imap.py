@@ -8,7 +8,7 @@ import sys
 import click
 
 from spamnb.cli.options import (decision_options, history_options, history_path, log_options, metrics_from,
-                                metrics_options, notice, recorder)
+                                metrics_options, notice, recorder, store_option)
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -38,7 +38,7 @@ def account_options(f):
     ]
     for opt in reversed(opts):
         f = opt(f)
-    return f
+    return store_option(f)
 
 
 def _settings(config_path, extra, kw):
@@ -71,7 +71,7 @@ def imap():
 @click.option("--ham", multiple=True, metavar="FOLDER", help="A folder of ham (repeatable).")
 @click.option("--spam", multiple=True, metavar="FOLDER", help="A folder of spam (repeatable).")
 @account_options
-def train(ham, spam, config_path, **kw):
+def train(ham, spam, config_path, store, **kw):
     """Train a new model from IMAP folders (read-only: no flag changes).
 
     Replaces the model file, as `spamnb train` does.
@@ -79,12 +79,12 @@ def train(ham, spam, config_path, **kw):
     from spamnb.delivery import imap as lib
     from spamnb.model import SpamModel
     from spamnb.scale import parallel
-    from spamnb.storage.modelfile import own_model_path, remove_journal, save_model
+    from spamnb.storage.where import own_backend
 
     s = _settings(config_path, {"ham": ham, "spam": spam}, kw)
     if not (s.ham and s.spam):
         raise click.UsageError("name the folders: --ham FOLDER and --spam FOLDER (or ham and spam in the config)")
-    path = own_model_path(s.model)
+    backend = _user_store(own_backend(s.model, store), s.user)
     tty = sys.stderr.isatty()
 
     def progress(folder, n, total):
@@ -107,10 +107,9 @@ def train(ham, spam, config_path, **kw):
     if not (ham_n and spam_n):
         raise click.ClickException("a model needs both ham and spam: "
                                    f"read {ham_n} ham and {spam_n} spam; nothing was saved")
-    save_model(model, path)
-    remove_journal(path)
+    backend.replace(model)
     click.echo(f"trained on {ham_n} ham and {spam_n} spam from {s.host} "
-               f"({done['unchanged']} copies counted once); saved to {path}", err=True)
+               f"({done['unchanged']} copies counted once); saved to {backend.name}", err=True)
 
 
 @imap.command("filter")
@@ -132,9 +131,9 @@ def train(ham, spam, config_path, **kw):
 @decision_options
 @log_options(True)
 @metrics_options
-def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, cost_fp, cost_fn,
-            cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow,
-            history, **kw):
+def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, store, cost_fp,
+            cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address,
+            metrics_allow, history, **kw):
     """Classify new messages, move spam to Junk, learn from your moves.
 
     Each pass: a message you moved into Junk is learned as spam; one spamnb
@@ -147,7 +146,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     --metrics HOST:PORT serves Prometheus metrics (see docs/admin.md).
     """
     from spamnb.delivery import imap as lib
-    from spamnb.storage import store
+    from spamnb.storage import store as files
     from spamnb.storage.modelfile import own_model_path
 
     s = _settings(config_path, {"folder": folder, "junk": junk, "unsure_folder": unsure_folder}, kw)
@@ -155,11 +154,11 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     state_path = lib.state_path(own)
     say = (lambda text: click.echo(f"(dry run) {text}", err=True)) if dry_run else (lambda text: click.echo(text, err=True))
     try:
-        store.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
-        lock = store.try_lock(state_path + ".lock")
+        files.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
+        lock = files.try_lock(state_path + ".lock")
     except OSError as exc:
         raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
-    except store.ModelError as exc:
+    except files.ModelError as exc:
         raise click.ClickException(str(exc)) from None
     if lock is None:
         raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
@@ -171,7 +170,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     try:
         decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
         folders = {"spam": s.junk or "Junk", "unsure": s.unsure_folder}
-        judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user,
+        judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user, store,
                                         lambda label: folders.get(label) or s.folder)
         if meter is not None:
             import threading
@@ -206,34 +205,47 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
         os.close(lock)
 
 
-def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=None, user=None, folder=None):
+def _user_store(backend, user):
+    """With a store holding per-user models, the IMAP user's own; else ``backend``."""
+    return backend.for_user(user) if backend.per_user and user else backend
+
+
+def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=None, user=None, store=None,
+                     folder=None):
     """``judge(raw) -> (label, p, learn)`` with the user's model as it is now (their
-    own once they have one, else the default) under ``decision`` (the decision
-    options: the model's cut-offs when all None), ``learn`` saying whether the verdict
-    is learned as ``filter -u`` would learn it (never with the default model), and
-    ``learn(items)`` into their own model (made from the default one at the first
-    correction, as `spamnb learn` does). ``rec``: the Recorder of each message and
-    of each correction learned; ``folder(label)``: where a verdict files the message."""
+    own once they have one, else the default, or a store's shared model) under
+    ``decision`` (the decision options: the model's cut-offs when all None), ``learn``
+    saying whether the verdict is learned as ``filter -u`` would learn it (never with
+    the default model), and ``learn(items)`` into their own model (made from the
+    default or shared one at the first correction, as `spamnb learn` does). ``rec``:
+    the Recorder of each message and of each correction learned; ``folder(label)``: where a
+    verdict files the message."""
     import hashlib
     import time
 
     from spamnb.delivery.events import NOTHING
     from spamnb.delivery.hook import decide
-    from spamnb.delivery.server import ModelHolder
-    from spamnb.storage.modelfile import default_seed, learn_messages, open_model, own_model_path, resolve
+    from spamnb.storage.modelfile import default_seed
+    from spamnb.storage.where import open_backend, own_backend
 
-    holders = {}
+    backends = {}
     rec = rec or NOTHING
+    mine = _user_store(own_backend(model_path, store), user)
     own = set()  # digests of the verdicts judge() said to learn: the others learn() gets are the user's moves
+
+    def current():
+        backend = mine
+        if not mine.exists():
+            backend = open_backend(model_path, store, build_default=False)
+            if not backend.exists():
+                backend = open_backend(model_path, store, notice=notice)  # builds the default model once
+        return backends.setdefault(backend.name, backend.resident())  # one per model, its model kept loaded
 
     def judge(raw):
         start = time.perf_counter()
-        path, is_default = resolve(model_path)
-        if is_default and not path.exists():
-            open_model(model_path, notice=notice)  # builds the default model once
-        holder = holders.get(path) or holders.setdefault(path, ModelHolder(str(path)))
-        d = decide(holder.get().model, raw, decision)
-        learns = learn_verdicts and not is_default and d.learns
+        backend = current()
+        d = decide(backend.view(), raw, decision)
+        learns = learn_verdicts and not backend.is_default and d.learns
         if learns:
             own.add(hashlib.sha256(raw).digest())
         rec.message("imap", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
@@ -241,8 +253,12 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
                     folder=folder and folder(d.label))
         return d.label, d.p, learns
 
+    def seed():
+        shared = current()
+        return default_seed() if shared.is_default else shared.model()
+
     def learn(items):
-        learn_messages(own_model_path(model_path), items, create=default_seed, warn=notice)
+        mine.learn(items, create=seed, warn=notice)
         for raw, label in items:
             digest = hashlib.sha256(raw).digest()
             if digest in own:

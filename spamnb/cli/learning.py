@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from spamnb.cli.options import cutoffs, decision_options, model_options, notice, skipper, source_options
+from spamnb.cli.options import cutoffs, decision_options, model_options, notice, open_backend, skipper, source_options
 
 
 def _learn_options(f):
@@ -39,7 +39,7 @@ def _labelled(sources, label, recursive, strict):
 
 @click.command()
 @_learn_options
-def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
+def learn(label, sources, model_path, store, allow_insecure_model, recursive, strict):
     """Learn messages as spam or ham (as bogofilter -s / -n).
 
     Learning the same message twice under the same label counts once (by its
@@ -52,22 +52,23 @@ def learn(label, sources, model_path, allow_insecure_model, recursive, strict):
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
     from spamnb.delivery.fastlearn import summary
-    from spamnb.storage.modelfile import default_seed, learn_messages, own_model_path, resolve
+    from spamnb.storage.where import own_backend
+    from spamnb.storage.modelfile import default_seed
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
-    path, is_default = resolve(model_path)
-    if is_default:  # a user's first learn: their own model, seeded with the default one
-        path = own_model_path()
-        notice(f"creating your model at {path}, starting from the default model")
+    backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
+    if backend.is_default:  # a user's first learn: their own model, seeded with the default one
+        backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
+        notice(f"creating your model at {backend.name}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
-    done = learn_messages(path, messages, allow_insecure=allow_insecure_model, create=default_seed, warn=notice)
+    done = backend.learn(messages, create=default_seed, warn=notice)
     click.echo(summary(done, label, skipped[0]), err=True)
 
 
 @click.command()
 @_learn_options
-def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
+def forget(label, sources, model_path, store, allow_insecure_model, recursive, strict):
     """Undo learning messages as spam or ham (as bogofilter -S / -N).
 
     \b
@@ -75,15 +76,14 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
       spamnb forget --spam message.eml
     """
     from spamnb.delivery.fastlearn import forgot
-    from spamnb.storage.modelfile import learn_messages, resolve
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
-    path, is_default = resolve(model_path)
-    if is_default:
+    backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
+    if backend.is_default:
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
-    n = learn_messages(path, messages, forget=True, allow_insecure=allow_insecure_model, warn=notice)["forgotten"]
+    n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
     click.echo(forgot(n, label), err=True)
 
 
@@ -92,7 +92,7 @@ def forget(label, sources, model_path, allow_insecure_model, recursive, strict):
 @click.option("--if-needed", is_flag=True,
               help="Only when the journal has grown past its bound (what learners start in the background).")
 @click.option("--quiet", "-q", is_flag=True, help="Say nothing when all went well.")
-def compact(model_path, allow_insecure_model, if_needed, quiet):
+def compact(model_path, store, allow_insecure_model, if_needed, quiet):
     """Fold the model's journal into a new model file.
 
     learn, forget and filter -u append each message to MODEL.journal rather
@@ -104,14 +104,12 @@ def compact(model_path, allow_insecure_model, if_needed, quiet):
     Example:
       spamnb compact
     """
-    from spamnb.storage.modelfile import compact as fold, resolve
-
-    path, is_default = resolve(model_path)
-    if is_default:
+    backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
+    if backend.is_default:
         raise click.ClickException("there is no model of yours to compact")
-    n = fold(path, allow_insecure=allow_insecure_model, force=not if_needed, warn=notice)
+    n = backend.compact(force=not if_needed, warn=notice)
     if not quiet:
-        click.echo(f"folded {n} journal update(s) into {path}" if n else "nothing to fold", err=True)
+        click.echo(f"folded {n} journal update(s) into {backend.name}" if n else "nothing to fold", err=True)
 
 
 @click.command()
@@ -125,7 +123,7 @@ def compact(model_path, allow_insecure_model, if_needed, quiet):
 @click.option("--limit", default=None, metavar="N|off",
               help="Set the model's automatic size limit: every compaction keeps at most N tokens.")
 @click.option("--dry-run", is_flag=True, help="Say what would be dropped, change nothing.")
-def prune(model_path, allow_insecure_model, older_than, max_messages, max_tokens, limit, dry_run):
+def prune(model_path, store, allow_insecure_model, older_than, max_messages, max_tokens, limit, dry_run):
     """Drop old, rare tokens to bound the model's size (as bogofilter's ageing).
 
     The model records the day each token was last in a learned message. The
@@ -138,8 +136,6 @@ def prune(model_path, allow_insecure_model, older_than, max_messages, max_tokens
       spamnb prune --older-than 30 --max-messages 2
       spamnb prune --limit 500000         # keep the model under 500,000 tokens from now on
     """
-    from spamnb.storage.modelfile import resolve, updating
-
     if limit is not None:
         if limit == "off":
             limit = 0
@@ -148,20 +144,13 @@ def prune(model_path, allow_insecure_model, older_than, max_messages, max_tokens
         limit = int(limit)
     if older_than is None and max_tokens is None and limit is None:
         older_than = 90
-    path, is_default = resolve(model_path)
-    if is_default:
+    backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
+    if backend.is_default:
         raise click.ClickException("there is no model of yours to prune")
-    try:
-        with updating(path, allow_insecure=allow_insecure_model) as model:
-            before = len(model.vocabulary)
-            if limit is not None:
-                model.stats["max_tokens"] = limit or None
-                max_tokens = limit or max_tokens
-            dropped = model.age_out(older_than_days=older_than, max_messages=max_messages, max_tokens=max_tokens)
-            if dry_run:
-                raise _DryRun(dropped)
-    except _DryRun as run:
-        click.echo(f"would drop {run.dropped} of {before} tokens", err=True)
+    dropped, before = backend.age_out(older_than_days=older_than, max_messages=max_messages, max_tokens=max_tokens,
+                                      limit=limit, dry_run=dry_run)
+    if dry_run:
+        click.echo(f"would drop {dropped} of {before} tokens", err=True)
         return
     click.echo(f"dropped {dropped} of {before} tokens; {before - dropped} kept"
                + (f"; automatic limit {'off' if not limit else limit}" if limit is not None else ""), err=True)
@@ -170,14 +159,14 @@ def prune(model_path, allow_insecure_model, older_than, max_messages, max_tokens
 @click.command("cutoffs")
 @model_options
 @decision_options
-def cutoffs_(model_path, allow_insecure_model, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
     """Show or set the model's stored cut-offs, in place (no retraining).
 
     Every command decides with the cut-offs stored in the model unless given
     others; this changes what is stored, and keeps every count, including what
     learn, filter -u and spamd TELL added. A running `spamnb serve` answers with
-    them from the next message (it reloads the changed file). Without options it
-    prints them.
+    them from the next message (it reloads the changed file; a store's hosts read
+    them with the next message). Without options it prints them.
 
     \b
     Examples:
@@ -185,29 +174,17 @@ def cutoffs_(model_path, allow_insecure_model, cost_fp, cost_fn, cost_unsure, sp
       spamnb cutoffs --spam-cutoff 0.99 --ham-cutoff 0.2
       spamnb cutoffs --cost-fp 20 --cost-unsure 0.5 --model /var/lib/spamnb/model.joblib
     """
-    from spamnb.storage.modelfile import load_model, resolve, updating
-
-    path, is_default = resolve(model_path)
+    backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     given = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     if all(v is None for v in given):
-        if not path.exists():
-            raise click.ClickException(f"no model at {path}")
-        cut = load_model(path, allow_insecure=allow_insecure_model).cutoffs
-        click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({path})")
+        if not backend.exists():
+            raise click.ClickException(f"no model at {backend.name}")
+        cut = cutoffs(backend.view().cutoffs, *given)  # the stored ones (a scorer's are a pair)
+        click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({backend.name})")
         return
-    if is_default:
+    if backend.is_default:
         raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "
                                    "of a model of yours (--model), or give them to each command")
-    with updating(path, allow_insecure=allow_insecure_model) as model:
-        old = model.cutoffs
-        model.cutoffs = cutoffs(old, *given)
-    click.echo(f"cut-offs of {path}: ham <= {old.ham_cutoff:.6g} -> {model.cutoffs.ham_cutoff:.6g}, "
-               f"spam > {old.spam_cutoff:.6g} -> {model.cutoffs.spam_cutoff:.6g}", err=True)
-
-
-class _DryRun(Exception):
-    """Leaves :func:`updating` without saving."""
-
-    def __init__(self, dropped):
-        super().__init__(dropped)
-        self.dropped = dropped
+    old, new = backend.set_cutoffs(lambda old: cutoffs(old, *given))
+    click.echo(f"cut-offs of {backend.name}: ham <= {old.ham_cutoff:.6g} -> {new.ham_cutoff:.6g}, "
+               f"spam > {old.spam_cutoff:.6g} -> {new.spam_cutoff:.6g}", err=True)

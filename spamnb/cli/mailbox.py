@@ -8,7 +8,7 @@ import time
 
 import click
 
-from spamnb.cli.options import cutoffs, decision_options, model_options, open_model, skipper, source_options
+from spamnb.cli.options import cutoffs, decision_options, model_options, open_backend, skipper, source_options
 
 
 @click.command()
@@ -20,7 +20,7 @@ from spamnb.cli.options import cutoffs, decision_options, model_options, open_mo
               help="Worker processes (output stays in input order).")
 @decision_options
 @source_options
-def classify(sources, model_path, allow_insecure_model, fmt, jobs, cost_fp, cost_fn, cost_unsure,
+def classify(sources, model_path, store, allow_insecure_model, fmt, jobs, cost_fp, cost_fn, cost_unsure,
              spam_cutoff, ham_cutoff, recursive, strict):
     """Classify messages: one line each with label, spam probability and score.
 
@@ -36,7 +36,8 @@ def classify(sources, model_path, allow_insecure_model, fmt, jobs, cost_fp, cost
 
     from spamnb.mail.sources import iter_messages
 
-    model, path, is_default = open_model(model_path, allow_insecure_model)
+    backend = open_backend(model_path, store, allow_insecure_model)
+    model, is_default = backend.model(), backend.is_default
     cut = cutoffs(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     skipped = [0]
     # iter_messages checks its source when called: a missing one fails here, before any output.
@@ -91,7 +92,7 @@ def _finite(x, bound=1e300):
 @click.option("--unsure-folder", default=None, help="Maildir++ folder for unsure messages (default: leave them).")
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would move; move nothing.")
 @decision_options
-def sort(maildir, model_path, allow_insecure_model, spam_folder, unsure_folder, dry_run,
+def sort(maildir, model_path, store, allow_insecure_model, spam_folder, unsure_folder, dry_run,
          cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
     """File spam (and optionally unsure mail) out of a maildir into Maildir++ folders.
 
@@ -111,7 +112,8 @@ def sort(maildir, model_path, allow_insecure_model, spam_folder, unsure_folder, 
                    "unsure": unsure_folder and check_folder_name(unsure_folder)}
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
-    model, _, is_default = open_model(model_path, allow_insecure_model)
+    backend = open_backend(model_path, store, allow_insecure_model)
+    model, is_default = backend.model(), backend.is_default
     cut = cutoffs(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     moved = skipped = 0
     for src, dst, label in plan_moves(model, maildir, folders, cut):

@@ -19,9 +19,29 @@ def model_options(f):
     f = click.option("--allow-insecure-model", is_flag=True,
                      help="Load a model file that other users can write (administrators only: "
                           "a model file is code).")(f)
-    f = click.option("--model", "model_path", type=click.Path(dir_okay=False),
+    f = click.option("--model", "model_path", type=click.Path(dir_okay=False), callback=_where_default,
                      help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")(f)
-    return f
+    return store_option(f)
+
+
+def store_option(f):
+    return click.option("--store", metavar="URL", callback=_where_default,
+                        help="Keep the model in a store shared by several hosts instead of a file: "
+                             "redis://HOST:PORT/DB, rediss:// (TLS) or unix:///PATH, with ?prefix=NAME: "
+                             "(default $SPAMNB_STORE; docs/many-hosts.md).")(f)
+
+
+def _where_default(ctx, param, value):
+    """Where the model is, --model or --store, is one choice: a configuration file's
+    ``[model] path`` or ``[store] url`` steps aside for the other option given on
+    the command line (click processes those first)."""
+    from click.core import ParameterSource
+
+    other = "store" if param.name == "model_path" else "model_path"
+    if ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and \
+            ctx.get_parameter_source(other) == ParameterSource.COMMANDLINE:
+        return None
+    return value
 
 
 def _decision_default(ctx, param, value):
@@ -68,6 +88,13 @@ def history_path(history, model_path):
     from spamnb.storage.history import default_path
 
     return history or default_path(model_path)
+
+
+def history_for(history, backend):
+    """:func:`history_path` for the model of ``backend``: beside its file; a store's
+    model has no file to sit beside, so there only ``--history FILE`` records."""
+    path = getattr(backend, "path", None)
+    return history_path(history, path) if path is not None else (history or None)
 
 
 def decision_options(f):
@@ -147,11 +174,12 @@ def notice(text):
 
 
 
-def open_model(model_path, allow_insecure_model):
-    """``(model, path, is_default)`` of the model a command uses (the default one built if needed)."""
-    from spamnb.storage import modelfile
+def open_backend(model_path, store, allow_insecure_model, **kwargs):
+    """The :class:`spamnb.storage.backend.Backend` of the model a command uses (the
+    default model built if needed)."""
+    from spamnb.storage import where
 
-    return modelfile.open_model(model_path, allow_insecure=allow_insecure_model, notice=notice)
+    return where.open_backend(model_path, store, allow_insecure=allow_insecure_model, notice=notice, **kwargs)
 
 
 

@@ -28,7 +28,7 @@ from spamnb.cli.options import (check_alpha, model_factory, model_options, model
 @scale_options
 @source_options
 @trust_index_option
-def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jobs, backend, scheduler,
+def train(ham, spam, index, model_path, store, allow_insecure_model, min_df, dedupe, jobs, backend, scheduler,
           recursive, strict, trust_index, **settings):
     """Build a new model from labelled mail (replaces the model file).
 
@@ -48,7 +48,7 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     """
     from spamnb.scale import parallel
     from spamnb.verdict import LABELS
-    from spamnb.storage.modelfile import own_model_path, remove_journal, save_model
+    from spamnb.storage.where import own_backend
 
     if not (ham or spam or index):
         raise click.UsageError("give training mail: --ham SRC and --spam SRC, or --index FILE")
@@ -57,7 +57,8 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     check_alpha(settings.get("alpha"), refuse=True)
     model = model_factory(**settings)()
     runner = runner_from(jobs, backend, scheduler)
-    path = own_model_path(model_path)
+    backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
+    backend.exists()  # a store that cannot be reached says so now, not after the training
     skipped = [0]
     start = time.perf_counter()
     on_error = skipper(skipped)
@@ -82,18 +83,14 @@ def train(ham, spam, index, model_path, allow_insecure_model, min_df, dedupe, jo
     n_tokens = int(model.doc_freq.sum())
     if min_df > 1:
         model.prune(min_df)
-    from spamnb.storage.store import model_lock
-
-    with model_lock(path):  # a concurrent learn/forget finishes first, then sees the new model
-        save_model(model, path)
-        remove_journal(path)  # learned into the model it replaces: stale (ignored) from the rename on
+    backend.replace(model)
     seconds = time.perf_counter() - start
     click.echo(
         f"trained {model.model_type} model on {int(counts[0])} ham and {int(counts[1])} spam "
         f"({n_tokens} tokens, distinct per message; vocabulary {len(model.vocabulary)}) in {seconds:.1f} s"
         + (f"; skipped {skipped[0]} unreadable" if skipped[0] else "")
         + _duplicates_line(done)
-        + f"\nsaved to {path}", err=True)
+        + f"\nsaved to {backend.name}", err=True)
 
 
 def _duplicates_line(done) -> str:

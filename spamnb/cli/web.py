@@ -19,7 +19,7 @@ from spamnb.cli.options import model_options, notice
               help="Networks whose browsers may connect besides this machine (repeatable); needed to "
                    "listen on an address other than loopback. They still need the token.")
 @click.option("--verbose", "-v", is_flag=True, help="Log each request (its path, never the token).")
-def web(model_path, allow_insecure_model, history, listen, allow, verbose):
+def web(model_path, store, allow_insecure_model, history, listen, allow, verbose):
     """Show what the filter did and correct it, in your browser.
 
     Pages: Unsure mail (with Spam / Ham buttons that learn the message, as
@@ -54,6 +54,8 @@ def web(model_path, allow_insecure_model, history, listen, allow, verbose):
         spamd.check_exposure(where[0], nets, option="--listen")
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
+    if store:  # the page learns through a model file's journal; a store's history has no file beside it yet
+        raise click.UsageError("spamnb web shows and corrects a model file's history: give --model, not --store")
     path, is_default = resolve(model_path)
     if not path.exists():
         raise click.ClickException(f"no model at {path}; train one with `spamnb train`")

@@ -26,6 +26,11 @@ this module then, in order:
    read (:func:`full_path`), which gives the exact output and error messages
    of ``spamnb filter``.
 
+With a store (``--store URL`` or ``$SPAMNB_STORE``: docs/many-hosts.md) there
+is no model file: :func:`via_store` asks the store (one round trip) and
+answers, or, when the store fails, passes the message through with exit
+status 3, as the click command does.
+
 Every step gives byte-identical output and the same exit status as the click
 command (tests/test_fastpath.py holds them equal), and nothing is written
 until a step has the whole answer, so a failing step leaves nothing behind for
@@ -46,7 +51,8 @@ from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionEr
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
 
-_VALUE_OPTIONS = {"--model": "model", "--socket": "socket", "--history": "history", "--ham-cutoff": "ham_cutoff",
+_VALUE_OPTIONS = {"--model": "model", "--store": "store", "--socket": "socket", "--history": "history",
+                  "--ham-cutoff": "ham_cutoff",
                   "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
                   "--cost-fn": "cost_fn", "--cost-fp": "cost_fp", "--log-format": "log_format",
                   "--log-to": "log_to"}
@@ -59,7 +65,8 @@ _FLOATS = DECISION_OPTIONS
 #: Configuration keys the fast path applies, and the option each stands for.
 _CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "learn",
                  ("model", "allow_insecure"): "allow_insecure", ("log", "messages"): "log"}
-_CONFIG_PATHS = {("model", "path"): "model", ("serve", "socket"): "socket", ("history", "path"): "history"}
+_CONFIG_PATHS = {("model", "path"): "model", ("serve", "socket"): "socket", ("history", "path"): "history",
+                 ("store", "url"): "store"}
 
 
 def with_config(opts, env=os.environ):
@@ -94,6 +101,8 @@ def with_config(opts, env=os.environ):
             if not isinstance(value, str):
                 return None
             out[name] = value
+    if opts["model"] is not None or opts["store"] is not None:  # the command line's choice of the two wins
+        out["model"], out["store"] = opts["model"], opts["store"]
     for (table, key), name in _CONFIG_FLAGS.items():
         value = layers.get(table, key)
         if value is not None and not isinstance(value, bool):
@@ -105,8 +114,8 @@ def with_config(opts, env=os.environ):
 def parse_args(args):
     """The options of a ``filter`` command line, or None when the fast path does
     not handle it (another option, a repeated one, an argument, ``--help``...)."""
-    opts = {"model": None, "socket": None, "exit_zero": False, "allow_insecure": False, "learn": False,
-            "log": False, "log_format": None, "log_to": None, "history": None, "no_history": False,
+    opts = {"model": None, "store": None, "socket": None, "exit_zero": False, "allow_insecure": False,
+            "learn": False, "log": False, "log_format": None, "log_to": None, "history": None, "no_history": False,
             **{k: None for k in _FLOATS}}
     seen = set()
     i = 0
@@ -392,6 +401,39 @@ def answer(raw, opts, env=os.environ, facts=None):
     return result
 
 
+def via_store(raw, url, opts, facts=None):
+    """``(output, exit status, label)`` from the model in the store at ``url``: one round
+    trip (and one to learn with ``-u``), no numpy or click. The store failing is what
+    the click command says and does: the message passed through, exit 3 (label None).
+    ``facts``: filled for the log line, as :func:`cold` fills it."""
+    from spamnb.delivery.hook import filter_verdict, message_tokens, not_learned
+    from spamnb.storage.store import ModelError
+
+    try:
+        from spamnb.storage.redisstore import RedisBackend
+
+        backend = RedisBackend.from_url(url)
+        view = backend.view()
+        toks = message_tokens(view, raw)
+        kept, pos, block, d = filter_verdict(view, raw, model_name(backend.short_name, False),
+                                             [opts[k] for k in DECISION_OPTIONS], toks=toks)
+    except (ModelError, DecisionError) as exc:
+        sys.stderr.write(passed_through(str(exc)) + "\n")
+        return raw, EXIT_ERROR, None
+    learned = opts["learn"] and d.learns
+    if learned:
+        try:
+            backend.learn([(raw, d.label, toks)])
+        except ModelError as exc:  # the verdict stands: deliver it, unlearned
+            sys.stderr.write(not_learned(exc) + "\n")
+            learned = False
+    if facts is not None:
+        facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=d.label if learned else None)
+    if opts["history"]:  # a store's model has no file to keep a history beside: only --history FILE records
+        remember(opts, None, raw, d, learned)
+    return kept[:pos] + block + kept[pos:], EXIT_CODES[d.label], d.label
+
+
 # -- entry ----------------------------------------------------------------------------
 
 
@@ -458,6 +500,15 @@ def main(args, load_cli, env=os.environ):
         full_path(load_cli, args)
         return
     facts = {} if opts["log"] else None
+    url = opts["store"] or (env.get("SPAMNB_STORE") if opts["model"] is None else None)
+    if url:
+        if opts["model"] is not None:
+            full_path(load_cli, args, raw)  # both: it says what is wrong
+            return
+        out, code, label = via_store(raw, url, opts, facts)
+        if facts:
+            log_line(opts, label, facts, raw, time.perf_counter() - start)
+        _write_and_exit(out, 0 if opts["exit_zero"] and code != EXIT_ERROR else code)
     try:
         out, label = answer(raw, opts, env, facts)
     except NoScorer as exc:

@@ -115,7 +115,7 @@ def _only_message(path):
 def main(command, args, load_cli, env=os.environ):
     """``spamnb learn|forget ARGS``: through the journal when it can, else the click command."""
     parsed = parse_args(args)
-    if parsed is not None:
+    if parsed is not None and (parsed[1] is not None or not env.get("SPAMNB_STORE")):  # a store: click
         label, model, files = parsed
         path, is_default = locate.resolve_model(model, env)
         raws = None if is_default or not os.path.isfile(path) else [_read_single(f) for f in files]

@@ -2,8 +2,9 @@
 
 The counts are what :class:`spamnb.delivery.events.Recorder` sees (the same
 events as the log lines); the model's size is read from the served model when
-Prometheus scrapes. The exposition is ``prometheus_client``'s (the ``metrics``
-extra): the text format's escaping, the histogram's cumulative buckets and
+Prometheus scrapes (a model file's: with ``--store`` the model's size is Redis'
+own to report, and the three model gauges are left out). The exposition is
+``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets and
 ``_created`` series, content negotiation and OpenMetrics are its job, kept up to
 date with Prometheus by the Prometheus project itself; the HTTP listener is
 ours, so that it refuses clients outside loopback and ``--metrics-allow``
@@ -23,13 +24,11 @@ Metrics::
 from __future__ import annotations
 
 import ipaddress
-import os
 import socket
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from spamnb.delivery.events import SOURCES, VIA
 from spamnb.delivery.spamd import LOOPBACK, client_allowed, parse_address
-from spamnb.storage import journal
 from spamnb.verdict import ACTIONS, LABELS
 
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
@@ -94,7 +93,7 @@ class Metrics:
         for c in LABELS:
             for s in SOURCES:
                 self._learned.labels(c, s)
-        self.holder = None
+        self.backend = None
         self.registry.register(_ModelCollector(self))
 
     def message(self, via, label, seconds):
@@ -114,9 +113,10 @@ class Metrics:
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
 
-    def listener(self, holder=None):
-        """The HTTP listener (bound now), reporting the size of ``holder``'s model."""
-        self.holder = holder
+    def listener(self, backend=None):
+        """The HTTP listener (bound now), reporting the size of ``backend``'s model
+        (a :class:`spamnb.storage.backend.Backend`)."""
+        self.backend = backend
         try:
             return _Listener(self)
         except OSError as exc:
@@ -131,21 +131,19 @@ class _ModelCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        holder = self.metrics.holder
-        if holder is None or holder.current is None:
+        backend = self.metrics.backend
+        model = backend.loaded() if backend is not None else None
+        if model is None:
             return
-        tokens, messages = model_size(holder.current.model)
+        tokens, messages = model_size(model)
         yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows (its snapshot)", tokens)
         g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
                               labels=["class"])
         for label, n in zip(LABELS, messages):
             g.add_metric([label], n)
         yield g
-        try:
-            size = os.stat(journal.journal_path(holder.path)).st_size
-        except OSError:
-            size = 0
-        yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted", size)
+        yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
+                                backend.pending_bytes())
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -57,14 +57,12 @@ import stat
 import sys
 import threading
 import time
-from dataclasses import dataclass
 
 from spamnb.delivery import events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
-from spamnb.storage.modelfile import compact, load_and_compile, load_model
 from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
-from spamnb.storage.scorer import REBUILDABLE, Scorer, ScorerError, fresh_scorer, open_checked
+from spamnb.storage.scorer import Scorer
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -74,99 +72,6 @@ MAX_CONNECTIONS = 32
 
 class ServerError(Exception):
     """The server cannot start (socket in use, unsafe folder...)."""
-
-
-@dataclass(frozen=True)
-class Loaded:
-    model: object  # a Scorer (with its journal's changes as overlay) or a SpamModel
-    identity: tuple  # the model file's
-    journal: tuple = None  # the journal file's (inode, size) when read
-    read_to: tuple = None  # (journal id, offset) of the records in the overlay
-
-
-def _identity(st):
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-class ModelHolder:
-    """The served model, reloaded when its file changes."""
-
-    def __init__(self, path, *, allow_insecure=False, log=None):
-        self.path = os.path.abspath(path)
-        self.allow_insecure = allow_insecure
-        self.log = log or (lambda text: None)
-        self.current: Loaded | None = None
-        self.loads = 0
-        self._lock = threading.Lock()
-
-    def real_now(self) -> str:
-        """The model's real path now (a symlink may have been repointed)."""
-        return os.path.realpath(self.path)
-
-    def get(self) -> Loaded:
-        """The model as the files are now (loading what changed); ModelError/OSError otherwise."""
-        ident = _identity(os.stat(self.path))
-        cur = self.current
-        if cur is not None and cur.identity == ident and cur.journal == _journal_state(self.path):
-            return cur
-        with self._lock:  # one reload at a time; the others wait for it and share it
-            cur = self.current
-            if cur is not None and cur.identity == _identity(os.stat(self.path)):
-                if cur.journal == _journal_state(self.path):
-                    return cur
-                if isinstance(cur.model, Scorer) and cur.read_to is not None:
-                    self.current = self._catch_up(cur)
-                    return self.current
-            self.current = self._load()
-            self.loads += 1
-            self.log(f"loaded model {self.path}")
-            return self.current
-
-    def _catch_up(self, cur: Loaded) -> Loaded:
-        """``cur`` with the journal's records appended since it was read."""
-        state = _journal_state(self.path)
-        sc = cur.model
-        j = journal.read(self.path, sc.save_id, sc.folded, allow_insecure=self.allow_insecure, since=cur.read_to)
-        if j is None or j.id != cur.read_to[0] or j.start != cur.read_to[1]:
-            return self._load()  # not the journal read before: read it whole
-        overlay = sc.overlay.copy()
-        for rec in j.records():
-            overlay.add(rec)
-        return Loaded(sc.with_overlay(overlay), cur.identity, state, (j.id, j.end))
-
-    def _load(self) -> Loaded:
-        """The compiled scorer when it is fresh (a few ms: mmap) with its journal's
-        changes, else the full model (which adds them itself)."""
-        for _ in range(5):  # a save between the stats: load again
-            before = _identity(os.stat(self.path))
-            state = _journal_state(self.path)
-            read_to = None
-            try:
-                model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
-                j = journal.read(self.path, model.save_id, model.folded, allow_insecure=self.allow_insecure)
-                model.overlay = journal.Overlay.of(j)
-                read_to = (j.id, j.end) if j is not None else None
-            except ScorerError as exc:
-                if exc.kind in REBUILDABLE:  # a copied model: its scorer is rebuilt when that is safe
-                    model, note = load_and_compile(self.path, exc.kind, allow_insecure=self.allow_insecure)
-                    if note:
-                        self.log(note)
-                else:
-                    model = load_model(self.path, allow_insecure=self.allow_insecure)
-            if _identity(os.stat(self.path)) == before:
-                if read_to is None:  # no journal yet: the next one is read whole when it comes
-                    state = None if isinstance(model, Scorer) else _journal_state(self.path)
-                return Loaded(model, before, state, read_to)
-        raise OSError(f"model {self.path} keeps changing while it is loaded")
-
-
-def _journal_state(path):
-    """(inode, size) of the model's journal, None without one."""
-    try:
-        st = os.stat(journal.journal_path(path))
-    except OSError:
-        return None
-    return st.st_ino, st.st_size
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -197,20 +102,20 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         start = time.perf_counter()
         try:
-            holder = srv.holder
-            if os.path.realpath(header["model"]) != holder.real_now():
+            backend = srv.backend
+            if not backend.serves(header["model"]):
                 return wire.DECLINED, None, 0, b"", "another model"
-            loaded = holder.get()
-            if not header["allow_insecure"] and not trusted_now(holder.path):
+            model = backend.view()
+            if not header["allow_insecure"] and not backend.trusted():
                 return wire.DECLINED, None, 0, b"", "model not trusted"
-            toks = message_tokens(loaded.model, raw)
-            _, pos, block, d = filter_verdict(loaded.model, raw, header["name"], header["decision"], toks=toks)
+            toks = message_tokens(model, raw)
+            _, pos, block, d = filter_verdict(model, raw, header["name"], header["decision"], toks=toks)
             reason = ""
             learned = header["learn"] and d.learns
             if learned:
-                if not isinstance(loaded.model, Scorer):
+                if not isinstance(model, Scorer):
                     return wire.DECLINED, None, 0, b"", "learning here needs the model's scorer"
-                reason = self._learn(holder, raw, d.label, toks, header["allow_insecure"])
+                reason = self._learn(backend, raw, d.label, toks)
                 if reason is None:
                     return wire.DECLINED, None, 0, b"", "only the full model can learn it"
             srv.recorder.message("socket", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
@@ -220,19 +125,17 @@ class _Handler(socketserver.BaseRequestHandler):
             srv.recorder.error("declined", f"{exc.__class__.__name__}: {exc}", via="socket")
             return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
 
-    def _learn(self, holder, raw, label, toks, allow_insecure):
+    def _learn(self, backend, raw, label, toks):
         """Learn a filtered message (``filter -u``): "" when learned, the reason
         it was not (the lock was busy too long...), None when only the full
         model can learn it (the client then does everything itself)."""
         try:
-            done = journal.update(holder.path, [(raw, label, toks)], allow_insecure=allow_insecure,
-                                  timeout=lock_timeout(LEARN_TIMEOUT), warn=self.server.log)
+            backend.learn([(raw, label, toks)], timeout=lock_timeout(LEARN_TIMEOUT), warn=self.server.log,
+                          later=self.server.compactor.soon, journal_only=True)
         except journal.NeedsModel:
             return None
         except ModelError as exc:
             return str(exc)
-        if done["needs_compaction"]:
-            self.server.compactor.soon(holder)
         return ""
 
     def _reply(self, status, label=None, pos=0, block=b"", reason=""):
@@ -240,16 +143,6 @@ class _Handler(socketserver.BaseRequestHandler):
             wire.send_all(self.request, wire.encode_reply(status, label, pos, block, reason))
         except OSError:
             pass
-
-
-def trusted_now(path):
-    """Whether the model file at ``path`` passes the trust checks now (owner, mode)."""
-    try:
-        fd, _ = open_checked(path, what="model")
-    except ScorerError:
-        return False
-    os.close(fd)
-    return True
 
 
 class BoundedThreads(socketserver.ThreadingMixIn):
@@ -296,15 +189,16 @@ class Compactor:
         self.log = log
         self._running = threading.Lock()
 
-    def soon(self, holder):
+    def soon(self, fold):
+        """Run ``fold()`` (a compaction: the updates it folded) in a thread, unless one is running."""
         if not self._running.acquire(blocking=False):
             return
 
         def run():
             try:
-                n = compact(holder.path, allow_insecure=holder.allow_insecure, warn=self.log)
+                n = fold()
                 if n:
-                    self.log(f"compacted the journal of {holder.path} ({n} updates) into a new snapshot")
+                    self.log(f"compacted a journal ({n} updates) into a new snapshot")
             except Exception as exc:  # noqa: BLE001 - the journal stays; the next learner tries again
                 self.log(f"compaction failed: {exc}")
             finally:
@@ -320,9 +214,9 @@ class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
     # makes clients see EAGAIN (they retry briefly, then filter by themselves).
     request_queue_size = 128
 
-    def __init__(self, sock_path, holder, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
+    def __init__(self, sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
                  max_connections=MAX_CONNECTIONS, compactor=None, recorder=None):
-        self.holder = holder
+        self.backend = backend
         self.recorder = recorder or events.NOTHING
         self.max_bytes = max_bytes
         self.timeout_s = timeout
@@ -482,33 +376,33 @@ def server_pid(*, socket_path=None, pidfile=None) -> int:
     return pid
 
 
-def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, timeout=TIMEOUT,
-          log=None, ready=None, pidfile=None, max_connections=MAX_CONNECTIONS, others=None,
-          recorder=None, reload=None, metrics=None):
-    """Serve until SIGTERM or SIGINT; the model is loaded before the socket opens.
+def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None, ready=None, pidfile=None,
+          max_connections=MAX_CONNECTIONS, others=None, recorder=None, reload=None, metrics=None):
+    """Serve the model of ``backend`` (a :class:`spamnb.storage.backend.Backend`) until
+    SIGTERM or SIGINT; the model is loaded (a store: reached) before the socket opens.
 
     ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
     server holds it, written once the socket listens, removed on exit.
-    ``others(holder, compactor, log)``: more listening servers to run beside
+    ``others(backend, compactor, log)``: more listening servers to run beside
     the private socket on the same model (``--spamd``), each with
     ``serve_forever``, ``shutdown``, ``where`` and a ``close`` of its own.
     ``recorder``: the :class:`spamnb.delivery.events.Recorder` of every message.
     ``reload()``: called on SIGHUP, in the main thread, between requests'
     starts (it swaps in new settings; an exception is logged, the old ones stay).
-    ``metrics(holder)``: the metrics listener to run beside them, or None.
+    ``metrics(backend)``: the metrics listener to run beside them, or None.
     """
     log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
     pid = PidFile(pidfile) if pidfile else None
     if pid:
         pid.check()
-    holder = ModelHolder(model_path, allow_insecure=allow_insecure, log=log)
-    holder.get()  # a model that cannot load is an error now, not at the first message
+    backend.log = log
+    backend.resident().view()  # a model that cannot load is an error now, not at the first message
     compactor = Compactor(log)
-    extra = others(holder, compactor, log) if others else []
+    extra = others(backend, compactor, log) if others else []
     try:
         if metrics is not None:
-            extra.append(metrics(holder))
-        server = FilterServer(sock_path, holder, max_bytes=max_bytes, timeout=timeout, log=log,
+            extra.append(metrics(backend))
+        server = FilterServer(sock_path, backend, max_bytes=max_bytes, timeout=timeout, log=log,
                               max_connections=max_connections, compactor=compactor, recorder=recorder)
     except BaseException:
         for srv in extra:
@@ -528,7 +422,7 @@ def serve(sock_path, model_path, *, allow_insecure=False, max_bytes=MAX_BYTES, t
     previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, lambda *_: hup.set())
     for srv in [server, *extra]:
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
-    log(f"listening on {sock_path} (model {holder.path})")
+    log(f"listening on {sock_path} (model {backend.name})")
     for srv in extra:
         log(f"serving {getattr(srv, 'what', 'the spamd protocol')} on {srv.where()}")
     if ready:

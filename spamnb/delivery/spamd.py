@@ -57,7 +57,8 @@ not received in time, 74 EX_IOERR when the model cannot be read, 67
 EX_NOUSER for ``TELL`` for a user with no model of their own, 69
 EX_UNAVAILABLE for ``TELL`` without ``--allow-tell`` (or into the served model
 without ``--allow-tell-served``), 77 EX_NOPERM for ``TELL`` for another user, 75 EX_TEMPFAIL when the
-server is at its connection cap or the model's lock stays busy, 70
+server is at its connection cap, the model's lock stays busy or the store cannot
+be reached for a ``TELL`` (74 for a scan), 70
 EX_SOFTWARE for anything else. An error reply never names a file of the
 server (the log has the whole reason). spamc passes the message through unchanged on
 any of them (unless run with ``-x``).
@@ -75,8 +76,9 @@ connections served at once are capped, so a slow or stalled client holds one
 thread for at most the deadline.
 
 **Per-user models.** The ``User:`` header picks ``USER_MODELS/<user>/model.joblib``
-when ``--user-models`` is given and that file exists; otherwise the served
-model scores. A user name must be a plain name (:data:`_PLAIN_NAME`).
+when ``--user-models`` is given and that file exists, or the user's model in the
+store of ``--store`` when there is one (:meth:`spamnb.storage.backend.Backend.for_user`);
+otherwise the served model scores. A user name must be a plain name (:data:`_PLAIN_NAME`).
 ``USER_MODELS/<user>/config.toml``, when there, may hold a ``[decision]`` table
 of the user's own: it replaces the site's decision for that user
 (:meth:`Models.decision_for`; a broken or untrusted one is logged and the site's applies).
@@ -104,8 +106,8 @@ import time
 from spamnb import verdict
 from spamnb.delivery import events
 from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
-from spamnb.delivery.server import BoundedThreads, ModelHolder, ServerError, claim_socket_path, trusted_now
-from spamnb.storage import journal
+from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
+from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
 from spamnb.verdict import threshold
 
@@ -305,41 +307,45 @@ def reply(headers=(), body=b"", *, length=True) -> bytes:
 
 
 class Models:
-    """The served model, and per-user models under ``user_models`` (cached holders)."""
+    """The served model, and per-user models (cached backends): ``USER_MODELS/<user>/model.joblib``
+    with ``--user-models``, the user's model in the store of ``--store`` with ``store_users``
+    (``--store-users``)."""
 
     CACHE = 256
 
-    def __init__(self, served: ModelHolder, served_is_default=False, user_models=None, log=None,
+    def __init__(self, served: Backend, user_models=None, log=None, *, store_users=False,
                  decision=(None,) * 5, recorder=None):
         self.served = served
+        self.store_users = store_users and served.per_user
         #: The decision options over every model's cut-offs (the [decision] table: swapped whole on reload).
         self.decision = tuple(decision)
         self.recorder = recorder or events.NOTHING
-        self.served_is_default = served_is_default
         self.user_models = os.path.abspath(user_models) if user_models else None
         self.log = log or (lambda text: None)
-        self._holders: dict[str, ModelHolder] = {}
+        self._backends: dict[str, Backend] = {}
         self._decisions: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._failed: dict[str, str] = {}  # user model -> why it was last unreadable (said once)
 
-    def fell_back(self, holder: ModelHolder, exc) -> None:
-        """Log that the user model of ``holder`` could not be read and the served model
+    def fell_back(self, backend: Backend, exc) -> None:
+        """Log that the user model of ``backend`` could not be read and the served model
         answered instead: once per model and reason, not once per message."""
         why = str(exc)
         with self._lock:
-            if self._failed.get(holder.path) == why:
+            if self._failed.get(backend.name) == why:
                 return
-            self._failed[holder.path] = why
-        self.log(f"cannot read user model {holder.path}: {why}; scanning with {self.served.path} instead")
+            self._failed[backend.name] = why
+        self.log(f"cannot read user model {backend.name}: {why}; scanning with {self.served.name} instead")
+
+    @property
+    def per_user(self) -> bool:
+        return bool(self.user_models) or self.store_users
 
     def user_path(self, user):
         """``USER_MODELS/<user>/model.joblib``, or None (no --user-models, no user)."""
         if not self.user_models or user is None:
             return None
-        if not _PLAIN_NAME.match(user) or ".." in user:
-            raise SpamdError("EX_PROTOCOL", "(User header is not a plain user name)")
-        return os.path.join(self.user_models, user, "model.joblib")
+        return os.path.join(self.user_models, plain_user(user), "model.joblib")
 
     def decision_for(self, user) -> tuple:
         """The decision for ``user``: the ``[decision]`` table of their
@@ -377,18 +383,40 @@ class Models:
             return None
         return decision if any(v is not None for v in decision) else None
 
-    def for_user(self, user) -> tuple[ModelHolder, bool]:
-        """``(holder, own)``: the user's model when there is one, else the served one."""
+    def where(self, user) -> str:
+        """Where the model of ``user`` would be (for a message saying there is none)."""
         path = self.user_path(user)
-        if path is None or not os.path.isfile(path):
+        return f"spamnb train --model {path}" if path else f"spamnb store push MODEL {self.served.user_name(user)}"
+
+    def for_user(self, user) -> tuple[Backend, bool]:
+        """``(backend, own)``: the user's model when there is one, else the served one."""
+        if user is None or not self.per_user:
+            return self.served, False
+        name = plain_user(user)
+        with self._lock:
+            backend = self._backends.pop(name, None)
+        if backend is None:
+            path = self.user_path(user)
+            if path is not None:
+                from spamnb.storage.filestore import FileBackend
+
+                backend = FileBackend(path, allow_insecure=self.served.allow_insecure, log=self.log).resident()
+            else:
+                backend = self.served.for_user(name).resident()
+        if not backend.exists():
             return self.served, False
         with self._lock:
-            holder = self._holders.pop(path, None) or ModelHolder(
-                path, allow_insecure=self.served.allow_insecure, log=self.log)
-            self._holders[path] = holder  # most recently used last
-            while len(self._holders) > self.CACHE:
-                del self._holders[next(iter(self._holders))]
-        return holder, True
+            self._backends[name] = backend  # most recently used last
+            while len(self._backends) > self.CACHE:
+                self._backends.pop(next(iter(self._backends))).close()
+        return backend, True
+
+
+def plain_user(user) -> str:
+    """``user`` when it is a plain name (a login or mailbox name, never a path); EX_PROTOCOL otherwise."""
+    if not _PLAIN_NAME.match(user) or ".." in user:
+        raise SpamdError("EX_PROTOCOL", "(User header is not a plain user name)")
+    return user
 
 
 # -- answering -------------------------------------------------------------------------
@@ -409,29 +437,29 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
         return tell(headers, raw, models, allow_tell=allow_tell, compact=compact, tell_served=tell_served,
                     peer_uid=peer_uid)
     start = time.perf_counter()
-    holder, own = models.for_user(headers.get("User"))
-    try:
-        loaded = _loaded(holder)
-    except (ModelError, OSError) as exc:
-        if not own:
-            raise SpamdError("EX_IOERR", "cannot read the model", str(exc)) from None
-        # A user's model the server cannot read (copied by root at 0600, damaged): the
-        # message is still scanned, with the site's model, whose name the verdict
-        # header carries; the log says why (once per user model and reason).
-        models.fell_back(holder, exc)
-        holder = models.served
-        try:
-            loaded = _loaded(holder)
-        except (ModelError, OSError) as exc2:
-            raise SpamdError("EX_IOERR", "cannot read the model", str(exc2)) from None
+    backend, own = models.for_user(headers.get("User"))
     envelope, msg = envelope_split(raw)
     want = N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0
-    d, t = judge(loaded.model, msg, want, models.decision_for(headers.get("User")))
+    decision = models.decision_for(headers.get("User"))
+    try:
+        d, t = judge(backend.view(), msg, want, decision)  # view(): refused unless trusted
+    except (ModelError, OSError) as exc:
+        if not own:
+            raise unreadable(exc) from None
+        # A user's model the server cannot read (copied by root at 0600, damaged, a store
+        # that cannot answer): the message is still scanned, with the site's model, whose
+        # name the verdict header carries; the log says why (once per user model and reason).
+        models.fell_back(backend, exc)
+        backend = models.served
+        try:
+            d, t = judge(backend.view(), msg, want, decision)
+        except (ModelError, OSError) as exc2:
+            raise unreadable(exc2) from None
     label, p, score, evidence = d.label, d.p, d.score, d.evidence
     models.recorder.message("spamd", label, score, p, d.cutoffs, len(raw), time.perf_counter() - start, raw=msg,
                             user=headers.get("User"))
     line = spam_line(label, score, t, method)
-    name = verdict.model_name(holder.path, holder is models.served and models.served_is_default)
+    name = verdict.model_name(backend.short_name, backend.is_default)
     if method == "CHECK":
         return reply(headers=[line], length=False)
     if method in ("PROCESS", "HEADERS"):
@@ -454,12 +482,11 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
     return reply(headers=[line], body=body)
 
 
-def _loaded(holder):
-    """The holder's model now, refused unless trusted; ModelError/OSError otherwise."""
-    loaded = holder.get()
-    if not holder.allow_insecure and not trusted_now(holder.path):
-        raise ModelError(f"model {holder.path} is not trusted (see spamnb info)")
-    return loaded
+def unreadable(exc) -> SpamdError:
+    """EX_IOERR for a model that cannot be read now: the reply says whether its store
+    could not answer, the log says the whole reason (which may name a server path)."""
+    text = "cannot read the model" + (": its store cannot answer now" if isinstance(exc, StoreUnavailable) else "")
+    return SpamdError("EX_IOERR", text, str(exc))
 
 
 def _find_header_end(out: bytes):
@@ -490,23 +517,23 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
             and user != _user_name(peer_uid):
         raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process runs as "
                                       f"another user (uid {peer_uid})")
-    holder, own = models.for_user(user)
-    if models.user_models and user is not None and not own:
+    backend, own = models.for_user(user)
+    if models.per_user and user is not None and not own:
         raise SpamdError("EX_NOUSER", f"no model of user {user!r} (the administrator makes one with "
-                                      f"spamnb train)", str(models.user_path(user)))
-    if holder is models.served and models.served_is_default:
+                                      f"spamnb train or spamnb store push)", models.where(user))
+    if backend.is_default:
         raise SpamdError("EX_UNAVAILABLE", "the default model does not learn: train a model of your own")
-    if holder is models.served and not tell_served:
+    if backend is models.served and not tell_served:
         raise SpamdError("EX_UNAVAILABLE", "TELL into the shared model is not enabled (send User: with a "
                                            "model of its own, or start the server with --allow-tell-served)")
     _, msg = envelope_split(raw)
     done = {}
     if set_local:
-        done = _update(holder, [(msg, label, None)], forget=False, compact=compact)
+        done = _update(backend, [(msg, label, None)], forget=False, compact=compact)
     elif remove_local:
         for cls in (label,) if label else ("spam", "ham"):
             try:
-                done = _update(holder, [(msg, cls, None)], forget=True, compact=compact)
+                done = _update(backend, [(msg, cls, None)], forget=True, compact=compact)
                 break
             except ValueError:  # not learned as that class: nothing to forget there
                 continue
@@ -523,27 +550,19 @@ def _other(label):
     return "ham" if label == "spam" else "spam"
 
 
-def _update(holder, items, *, forget, compact):
-    """Learn or forget through the journal (as ``spamnb learn``), else the full model."""
-    from spamnb.storage.modelfile import learn_messages
-
-    timeout = lock_timeout(LEARN_TIMEOUT)
+def _update(backend, items, *, forget, compact):
+    """Learn or forget, as ``spamnb learn`` (upkeep such as a compaction through ``compact``)."""
     try:
-        try:
-            done = journal.update(holder.path, items, forget=forget, allow_insecure=holder.allow_insecure,
-                                  timeout=timeout, warn=holder.log)
-        except journal.NeedsModel:  # no fresh scorer: the full model, as the click command does
-            return learn_messages(holder.path, [(raw, label) for raw, label, _ in items], forget=forget,
-                                  allow_insecure=holder.allow_insecure, timeout=timeout, warn=holder.log)
-    except ModelError as exc:  # a lock held too long is worth retrying; the rest is the model's
-        busy = isinstance(exc, LockTimeout)
-        raise SpamdError("EX_TEMPFAIL" if busy else "EX_IOERR",
-                         "not learned: " + ("timed out waiting for the model's lock, try again" if busy
-                                           else "the model cannot be updated"),
-                         str(exc)) from None
-    if done.get("needs_compaction") and compact:
-        compact(holder)
-    return done
+        return backend.learn(items, forget=forget, timeout=lock_timeout(LEARN_TIMEOUT), warn=backend.log,
+                             later=compact)
+    except ModelError as exc:  # a busy lock or store is worth retrying; the rest is the model's
+        if isinstance(exc, LockTimeout):
+            name, text = "EX_TEMPFAIL", "timed out waiting for the model's lock, try again"
+        elif isinstance(exc, StoreUnavailable):
+            name, text = "EX_TEMPFAIL", "the model's store cannot be reached now, try again"
+        else:
+            name, text = "EX_IOERR", "the model cannot be updated"
+        raise SpamdError(name, f"not learned: {text}", str(exc)) from None
 
 
 def _user_name(uid):
@@ -608,12 +627,12 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         if method == "TELL":
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
-        holder, _ = srv.models.for_user(headers.get("User"))
+        backend, _ = srv.models.for_user(headers.get("User"))
         try:
-            t = threshold(verdict.cutoffs_from(holder.get().model.cutoffs,
+            t = threshold(verdict.cutoffs_from(backend.view().cutoffs,
                                                *srv.models.decision_for(headers.get("User")))[1])
         except (ModelError, OSError) as exc:
-            raise SpamdError("EX_IOERR", "cannot read the model", str(exc)) from None
+            raise unreadable(exc) from None
         line = spam_line("ham", 0.0, t, method)
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))

@@ -337,7 +337,14 @@ def default_seed():
 
 
 def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):
-    """Resolve and load the model a command should use: ``(model, path, is_default)``.
+    """Resolve and load the model a command should use: ``(model, path, is_default)``
+    (:func:`prepare_model`, then :func:`load_model`)."""
+    path, is_default = prepare_model(path, env=env, notice=notice)
+    return load_model(path, allow_insecure=allow_insecure), path, is_default
+
+
+def prepare_model(path, *, env=os.environ, notice=None):
+    """Resolve the model a command should use: ``(path, is_default)``.
 
     The default model is built and cached when it does not exist yet;
     ``notice(text)`` is told so. Without a model of the user's, a cached default
@@ -355,7 +362,7 @@ def open_model(path, *, allow_insecure=False, env=os.environ, notice=None):
             with store.model_lock(path):
                 if not path.exists():
                     save_model(build_default_model(), path)
-    return load_model(path, allow_insecure=allow_insecure), path, is_default
+    return path, is_default
 
 
 @contextmanager
@@ -382,28 +389,35 @@ def updating(path, *, allow_insecure=False, create=None, timeout=None):
 
 
 def learn_messages(path, messages, *, forget=False, create=None, allow_insecure=False, timeout=None,
-                   warn=None) -> dict:
-    """Learn (or forget) ``(raw, label)`` messages into the model at ``path``: what
-    ``learn``, ``forget`` and ``filter -u`` do. Returns the counts of
-    :func:`spamnb.storage.journal.update` (``forgotten`` when forgetting).
+                   warn=None, later=None, journal_only=False) -> dict:
+    """Learn (or forget) ``(raw, label)`` messages (or ``(raw, label, tokens)``) into
+    the model at ``path``: what ``learn``, ``forget`` and ``filter -u`` do. Returns
+    the counts of :func:`spamnb.storage.journal.update` (``forgotten`` when forgetting).
 
     Through the journal when the model has a fresh scorer (the cost of the
-    messages), folding it in when it has grown past its bound; else the full
-    model is loaded, updated and saved under the lock (``create()`` makes the
-    model when there is none yet).
+    messages), folding it in when it has grown past its bound (now, or through
+    ``later(fold)``); else the full model is loaded, updated and saved under the
+    lock (``create()`` makes the model when there is none yet), unless
+    ``journal_only``: :class:`spamnb.storage.journal.NeedsModel` then.
     """
     from spamnb.storage import journal
 
     path = Path(path)
+    items = [(m[0], m[1], m[2] if len(m) > 2 else None) for m in messages]
+    messages = [(raw, label) for raw, label, _ in items]
     if path.exists():
         try:
-            done = journal.update(path, [(raw, label, None) for raw, label in messages], forget=forget,
-                                  allow_insecure=allow_insecure, timeout=timeout, warn=warn)
+            done = journal.update(path, items, forget=forget, allow_insecure=allow_insecure, timeout=timeout,
+                                  warn=warn)
         except journal.NeedsModel:
-            pass
+            if journal_only:
+                raise
         else:
             if done["needs_compaction"]:
-                compact(path, allow_insecure=allow_insecure, warn=warn)
+                def fold():
+                    return compact(path, allow_insecure=allow_insecure, warn=warn)
+
+                fold() if later is None else later(fold)
             return done
     with updating(path, allow_insecure=allow_insecure, create=create, timeout=timeout) as model:
         if forget:

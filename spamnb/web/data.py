@@ -13,7 +13,7 @@ import threading
 import time
 
 from spamnb.delivery.hook import decide, scored
-from spamnb.delivery.server import ModelHolder
+from spamnb.storage.filestore import ModelHolder
 from spamnb.storage import history
 from spamnb.storage.modelfile import default_seed, learn_messages, load_model, own_model_path
 

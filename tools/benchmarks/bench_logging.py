@@ -50,13 +50,13 @@ BUDGET = 1.05
 def in_process(model, paths, log_path, rounds=5):
     """``(seconds silent, seconds logged)`` of spamd.answer over ``paths``, ``rounds`` times each, alternating."""
     from spamnb.delivery import events, spamd
-    from spamnb.delivery.server import ModelHolder
+    from spamnb.storage.filestore import FileBackend
 
-    holder = ModelHolder(str(model))
-    holder.get()
+    backend = FileBackend(str(model)).resident()
+    backend.view()
     raws = [p.read_bytes() for p in paths]
     sink = open(log_path, "a", buffering=1)
-    models = {"silent": spamd.Models(holder), "logged": spamd.Models(holder, recorder=events.Recorder(
+    models = {"silent": spamd.Models(backend), "logged": spamd.Models(backend, recorder=events.Recorder(
         write=lambda line: sink.write(line + "\n")))}
     for m in models.values():  # warm up
         for raw in raws[:20]:

@@ -1,0 +1,144 @@
+"""One storage interface: what a place that holds a model's counts does.
+
+bogofilter's ``datastore.h`` is the model: its programs never know which
+database holds the counts. spamnb's commands, the filter, the servers and the
+decision (:func:`spamnb.delivery.hook.decide`) talk to a :class:`Backend`:
+
+=====================  ===========================================================
+``view()``             a scorer of the model as it is now: the tokenizer settings,
+                       the decision's cut-offs, and the counts of a message's tokens
+                       with the class totals (what the decision reads)
+``learn(items)``       apply a learn, forget or move of messages, each once by its
+                       identity (:func:`spamnb.mail.identity.message_key`)
+``model()``            the whole model (batch commands, ``explain``, ``store pull``)
+``replace(model)``     the store now holds this model (``train``, ``store push``)
+``age_out(...)``       drop old, rare tokens (``prune``'s rule)
+``set_cutoffs(fn)``    change the stored decision's cut-offs (``cutoffs``)
+``for_user(name)``     the model of one user (spamd's ``User:``, IMAP's login)
+``describe()``         rows for ``spamnb info``
+=====================  ===========================================================
+
+Two implementations: :class:`spamnb.storage.filestore.FileBackend`, the model
+file (a snapshot plus its journal, with the compiled scorer), and
+:class:`spamnb.storage.redisstore.RedisBackend`, counts in Redis shared by
+several mail hosts (docs/many-hosts.md). :func:`spamnb.storage.where.open_backend`
+picks one from the options.
+"""
+
+from __future__ import annotations
+
+from spamnb.storage.store import ModelError
+
+
+class StoreUnavailable(ModelError):
+    """The store cannot be reached or cannot answer now (down, timed out, a
+    read-only replica, restarted empty): the filter passes the message through
+    (exit 3), spamd answers that it cannot scan, learning changes nothing."""
+
+
+class Backend:
+    """What a model's storage does (the module docstring); the file and Redis
+    backends implement it, and nothing above this layer asks which one it has."""
+
+    #: what headers and messages call the model (a path; a URL without its password)
+    name: str = ""
+    #: what the verdict header calls it (``model=``): a file's name, a store's prefix
+    short_name: str = ""
+    #: the cached default model (it never learns)
+    is_default: bool = False
+    #: load a model file that others can write (the file backend's override)
+    allow_insecure: bool = False
+    #: whether users have models of their own here (:meth:`for_user`)
+    per_user: bool = False
+
+    @staticmethod
+    def log(text) -> None:
+        """Where notes go (a server sets its log)."""
+
+    def exists(self) -> bool:
+        raise NotImplementedError
+
+    def view(self):
+        """A scorer of the model now: a :class:`spamnb.storage.scorer.Scorer` or a
+        :class:`spamnb.model.SpamModel` (both what :func:`spamnb.delivery.hook.decide`
+        takes). ModelError when there is no usable model, StoreUnavailable when the
+        store cannot answer."""
+        raise NotImplementedError
+
+    def resident(self) -> "Backend":
+        """This backend serves a long-running process (a server, ``imap filter --watch``):
+        keep what makes many requests cheap. Returns self."""
+        return self
+
+    def serves(self, path) -> bool:
+        """Whether the model file ``path`` is this backend's (the private socket's check)."""
+        return False
+
+    def loaded(self):
+        """The model a resident backend holds now, without loading or asking anything
+        (what ``--metrics`` reports when Prometheus scrapes); None when it holds none."""
+        return None
+
+    def pending_bytes(self) -> int:
+        """Bytes of updates not yet folded into the stored model (a journal's size)."""
+        return 0
+
+    def trusted(self) -> bool:
+        """Whether the model passes the trust checks now (a model file: owner, mode)."""
+        return True
+
+    def tokenizer(self):
+        """The model's :class:`spamnb.mail.tokenizer.TokenizerConfig`."""
+        return self.model().tokenizer
+
+    def model(self):
+        """The whole :class:`spamnb.model.SpamModel`."""
+        raise NotImplementedError
+
+    def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
+        """Learn (or forget) ``(raw, label, tokens or None)`` items: the counts of
+        :meth:`spamnb.model.SpamModel.learn` (``learned``, ``moved``, ``unchanged``,
+        ``duplicates``, ``forgotten``). A message not learned under that label
+        refuses a forget with ValueError before anything changes. ``create()``: the
+        model to start from when there is none yet; ``later(fn)``: run upkeep (a
+        compaction) in the background instead of now."""
+        raise NotImplementedError
+
+    def replace(self, model) -> None:
+        """Make ``model`` the stored model, whatever was there."""
+        raise NotImplementedError
+
+    def set_cutoffs(self, change) -> tuple:
+        """Store the cut-offs ``change(old)`` returns in place of the model's ``old``
+        :class:`spamnb.nb.decision.Cutoffs` (every count kept): ``(old, new)``."""
+        raise NotImplementedError
+
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None,
+                dry_run=False) -> tuple[int, int]:
+        """``(dropped, before)``: prune's rule (:meth:`spamnb.model.SpamModel.age_out`);
+        ``limit``: the automatic size limit to keep (0: off, None: unchanged)."""
+        raise NotImplementedError
+
+    def for_user(self, user):
+        """The backend of ``user``'s own model (which may not exist yet)."""
+        raise ModelError(f"{self.name} holds no per-user models")
+
+    def user_name(self, user) -> str:
+        """What :meth:`for_user`'s backend is called."""
+        return self.for_user(user).name
+
+    def compact(self, *, force=True, warn=None) -> int:
+        """Fold pending updates into the stored model: the updates folded."""
+        return 0
+
+    def describe(self, model) -> tuple[list, list]:
+        """``(name, value)`` rows saying where and how ``model`` is stored, for
+        ``spamnb info``: those shown before the model's settings, and after."""
+        raise NotImplementedError
+
+    def rebuild_scorer(self) -> str:
+        """Compile what speeds up scoring again; the outcome in words."""
+        raise ModelError(f"{self.name} has no compiled scorer to rebuild")
+
+    def close(self) -> None:
+        pass

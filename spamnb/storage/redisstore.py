@@ -1,0 +1,749 @@
+"""A model in Redis, shared by several mail hosts: the second :class:`Backend`.
+
+Why: a site with two or three MX hosts runs a ``spamnb serve --spamd`` on each;
+with model files, what a user teaches on one host the others never learn. Here
+the counts, the learned messages' identities, the tokenizer settings and the
+decision live in one Redis (or Valkey) that every host uses (docs/many-hosts.md).
+
+Layout, under the URL's prefix P (``?prefix=``, default ``spamnb:``; a user's
+model under ``P u:NAME:``)::
+
+    P meta                hash: epoch (the model's id), settings (JSON: the model's
+                          settings, the decision, the store's ageing rule), counts
+                          (5 doubles: messages per class N_c with refine()'s copies,
+                          totals T_c = Σ_w n_cw, vocabulary size |V|)
+    P EPOCH:b:K           token bucket K (K = token hash mod buckets): a hash whose
+                          fields are 8-byte token hashes (the scorer's
+                          :func:`~spamnb.storage.scorer.token_hash`) and whose values are
+                          24 bytes (n_ham, n_spam as doubles, doc. frequency, last-seen
+                          day) and the token's text when it has at most 40 bytes
+    P EPOCH:long          the texts of longer tokens (kept apart so that every bucket
+                          stays a small listpack: Redis converts a hash with a value
+                          over 64 bytes to a hash table, about 3 times the memory)
+    P EPOCH:r:K           learned messages: 16-byte identity -> class
+
+Numbers are packed doubles, never Redis' float arithmetic (HINCRBYFLOAT prints
+17 decimals and Lua's tostring 14 digits): what the file model holds, bit for bit.
+
+One round trip per classification (:data:`READ`: the message's tokens and the
+totals in one script call), one per learned message (:data:`LEARN`: a Lua script
+that checks the message's identity and changes every count at once, so a message
+told twice, from two hosts, is learned once). redis-py's ``Script`` sends EVALSHA
+and loads the script again on NOSCRIPT (a restarted or flushed server).
+
+Ageing, as ``prune``'s rule (old *and* rare: unseen for ``age_days`` and in at
+most ``age_max_messages`` learned messages), is done when a bucket is written:
+the learn script drops the bucket's tokens that rule drops and takes their counts
+out of the totals (a marker per bucket says when the next one is due, so a write
+costs a scan of the bucket only then). Every written bucket gets a TTL of
+``keep_factor`` x ``age_days`` days, so nothing here lives without a TTL under a
+``maxmemory`` volatile policy, and the keyspace is never scanned.
+
+A new model (``store push``, ``train --store``) is written under a new epoch and
+made current by one write of ``meta``; the old epoch's keys are removed after.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import struct
+import time
+import urllib.parse
+
+from spamnb.storage.backend import Backend, StoreUnavailable
+from spamnb.storage.scorer import Scorer, token_hash
+from spamnb.storage.store import ModelError
+from spamnb.verdict import LABELS
+
+DEFAULT_PREFIX = "spamnb:"
+#: seconds one request to the store may take (connect, or answer): a slow store is a
+#: failed request, never a delivery held behind it (``?timeout=`` in the URL)
+DEFAULT_TIMEOUT = 2.0
+#: a new store's buckets: the vocabulary / this many tokens each (room to grow 4x
+#: before Redis' hash-max-listpack-entries, 128, turns a bucket into a hash table)
+TOKENS_PER_BUCKET = 32
+MIN_BUCKETS = 64
+REGISTRY_BUCKETS = 1024
+#: prune's defaults (``spamnb prune``): old = unseen for 90 days, rare = in at most 1 message
+AGE_DAYS = 90
+AGE_MAX_MESSAGES = 1
+#: a bucket nobody writes lives this many times age_days (days)
+KEEP_FACTOR = 10
+#: longer token texts go to the ``long`` hash
+INLINE_TEXT = 40
+VALUE = struct.Struct("<ddiI")
+COUNTS = struct.Struct("<ddddd")
+FORMAT = "spamnb-store"
+
+# Shared by the scripts: the feature transform f(x) of the known tokens' counts tf,
+# as spamnb.storage.scorer.feature_values computes it.
+_LUA_FEATURES = r"""
+local function fvalues(features, tfs)
+  local out = {}
+  local n = #tfs
+  if features == 'counts' then
+    for i = 1, n do out[i] = tfs[i] end
+  elseif features == 'presence' then
+    for i = 1, n do out[i] = 1.0 end
+  elseif features == 'presence-l2' then
+    for i = 1, n do out[i] = 1.0 / math.sqrt(n) end
+  else -- logtf-l2
+    local s = 0.0
+    for i = 1, n do out[i] = math.log(1 + tfs[i]); s = s + out[i] * out[i] end
+    local norm = math.sqrt(s)
+    if norm == 0 then norm = 1.0 end
+    for i = 1, n do out[i] = out[i] / norm end
+  end
+  return out
+end
+"""
+
+# Drop a bucket's old and rare tokens (prune's rule) when its marker says one is due;
+# returns the changes of T_ham, T_spam and |V|.
+_LUA_SWEEP = r"""
+local function sweep(key, longkey, today, age, rare)
+  local mark = redis.call('HGET', key, 'm')
+  if not mark or tonumber(mark) >= today - age then return 0.0, 0.0, 0 end
+  local all = redis.call('HGETALL', key)
+  local dh, ds, dv = 0.0, 0.0, 0
+  local newmark = nil
+  for i = 1, #all, 2 do
+    local f, v = all[i], all[i + 1]
+    if #f == 8 then
+      local h, s, df, day = struct.unpack('<ddi4I4', v)
+      if df <= rare then
+        if day < today - age then
+          redis.call('HDEL', key, f)
+          redis.call('HDEL', longkey, f)
+          dh = dh - h; ds = ds - s; dv = dv - 1
+        elseif newmark == nil or day < newmark then
+          newmark = day
+        end
+      end
+    end
+  end
+  if newmark then redis.call('HSET', key, 'm', newmark) else redis.call('HDEL', key, 'm') end
+  return dh, ds, dv
+end
+"""
+
+#: KEYS: meta. ARGV: epoch, the bucket keys' prefix (``P EPOCH:b:``), the token hashes
+#: (8 bytes each, one string). The buckets are named here, from the hashes, rather than
+#: sent as hundreds of KEYS (a standalone server or a replica: Cluster is not supported).
+#: Reply: {'ok', counts .. 24 bytes per token (doc. frequency -1: not stored)} |
+#: {'empty'} | {'epoch', now}.
+READ = r"""
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if not epoch then return {'empty'} end
+if epoch ~= ARGV[1] then return {'epoch', epoch} end
+local counts = redis.call('HGET', KEYS[1], 'counts')
+local nb = tonumber(redis.call('HGET', KEYS[1], 'buckets'))
+local hashes, prefix = ARGV[3], ARGV[2]
+local missing = struct.pack('<ddi4I4', 0, 0, -1, 0)
+local out = {counts}
+for i = 1, #hashes / 8 do
+  local field = string.sub(hashes, 8 * i - 7, 8 * i)
+  local v = redis.call('HGET', prefix .. (struct.unpack('<I4', field) % nb), field)
+  if v then out[i + 1] = string.sub(v, 1, 24) else out[i + 1] = missing end
+end
+return {'ok', table.concat(out)}
+"""
+
+#: KEYS: meta. ARGV: epoch, settings (JSON): the settings of that model, unless another replaced it.
+SET_SETTINGS = r"""
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'settings', ARGV[2])
+return 1
+"""
+
+#: KEYS: meta, registry bucket, long texts, then one bucket per token.
+#: ARGV: epoch, message identity, class (0/1), forget (0/1), features, today, age_days,
+#: age_max_messages, bucket TTL (s), then per token: field, tf, text.
+#: Reply: {'done', class before or -1} | {'unchanged'} | {'notlearned', class or -1} | {'empty'} | {'epoch', now}.
+LEARN = _LUA_FEATURES + _LUA_SWEEP + r"""
+local meta = KEYS[1]
+local epoch = redis.call('HGET', meta, 'epoch')
+if not epoch then return {'empty'} end
+if epoch ~= ARGV[1] then return {'epoch', epoch} end
+local y = tonumber(ARGV[3]) + 1
+local forget = ARGV[4] == '1'
+local cur = redis.call('HGET', KEYS[2], ARGV[2])
+if cur then cur = tonumber(cur) + 1 end
+if forget and cur ~= y then return {'notlearned', cur and (cur - 1) or -1} end
+if not forget and cur == y then return {'unchanged'} end
+local features, today, age = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
+local rare, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
+local N1, N2, T1, T2, V = struct.unpack('<ddddd', redis.call('HGET', meta, 'counts'))
+local N, T = {N1, N2}, {T1, T2}
+local n = (#ARGV - 9) / 3
+local field, tf, text, vals, d1, d2, ddf = {}, {}, {}, {}, {}, {}, {}
+for i = 1, n do
+  field[i] = ARGV[7 + 3 * i]; tf[i] = tonumber(ARGV[8 + 3 * i]); text[i] = ARGV[9 + 3 * i]
+  local v = redis.call('HGET', KEYS[3 + i], field[i])
+  if v then vals[i] = {struct.unpack('<ddi4I4', v)} end
+  d1[i], d2[i], ddf[i] = 0.0, 0.0, 0
+end
+local d = {d1, d2}
+if cur then -- take the known tokens' row out of the old class, no count below zero
+  local known, ktf = {}, {}
+  for i = 1, n do if vals[i] then known[#known + 1] = i; ktf[#ktf + 1] = tf[i] end end
+  local fv = fvalues(features, ktf)
+  for j, i in ipairs(known) do
+    d[cur][i] = d[cur][i] - math.min(fv[j], math.max(vals[i][cur], 0.0))
+    ddf[i] = ddf[i] - 1
+  end
+  N[cur] = N[cur] - math.min(1.0, math.max(N[cur], 0.0))
+end
+if not forget then -- add the whole row to the new class
+  local fv = fvalues(features, tf)
+  for i = 1, n do d[y][i] = d[y][i] + fv[i]; ddf[i] = ddf[i] + 1 end
+  N[y] = N[y] + 1.0
+end
+local touched = {}
+for i = 1, n do
+  if vals[i] or not forget then
+    local old = vals[i]
+    if not old then
+      old = {0.0, 0.0, 0, today}
+      V = V + 1
+      if #text[i] > 40 then redis.call('HSET', KEYS[3], field[i], text[i]) end
+    end
+    local df = math.max(old[3] + ddf[i], 0)
+    local inline = ''
+    if #text[i] <= 40 then inline = text[i] end
+    local value = struct.pack('<ddi4I4', old[1] + d1[i], old[2] + d2[i], df, today)
+    redis.call('HSET', KEYS[3 + i], field[i], value .. inline)
+    T[1] = T[1] + d1[i]; T[2] = T[2] + d2[i]
+    local key = KEYS[3 + i]
+    if df <= rare then
+      local mark = redis.call('HGET', key, 'm')
+      if not mark or tonumber(mark) > today then redis.call('HSET', key, 'm', today) end
+    end
+    touched[key] = true
+  end
+end
+for key, _ in pairs(touched) do
+  local dh, ds, dv = sweep(key, KEYS[3], today, age, rare)
+  T[1] = T[1] + dh; T[2] = T[2] + ds; V = V + dv
+  redis.call('EXPIRE', key, ttl)
+end
+if #text > 0 then redis.call('EXPIRE', KEYS[3], ttl) end
+if forget then redis.call('HDEL', KEYS[2], ARGV[2]) else redis.call('HSET', KEYS[2], ARGV[2], y - 1) end
+redis.call('HSET', meta, 'counts', struct.pack('<ddddd', N[1], N[2], T[1], T[2], V))
+return {'done', cur and (cur - 1) or -1}
+"""
+
+#: prune through the store: sweep these buckets by the rule. KEYS: meta, long texts, buckets.
+#: ARGV: epoch, today, age_days, age_max_messages, dry run (0/1). Reply: tokens dropped.
+SWEEP = _LUA_SWEEP + r"""
+local epoch = redis.call('HGET', KEYS[1], 'epoch')
+if epoch ~= ARGV[1] then return -1 end
+local today, age, rare = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+if ARGV[5] == '1' then
+  local n = 0
+  for i = 3, #KEYS do
+    local all = redis.call('HGETALL', KEYS[i])
+    for j = 1, #all, 2 do
+      if #all[j] == 8 then
+        local _, _, df, day = struct.unpack('<ddi4I4', all[j + 1])
+        if df <= rare and day < today - age then n = n + 1 end
+      end
+    end
+  end
+  return n
+end
+local N1, N2, T1, T2, V = struct.unpack('<ddddd', redis.call('HGET', KEYS[1], 'counts'))
+local dropped = 0
+for i = 3, #KEYS do
+  redis.call('HSET', KEYS[i], 'm', 0)
+  local dh, ds, dv = sweep(KEYS[i], KEYS[2], today, age, rare)
+  T1 = T1 + dh; T2 = T2 + ds; V = V + dv; dropped = dropped - dv
+end
+redis.call('HSET', KEYS[1], 'counts', struct.pack('<ddddd', N1, N2, T1, T2, V))
+return dropped
+"""
+
+
+def _redis():
+    try:
+        import redis
+    except ImportError:
+        raise ModelError("a Redis store needs the redis package: pip install 'spamnb[redis]'") from None
+    return redis
+
+
+class Settings:
+    """What ``P meta`` says about the model now: its epoch, settings and counts."""
+
+    def __init__(self, epoch: bytes, settings: dict):
+        self.epoch = epoch
+        self.s = settings
+        self.buckets = int(settings["buckets"])
+        self.registry_buckets = int(settings["registry_buckets"])
+
+
+class RedisBackend(Backend):
+    """A model in Redis (see the module docstring). ``client``: a redis-py client;
+    ``prefix``: the keys' prefix; ``name``: the URL without its password."""
+
+    per_user = True
+
+    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False):
+        self.client = client
+        # a user's model is made at their first learn (from ``create()``); the store's own
+        # only by push or train, so that a store restarted empty says so instead
+        self.user = user
+        self.prefix = prefix.encode() if isinstance(prefix, str) else prefix
+        self.name = name or f"redis store {prefix}"
+        self.short_name = "store:" + self.prefix.decode("utf-8", "replace")
+        self._url_parts = url_parts
+        self._settings: Settings | None = None
+        self._read = client.register_script(READ)
+        self._learn = client.register_script(LEARN)
+        self._sweep = client.register_script(SWEEP)
+
+    def __repr__(self):
+        return f"RedisBackend({self.name!r})"
+
+    # -- opening -------------------------------------------------------------------
+
+    @classmethod
+    def from_url(cls, url: str) -> "RedisBackend":
+        """``redis://[USER@]HOST[:PORT][/DB]``, ``rediss://`` (TLS), ``unix:///PATH[?db=N]``,
+        with ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and
+        ``?password_file=PATH`` (the password, never in the URL or argv: docs/many-hosts.md).
+        Other query parameters go to redis-py (``ssl_ca_certs=``, ``ssl_certfile=``...)."""
+        redis = _redis()
+        parts = urllib.parse.urlsplit(url)
+        query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
+        ours = {k: query.pop(k)[-1] for k in ("prefix", "timeout", "password_file") if k in query}
+        prefix = ours.get("prefix", DEFAULT_PREFIX)
+        try:
+            timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
+        except ValueError:
+            raise ModelError(f"store URL: timeout must be a number of seconds, not {ours['timeout']!r}") from None
+        if parts.password:
+            raise ModelError("store URL: give the password with ?password_file=PATH, not in the URL "
+                             "(a URL shows up in process lists and logs)")
+        kwargs = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if "password_file" in ours:
+            kwargs["password"] = _read_password(ours["password_file"])
+        base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
+        rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
+        try:
+            client = redis.Redis.from_url(rest, **kwargs)
+        except ValueError as exc:
+            raise ModelError(f"store URL {url}: {exc}") from None
+        name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
+        return cls(client, prefix, name, url_parts=(parts, ours))
+
+    def for_user(self, user) -> "RedisBackend":
+        if not user or len(user) > 128 or any(c in user for c in ":*?[]\\") or not user.isprintable() \
+                or " " in user:
+            raise ModelError(f"{user!r} cannot name a model in a store (no ':', spaces or wildcards)")
+        name = f"{self.name}#user={user}"
+        return RedisBackend(self.client, self.prefix + b"u:" + user.encode() + b":", name, user=True)
+
+    def close(self) -> None:
+        pass  # the client is shared by the users' backends
+
+    # -- keys ----------------------------------------------------------------------
+
+    def _meta(self) -> bytes:
+        return self.prefix + b"meta"
+
+    def _bucket(self, epoch, k) -> bytes:
+        """Token bucket ``k`` of the model ``epoch`` (``k`` = b"": the buckets' prefix)."""
+        return b"%s%s:b:%s" % (self.prefix, epoch, k if k == b"" else b"%d" % k)
+
+    def _reg(self, epoch, k) -> bytes:
+        return b"%s%s:r:%d" % (self.prefix, epoch, k)
+
+    def _long(self, epoch) -> bytes:
+        return b"%s%s:long" % (self.prefix, epoch)
+
+    # -- talking to Redis ----------------------------------------------------------
+
+    def _call(self, what, fn, *args, **kwargs):
+        """``fn(*args)``, with redis-py's errors as one clear ModelError line."""
+        redis = _redis()
+        try:
+            return fn(*args, **kwargs)
+        except redis.exceptions.ReadOnlyError:
+            raise StoreUnavailable(f"cannot {what}: the store {self.name} is a read-only replica "
+                                   f"(learning needs the primary)") from None
+        except (redis.exceptions.TimeoutError, TimeoutError):
+            raise StoreUnavailable(f"cannot {what}: the store {self.name} did not answer in time") from None
+        except (redis.exceptions.ConnectionError, OSError) as exc:
+            raise StoreUnavailable(f"cannot {what}: cannot reach the store {self.name} ({exc})") from None
+        except redis.exceptions.ResponseError as exc:
+            text = str(exc)
+            if text.startswith("OOM"):
+                raise StoreUnavailable(f"cannot {what}: the store {self.name} is out of memory "
+                                       f"(maxmemory; see docs/many-hosts.md)") from None
+            raise StoreUnavailable(f"cannot {what}: the store {self.name} answered: {text}") from None
+        except redis.exceptions.RedisError as exc:
+            raise StoreUnavailable(f"cannot {what}: the store {self.name}: {exc}") from None
+
+    def settings(self, refresh=False) -> Settings:
+        if self._settings is None or refresh:
+            epoch, text = self._call("read the model", self.client.hmget, self._meta(), [b"epoch", b"settings"])
+            if epoch is None or text is None:
+                raise StoreUnavailable(f"the store {self.name} holds no model: it is empty (a Redis restarted "
+                                       f"without its data?); put one there with `spamnb store push MODEL URL`")
+            self._settings = Settings(epoch, json.loads(text))
+        return self._settings
+
+    def exists(self) -> bool:
+        return bool(self._call("read the model", self.client.hexists, self._meta(), b"epoch"))
+
+    def tokenizer(self):
+        from spamnb.mail.tokenizer import TokenizerConfig
+
+        return TokenizerConfig.from_dict(self.settings().s["tokenizer"])
+
+    # -- scoring -------------------------------------------------------------------
+
+    def view(self):
+        return StoreView(self, self.settings())
+
+    def read(self, tokens):
+        """``(settings, counts, {token hash: (n_ham, n_spam)})`` of the stored tokens
+        among ``tokens``: one script call (one round trip)."""
+        hashes = [token_hash(t) for t in set(tokens)]
+        blob = b"".join(h.to_bytes(8, "little") for h in hashes)
+        for _ in range(3):
+            st = self.settings()
+            reply = self._call("read the model", self._read, keys=[self._meta()],
+                               args=[st.epoch, self._bucket(st.epoch, b""), blob])
+            if reply[0] == b"ok":
+                data = reply[1]
+                counts = COUNTS.unpack_from(data)
+                found = {h: v[:2] for h, v in zip(hashes, VALUE.iter_unpack(data[COUNTS.size:])) if v[2] >= 0}
+                return st, counts, found
+            self.settings(refresh=True)  # a new model was pushed meanwhile (or the store emptied)
+        raise StoreUnavailable(f"the model in {self.name} keeps changing; try again")
+
+    # -- learning ------------------------------------------------------------------
+
+    def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
+        from spamnb.mail.identity import message_key
+        from spamnb.mail.tokenizer import tokenize
+
+        if create is not None and self.user and not self.exists():
+            self.replace(create())
+        st = self.settings()
+        config = self.tokenizer()
+        done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}
+        todo, given = [], set()
+        for item in items:
+            raw, label = item[0], item[1]
+            toks = item[2] if len(item) > 2 and item[2] is not None else None
+            key = message_key(raw)
+            if key in given:
+                if not forget:
+                    done["duplicates"] += 1
+                continue
+            given.add(key)
+            if label not in LABELS:
+                raise ValueError(f"unknown label {label!r}: expected 'ham' or 'spam'")
+            todo.append((raw, LABELS.index(label), key, toks))
+        if forget:  # a message not learned so refuses the whole call, before anything changes
+            for (_, y, key, _), now in zip(todo, self._classes(st, [k for _, _, k, _ in todo])):
+                if now != y:
+                    where = "not learned" if now is None else f"learned as {'ham' if now == 0 else 'spam'}"
+                    raise ValueError(f"message was {where}, not as {'ham' if y == 0 else 'spam'}: nothing to forget")
+        for raw, y, key, toks in todo:
+            toks = tokenize(raw, config) if toks is None else toks
+            outcome = self._learn_one(key, y, toks, forget)
+            if outcome == "unchanged":
+                done["unchanged"] += 1
+            elif forget:
+                done["forgotten"] += 1
+            else:
+                done["learned" if outcome is None else "moved"] += 1
+        return done
+
+    def _classes(self, st, keys):
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.hget(self._reg(st.epoch, _reg_bucket(key, st)), key)
+        return [None if c is None else int(c) for c in self._call("read the model", pipe.execute)]
+
+    def _learn_one(self, key, y, toks, forget):
+        """One script call: ``"unchanged"``, or the class the message had (None: none)."""
+        tf: dict[str, int] = {}
+        for t in toks:
+            tf[t] = tf.get(t, 0) + 1
+        for _ in range(3):
+            st = self.settings()
+            s = st.s
+            keys = [self._meta(), self._reg(st.epoch, _reg_bucket(key, st)), self._long(st.epoch)]
+            args = [st.epoch, key, y, int(forget), s["features"], _today(), s["age_days"], s["age_max_messages"],
+                    int(s["keep_factor"] * s["age_days"] * 86400)]
+            for t, n in tf.items():
+                h = token_hash(t)
+                keys.append(self._bucket(st.epoch, h % st.buckets))
+                args += [h.to_bytes(8, "little"), n, t.encode("utf-8", "surrogatepass")]
+            reply = self._call("learn", self._learn, keys=keys, args=args)
+            tag = reply[0]
+            if tag == b"done":
+                return None if int(reply[1]) < 0 else int(reply[1])
+            if tag == b"unchanged":
+                return "unchanged"
+            if tag == b"notlearned":
+                now = int(reply[1])
+                where = "not learned" if now < 0 else f"learned as {'ham' if now == 0 else 'spam'}"
+                raise ValueError(f"message was {where}, not as {'ham' if y == 0 else 'spam'}: nothing to forget")
+            self.settings(refresh=True)  # 'epoch' (a new model meanwhile) or 'empty' (says so)
+        raise StoreUnavailable(f"the model in {self.name} keeps changing; nothing learned, try again")
+
+    # -- the whole model -----------------------------------------------------------
+
+    def replace(self, model) -> None:
+        """Write ``model`` under a new epoch, make it current, remove the old one's keys."""
+        import numpy as np
+
+        from spamnb.nb.vocabulary import Vocabulary
+        if model.model_type != "multinomial":
+            raise ModelError(f"a store holds multinomial models only, not {model.model_type}: "
+                             f"train one with --model-type multinomial")
+        if type(model.vocabulary) is not Vocabulary:
+            raise ModelError("a store needs a vocabulary of tokens (not --hash-features)")
+        old = None
+        try:
+            old = self.settings(refresh=True)
+        except StoreUnavailable:
+            if not self._call("reach the store", self.client.ping):
+                raise
+        epoch = secrets.token_hex(4).encode()
+        tokens = model.vocabulary.tokens()
+        nb = _buckets(len(tokens))
+        fc = np.asarray(model.estimator.feature_count_, dtype=np.float64)
+        df = model.doc_freq
+        seen = model.last_seen[:len(tokens)]
+        rule = (old.s if old else {})
+        age = int(rule.get("age_days", AGE_DAYS))
+        rare = int(rule.get("age_max_messages", AGE_MAX_MESSAGES))
+        keep = int(rule.get("keep_factor", KEEP_FACTOR))
+        buckets: dict[int, dict] = {}
+        marks: dict[int, int] = {}
+        long_texts = {}
+        for i, t in enumerate(tokens):
+            h = token_hash(t)
+            k = h % nb
+            text = t.encode("utf-8", "surrogatepass")
+            field = h.to_bytes(8, "little")
+            if len(text) > INLINE_TEXT:
+                long_texts[field] = text
+                text = b""
+            day = int(seen[i])
+            buckets.setdefault(k, {})[field] = VALUE.pack(fc[0, i], fc[1, i], int(df[i]), day) + text
+            if df[i] <= rare:
+                marks[k] = min(marks.get(k, day), day)
+        ttl = keep * age * 86400
+        pipe = self.client.pipeline(transaction=False)
+        for n, (k, fields) in enumerate(buckets.items()):
+            key = self._bucket(epoch, k)
+            if k in marks:
+                fields["m"] = marks[k]
+            pipe.hset(key, mapping=fields)
+            pipe.expire(key, ttl)
+            if n % 500 == 499:
+                self._call("write the model", pipe.execute)
+        if long_texts:
+            pipe.hset(self._long(epoch), mapping=long_texts)
+            pipe.expire(self._long(epoch), ttl)
+        regs: dict[int, dict] = {}
+        for key, c in model.registry.items():
+            regs.setdefault(int.from_bytes(key[:4], "little") % REGISTRY_BUCKETS, {})[key] = int(c)
+        for k, fields in regs.items():
+            pipe.hset(self._reg(epoch, k), mapping=fields)
+        self._call("write the model", pipe.execute)
+        settings = {
+            "format": FORMAT, "version": 1, "model_type": model.model_type, "alpha": model.alpha,
+            "prior": model.prior, "features": model.features, "tokenizer": model.tokenizer.to_dict(),
+            "cutoffs": [float(model.cutoffs.ham_cutoff), float(model.cutoffs.spam_cutoff)],
+            "refine": [model.refine_rounds, model.refine_margin],
+            "refine_copies": list(model.stats.get("refine_copies", (0, 0))),
+            "created": model.stats.get("created"), "pushed": time.time(),
+            "spamnb_version": model.stats.get("spamnb_version"),
+            "buckets": nb, "registry_buckets": REGISTRY_BUCKETS,
+            "age_days": age, "age_max_messages": rare, "keep_factor": keep,
+        }
+        cc = np.asarray(model.estimator.class_count_, dtype=np.float64)
+        totals = fc.sum(axis=1)
+        counts = COUNTS.pack(cc[0], cc[1], totals[0], totals[1], float(len(tokens)))
+        self._call("write the model", self.client.hset, self._meta(),
+                   mapping={"epoch": epoch, "settings": json.dumps(settings), "counts": counts, "buckets": nb})
+        self._settings = Settings(epoch, settings)
+        if old is not None and old.epoch != epoch:
+            self._drop_epoch(old)
+
+    def _drop_epoch(self, st: Settings):
+        keys = [self._bucket(st.epoch, k) for k in range(st.buckets)]
+        keys += [self._reg(st.epoch, k) for k in range(st.registry_buckets)] + [self._long(st.epoch)]
+        for i in range(0, len(keys), 1000):
+            self._call("remove the old model", self.client.unlink, *keys[i:i + 1000])
+
+    def model(self):
+        """The whole model, read bucket by bucket (``store pull``, the batch commands)."""
+        import numpy as np
+
+        from spamnb.model import SpamModel
+
+        st = self.settings(refresh=True)
+        s = st.s
+        pipe = self.client.pipeline(transaction=False)
+        for k in range(st.buckets):
+            pipe.hgetall(self._bucket(st.epoch, k))
+        pipe.hgetall(self._long(st.epoch))
+        for k in range(st.registry_buckets):
+            pipe.hgetall(self._reg(st.epoch, k))
+        pipe.hget(self._meta(), "counts")
+        pipe.hget(self._meta(), "epoch")
+        replies = self._call("read the model", pipe.execute)
+        if replies[-1] != st.epoch:
+            raise StoreUnavailable(f"the model in {self.name} changed while it was read; try again")
+        long_texts = replies[st.buckets]
+        tokens, rows = [], []
+        for bucket in replies[:st.buckets]:
+            for field, value in bucket.items():
+                if len(field) != 8:
+                    continue
+                h, sp, df, day = VALUE.unpack_from(value)
+                text = value[VALUE.size:] or long_texts.get(field, b"")
+                tokens.append(text.decode("utf-8", "surrogatepass"))
+                rows.append((h, sp, df, day))
+        registry = {}
+        for bucket in replies[st.buckets + 1:st.buckets + 1 + st.registry_buckets]:
+            registry.update((k, int(c)) for k, c in bucket.items())
+        n_h, n_s, _, _, _ = COUNTS.unpack(replies[-2])
+        a = np.array(rows, dtype=np.float64).reshape(-1, 4)
+        order = np.argsort(np.array(tokens, dtype=object), kind="stable") if tokens else np.arange(0)
+        tokens = [tokens[i] for i in order]
+        a = a[order]
+        state = {
+            "format": "spamnb-model", "format_version": 2, "spamnb_version": s.get("spamnb_version"),
+            "model_type": s["model_type"], "alpha": s["alpha"], "refine": s["refine"], "prior": s["prior"],
+            "features": s["features"], "hash_features": None, "tokenizer": s["tokenizer"],
+            "cutoffs": tuple(s["cutoffs"]), "vocabulary": list(tokens),
+            "class_count": np.array([n_h, n_s]), "feature_count": a[:, :2].T.copy(),
+            "doc_freq": a[:, 2].astype(np.int64), "last_seen": a[:, 3].astype(np.int32),
+            "registry": registry, "legacy_registry": {},
+            "stats": {"created": s.get("created"), "updated": s.get("pushed"),
+                      "spamnb_version": s.get("spamnb_version"), "refine_copies": s.get("refine_copies", [0, 0])},
+        }
+        return SpamModel.from_state(state)
+
+    # -- upkeep ---------------------------------------------------------------------
+
+    def set_cutoffs(self, change):
+        from spamnb.nb.decision import Cutoffs
+
+        st = self.settings(refresh=True)
+        old = Cutoffs(*st.s["cutoffs"])
+        new = change(old)
+        s = dict(st.s, cutoffs=[float(new.ham_cutoff), float(new.spam_cutoff)])
+        if not self._call("set the cut-offs", self.client.eval, SET_SETTINGS, 1, self._meta(), st.epoch,
+                          json.dumps(s)):
+            raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; set the cut-offs again")
+        self._settings = None
+        return old, new
+
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None, dry_run=False):
+        if max_tokens is not None or limit:
+            raise ModelError("a store has no token limit: its size is bounded by the ageing rule and the "
+                             "server's maxmemory (docs/many-hosts.md)")
+        st = self.settings(refresh=True)
+        age = AGE_DAYS if older_than_days is None else int(older_than_days)
+        before = int(COUNTS.unpack(self._call("read the model", self.client.hget, self._meta(), "counts"))[4])
+        dropped = 0
+        for i in range(0, st.buckets, 256):
+            keys = [self._meta(), self._long(st.epoch)] + [self._bucket(st.epoch, k)
+                                                           for k in range(i, min(i + 256, st.buckets))]
+            n = self._call("prune", self._sweep, keys=keys, args=[st.epoch, _today(), age, max_messages,
+                                                                   int(dry_run)])
+            if n < 0:
+                raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; run prune again")
+            dropped += n
+        if not dry_run:  # learners age by this rule from now on
+            s = dict(st.s, age_days=age, age_max_messages=int(max_messages))
+            self._call("prune", self.client.hset, self._meta(), "settings", json.dumps(s))
+            self._settings = None
+        return dropped, before
+
+    def describe(self, model):
+        st = self.settings()
+        s = st.s
+        info = self._call("read the store", self.client.info, "memory")
+        return [
+            ("store", self.name),
+            ("memory", f"{info.get('used_memory_human', '?')} used by the server (maxmemory "
+                       f"{info.get('maxmemory_human', '?')}, policy {info.get('maxmemory_policy', '?')})"),
+            ("ageing", f"tokens in at most {s['age_max_messages']} message(s) go {s['age_days']} days after "
+                       f"they were last learned; a bucket nobody writes for "
+                       f"{s['keep_factor'] * s['age_days']} days expires"),
+        ], []
+
+
+class StoreView(Scorer):
+    """A store's model as the decision reads it: the tokenizer settings and the
+    cut-offs now, and :meth:`score` / :meth:`explain` that read the message's
+    tokens' counts and the totals in one round trip, then weigh them as the
+    compiled scorer weighs a journal's changes (:meth:`Scorer.with_overlay` on a
+    scorer of no tokens: one definition of the multinomial weights)."""
+
+    def __init__(self, backend: RedisBackend, st: Settings):
+        s = st.s
+        header = {"bias": 0.0, "features": s["features"], "cutoffs": s["cutoffs"], "tokenizer": s["tokenizer"],
+                  "model": None, "n": 0, "model_type": s["model_type"], "alpha": s["alpha"], "prior": s["prior"],
+                  "class_count": [0.0, 0.0], "totals": [0.0, 0.0]}
+        super().__init__(header, *_no_tokens())
+        self.backend = backend
+
+    def _scorer(self, tokens) -> Scorer:
+        from spamnb.storage.journal import Overlay
+
+        _, (n_h, n_s, t_h, t_s, v), found = self.backend.read(tokens)
+        ov = Overlay()
+        ov.tokens = {h: (c[0], c[1], 0, 0.0) for h, c in found.items()}
+        ov.d_messages, ov.d_totals, ov.new_vocab, ov.records = [n_h, n_s], [t_h, t_s], int(v), 1
+        return Scorer(self.header, *_no_tokens()).with_overlay(ov)
+
+    def score(self, tokens):
+        return self._scorer(tokens).score(tokens)
+
+    def explain(self, tokens, n):
+        return self._scorer(tokens).explain(tokens, n)
+
+
+def _no_tokens():
+    """A compiled scorer's arrays of no token (keys, weights, counts)."""
+    empty = memoryview(b"")
+    return empty.cast("Q"), empty.cast("d"), empty.cast("d")
+
+
+def _read_password(path) -> str:
+    try:
+        with open(os.path.expanduser(path), encoding="utf-8") as f:
+            return f.readline().rstrip("\r\n")
+    except OSError as exc:
+        raise ModelError(f"cannot read the store's password file {path}: {exc.strerror}") from None
+
+
+def _buckets(n_tokens) -> int:
+    """A power of two near ``n_tokens`` / :data:`TOKENS_PER_BUCKET` (at least :data:`MIN_BUCKETS`)."""
+    want = max(MIN_BUCKETS, n_tokens // TOKENS_PER_BUCKET)
+    return 1 << round(math.log2(want))
+
+
+def _reg_bucket(key: bytes, st: Settings) -> int:
+    return int.from_bytes(key[:4], "little") % st.registry_buckets
+
+
+def _today() -> int:
+    return int(time.time() // 86400)

@@ -1,0 +1,560 @@
+"""The Redis store (spamnb.storage.redisstore) against a real redis-server.
+
+Each module run starts Debian's ``redis-server`` on a private Unix socket in a
+temporary folder (no port, no persistence); the tests skip, with the reason,
+when it or the redis package is not installed. No fakeredis, no mocks: the
+learn script, the TTLs, READONLY and the timeouts are Redis' own.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from conftest import SAMPLE_MAILDIR, SHIPPED_ARCHIVE, gold_labels
+from spamnb.delivery import spamd
+from spamnb.delivery.hook import decide
+from spamnb.mail.identity import message_key
+from spamnb.mail.sources import iter_index
+from spamnb.storage.backend import StoreUnavailable
+from spamnb.storage.filestore import FileBackend
+from spamnb.storage.modelfile import load_model, save_model
+from test_e2e import SPAMNB
+from test_spamd import _free_port, _read_all, request
+
+REDIS_SERVER = shutil.which("redis-server")
+try:
+    import redis
+except ImportError:  # pragma: no cover - the test extra installs it
+    redis = None
+
+pytestmark = [
+    pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed (apt-get install redis-server; "
+                                                    "the README's test command does it when run as root)"),
+    pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')"),
+]
+
+
+class RedisServer:
+    """A private redis-server on a Unix socket in ``folder``."""
+
+    def __init__(self, folder: Path, *extra, password=None):
+        self.folder = folder
+        self.password = password
+        self.sock = folder / "redis.sock"
+        self.extra = extra
+        self.proc = None
+        self.start()
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", "0", "--unixsocket", str(self.sock), "--unixsocketperm", "700",
+             "--save", "", "--appendonly", "no", "--dir", str(self.folder), *self.extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            try:
+                if self.client().ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(20)
+
+    def client(self):
+        return redis.Redis(unix_socket_path=str(self.sock), password=self.password)
+
+    def url(self, prefix="t:", **params):
+        query = "&".join([f"prefix={prefix}"] + [f"{k}={v}" for k, v in params.items()])
+        return f"unix://{self.sock}?{query}"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = RedisServer(tmp_path_factory.mktemp("redis"))
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture
+def url(server, request):
+    """A fresh prefix in the module's server for each test."""
+    return server.url(prefix=f"{request.node.name[:40]}:")
+
+
+def pushed(url, model_path):
+    from spamnb.storage.where import open_backend
+
+    backend = open_backend(None, url)
+    backend.replace(FileBackend(model_path).model())
+    return backend
+
+
+def run(*args, input=None):
+    return subprocess.run(SPAMNB + [str(a) for a in args], input=input, capture_output=True, timeout=120)
+
+
+def corpus_messages(small_corpus):
+    return [m.raw for m in iter_index(str(small_corpus.index))]
+
+
+def sample_messages():
+    return [p.read_bytes() for p in sorted((SAMPLE_MAILDIR / "cur").iterdir())]
+
+
+# -- the same model, exactly -----------------------------------------------------------------
+
+
+def test_a_pushed_model_scores_every_message_as_the_file_model(url, trained_model_file, small_corpus):
+    """Store and file give the same log-odds to 1e-9, and the same verdict and known tokens."""
+    backend = pushed(url, trained_model_file)
+    file_model = load_model(trained_model_file)
+    view = backend.view()
+    raws = sample_messages() + corpus_messages(small_corpus)
+    worst = 0.0
+    for raw in raws:
+        a, b = decide(view, raw), decide(file_model, raw)
+        worst = max(worst, abs(a.score - b.score))
+        assert a.label == b.label
+    assert len(raws) == 403 and worst < 1e-9, worst
+
+
+def test_push_then_pull_gives_the_model_back(url, trained_model_file, tmp_path):
+    r = run("store", "push", trained_model_file, url)
+    assert r.returncode == 0, r.stderr
+    assert b"pushed" in r.stderr
+    out = tmp_path / "pulled.joblib"
+    r = run("store", "pull", url, out)
+    assert r.returncode == 0, r.stderr
+    a, b = load_model(trained_model_file), load_model(out)
+    assert a.registry == b.registry
+    assert sorted(a.vocabulary.tokens()) == sorted(b.vocabulary.tokens())
+    ids = b.vocabulary.ids(a.vocabulary.tokens())
+    np.testing.assert_array_equal(a.estimator.feature_count_, b.estimator.feature_count_[:, ids])
+    np.testing.assert_array_equal(a.doc_freq, b.doc_freq[ids])
+    np.testing.assert_array_equal(a.estimator.class_count_, b.estimator.class_count_)
+    assert (a.tokenizer.to_dict(), a.cutoffs, a.features, a.alpha) == (b.tokenizer.to_dict(), b.cutoffs,
+                                                                        b.features, b.alpha)
+
+
+def test_learn_forget_and_move_give_the_counts_of_the_file(url, model_file, small_corpus):
+    """The same learns, forgets and moves through the store and through the file."""
+    store = pushed(url, model_file)
+    file_ = FileBackend(model_file)
+    news = sample_messages()[:30]
+    labels = gold_labels()
+    names = sorted(p.name for p in (SAMPLE_MAILDIR / "cur").iterdir())[:30]
+    steps = [([(raw, labels[n], None) for raw, n in zip(news, names)], False),  # learn
+             ([(raw, "spam", None) for raw in news[:10]], False),  # move (or unchanged)
+             ([(raw, "spam", None) for raw in news[:5]], True)]  # forget
+    keys = ("learned", "moved", "unchanged", "duplicates", "forgotten")
+    for items, forget in steps:
+        got, want = store.learn(items, forget=forget), file_.learn(items, forget=forget)
+        assert [got.get(k, 0) for k in keys] == [want.get(k, 0) for k in keys]
+    a, b = file_.model(), store.model()
+    assert a.registry == b.registry
+    assert len(a.vocabulary) == len(b.vocabulary)
+    ids = b.vocabulary.ids(a.vocabulary.tokens())
+    np.testing.assert_allclose(a.estimator.feature_count_, b.estimator.feature_count_[:, ids], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(a.doc_freq, b.doc_freq[ids])
+    np.testing.assert_allclose(a.estimator.class_count_, b.estimator.class_count_, atol=1e-12)
+    st, counts, _ = store.read([])
+    np.testing.assert_allclose(counts[2:4], a.estimator.feature_count_.sum(axis=1), rtol=1e-12)
+    with pytest.raises(ValueError, match="not learned"):
+        store.learn([(news[0], "spam", None)], forget=True)  # forgotten above
+
+
+# -- cost: round trips and memory ------------------------------------------------------------------
+
+
+def test_one_round_trip_per_classification_and_per_learn(server, url, trained_model_file):
+    backend = pushed(url, trained_model_file)
+    view = backend.view()
+    raws = sample_messages()[:20]
+    decide(view, raws[0])  # the scripts loaded
+    c = server.client()
+
+    def client_calls(script_commands):
+        """Commands per name since the last reset, without those the scripts ran inside Redis."""
+        stats = c.info("commandstats")
+        c.config_resetstat()
+        return {k[8:]: v["calls"] for k, v in stats.items()
+                if k[8:] not in script_commands + ("info", "config|resetstat")}
+
+    c.config_resetstat()
+    for raw in raws:
+        decide(view, raw)
+    assert client_calls(("hget",)) == {"evalsha": 20}
+    backend.learn([(sample_messages()[30], "ham", None)])  # the learn script loaded
+    client_calls(())
+    backend.learn([(raw, "spam", None) for raw in raws])
+    assert client_calls(("hget", "hset", "hdel", "hgetall", "expire")) == {"evalsha": 20}
+    c.script_flush()  # a restarted server: NOSCRIPT, the script loaded again, the call made
+    client_calls(())
+    decide(view, raws[0])
+    assert client_calls(("hget",)) == {"evalsha": 2, "script|load": 1}
+
+
+def test_every_token_bucket_has_a_ttl(server, url, trained_model_file):
+    backend = pushed(url, trained_model_file)
+    backend.learn([(raw, "ham", None) for raw in sample_messages()[:5]])
+    c = server.client()
+    keys = list(c.scan_iter(match=backend.prefix + b"*:b:*", count=1000))
+    assert keys and all(c.ttl(k) > 80 * 86400 for k in keys)
+
+
+def test_prune_through_the_store_drops_what_prune_drops_in_the_file(url, model_file, tmp_path):
+    model = load_model(model_file)
+    old = np.flatnonzero(model.doc_freq <= 1)[::2]  # half the rare tokens: last seen 200 days ago
+    model.last_seen[old] -= 200
+    save_model(model, model_file)
+    backend = pushed(url, model_file)
+    r = run("prune", "--store", url, "--older-than", 90, "--dry-run")
+    assert r.returncode == 0 and f"would drop {len(old)} of".encode() in r.stderr, r.stderr
+    r = run("prune", "--store", url, "--older-than", 90)
+    assert r.returncode == 0, r.stderr
+    r2 = run("prune", "--model", model_file, "--older-than", 90)
+    assert r.stderr.split(b";")[0] == r2.stderr.split(b";")[0]  # "dropped N of M tokens"
+    a, b = load_model(model_file), backend.model()
+    assert sorted(a.vocabulary.tokens()) == sorted(b.vocabulary.tokens())
+    st, counts, _ = backend.read([])
+    np.testing.assert_allclose(counts[2:4], a.estimator.feature_count_.sum(axis=1), rtol=1e-12)
+    assert counts[4] == len(a.vocabulary)
+
+
+def test_learning_ages_out_the_old_rare_tokens_of_the_buckets_it_writes(url, model_file):
+    model = load_model(model_file)
+    rare = np.flatnonzero(model.doc_freq <= 1)
+    model.last_seen[rare] -= 200
+    save_model(model, model_file)
+    backend = pushed(url, model_file)
+    before = len(backend.model().vocabulary)
+    backend.learn([(raw, "spam", None) for raw in sample_messages()[:10]])
+    pulled = backend.model()
+    st, counts, _ = backend.read([])
+    assert counts[4] == len(pulled.vocabulary) < before  # swept, and |V| kept in step
+    np.testing.assert_allclose(counts[2:4], pulled.estimator.feature_count_.sum(axis=1), rtol=1e-9)
+
+
+# -- many hosts -------------------------------------------------------------------------------------
+
+
+class Spamd:
+    """``spamnb serve --spamd 127.0.0.1:PORT --store URL --allow-tell-served`` in a process
+    (TELL may change the shared model: what several hosts sharing one want)."""
+
+    def __init__(self, url, folder: Path, *extra):
+        self.port = _free_port()
+        self.proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(folder / "s"), "--store", url,
+                                               "--spamd", f"127.0.0.1:{self.port}", "--allow-tell-served", *extra],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.proc.stderr.read().decode()
+            try:
+                if self.ask(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n":
+                    return
+            except OSError:
+                time.sleep(0.1)
+        raise RuntimeError("spamnb serve did not start")
+
+    def ask(self, data):
+        with socket.create_connection(("127.0.0.1", self.port), timeout=30) as s:
+            s.sendall(data)
+            s.shutdown(socket.SHUT_WR)
+            return _read_all(s)
+
+    def check(self, raw):
+        reply = self.ask(request("CHECK", raw))
+        assert reply.startswith(b"SPAMD/1.1 0 EX_OK"), reply
+        return float(reply.split(b";")[1].split(b"/")[0])
+
+    def tell(self, raw, label):
+        reply = self.ask(request("TELL", raw, Message_class=label, Set="local"))
+        assert reply.startswith(b"SPAMD/1.1 0 EX_OK"), reply
+        return b"DidSet: local" in reply
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(20)
+        self.proc.stderr.close()
+
+
+def test_two_hosts_share_one_model_and_learn_each_message_once(url, model_file, small_corpus, tmp_path):
+    """Two spamd servers on one store: a TELL on one changes the other's next verdict;
+    8 learners (4 per host) tell 200 messages, each told twice from different hosts:
+    every count is what learning them once into the file gives, nothing twice."""
+    store = pushed(url, model_file)
+    hosts = [Spamd(url, tmp_path / "a"), Spamd(url, tmp_path / "b")]
+    try:
+        probe = sample_messages()[0]
+        before = hosts[1].check(probe)
+        assert hosts[0].tell(probe, "spam")
+        assert hosts[1].check(probe) > before
+        assert not hosts[1].tell(probe, "spam")  # known already, whichever host taught it
+        labels = gold_labels()
+        names = sorted(p.name for p in (SAMPLE_MAILDIR / "cur").iterdir())
+        msgs = [(raw, labels[n]) for raw, n in zip(sample_messages(), names)][1:]
+        known = set(load_model(model_file).registry)
+        for m in iter_index(str(SHIPPED_ARCHIVE)):  # messages the model has not learned
+            if len(msgs) == 200:
+                break
+            if message_key(m.raw) not in known:
+                msgs.append((m.raw, m.label))
+        assert len(msgs) == 200
+        told = [[] for _ in range(8)]
+        for i, (raw, label) in enumerate(msgs):  # each message to two learners, one per host
+            told[i % 4].append((raw, label))
+            told[4 + (i + 1) % 4].append((raw, label))
+        did = []
+
+        def learner(j):
+            for raw, label in told[j]:
+                did.append(hosts[j // 4].tell(raw, label))
+
+        threads = [threading.Thread(target=learner, args=(j,)) for j in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+        learned_once = {message_key(raw) for raw, _ in msgs}
+        assert len(did) == 400 and sum(did) == len(learned_once)  # each learned by exactly one of its two tells
+    finally:
+        for h in hosts:
+            h.stop()
+    file_ = FileBackend(model_file)
+    file_.learn([(probe, "spam", None)] + [(raw, label, None) for raw, label in msgs])
+    a, b = file_.model(), store.model()
+    assert a.registry == b.registry
+    ids = b.vocabulary.ids(a.vocabulary.tokens())
+    assert len(a.vocabulary) == len(b.vocabulary) and (ids >= 0).all()
+    np.testing.assert_allclose(a.estimator.feature_count_, b.estimator.feature_count_[:, ids], rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(a.doc_freq, b.doc_freq[ids])
+    np.testing.assert_array_equal(a.estimator.class_count_, b.estimator.class_count_)
+
+
+# -- failures never lose or hold mail --------------------------------------------------------------
+
+
+def test_an_unreachable_store_is_one_line_and_mail_passes_through(tmp_path):
+    url = f"unix://{tmp_path}/none.sock"
+    raw = sample_messages()[0]
+    r = run("filter", "--store", url, input=raw)
+    assert (r.returncode, r.stdout) == (3, raw)
+    assert b"cannot reach the store" in r.stderr and b"Traceback" not in r.stderr
+    r = run("learn", "--spam", "--store", url, SAMPLE_MAILDIR / "cur" / sorted(
+        p.name for p in (SAMPLE_MAILDIR / "cur").iterdir())[0])
+    assert r.returncode == 1 and r.stderr.count(b"\n") == 1 and b"cannot reach the store" in r.stderr
+    r = run("serve", "--socket", tmp_path / "run" / "s", "--store", url, "--spamd", f"127.0.0.1:{_free_port()}")
+    assert r.returncode == 1 and r.stderr.count(b"\n") == 1 and b"cannot reach the store" in r.stderr
+
+
+def test_spamnb_store_in_the_environment_is_the_store_option(url, trained_model_file, monkeypatch):
+    pushed(url, trained_model_file)
+    raw = sample_messages()[0]
+    want = run("filter", "--store", url, input=raw)
+    assert want.returncode in (0, 1, 2) and b"model=store:" in want.stdout
+    monkeypatch.setenv("SPAMNB_STORE", url)
+    assert (run("filter", input=raw).stdout, run("filter", "-u", input=raw).returncode) == (want.stdout,
+                                                                                         want.returncode)
+    r = run("info")
+    assert r.returncode == 0 and url.split("?")[0].encode() in r.stdout, r.stderr
+    r = run("filter", "--model", trained_model_file, input=raw)  # an explicit file wins over the variable
+    assert r.returncode in (0, 1, 2) and f"model={trained_model_file.name}".encode() in r.stdout
+    r = run("filter", "--model", trained_model_file, "--store", url, input=raw)
+    assert (r.returncode, r.stdout) == (3, raw) and b"not both" in r.stderr
+
+
+def test_a_store_restarted_empty_says_so(url, server, trained_model_file):
+    backend = pushed(url, trained_model_file)
+    raw = sample_messages()[0]
+    assert run("filter", "--store", url, input=raw).returncode in (0, 1, 2)
+    server.client().delete(backend.prefix + b"meta")  # what a restart without persistence leaves
+    r = run("filter", "--store", url, input=raw)
+    assert (r.returncode, r.stdout) == (3, raw) and b"empty" in r.stderr, r.stderr
+    r = run("info", "--store", url)
+    assert r.returncode == 1 and b"holds no model: it is empty" in r.stderr
+
+
+def test_a_read_only_replica_says_so_and_learns_nothing(tmp_path, trained_model_file):
+    replica = RedisServer(tmp_path, "--replicaof", "127.0.0.1", str(_free_port()))  # its primary: nowhere
+    try:
+        with pytest.raises(StoreUnavailable, match="read-only replica"):
+            pushed(replica.url(), trained_model_file)
+        r = run("store", "push", trained_model_file, replica.url())
+        assert r.returncode == 1 and b"read-only replica" in r.stderr and r.stderr.count(b"\n") == 1
+        assert replica.client().dbsize() == 0
+    finally:
+        replica.stop()
+
+
+def spamd_store(url):
+    from spamnb.storage.where import open_backend
+
+    return open_backend(None, url)
+
+
+def test_a_slow_store_is_bounded_by_the_timeout(server, trained_model_file):
+    url = server.url(prefix="slow:", timeout="0.5")
+    pushed(url, trained_model_file)
+    raw = sample_messages()[0]
+    server.client().execute_command("CLIENT", "PAUSE", "20000", "ALL")
+    try:
+        start = time.monotonic()
+        r = run("filter", "--store", url, input=raw)
+        took = time.monotonic() - start
+    finally:
+        server.client().execute_command("CLIENT", "UNPAUSE")
+    assert (r.returncode, r.stdout) == (3, raw) and b"did not answer in time" in r.stderr, r.stderr
+    assert took < 15  # not the 20 s pause: the 0.5 s timeout (and a process start)
+
+
+def test_spamd_cannot_scan_when_the_store_is_gone(tmp_path, trained_model_file):
+    srv = RedisServer(tmp_path)
+    url = srv.url()
+    pushed(url, trained_model_file)
+    host = Spamd(url, tmp_path / "h")
+    try:
+        raw = sample_messages()[0]
+        assert not math.isnan(host.check(raw))
+        srv.stop()
+        reply = host.ask(request("CHECK", raw))
+        assert reply.startswith(b"SPAMD/1.0 74 ") and b"store cannot answer" in reply, reply  # the log: why
+        reply = host.ask(request("TELL", raw, Message_class="spam", Set="local"))
+        assert reply.startswith(b"SPAMD/1.0 75 "), reply
+        srv.start()  # back, and empty: said so
+        reply = host.ask(request("CHECK", raw))
+        assert reply.startswith(b"SPAMD/1.0 74 ") and b"store cannot answer" in reply, reply
+    finally:
+        host.stop()
+        srv.stop()
+
+
+def test_per_user_models_under_spamds_user(url, trained_model_file, tmp_path):
+    store = spamd_store(url)
+    store.for_user("alice").replace(FileBackend(trained_model_file).model())
+    pushed(url, trained_model_file)
+    host = Spamd(url, tmp_path / "h", "--store-users")
+    try:
+        raw = sample_messages()[3]
+        before = host.check(raw)
+        reply = host.ask(request("TELL", raw, Message_class="spam", Set="local", User="alice"))
+        assert b"DidSet: local" in reply
+        assert host.check(raw) == before  # the shared model did not learn it
+        reply = host.ask(request("CHECK", raw, User="alice"))
+        assert float(reply.split(b";")[1].split(b"/")[0]) > before
+        reply = host.ask(request("TELL", raw, Message_class="spam", Set="local", User="bob"))
+        assert reply.startswith(b"SPAMD/1.0 67 "), reply  # bob has no model: EX_NOUSER
+    finally:
+        host.stop()
+    assert spamd.Models(store, store_users=True).for_user("alice")[1]
+    assert not spamd.Models(store).for_user("alice")[1]  # without --store-users: the served model
+
+
+@pytest.mark.slow
+def test_the_shipped_corpus_scores_the_same_through_the_store(url, tmp_path):
+    """Every message of the shipped corpus, the model trained on all of it."""
+    if not SHIPPED_ARCHIVE.exists():
+        pytest.skip("the shipped corpus is not in this checkout")
+    path = tmp_path / "sa.joblib"
+    assert run("train", "--index", SHIPPED_ARCHIVE, "--model", path).returncode == 0
+    backend = pushed(url, path)
+    view, model = backend.view(), load_model(path)
+    worst, n = 0.0, 0
+    for m in iter_index(str(SHIPPED_ARCHIVE)):
+        worst = max(worst, abs(decide(view, m.raw).score - decide(model, m.raw).score))
+        n += 1
+    assert n == 5943 and worst < 1e-9, worst
+
+
+def test_imap_with_a_store_learns_into_the_logins_own_model(url, trained_model_file):
+    """spamnb imap filter --store: the shared model judges until the user's first
+    correction, which makes their model (from the shared one) in the store."""
+    from spamnb.cli.imap import _judge_and_learn
+
+    shared = pushed(url, trained_model_file)
+    judge, learn = _judge_and_learn(None, True, store=url, user="alice@example.org")
+    raw = sample_messages()[5]
+    label, p, _ = judge(raw)
+    learn([(raw, "spam" if label != "spam" else "ham")])
+    alice = shared.for_user("alice@example.org")
+    assert alice.exists() and judge(raw)[1] != p  # judged by her model now
+    assert message_key(raw) in alice.model().registry and message_key(raw) not in shared.model().registry
+
+
+def test_the_filters_fast_path_answers_from_the_store_as_the_click_command(url, trained_model_file, tmp_path):
+    """`spamnb filter --store` skips click and numpy (spamnb.delivery.fastfilter.via_store):
+    the same bytes and status as the click command, also when the store is gone."""
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    pushed(url, trained_model_file)
+    gone = f"unix://{tmp_path}/none.sock"
+    for raw in sample_messages()[:6]:
+        for args in (["--store", url], ["--store", url, "--exit-zero", "--spam-cutoff", "0.6"], ["--store", gone]):
+            fast = run("filter", *args, input=raw)
+            res = CliRunner().invoke(main, ["filter", *args], input=raw)
+            assert (fast.stdout, fast.returncode) == (res.stdout_bytes, res.exit_code)
+            assert fast.stderr.decode() == res.stderr, args
+
+
+def test_a_password_comes_from_a_file_and_is_never_shown(tmp_path, trained_model_file):
+    srv = RedisServer(tmp_path, "--requirepass", "s3cret-pw", password="s3cret-pw")
+    try:
+        pw = tmp_path / "pw"
+        pw.write_text("s3cret-pw\n")
+        pw.chmod(0o600)
+        url = f"unix://{srv.sock}?prefix=p:&password_file={pw}"
+        r = run("store", "push", trained_model_file, url)
+        assert r.returncode == 0, r.stderr
+        assert b"s3cret" not in r.stderr
+        raw = sample_messages()[0]
+        assert run("filter", "--store", url, input=raw).returncode in (0, 1, 2)
+        (tmp_path / "bad").write_text("wrong\n")
+        r = run("filter", "--store", url.replace(str(pw), str(tmp_path / "bad")), input=raw)
+        assert (r.returncode, r.stdout) == (3, raw) and b"wrong" not in r.stderr and b"s3cret" not in r.stderr
+        r = run("info", "--store", f"unix://:s3cret-pw@{srv.sock}")
+        assert r.returncode == 1 and b"password_file" in r.stderr
+    finally:
+        srv.stop()
+
+
+def test_a_configuration_files_store_url_and_the_cutoffs_command(url, trained_model_file, tmp_path, monkeypatch):
+    """``[store] url`` in a configuration file is ``--store``; a ``--model`` on the command
+    line sets it aside (the fast path as the click command); ``spamnb cutoffs`` changes the
+    store's cut-offs in place, and the file model keeps its own."""
+    pushed(url, trained_model_file)
+    raw = sample_messages()[0]
+    conf = tmp_path / "conf" / "spamnb.toml"
+    conf.parent.mkdir(mode=0o700)
+    conf.write_text(f"[store]\nurl = {url!r}\n")
+    conf.chmod(0o600)
+    monkeypatch.setenv("SPAMNB_CONFIG", str(conf))
+    monkeypatch.delenv("SPAMNB_MODEL", raising=False)
+    want = run("filter", "--store", url, input=raw)
+    for _ in range(2):  # the click command reads the file first, the fast path then
+        r = run("filter", input=raw)
+        assert (r.stdout, r.returncode) == (want.stdout, want.returncode) and b"model=store:" in r.stdout, r.stderr
+        r = run("filter", "--model", trained_model_file, input=raw)
+        assert r.returncode in (0, 1, 2) and f"model={trained_model_file.name}".encode() in r.stdout, r.stderr
+    before = FileBackend(trained_model_file).model().cutoffs
+    r = run("cutoffs", "--spam-cutoff", "0.5", "--ham-cutoff", "0.4")
+    assert r.returncode == 0 and b"0.4" in r.stderr, r.stderr
+    r = run("cutoffs")
+    assert r.returncode == 0 and b"ham <= 0.4 < unsure <= 0.5 < spam" in r.stdout, (r.stdout, r.stderr)
+    from spamnb.storage.where import open_backend
+
+    assert tuple(open_backend(None, url).view().cutoffs) == (0.4, 0.5)
+    assert FileBackend(trained_model_file).model().cutoffs == before

@@ -1,0 +1,188 @@
+#!/usr/bin/env python3
+"""The Redis store against the model file, through ``spamc`` (issue 30, docs/many-hosts.md).
+
+Two ``spamnb serve --spamd`` servers on loopback answer the same messages: one
+with the model file (``--model``), one with the same model pushed to a private
+``redis-server`` (``--store unix://...``, started here on a Unix socket in a
+temporary folder, no persistence). Measured in one run (the machine may be
+shared: the ratios of paired runs are the figures):
+
+1. latency: each message of the shipped held-out maildir (corpora/sample-maildir)
+   sent once to each server by a ``spamc -c`` process, interleaved (which server
+   goes first alternates); median ms and the median per-message ratio store/file
+   (the issue's goal: at most 1.5);
+2. throughput: ``--concurrency`` (8) threads running ``spamc -c`` over the
+   messages, a pass per server in the order file, store, store, file; messages
+   per second and the ratio store/file;
+3. learn latency: ``spamc -L spam`` (TELL) of ``--learn`` messages the model has
+   not learned (held-out ones with a line added), to each server (file: the journal; store: one script call);
+4. memory per stored token: ``used_memory`` of ``INFO memory`` after the push
+   minus before it, over the vocabulary (rspamd's users report about 100 bytes);
+5. round trips per message: ``INFO commandstats`` over the latency pass: the
+   EVALSHA calls per message (commands run inside a script are not round trips).
+
+Usage::
+
+    python tools/benchmarks/bench_store.py                  # trains on corpora/spamassassin.tar.xz first
+    python tools/benchmarks/bench_store.py --model model.joblib --concurrency 8
+
+Needs ``spamc`` and ``redis-server`` (Debian: ``apt-get install spamc redis-server``)
+and the redis package (``pip install 'spamnb[redis]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the project: spamnb
+SPAMNB = [sys.executable, "-m", "spamnb"]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_redis(folder: Path):
+    import redis
+
+    sock = folder / "redis.sock"
+    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+                             "--save", "", "--appendonly", "no", "--dir", str(folder)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(unix_socket_path=str(sock))
+    for _ in range(200):
+        try:
+            client.ping()
+            return proc, client, f"unix://{sock}?prefix=bench:"
+        except redis.exceptions.ConnectionError:
+            time.sleep(0.05)
+    raise SystemExit("redis-server did not start")
+
+
+def start_spamd(folder: Path, *model_args):
+    port = free_port()
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(folder / "s"), "--spamd", f"127.0.0.1:{port}",
+                                      "--allow-tell-served", "--max-connections", "64", *model_args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(1200):
+        if proc.poll() is not None:
+            raise SystemExit(f"spamnb serve failed: {proc.stderr.read().decode()}")
+        r = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-K"], capture_output=True)
+        if r.returncode == 0:
+            return proc, port
+        time.sleep(0.1)
+    raise SystemExit("spamnb serve did not start")
+
+
+def spamc(port, raw, *extra):
+    t = time.perf_counter()
+    r = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), *extra], input=raw, capture_output=True)
+    took = time.perf_counter() - t
+    if extra == ("-c",) and (r.returncode not in (0, 1) or b"/" not in r.stdout or r.stdout.startswith(b"0/0")):
+        raise SystemExit(f"spamc got no answer from port {port}: {r.stdout!r} {r.stderr!r}")
+    return took
+
+
+def throughput(port, raws, concurrency):
+    share = [raws[i::concurrency] for i in range(concurrency)]
+    t = time.perf_counter()
+    threads = [threading.Thread(target=lambda part=part: [spamc(port, raw, "-c") for raw in part]) for part in share]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return len(raws) / (time.perf_counter() - t)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, help="a model file (default: train one on the shipped corpus)")
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--learn", type=int, default=40, help="messages learned through each server")
+    args = ap.parse_args()
+    for tool in ("spamc", "redis-server"):
+        if not shutil.which(tool):
+            raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
+    from spamnb.storage.filestore import FileBackend
+    from spamnb.storage.where import open_backend
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        model = tmp / "model.joblib"
+        if args.model is not None:  # a copy: the file server learns into it
+            FileBackend(model).replace(FileBackend(args.model).model())
+        else:
+            print("training on corpora/spamassassin.tar.xz (not timed)...", file=sys.stderr)
+            subprocess.run(SPAMNB + ["train", "--index", str(ROOT / "corpora" / "spamassassin.tar.xz"),
+                                     "--model", str(model)], check=True, capture_output=True)
+        file_model = FileBackend(model).model()
+        raws = [p.read_bytes() for p in sorted((ROOT / "corpora" / "sample-maildir" / "cur").iterdir())]
+        redis_proc, client, url = start_redis(tmp)
+        servers = []
+        try:
+            before = client.info("memory")["used_memory"]
+            t = time.perf_counter()
+            store = open_backend(None, url)
+            store.replace(file_model)
+            push_s = time.perf_counter() - t
+            after = client.info("memory")["used_memory"]
+            n_tokens = len(file_model.vocabulary)
+            servers.append(start_spamd(tmp / "f", "--model", str(model)))
+            servers.append(start_spamd(tmp / "r", "--store", url))
+            (_, p_file), (_, p_store) = servers
+            for raw in raws[:4]:  # warm-up: scripts loaded, models read
+                spamc(p_file, raw, "-c")
+                spamc(p_store, raw, "-c")
+            client.config_resetstat()
+            lat_f, lat_s = [], []
+            for i, raw in enumerate(raws):
+                order = [(p_file, lat_f), (p_store, lat_s)][::1 if i % 2 else -1]
+                for port, out in order:
+                    out.append(spamc(port, raw, "-c"))
+            stats = client.info("commandstats")
+            evalsha = stats.get("cmdstat_evalsha", {}).get("calls", 0)
+            ratios = [s / f for s, f in zip(lat_s, lat_f)]
+            tp = {"file": [], "store": []}
+            for name, port in [("file", p_file), ("store", p_store), ("store", p_store), ("file", p_file)]:
+                tp[name].append(throughput(port, raws, args.concurrency))
+            # messages neither model has learned: held-out ones with a line of their own added
+            fresh = [raws[i % len(raws)] + b"\nbench learn %d\n" % i for i in range(2 * args.learn)]
+            learn_f = [spamc(p_file, raw, "-L", "spam") for raw in fresh[:args.learn]]
+            learn_s = [spamc(p_store, raw, "-L", "spam") for raw in fresh[args.learn:]]
+        finally:
+            for proc, _ in servers:
+                proc.terminate()
+                proc.wait(20)
+            redis_proc.terminate()
+            redis_proc.wait(20)
+        med = statistics.median
+        version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
+        print(f"server: Redis {version}; model: {n_tokens} tokens, {len(file_model.registry)} messages; "
+              f"{len(raws)} messages, spamc -c per message")
+        print(f"latency        file {med(lat_f) * 1e3:6.1f} ms   store {med(lat_s) * 1e3:6.1f} ms   "
+              f"median ratio store/file {med(ratios):.2f} (goal <= 1.5)")
+        f_tp, s_tp = statistics.mean(tp["file"]), statistics.mean(tp["store"])
+        print(f"throughput     file {f_tp:6.1f} msg/s  store {s_tp:6.1f} msg/s  ratio store/file {s_tp / f_tp:.2f} "
+              f"({args.concurrency} concurrent clients)")
+        print(f"learn (TELL)   file {med(learn_f) * 1e3:6.1f} ms   store {med(learn_s) * 1e3:6.1f} ms   "
+              f"ratio store/file {med(learn_s) / med(learn_f):.2f} ({args.learn} each)")
+        print(f"memory         {(after - before) / n_tokens:.1f} bytes per stored token (INFO memory, "
+              f"{(after - before) / 1e6:.1f} MB; push took {push_s:.1f} s)")
+        print(f"round trips    {evalsha / len(raws) / 1:.2f} EVALSHA per classified message (INFO commandstats, "
+              f"{evalsha} over {len(raws)} messages)")
+
+
+if __name__ == "__main__":
+    main()
