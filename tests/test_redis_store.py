@@ -8,6 +8,7 @@ learn script, the TTLs, READONLY and the timeouts are Redis' own.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import socket
@@ -558,3 +559,124 @@ def test_a_configuration_files_store_url_and_the_cutoffs_command(url, trained_mo
 
     assert tuple(open_backend(None, url).view().cutoffs) == (0.4, 0.5)
     assert FileBackend(trained_model_file).model().cutoffs == before
+
+
+# -- TLS (rediss://) and the documented ACL user ----------------------------------------------------
+
+OPENSSL = shutil.which("openssl")
+MANY_HOSTS = Path(__file__).resolve().parent.parent / "docs" / "many-hosts.md"
+
+
+def _openssl(*args, cwd):
+    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def throwaway_ca(folder: Path, name: str) -> Path:
+    """A self-signed CA (``NAME.crt``, ``NAME.key``) in ``folder``."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+             "-days", "2", "-subj", f"/CN=spamnb test {name}", cwd=folder)
+    return folder / f"{name}.crt"
+
+
+def server_certificate(folder: Path, ca: str) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its subjectAltName: redis-py checks the name) signed by ``ca``."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=127.0.0.1", cwd=folder)
+    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+             "-out", "server.crt", "-days", "2", "-extfile", "server.ext", cwd=folder)
+    return folder / "server.crt", folder / "server.key"
+
+
+class TlsRedisServer:
+    """A private redis-server speaking only TLS on a port of 127.0.0.1 (``--port 0``)."""
+
+    def __init__(self, folder: Path):
+        if OPENSSL is None:
+            pytest.skip("openssl is not installed (apt-get install openssl): the test makes its CA with it")
+        self.folder = folder
+        self.ca = throwaway_ca(folder, "ca")
+        self.other_ca = throwaway_ca(folder, "other-ca")
+        cert, key = server_certificate(folder, "ca")
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(self.port),
+             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(self.ca),
+             "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out = self.proc.stdout.read().decode(errors="replace")
+                if "tls" in out.lower():  # a build without TLS refuses the tls-* directives
+                    version = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True).stdout
+                    pytest.skip(f"this redis-server has no TLS ({version.strip()}): {out.strip()[-200:]}")
+                raise RuntimeError(f"redis-server did not start: {out[-500:]}")
+            try:
+                if self.client().ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not start")
+
+    def client(self):
+        return redis.Redis(host="127.0.0.1", port=self.port, ssl=True, ssl_ca_certs=str(self.ca))
+
+    def url(self, scheme="rediss", user="", **params):
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return f"{scheme}://{user}127.0.0.1:{self.port}/0" + (f"?{query}" if query else "")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(20)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    srv = TlsRedisServer(tmp_path_factory.mktemp("redis-tls"))
+    yield srv
+    srv.stop()
+
+
+def classify_jsonl(*args):
+    r = run("classify", "--format", "jsonl", *args, SAMPLE_MAILDIR)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_rediss_with_the_servers_ca_pushes_and_classifies_as_the_file(tls_server, trained_model_file):
+    url = tls_server.url(prefix="tls:", ssl_ca_certs=tls_server.ca)
+    r = run("store", "push", trained_model_file, url)
+    assert r.returncode == 0 and b"pushed" in r.stderr, r.stderr
+    assert tls_server.client().hexists("tls:meta", "epoch")  # it went to the TLS server
+    store, file = classify_jsonl("--store", url), classify_jsonl("--model", trained_model_file)
+    assert len(store) == len(file) >= 10
+    for a, b in zip(store, file):
+        assert (a["path"], a["label"]) == (b["path"], b["label"])
+        assert abs(a["score"] - b["score"]) < 1e-9, (a, b)
+
+
+def one_line_error(r, *wanted):
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr, r.stderr
+    for text in wanted:
+        assert text in r.stderr, r.stderr
+
+
+def test_rediss_without_the_ca_or_with_another_is_one_line(tls_server, trained_model_file, tmp_path):
+    for url in (tls_server.url(prefix="tls:"), tls_server.url(prefix="tls:", ssl_ca_certs=tls_server.other_ca)):
+        r = run("store", "push", trained_model_file, url)
+        one_line_error(r, b"cannot reach the store", b"CERTIFICATE_VERIFY_FAILED", b"?ssl_ca_certs=FILE")
+        one_line_error(run("info", "--store", url), b"CERTIFICATE_VERIFY_FAILED")
+    r = run("info", "--store", tls_server.url(ssl_ca_certs=tmp_path / "no-such-ca.pem"))
+    one_line_error(r, b"cannot read ssl_ca_certs=", b"no-such-ca.pem")
+
+
+def test_plain_redis_to_the_tls_port_is_one_line(tls_server, trained_model_file):
+    url = tls_server.url("redis", prefix="tls:")
+    one_line_error(run("store", "push", trained_model_file, url), b"cannot reach the store", b"use rediss://")
+    raw = sample_messages()[0]
+    r = run("filter", "--store", url, input=raw)
+    assert (r.returncode, r.stdout) == (3, raw) and b"use rediss://" in r.stderr and b"Traceback" not in r.stderr
+
