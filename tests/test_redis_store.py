@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -680,3 +681,37 @@ def test_plain_redis_to_the_tls_port_is_one_line(tls_server, trained_model_file)
     r = run("filter", "--store", url, input=raw)
     assert (r.returncode, r.stdout) == (3, raw) and b"use rediss://" in r.stderr and b"Traceback" not in r.stderr
 
+
+def documented_acl():
+    """The ``ACL SETUSER`` line of docs/many-hosts.md, as its words."""
+    text = " ".join(MANY_HOSTS.read_text().split())
+    found = re.search(r"`(ACL SETUSER [^`]+)`", text)
+    assert found, "docs/many-hosts.md has no ACL SETUSER example"
+    return found.group(1).split()
+
+
+def test_the_documented_acl_user_can_do_everything_the_store_does(tls_server, trained_model_file, tmp_path):
+    """The docs' ACL user (its commands only, its prefix only), over TLS with password_file:
+    push, classify, learn, forget, prune, cut-offs, info and pull all work."""
+    words = documented_acl()
+    assert words[:3] == ["ACL", "SETUSER", "spamnb"] and ">PASSWORD" in words
+    tls_server.client().execute_command(*[">acl-pw-1" if w == ">PASSWORD" else w for w in words])
+    pw = tmp_path / "pw"
+    pw.write_text("acl-pw-1\n")
+    pw.chmod(0o600)
+    url = tls_server.url(user="spamnb@", ssl_ca_certs=tls_server.ca, password_file=pw, prefix="spamnb:")
+    r = run("store", "push", trained_model_file, url)
+    assert r.returncode == 0, r.stderr
+    assert len(classify_jsonl("--store", url)) >= 10
+    spam = sorted((SAMPLE_MAILDIR / "cur").iterdir())[0]
+    for args in (["learn", "--spam"], ["forget", "--spam"], ["learn", "--ham"]):
+        r = run(*args, "--store", url, spam)
+        assert r.returncode == 0, (args, r.stderr)
+    for args in (["prune", "--older-than", "0"], ["cutoffs", "--spam-cutoff", "0.9"], ["info"]):
+        r = run(*args, "--store", url)
+        assert r.returncode == 0, (args, r.stderr)
+    r = run("store", "pull", url, tmp_path / "pulled.joblib")
+    assert r.returncode == 0 and b"acl-pw-1" not in r.stderr, r.stderr
+    # and the ACL really binds: another prefix, or a command it was not given, is refused
+    r = run("info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))
+    assert r.returncode == 1 and b"Traceback" not in r.stderr and b"permission" in r.stderr.lower(), r.stderr
