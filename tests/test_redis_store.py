@@ -8,7 +8,9 @@ learn script, the TTLs, READONLY and the timeouts are Redis' own.
 
 from __future__ import annotations
 
+import json
 import math
+import re
 import shutil
 import socket
 import subprocess
@@ -558,3 +560,158 @@ def test_a_configuration_files_store_url_and_the_cutoffs_command(url, trained_mo
 
     assert tuple(open_backend(None, url).view().cutoffs) == (0.4, 0.5)
     assert FileBackend(trained_model_file).model().cutoffs == before
+
+
+# -- TLS (rediss://) and the documented ACL user ----------------------------------------------------
+
+OPENSSL = shutil.which("openssl")
+MANY_HOSTS = Path(__file__).resolve().parent.parent / "docs" / "many-hosts.md"
+
+
+def _openssl(*args, cwd):
+    subprocess.run([OPENSSL, *args], cwd=cwd, check=True, capture_output=True, timeout=60)
+
+
+def throwaway_ca(folder: Path, name: str) -> Path:
+    """A self-signed CA (``NAME.crt``, ``NAME.key``) in ``folder``."""
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.crt",
+             "-days", "2", "-subj", f"/CN=spamnb test {name}", cwd=folder)
+    return folder / f"{name}.crt"
+
+
+def server_certificate(folder: Path, ca: str) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (its subjectAltName: redis-py checks the name) signed by ``ca``."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
+             "-subj", "/CN=127.0.0.1", cwd=folder)
+    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
+    _openssl("x509", "-req", "-in", "server.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+             "-out", "server.crt", "-days", "2", "-extfile", "server.ext", cwd=folder)
+    return folder / "server.crt", folder / "server.key"
+
+
+class TlsRedisServer:
+    """A private redis-server speaking only TLS on a port of 127.0.0.1 (``--port 0``)."""
+
+    def __init__(self, folder: Path):
+        if OPENSSL is None:
+            pytest.skip("openssl is not installed (apt-get install openssl): the test makes its CA with it")
+        self.folder = folder
+        self.ca = throwaway_ca(folder, "ca")
+        self.other_ca = throwaway_ca(folder, "other-ca")
+        cert, key = server_certificate(folder, "ca")
+        self.port = _free_port()
+        self.proc = subprocess.Popen(
+            [REDIS_SERVER, "--port", "0", "--bind", "127.0.0.1", "--tls-port", str(self.port),
+             "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--tls-ca-cert-file", str(self.ca),
+             "--tls-auth-clients", "no", "--save", "", "--appendonly", "no", "--dir", str(folder)],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                out = self.proc.stdout.read().decode(errors="replace")
+                if "tls" in out.lower():  # a build without TLS refuses the tls-* directives
+                    version = subprocess.run([REDIS_SERVER, "--version"], capture_output=True, text=True).stdout
+                    pytest.skip(f"this redis-server has no TLS ({version.strip()}): {out.strip()[-200:]}")
+                raise RuntimeError(f"redis-server did not start: {out[-500:]}")
+            try:
+                if self.client().ping():
+                    return
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.05)
+        self.stop()
+        raise RuntimeError("redis-server did not start")
+
+    def client(self):
+        return redis.Redis(host="127.0.0.1", port=self.port, ssl=True, ssl_ca_certs=str(self.ca))
+
+    def url(self, scheme="rediss", user="", **params):
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return f"{scheme}://{user}127.0.0.1:{self.port}/0" + (f"?{query}" if query else "")
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait(20)
+
+
+@pytest.fixture(scope="module")
+def tls_server(tmp_path_factory):
+    srv = TlsRedisServer(tmp_path_factory.mktemp("redis-tls"))
+    yield srv
+    srv.stop()
+
+
+def classify_jsonl(*args):
+    r = run("classify", "--format", "jsonl", *args, SAMPLE_MAILDIR)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line) for line in r.stdout.splitlines()]
+
+
+def test_rediss_with_the_servers_ca_pushes_and_classifies_as_the_file(tls_server, trained_model_file):
+    url = tls_server.url(prefix="tls:", ssl_ca_certs=tls_server.ca)
+    r = run("store", "push", trained_model_file, url)
+    assert r.returncode == 0 and b"pushed" in r.stderr, r.stderr
+    assert tls_server.client().hexists("tls:meta", "epoch")  # it went to the TLS server
+    store, file = classify_jsonl("--store", url), classify_jsonl("--model", trained_model_file)
+    assert len(store) == len(file) >= 10
+    for a, b in zip(store, file):
+        assert (a["path"], a["label"]) == (b["path"], b["label"])
+        assert abs(a["score"] - b["score"]) < 1e-9, (a, b)
+
+
+def one_line_error(r, *wanted):
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stderr.count(b"\n") == 1 and b"Traceback" not in r.stderr, r.stderr
+    for text in wanted:
+        assert text in r.stderr, r.stderr
+
+
+def test_rediss_without_the_ca_or_with_another_is_one_line(tls_server, trained_model_file, tmp_path):
+    for url in (tls_server.url(prefix="tls:"), tls_server.url(prefix="tls:", ssl_ca_certs=tls_server.other_ca)):
+        r = run("store", "push", trained_model_file, url)
+        one_line_error(r, b"cannot reach the store", b"CERTIFICATE_VERIFY_FAILED", b"?ssl_ca_certs=FILE")
+        one_line_error(run("info", "--store", url), b"CERTIFICATE_VERIFY_FAILED")
+    r = run("info", "--store", tls_server.url(ssl_ca_certs=tmp_path / "no-such-ca.pem"))
+    one_line_error(r, b"cannot read ssl_ca_certs=", b"no-such-ca.pem")
+
+
+def test_plain_redis_to_the_tls_port_is_one_line(tls_server, trained_model_file):
+    url = tls_server.url("redis", prefix="tls:")
+    one_line_error(run("store", "push", trained_model_file, url), b"cannot reach the store", b"use rediss://")
+    raw = sample_messages()[0]
+    r = run("filter", "--store", url, input=raw)
+    assert (r.returncode, r.stdout) == (3, raw) and b"use rediss://" in r.stderr and b"Traceback" not in r.stderr
+
+
+def documented_acl():
+    """The ``ACL SETUSER`` line of docs/many-hosts.md, as its words."""
+    text = " ".join(MANY_HOSTS.read_text().split())
+    found = re.search(r"`(ACL SETUSER [^`]+)`", text)
+    assert found, "docs/many-hosts.md has no ACL SETUSER example"
+    return found.group(1).split()
+
+
+def test_the_documented_acl_user_can_do_everything_the_store_does(tls_server, trained_model_file, tmp_path):
+    """The docs' ACL user (its commands only, its prefix only), over TLS with password_file:
+    push, classify, learn, forget, prune, cut-offs, info and pull all work."""
+    words = documented_acl()
+    assert words[:3] == ["ACL", "SETUSER", "spamnb"] and ">PASSWORD" in words
+    tls_server.client().execute_command(*[">acl-pw-1" if w == ">PASSWORD" else w for w in words])
+    pw = tmp_path / "pw"
+    pw.write_text("acl-pw-1\n")
+    pw.chmod(0o600)
+    url = tls_server.url(user="spamnb@", ssl_ca_certs=tls_server.ca, password_file=pw, prefix="spamnb:")
+    r = run("store", "push", trained_model_file, url)
+    assert r.returncode == 0, r.stderr
+    assert len(classify_jsonl("--store", url)) >= 10
+    spam = sorted((SAMPLE_MAILDIR / "cur").iterdir())[0]
+    for args in (["learn", "--spam"], ["forget", "--spam"], ["learn", "--ham"]):
+        r = run(*args, "--store", url, spam)
+        assert r.returncode == 0, (args, r.stderr)
+    for args in (["prune", "--older-than", "0"], ["cutoffs", "--spam-cutoff", "0.9"], ["info"]):
+        r = run(*args, "--store", url)
+        assert r.returncode == 0, (args, r.stderr)
+    r = run("store", "pull", url, tmp_path / "pulled.joblib")
+    assert r.returncode == 0 and b"acl-pw-1" not in r.stderr, r.stderr
+    # and the ACL really binds: another prefix, or a command it was not given, is refused
+    r = run("info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))
+    assert r.returncode == 1 and b"Traceback" not in r.stderr and b"permission" in r.stderr.lower(), r.stderr

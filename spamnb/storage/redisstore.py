@@ -331,6 +331,9 @@ class RedisBackend(Backend):
         kwargs = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if "password_file" in ours:
             kwargs["password"] = _read_password(ours["password_file"])
+        for option in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
+            if option in query:  # said now, by name, not as redis-py's "Error 2 connecting" at the first request
+                _check_readable(option, query[option][-1])
         base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
         rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         try:
@@ -378,7 +381,8 @@ class RedisBackend(Backend):
         except (redis.exceptions.TimeoutError, TimeoutError):
             raise StoreUnavailable(f"cannot {what}: the store {self.name} did not answer in time") from None
         except (redis.exceptions.ConnectionError, OSError) as exc:
-            raise StoreUnavailable(f"cannot {what}: cannot reach the store {self.name} ({exc})") from None
+            raise StoreUnavailable(f"cannot {what}: cannot reach the store {self.name} ({exc}){self._hint(exc)}") \
+                from None
         except redis.exceptions.ResponseError as exc:
             text = str(exc)
             if text.startswith("OOM"):
@@ -387,6 +391,16 @@ class RedisBackend(Backend):
             raise StoreUnavailable(f"cannot {what}: the store {self.name} answered: {text}") from None
         except redis.exceptions.RedisError as exc:
             raise StoreUnavailable(f"cannot {what}: the store {self.name}: {exc}") from None
+
+    def _hint(self, exc) -> str:
+        """What to change in the URL when a connection fails the way a TLS mismatch fails."""
+        text = str(exc)
+        if "CERTIFICATE_VERIFY_FAILED" in text:
+            return "; name the CA that signed the server's certificate with ?ssl_ca_certs=FILE"
+        # a TLS port closes a connection that speaks plain RESP to it (Redis 7: a reset, no reply)
+        if self.name.startswith("redis://") and "connecting to" not in text:
+            return "; if that port is Redis' TLS port, use rediss://"
+        return ""
 
     def settings(self, refresh=False) -> Settings:
         if self._settings is None or refresh:
@@ -733,6 +747,14 @@ def _read_password(path) -> str:
             return f.readline().rstrip("\r\n")
     except OSError as exc:
         raise ModelError(f"cannot read the store's password file {path}: {exc.strerror}") from None
+
+
+def _check_readable(option, path) -> None:
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        raise ModelError(f"store URL: cannot read {option}={path}: {exc.strerror}") from None
 
 
 def _buckets(n_tokens) -> int:
