@@ -229,3 +229,33 @@ def test_serve_records_without_its_log_lines(compiled, messages, sock_path):
         err = stopped(proc)
     assert [(r[0] in ("ham", "spam", "unsure"), r[1]) for r in rows(path)] == [(True, "serve")]  # written at the stop
     assert "event=message" not in err and "recording verdicts in" in err
+
+
+# -- corrections learned outside the page ----------------------------------------------
+
+
+def test_a_history_made_before_corrections_gets_its_index_at_the_first(tmp_path):
+    """Rows are found by Message-ID through an index; a history made before has none
+    until its first correction makes it. Newest row of the Message-ID (and the user
+    when given), and a correction to the class it already has is not made again."""
+    path = str(tmp_path / "h.sqlite")
+    db = history.open_db(path)
+    db.execute("DROP INDEX verdicts_mid")
+    raw = b"Message-ID: <a@b>\r\nSubject: s\r\n\r\nbody"
+    history.write(db, [history.row(raw, "ham", -5, 0.01, via="spamd", user=u, t=t)
+                       for u, t in (("alice", 1.0), ("alice", 2.0), ("bob", 3.0))])
+    db.close()
+    history.correct_now(path, [raw], "spam", log=print, user="alice")
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT name FROM sqlite_master WHERE name = 'verdicts_mid'").fetchone()
+    got = db.execute("SELECT user, t, corrected FROM verdicts ORDER BY id").fetchall()
+    first = db.execute("SELECT corrected_t FROM verdicts WHERE corrected IS NOT NULL").fetchone()
+    assert got == [("alice", 1.0, None), ("alice", 2.0, "spam"), ("bob", 3.0, None)]
+    db.close()
+    history.correct_now(path, [raw], "spam", log=print, user="alice")
+    history.correct_now(path, [raw], "ham", log=print)  # any user's: the newest
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT corrected_t FROM verdicts WHERE user = 'alice' AND corrected IS NOT NULL"
+                      ).fetchone() == first
+    assert db.execute("SELECT user, corrected FROM verdicts WHERE id = 3").fetchone() == ("bob", "ham")
+    db.close()
