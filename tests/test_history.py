@@ -25,13 +25,17 @@ def messages():
     return sample_messages()
 
 
-def rows(path):
+def query(path, sql):
     db = sqlite3.connect(path)
     try:
-        return db.execute("SELECT v.verdict, v.via, v.sender, v.subject, v.user, v.size, v.learned, "
-                          "b.id IS NOT NULL FROM verdicts v LEFT JOIN bodies b ON b.id = v.id ORDER BY v.id").fetchall()
+        return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def rows(path):
+    return query(path, "SELECT v.verdict, v.via, v.sender, v.subject, v.user, v.size, v.learned, "
+                       "b.id IS NOT NULL FROM verdicts v LEFT JOIN bodies b ON b.id = v.id ORDER BY v.id")
 
 
 def stopped(proc):
@@ -248,12 +252,8 @@ def learn_cli(way, model, label, *files):
 
 
 def corrections(path):
-    db = sqlite3.connect(path)
-    try:
-        return db.execute("SELECT message_id, verdict, corrected, corrected_t IS NOT NULL FROM verdicts "
-                          "WHERE corrected IS NOT NULL ORDER BY id").fetchall()
-    finally:
-        db.close()
+    return query(path, "SELECT message_id, verdict, corrected, corrected_t IS NOT NULL FROM verdicts "
+                       "WHERE corrected IS NOT NULL ORDER BY id")
 
 
 @pytest.mark.parametrize("way", ["fast", "click"])
