@@ -8,11 +8,13 @@ import socket
 import sqlite3
 import stat
 import subprocess
+import sys
 import time
 
 import pytest
 
 from spamnb.storage import history
+from spamnb.web.data import Site
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages as sample_messages  # noqa: F401 (compiled: a fixture)
 from test_server import sock_path, start_server  # noqa: F401 (sock_path: a fixture)
@@ -23,13 +25,17 @@ def messages():
     return sample_messages()
 
 
-def rows(path):
+def query(path, sql):
     db = sqlite3.connect(path)
     try:
-        return db.execute("SELECT v.verdict, v.via, v.sender, v.subject, v.user, v.size, v.learned, "
-                          "b.id IS NOT NULL FROM verdicts v LEFT JOIN bodies b ON b.id = v.id ORDER BY v.id").fetchall()
+        return db.execute(sql).fetchall()
     finally:
         db.close()
+
+
+def rows(path):
+    return query(path, "SELECT v.verdict, v.via, v.sender, v.subject, v.user, v.size, v.learned, "
+                       "b.id IS NOT NULL FROM verdicts v LEFT JOIN bodies b ON b.id = v.id ORDER BY v.id")
 
 
 def stopped(proc):
@@ -229,3 +235,100 @@ def test_serve_records_without_its_log_lines(compiled, messages, sock_path):
         err = stopped(proc)
     assert [(r[0] in ("ham", "spam", "unsure"), r[1]) for r in rows(path)] == [(True, "serve")]  # written at the stop
     assert "event=message" not in err and "recording verdicts in" in err
+
+
+# -- corrections learned outside the page ----------------------------------------------
+
+
+def learn_cli(way, model, label, *files):
+    """``spamnb learn`` by its fast path (run where click and numpy cannot import: any
+    fall-back to the click command fails) or by the click command (``--strict``)."""
+    args = ["learn", f"--{label}", "--model", str(model), *map(str, files)]
+    if way == "click":
+        return subprocess.run(SPAMNB + [args[0], "--strict", *args[1:]], capture_output=True)
+    code = ("import sys\nsys.modules['spamnb.cli'] = sys.modules['numpy'] = None\n"
+            f"sys.argv = ['spamnb', *{args!r}]\nfrom spamnb._entry import main\nmain()\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True)
+
+
+def corrections(path):
+    return query(path, "SELECT message_id, verdict, corrected, corrected_t IS NOT NULL FROM verdicts "
+                       "WHERE corrected IS NOT NULL ORDER BY id")
+
+
+@pytest.mark.parametrize("way", ["fast", "click"])
+def test_spamnb_learn_marks_the_row_of_each_message_it_learns(compiled, messages, tmp_path, way):
+    """`spamnb learn` is the user's correction: the row of each message learned (by its
+    Message-ID, in the history beside the model) says so, as the page's choice does;
+    a message never filtered has no row, and nothing else is marked."""
+    path = str(compiled) + ".history.sqlite"
+    judged = messages[:3]
+    for raw in judged:
+        assert filter_(compiled, raw).returncode in (0, 1, 2)
+    verdicts = [r[0] for r in rows(path)]
+    told = ["ham" if v == "spam" else "spam" for v in verdicts]
+    files = []
+    for i, raw in enumerate([*judged, messages[5]]):
+        assert history.fields(raw)["message_id"]
+        files.append(tmp_path / f"{i}.eml")
+        files[-1].write_bytes(raw)
+    proc = learn_cli(way, compiled, told[0], files[0], files[3])  # [3]: never filtered
+    assert proc.returncode == 0 and proc.stderr.decode().startswith(f"learned 2 as {told[0]}"), proc.stderr
+    assert b"history" not in proc.stderr
+    assert corrections(path) == [(history.fields(judged[0])["message_id"], verdicts[0], told[0], 1)]
+    assert len(rows(path)) == 3 and stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    kind = {"spam": "false positive", "ham": "false negative", "unsure": "unsure taught"}[verdicts[0]]
+    assert list(Site(str(compiled), False, path).corrections().values()) == [{kind: 1}]  # the Overview's chart
+
+
+def test_spamnb_learn_without_a_history_or_behind_a_locked_one_learns(compiled, messages, tmp_path):
+    """No history: none is made. A locked one: the learning stands, a line says the
+    correction was not recorded, and the wait is bounded."""
+    path = str(compiled) + ".history.sqlite"
+    msg = tmp_path / "m.eml"
+    msg.write_bytes(messages[0])
+    proc = learn_cli("fast", compiled, "spam", msg)
+    assert proc.returncode == 0 and proc.stderr.startswith(b"learned 1 as spam") and not os.path.exists(path)
+    assert filter_(compiled, messages[1]).returncode in (0, 1, 2)
+    msg.write_bytes(messages[1])
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        for way in ("fast", "click"):
+            t = time.monotonic()
+            proc = learn_cli(way, compiled, "ham" if way == "fast" else "spam", msg)
+            took = time.monotonic() - t
+            assert proc.returncode == 0 and b"\nlearned " in proc.stderr  # the second moves it
+            assert b"correction not recorded" in proc.stderr and b"locked" in proc.stderr
+            assert took < 30  # BUSY_MS of waiting; the rest is the process start on a shared machine
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert corrections(path) == []
+
+
+def test_a_history_made_before_corrections_gets_its_index_at_the_first(tmp_path):
+    """Rows are found by Message-ID through an index; a history made before has none
+    until its first correction makes it. Newest row of the Message-ID (and the user
+    when given), and a correction to the class it already has is not made again."""
+    path = str(tmp_path / "h.sqlite")
+    db = history.open_db(path)
+    db.execute("DROP INDEX verdicts_mid")
+    raw = b"Message-ID: <a@b>\r\nSubject: s\r\n\r\nbody"
+    history.write(db, [history.row(raw, "ham", -5, 0.01, via="spamd", user=u, t=t)
+                       for u, t in (("alice", 1.0), ("alice", 2.0), ("bob", 3.0))])
+    db.close()
+    history.correct_now(path, [raw], "spam", log=print, user="alice")
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT name FROM sqlite_master WHERE name = 'verdicts_mid'").fetchone()
+    got = db.execute("SELECT user, t, corrected FROM verdicts ORDER BY id").fetchall()
+    first = db.execute("SELECT corrected_t FROM verdicts WHERE corrected IS NOT NULL").fetchone()
+    assert got == [("alice", 1.0, None), ("alice", 2.0, "spam"), ("bob", 3.0, None)]
+    db.close()
+    history.correct_now(path, [raw], "spam", log=print, user="alice")
+    history.correct_now(path, [raw], "ham", log=print)  # any user's: the newest
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT corrected_t FROM verdicts WHERE user = 'alice' AND corrected IS NOT NULL"
+                      ).fetchone() == first
+    assert db.execute("SELECT user, corrected FROM verdicts WHERE id = 3").fetchone() == ("bob", "ham")
+    db.close()

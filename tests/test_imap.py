@@ -559,3 +559,33 @@ def test_filter_records_each_verdict_and_its_folder_in_the_history(dovecot, inbo
     db.close()
     assert sorted(got) == sorted([("ham", "imap", dovecot.user, "INBOX")] * len(ham)
                                  + [("spam", "imap", dovecot.user, "Junk")] * len(spam))
+
+
+def test_moving_a_message_into_or_out_of_junk_marks_its_history_row_corrected(dovecot, inbox, model, tmp_path):
+    """The user's moves are corrections in the history (the page's Overview counts them),
+    found by Message-ID; a move of a message never recorded marks nothing."""
+    import sqlite3
+
+    from spamnb.storage.history import fields
+
+    ham, spam = inbox
+    hist = str(model) + ".history.sqlite"
+    assert run(dovecot, tmp_path, "filter", model=model)[0] == 0
+    stranger = sample("ham", 1, start=20, model=model)[0]  # filed in Junk by hand, never judged
+    assert fields(stranger)["message_id"] and fields(ham[0])["message_id"] and fields(spam[0])["message_id"]
+    dovecot.append("Junk", stranger)
+    junk = {message_key(raw): uid for uid, raw in dovecot.fetch_all("Junk").items()}
+    box = {message_key(raw): uid for uid, raw in dovecot.fetch_all("INBOX").items()}
+    dovecot.move("INBOX", box[message_key(ham[0])], "Junk")  # "this is spam"
+    dovecot.move("Junk", junk[message_key(spam[0])], "INBOX")  # "this is not spam"
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0, err
+    db = sqlite3.connect(hist)
+    got = db.execute("SELECT message_id, verdict, corrected, corrected_t IS NOT NULL, user FROM verdicts "
+                     "WHERE corrected IS NOT NULL").fetchall()
+    mids = {m for (m,) in db.execute("SELECT message_id FROM verdicts")}
+    db.close()
+    assert sorted(got) == sorted([(fields(ham[0])["message_id"], "ham", "spam", 1, dovecot.user),
+                                  (fields(spam[0])["message_id"], "spam", "ham", 1, dovecot.user)])
+    assert fields(stranger)["message_id"] not in mids  # learned as spam, not in the history
+    assert os.stat(hist).st_mode & 0o777 == 0o600

@@ -42,12 +42,12 @@ class Served:
 
     def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
                  max_connections=8, allowed=spamd.LOOPBACK, is_default=False, tell_served=None,
-                 max_length=spamd.MAX_LENGTH):
+                 max_length=spamd.MAX_LENGTH, recorder=None):
         self.log_lines = []
         log = self.log_lines.append
         self.backend = FileBackend(str(model), is_default=is_default, log=log).resident()
         self.backend.view()
-        self.models = spamd.Models(self.backend, user_models, log)
+        self.models = spamd.Models(self.backend, user_models, log, recorder=recorder)
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                            compactor=Compactor(log), max_connections=max_connections,
@@ -286,6 +286,38 @@ def test_tell_learns_moves_and_forgets(served, spam_and_ham, compiled):
     assert tell(Remove="local")[1] == {}
     status, _, _ = tell(Message_class="spam", Set="local", Remove="local")
     assert status.startswith(b"SPAMD/1.0 76 ")
+
+
+def test_tell_marks_the_tellers_row_of_the_message_corrected_in_the_history(compiled, spam_and_ham, tmp_path):
+    """spamc -L spam|ham is the user's correction: the history row of that message (by
+    Message-ID) and that user is marked, as the page marks it; a message never scanned
+    has no row to mark."""
+    import sqlite3
+
+    from spamnb.delivery.events import Recorder
+    from spamnb.storage import history
+
+    hist = tmp_path / "h.sqlite"
+    rec = Recorder(lines=False, history=history.Recorder(hist, print))
+    s = Served(compiled, recorder=rec)
+    spam, ham = spam_and_ham
+    ham = ham.replace(b"Subject:", b"Subject: told-spam", 1)
+    unseen = b"Message-ID: <never-scanned@example.org>\r\n" + spam  # the first Message-ID counts
+    try:
+        for user in ("alice", "bob"):
+            assert b"Spam: False" in s.ask(request("CHECK", ham, User=user))
+        assert split_reply(s.ask(request("TELL", ham, User="alice", Message_class="spam", Set="local")))[1] == {
+            b"DidSet": b"local"}
+        assert split_reply(s.ask(request("TELL", unseen, User="alice", Message_class="ham", Set="local")))[1] == {
+            b"DidSet": b"local"}
+    finally:
+        s.stop()
+        rec.close()
+    db = sqlite3.connect(hist)
+    got = db.execute("SELECT user, verdict, corrected, corrected_t IS NOT NULL FROM verdicts ORDER BY id").fetchall()
+    db.close()
+    assert history.fields(ham)["message_id"]
+    assert got == [("alice", "ham", "spam", 1), ("bob", "ham", None, 0)]  # the teller's row only
 
 
 def test_tell_behind_a_lock_held_too_long_is_a_tempfail(served, spam_and_ham, compiled, monkeypatch):

@@ -51,18 +51,21 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.delivery.fastlearn import summary
+    from spamnb.delivery.fastlearn import correct_history, summary
     from spamnb.storage.where import own_backend
     from spamnb.storage.modelfile import default_seed
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
+    judged_by = getattr(backend, "path", None)  # the model filter used: its history holds the verdicts
     if backend.is_default:  # a user's first learn: their own model, seeded with the default one
         backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
         notice(f"creating your model at {backend.name}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
     done = backend.learn(messages, create=default_seed, warn=notice)
+    if judged_by is not None:  # a store's model has no history beside it
+        correct_history(judged_by, [raw for raw, _ in messages], label, notice)
     click.echo(summary(done, label, skipped[0]), err=True)
 
 

@@ -20,7 +20,8 @@ survive, so a message cannot end its line or write a ``verdict=`` of its own.
 :func:`parse` reads both forms back (``spamnb stats``).
 
 A :class:`Recorder` given a ``history`` (a :class:`spamnb.storage.history.Recorder`)
-also records each message there, lines or not, for ``spamnb web``.
+also records each message there, and marks the row of each message learned
+as the user's correction, lines or not, for ``spamnb web``.
 """
 
 from __future__ import annotations
@@ -175,6 +176,8 @@ class Recorder:
         command line); ``was``: the class it was filed as before, for a correction."""
         if self.metrics is not None:
             self.metrics.learned(label, source)
+        if self.history is not None and raw is not None:
+            self.history.correct(raw, label, user=user)
         if not self.lines:
             return
         if mid is None and raw is not None:

@@ -15,8 +15,9 @@ and says what is wrong:
 * a model of the user's own with a fresh scorer (else the click command loads
   the model, learns, and saves a scorer for next time).
 
-The summary line is the click command's (:func:`summary`), and the journal
-is folded in the background when it has grown past its bound.
+The summary line is the click command's (:func:`summary`), the messages'
+rows in the history are marked as corrected (:func:`correct_history`), and
+the journal is folded in the background when it has grown past its bound.
 """
 
 import os
@@ -143,5 +144,15 @@ def _update(command, path, label, raws):
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:
+        correct_history(path, raws, label, warn)
         sys.stderr.write(summary(done, label) + "\n")
     return 0
+
+
+def correct_history(model_path, raws, label, log):
+    """Mark the messages just learned as the user's corrections in the history the
+    filter records beside ``model_path`` (the model it judged them with): the
+    Overview of ``spamnb web`` counts them. No history there: nothing to mark."""
+    from spamnb.storage import history
+
+    history.correct_now(history.default_path(model_path), raws, label, log=log)

@@ -4,9 +4,11 @@
 ``imap filter`` record each verdict here; ``spamnb web`` shows it and learns
 from it. One row per verdict (time, verdict, score, P(spam), From, Subject,
 Message-ID, user, size, which way answered, where the message went, learned
-or not, the user's correction), and the whole message beside it for unsure
-ones (and the :data:`KEEP_RECENT` most recent others) up to :data:`MAX_BODY`
-bytes, for :data:`BODY_DAYS` days: enough to show them and learn them later.
+or not, the user's correction: made on the page, or learned by an IMAP move,
+spamd TELL or ``spamnb learn``, its row found by Message-ID: :func:`correct`),
+and the whole message beside it for unsure ones (and the :data:`KEEP_RECENT`
+most recent others) up to :data:`MAX_BODY` bytes, for :data:`BODY_DAYS` days:
+enough to show them and learn them later.
 
 Recording is a side effect of a delivery and never its master:
 
@@ -44,6 +46,10 @@ PRUNE_EVERY = 500  # records between two retention passes
 LINGER = 0.05  # seconds the server's writer waits after a write, gathering the next records
 SUFFIX = ".history.sqlite"
 
+# Histories made before corrections found their row by Message-ID lack it: the first
+# correction makes it (a history is young: milliseconds), the schema makes it for new ones.
+MID_INDEX = "CREATE INDEX IF NOT EXISTS verdicts_mid ON verdicts (message_id, id);"
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS verdicts (
     id INTEGER PRIMARY KEY,
@@ -57,7 +63,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
     via TEXT,                   -- serve, spamd, filter, imap
     dest TEXT,                  -- where it went, when spamnb knows (an IMAP folder)
     learned TEXT,               -- the label filter -u's rule learned it as, at delivery
-    corrected TEXT,             -- the label the user taught on the page
+    corrected TEXT,             -- the label the user taught: the page, an IMAP move, TELL, spamnb learn
     corrected_t REAL,
     now_verdict TEXT,           -- after the last re-scoring on the page
     now_score REAL,
@@ -66,7 +72,7 @@ CREATE TABLE IF NOT EXISTS verdicts (
 CREATE INDEX IF NOT EXISTS verdicts_t ON verdicts (t);
 CREATE INDEX IF NOT EXISTS verdicts_verdict ON verdicts (verdict, id);
 CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
-"""
+""" + MID_INDEX
 
 
 class HistoryError(Exception):
@@ -197,8 +203,11 @@ def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoff
     return cols, raw if len(raw) <= MAX_BODY else None
 
 
-def write(db, records, *, keep_recent=KEEP_RECENT):
-    """Insert ``records`` (:func:`row`'s) in one transaction."""
+def write(db, records, *, keep_recent=KEEP_RECENT, corrections=()):
+    """Insert ``records`` (:func:`row`'s), then mark ``corrections`` (:func:`correct`'s),
+    in one transaction."""
+    if corrections:
+        db.execute(MID_INDEX)
     db.execute("BEGIN IMMEDIATE")
     try:
         for cols, body in records:
@@ -209,6 +218,7 @@ def write(db, records, *, keep_recent=KEEP_RECENT):
         last = cur.lastrowid if records else 0
         if last and last % PRUNE_EVERY < len(records):
             prune(db, keep_recent=keep_recent)
+        correct(db, corrections)
         db.execute("COMMIT")
     except BaseException:
         db.execute("ROLLBACK")
@@ -224,6 +234,58 @@ def prune(db, *, now=None, keep_recent=KEEP_RECENT, body_days=BODY_DAYS, row_day
     db.execute("DELETE FROM bodies WHERE id IN (SELECT b.id FROM bodies b JOIN verdicts v ON v.id = b.id "
                "WHERE v.verdict != 'unsure' ORDER BY b.id DESC LIMIT -1 OFFSET ?)", (keep_recent,))
     db.execute("DELETE FROM verdicts WHERE t < ?", (now - row_days * 86400,))
+
+
+def mark(db, row_id, label):
+    """Mark verdict ``row_id`` corrected to ``label`` (spam or ham), now: what the page's
+    choice and each correction learned elsewhere write, and the Overview counts."""
+    db.execute("UPDATE verdicts SET corrected = ?, corrected_t = ? WHERE id = ?", (label, time.time(), row_id))
+
+
+def correct(db, corrections):
+    """Mark the row of each ``(raw, label, user)`` the user corrected (an IMAP move,
+    TELL, ``spamnb learn``): the newest verdict of the message's Message-ID (as
+    :func:`fields` recorded it), of ``user`` when given (a server's history holds
+    everyone's). A message without a Message-ID, or never recorded, has no row: nothing
+    is marked. A row already corrected to that label is left (the first time counts).
+    Inside the caller's transaction; the number of rows marked."""
+    n = 0
+    for raw, label, user in corrections:
+        mid = fields(raw)["message_id"]
+        if not mid:
+            continue
+        found = db.execute("SELECT id, corrected FROM verdicts WHERE message_id = ?"
+                           + (" AND user = ?" if user else "") + " ORDER BY id DESC LIMIT 1",
+                           (mid, user) if user else (mid,)).fetchone()
+        if found and found[1] != label:
+            mark(db, found[0], label)
+            n += 1
+    return n
+
+
+def correct_now(path, raws, label, *, log, user=None):
+    """Mark the rows of ``raws``, just learned as ``label`` (``spamnb learn``), in the
+    history at ``path``, now: at most :data:`BUSY_MS` of waiting; no history there,
+    nothing to do; any failure is one line to ``log``, and the learning stands."""
+    if not os.path.exists(path):  # before importing sqlite3: most learns have no history
+        return
+    import sqlite3
+
+    try:
+        db = open_db(path, create=False)
+        try:
+            db.execute(MID_INDEX)
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                correct(db, [(raw, label, user) for raw in raws])
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        finally:
+            db.close()
+    except (sqlite3.Error, HistoryError, OSError) as exc:
+        log(f"history: correction not recorded: {exc}")
 
 
 # Connections ``record_now(..., leave_open=True)`` keeps to the process's end (see there).
@@ -273,10 +335,18 @@ class Recorder:
 
     def add(self, raw, label, score, p, **kw):
         """Queue one verdict (never blocks; a full queue drops it, logged once per 100)."""
+        self._put((raw, label, score, p, kw))
+
+    def correct(self, raw, label, user=None):
+        """Queue the user's correction of ``raw`` to ``label`` (:func:`correct`), written
+        after the verdicts queued before it; never blocks, as :meth:`add`."""
+        self._put((raw, label, user))
+
+    def _put(self, item):
         import queue
 
         try:
-            self.queue.put_nowait((raw, label, score, p, kw))
+            self.queue.put_nowait(item)
         except queue.Full:
             self.dropped += 1
             if self.dropped % 100 == 1:
@@ -295,11 +365,13 @@ class Recorder:
                     break
                 batch.append(item)
             stop = batch[-1] is None
-            records = [i for i in batch if i is not None]
+            records = [i for i in batch if i is not None and len(i) == 5]  # add()'s
+            corrections = [i for i in batch if i is not None and len(i) == 3]  # correct()'s
             try:
-                write(self.db, [row(raw, label, score, p, **kw) for raw, label, score, p, kw in records])
+                write(self.db, [row(raw, label, score, p, **kw) for raw, label, score, p, kw in records],
+                      corrections=corrections)
             except (sqlite3.Error, OSError) as exc:
-                self.log(f"history: {len(records)} record(s) not written: {exc}")
+                self.log(f"history: {len(records) + len(corrections)} record(s) not written: {exc}")
             if stop:
                 return
             time.sleep(LINGER)  # let a burst gather: one transaction for many records

@@ -173,7 +173,7 @@ class Site:
                            create=default_seed, warn=self.log)
             db = self.db()
             try:
-                db.execute("UPDATE verdicts SET corrected = ?, corrected_t = ? WHERE id = ?", (label, time.time(), mid))
+                history.mark(db, mid, label)
             finally:
                 db.close()
             self.log(f"learned message {mid} as {label}")

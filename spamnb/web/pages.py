@@ -143,7 +143,7 @@ def message_page(row, raw, clues, csrf, flash=""):
     facts = [("Date", when(row["t"])), ("From", row["sender"]), ("Subject", row["subject"]),
              ("Message-ID", row["message_id"]), ("User", row["user"]), ("Size", f'{row["size"]} bytes'),
              ("Via", row["via"]), ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
-             ("Taught here", row["corrected"])]
+             ("Corrected to", row["corrected"])]  # on this page, by an IMAP move, TELL or spamnb learn
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if v)
     back = f"/message/{row['id']}"
     body = [f'<p>{verdict_badge(row["verdict"], row["score"])} P(spam) = {row["p"]:.6f}</p><dl>{dl}</dl>']
