@@ -109,7 +109,7 @@ def setup(ctx, yes, delivery, install, model_path):
             click.echo(f"  left out: {len(proposal.doubtful)} kept messages the default model calls spam; "
                        "sort them yourself (move spam to your junk folder) and run setup again:")
             for source, p in proposal.doubtful[:20]:
-                click.echo(f"    {source}  (P(spam) {p:.3f})")
+                click.echo(f"    {lib.shown(source, home)}  (P(spam) {p:.3f})")
             if len(proposal.doubtful) > 20:
                 click.echo(f"    ... and {len(proposal.doubtful) - 20} more")
         trained = _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, ask)
@@ -159,7 +159,7 @@ def _recipe(lib, kind, home, folders, install):
                  if f.role == "spam" and f.kind == "maildir" and os.path.dirname(f.path) ==
                  os.path.join(home, "Maildir")), None)
     target, text = lib.recipe(kind, spamnb, home, junk)
-    shown = "~" + target[len(home):] if target.startswith(home + "/") else target
+    shown = lib.shown(target, home)
     click.echo(f"\nThe {kind} recipe, for {shown}:\n")
     click.echo(text)
     if kind == "imap":

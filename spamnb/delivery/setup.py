@@ -100,7 +100,8 @@ def _read_folder(path, kind):
     return out
 
 
-def _shown(path, home):
+def shown(path, home):
+    """``path`` with ``home`` as ``~``, as the user thinks of it."""
     return "~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path
 
 
@@ -124,11 +125,11 @@ def find_mail(home: str, env=os.environ) -> list:
         top = os.path.join(home, root)
         if _kind(top) != "maildir":
             continue
-        add(f"{_shown(top, home)} (INBOX)", top, "maildir")
+        add(f"{shown(top, home)} (INBOX)", top, "maildir")
         for name in sources.sorted_listing(top, lambda *_: None):
             sub = os.path.join(top, name)
             if name not in ("cur", "new", "tmp") and os.path.isdir(os.path.join(sub, "cur")):
-                add(_shown(sub, home), sub, "maildir")
+                add(shown(sub, home), sub, "maildir")
     for root in ("Mail", "mail"):
         top = os.path.join(home, root)
         if not os.path.isdir(top) or os.path.islink(top):
@@ -139,7 +140,7 @@ def find_mail(home: str, env=os.environ) -> list:
                 continue
             kind = _kind(path)
             if kind in ("mh", "mbox", "maildir"):
-                add(_shown(path, home), path, kind)
+                add(shown(path, home), path, kind)
     user = env.get("USER") or env.get("LOGNAME")
     spool = os.path.join("/var/mail", user) if user else None
     if spool and os.path.isfile(spool) and os.access(spool, os.R_OK) and os.path.getsize(spool):
