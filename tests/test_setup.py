@@ -277,3 +277,50 @@ def test_proportion_interval_is_exact_and_never_collapses_at_zero():
     assert low < 50 < high and low == pytest.approx(100 - high)
     with pytest.raises(ValueError):
         proportion_interval(3, 2)
+
+
+@pytest.mark.parametrize("kind", ["procmail", "maildrop", "sieve"])
+def test_the_recipes_are_the_docs_own(kind, tmp_path):
+    """One recipe per agent: what setup prints is docs/delivery.md's, the path aside."""
+    target, text = lib.recipe(kind, README_SPAMNB, str(tmp_path))
+    assert text == readme_block(kind)
+    assert target == str(tmp_path / {"procmail": ".procmailrc", "maildrop": ".mailfilter",
+                                     "sieve": ".dovecot.sieve"}[kind])
+
+
+def test_the_imap_unit_is_contribs_own(tmp_path):
+    """The systemd user unit setup gives is contrib's, comments aside, with this spamnb."""
+    contrib = (Path(__file__).resolve().parent.parent / "contrib" / "systemd" / "user" / "spamnb-imap.service")
+    lines = [line for line in contrib.read_text().splitlines() if line and not line.startswith("#")]
+    _, text = lib.recipe("imap", "/opt/bin/spamnb", str(tmp_path))
+    assert [line for line in text.splitlines() if line] == [
+        line.replace(README_SPAMNB, "/opt/bin/spamnb") for line in lines]
+
+
+def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
+    """~/Mail as MH folders (inbox, spam), ~/mail/* as mbox files (saved, junk): each
+    found, counted and given its role; an mbox message's age is its Date."""
+    import mailbox
+
+    ham = [strip_from_line(p.read_bytes()) for p in sample("ham")[:8]]
+    spam = [strip_from_line(p.read_bytes()) for p in sample("spam")[:4]]
+    (tmp_path / "Mail").mkdir()
+    for name, msgs in (("inbox", ham[:4]), ("spam", spam[:2])):
+        box = mailbox.MH(tmp_path / "Mail" / name, create=True)
+        for raw in msgs:
+            box.add(raw)
+    (tmp_path / "mail").mkdir()
+    for name, msgs in (("saved", ham[4:]), ("junk", spam[2:])):
+        box = mailbox.mbox(tmp_path / "mail" / name)
+        for raw in msgs:
+            box.add(raw)
+        box.close()
+    folders = {f.name: f for f in lib.find_mail(str(tmp_path), env={})}
+    assert {n: (f.kind, f.role, len(f.messages)) for n, f in folders.items()} == {
+        "~/Mail/inbox": ("mh", "ham", 4), "~/Mail/spam": ("mh", "spam", 2),
+        "~/mail/saved": ("mbox", "ham", 4), "~/mail/junk": ("mbox", "spam", 2)}
+    assert all(age > 365 for age in folders["~/mail/saved"].ages(time.time()))  # 2002 mail, by its Date
+    proposal = lib.propose(folders.values(), now=time.time() + 10 * DAY)  # MH files are new: 10 days on
+    assert (len(proposal.ham), len(proposal.spam), proposal.young) == (8, 4, 0)
+    assert not proposal.enough and proposal.shortfall() == "22 more ham (mail you keep) and 6 more spam " \
+                                                           "(into a Junk folder)"
