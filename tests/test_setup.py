@@ -324,3 +324,23 @@ def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
     assert (len(proposal.ham), len(proposal.spam), proposal.young) == (8, 4, 0)
     assert not proposal.enough and proposal.shortfall() == "22 more ham (mail you keep) and 6 more spam " \
                                                            "(into a Junk folder)"
+
+
+def test_an_imap_account_in_the_configuration_gets_the_imap_train_line_and_the_unit(tmp_path):
+    """No local mail, an account in ~/.config/spamnb/imap.toml: setup names `imap train`,
+    gives the systemd user unit with this spamnb, and --install writes it."""
+    config = tmp_path / ".config" / "spamnb"
+    config.mkdir(parents=True)
+    (config / "imap.toml").write_text('host = "imap.example.org"\nuser = "alice"\npassword_command = "true"\n')
+    (config / "imap.toml").chmod(0o600)
+    env = {"HOME": str(tmp_path), "USER": "nobody-here", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    proc = subprocess.run([*SPAMNB, "setup", "--yes", "--install"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "No mail found" in proc.stdout
+    assert "An IMAP account is configured (imap.example.org)" in proc.stdout
+    assert "spamnb imap train --ham INBOX --spam Junk" in proc.stdout
+    unit = tmp_path / ".config" / "systemd" / "user" / "spamnb-imap.service"
+    assert f"ExecStart={SPAMNB[0]} imap filter --watch\n" in unit.read_text()
+    assert not (tmp_path / ".local").exists()  # nothing sorted: no model of the user's

@@ -154,7 +154,7 @@ def _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, as
 
 
 def _recipe(lib, kind, home, folders, install):
-    spamnb = lib.command_path(sys.argv[0])
+    spamnb = lib.command_path(sys.argv[0], sys.executable)
     junk = next((os.path.basename(f.path) for f in folders
                  if f.role == "spam" and f.kind == "maildir" and os.path.dirname(f.path) ==
                  os.path.join(home, "Maildir")), None)

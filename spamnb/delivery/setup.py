@@ -199,9 +199,14 @@ def propose(folders, screen=None, now=None) -> Proposal:
                 else:
                     ham.append((source, raw, "ham"))
     if screen is not None and ham:
-        kept = []
-        verdicts = screen.classify_many(read_raw(s, r) for s, r, _ in ham)
-        for item, c in zip(ham, verdicts):
+        kept, readable = [], []
+        for item in ham:
+            try:
+                readable.append((item, read_raw(item[0], item[1])))
+            except OSError:
+                continue  # gone or unreadable since it was listed: not learned either
+        verdicts = screen.classify_many(raw for _, raw in readable)
+        for (item, _), c in zip(readable, verdicts):
             if c.label == "spam":
                 doubtful.append((item[0], c.spam_probability))
             else:
@@ -237,12 +242,13 @@ def train(proposal: Proposal, model, backend) -> dict:
 DELIVERIES = ("procmail", "maildrop", "sieve", "imap")
 
 
-def command_path(argv0: str) -> str:
+def command_path(argv0: str, executable: str) -> str:
     """spamnb's full path for a recipe (a delivery agent has no PATH of the user's):
-    the script this process runs as, else ``spamnb`` on PATH."""
+    the script this process runs as, else ``spamnb`` on PATH, else ``PYTHON -m spamnb``
+    (run as ``python -m spamnb``, argv[0] is the package's ``__main__.py``)."""
     if os.path.basename(argv0) == "spamnb" and os.path.isfile(argv0):
         return os.path.abspath(argv0)
-    return shutil.which("spamnb") or os.path.abspath(argv0)
+    return shutil.which("spamnb") or f"{executable} -m spamnb"
 
 
 def delivery_of(home: str, imap_host=None) -> str:
