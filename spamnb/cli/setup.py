@@ -99,8 +99,9 @@ def setup(ctx, yes, delivery, install, model_path):
 
     trained = False
     if folders:
-        notice("screening your ham with the default model (building it once can take a minute)...")
-        proposal = lib.propose(folders, screen=modelfile.default_seed(), now=now)
+        notice("screening your ham with the default model...")
+        screen = modelfile.load_model(modelfile.cache_default(notice=notice))
+        proposal = lib.propose(folders, screen=screen, now=now)
         click.echo(f"\nProposed: learn {len(proposal.ham)} ham and {len(proposal.spam)} spam.")
         if proposal.young:
             click.echo(f"  left out: {proposal.young} messages younger than {lib.HAM_MIN_AGE_DAYS} days "
