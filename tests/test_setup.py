@@ -344,3 +344,19 @@ def test_an_imap_account_in_the_configuration_gets_the_imap_train_line_and_the_u
     unit = tmp_path / ".config" / "systemd" / "user" / "spamnb-imap.service"
     assert f"ExecStart={SPAMNB[0]} imap filter --watch\n" in unit.read_text()
     assert not (tmp_path / ".local").exists()  # nothing sorted: no model of the user's
+
+
+def test_without_yes_it_asks_and_a_no_trains_nothing(home):
+    """Without --yes each step is asked (click.confirm); answering no to training leaves
+    no model and no configuration, and the mailbox as it was."""
+    md = home / "Maildir"
+    before = snapshot(md)
+    env = {"HOME": str(home), "USER": "nobody-here", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    proc = subprocess.run([*SPAMNB, "setup"], input="n\n", env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Train a model of your own on them? [Y/n]: " in proc.stdout
+    assert "Estimated" not in proc.stdout and "The procmail recipe" in proc.stdout
+    assert not (home / ".local" / "share" / "spamnb").exists()
+    assert not (home / ".config").exists()
+    assert snapshot(md) == before
