@@ -18,7 +18,8 @@ import sys
 import click
 
 from spamnb._version import __version__
-from spamnb.cli import config, delivery, evaluate, explain, imap, learning, mailbox, remote, stats, train, web
+from spamnb.cli import (config, delivery, evaluate, explain, imap, learning, mailbox, remote, setup, stats, train,
+                        web)
 
 
 class _Group(click.Group):
@@ -108,5 +109,5 @@ def main(ctx, config_file):
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
                  learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
-                 explain.tokens, imap.imap, config.config, stats.stats, remote.store, web.web):
+                 explain.tokens, imap.imap, config.config, stats.stats, remote.store, web.web, setup.setup):
     main.add_command(_command)

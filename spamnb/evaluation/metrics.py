@@ -588,6 +588,42 @@ def bootstrap_intervals(y, scores, *, fprs=(0.001, 0.01), n=200, seed=0, level=0
     }
 
 
+def proportion_interval(k, n, level=0.95):
+    """Clopper-Pearson (exact binomial) interval of a rate of ``k`` in ``n``, in %.
+
+    Used instead of the bootstrap where the rate can be 0: a percentile bootstrap of
+    0 misfiled of 30 ham is [0, 0], which promises what 30 messages cannot show; this
+    interval is [0, 11.6] %, what 30 messages can show.
+    """
+    from scipy.stats import beta
+
+    if not 0 <= k <= n or n <= 0:
+        raise ValueError(f"need 0 <= k <= n and n > 0, got k={k!r}, n={n!r}")
+    tail = (1 - level) / 2
+    low = beta.ppf(tail, k, n - k + 1) if k > 0 else 0.0
+    high = beta.ppf(1 - tail, k + 1, n - k) if k < n else 1.0
+    return 100.0 * float(low), 100.0 * float(high)
+
+
+def decision_intervals(y, proba, ham_cutoff, spam_cutoff, known=None, *, level=0.95):
+    """What a user reads off a filter, each with its exact interval
+    (:func:`proportion_interval`): the share of ham it would not leave in the inbox
+    (filed unsure or spam) and the share of spam it files as spam, in %, at the
+    cut-offs (:func:`confusion_at_cutoffs`'s rule).
+
+    Returns ``{"ham_misfiled_pct": (value, low, high), "spam_caught_pct": (value,
+    low, high), "confusion": Confusion, "level": level}``.
+    """
+    c = confusion_at_cutoffs(y, proba, ham_cutoff, spam_cutoff, known)
+    _check_both_classes(np.asarray(y))
+    misfiled, caught = c.n_ham_unsure + c.n_ham_spam, c.n_spam_spam
+    return {
+        "ham_misfiled_pct": (_pct(misfiled, c.n_ham), *proportion_interval(misfiled, c.n_ham, level)),
+        "spam_caught_pct": (_pct(caught, c.n_spam), *proportion_interval(caught, c.n_spam, level)),
+        "confusion": c, "level": level,
+    }
+
+
 def misordered_pairs(y, scores):
     """For each message, the (spam, ham) pairs it is in that the scores misorder.
 

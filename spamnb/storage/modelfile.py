@@ -356,13 +356,24 @@ def prepare_model(path, *, env=os.environ, notice=None):
             raise ModelError(NO_MODEL)
         if notice:
             notice(default_model_notice(path))
-        if not path.exists():
-            if notice:
-                notice("building the default model (once)...")
-            with store.model_lock(path):
-                if not path.exists():
-                    save_model(build_default_model(), path)
+        cache_default(path, notice=notice)
     return path, is_default
+
+
+def cache_default(path=None, *, notice=None) -> Path:
+    """The default model's file (``path``, else :func:`default_cache_path`), built from
+    the shipped corpus and saved there first when it is not there yet: once, under
+    its lock, whoever needs it first. ModelError when there is no corpus to build from."""
+    path = Path(path) if path is not None else default_cache_path()
+    if not path.exists():
+        if shipped_corpus() is None:
+            raise ModelError(NO_MODEL)
+        if notice:
+            notice("building the default model (once)...")
+        with store.model_lock(path):
+            if not path.exists():
+                save_model(build_default_model(), path)
+    return path
 
 
 @contextmanager

@@ -1,0 +1,174 @@
+"""``spamnb setup``: a guided first hour, from the mail the user already sorted.
+
+The steps are :mod:`spamnb.delivery.setup`'s; this module asks and says.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import click
+
+from spamnb.cli.options import notice
+
+READ_ONLY = "spamnb setup only reads your mail: it never moves, deletes or changes a message."
+
+
+def _age(days):
+    if days >= 730:
+        return f"{days / 365.25:.1f} years"
+    return "1 day" if round(days) == 1 else f"{days:.0f} days"
+
+
+def _show_folders(folders, now):
+    from spamnb.delivery.setup import HAM_MIN_AGE_DAYS
+
+    said = {"spam": "spam (a junk folder)", "ham": f"ham (older than {HAM_MIN_AGE_DAYS} days)",
+            "skip": "left out (trash, drafts)"}
+    width = max(len(f.name) for f in folders)
+    for f in folders:
+        ages = f.ages(now)
+        span = f"newest {_age(min(ages))} old, oldest {_age(max(ages))}" if ages else "empty"
+        click.echo(f"  {f.name:<{width}}  {len(f.messages):>6} messages  {span:<36}  -> {said[f.role]}")
+
+
+def _pct(value):
+    v, low, high = value
+    return f"{v:.1f}% (95% interval {low:.1f}-{high:.1f}%)"
+
+
+@click.command()
+@click.option("--yes", "-y", is_flag=True, help="Ask nothing (for scripts): learn what is proposed, write the "
+                                                 "configuration; an existing model of yours is kept.")
+@click.option("--delivery", type=click.Choice(["procmail", "maildrop", "sieve", "imap"]),
+              help="The recipe to give (default: guessed from ~/.mailfilter, ~/.dovecot.sieve, an IMAP "
+                   "account in the configuration; else procmail).")
+@click.option("--install", is_flag=True,
+              help="Write the recipe to its file (~/.procmailrc, ~/.mailfilter, ~/.dovecot.sieve, or the systemd "
+                   "user unit) when that file does not exist yet; an existing one is never changed.")
+@click.option("--model", "model_path", type=click.Path(dir_okay=False),
+              help="Where to save the model (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")
+@click.pass_context
+def setup(ctx, yes, delivery, install, model_path):
+    """Start from your own mail: find it, learn it, estimate, and give the recipe.
+
+    Finds your mail (~/Maildir with its .Junk or Spam folder, MH folders
+    and mbox files in ~/Mail or ~/mail, /var/mail/$USER) and says what is
+    there. It proposes to learn what you filed as junk as spam, and the mail
+    you kept (INBOX, Archive, Sent, ...) for more than 3 days as ham, except
+    what the default model calls spam, which it lists for you to sort. It
+    estimates by 10-fold cross-validation how well a model of your own mail
+    does on it, with an interval, trains that model as `spamnb train`
+    does, writes [model] path to ~/.config/spamnb/config.toml, and prints the
+    delivery recipe with spamnb's full path (--install writes it).
+
+    With fewer than 30 ham or 10 spam sorted it trains nothing: it says how
+    many more to sort, and the default model stays in use until then.
+
+    It never moves, deletes or changes a message.
+
+    \b
+    Examples:
+      spamnb setup
+      spamnb setup --yes --delivery maildrop
+      spamnb setup --install
+    """
+    from spamnb.delivery import setup as lib
+    from spamnb.model import SpamModel
+    from spamnb.storage import modelfile, settings
+    from spamnb.storage.where import own_backend
+
+    home = os.path.expanduser("~")
+    now = time.time()
+    ask = (lambda text, default=True: True) if yes else \
+        (lambda text, default=True: click.confirm(text, default=default))
+    click.echo(READ_ONLY)
+    imap_host = ((ctx.find_root().default_map or {}).get("imap", {}).get("train", {}) or {}).get("host")
+
+    folders = lib.find_mail(home)
+    if folders:
+        click.echo("\nYour mail:")
+        _show_folders(folders, now)
+    else:
+        click.echo("\nNo mail found in ~/Maildir, ~/Mail, ~/mail or /var/mail.")
+    if imap_host:
+        click.echo(f"\nAn IMAP account is configured ({imap_host}): learn from it with\n"
+                   "  spamnb imap train --ham INBOX --spam Junk   (read-only)")
+
+    trained = False
+    if folders:
+        notice("screening your ham with the default model...")
+        screen = modelfile.load_model(modelfile.cache_default(notice=notice))
+        proposal = lib.propose(folders, screen=screen, now=now)
+        click.echo(f"\nProposed: learn {len(proposal.ham)} ham and {len(proposal.spam)} spam.")
+        if proposal.young:
+            click.echo(f"  left out: {proposal.young} messages younger than {lib.HAM_MIN_AGE_DAYS} days "
+                       "(perhaps not sorted yet)")
+        if proposal.doubtful:
+            click.echo(f"  left out: {len(proposal.doubtful)} kept messages the default model calls spam; "
+                       "sort them yourself (move spam to your junk folder) and run setup again:")
+            for source, p in proposal.doubtful[:20]:
+                click.echo(f"    {lib.shown(source, home)}  (P(spam) {p:.3f})")
+            if len(proposal.doubtful) > 20:
+                click.echo(f"    ... and {len(proposal.doubtful) - 20} more")
+        trained = _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, ask)
+    if trained:
+        path = str(modelfile.own_model_path(model_path))
+        config_file = os.path.join(settings.config_home(), "config.toml")
+        if ask(f"Write [model] path to {config_file}?"):
+            click.echo(lib.write_config(config_file, path))
+    _recipe(lib, delivery or lib.delivery_of(home, imap_host), home, folders, install)
+    click.echo(f"\nDone. {READ_ONLY}")
+
+
+def _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, ask) -> bool:
+    """Estimate and train when enough is sorted; say how much more otherwise. True when trained."""
+    if not proposal.enough:
+        click.echo(f"\nToo little sorted mail for a model of your own: sort {proposal.shortfall()}, then run "
+                   f"spamnb setup again. With {lib.MIN_HAM} ham and {lib.MIN_SPAM} spam of their own, users' "
+                   "models beat the default one on their later mail; until then the default model is used.")
+        return False
+    target = modelfile.own_model_path(model_path)
+    if target.exists():
+        if yes:
+            click.echo(f"\nYou have a model at {target}: setup keeps it (run setup without --yes to replace it).")
+            return False
+        if not click.confirm(f"\nYou have a model at {target} (with what it learned since). Replace it?",
+                             default=False):
+            return False
+    elif not ask("\nTrain a model of your own on them?"):
+        return False
+    notice("cross-validating on your mail...")
+    est = lib.estimate(proposal, SpamModel)
+    c = est["confusion"]
+    click.echo(f"\nEstimated on your own mail ({est['folds']}-fold cross-validation, {c.n_ham} ham, "
+               f"{c.n_spam} spam):\n"
+               f"  ham not left in the inbox (unsure or spam): {_pct(est['ham_misfiled_pct'])}\n"
+               f"  spam caught:                                {_pct(est['spam_caught_pct'])}\n"
+               "  (the interval is what this many messages can show; more sorted mail narrows it)")
+    backend = own_backend(str(target), None)
+    done = lib.train(proposal, SpamModel(), backend)
+    click.echo(f"trained on {done['learned']} messages; saved to {backend.name}")
+    return True
+
+
+def _recipe(lib, kind, home, folders, install):
+    spamnb = lib.command_path(sys.argv[0], sys.executable)
+    junk = next((os.path.basename(f.path) for f in folders
+                 if f.role == "spam" and f.kind == "maildir" and os.path.dirname(f.path) ==
+                 os.path.join(home, "Maildir")), None)
+    target, text = lib.recipe(kind, spamnb, home, junk)
+    shown = lib.shown(target, home)
+    click.echo(f"\nThe {kind} recipe, for {shown}:\n")
+    click.echo(text)
+    if kind == "imap":
+        click.echo("then: systemctl --user daemon-reload && systemctl --user enable --now spamnb-imap")
+    if install:
+        if lib.write_new(target, text):
+            click.echo(f"wrote {target}")
+        else:
+            click.echo(f"{target} exists: setup leaves it as it is; add the recipe above to it yourself")
+    elif kind != "imap":
+        click.echo(f"(spamnb setup --install writes it when {shown} does not exist yet)")

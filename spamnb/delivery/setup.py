@@ -1,0 +1,324 @@
+"""``spamnb setup``'s library: a first hour that starts from the mail the user already sorted.
+
+It finds the mail (:func:`find_mail`), proposes what to learn (:func:`propose`),
+estimates on it by cross-validation (:func:`estimate`), trains as ``spamnb
+train`` does (:func:`train`), and writes the configuration and the delivery
+recipe (:func:`write_config`, :func:`recipe`). It only ever *reads* mail: no
+message is moved, deleted, flagged or touched (not even a Maildir's ``new/`` ->
+``cur/``); what it writes is the model, the configuration file and, when asked, a
+recipe file that did not exist.
+
+Why the user's own mail and not the default model: with 30 of a user's ham and
+10 of their spam, a model of their own left none of their next 300 ham unsure
+and caught 84-89% of new spam, where the default model (2002 mail) caught 41%
+of today's spam (issue 32's figures). Below those counts (:data:`MIN_HAM`,
+:data:`MIN_SPAM`) setup trains nothing and keeps the default model.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+
+from spamnb.mail import sources
+
+#: Fewest sorted messages setup trains on: the counts behind issue 32's figures
+#: (30 ham + 10 spam of a user's own beat the default model on their later mail).
+MIN_HAM = 30
+MIN_SPAM = 10
+#: Mail younger than this may not have been read, let alone sorted: not learned as ham.
+HAM_MIN_AGE_DAYS = 3
+#: Folder names (case-insensitive, Maildir++ dot and parents stripped) that hold spam.
+JUNK_NAMES = frozenset({"junk", "spam", "junk e-mail", "junk email", "bulk mail", "junkmail"})
+#: Folders that are neither: mail on its way out, half-written, or thrown away unsorted.
+SKIP_NAMES = frozenset({"trash", "deleted", "deleted items", "deleted messages", "bin", "drafts", "outbox",
+                        "queue", "templates", "unsure"})
+DAY = 86400.0
+
+
+@dataclass
+class Folder:
+    """One folder found: ``role`` is ``spam``, ``ham`` or ``skip``; ``messages`` are
+    ``(source, raw or None, unix time)``: raw None when ``source`` is a file to read."""
+
+    name: str
+    path: str
+    kind: str
+    role: str
+    messages: list = field(default_factory=list, repr=False)
+
+    def ages(self, now):
+        return [(now - t) / DAY for _, _, t in self.messages]
+
+
+def role_of(name: str) -> str:
+    """``spam`` for a junk folder (``.Junk``, ``Spam``, ``.Junk.2024``), ``skip`` for
+    trash, drafts and the like (``.Archive.Trash`` too), else ``ham``."""
+    parts = name.strip("/").lstrip(".").replace("/", ".").lower().split(".")
+    if any(p in JUNK_NAMES for p in parts):
+        return "spam"
+    if any(p in SKIP_NAMES for p in parts):
+        return "skip"
+    return "ham"
+
+
+def _file_messages(paths):
+    out = []
+    for path in paths:
+        try:
+            out.append((path, None, os.stat(path).st_mtime))
+        except OSError:
+            continue  # delivered away while we listed: not ours to worry about
+    return out
+
+
+def _date_of(raw: bytes, fallback: float) -> float:
+    head = raw.split(b"\n\n", 1)[0]
+    for line in head.split(b"\n"):
+        if line[:5].lower() == b"date:":
+            try:
+                return email.utils.parsedate_to_datetime(line[5:].decode("latin-1").strip()).timestamp()
+            except (TypeError, ValueError, IndexError, OverflowError):
+                break
+    return fallback
+
+
+def _read_folder(path, kind):
+    """``(source, raw or None, time)`` of a folder's messages, reading nothing but them."""
+    if kind == "maildir":
+        return _file_messages(sources.maildir_paths(path, report=lambda *_: None))
+    out = []
+    mtime = os.stat(path).st_mtime
+    for m in sources.iter_messages(path, on_error=lambda *_: None):
+        if os.path.isfile(m.source):  # an MH message: its file's time, read again by training
+            out.append((m.source, None, os.stat(m.source).st_mtime))
+        else:  # an mbox message: its Date, else the file's time
+            out.append((m.source, m.raw, _date_of(m.raw, mtime)))
+    return out
+
+
+def shown(path, home):
+    """``path`` with ``home`` as ``~``, as the user thinks of it."""
+    return "~" + path[len(home):] if home and path.startswith(home.rstrip("/") + "/") else path
+
+
+def _kind(path):
+    try:
+        return sources.detect_kind(path)
+    except sources.SourceError:
+        return None
+
+
+def find_mail(home: str, env=os.environ) -> list:
+    """The folders of ``home``'s mail: ``~/Maildir`` (Maildir++: INBOX, ``.Folder``; or
+    ``Folder`` maildirs beside it), MH folders under ``~/Mail``, mbox files in ``~/mail``
+    and ``~/Mail``, and the spool ``/var/mail/$USER``."""
+    found = []
+
+    def add(name, path, kind):
+        found.append(Folder(name, path, kind, role_of(os.path.basename(path) if name != "INBOX" else "INBOX")))
+
+    for root in ("Maildir", ".maildir"):
+        top = os.path.join(home, root)
+        if _kind(top) != "maildir":
+            continue
+        add(f"{shown(top, home)} (INBOX)", top, "maildir")
+        for name in sources.sorted_listing(top, lambda *_: None):
+            sub = os.path.join(top, name)
+            if name not in ("cur", "new", "tmp") and os.path.isdir(os.path.join(sub, "cur")):
+                add(shown(sub, home), sub, "maildir")
+    for root in ("Mail", "mail"):
+        top = os.path.join(home, root)
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        for name in sources.sorted_listing(top, lambda *_: None):
+            path = os.path.join(top, name)
+            if name.startswith(".") or any(f.path == path for f in found):
+                continue
+            kind = _kind(path)
+            if kind in ("mh", "mbox", "maildir"):
+                add(shown(path, home), path, kind)
+    user = env.get("USER") or env.get("LOGNAME")
+    spool = os.path.join("/var/mail", user) if user else None
+    if spool and os.path.isfile(spool) and os.access(spool, os.R_OK) and os.path.getsize(spool):
+        found.append(Folder(spool, spool, "mbox", "ham"))
+    for folder in found:
+        folder.messages = _read_folder(folder.path, folder.kind)
+    return found
+
+
+@dataclass
+class Proposal:
+    """What setup would learn: ``ham`` and ``spam`` as ``(source, raw, label)``, and why
+    the rest is left out: ``young`` (too recent to be sorted), ``doubtful`` (ham the
+    default model calls spam: ``(source, P(spam))``, for the user to decide)."""
+
+    ham: list
+    spam: list
+    young: int
+    doubtful: list
+
+    @property
+    def enough(self) -> bool:
+        return len(self.ham) >= MIN_HAM and len(self.spam) >= MIN_SPAM
+
+    def shortfall(self) -> str:
+        """What to sort before setup trains ('' when enough is sorted)."""
+        need = [f"{n - len(have)} more {what}" for n, have, what in
+                ((MIN_HAM, self.ham, "ham (mail you keep)"), (MIN_SPAM, self.spam, "spam (into a Junk folder)"))
+                if len(have) < n]
+        return " and ".join(need)
+
+    def messages(self):
+        return self.ham + self.spam
+
+
+def read_raw(source, raw):
+    if raw is not None:
+        return raw
+    with open(source, "rb") as f:
+        return f.read()
+
+
+def propose(folders, screen=None, now=None) -> Proposal:
+    """Junk folders' mail as spam; the other folders' mail older than
+    :data:`HAM_MIN_AGE_DAYS` as ham, except what ``screen`` (a model: the default
+    one) files as spam, which is listed instead."""
+    now = time.time() if now is None else now
+    ham, spam, doubtful, young = [], [], [], 0
+    for folder in folders:
+        for source, raw, t in folder.messages:
+            if folder.role == "spam":
+                spam.append((source, raw, "spam"))
+            elif folder.role == "ham":
+                if now - t < HAM_MIN_AGE_DAYS * DAY:
+                    young += 1
+                else:
+                    ham.append((source, raw, "ham"))
+    if screen is not None and ham:
+        kept, readable = [], []
+        for item in ham:
+            try:
+                readable.append((item, read_raw(item[0], item[1])))
+            except OSError:
+                continue  # gone or unreadable since it was listed: not learned either
+        verdicts = screen.classify_many(raw for _, raw in readable)
+        for (item, _), c in zip(readable, verdicts):
+            if c.label == "spam":
+                doubtful.append((item[0], c.spam_probability))
+            else:
+                kept.append(item)
+        ham = kept
+    return Proposal(ham, spam, young, doubtful)
+
+
+def estimate(proposal: Proposal, make_model, k=10, seed=0):
+    """Stratified K-fold cross-validation on the proposal (K at most the spam count):
+    :func:`spamnb.evaluation.metrics.decision_intervals` at the model's cut-offs."""
+    from spamnb.evaluation import evaluate, metrics
+
+    k = max(2, min(k, len(proposal.spam), len(proposal.ham)))
+    scores = evaluate.cross_validate(make_model, proposal.messages(), k=k, seed=seed)
+    cut = make_model().cutoffs
+    out = metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff, known=scores.known)
+    return {**out, "folds": k}
+
+
+def train(proposal: Proposal, model, backend) -> dict:
+    """Train the fresh ``model`` on the proposal, as ``spamnb train`` does (sharded,
+    duplicates counted once), and replace ``backend``'s model with it."""
+    from spamnb.scale import parallel
+
+    done = parallel.train(model, proposal.messages(), registry=True, on_error=lambda *_: None)
+    backend.replace(model)
+    return done
+
+
+# -- configuration and delivery ---------------------------------------------------------------
+
+DELIVERIES = ("procmail", "maildrop", "sieve", "imap")
+
+
+def command_path(argv0: str, executable: str) -> str:
+    """spamnb's full path for a recipe (a delivery agent has no PATH of the user's):
+    the script this process runs as, else ``spamnb`` on PATH, else ``PYTHON -m spamnb``
+    (run as ``python -m spamnb``, argv[0] is the package's ``__main__.py``)."""
+    if os.path.basename(argv0) == "spamnb" and os.path.isfile(argv0):
+        return os.path.abspath(argv0)
+    return shutil.which("spamnb") or f"{executable} -m spamnb"
+
+
+def delivery_of(home: str, imap_host=None) -> str:
+    """What the user delivers with, judged by the files they have; procmail when nothing says."""
+    if os.path.exists(os.path.join(home, ".mailfilter")):
+        return "maildrop"
+    if os.path.exists(os.path.join(home, ".dovecot.sieve")) or os.path.isdir(os.path.join(home, "sieve")):
+        return "sieve"
+    if imap_host and not os.path.exists(os.path.join(home, ".procmailrc")):
+        return "imap"
+    return "procmail"
+
+
+def recipe(kind: str, spamnb: str, home: str, junk: str | None = None) -> tuple:
+    """``(file it goes in, text)`` of the delivery recipe: docs/delivery.md's, with
+    spamnb's full path and the user's junk folder (a Maildir++ ``.Junk`` by default)."""
+    junk = junk or ".Junk"
+    if kind == "procmail":
+        text = ("MAILDIR=$HOME/Maildir/\nDEFAULT=$MAILDIR\n\n# spamnb's full path: what `command -v spamnb` prints\n"
+                f":0fw\n| {spamnb} filter --exit-zero\n\n:0\n* ^X-Spam-Flag: YES\n{junk}/\n")
+        return os.path.join(home, ".procmailrc"), text
+    if kind == "maildrop":
+        text = (f'xfilter "{spamnb} filter --exit-zero"\nif (/^X-Spam-Flag: YES/)\n{{\n'
+                f'    to "$HOME/Maildir/{junk}/"\n}}\nto "$HOME/Maildir/"\n')
+        return os.path.join(home, ".mailfilter"), text
+    if kind == "sieve":
+        text = ('require ["vnd.dovecot.filter", "fileinto"];\nfilter "spamnb";\n'
+                f'if header :is "X-Spam-Flag" "YES" {{\n    fileinto "{junk.lstrip(".")}";\n}}\n')
+        return os.path.join(home, ".dovecot.sieve"), text
+    if kind == "imap":
+        return os.path.join(home, ".config", "systemd", "user", "spamnb-imap.service"), imap_unit(spamnb)
+    raise ValueError(f"unknown delivery {kind!r} (one of {', '.join(DELIVERIES)})")
+
+
+def imap_unit(spamnb: str) -> str:
+    """contrib/systemd/user/spamnb-imap.service, running this spamnb."""
+    return ("[Unit]\nDescription=spamnb IMAP filter (files spam into Junk, learns from your moves)\n"
+            "After=network-online.target\n\n[Service]\nType=simple\n"
+            f"ExecStart={spamnb} imap filter --watch\nUMask=0077\nRestart=on-failure\nRestartSec=60s\n"
+            "NoNewPrivileges=yes\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\nRestrictNamespaces=yes\n"
+            "RestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\nSystemCallArchitectures=native\n"
+            "SystemCallFilter=@system-service\nSystemCallFilter=~@privileged @resources\n"
+            "SystemCallErrorNumber=EPERM\nMemoryMax=1G\n\n[Install]\nWantedBy=default.target\n")
+
+
+def write_new(path: str, text: str) -> bool:
+    """Write ``text`` to ``path`` (mode 0600) only if nothing is there: a user's own
+    recipe is never replaced. True when written."""
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    return True
+
+
+def write_config(path: str, model_path: str) -> str:
+    """Set ``[model] path`` in the configuration file: a new file, or a ``[model]``
+    table added to one without it; a file that has one is left as it is. Says what it did."""
+    import json
+
+    table = f"[model]\npath = {json.dumps(model_path)}\n"
+    if write_new(path, "# written by `spamnb setup`\n" + table):
+        return f"wrote {path}"
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    if any(line.strip() == "[model]" for line in text.splitlines()):
+        return f"left {path} as it is (it has a [model] table already)"
+    with open(path, "a", encoding="utf-8") as f:
+        f.write(("\n" if text and not text.endswith("\n") else "") + "\n" + table)
+    return f"added [model] path to {path}"

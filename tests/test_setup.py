@@ -1,0 +1,362 @@
+"""``spamnb setup`` walked as a new user would (issue 32, item 4).
+
+A made Maildir++ in a fresh HOME (shipped sample mail, with the times a real
+mailbox has), setup run as a non-root user (a throwaway one made with ``useradd``
+when the tests run as root, as tests/test_hardening.py does; else the current
+user), then: nothing in the mailbox changed (every file's hash, size and mtime,
+every folder's listing and mtime), the model and the configuration are where the
+filter looks, and the procmail recipe it printed files mail through real procmail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import SAMPLE_MAILDIR, strip_from_line
+from spamnb.delivery import setup as lib
+from spamnb.evaluation.metrics import proportion_interval
+from test_e2e import README_SPAMNB, SPAMNB, passed_through, readme_block
+
+USER = "spamnb-newuser"
+DAY = 86400
+
+
+@pytest.fixture(scope="module")
+def newcomer():
+    """``(uid, gid, name)`` setup runs as: a throwaway user when root, else ourselves."""
+    if os.geteuid() != 0:
+        me = pwd.getpwuid(os.geteuid())
+        return me.pw_uid, me.pw_gid, me.pw_name
+    if shutil.which("useradd") is None:
+        pytest.skip("useradd is not installed (needed to run setup as a non-root user)")
+    try:
+        user = pwd.getpwnam(USER)
+    except KeyError:
+        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", USER],
+                       check=True, capture_output=True)
+        user = pwd.getpwnam(USER)
+    return user.pw_uid, user.pw_gid, user.pw_name
+
+
+def sample(label):
+    lines = (SAMPLE_MAILDIR.parent / "sample-maildir.index").read_text().split("\n")
+    return [SAMPLE_MAILDIR.parent / p for lb, _, p in (line.partition(" ") for line in lines) if lb == label]
+
+
+def put(folder: Path, src: Path, n: int, age_days: float, now: float) -> Path:
+    dst = folder / "cur" / f"{1600000000 + n}.M{n}P1.test:2,S"
+    dst.write_bytes(src.read_bytes())
+    os.utime(dst, (now - age_days * DAY, now - age_days * DAY))
+    return dst
+
+
+@pytest.fixture
+def home(newcomer):
+    """A fresh HOME owned by the newcomer, holding a Maildir++: INBOX and .Archive (ham,
+    5 of it delivered yesterday, 2 spam the user never sorted), .Junk, .Trash."""
+    uid, gid, _ = newcomer
+    path = Path(tempfile.mkdtemp(prefix="spamnb-setup-", dir="/tmp"))
+    md = path / "Maildir"
+    for folder in ("", ".Junk", ".Archive", ".Trash"):
+        for sub in ("cur", "new", "tmp"):
+            (md / folder / sub).mkdir(parents=True)
+    now = time.time()
+    ham, spam = sample("ham"), sample("spam")
+    for i, src in enumerate(ham[:40]):
+        put(md, src, i, 5 + i, now)
+    for i, src in enumerate(ham[40:65]):
+        put(md / ".Archive", src, 100 + i, 200 + 10 * i, now)
+    for i, src in enumerate(ham[65:70]):
+        put(md, src, 200 + i, 1, now)  # delivered yesterday: perhaps not read yet
+    for i, src in enumerate(ham[70:73]):
+        put(md / ".Trash", src, 300 + i, 10, now)
+    for i, src in enumerate(spam[:28]):
+        put(md / ".Junk", src, 400 + i, 2 + i, now)
+    for i, src in enumerate(spam[28:30]):
+        put(md, src, 500 + i, 20, now)  # spam left in INBOX: the default model should point at it
+    for p in [path, *path.rglob("*")]:
+        os.lchown(p, uid, gid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def snapshot(root: Path) -> dict:
+    """Every path under ``root``: a file's sha256, size and mtime; a folder's mtime (it
+    changes when anything is added, removed or renamed in it, e.g. new/ -> cur/)."""
+    out = {}
+    for p in sorted([root, *root.rglob("*")]):
+        st = p.lstat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        out[str(p.relative_to(root))] = (digest, st.st_size if p.is_file() else None, st.st_mtime_ns, st.st_mode)
+    return out
+
+
+def environment(newcomer, home) -> dict:
+    _, _, name = newcomer
+    env = {"HOME": str(home), "USER": name, "LOGNAME": name, "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           "LANG": "C.UTF-8"}
+    if os.environ.get("PYTHONPATH"):
+        env["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return env
+
+
+def as_newcomer(newcomer, fn):
+    """``fn()`` in a forked process turned into the newcomer (when root); its exit status."""
+    pid = os.fork()
+    if pid == 0:  # the child: never returns into pytest
+        code = 70
+        try:
+            if os.geteuid() == 0:
+                os.setgroups([])
+                os.setgid(newcomer[1])
+                os.setuid(newcomer[0])
+            code = fn()
+        except BaseException:  # noqa: BLE001 - told to the parent on stderr
+            import traceback
+
+            os.write(2, traceback.format_exc().encode())
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+def run_setup(env, home, args, out, err) -> int:
+    """``spamnb setup ARGS`` in this process, in ``env``, its output to the files ``out`` and ``err``."""
+    from spamnb.cli import main
+
+    saved = dict(os.environ), os.getcwd(), sys.argv, sys.stdout, sys.stderr
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(home)
+    sys.argv = [SPAMNB[0], "setup", *args]  # what setup names as spamnb's full path
+    try:
+        with open(out, "w") as o, open(err, "w") as e:
+            sys.stdout, sys.stderr = o, e
+            try:
+                main.main(["setup", *args], prog_name="spamnb")
+            except SystemExit as exc:
+                return exc.code if isinstance(exc.code, int) else 1
+        return 0
+    finally:
+        os.environ.clear()
+        os.environ.update(saved[0])
+        os.chdir(saved[1])
+        sys.argv, sys.stdout, sys.stderr = saved[2:]
+
+
+def setup_as(newcomer, home, *args):
+    """``spamnb setup ARGS`` as the newcomer in its fresh HOME: ``(status, stdout, stderr)``.
+
+    In a forked process turned into the newcomer, running the click command: the
+    tests' interpreter may sit where another user cannot read it (a pyenv under
+    /root), and a fork needs no exec. Python imports lazily, so the same run is made
+    first here, on a copy of the HOME, for every module it needs to be loaded."""
+    out, err = home.parent / f"{home.name}.out", home.parent / f"{home.name}.err"
+    env = environment(newcomer, home)
+    if os.geteuid() == 0 and not newcomer_can_run_spamnb(newcomer):
+        copy = Path(tempfile.mkdtemp(prefix="spamnb-warm-", dir="/tmp")) / "home"
+        shutil.copytree(home, copy, symlinks=True)
+        try:
+            run_setup({**env, "HOME": str(copy)}, copy, args, out, err)
+        finally:
+            shutil.rmtree(copy.parent, ignore_errors=True)
+            out.unlink(missing_ok=True)
+            err.unlink(missing_ok=True)
+    code = as_newcomer(newcomer, lambda: run_setup(env, home, args, out, err))
+    try:
+        return code, out.read_text(), err.read_text()
+    finally:
+        out.unlink(missing_ok=True)
+        err.unlink(missing_ok=True)
+
+
+def newcomer_can_run_spamnb(newcomer) -> bool:
+    """Whether the newcomer can run the spamnb script and its interpreter (not when they
+    sit under root's home)."""
+    paths = [os.path.realpath(SPAMNB[0]), os.path.realpath(sys.executable)]
+    return as_newcomer(newcomer, lambda: 0 if all(os.access(p, os.X_OK) for p in paths) else 1) == 0
+
+
+def printed_recipe(out: str, end="\n(spamnb setup --install") -> str:
+    head = "The procmail recipe, for ~/.procmailrc:\n\n"
+    start = out.index(head) + len(head)
+    return out[start:out.index(end, start)]
+
+
+@pytest.mark.skipif(shutil.which("procmail") is None,
+                    reason="procmail is not installed (scripts/test.sh installs it when run as root)")
+def test_setup_on_a_new_users_maildir_changes_no_mail_and_its_recipe_works(newcomer, home):
+    md = home / "Maildir"
+    before = snapshot(md)
+    code, out, err = setup_as(newcomer, home, "--yes")
+    assert code == 0, err
+    assert "Traceback" not in err
+    assert snapshot(md) == before  # not a byte, a name or a time changed
+
+    assert "it never moves, deletes or changes a message" in out
+    assert "~/Maildir/.Junk" in out and "28 messages" in out
+    assert "Proposed: learn 65 ham and 28 spam." in out  # .Trash and yesterday's 5 are not ham
+    assert "5 messages younger than 3 days" in out
+    # the two spam left in INBOX are listed for the user, not learned as ham
+    assert "2 kept messages the default model calls spam" in out
+    for name in ("1600000500.M500P1.test:2,S", "1600000501.M501P1.test:2,S"):
+        assert name in out
+    assert "10-fold cross-validation, 65 ham, 28 spam" in out
+    assert out.count("(95% interval ") == 2
+    model = home / ".local" / "share" / "spamnb" / "model.joblib"
+    assert model.is_file() and model.stat().st_uid == newcomer[0]
+    assert f'path = "{model}"' in (home / ".config" / "spamnb" / "config.toml").read_text()
+
+    # The recipe is docs/delivery.md's, with this spamnb's full path; it works as printed.
+    recipe = printed_recipe(out)
+    assert recipe == readme_block("procmail").replace(README_SPAMNB, SPAMNB[0])
+    rc = home / ".procmailrc"
+    rc.write_text(recipe)
+    os.chown(rc, newcomer[0], newcomer[1])
+    agent = {"user": newcomer[0], "group": newcomer[1], "extra_groups": []} if os.geteuid() == 0 else {}
+    if agent and not newcomer_can_run_spamnb(newcomer):
+        # This interpreter is out of the newcomer's reach: procmail runs as root here, as in
+        # test_e2e, on the home handed to root (spamnb loads only its own user's or root's model).
+        for p in [home, *home.rglob("*")]:
+            os.lchown(p, 0, 0)
+        agent = {}
+    spam, ham = sorted((md / ".Junk" / "cur").iterdir())[0], sorted((md / "cur").iterdir())[0]
+    for raw in (strip_from_line(spam.read_bytes()), strip_from_line(ham.read_bytes())):
+        got = subprocess.run(["procmail", "-m", f"HOME={home}", *passed_through(), str(rc)], input=raw,
+                             env=environment(newcomer, home), capture_output=True, timeout=120, **agent)
+        assert got.returncode == 0, got.stderr
+    junk, inbox = list((md / ".Junk" / "new").iterdir()), list((md / "new").iterdir())
+    assert len(junk) == len(inbox) == 1
+    assert b"X-Spam-Flag: YES" in junk[0].read_bytes()
+    assert b"X-Spam-Status: No," in inbox[0].read_bytes()
+
+
+def test_too_little_sorted_mail_keeps_the_default_model(newcomer, home):
+    """With 5 spam sorted, setup says how many more to sort and trains nothing;
+    --install writes a recipe where there is none and never over the user's own."""
+    for extra in sorted((home / "Maildir" / ".Junk" / "cur").iterdir())[5:]:
+        extra.unlink()
+    before = snapshot(home / "Maildir")
+    (home / ".mailfilter").write_text("# mine\n")
+    code, out, err = setup_as(newcomer, home, "--yes", "--install")
+    assert code == 0, err
+    assert "sort 5 more spam" in out and "the default model is used" in out
+    assert not (home / ".local" / "share" / "spamnb" / "model.joblib").exists()
+    assert not (home / ".config" / "spamnb" / "config.toml").exists()
+    assert snapshot(home / "Maildir") == before
+    # ~/.mailfilter says maildrop: its recipe, not written over the user's file
+    assert 'xfilter "' in out and "exists: setup leaves it as it is" in out
+    assert (home / ".mailfilter").read_text() == "# mine\n"
+    code, out, err = setup_as(newcomer, home, "--yes", "--install", "--delivery", "procmail")
+    assert code == 0, err
+    assert (home / ".procmailrc").read_text() == printed_recipe(out, f"\nwrote {home}/.procmailrc")
+    assert (home / ".procmailrc").stat().st_mode & 0o777 == 0o600
+
+
+@pytest.mark.parametrize("name, role", [
+    (".Junk", "spam"), ("Spam", "spam"), (".Junk.2024", "spam"), ("junk e-mail", "spam"), ("INBOX", "ham"),
+    (".Archive", "ham"), (".Sent", "ham"), (".Trash", "skip"), (".Archive.Trash", "skip"), ("Drafts", "skip"),
+])
+def test_folder_roles(name, role):
+    assert lib.role_of(name) == role
+
+
+def test_proportion_interval_is_exact_and_never_collapses_at_zero():
+    assert proportion_interval(0, 30) == pytest.approx((0.0, 11.57), abs=0.01)  # 1 - 0.025 ** (1 / 30)
+    low, high = proportion_interval(15, 30)
+    assert low < 50 < high and low == pytest.approx(100 - high)
+    with pytest.raises(ValueError):
+        proportion_interval(3, 2)
+
+
+@pytest.mark.parametrize("kind", ["procmail", "maildrop", "sieve"])
+def test_the_recipes_are_the_docs_own(kind, tmp_path):
+    """One recipe per agent: what setup prints is docs/delivery.md's, the path aside."""
+    target, text = lib.recipe(kind, README_SPAMNB, str(tmp_path))
+    assert text == readme_block(kind)
+    assert target == str(tmp_path / {"procmail": ".procmailrc", "maildrop": ".mailfilter",
+                                     "sieve": ".dovecot.sieve"}[kind])
+
+
+def test_the_imap_unit_is_contribs_own(tmp_path):
+    """The systemd user unit setup gives is contrib's, comments aside, with this spamnb."""
+    contrib = (Path(__file__).resolve().parent.parent / "contrib" / "systemd" / "user" / "spamnb-imap.service")
+    lines = [line for line in contrib.read_text().splitlines() if line and not line.startswith("#")]
+    _, text = lib.recipe("imap", "/opt/bin/spamnb", str(tmp_path))
+    assert [line for line in text.splitlines() if line] == [
+        line.replace(README_SPAMNB, "/opt/bin/spamnb") for line in lines]
+
+
+def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
+    """~/Mail as MH folders (inbox, spam), ~/mail/* as mbox files (saved, junk): each
+    found, counted and given its role; an mbox message's age is its Date."""
+    import mailbox
+
+    ham = [strip_from_line(p.read_bytes()) for p in sample("ham")[:8]]
+    spam = [strip_from_line(p.read_bytes()) for p in sample("spam")[:4]]
+    (tmp_path / "Mail").mkdir()
+    for name, msgs in (("inbox", ham[:4]), ("spam", spam[:2])):
+        box = mailbox.MH(tmp_path / "Mail" / name, create=True)
+        for raw in msgs:
+            box.add(raw)
+    (tmp_path / "mail").mkdir()
+    for name, msgs in (("saved", ham[4:]), ("junk", spam[2:])):
+        box = mailbox.mbox(tmp_path / "mail" / name)
+        for raw in msgs:
+            box.add(raw)
+        box.close()
+    folders = {f.name: f for f in lib.find_mail(str(tmp_path), env={})}
+    assert {n: (f.kind, f.role, len(f.messages)) for n, f in folders.items()} == {
+        "~/Mail/inbox": ("mh", "ham", 4), "~/Mail/spam": ("mh", "spam", 2),
+        "~/mail/saved": ("mbox", "ham", 4), "~/mail/junk": ("mbox", "spam", 2)}
+    assert all(age > 365 for age in folders["~/mail/saved"].ages(time.time()))  # 2002 mail, by its Date
+    proposal = lib.propose(folders.values(), now=time.time() + 10 * DAY)  # MH files are new: 10 days on
+    assert (len(proposal.ham), len(proposal.spam), proposal.young) == (8, 4, 0)
+    assert not proposal.enough and proposal.shortfall() == "22 more ham (mail you keep) and 6 more spam " \
+                                                           "(into a Junk folder)"
+
+
+def test_an_imap_account_in_the_configuration_gets_the_imap_train_line_and_the_unit(tmp_path):
+    """No local mail, an account in ~/.config/spamnb/imap.toml: setup names `imap train`,
+    gives the systemd user unit with this spamnb, and --install writes it."""
+    config = tmp_path / ".config" / "spamnb"
+    config.mkdir(parents=True)
+    (config / "imap.toml").write_text('host = "imap.example.org"\nuser = "alice"\npassword_command = "true"\n')
+    (config / "imap.toml").chmod(0o600)
+    env = {"HOME": str(tmp_path), "USER": "nobody-here", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    proc = subprocess.run([*SPAMNB, "setup", "--yes", "--install"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "No mail found" in proc.stdout
+    assert "An IMAP account is configured (imap.example.org)" in proc.stdout
+    assert "spamnb imap train --ham INBOX --spam Junk" in proc.stdout
+    unit = tmp_path / ".config" / "systemd" / "user" / "spamnb-imap.service"
+    assert f"ExecStart={SPAMNB[0]} imap filter --watch\n" in unit.read_text()
+    assert not (tmp_path / ".local").exists()  # nothing sorted: no model of the user's
+
+
+def test_without_yes_it_asks_and_a_no_trains_nothing(home):
+    """Without --yes each step is asked (click.confirm); answering no to training leaves
+    no model and no configuration, and the mailbox as it was."""
+    md = home / "Maildir"
+    before = snapshot(md)
+    env = {"HOME": str(home), "USER": "nobody-here", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    proc = subprocess.run([*SPAMNB, "setup"], input="n\n", env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "Train a model of your own on them? [Y/n]: " in proc.stdout
+    assert "Estimated" not in proc.stdout and "The procmail recipe" in proc.stdout
+    assert not (home / ".local" / "share" / "spamnb").exists()
+    assert not (home / ".config").exists()
+    assert snapshot(md) == before
