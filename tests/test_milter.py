@@ -29,6 +29,7 @@ except postfix_spamc.Unavailable as e:
     FOUND, WHY_NOT = None, str(e)
 
 
+@pytest.mark.slow  # about 40 s: a private Postfix and spamass-milter, each -r level; .ci/run runs it
 @pytest.mark.skipif(FOUND is None, reason=f"{WHY_NOT}; test.sh unpacks Postfix and spamass-milter only as "
                                           "root (installing Postfix would remove another MTA)")
 def test_spamass_milter_rejects_spam_at_the_level_and_keeps_bodies(compiled, spam_and_ham):  # noqa: F811

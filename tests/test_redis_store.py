@@ -407,6 +407,7 @@ def spamd_store(url):
     return open_backend(None, url)
 
 
+@pytest.mark.slow  # about 20 s of waiting out timeouts; .ci/run runs it
 def test_a_slow_store_is_bounded_by_the_timeout(server, trained_model_file):
     url = server.url(prefix="slow:", timeout="0.5")
     pushed(url, trained_model_file)

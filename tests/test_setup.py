@@ -193,6 +193,7 @@ def printed_recipe(out: str, end="\n(spamnb setup --install") -> str:
     return out[start:out.index(end, start)]
 
 
+@pytest.mark.slow  # about 20 s (the default model in a fresh home); .ci/run runs it
 @pytest.mark.skipif(shutil.which("procmail") is None,
                     reason="procmail is not installed (scripts/test.sh installs it when run as root)")
 def test_setup_on_a_new_users_maildir_changes_no_mail_and_its_recipe_works(newcomer, home):
@@ -241,6 +242,7 @@ def test_setup_on_a_new_users_maildir_changes_no_mail_and_its_recipe_works(newco
     assert b"X-Spam-Status: No," in inbox[0].read_bytes()
 
 
+@pytest.mark.slow  # about 15 s (the default model in a fresh home); .ci/run runs it
 def test_too_little_sorted_mail_keeps_the_default_model(newcomer, home):
     """With 5 spam sorted, setup says how many more to sort and trains nothing;
     --install writes a recipe where there is none and never over the user's own."""
@@ -346,6 +348,7 @@ def test_an_imap_account_in_the_configuration_gets_the_imap_train_line_and_the_u
     assert not (tmp_path / ".local").exists()  # nothing sorted: no model of the user's
 
 
+@pytest.mark.slow  # about 8 s; .ci/run runs it
 def test_without_yes_it_asks_and_a_no_trains_nothing(home):
     """Without --yes each step is asked (click.confirm); answering no to training leaves
     no model and no configuration, and the mailbox as it was."""
