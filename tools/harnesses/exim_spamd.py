@@ -335,14 +335,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, exim: str | None = None, workdi
         conf.write_text(exim_config(d, smtp_port, spamd_port, user, group))
         conf.chmod(0o644)
 
-        serve_log = d / "serve.log"
-        with open(serve_log, "wb") as f:
-            serve = subprocess.Popen([*spamnb, "serve", "--model", str(model), "--socket", str(d / "run" / "sock"),
-                                      "--spamd", f"127.0.0.1:{spamd_port}"], stdout=f, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        wait_for("spamnb serve", lambda: b"PONG" in spamd_ask(spamd_port, b"PING SPAMC/1.5\r\n\r\n", 2),
-                 serve, serve_log, timeout=60)
-        out(f"spamnb serve --spamd 127.0.0.1:{spamd_port} (model {model})")
+        serve = start_serve(spamnb, model, d, spamd_port, out)
 
         check = subprocess.run([exim, "-C", str(conf), "-bV"], capture_output=True, text=True, timeout=20)
         if check.returncode != 0:
@@ -437,6 +430,20 @@ def run(model: Path, ham: bytes, spam: bytes, *, exim: str | None = None, workdi
     finally:
         leave(d, keep=keep, made=workdir is None, out=out, procs=(daemon, serve))
     return problems
+
+
+def start_serve(spamnb, model, d: Path, spamd_port: int, out) -> subprocess.Popen:
+    """``spamnb serve --spamd 127.0.0.1:PORT`` on ``model``, its log in DIR/serve.log,
+    once it answers PING (what every harness's MTA then talks to)."""
+    serve_log = d / "serve.log"
+    with open(serve_log, "wb") as f:
+        serve = subprocess.Popen([*spamnb, "serve", "--model", str(model), "--socket", str(d / "run" / "sock"),
+                                  "--spamd", f"127.0.0.1:{spamd_port}"], stdout=f, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL)
+    wait_for("spamnb serve", lambda: b"PONG" in spamd_ask(spamd_port, b"PING SPAMC/1.5\r\n\r\n", 2),
+             serve, serve_log, timeout=60)
+    out(f"spamnb serve --spamd 127.0.0.1:{spamd_port} (model {model})")
+    return serve
 
 
 def leave(d: Path, *, keep: bool, made: bool, out, procs=()) -> None:

@@ -65,8 +65,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
 from tools.harnesses import exim_spamd  # noqa: E402
-from tools.harnesses.exim_spamd import (DOMAIN, ROOT, SAMPLE, Unavailable, as_sent, drive, free_port, leave,  # noqa: E402
-                        spamd_ask, spamd_check, tail, wait_for)
+from tools.harnesses.exim_spamd import (DOMAIN, ROOT, SAMPLE, Unavailable, as_sent, drive, free_port,  # noqa: E402
+                                        leave, spamd_check, start_serve, tail, wait_for)
 
 HARAKA_VERSION = "3.3.4"  # npm's latest of major 3 when this was written
 PLUGIN_VERSION = "1.1.2"  # haraka-plugin-spamassassin, as Haraka 3.3.4 installs it
@@ -322,14 +322,7 @@ def run(model: Path, *, ham: Path | None = None, high: Path | None = None, flagg
         hd = d / "haraka"
         make_haraka_dir(node, prefix, hd, smtp_port, spamd_port, reject)
 
-        serve_log = d / "serve.log"
-        with open(serve_log, "wb") as f:
-            serve = subprocess.Popen([*spamnb, "serve", "--model", str(model), "--socket", str(d / "run" / "sock"),
-                                      "--spamd", f"127.0.0.1:{spamd_port}"], stdout=f, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        wait_for("spamnb serve", lambda: b"PONG" in spamd_ask(spamd_port, b"PING SPAMC/1.5\r\n\r\n", 2),
-                 serve, serve_log, timeout=60)
-        out(f"spamnb serve --spamd 127.0.0.1:{spamd_port} (model {model})")
+        serve = start_serve(spamnb, model, d, spamd_port, out)
 
         haraka_log = d / "haraka.log"
         with open(haraka_log, "wb") as f:

@@ -73,7 +73,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
 from tools.harnesses.exim_spamd import (DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
                                         as_sent, delivered, drive, free_port, leave, mta_arguments, print_pair,
-                                        smtp_send, spamd_ask, spamd_check, tail, wait_for)
+                                        smtp_send, spamd_check, start_serve, tail)
 
 UNPACKED = ROOT / ".postfix-deb"
 DELIVERY_USER = "nobody"
@@ -348,14 +348,7 @@ def instance(model: Path, pf: Postfix, *, workdir: Path | None = None, keep: boo
         (etc / "main.cf").write_text(main_cf(d, pf, owner, group))
         (etc / "master.cf").write_text(master_cf(smtp_port, spamd_port, d, smtpd_options([spamd_port, smtp_port])))
 
-        serve_log = d / "serve.log"
-        with open(serve_log, "wb") as f:
-            serve = subprocess.Popen([*spamnb, "serve", "--model", str(model), "--socket", str(d / "run" / "sock"),
-                                      "--spamd", f"127.0.0.1:{spamd_port}"], stdout=f, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
-        wait_for("spamnb serve", lambda: b"PONG" in spamd_ask(spamd_port, b"PING SPAMC/1.5\r\n\r\n", 2),
-                 serve, serve_log, timeout=60)
-        out(f"spamnb serve --spamd 127.0.0.1:{spamd_port} (model {model})")
+        serve = start_serve(spamnb, model, d, spamd_port, out)
 
         # postfix check makes the queue's folders (post-install create-missing); then maildrop open to spamc's sendmail
         pi = subprocess.run([*postfix_cmd, "check"], capture_output=True, text=True, env=env, timeout=60)
