@@ -53,7 +53,6 @@ Exits 2 when a corpus is not there (tools/shared_corpora.py).
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -66,11 +65,8 @@ from tools.studies.first_day import strip_artefacts  # noqa: E402
 from spamnb.evaluation import metrics  # noqa: E402
 from spamnb.model import binary_features, transform_features  # noqa: E402
 from spamnb.scale import parallel  # noqa: E402
-from spamnb.verdict import DEFAULT_COSTS, cutoffs_from_costs  # noqa: E402
 
-_HAM_P, _SPAM_P = cutoffs_from_costs(*DEFAULT_COSTS)  # the default cut-offs: P(spam) 0.5 and 0.95
-SPAM_CUT = math.log(_SPAM_P / (1 - _SPAM_P))  # as log-odds (log 19); ham below 0
-TARGET = 0.05  # at most 5% of unfamiliar ham unsure or spam (issue 17)
+from tools.studies.protocols import SPAM_CUT, caught, frontier_interval, shift_for  # noqa: E402
 # the README's table: shift=-1.01 is the shipped model's prior (-0.72) on the 2002 model (-1.73)
 DEFAULT_LEVERS = ("default", "shift=-1.01", "prior=uniform", "recipient_counts=false", "fold_header_names=true",
                   "length=all", "floor=1", "min_df=2", "alpha=0.1")
@@ -138,22 +134,6 @@ class Trained:
         if scoring.get("length") == "all":
             X = over_all_tokens(X, self.distinct[name])
         return self.bias - scoring.get("shift", 0.0) + X @ weights
-
-
-def shift_for(ham_scores, share=TARGET):
-    """δ: with score − δ, exactly ``share`` of this ham scores at or above 0 (not ham)."""
-    return float(np.quantile(ham_scores, 1 - share))
-
-
-def caught(spam_scores, delta):
-    return 100 * float(np.mean(spam_scores - delta > SPAM_CUT))
-
-
-def frontier_interval(enron, spam, n, seed=0):
-    """95% percentile interval of the catch at the 5% shift, enron ham and spam resampled apart."""
-    rng = np.random.default_rng(seed)
-    values = [caught(rng.choice(spam, spam.size), shift_for(rng.choice(enron, enron.size))) for _ in range(n)]
-    return np.percentile(values, [2.5, 97.5])
 
 
 def measure(lever, data, train, resamples, trained):
