@@ -240,10 +240,10 @@ def test_serve_records_without_its_log_lines(compiled, messages, sock_path):
 # -- corrections learned outside the page ----------------------------------------------
 
 
-def learn_cli(way, model, label, *files):
+def learn_cli(way, model, label, *files, command="learn"):
     """``spamnb learn`` by its fast path (run where click and numpy cannot import: any
     fall-back to the click command fails) or by the click command (``--strict``)."""
-    args = ["learn", f"--{label}", "--model", str(model), *map(str, files)]
+    args = [command, f"--{label}", "--model", str(model), *map(str, files)]
     if way == "click":
         return subprocess.run(SPAMNB + [args[0], "--strict", *args[1:]], capture_output=True)
     code = ("import sys\nsys.modules['spamnb.cli'] = sys.modules['numpy'] = None\n"
@@ -279,6 +279,16 @@ def test_spamnb_learn_marks_the_row_of_each_message_it_learns(compiled, messages
     assert len(rows(path)) == 3 and stat.S_IMODE(os.stat(path).st_mode) == 0o600
     kind = {"spam": "false positive", "ham": "false negative", "unsure": "unsure taught"}[verdicts[0]]
     assert list(Site(str(compiled), False, path).corrections().values()) == [{kind: 1}]  # the Overview's chart
+    # forget undoes learn exactly, the history's mark included; forgetting under the
+    # other class (nothing learned so) leaves a mark alone
+    assert learn_cli(way, compiled, told[1], files[1]).returncode == 0
+    assert len(corrections(path)) == 2
+    proc = learn_cli(way, compiled, told[0], files[0], command="forget")
+    assert proc.returncode == 0 and b"history" not in proc.stderr, proc.stderr
+    assert corrections(path) == [(history.fields(judged[1])["message_id"], verdicts[1], told[1], 1)]
+    other = "ham" if told[1] == "spam" else "spam"
+    learn_cli(way, compiled, other, files[1], command="forget")
+    assert len(corrections(path)) == 1
 
 
 def test_spamnb_learn_without_a_history_or_behind_a_locked_one_learns(compiled, messages, tmp_path):

@@ -291,9 +291,7 @@ def test_tell_learns_moves_and_forgets(served, spam_and_ham, compiled):
 def test_tell_marks_the_tellers_row_of_the_message_corrected_in_the_history(compiled, spam_and_ham, tmp_path):
     """spamc -L spam|ham is the user's correction: the history row of that message (by
     Message-ID) and that user is marked, as the page marks it; a message never scanned
-    has no row to mark."""
-    import sqlite3
-
+    has no row to mark; TELL Remove: takes the mark back with the learning."""
     from spamnb.delivery.events import Recorder
     from spamnb.storage import history
 
@@ -313,11 +311,27 @@ def test_tell_marks_the_tellers_row_of_the_message_corrected_in_the_history(comp
     finally:
         s.stop()
         rec.close()
-    db = sqlite3.connect(hist)
-    got = db.execute("SELECT user, verdict, corrected, corrected_t IS NOT NULL FROM verdicts ORDER BY id").fetchall()
-    db.close()
     assert history.fields(ham)["message_id"]
-    assert got == [("alice", "ham", "spam", 1), ("bob", "ham", None, 0)]  # the teller's row only
+    assert rows_of(hist) == [("alice", "ham", "spam", 1), ("bob", "ham", None, 0)]  # the teller's row only
+    rec = Recorder(lines=False, history=history.Recorder(hist, print))
+    s = Served(compiled, recorder=rec)
+    try:  # Remove: local takes the learning back, and with it the mark
+        assert split_reply(s.ask(request("TELL", ham, User="alice", Remove="local")))[1] == {b"DidRemove": b"local"}
+    finally:
+        s.stop()
+        rec.close()
+    assert rows_of(hist) == [("alice", "ham", None, 0), ("bob", "ham", None, 0)]
+
+
+def rows_of(hist):
+    """A history's rows: who, the verdict, the correction and whether it has a time."""
+    import sqlite3
+
+    db = sqlite3.connect(hist)
+    try:
+        return db.execute("SELECT user, verdict, corrected, corrected_t IS NOT NULL FROM verdicts ORDER BY id").fetchall()
+    finally:
+        db.close()
 
 
 def test_tell_behind_a_lock_held_too_long_is_a_tempfail(served, spam_and_ham, compiled, monkeypatch):

@@ -78,7 +78,7 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     Example:
       spamnb forget --spam message.eml
     """
-    from spamnb.delivery.fastlearn import forgot
+    from spamnb.delivery.fastlearn import correct_history, forgot
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
@@ -87,6 +87,8 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
+    if getattr(backend, "path", None) is not None:  # as learn: a store's model has no history beside it
+        correct_history(backend.path, [raw for raw, _ in messages], label, notice, undo=True)
     click.echo(forgot(n, label), err=True)
 
 

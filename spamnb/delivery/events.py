@@ -185,6 +185,15 @@ class Recorder:
         self.emit({"event": "learn", "class": label, "source": source, "was": was, "user": user,
                    "mid": mid or "-"})
 
+    def forgotten(self, label, source, *, raw=None, user=None):
+        """A message the user took back (``source``: TELL ``Remove:``): learned as
+        ``label`` no more, so a correction to ``label`` in the history stands no more."""
+        if self.history is not None and raw is not None:
+            self.history.correct(raw, label, user=user, undo=True)
+        if self.lines:
+            self.emit({"event": "forget", "class": label, "source": source, "user": user,
+                       "mid": (message_id(raw) if raw is not None else None) or "-"})
+
     def error(self, kind, text=None, *, via=None):
         """An error a client or the model caused (``kind``: a short word)."""
         if self.metrics is not None:

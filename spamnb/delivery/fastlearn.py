@@ -141,18 +141,19 @@ def _update(command, path, label, raws):
         return None  # nothing was written: the click command does it, or says what is wrong
     if done["needs_compaction"]:
         compact_in_background(path)
+    correct_history(path, raws, label, warn, undo=forget)
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:
-        correct_history(path, raws, label, warn)
         sys.stderr.write(summary(done, label) + "\n")
     return 0
 
 
-def correct_history(model_path, raws, label, log):
+def correct_history(model_path, raws, label, log, *, undo=False):
     """Mark the messages just learned as the user's corrections in the history the
     filter records beside ``model_path`` (the model it judged them with): the
-    Overview of ``spamnb web`` counts them. No history there: nothing to mark."""
+    Overview of ``spamnb web`` counts them; ``undo`` (just forgotten): unmark them.
+    No history there: nothing to mark."""
     from spamnb.storage import history
 
-    history.correct_now(history.default_path(model_path), raws, label, log=log)
+    history.correct_now(history.default_path(model_path), raws, label, log=log, undo=undo)

@@ -527,13 +527,13 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
         raise SpamdError("EX_UNAVAILABLE", "TELL into the shared model is not enabled (send User: with a "
                                            "model of its own, or start the server with --allow-tell-served)")
     _, msg = envelope_split(raw)
-    done = {}
+    done, forgot = {}, None
     if set_local:
         done = _update(backend, [(msg, label, None)], forget=False, compact=compact)
     elif remove_local:
         for cls in (label,) if label else ("spam", "ham"):
             try:
-                done = _update(backend, [(msg, cls, None)], forget=True, compact=compact)
+                done, forgot = _update(backend, [(msg, cls, None)], forget=True, compact=compact), cls
                 break
             except ValueError:  # not learned as that class: nothing to forget there
                 continue
@@ -543,6 +543,7 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
         models.recorder.learned(label, "tell", raw=msg, user=user, was=_other(label) if done.get("moved") else None)
     if remove_local and done.get("forgotten", 0):
         did.append(b"DidRemove: local")
+        models.recorder.forgotten(forgot, "tell", raw=msg, user=user)
     return reply(headers=did, length=False)
 
 

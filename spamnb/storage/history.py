@@ -243,30 +243,36 @@ def mark(db, row_id, label):
 
 
 def correct(db, corrections):
-    """Mark the row of each ``(raw, label, user)`` the user corrected (an IMAP move,
+    """Mark the row of each ``(raw, label, user, undo)`` the user corrected (an IMAP move,
     TELL, ``spamnb learn``): the newest verdict of the message's Message-ID (as
     :func:`fields` recorded it), of ``user`` when given (a server's history holds
     everyone's). A message without a Message-ID, or never recorded, has no row: nothing
     is marked. A row already corrected to that label is left (the first time counts).
-    Inside the caller's transaction; the number of rows marked."""
+    ``undo`` (``spamnb forget``, TELL ``Remove:``): the learning is taken back, so a
+    row corrected to ``label`` is corrected no more. Inside the caller's transaction;
+    the number of rows changed."""
     n = 0
-    for raw, label, user in corrections:
+    for raw, label, user, undo in corrections:
         mid = fields(raw)["message_id"]
         if not mid:
             continue
         found = db.execute("SELECT id, corrected FROM verdicts WHERE message_id = ?"
                            + (" AND user = ?" if user else "") + " ORDER BY id DESC LIMIT 1",
                            (mid, user) if user else (mid,)).fetchone()
-        if found and found[1] != label:
+        if found and undo and found[1] == label:
+            db.execute("UPDATE verdicts SET corrected = NULL, corrected_t = NULL WHERE id = ?", (found[0],))
+            n += 1
+        elif found and not undo and found[1] != label:
             mark(db, found[0], label)
             n += 1
     return n
 
 
-def correct_now(path, raws, label, *, log, user=None):
-    """Mark the rows of ``raws``, just learned as ``label`` (``spamnb learn``), in the
-    history at ``path``, now: at most :data:`BUSY_MS` of waiting; no history there,
-    nothing to do; any failure is one line to ``log``, and the learning stands."""
+def correct_now(path, raws, label, *, log, user=None, undo=False):
+    """Mark the rows of ``raws``, just learned as ``label`` (``spamnb learn``; with
+    ``undo``, forgotten: ``spamnb forget``), in the history at ``path``, now: at most
+    :data:`BUSY_MS` of waiting; no history there, nothing to do; any failure is one
+    line to ``log``, and the learning stands."""
     if not os.path.exists(path):  # before importing sqlite3: most learns have no history
         return
     import sqlite3
@@ -277,7 +283,7 @@ def correct_now(path, raws, label, *, log, user=None):
             db.execute(MID_INDEX)
             db.execute("BEGIN IMMEDIATE")
             try:
-                correct(db, [(raw, label, user) for raw in raws])
+                correct(db, [(raw, label, user, undo) for raw in raws])
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
@@ -337,10 +343,11 @@ class Recorder:
         """Queue one verdict (never blocks; a full queue drops it, logged once per 100)."""
         self._put((raw, label, score, p, kw))
 
-    def correct(self, raw, label, user=None):
-        """Queue the user's correction of ``raw`` to ``label`` (:func:`correct`), written
-        after the verdicts queued before it; never blocks, as :meth:`add`."""
-        self._put((raw, label, user))
+    def correct(self, raw, label, user=None, undo=False):
+        """Queue the user's correction of ``raw`` to ``label`` (its undoing, with
+        ``undo``: :func:`correct`), written after the verdicts queued before it; never
+        blocks, as :meth:`add`."""
+        self._put((raw, label, user, undo))
 
     def _put(self, item):
         import queue
@@ -366,7 +373,7 @@ class Recorder:
                 batch.append(item)
             stop = batch[-1] is None
             records = [i for i in batch if i is not None and len(i) == 5]  # add()'s
-            corrections = [i for i in batch if i is not None and len(i) == 3]  # correct()'s
+            corrections = [i for i in batch if i is not None and len(i) == 4]  # correct()'s
             try:
                 write(self.db, [row(raw, label, score, p, **kw) for raw, label, score, p, kw in records],
                       corrections=corrections)
