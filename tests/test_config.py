@@ -361,3 +361,38 @@ def test_the_history_key_reaches_every_recording_path(system_file, compiled, a_s
     db.close()
     assert not os.path.exists(str(compiled) + ".history.sqlite")
     assert f'path = "{hist}"' in setting(run("config").stdout.decode(), "history", "path")
+
+
+def test_learn_and_forget_use_the_configured_model_and_history_on_every_path(user_file, compiled, a_spam, tmp_path):
+    """[model] path and [history] path reach learn and forget, on the fast path as on
+    the click path: with a model at the default place too, the configured one learns,
+    and the correction is marked in the configured history."""
+    import sqlite3
+
+    from spamnb.storage import history, locate
+    from spamnb.storage.modelfile import load_model, save_model
+
+    mine, default = tmp_path / "mine.joblib", locate.default_model_path()
+    hist = tmp_path / "h.sqlite"
+    for path in (mine, default):  # each with a fresh scorer: the fast path's condition
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        save_model(load_model(compiled), path)
+    write(user_file, f'[model]\npath = "{mine}"\n[history]\npath = "{hist}"\n')
+    env = {"SPAMNB_SOCKET": str(tmp_path / "no-server.sock")}
+    res = run("filter", input=a_spam, env=env)  # the click command checks the files; then the fast path
+    assert res.returncode == 0, res.stderr
+    ham = a_spam.replace(b"Subject:", b"Subject: told-ham", 1)
+    msg = tmp_path / "m.eml"
+    msg.write_bytes(ham)
+    assert run("filter", input=ham, env=env).returncode == 0
+    before = os.stat(default).st_mtime_ns, os.path.exists(str(default) + ".journal")
+    for command in ("learn", "forget", "learn"):
+        res = run(command, "--ham", msg, env=env)
+        assert res.returncode == 0 and b"history" not in res.stderr, res.stderr
+    assert (os.stat(default).st_mtime_ns, os.path.exists(str(default) + ".journal")) == before
+    assert os.path.exists(str(mine) + ".journal")
+    db = sqlite3.connect(hist)
+    assert db.execute("SELECT message_id, corrected FROM verdicts WHERE corrected IS NOT NULL").fetchall() == [
+        (history.fields(ham)["message_id"], "ham")]
+    db.close()
+    assert run("learn", "--ham", "--no-history", msg, env=env).returncode == 0  # the click path takes it too

@@ -55,7 +55,7 @@ KEYS = {
     ("log", "to"): ("log_to", LOGGING),
     ("metrics", "listen"): ("metrics_address", METRICS),
     ("metrics", "allow"): ("metrics_allow", METRICS),
-    ("history", "path"): ("history", ("serve", "filter", "imap filter", "web")),
+    ("history", "path"): ("history", ("serve", "filter", "imap filter", "web", "learn", "forget")),
     **{("imap", name): (name, IMAP) for name in ("host", "port", "user", "password_file", "password_command",
                                                   "security", "cafile", "force_plaintext")},
     ("imap", "model"): ("model_path", IMAP),  # imap.toml's own key for the model

@@ -6,7 +6,8 @@ import functools
 
 import click
 
-from spamnb.cli.options import cutoffs, decision_options, model_options, notice, open_backend, skipper, source_options
+from spamnb.cli.options import (cutoffs, decision_options, history_for, history_options, model_options, notice,
+                                open_backend, skipper, source_options)
 
 
 def _learn_options(f):
@@ -20,7 +21,7 @@ def _learn_options(f):
         return f(label="spam" if spam else "ham" if ham else None, **kwargs)
 
     command = click.argument("sources", nargs=-1, required=True, metavar="SRC...")(
-        model_options(source_options(command)))
+        model_options(source_options(history_options(command))))
     command = click.option("--ham", is_flag=True, help="The messages are ham.")(command)
     return click.option("--spam", is_flag=True, help="The messages are spam.")(command)
 
@@ -39,7 +40,7 @@ def _labelled(sources, label, recursive, strict):
 
 @click.command()
 @_learn_options
-def learn(label, sources, model_path, store, allow_insecure_model, recursive, strict):
+def learn(label, sources, model_path, store, allow_insecure_model, recursive, strict, history):
     """Learn messages as spam or ham (as bogofilter -s / -n).
 
     Learning the same message twice under the same label counts once (by its
@@ -58,20 +59,20 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    judged_by = getattr(backend, "path", None)  # the model filter used: its history holds the verdicts
+    marked = history_for(history, backend)  # beside the model filter used: its history holds the verdicts
     if backend.is_default:  # a user's first learn: their own model, seeded with the default one
         backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
         notice(f"creating your model at {backend.name}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
     done = backend.learn(messages, create=default_seed, warn=notice)
-    if judged_by is not None:  # a store's model has no history beside it
-        correct_history(judged_by, [raw for raw, _ in messages], label, notice)
+    if marked:
+        correct_history(marked, [raw for raw, _ in messages], label, notice, beside=False)
     click.echo(summary(done, label, skipped[0]), err=True)
 
 
 @click.command()
 @_learn_options
-def forget(label, sources, model_path, store, allow_insecure_model, recursive, strict):
+def forget(label, sources, model_path, store, allow_insecure_model, recursive, strict, history):
     """Undo learning messages as spam or ham (as bogofilter -S / -N).
 
     \b
@@ -87,8 +88,9 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
-    if getattr(backend, "path", None) is not None:  # as learn: a store's model has no history beside it
-        correct_history(backend.path, [raw for raw, _ in messages], label, notice, undo=True)
+    marked = history_for(history, backend)
+    if marked:
+        correct_history(marked, [raw for raw, _ in messages], label, notice, undo=True, beside=False)
     click.echo(forgot(n, label), err=True)
 
 

@@ -13,7 +13,10 @@ and says what is wrong:
   files: regular files holding one message each (or an mbox of one message,
   as a saved message with its ``From_`` line is; not a folder, not ``-``);
 * a model of the user's own with a fresh scorer (else the click command loads
-  the model, learns, and saves a scorer for next time).
+  the model, learns, and saves a scorer for next time);
+* configuration files as the click command last read and checked them: their
+  ``[model] path`` and ``[history] path`` apply here as there (a ``[store] url``,
+  or files not checked since they changed: the click command).
 
 The summary line is the click command's (:func:`summary`), the messages'
 rows in the history are marked as corrected (:func:`correct_history`), and
@@ -113,23 +116,50 @@ def _only_message(path):
         return None
 
 
+_CONFIG_PATHS = {("model", "path"): "model", ("store", "url"): "store", ("history", "path"): "history"}
+
+
+def configured(env=os.environ):
+    """``{"model": ..., "store": ..., "history": ...}`` of the configuration files (the
+    keys they set), or None when only the click command can answer: files it has not
+    read and checked since they changed (:func:`spamnb.storage.settings.read_cache`)."""
+    from spamnb.storage import settings
+
+    if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
+        return {}  # the usual case: a few stats, no TOML parser
+    layers = settings.read_cache(env)
+    if layers is None:
+        return None
+    out = {}
+    for (table, key), name in _CONFIG_PATHS.items():
+        value = layers.get(table, key)
+        if value is not None:
+            if not isinstance(value, str):
+                return None
+            out[name] = value
+    return out
+
+
 def main(command, args, load_cli, env=os.environ):
     """``spamnb learn|forget ARGS``: through the journal when it can, else the click command."""
     parsed = parse_args(args)
-    if parsed is not None and (parsed[1] is not None or not env.get("SPAMNB_STORE")):  # a store: click
+    config = configured(env) if parsed is not None else None
+    store = env.get("SPAMNB_STORE") or (config or {}).get("store")
+    if config is not None and (parsed[1] is not None or not store):  # a store: click
         label, model, files = parsed
-        path, is_default = locate.resolve_model(model, env)
+        path, is_default = locate.resolve_model(model or config.get("model"), env)
         raws = None if is_default or not os.path.isfile(path) else [_read_single(f) for f in files]
         if raws is not None and all(r is not None for r in raws):
-            code = _update(command, path, label, raws)
+            code = _update(command, path, label, raws, config.get("history"))
             if code is not None:
                 sys.stderr.flush()
                 sys.exit(code)
     load_cli()(args=[command, *args])
 
 
-def _update(command, path, label, raws):
-    """Exit status, or None to let the click command do it (and report any error)."""
+def _update(command, path, label, raws, history=None):
+    """Exit status, or None to let the click command do it (and report any error);
+    ``history``: the history file to mark (else the one beside the model)."""
     from spamnb.delivery.fastfilter import compact_in_background, warn
     from spamnb.storage import journal
     from spamnb.storage.store import ModelError
@@ -141,7 +171,7 @@ def _update(command, path, label, raws):
         return None  # nothing was written: the click command does it, or says what is wrong
     if done["needs_compaction"]:
         compact_in_background(path)
-    correct_history(path, raws, label, warn, undo=forget)
+    correct_history(history or path, raws, label, warn, undo=forget, beside=history is None)
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:
@@ -149,11 +179,12 @@ def _update(command, path, label, raws):
     return 0
 
 
-def correct_history(model_path, raws, label, log, *, undo=False):
+def correct_history(path, raws, label, log, *, undo=False, beside=True):
     """Mark the messages just learned as the user's corrections in the history the
-    filter records beside ``model_path`` (the model it judged them with): the
-    Overview of ``spamnb web`` counts them; ``undo`` (just forgotten): unmark them.
-    No history there: nothing to mark."""
+    filter records beside the model at ``path`` (the model it judged them with), or,
+    ``beside=False``, in the history file ``path`` (``--history``, ``[history]
+    path``): the Overview of ``spamnb web`` counts them; ``undo`` (just forgotten):
+    unmark them. No history there: nothing to mark."""
     from spamnb.storage import history
 
-    history.correct_now(history.default_path(model_path), raws, label, log=log, undo=undo)
+    history.correct_now(history.default_path(path) if beside else path, raws, label, log=log, undo=undo)
