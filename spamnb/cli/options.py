@@ -93,8 +93,7 @@ def history_path(history, model_path):
 def history_for(history, backend):
     """:func:`history_path` for the model of ``backend``: beside its file; a store's
     model has no file to sit beside, so there only ``--history FILE`` records."""
-    path = getattr(backend, "path", None)
-    return history_path(history, path) if path is not None else (history or None)
+    return history_path(history, backend.path) if backend.path is not None else (history or None)
 
 
 def decision_options(f):

@@ -50,6 +50,9 @@ class Backend:
     allow_insecure: bool = False
     #: whether users have models of their own here (:meth:`for_user`)
     per_user: bool = False
+    #: the model's file, for what is kept beside it (the verdict history); None: a
+    #: store's model has no file
+    path: str | None = None
 
     @staticmethod
     def log(text) -> None:
