@@ -2,6 +2,7 @@
 
 import io
 import os
+import re
 import tarfile
 import zipfile
 
@@ -422,6 +423,50 @@ def test_shipped_corpus_archive_if_present():
     for m in iter_index(path, strict=True):
         n[m.label] += 1
     assert n["ham"] + n["spam"] == 5943 and n["spam"] > 1000
+
+
+# The receiving mailbox's fields, which the recent spam must not carry (corpora/recent-spam.PROVENANCE)
+RECEIVER_FIELDS = re.compile(rb"^(received|arc-[a-z-]+|authentication-results|received-spf|delivered-to|"
+                             rb"return-path|x-google-[a-z-]+|x-gm-[a-z-]+|x-received|message-id):", re.I | re.M)
+
+
+def test_shipped_recent_spam_is_spam_of_today_without_its_collection_marks():
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.join(here, "corpora", "recent-spam.tar.xz")
+    if not os.path.exists(path):
+        pytest.skip("corpora/recent-spam.tar.xz not present")
+    messages = list(iter_index(path, strict=True))
+    assert len(messages) == 110 and {m.label for m in messages} == {"spam"}
+    assert all(re.search(r"/archive-\d+\.eml$", m.source) for m in messages)  # never pot-* (CC BY-NC)
+    for m in messages:
+        head = re.split(rb"\r?\n\r?\n", m.raw, maxsplit=1)[0]
+        assert b"[removed]" not in m.raw, m.source
+        assert not RECEIVER_FIELDS.search(head), m.source
+    assert all(re.search(rb"^subject:", m.raw, re.I | re.M) for m in messages)  # as sent, even empty
+
+
+def test_the_recent_spam_cut_takes_out_attachment_content_and_no_token(monkeypatch):
+    """make_corpora.py's cut of the recent spam: what it takes out of attachments changes no
+    token of any of the 110 (spamnb reads an attachment's type and name only)."""
+    from conftest import ROOT
+    from spamnb.mail.tokenizer import tokenize
+
+    monkeypatch.syspath_prepend(str(ROOT))
+    from tools import shared_corpora
+    from tools.generators.make_corpora import recent_spam, sender_fields, shippable
+
+    if not (shared_corpora.SHARED / "modern-spam-dev" / "index").exists():
+        pytest.skip("../shared/corpora/modern-spam-dev not present")
+    folder, entries = recent_spam(str(shared_corpora.SHARED))
+    assert len(entries) == 110
+    before = after = 0
+    for _, rel in entries:
+        with open(os.path.join(folder, rel), "rb") as f:
+            raw = f.read()
+        cut = sender_fields(raw)
+        before, after = before + len(cut), after + len(shippable(raw))
+        assert sorted(tokenize(shippable(raw))) == sorted(tokenize(cut)), rel
+    assert after < before / 10  # the images and PDFs were most of it
 
 
 # -- errors ----------------------------------------------------------------------

@@ -32,6 +32,15 @@ Protocols (the shared corpora in ``../shared/corpora``):
              5% of the ham is not filed ham (the frontier figure of
              ``first_day_frontier.py``).
 
+A change of what a model learns rather than how: ``--b-extra INDEX`` (a TREC index or an
+archive holding one) adds those messages to every training set of B, A's test messages
+unchanged (cv10: to each fold's training part; online: learned before the stream, their
+own scores left out; trec: cut to its five headers). Messages of modern-spam-dev's
+``pot-*`` part are refused: they are what ``modern`` judges. Whether the default model
+should also train on ``corpora/recent-spam.tar.xz`` (docs/accuracy.md, "today's spam")::
+
+    python tools/studies/protocols.py --b-extra corpora/recent-spam.tar.xz --resamples 200 --worst 3
+
 Settings are ``KEY=VALUE``: a :class:`spamnb.model.SpamModel` parameter (prior,
 alpha, model_type, features, refine_rounds, refine_margin) or a tokenizer field
 (skip_headers and only_headers take comma lists, ``''`` for none)::
@@ -57,6 +66,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from tools import shared_corpora  # noqa: E402
 from tools.studies.first_day import strip_artefacts  # noqa: E402
 from spamnb.evaluation import evaluate, metrics  # noqa: E402
+from spamnb.evaluation.folds import stratified_kfold  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
 from spamnb.mail.tokenizer import TokenizerConfig  # noqa: E402
 from spamnb.model import SpamModel  # noqa: E402
@@ -117,6 +127,25 @@ def shipped():
     return [(m.source, m.raw, m.label) for m in iter_index(shipped_corpus(), trusted=True)]
 
 
+def extra(path):
+    """The ``(source, raw, label)`` messages of the index ``path`` (``--a-extra``/``--b-extra``);
+    none of the pot-* part of modern-spam-dev, which ``modern`` judges."""
+    if not path:
+        return []
+    messages = [(m.source, m.raw, m.label) for m in iter_index(path, trusted=True)]
+    held = [src for src, _, _ in messages if MODERN_HELD.search(src)]
+    if held:
+        raise SystemExit(f"{path}: {len(held)} messages of modern-spam-dev's pot-* part "
+                         f"(e.g. {held[0]}): the modern protocol judges them, nothing trains on them")
+    return messages
+
+
+def without(sc, sources):
+    """``(y, scores, sources)`` of ``sc`` (a :class:`spamnb.evaluation.evaluate.Scores`) minus ``sources``."""
+    keep = np.array([src not in sources for src in sc.sources], dtype=bool)
+    return sc.y[keep], sc.score[keep], [src for src, k in zip(sc.sources, keep) if k]
+
+
 def age_split(sa):
     """``(older, later)`` messages of the SpamAssassin corpus: the by-age protocol's
     training (easy_ham, hard_ham, spam) and test (easy_ham_2, spam_2) sets."""
@@ -137,40 +166,45 @@ def fair_headers(raw):
     return b"\n".join(kept) + raw[cut:]
 
 
-def run(protocol, make, cache):
+def run(protocol, make, cache, more=()):
     """``(y, scores, sources, ranking)`` of one setting under one protocol: ``ranking`` is
     ``scores`` (log-odds), except for ``enron``, where y is all ham, scores are 0/1 not-ham
-    and ranking the log-odds."""
-    if protocol == "cv10":
-        sc = evaluate.cross_validate(make, cache("spamassassin"), k=10)
+    and ranking the log-odds. ``more``: messages added to every training set (:func:`extra`)."""
+    more = list(more)
+    if protocol == "cv10":  # the extra messages are a fold of their own, never tested on
+        sa = cache("spamassassin")
+        folds = stratified_kfold(np.array([label == "spam" for _, _, label in sa], dtype=int), 10, 0)
+        sc = evaluate.cross_validate(make, sa + more, folds=np.concatenate([folds, np.full(len(more), -1)]))
     elif protocol == "age":
         sa = cache("spamassassin")
         old, new = age_split(sa)
-        sc = evaluate.train_test(make, old, new)
+        sc = evaluate.train_test(make, old + more, new)
     elif protocol == "trec":
         tc = cache("trec06c-dev", fair_headers)
         half = [int(hashlib.md5(m[0].encode()).hexdigest(), 16) % 2 for m in tc]
-        sc = evaluate.train_test(make, [m for m, h in zip(tc, half) if h == 0], [m for m, h in zip(tc, half) if h == 1])
-    elif protocol == "online":
+        train = [m for m, h in zip(tc, half) if h == 0] + [(src, fair_headers(raw), label) for src, raw, label in more]
+        sc = evaluate.train_test(make, train, [m for m, h in zip(tc, half) if h == 1])
+    elif protocol == "online":  # the extra messages first, learned as the stream's start
         stream = cache("spamassassin") + cache("trec06c-dev") + cache("enron-ham-dev", strip_artefacts)
         stream = stream[:]
         random.Random(1).shuffle(stream)
-        sc = evaluate.online(make, stream[: cache.online_n])
+        sc = evaluate.online(make, more + stream[: cache.online_n])
     elif protocol == "modern":  # the default model's training against enron ham and today's spam
         model = make()
-        parallel.train(model, cache("shipped"))
+        parallel.train(model, cache("shipped") + more)
         test = cache("enron-ham-dev", strip_artefacts) + [m for m in cache("modern-spam-dev") if MODERN_HELD.search(m[0])]
         verdicts = list(model.classify_many(raw for _, raw, _ in test))
         return (np.array([label == "spam" for _, _, label in test], dtype=int), np.array([c.score for c in verdicts]),
                 [src for src, _, _ in test], np.array([c.label for c in verdicts]))
     else:  # enron: out-of-domain ham
         model = make()
-        parallel.train(model, cache("spamassassin"))
+        parallel.train(model, cache("spamassassin") + more)
         ham = cache("enron-ham-dev", strip_artefacts)
         verdicts = list(model.classify_many(raw for _, raw, _ in ham))
         return (np.zeros(len(ham), dtype=int), np.array([c.label != "ham" for c in verdicts], dtype=float),
                 [src for src, _, _ in ham], np.array([c.score for c in verdicts]))
-    return sc.y, sc.score, sc.sources, sc.score
+    y, scores, sources = without(sc, {src for src, _, _ in more})
+    return y, scores, sources, scores
 
 
 class Cache:
@@ -227,10 +261,12 @@ def caught(spam_scores, delta):
     return 100 * float(np.mean(spam_scores - delta > SPAM_CUT))
 
 
-def frontier_interval(enron, spam, n, seed=0):
-    """95% percentile interval of the catch at the 5% shift, enron ham and spam resampled apart."""
+def frontier_interval(enron, spam, n, seed=0, share=TARGET):
+    """95% percentile interval of the catch at the shift that leaves ``share`` of the ham not
+    filed ham (5%), enron ham and spam resampled apart."""
     rng = np.random.default_rng(seed)
-    values = [caught(rng.choice(spam, spam.size), shift_for(rng.choice(enron, enron.size))) for _ in range(n)]
+    values = [caught(rng.choice(spam, spam.size), shift_for(rng.choice(enron, enron.size), share))
+              for _ in range(n)]
     return np.percentile(values, [2.5, 97.5])
 
 
@@ -248,6 +284,11 @@ def modern_lines(y, a, b, labels_a, labels_b, resamples):
         at = caught(s[spam], shift_for(s[ham]))
         low, high = frontier_interval(s[ham], s[spam], min(resamples, 200))
         print(f"{'modern':<8} {tag} caught at 5% not ham: {at:.1f} [{low:.1f}, {high:.1f}]", flush=True)
+    # B slid to A's own operating point: what B catches for the ham A holds at its cut-offs
+    share = float(np.mean(labels_a[ham] != "ham"))
+    at = caught(b[spam], shift_for(b[ham], share))
+    low, high = frontier_interval(b[ham], b[spam], min(resamples, 200), share=share)
+    print(f"{'modern':<8} B caught at A's {100 * share:.1f}% not ham: {at:.1f} [{low:.1f}, {high:.1f}]", flush=True)
 
 
 def verdict(low, high, sign):
@@ -260,6 +301,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--a", nargs="*", default=[], metavar="KEY=VALUE", help="setting A (default: the defaults)")
     ap.add_argument("--b", nargs="*", default=[], metavar="KEY=VALUE", help="setting B")
+    ap.add_argument("--a-extra", metavar="INDEX", help="messages added to every training set of A")
+    ap.add_argument("--b-extra", metavar="INDEX", help="messages added to every training set of B")
     ap.add_argument("--protocols", default=",".join(PROTOCOLS))
     ap.add_argument("--online-n", type=int, default=6000)
     ap.add_argument("--resamples", type=int, default=500)
@@ -268,11 +311,13 @@ def main():
     args = ap.parse_args()
     make_a, make_b = maker(args.a), maker(args.b)
     cache = Cache(args.online_n)
-    print(f"A: {' '.join(args.a) or 'defaults'}   B: {' '.join(args.b) or 'defaults'}")
+    more_a, more_b = extra(args.a_extra), extra(args.b_extra)
+    print(f"A: {' '.join(args.a) or 'defaults'}{' + ' + args.a_extra if more_a else ''}   "
+          f"B: {' '.join(args.b) or 'defaults'}{' + ' + args.b_extra if more_b else ''}")
     print(f"{'protocol':<8} {'metric':<13} {'A':>9} {'B':>9} {'B-A':>9}  95% interval       verdict")
     for protocol in args.protocols.split(","):
-        y, sa, sources, ranking = run(protocol, make_a, cache)
-        _, sb, _, ranking_b = run(protocol, make_b, cache)
+        y, sa, sources, ranking = run(protocol, make_a, cache, more_a)
+        _, sb, _, ranking_b = run(protocol, make_b, cache, more_b)
         if protocol == "enron":
             d, low, high = mean_difference(sa, sb, args.resamples)
             print(f"{protocol:<8} {'not ham %':<13} {100 * sa.mean():9.3f} {100 * sb.mean():9.3f} {d:+9.3f}  "
