@@ -174,12 +174,20 @@ def as_delivered(raw, keep=README_FIELDS):
     return fair_headers(raw.replace(b"\r\n", b"\n"), keep)
 
 
-def dated(messages, keep, to=None):
+#: The honeypot's own address, which it put where the recipient's was: in From: (spam
+#: "from" the recipient) and in bodies ("Dear phishing@pot"), 1,030 of modern-spam-dev's
+#: messages after the header cut. Left as it is, it is a spam token no ham can carry.
+HONEYPOT = re.compile(rb"(?i)\b(?:phishing|phish|honey)@pot\b")
+
+
+def dated(messages, keep, owner=None, readdress=False):
     """``[(source, raw, label, time)]`` by date (``Date:``; none: last), each message
-    :func:`as_delivered` (To: readdressed to ``to`` first when given)."""
+    :func:`as_delivered`; given the ``owner``'s address, the honeypot's address becomes
+    theirs (as in spam sent to them), and with ``readdress`` the To: too."""
     out = []
     for source, raw, label in by_date([(src, raw.replace(b"\r\n", b"\n"), lab) for src, raw, lab in messages]):
-        raw = readdressed(raw, to) if to else raw
+        if owner:
+            raw = HONEYPOT.sub(owner.encode(), readdressed(raw, owner) if readdress else raw)
         out.append((source, as_delivered(raw, keep), label, sent_at(raw)))
     return out
 
@@ -298,7 +306,8 @@ def first_day(args, seeds, rules):
     screen = default_seed()
     keep = README_FIELDS + ((b"to",) if args.readdress else ())
     print(f"ham {ham_corpus}, spam {args.spam_corpus}; header fields kept in both classes: "
-          f"{', '.join(f.decode() for f in keep)}{'; spam readdressed to the owner' if args.readdress else ''}; "
+          f"{', '.join(f.decode() for f in keep)}; the honeypot's address in spam replaced by the owner's"
+          f"{' (and To: readdressed)' if args.readdress else ''}; "
           f"setup on the {args.setup_ham} earliest ham and {args.setup_spam} earliest spam; then {limit} messages, "
           f"{args.spam_share:.0%} spam, each class {'in date order' if args.order == 'date' else 'shuffled'}, "
           f"interleaved by order {seeds}; corrections {args.delay} messages later")
@@ -307,8 +316,7 @@ def first_day(args, seeds, rules):
         mine = [m for m in all_ham if f"/{owner}/" in m[0]]
         if not mine:
             raise SystemExit(f"--owner {owner}: no message of {ham_corpus} has /{owner}/ in its path")
-        to = owner_address(mine) if args.readdress else None
-        ham, spam = dated(mine, keep), dated(spam_raw, keep, to)
+        ham, spam = dated(mine, keep), dated(spam_raw, keep, owner_address(mine), args.readdress)
         folders, now = sorted_mail(ham, spam, args.setup_ham, args.setup_spam)
         proposal, model = setup_start(folders, now, screen)
         state = model.to_state()
