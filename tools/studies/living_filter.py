@@ -44,6 +44,23 @@ of a new user who gets business mail::
         --corpus ../shared/corpora/enron-ham-dev --corpus ../shared/corpora/spamassassin \\
         --only '/farmer-d/|/spam_2\\.' --limit 3000
 
+``--start setup`` is the first day after ``spamnb setup`` (issue 32): setup's own
+code (:mod:`spamnb.delivery.setup`'s ``propose``, screened by the default model,
+and ``train``) learns an INBOX of the owner's ``--setup-ham`` earliest ham
+(enron-ham-dev, one ``--owner``) and a ``.Junk`` of the ``--setup-spam`` earliest
+spam (modern-spam-dev, read here and never saved, nor any model of it); then the
+owner's later ham and the later spam, each by date (or ``--order shuffled``),
+interleaved at random by each seed, run as above for ``--limit`` 1,000 messages
+with ``filter -u``'s rule. Both classes keep only the header fields
+modern-spam-dev's README names (:data:`README_FIELDS`; To: too with
+``--readdress``), with LF line ends, and the honeypot's address becomes the
+owner's. It prints per window the ham unsure or spam, the spam caught and the
+spam in the inbox (the mean over the orders, the lowest and highest), the
+messages after the first 100 pooled with exact intervals, and whether issue
+32's target holds (``--check``: exit 1 when not)::
+
+    python tools/studies/living_filter.py --start setup --seed 0 --seed 1 --seed 2 --seed 3 --seed 4
+
 Usage::
 
     python tools/studies/living_filter.py                                   # SpamAssassin, orders 0-2
