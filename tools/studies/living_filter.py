@@ -15,6 +15,7 @@ loop over shuffled orders of a corpus, message by message:
    * ``self-margin:M``: learn the verdict only when not unsure and its score is
      within M log-odds of the cut-off bounding that verdict (the ham cut-off for
      a ham, the spam cut-off for a spam): a thick threshold on self-labels;
+   * ``self-spam-margin:M``: as ``self-margin:M``, spam verdicts only;
    * ``self-none``: learn nothing;
 
 3. the user, ``--delay`` messages later (0: at once): a misfiled message (FP or
@@ -124,8 +125,10 @@ def with_owner(messages):
 
 def self_learns(rule, label, score, cutoffs):
     """Whether the filter learns its own verdict ``label`` (score in log-odds) under ``rule``:
-    ``filter -u``'s own rule (:func:`spamnb.verdict.learns_verdict`) with that margin."""
-    if rule == "self-none":
+    ``filter -u``'s own rule (:func:`spamnb.verdict.learns_verdict`) with that margin;
+    ``self-spam-margin:M`` learns only its spam verdicts (a ham verdict that is a spam
+    in the inbox teaches nothing while the user has not moved it)."""
+    if rule == "self-none" or (rule.startswith("self-spam-") and label == "ham"):
         return False
     return learns_verdict(label, score, cutoffs, None if rule == "self-all" else float(rule.partition(":")[2]))
 
