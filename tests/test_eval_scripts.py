@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -233,3 +234,55 @@ def test_protocols_names_the_absent_corpus_itself(tmp_path, monkeypatch, capsys)
         protocols.corpus("enron-ham-dev")
     assert stop.value.code == 2
     assert f"no corpus at {tmp_path / 'corpora' / 'enron-ham-dev'};" in capsys.readouterr().err
+
+
+def _dated_message(day, subject, body, *, crlf=False, extra=b""):
+    raw = (b"Received: from relay.example.net\nFrom: someone@example.org\nTo: phishing@pot\n" + extra +
+           b"Date: %s\nSubject: %s\nContent-Type: text/plain\n\n%s\n"
+           % (time.strftime("%a, %d %b %Y %H:%M:%S +0000", time.gmtime(1_000_000_000 + day * 86400)).encode(),
+              subject, body))
+    return raw.replace(b"\n", b"\r\n") if crlf else raw
+
+
+def test_living_filter_first_day_after_setup_on_a_made_stream():
+    """--start setup's machinery, fast: the header cut and the honeypot's address, setup's own
+    proposal and training on the earliest sorted mail, the later stream, the windows' figures."""
+    living = _script_module("living_filter")
+    ham = [(f"ham/{i}", _dated_message(i, b"budget meeting %d" % i, b"the quarterly budget report and schedule"),
+            "ham") for i in range(40)][::-1]  # given newest first: dated() sorts them
+    spam = [(f"spam/{i}", _dated_message(i, b"you are a winner %d" % i,
+                                         b"Dear phishing@pot claim your bitcoin prize now", crlf=True), "spam")
+            for i in range(30)]
+    cut = living.dated(ham, living.README_FIELDS)
+    assert [m[0] for m in cut[:2]] == ["ham/0", "ham/1"] and cut[0][3] < cut[1][3]
+    assert cut[0][1] == b"From: someone@example.org\nSubject: budget meeting 0\nContent-Type: text/plain\n\n" \
+                        b"the quarterly budget report and schedule\n"
+    bad = living.dated(spam, living.README_FIELDS, "owner@corp.example")
+    assert all(b"\r" not in raw and b"pot" not in raw and b"Received" not in raw and b"To:" not in raw
+               and b"Dear owner@corp.example" in raw for _, raw, _, _ in bad)
+    readdressed = living.dated(spam, living.README_FIELDS + (b"to",), "owner@corp.example", readdress=True)
+    assert b"To: owner@corp.example" in readdressed[0][1]
+
+    folders, now = living.sorted_mail(cut, bad, 30, 10)
+    assert [(f.role, len(f.messages)) for f in folders] == [("ham", 30), ("spam", 10)]
+    proposal, model = living.setup_start(folders, now, screen=None)
+    assert proposal.enough and proposal.young == 0 and model.class_count.tolist() == [30, 10]
+    few, kept = living.setup_start(living.sorted_mail(cut, bad, 29, 10)[0], now, screen=model)
+    assert not few.enough and kept is model  # too little sorted: setup keeps the screening (default) model
+
+    stream = living.next_messages(cut[30:], bad[10:], seed=1, n=15)
+    assert len(stream) == 15 and {m[2] for m in stream} == {"ham", "spam"}
+    assert [m[0] for m in stream if m[2] == "ham"] == [m[0] for m in cut[30:30 + len(stream) - sum(
+        m[2] == "spam" for m in stream)]]  # each class keeps its date order
+    assert living.next_messages(cut[30:], bad[10:], seed=1, n=15) == stream
+    assert len(living.next_messages(cut[30:], bad[10:], seed=1, n=100)) == 30  # both classes used up
+
+    state = model.to_state()
+    scores, labels, n = living.living(stream, living.FILTER_U, 0, lambda: type(model).from_state(state))
+    golds = [m[2] for m in stream]
+    assert labels == golds and n["actions"] == 0  # the made classes share no word: all filed right
+    rows = living.first_day_rows([(labels, golds)], [(0, 5), (5, 15)])
+    assert [[r[0] for r in row] for row in rows] == [[0.0, 100.0, 0.0], [0.0, 100.0, 0.0]]
+    assert living.target_met(rows[-1]) == (True, True)
+    wrong = ["spam" if g == "ham" else "ham" for g in golds]
+    assert living.target_met(living.first_day_rows([(wrong, golds)], [(0, 15)])[0]) == (False, False)

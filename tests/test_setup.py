@@ -214,6 +214,7 @@ def test_setup_on_a_new_users_maildir_changes_no_mail_and_its_recipe_works(newco
         assert name in out
     assert "10-fold cross-validation, 65 ham, 28 spam" in out
     assert out.count("(95% interval ") == 2
+    assert "with fewer than 100 ham and 30 spam learned, each correction counts" in out  # 28 spam
     model = home / ".local" / "share" / "spamnb" / "model.joblib"
     assert model.is_file() and model.stat().st_uid == newcomer[0]
     assert f'path = "{model}"' in (home / ".config" / "spamnb" / "config.toml").read_text()
@@ -326,6 +327,8 @@ def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
     assert (len(proposal.ham), len(proposal.spam), proposal.young) == (8, 4, 0)
     assert not proposal.enough and proposal.shortfall() == "22 more ham (mail you keep) and 6 more spam " \
                                                            "(into a Junk folder)"
+    assert proposal.shortfall(lib.FIRST_DAY_HAM, lib.FIRST_DAY_SPAM).startswith("92 more ham")
+    assert lib.Proposal(proposal.ham * 13, proposal.spam * 8, 0, []).shortfall(lib.FIRST_DAY_HAM, 30) == ""
 
 
 def test_an_imap_account_in_the_configuration_gets_the_imap_train_line_and_the_unit(tmp_path):

@@ -151,6 +151,10 @@ def _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, as
     backend = own_backend(str(target), None)
     done = lib.train(proposal, SpamModel(), backend)
     click.echo(f"trained on {done['learned']} messages; saved to {backend.name}")
+    if proposal.shortfall(lib.FIRST_DAY_HAM, lib.FIRST_DAY_SPAM):
+        click.echo(f"In the first days, move what it misfiles or leaves unsure soon: with fewer than "
+                   f"{lib.FIRST_DAY_HAM} ham and {lib.FIRST_DAY_SPAM} spam learned, each correction counts "
+                   "(spam left in your inbox is learned as ham until you move it).")
     return True
 
 

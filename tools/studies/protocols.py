@@ -152,16 +152,17 @@ def age_split(sa):
     return [m for m in sa if OLDER.search(m[0])], [m for m in sa if LATER.search(m[0])]
 
 
-def fair_headers(raw):
-    """The message with only the five headers trec06c-dev may show (the rest leak its label)."""
+def fair_headers(raw, keep=FAIR_HEADERS):
+    """The message with only the header fields ``keep`` (lower-case bytes): by default the
+    five trec06c-dev may show (the rest leak its label)."""
     cut = raw.find(b"\n\n")
     if cut < 0:
         return raw
-    kept, keep = [], False
+    kept, kept_field = [], False
     for line in raw[:cut].split(b"\n"):
         if line[:1] not in (b" ", b"\t"):
-            keep = line.split(b":", 1)[0].strip().lower() in FAIR_HEADERS
-        if keep:
+            kept_field = line.split(b":", 1)[0].strip().lower() in keep
+        if kept_field:
             kept.append(line)
     return b"\n".join(kept) + raw[cut:]
 
