@@ -38,7 +38,6 @@ elements (``p``, ``div``, ``br``, ``td``...) do.
 
 import functools
 import re
-from itertools import chain
 
 from spamnb.mail.lexer import crack_url
 
@@ -439,7 +438,10 @@ _ATTR = re.compile(r"""([^\s/>=][^\s/>=]*)(?:\s*(=)\s*(?:"([^"]*)"|'([^']*)'|([^
 _READ_ON_ANY_TAG = re.compile("style|hidden|color", re.I).search
 
 
-_NO_MORE = (None,)  # ends _scan's matches: the text after the last construct
+_NO_MORE = (None, None, None, None, None, "")  # no construct, no text: see _scan
+# Where _scan's stretches end: the constructs that make it jump ahead (a
+# comment, a script or a style element), or a "<" that looks like one.
+_JUMPS = re.compile("<(?:!--|[sS][cC][rR][iI][pP][tT]|[sS][tT][yY][lL][eE])")
 
 
 def _unescape(s):
@@ -475,15 +477,20 @@ def _start_tag(tag, rest):
 def _scan(doc, ev):
     """Drive ``ev`` through ``doc`` in one linear pass (see the comment above).
 
+    The document is read in stretches between the constructs that make the
+    pass jump ahead: a comment, a script or style element (:data:`_JUMPS`).
+    Each stretch is cut by one ``_MARKUP.split`` into text and constructs (a
+    list made in C, instead of a match object per construct); the construct
+    that ends it is matched alone.  Cutting text at a "<" that opens nothing
+    changes no result: the two pieces are seen as the whole would be.
+
     The common events are handled here, inline, instead of by calls to
-    ``ev``'s handlers: a tag with no attribute to read, its word boundary and
-    its push or pop; text in a visible element; a comment.  The handlers
-    (:class:`_Evidence`, driven by the stdlib parser in the tests) stay the
-    reference: the same text and tokens on every construct (tests/test_html.py),
-    the same token multiset on every message (tools/benchmarks/token_hashes.py).
-    Why: a method call and the attribute traffic per event were most of this
-    pass; inline, every HTML part of the shipped corpus (1,313 parts, 9.8 MB)
-    takes FIXME CPU s (docs/tokenizer-speed.md).
+    ``ev``'s handlers: a tag's word boundary and its push or pop; text in a
+    visible element; a comment.  The handlers (:class:`_Evidence`, driven by the
+    stdlib parser in the tests) stay the reference: the same text and tokens on
+    every construct (tests/test_html.py), the same token multiset on every
+    message (tools/benchmarks/token_hashes.py).  Why: the per-event calls and
+    match objects were most of this pass; FIXME.
     """
     chunks = ev.chunks
     tokens = ev.tokens
@@ -493,23 +500,39 @@ def _scan(doc, ev):
     block = _BLOCK
     void = _VOID
     invisible_tags = _INVISIBLE
-    special_tags = _SPECIAL
+    effect_tags = _SPECIAL | _INVISIBLE
     read_any = _READ_ON_ANY_TAG
-    finditer = _MARKUP.finditer
+    split = _MARKUP.split
+    match = _MARKUP.match
+    next_jump = _JUMPS.search
     tail_alnum = ev.tail_alnum
     pending = ev.pending
     hidden_chars = ev.hidden_chars
     comments = ev.comments
     low = None
-    i = 0
     n = len(doc)
+    i = look = 0  # i: where the next stretch starts; look: where to seek its end
     try:
         while i < n:
-            jump = None  # where the scan resumes after a comment or a script
-            for m in chain(finditer(doc, i), _NO_MORE):
-                j = n if m is None else m.start()
-                if i < j:  # text: ev.handle_data
-                    text = doc[i:j]
+            jm = next_jump(doc, look)
+            if jm is None:
+                parts = split(doc[i:] if i else doc)
+                parts += _NO_MORE  # the text after the last construct, with no construct
+                end = n
+            else:
+                c = jm.start()
+                m = match(doc, c)
+                if m is None:  # "<script" that opens nothing: text, in this stretch
+                    look = c + 1
+                    continue
+                parts = split(doc[i:c]) if i < c else [""]
+                parts += m.groups()
+                parts.append("")
+                end = m.end()
+            jump = None  # where the pass resumes after a comment or a script
+            it = iter(parts)
+            for text, comment, name, inner, tag, rest in zip(it, it, it, it, it, it):
+                if text:  # ev.handle_data
                     if "&" in text:
                         text = _unescape(text)
                     top = stack[-1]
@@ -524,10 +547,6 @@ def _scan(doc, ev):
                         pending = None
                         add_text(text)
                         tail_alnum = text[-1:].isalnum()
-                if m is None:
-                    return
-                i = m.end()
-                comment, name, inner, tag, rest = m.groups()
                 if tag is not None:  # a start tag: ev.handle_starttag
                     tag = tag.lower()
                     if tag in block:
@@ -537,7 +556,7 @@ def _scan(doc, ev):
                     elif tail_alnum:
                         pending = "tag"
                     change = None
-                    if tag in special_tags or tag in invisible_tags or (rest is not None and read_any(rest)):
+                    if tag in effect_tags or (rest is not None and read_any(rest)):
                         change, evidence = _start_tag(tag, rest or "")
                         if evidence is not None:
                             ev.add_evidence(evidence)
@@ -549,10 +568,10 @@ def _scan(doc, ev):
                             ev.push_changed(tag, change)
                     if rest and rest[-1] == "/" and (len(rest) == 1 or rest[-2] in " \t\n\r\f\"'"):
                         name = tag  # <br/>: start and end
-                    elif tag in invisible_tags:
+                    elif tag in invisible_tags:  # only ever the construct that ends a stretch
                         if low is None:
                             low = doc.lower()
-                        k = low.find("</" + tag, i)
+                        k = low.find("</" + tag, end)
                         if k >= 0:
                             k = low.find(">", k)
                         jump = n if k < 0 else k + 1  # unclosed: the rest is script or style
@@ -572,15 +591,15 @@ def _scan(doc, ev):
                                 pending = "comment"
                         continue
                     name = (found.group(1) or found.group(2)).lower()
-                elif comment:  # "<!--": ev.handle_comment
-                    k = doc.find("-->", i)
+                elif comment:  # "<!--" (only ever the construct that ends a stretch): ev.handle_comment
+                    k = doc.find("-->", end)
                     if k < 0:
                         return  # an unterminated comment ends the document
                     comments += 1
                     if tail_alnum:
                         pending = "comment"
                     jump = k + 3
-                    break
+                    continue
                 else:  # "<!...>" / "<?...>": dropped
                     continue
                 # An end tag: ev.handle_endtag
@@ -594,9 +613,7 @@ def _scan(doc, ev):
                     pop()
                 else:
                     ev.pop_element(name)
-                if jump is not None:  # after <script>: resume past its end tag
-                    break
-            i = jump
+            i = look = end if jump is None else jump
     finally:
         ev.tail_alnum = tail_alnum
         ev.pending = pending
