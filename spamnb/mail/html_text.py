@@ -496,7 +496,8 @@ def _scan(doc, ev):
     match objects were most of this pass.  Every HTML part of the shipped
     corpus (1,313, 9.8 MB), 9 pairs alternated in one process, CPU medians
     (python tools/benchmarks/bench_tokenizer.py corpora/spamassassin.tar.xz
-    --html-vs d10ff10): 1.398 -> 1.004 s, a paired ratio of 0.725; the steps
+    --html-vs d10ff10): 1.398 -> 1.004 s, a paired ratio of 0.725 (a later run,
+    5 pairs: 1.132 -> 0.905 s, 0.771; 0 parts differ); the steps
     one by one (5 pairs each): the events inline 0.94, with the bare and plain
     tag alternatives and the start-tag memo 0.79-0.81, read in stretches 0.77.
     """
