@@ -36,6 +36,7 @@ Inline elements (``b``, ``font``, ``span``...) do not separate words; block
 elements (``p``, ``div``, ``br``, ``td``...) do.
 """
 
+import functools
 import re
 
 from spamnb.mail.lexer import crack_url
@@ -67,6 +68,7 @@ _NAMED = {"white": "ffffff", "black": "000000", "red": "ff0000", "green": "00800
           "blue": "0000ff", "yellow": "ffff00", "silver": "c0c0c0", "gray": "808080",
           "grey": "808080"}
 _MAX_STACK = 400
+_MEMO = 1 << 12
 _MAX_TAG = 1000
 _POP_SEARCH = 40
 
@@ -83,6 +85,88 @@ def _color(value):
 def _bucket(n):
     """Power-of-two bucket of a positive count: 1, 2, 4, 8, ..."""
     return 1 << (n.bit_length() - 1)
+
+
+def _start_tag_effects(tag, attrs):
+    """``(element change, evidence)`` of a start tag: what it does from its
+    name and attributes alone (the parent's state is applied by the caller).
+
+    The element change is None when the element inherits its parent's state,
+    else ``(hidden, invisible, fg, bg)``: the first two turn hiding on, a colour
+    (6 hex digits or a name) replaces the inherited one unless None.  The
+    evidence is None for tags outside _SPECIAL, else ``(tokens, notable tags,
+    fonts, images)``.
+    """
+    change = _element_change(tag, attrs) if attrs or tag in _INVISIBLE else None
+    return change, (_tag_evidence(tag, attrs) if tag in _SPECIAL else None)
+
+
+def _element_change(tag, attrs):
+    hidden = False
+    fg = bg = None
+    a = dict(attrs)
+    style = a.get("style")
+    if style:
+        s = style.lower().replace(" ", "")
+        if "display:none" in s or "visibility:hidden" in s or _TINY_CSS.search(s):
+            hidden = True
+        m = _CSS_COLOR.search(s)
+        if m:
+            fg = _color(m.group(1))
+        m = _CSS_BG.search(s)
+        if m:
+            bg = _color(m.group(1))
+    if "hidden" in a:
+        hidden = True
+    color = a.get("color")
+    if color and tag == "font":
+        fg = _color(color)
+    bgcolor = a.get("bgcolor")
+    if bgcolor:
+        bg = _color(bgcolor)
+    return hidden, tag in _INVISIBLE, fg, bg
+
+
+def _tag_evidence(tag, attrs):
+    """Evidence from tags that carry links or are rare in ham."""
+    a = {k: v for k, v in attrs if v is not None}
+    tokens = []
+    notable = [tag] if tag in _NOTABLE else []
+    fonts = imgs = 0
+    if tag == "a" or tag == "area":
+        _href_tokens(a.get("href"), tokens)
+    elif tag == "img":
+        imgs = 1
+        src = a.get("src")
+        if src:
+            tokens.extend(crack_url(src, "img:", path=False))
+        if a.get("width", "").strip() in ("0", "1") or a.get("height", "").strip() in ("0", "1"):
+            tokens.append("html:web-bug")
+    elif tag == "form":
+        action = a.get("action")
+        if action and "://" in action:
+            tokens.extend(crack_url(action, "url:"))
+    elif tag == "meta":
+        if a.get("http-equiv", "").lower() == "refresh":
+            notable.append("meta-refresh")
+    elif tag == "font":
+        fonts = 1
+        if a.get("size", "").strip() in ("0", "1", "-1", "-2", "-3"):
+            tokens.append("html:tiny-font")
+    return tuple(tokens), tuple(notable), fonts, imgs
+
+
+def _href_tokens(href, out):
+    if not href:
+        return
+    h = href.strip()
+    low = h[:11].lower()
+    if low.startswith("mailto:"):
+        out.append("html:mailto")
+    elif low.startswith("javascript:"):
+        out.append("html:js-href")
+    elif "://" in h[:12] or low.startswith("www."):
+        out.extend(crack_url(h, "url:"))
 
 
 class _Evidence:
@@ -120,67 +204,34 @@ class _Evidence:
 
     def handle_starttag(self, tag, attrs):
         self._tag_boundary(tag)
-        if tag in _SPECIAL:
-            self._special(tag, attrs)
+        change, evidence = _start_tag_effects(tag, attrs)
+        if evidence is not None:
+            self.add_evidence(evidence)
         if tag in _VOID or len(self.stack) >= _MAX_STACK:
             return
-        top = self.stack[-1]
-        if not attrs and tag not in _INVISIBLE:
-            # Fast path (most tags): inherit the parent's state.
-            self.stack.append((tag,) + top[1:])
-            return
-        _, hidden, invisible, fg, bg = top
-        if tag in _INVISIBLE:
-            invisible = True
-        a = dict(attrs)
-        style = a.get("style")
-        if style:
-            s = style.lower().replace(" ", "")
-            if "display:none" in s or "visibility:hidden" in s or _TINY_CSS.search(s):
-                hidden = True
-            m = _CSS_COLOR.search(s)
-            if m:
-                fg = _color(m.group(1))
-            m = _CSS_BG.search(s)
-            if m:
-                bg = _color(m.group(1))
-        if "hidden" in a:
-            hidden = True
-        color = a.get("color")
-        if color and tag == "font":
-            fg = _color(color)
-        bgcolor = a.get("bgcolor")
-        if bgcolor:
-            bg = _color(bgcolor)
-        if fg is not None and fg == bg:
-            hidden = True
-        self.stack.append((tag, hidden, invisible, fg, bg))
+        if change is None:  # most tags: inherit the parent's state
+            self.stack.append((tag,) + self.stack[-1][1:])
+        else:
+            self.push_changed(tag, change)
 
-    def _special(self, tag, attrs):
-        """Evidence from tags that carry links or are rare in ham."""
-        a = {k: v for k, v in attrs if v is not None}
-        if tag in _NOTABLE:
-            self.notable.add(tag)
-        if tag == "a" or tag == "area":
-            self._href(a.get("href"))
-        elif tag == "img":
-            self.imgs += 1
-            src = a.get("src")
-            if src:
-                self.tokens.extend(crack_url(src, "img:", path=False))
-            if a.get("width", "").strip() in ("0", "1") or a.get("height", "").strip() in ("0", "1"):
-                self.tokens.append("html:web-bug")
-        elif tag == "form":
-            action = a.get("action")
-            if action and "://" in action:
-                self.tokens.extend(crack_url(action, "url:"))
-        elif tag == "meta":
-            if a.get("http-equiv", "").lower() == "refresh":
-                self.notable.add("meta-refresh")
-        elif tag == "font":
-            self.fonts += 1
-            if a.get("size", "").strip() in ("0", "1", "-1", "-2", "-3"):
-                self.tokens.append("html:tiny-font")
+    def add_evidence(self, evidence):
+        """Count a start tag's :func:`_tag_evidence`."""
+        tokens, notable, fonts, imgs = evidence
+        self.tokens.extend(tokens)
+        self.notable.update(notable)
+        self.fonts += fonts
+        self.imgs += imgs
+
+    def push_changed(self, tag, change):
+        """Open an element whose :func:`_element_change` is not None."""
+        _, hidden, invisible, fg, bg = self.stack[-1]
+        hides, hides_all, new_fg, new_bg = change
+        if new_fg is not None:
+            fg = new_fg
+        if new_bg is not None:
+            bg = new_bg
+        hidden = hidden or hides or (fg is not None and fg == bg)
+        self.stack.append((tag, hidden, invisible or hides_all, fg, bg))
 
     def handle_endtag(self, tag):
         self._tag_boundary(tag)
@@ -188,6 +239,11 @@ class _Evidence:
         if stack[-1][0] == tag and len(stack) > 1:  # the usual case: it closes the top
             del stack[-1]
             return
+        self.pop_element(tag)
+
+    def pop_element(self, tag):
+        """Close ``tag`` when it is not the top element."""
+        stack = self.stack
         # Pop to the matching open element, if it is near the top (malformed
         # HTML leaves elements unclosed; a bounded search keeps this linear).
         for i in range(len(stack) - 1, max(0, len(stack) - _POP_SEARCH), -1):
@@ -213,19 +269,6 @@ class _Evidence:
         self.comments += 1
         if self.tail_alnum:
             self.pending = "comment"
-
-    # -- helpers ----------------------------------------------------------
-    def _href(self, href):
-        if not href:
-            return
-        h = href.strip()
-        low = h[:11].lower()
-        if low.startswith("mailto:"):
-            self.tokens.append("html:mailto")
-        elif low.startswith("javascript:"):
-            self.tokens.append("html:js-href")
-        elif "://" in h[:12] or low.startswith("www."):
-            self.tokens.extend(crack_url(h, "url:"))
 
     def summary(self):
         out = self.tokens
@@ -370,12 +413,20 @@ def _stdlib_parse(html, ev):
 # - <script> / <style>: the content up to the matching end tag is skipped
 #   (to the end of the document if there is none).
 
-# The next construct after "<": a comment opener; an end tag; a start tag (name,
-# then attribute text); "<!...>" or "<?...>".  A construct holds no "<" and
+# The next construct after "<": a comment opener; an end tag (a plain name,
+# then any other); a start tag (its name, then nothing but spaces, or any other
+# attribute text); "<!...>" or "<?...>".  A construct holds no "<" and
 # at most _MAX_TAG characters: a "<" that opens none is text.  No nested
 # quantifiers, and every run stops at "<" or ">": linear in the document.
-_MARKUP = re.compile(r"<(?:(!--)|/([^<>]{0,%d})>|([a-zA-Z][^\t\n\r\f />\x00<]*)([^<>]{0,%d})>|[!?][^<>]{0,%d}>)"
-                     % (_MAX_TAG, _MAX_TAG, _MAX_TAG))
+# The plain end tag ("</b>", "</ b >") and the bare start tag ("<p>", "<b >")
+# are alternatives of their own, tried before the general ones, because they
+# are most of the markup (the shipped corpus's HTML parts, each split whole: of
+# 289,793 start and end tags, 193,419) and need no work in Python beyond the name.
+_MARKUP = re.compile(r"<(?:(!--)"
+                     r"|/(?=[^<>]{0,%d}>)\s*([a-zA-Z][-.a-zA-Z0-9:_]*)\s*>|/([^<>]{0,%d})>"
+                     r"|([a-zA-Z][^\t\n\r\f />\x00<]*)(?:\s{0,%d}>|([^<>]{0,%d})>)"
+                     r"|[!?][^<>]{0,%d}>)"
+                     % (_MAX_TAG, _MAX_TAG, _MAX_TAG, _MAX_TAG, _MAX_TAG))
 # An end tag's name: "</ b >" (spaces around a plain name), else a name right
 # after "</" ("</b x=1>"); anything else after "</" makes a bogus comment.
 _END_NAME = re.compile(r"\s*([a-zA-Z][-.a-zA-Z0-9:_]*)\s*\Z|([a-zA-Z][^\t\n\r\f />\x00]*)")
@@ -385,6 +436,12 @@ _ATTR = re.compile(r"""([^\s/>=][^\s/>=]*)(?:\s*(=)\s*(?:"([^"]*)"|'([^']*)'|([^
 # Attribute names the handlers read on tags that are not in _SPECIAL (a cheap
 # test on the attribute text: a false positive only costs parsing the attributes).
 _READ_ON_ANY_TAG = re.compile("style|hidden|color", re.I).search
+
+
+_NO_MORE = (None, None, None, None, None, "")  # no construct, no text: see _scan
+# Where _scan's stretches end: the constructs that make it jump ahead (a
+# comment, a script or a style element), or a "<" that looks like one.
+_JUMPS = re.compile("<(?:!--|[sS][cC][rR][iI][pP][tT]|[sS][tT][yY][lL][eE])")
 
 
 def _unescape(s):
@@ -408,58 +465,169 @@ def _attrs(rest):
     return out
 
 
+# The same tag text recurs, in a message and across messages (the shipped
+# corpus: 70,723 start tags whose name or attributes matter, 19,140 distinct),
+# so what a start tag does is memoised, as crack_url is: with 4,096 entries,
+# 50,687 of those tags in a pass over the corpus are hits (16,384
+# entries: 51,581; unbounded: 51,583); a hostile stream of 1,000-character tags
+# can make it hold 4,096 such texts: at most about 16 MB.
+@functools.lru_cache(maxsize=_MEMO)
+def _start_tag(tag, rest):
+    """:func:`_start_tag_effects` of a tag and its attribute text."""
+    return _start_tag_effects(tag, _attrs(rest) if rest else ())
+
+
 def _scan(doc, ev):
-    """Drive ``ev`` through ``doc`` in one linear pass (see the comment above)."""
-    handle_data = ev.handle_data
-    start, end = ev.handle_starttag, ev.handle_endtag
-    search = _MARKUP.search
+    """Drive ``ev`` through ``doc`` in one linear pass (see the comment above).
+
+    The document is read in stretches between the constructs that make the
+    pass jump ahead: a comment, a script or style element (:data:`_JUMPS`).
+    Each stretch is cut by one ``_MARKUP.split`` into text and constructs (a
+    list made in C, instead of a match object per construct); the construct
+    that ends it is matched alone.  Cutting text at a "<" that opens nothing
+    changes no result: the two pieces are seen as the whole would be.
+
+    The common events are handled here, inline, instead of by calls to
+    ``ev``'s handlers: a tag's word boundary and its push or pop; text in a
+    visible element; a comment.  The handlers (:class:`_Evidence`, driven by the
+    stdlib parser in the tests) stay the reference: the same text and tokens on
+    every construct (tests/test_html.py), the same token multiset on every
+    message (tools/benchmarks/token_hashes.py).  Why: the per-event calls and
+    match objects were most of this pass.  Every HTML part of the shipped
+    corpus (1,313, 9.8 MB), 9 pairs alternated in one process, CPU medians
+    (python tools/benchmarks/bench_tokenizer.py corpora/spamassassin.tar.xz
+    --html-vs d10ff10): 1.398 -> 1.004 s, a paired ratio of 0.725 (a later run,
+    5 pairs: 1.132 -> 0.905 s, 0.771; 0 parts differ); the steps
+    one by one (5 pairs each): the events inline 0.94, with the bare and plain
+    tag alternatives and the start-tag memo 0.79-0.81, read in stretches 0.77.
+    """
+    chunks = ev.chunks
+    tokens = ev.tokens
+    add_text = chunks.append
+    stack = ev.stack
+    push, pop = stack.append, stack.pop
+    block = _BLOCK
+    void = _VOID
+    invisible_tags = _INVISIBLE
+    effect_tags = _SPECIAL | _INVISIBLE
+    read_any = _READ_ON_ANY_TAG
+    split = _MARKUP.split
+    match = _MARKUP.match
+    next_jump = _JUMPS.search
+    tail_alnum = ev.tail_alnum
+    pending = ev.pending
+    hidden_chars = ev.hidden_chars
+    comments = ev.comments
     low = None
-    i = 0
-    while True:
-        m = search(doc, i)
-        j = m.start() if m else len(doc)
-        if i < j:
-            text = doc[i:j]
-            handle_data(_unescape(text) if "&" in text else text)
-        if m is None:
-            return
-        i = m.end()
-        comment, inner, tag, rest = m.groups()
-        if tag is not None:  # a start tag
-            tag = tag.lower()
-            attrs = ()
-            if rest and not rest.isspace() and (tag in _SPECIAL or _READ_ON_ANY_TAG(rest)):
-                attrs = _attrs(rest)
-            start(tag, attrs)
-            if rest.endswith("/") and (len(rest) == 1 or rest[-2] in " \t\n\r\f\"'"):
-                end(tag)  # <br/>: start and end
-            elif tag in _INVISIBLE:
-                if low is None:
-                    low = doc.lower()
-                k = low.find("</" + tag, i)
-                if k < 0:
-                    end(tag)
-                    return  # unclosed: the rest is script or style
-                k = low.find(">", k)
-                i = len(doc) if k < 0 else k + 1
-                end(tag)
-            continue
-        if inner is not None:  # "</...>"
-            if inner.count('"') % 2 or inner.count("'") % 2:
-                inner = inner.replace('"', " ").replace("'", " ")  # as for a start tag
-            name = _END_NAME.match(inner)
-            if name:
-                end((name.group(1) or name.group(2)).lower())
-            elif inner:
-                ev.handle_comment(inner)  # "</3>": a bogus comment
-            continue
-        if comment:  # "<!--"
-            k = doc.find("-->", i)
-            if k < 0:
-                return  # an unterminated comment ends the document
-            ev.handle_comment(doc[i:k])
-            i = k + 3
-        # else "<!...>" / "<?...>": dropped
+    n = len(doc)
+    i = look = 0  # i: where the next stretch starts; look: where to seek its end
+    try:
+        while i < n:
+            jm = next_jump(doc, look)
+            if jm is None:
+                parts = split(doc[i:] if i else doc)
+                parts += _NO_MORE  # the text after the last construct, with no construct
+                end = n
+            else:
+                c = jm.start()
+                m = match(doc, c)
+                if m is None:  # "<script" that opens nothing: text, in this stretch
+                    look = c + 1
+                    continue
+                parts = split(doc[i:c]) if i < c else [""]
+                parts += m.groups()
+                parts.append("")
+                end = m.end()
+            jump = None  # where the pass resumes after a comment or a script
+            it = iter(parts)
+            for text, comment, name, inner, tag, rest in zip(it, it, it, it, it, it):
+                if text:  # ev.handle_data
+                    if "&" in text:
+                        text = _unescape(text)
+                    top = stack[-1]
+                    if top[2]:  # invisible
+                        pass
+                    elif top[1]:  # hidden
+                        if not text.isspace():
+                            hidden_chars += len(text)
+                    else:
+                        if pending is not None and text[:1].isalnum():
+                            tokens.append("html:%s-in-word" % pending)
+                        pending = None
+                        add_text(text)
+                        tail_alnum = text[-1:].isalnum()
+                if tag is not None:  # a start tag: ev.handle_starttag
+                    tag = tag.lower()
+                    if tag in block:
+                        add_text("\n")
+                        tail_alnum = False
+                        pending = None
+                    elif tail_alnum:
+                        pending = "tag"
+                    change = None
+                    if tag in effect_tags or (rest is not None and read_any(rest)):
+                        change, evidence = _start_tag(tag, rest or "")
+                        if evidence is not None:
+                            ev.add_evidence(evidence)
+                    if tag not in void and len(stack) < _MAX_STACK:
+                        if change is None:
+                            top = stack[-1]
+                            push((tag, top[1], top[2], top[3], top[4]))
+                        else:
+                            ev.push_changed(tag, change)
+                    if rest and rest[-1] == "/" and (len(rest) == 1 or rest[-2] in " \t\n\r\f\"'"):
+                        name = tag  # <br/>: start and end
+                    elif tag in invisible_tags:  # only ever the construct that ends a stretch
+                        if low is None:
+                            low = doc.lower()
+                        k = low.find("</" + tag, end)
+                        if k >= 0:
+                            k = low.find(">", k)
+                        jump = n if k < 0 else k + 1  # unclosed: the rest is script or style
+                        name = tag
+                    else:
+                        continue
+                elif name is not None:  # "</b>"
+                    name = name.lower()
+                elif inner is not None:  # any other "</...>"
+                    if inner.count('"') % 2 or inner.count("'") % 2:
+                        inner = inner.replace('"', " ").replace("'", " ")  # as for a start tag
+                    found = _END_NAME.match(inner)
+                    if not found:
+                        if inner:  # "</3>": a bogus comment
+                            comments += 1
+                            if tail_alnum:
+                                pending = "comment"
+                        continue
+                    name = (found.group(1) or found.group(2)).lower()
+                elif comment:  # "<!--" (only ever the construct that ends a stretch): ev.handle_comment
+                    k = doc.find("-->", end)
+                    if k < 0:
+                        return  # an unterminated comment ends the document
+                    comments += 1
+                    if tail_alnum:
+                        pending = "comment"
+                    jump = k + 3
+                    continue
+                else:  # "<!...>" / "<?...>": dropped
+                    continue
+                # An end tag: ev.handle_endtag
+                if name in block:
+                    add_text("\n")
+                    tail_alnum = False
+                    pending = None
+                elif tail_alnum:
+                    pending = "tag"
+                if stack[-1][0] == name and len(stack) > 1:  # the usual case: it closes the top
+                    pop()
+                else:
+                    ev.pop_element(name)
+            i = look = end if jump is None else jump
+    finally:
+        ev.tail_alnum = tail_alnum
+        ev.pending = pending
+        ev.hidden_chars = hidden_chars
+        ev.comments = comments
 
 
 def html_to_text(html, *, stdlib=False):

@@ -226,14 +226,17 @@ def _cut(text, spans):
     return " ".join(out)
 
 
-def find_urls(text):
+def find_urls(text, lowered=False):
     """Return ``(urls, text_without_urls)``; cheap when there is no URL.
 
     ``str.find`` locates each ``://`` and ``www.`` (C speed), a short regex
     match takes the URL's extent.  A regex scan for the same URLs was the
     slowest step of plain-text tokenizing, since most text holds no URL.
+    ``lowered``: the caller has just lower-cased ``text``, so the test for it
+    is skipped (``islower()`` reads the whole text: a third of this
+    function's time on the shipped corpus's bodies, 0.055 of 0.163 CPU s).
     """
-    low = text if text.islower() else text.lower()
+    low = text if lowered or text.islower() else text.lower()
     if "://" not in text and "www." not in low:
         return [], text
     if len(low) != len(text):  # lower() changed lengths (e.g. U+0130): no shared offsets

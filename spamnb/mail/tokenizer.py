@@ -574,7 +574,7 @@ def text_tokens(text, is_html, config=None, out=None):
             text = _TAG_STRIP.sub(" ", text)
     if config.case_fold:
         text = text.lower()
-    urls, text = find_urls(text)
+    urls, text = find_urls(text, lowered=config.case_fold)
     for u in urls:
         out.extend(crack_url(u))
     addrs, text = find_emails(text)

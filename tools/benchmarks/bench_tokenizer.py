@@ -7,6 +7,7 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
     python3 tools/benchmarks/bench_tokenizer.py                       # both corpora
     python3 tools/benchmarks/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
     python3 tools/benchmarks/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
+    python3 tools/benchmarks/bench_tokenizer.py INDEX --html-vs main       # HTML: this tree / main
 
 Both corpora are read from ../shared/corpora beside the repository (the Chinese
 one, trec06c-dev, is not shipped: its licence allows research use only; --corpus
@@ -63,12 +64,60 @@ def stages(raws, cfg, repeat):
 
 
 def _cold():
-    """Empty the lexer's memo caches, so that every pass costs what one pass
+    """Empty the lexer's and the HTML pass's memo caches, so that every pass costs what one pass
     of training costs (a repeated pass would find every host already cracked)."""
-    from spamnb.mail import lexer
+    from spamnb.mail import html_text, lexer
 
     lexer.domain_tokens.cache_clear()
     lexer.crack_url.cache_clear()
+    html_text._start_tag.cache_clear()
+
+
+def html_pairs(raws, cfg, ref, pairs):
+    """CPU seconds of ``html_to_text`` over every HTML part, this tree's and
+    revision ``ref``'s (its html_text.py taken out of git, loaded beside
+    this one), alternated ``pairs`` times in this process: the medians and
+    the median paired ratio (this tree / ref)."""
+    import importlib.util
+    import statistics
+    import subprocess
+    import tempfile
+
+    from spamnb.mail import html_text, tokenizer
+
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    source = subprocess.run(["git", "-C", root, "show", f"{ref}:spamnb/mail/html_text.py"],
+                            capture_output=True, check=True).stdout
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "ref_html_text.py")
+        with open(path, "wb") as f:
+            f.write(source)
+        spec = importlib.util.spec_from_file_location("ref_html_text", path)
+        other = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(other)
+    htmls = []
+    real = tokenizer.html_to_text
+    tokenizer.html_to_text = lambda h: htmls.append(h) or real(h)  # collect the HTML parts once
+    try:
+        for r in raws:
+            tokenize(r, cfg)
+    finally:
+        tokenizer.html_to_text = real
+    differ = sum(html_text.html_to_text(h) != other.html_to_text(h) for h in htmls)
+
+    def one(module):
+        _cold()
+        c0 = time.process_time()
+        for h in htmls:
+            module.html_to_text(h)
+        return time.process_time() - c0
+
+    mine, theirs = [], []
+    for _ in range(pairs):
+        theirs.append(one(other))
+        mine.append(one(html_text))
+    ratio = statistics.median(a / b for a, b in zip(mine, theirs))
+    return len(htmls), differ, statistics.median(theirs), statistics.median(mine), ratio
 
 
 def bench(raws, cfg, repeat):
@@ -96,6 +145,10 @@ def main():
     ap.add_argument("--only-headers", help="comma-separated header set")
     ap.add_argument("--stages", action="store_true",
                     help="also the CPU seconds of parsing, header tokens, body tokens and HTML, each alone")
+    ap.add_argument("--html-vs", metavar="REV",
+                    help="also HTML to text against revision REV's html_text.py, alternated --pairs times "
+                         "in this process (CPU medians, median paired ratio, parts whose result differs)")
+    ap.add_argument("--pairs", type=int, default=9, help="pairs for --html-vs (default 9)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one pass and print the top N functions by own time")
     args = ap.parse_args()
@@ -122,6 +175,11 @@ def main():
         if args.stages:
             for stage, cpu_s in stages(raws, cfg, args.repeat).items():
                 print(f"|   {stage} | | | | {cpu_s:.2f} | | | | |", flush=True)
+        if args.html_vs:
+            parts, differ, ref_s, this_s, ratio = html_pairs(raws, cfg, args.html_vs, args.pairs)
+            print(f"HTML to text, {parts} parts, {args.pairs} pairs: {args.html_vs} {ref_s:.3f} CPU s, "
+                  f"this tree {this_s:.3f} (medians), paired ratio {ratio:.3f}; {differ} parts differ",
+                  flush=True)
         if args.profile:
             import cProfile
             import pstats
