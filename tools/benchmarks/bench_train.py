@@ -143,8 +143,8 @@ def section_a(tmp, repeats):
     def paired(a, b):
         return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
-    same = _same_model(tmp / "a1multiprocessing.joblib", tmp / "a2multiprocessing.joblib") and \
-        _same_model(tmp / "a1multiprocessing.joblib", tmp / "a2loky.joblib")
+    same = same_model(tmp / "a1multiprocessing.joblib", tmp / "a2multiprocessing.joblib") and \
+        same_model(tmp / "a1multiprocessing.joblib", tmp / "a2loky.joblib")
     print("\n| run | median s | min s |\n|---|---|---|")
     for name, t in times.items():
         print(f"| {name} | {med[name]:.2f} | {min(t):.2f} |")
@@ -224,7 +224,8 @@ def section_e(tmp, repeats):
     return {"wall": rows, "cpu": cpu}
 
 
-def _same_model(a, b):
+def same_model(a, b):
+    """Whether two model files hold the same vocabulary and counts, bit for bit."""
     import numpy as np
 
     from spamnb.storage.modelfile import load_model
