@@ -194,6 +194,10 @@ class Vocabulary:
             Token occurrences per document that were not in the vocabulary
             (always zeros when ``grow=True``).
         """
+        # One lookup per token occurrence, even for presence features: removing a
+        # message's repeats first (dict.fromkeys) was slower, 0.57-0.63 vs 0.51-0.59 CPU s
+        # on the shipped corpus, as 1.38M of its 2.36M tokens are a message's first of
+        # their kind (docs/tokenizer-speed.md).
         ids = array("q")  # flat column ids of all tokens, -1 for unknown
         ends = array("q")  # ids[ends[i-1]:ends[i]] are the tokens of doc i
         if grow:

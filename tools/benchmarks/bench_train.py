@@ -113,9 +113,9 @@ _HALF = (  # each process reads only its own share of the files
 )
 
 
-def _ceiling_run(n):
+def _ceiling_run(n, index=SA):
     t = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-c", _HALF, str(SA), str(k), str(n)]) for k in range(n)]
+    procs = [subprocess.Popen([sys.executable, "-c", _HALF, str(index), str(k), str(n)]) for k in range(n)]
     if any(p.wait() for p in procs):
         raise SystemExit("the ceiling run failed")
     return time.perf_counter() - t
@@ -143,8 +143,8 @@ def section_a(tmp, repeats):
     def paired(a, b):
         return statistics.median(x / y for x, y in zip(times[a], times[b]))
 
-    same = _same_model(tmp / "a1multiprocessing.joblib", tmp / "a2multiprocessing.joblib") and \
-        _same_model(tmp / "a1multiprocessing.joblib", tmp / "a2loky.joblib")
+    same = same_model(tmp / "a1multiprocessing.joblib", tmp / "a2multiprocessing.joblib") and \
+        same_model(tmp / "a1multiprocessing.joblib", tmp / "a2loky.joblib")
     print("\n| run | median s | min s |\n|---|---|---|")
     for name, t in times.items():
         print(f"| {name} | {med[name]:.2f} | {min(t):.2f} |")
@@ -195,12 +195,16 @@ def section_e(tmp, repeats):
         return r.ru_utime + r.ru_stime
 
     names = [n for n in rows if bogo or not n.startswith("bogofilter")]
+    ceiling = {1: [], 2: []}
     for r in range(repeats):
         for name in (names if r % 2 == 0 else names[::-1]):
             before = children_cpu()
             rows[name].append(run(name))
             cpu[name].append(children_cpu() - before)
             print(f"  repeat {r + 1} {name}: {rows[name][-1]:.2f} s wall, {cpu[name][-1]:.2f} s CPU")
+        for n in ((1, 2) if r % 2 == 0 else (2, 1)):
+            ceiling[n].append(_ceiling_run(n, index))
+            print(f"  repeat {r + 1} ceiling, {n} process(es) tokenizing: {ceiling[n][-1]:.2f} s wall")
     # Wall and CPU seconds (user + system of every process of the run: on a machine
     # other jobs share, CPU time is what one core each costs; wall time also counts
     # the waits for a core; spamnb's CPU includes the small Python wrapper that
@@ -219,12 +223,22 @@ def section_e(tmp, repeats):
                     print(f"| {name} | {m:.2f} | {m / ref:.2f} | {paired:.2f} |")
                 else:
                     print(f"| {name} | {m:.2f} | - | - |")
+    # What --jobs 2 can gain on this machine right now: the same tokenizing split over two
+    # independent processes against one. A shared machine with the kernel's autogroup
+    # scheduling gives one session a fair share of the cores, so when other sessions keep
+    # both cores busy a second process of the same run buys little, for spamnb and the
+    # ceiling alike (docs/tokenizer-speed.md, "--jobs 2").
+    jobs = statistics.median(b / a for a, b in zip(rows["spamnb --jobs 1"], rows["spamnb --jobs 2"]))
+    ceil = statistics.median(b / a for a, b in zip(ceiling[1], ceiling[2]))
+    print(f"\nwall --jobs 2 / --jobs 1: {jobs:.2f} (median of paired ratios); the machine's ceiling, two "
+          f"independent tokenizing processes / one: {ceil:.2f}")
     mb = sum(os.path.getsize(p) for _, p in entries) / 1e6
     print(f"\n{len(entries)} messages, {mb:.1f} MB\n")
-    return {"wall": rows, "cpu": cpu}
+    return {"wall": rows, "cpu": cpu, "ceiling": ceiling}
 
 
-def _same_model(a, b):
+def same_model(a, b):
+    """Whether two model files hold the same vocabulary and counts, bit for bit."""
     import numpy as np
 
     from spamnb.storage.modelfile import load_model

@@ -102,6 +102,18 @@ def emit(big, out):
         print(f"token_hashes: not hashed (no such corpus in {SHARED}): {', '.join(missing)}", file=sys.stderr)
 
 
+def revision_tree(rev, dest):
+    """Another revision's ``spamnb`` package, taken out of git into the new folder ``dest``
+    (run it with ``PYTHONPATH=dest``: the same interpreter and libraries as this tree)."""
+    dest = Path(dest)
+    dest.mkdir()
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev, "spamnb"],
+                             capture_output=True, check=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as t:
+        t.extractall(dest, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return dest
+
+
 def _run_emit(tree, big, path):
     """Hash every message with the ``spamnb`` package found in ``tree``, into ``path``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
@@ -168,12 +180,7 @@ def main():
             base_file = args.against
             procs = []
         else:
-            base_tree = tmp / "base"
-            base_tree.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.ref, "spamnb"],
-                                     capture_output=True, check=True).stdout
-            with tarfile.open(fileobj=io.BytesIO(archive)) as t:
-                t.extractall(base_tree, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+            base_tree = revision_tree(args.ref, tmp / "base")
             base_file = tmp / "base.jsonl"
             procs = [_run_emit(base_tree, args.big, base_file)]
         procs.append(_run_emit(ROOT, args.big, tmp / "mine.jsonl"))

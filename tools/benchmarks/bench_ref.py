@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""This tree against another revision: ``train``, ``classify`` of a folder, the server per message.
+
+A speed change (issue 33: the tokenizer and the training pipeline) must show where
+users meet it. Each measure runs this tree's ``spamnb`` and a reference revision's
+(its ``spamnb`` package taken out of git into a temporary folder and run by the same
+interpreter and libraries, ``python -m spamnb`` with ``PYTHONPATH`` set), alternating
+which goes first, and reports medians and the median of the paired ratios (this tree
+/ reference: below 1 is faster), in CPU seconds (user + system of every process of
+the run: what the work costs, one core each; on a shared machine wall time also
+counts the waits for a core) and in wall seconds:
+
+* ``train``     ``spamnb train --index corpora/spamassassin.tar.xz`` with ``--jobs 1``
+                and ``--jobs 2``; the two trees' models are compared (same vocabulary,
+                same counts, bit for bit).
+* ``classify``  ``spamnb classify FOLDER`` of the shipped corpus's 5,943 messages
+                written as files (one model, trained by the reference); the two
+                trees' outputs are compared (same labels and scores).
+* ``server``    ``spamnb serve --spamd`` of each tree with the same model on loopback,
+                and ``spamc -c`` (one process per message, as an MTA or procmail runs
+                it) sending each of the ``--n`` messages once per pass; passes alternate
+                between the servers. Per message: the server's own CPU time (all its
+                threads, read from /proc/PID/stat: reading, tokenizing and scoring,
+                not the client's start) and spamc's median latency.
+
+Usage::
+
+    python3 tools/benchmarks/bench_ref.py --ref main --repeats 5
+    python3 tools/benchmarks/bench_ref.py --ref HEAD~3 --only server,classify --n 1000
+
+Linux only (/proc); the server measure needs ``spamc`` (Debian: ``apt-get install
+spamc``) and says so in one line without it. Exit status 1 if the trees' models or
+verdicts differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the project: spamnb, tools
+
+from tools.benchmarks.bench_filter import extract  # noqa: E402 (the shipped corpus as files)
+from tools.benchmarks.bench_spamd import answered, port_free, spamc, stop, wait_ready  # noqa: E402
+from tools.benchmarks.bench_train import same_model  # noqa: E402
+from tools.benchmarks.token_hashes import revision_tree  # noqa: E402
+
+SHIPPED = ROOT / "corpora" / "spamassassin.tar.xz"
+MEASURES = ("train", "classify", "server")
+CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def spamnb(tree, *args):
+    return [sys.executable, "-m", "spamnb", *map(str, args)], {**os.environ, "PYTHONPATH": str(tree)}
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run(tree, *args, out=None):
+    """One whole ``spamnb`` process of ``tree``: (CPU s, wall s, stdout)."""
+    cmd, env = spamnb(tree, *args)
+    cpu, t = children_cpu(), time.perf_counter()
+    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree)
+    wall, cpu = time.perf_counter() - t, children_cpu() - cpu
+    if proc.returncode:
+        sys.exit(f"bench_ref.py: {' '.join(args[:1])} of {tree} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+    return cpu, wall, proc.stdout
+
+
+def report(title, table, unit="s"):
+    """Medians of each tree and the median of the paired ratios, per figure."""
+    print(f"\n### {title}\n\n| figure | reference | this tree | paired ratio (this / ref) |\n|---|---|---|---|")
+    out = {}
+    for what, (ref, mine) in table.items():
+        ratio = statistics.median(m / r for m, r in zip(mine, ref) if r)
+        out[what] = ratio
+        print(f"| {what} | {statistics.median(ref):.3f} {unit} | {statistics.median(mine):.3f} {unit} | {ratio:.3f} |")
+    return out
+
+
+def alternate(repeats, trees, once):
+    """``once(name, tree)`` for both trees per repeat, which goes first alternating."""
+    names = list(trees)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            once(name, trees[name])
+
+
+def measure_train(trees, repeats, tmp):
+    ok = True
+    for jobs in ("1", "2"):
+        cpu = {n: [] for n in trees}
+        wall = {n: [] for n in trees}
+
+        def once(name, tree):
+            c, w, _ = run(tree, "train", "--index", SHIPPED, "--jobs", jobs, "--model", tmp / f"{name}{jobs}.joblib")
+            cpu[name].append(c)
+            wall[name].append(w)
+            print(f"  train --jobs {jobs} {name}: {c:.2f} s CPU, {w:.2f} s wall", file=sys.stderr)
+
+        alternate(repeats, trees, once)
+        report(f"spamnb train --index corpora/spamassassin.tar.xz --jobs {jobs}",
+               {"CPU": (cpu["reference"], cpu["this tree"]), "wall": (wall["reference"], wall["this tree"])})
+        same = same_model(tmp / f"reference{jobs}.joblib", tmp / f"this tree{jobs}.joblib")
+        ok &= same
+        print(f"\nmodels identical: {same}")
+    return ok
+
+
+def measure_classify(trees, repeats, tmp, folder, model):
+    cpu = {n: [] for n in trees}
+    wall = {n: [] for n in trees}
+    outputs = {}
+
+    def once(name, tree):
+        c, w, out = run(tree, "classify", folder, "--model", model, "--format", "tsv")
+        cpu[name].append(c)
+        wall[name].append(w)
+        outputs[name] = out
+        print(f"  classify {name}: {c:.2f} s CPU, {w:.2f} s wall", file=sys.stderr)
+
+    alternate(repeats, trees, once)
+    n = len(os.listdir(folder))
+    report(f"spamnb classify FOLDER ({n} messages)",
+           {"CPU": (cpu["reference"], cpu["this tree"]), "wall": (wall["reference"], wall["this tree"])})
+    same = outputs["reference"] == outputs["this tree"]
+    print(f"\nverdicts identical: {same}")
+    return same
+
+
+def proc_cpu(pid):
+    """CPU seconds of process ``pid`` so far, all its threads (utime + stime of /proc/PID/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def measure_server(trees, repeats, tmp, paths, model, port):
+    if shutil.which("spamc") is None:
+        print("\n(server not measured: spamc is not installed; apt-get install spamc)")
+        return True
+    ports = {name: port + i for i, name in enumerate(trees)}
+    busy = [str(p) for p in ports.values() if not port_free(p)]
+    if busy:
+        sys.exit(f"bench_ref.py: port {', '.join(busy)} of 127.0.0.1 is in use: give another --port")
+    servers = {}
+    ok = True
+    try:
+        for name, tree in trees.items():
+            cmd, env = spamnb(tree, "serve", "--model", model, "--socket", tmp / name / "socket",
+                              "--spamd", f"127.0.0.1:{ports[name]}", "--no-history", "--no-log-messages")
+            log = open(tmp / f"{name}.log", "w")
+            t = time.perf_counter()
+            servers[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, cwd=tree, start_new_session=True)
+            wait_ready(name, servers[name], ports[name], log, t)
+            for path in paths[:5]:  # warm-up, untimed
+                spamc(ports[name], path)
+        cpu = {n: [] for n in trees}
+        latency = {n: [] for n in trees}
+        answers = {}
+
+        def once(name, tree):
+            pid = servers[name].pid
+            before = proc_cpu(pid)
+            results = [spamc(ports[name], path) for path in paths]
+            cpu[name].append(1000 * (proc_cpu(pid) - before) / len(paths))
+            latency[name].append(1000 * statistics.median(s for s, _, _ in results))
+            answers[name] = [(code, out) for _, code, out in results]
+            if not all(answered(code, out) for code, out in answers[name]):
+                sys.exit(f"bench_ref.py: {name}'s server did not answer every message (log: {tmp / name}.log)")
+            print(f"  server {name}: {cpu[name][-1]:.2f} ms CPU, {latency[name][-1]:.2f} ms spamc per message",
+                  file=sys.stderr)
+
+        alternate(repeats, trees, once)
+        report(f"spamnb serve --spamd, per message ({len(paths)} messages a pass, spamc -c)",
+               {"server CPU": (cpu["reference"], cpu["this tree"]),
+                "spamc latency (median)": (latency["reference"], latency["this tree"])}, unit="ms")
+        ok = answers["reference"] == answers["this tree"]
+        print(f"\nanswers identical: {ok}")
+    finally:
+        for proc in servers.values():
+            stop(proc)
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ref", default="main", help="the git revision to compare with (default: main)")
+    ap.add_argument("--repeats", type=int, default=3, help="runs of each tree per measure (alternating)")
+    ap.add_argument("--only", default=",".join(MEASURES), help=f"measures, comma-separated: {', '.join(MEASURES)}")
+    ap.add_argument("--n", type=int, default=600, help="messages sent to the servers a pass (spread over the corpus)")
+    ap.add_argument("--port", type=int, default=17861, help="the reference server's port; this tree's gets the next")
+    args = ap.parse_args()
+    only = [m.strip() for m in args.only.split(",") if m.strip()]
+    unknown = set(only) - set(MEASURES)
+    if unknown:
+        sys.exit(f"bench_ref.py: unknown measure {', '.join(sorted(unknown))} (choose from {', '.join(MEASURES)})")
+    with tempfile.TemporaryDirectory(prefix="bench-ref-") as tmp:
+        tmp = Path(tmp)
+        for name in ("reference", "this tree"):
+            (tmp / name).mkdir(mode=0o700)  # a server's socket folder must be private
+        trees = {"reference": revision_tree(args.ref, tmp / "ref"), "this tree": ROOT}
+        print(f"## this tree ({ROOT}) against {args.ref}, {args.repeats} alternated runs each; cpus: {os.cpu_count()}")
+        ok = True
+        if "train" in only:
+            ok &= measure_train(trees, args.repeats, tmp)
+        if {"classify", "server"} & set(only):
+            folder = _folder(tmp / "all")
+            files = extract(SHIPPED, folder)
+            step = max(1, len(files) // args.n)
+            chosen = [path for _, path in files[::step][: args.n]]
+            model = tmp / "model.joblib"
+            run(trees["reference"], "train", "--index", SHIPPED, "--model", model)
+            if "classify" in only:
+                ok &= measure_classify(trees, args.repeats, tmp, folder, model)
+            if "server" in only:
+                ok &= measure_server(trees, args.repeats, tmp, chosen, model, args.port)
+    return 0 if ok else 1
+
+
+def _folder(path):
+    path.mkdir()
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())
