@@ -63,12 +63,11 @@ def stages(raws, cfg, repeat):
 
 
 def _cold():
-    """Empty the lexer's memo caches, so that every pass costs what one pass
+    """Empty the tokenizer's memo caches, so that every pass costs what one pass
     of training costs (a repeated pass would find every host already cracked)."""
-    from spamnb.mail import lexer
+    from spamnb.mail import tokenizer
 
-    lexer.domain_tokens.cache_clear()
-    lexer.crack_url.cache_clear()
+    tokenizer.clear_memos()
 
 
 def bench(raws, cfg, repeat):
