@@ -281,7 +281,8 @@ def _parse_simple(raw):
 # depend on the subtype (only multipart/digest gives its parts another default
 # type, and goes to the stdlib), so every multipart takes it. Parsing the shipped
 # corpus, mime.parse on every message, best of 5, five alternations with the
-# single-part path alone: 0.62-0.71 -> 0.49-0.54 CPU s (docs/tokenizer-speed.md).
+# single-part path alone: 0.59-0.74 -> 0.38-0.50 CPU s, a median paired ratio of
+# 0.67 (docs/tokenizer-speed.md).
 #
 # What the feed parser does with one (email.feedparser, _parsegen), rebuilt:
 # the body is cut at the delimiter lines, "--" + boundary then optional "--",
