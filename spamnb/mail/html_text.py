@@ -471,6 +471,11 @@ def _attrs(rest):
 # 50,687 of those tags in a pass over the corpus are hits (16,384
 # entries: 51,581; unbounded: 51,583); a hostile stream of 1,000-character tags
 # can make it hold 4,096 such texts: at most about 16 MB.
+
+def clear_memo():
+    """Empty the memo of start tags' effects (a benchmark's cold pass)."""
+    _start_tag.cache_clear()
+
 @functools.lru_cache(maxsize=_MEMO)
 def _start_tag(tag, rest):
     """:func:`_start_tag_effects` of a tag and its attribute text."""

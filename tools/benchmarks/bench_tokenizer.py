@@ -64,13 +64,10 @@ def stages(raws, cfg, repeat):
 
 
 def _cold():
-    """Empty the lexer's and the HTML pass's memo caches, so that every pass costs what one pass
-    of training costs (a repeated pass would find every host already cracked)."""
-    from spamnb.mail import html_text, lexer
+    """Empty the tokenizer's memo caches (:func:`spamnb.mail.tokenizer.clear_memos`)."""
+    from spamnb.mail import tokenizer
 
-    lexer.domain_tokens.cache_clear()
-    lexer.crack_url.cache_clear()
-    html_text._start_tag.cache_clear()
+    tokenizer.clear_memos()
 
 
 def html_pairs(raws, cfg, ref, pairs):
