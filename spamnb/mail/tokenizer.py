@@ -63,7 +63,7 @@ import functools
 import re
 import unicodedata
 
-from spamnb.mail import mime
+from spamnb.mail import mime, signals
 from spamnb.mail.html_text import html_to_text, looks_like_html
 from spamnb.mail.lexer import (
     CJK_SCHEMES,
@@ -169,7 +169,7 @@ class TokenizerConfig:
     _FIELDS = ("only_headers", "skip_headers", "max_part_bytes", "cjk", "bigrams",
                "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
                "received_hops", "max_depth", "max_parts", "recipient_counts",
-               "fold_header_names")
+               "fold_header_names", "sender_signals", "link_signals", "layout_signals")
     # _hash: computed once (the tokenizer's per-configuration caches hash it for
     # every message).
     __slots__ = _FIELDS + ("_hash",)
@@ -273,10 +273,14 @@ class TokenizerConfig:
         # several.  With recipient_counts off too: enron 12.2%, by age worse
         # (0.300 vs 0.290).
         fold_header_names=False,
+        # Evidence that outlives a campaign (spamnb.mail.signals): see docs/accuracy.md.
+        sender_signals=False,
+        link_signals=False,
+        layout_signals=False,
     ):
         values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
                   min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts,
-                  recipient_counts, fold_header_names)
+                  recipient_counts, fold_header_names, sender_signals, link_signals, layout_signals)
         for name, value in zip(self._FIELDS, values):
             object.__setattr__(self, name, value)
         self._check()
@@ -308,7 +312,8 @@ class TokenizerConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError("%s must be a non-negative integer, not %r" % (name, v))
-        for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names"):
+        for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names",
+                     "sender_signals", "link_signals", "layout_signals"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError("%s must be true or false" % name)
 
@@ -610,11 +615,12 @@ def _filename_tokens(part, params, disposition, fallback, out):
         out.append("filename:ext:none")
 
 
-def body_tokens(msg, config=None, out=None, fallback=_UNSET):
+def body_tokens(msg, config=None, out=None, fallback=_UNSET, texts=None):
     """Tokens from the MIME structure and text parts of a parsed message.
 
     Appends to ``out`` (a new list if None) and returns it; ``fallback`` as for
-    :func:`header_tokens`.
+    :func:`header_tokens`.  ``texts``: a list that gets each text part read,
+    as ``(is_html, decoded text)`` (what :mod:`spamnb.mail.signals` reads).
     """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
@@ -689,6 +695,8 @@ def body_tokens(msg, config=None, out=None, fallback=_UNSET):
             is_html = True
             if ct_on:
                 out.append("content-type:plain-as-html")
+        if texts is not None:
+            texts.append((is_html, text))
         text_tokens(text, is_html, config, out)
     return out
 
@@ -713,7 +721,15 @@ def _tokens(raw, config):
     out = problems
     fallback = mime.header_charset(msg)  # Content-Type's parameters, parsed once
     header_tokens(msg, config, out, fallback)
-    body_tokens(msg, config, out, fallback)
+    texts = [] if config.link_signals or config.layout_signals else None
+    body_tokens(msg, config, out, fallback, texts)
+    if config.sender_signals:
+        out.extend(signals.sender_tokens(msg, fallback, _selector(config)))
+    if config.link_signals:
+        selected = _selector(config)("from")
+        out.extend(signals.link_tokens(texts, signals.from_domain(msg, fallback) if selected else None))
+    if config.layout_signals:
+        out.extend(signals.layout_tokens(texts))
     return out
 
 
