@@ -92,3 +92,17 @@ def test_defaults_emit_none_and_hostile_input_is_bounded():
     msg, _ = mime.parse(b"From: nobody\n\nhi\n")
     assert signals.from_domain(msg) is None
     assert signals.sender_tokens(msg) == []
+
+
+def test_url_path_words_keeps_only_word_pieces():
+    raw = (b"From: a@example.com\nContent-Type: text/html\n\n"
+           b'<a href="http://x.example/c/3/AbCdEfGhIjKlMnOpQrStUvWxYz/unsubscribe.php?id=77">x</a>'
+           b" see http://y.example/track/12ab\n")
+    on = [t for t in tokenize(raw, TokenizerConfig(url_path_words=True)) if t.startswith("url:")]
+    assert on == ["url:proto:http", "url:x.example", "url:path:unsubscribe", "url:path:php",
+                  "url:proto:http", "url:y.example", "url:path:track"]
+    off = [t for t in tokenize(raw) if t.startswith("url:path:")]
+    assert {"url:path:c", "url:path:3", "url:path:skip:a 20", "url:path:77", "url:path:12ab"} <= set(off)
+    # Only url:path: tokens are filtered: words and other namespaces stay.
+    assert signals.path_words(["c", "url:path:id", "img:x.example", "url:path:www"]) == [
+        "c", "img:x.example", "url:path:www"]

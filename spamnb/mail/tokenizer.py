@@ -47,6 +47,13 @@ Headers (each selected header; see ``only_headers`` / ``skip_headers``)
     ``message-id:@example.com``, ``message-id:shape:9.9``   Message-ID domain, local-part shape
     ``date:shape:a, 9 a 9 9:9:9 +9``   Date format (spamware gets it wrong)
     ``NAME:word``            words of any other selected header (``x-mailer:outlook``)
+Relations (``sender_signals``, ``link_signals``, ``layout_signals`` options;
+see :mod:`spamnb.mail.signals`)
+    ``sender:reply-to:other-domain``, ``sender:return-path:same-domain``,
+    ``sender:name:other-domain``, ``sender:encoded:subject:b``
+    ``link:count:4``, ``link:domains:2``, ``link:tld:xyz``, ``link:shortener``,
+    ``link:text-other-domain``, ``link:no-sender-domain``
+    ``layout:html-only``, ``layout:text:0``, ``layout:text-share:10``
 Robustness
     ``tokenizer:error``      an internal error (a bug): the raw bytes read as
                              latin-1 text instead
@@ -159,6 +166,18 @@ class TokenizerConfig:
     fold_header_names : bool
         ``header:Name`` tokens with the name lower-cased (``header:content-type``
         for ``Content-Type`` and ``Content-type`` alike).
+    sender_signals, link_signals, layout_signals : bool
+        Relations inside a message (:mod:`spamnb.mail.signals`): ``sender:``
+        tokens (Reply-To and Return-Path against From's domain, an address or
+        another domain in From's display name, RFC 2047 encoded words),
+        ``link:`` tokens (link counts, linked domains' count and top-level
+        domains, shorteners, link text naming another domain than its target)
+        and ``layout:`` tokens (HTML without a plain part, the visible text's
+        length and share of the HTML source).
+    url_path_words : bool
+        Keep only the ``url:path:`` pieces that are words (3 or more letters,
+        no digit): a tracking identifier's pieces say which campaign, not
+        whether it is spam (:func:`spamnb.mail.signals.path_words`).
 
     A frozen value (equality, hash, repr by fields), written out by hand: a
     ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect` at every
@@ -169,7 +188,8 @@ class TokenizerConfig:
     _FIELDS = ("only_headers", "skip_headers", "max_part_bytes", "cjk", "bigrams",
                "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
                "received_hops", "max_depth", "max_parts", "recipient_counts",
-               "fold_header_names", "sender_signals", "link_signals", "layout_signals")
+               "fold_header_names", "sender_signals", "link_signals", "layout_signals",
+               "url_path_words")
     # _hash: computed once (the tokenizer's per-configuration caches hash it for
     # every message).
     __slots__ = _FIELDS + ("_hash",)
@@ -277,10 +297,12 @@ class TokenizerConfig:
         sender_signals=False,
         link_signals=False,
         layout_signals=False,
+        url_path_words=False,
     ):
         values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
                   min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts,
-                  recipient_counts, fold_header_names, sender_signals, link_signals, layout_signals)
+                  recipient_counts, fold_header_names, sender_signals, link_signals, layout_signals,
+                  url_path_words)
         for name, value in zip(self._FIELDS, values):
             object.__setattr__(self, name, value)
         self._check()
@@ -313,7 +335,7 @@ class TokenizerConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError("%s must be a non-negative integer, not %r" % (name, v))
         for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names",
-                     "sender_signals", "link_signals", "layout_signals"):
+                     "sender_signals", "link_signals", "layout_signals", "url_path_words"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError("%s must be true or false" % name)
 
@@ -567,6 +589,7 @@ def text_tokens(text, is_html, config=None, out=None):
     """Tokens from one decoded text part (plain or HTML); appends to ``out``."""
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
+    start = len(out)
     if config.nfkc and not text.isascii():
         text = unicodedata.normalize("NFKC", text)
     if is_html:
@@ -585,6 +608,8 @@ def text_tokens(text, is_html, config=None, out=None):
     addrs, text = find_emails(text)
     for local, domain in addrs:
         out.extend(crack_email(local, domain))
+    if config.url_path_words:
+        out[start:] = signals.path_words(out[start:])
     ws = _words(text, config)
     out.extend(ws)
     if config.bigrams:
