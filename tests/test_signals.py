@@ -79,9 +79,15 @@ def test_layout_tokens():
     assert ours(b"From: a@example.com\n\nhi\n", TokenizerConfig(layout_signals=True)) == ["layout:plain-only"]
 
 
-def test_style_and_script_are_not_visible_text():
-    assert signals.layout_tokens([(True, "<style>p {color: red}</style><p>hi</p>")]) == [
+def test_style_script_and_hidden_text_are_not_visible_text():
+    raw = (b"From: a@example.com\nContent-Type: text/html\n\n"
+           b"<style>p {color: red; margin: 0; padding: 0}</style><p>hi</p>"
+           b'<div style="display:none">hash buster words</div>\n')
+    assert ours(raw, TokenizerConfig(layout_signals=True)) == [
         "layout:html-only", "layout:text:0", "layout:text-share:0"]
+    # The same page with its words shown: 17 visible characters of 110.
+    raw = raw.replace(b'style="display:none"', b"")
+    assert ours(raw, TokenizerConfig(layout_signals=True))[-1] == "layout:text-share:10"
 
 
 def test_defaults_emit_none_and_hostile_input_is_bounded():
@@ -89,6 +95,9 @@ def test_defaults_emit_none_and_hostile_input_is_bounded():
     many = b"From: a@example.com\nContent-Type: text/html\n\n" + b'<a href="http://x.example/">y</a>' * 5000
     t = ours(many)
     assert "link:count:128" in t  # capped at 200 links
+    # An unclosed <a tag, repeated: no link (and linear work: the patterns do not nest).
+    t = ours(b"From: a@example.com\nContent-Type: text/html\n\n" + b"<a href=x " * 20000)
+    assert not [x for x in t if x.startswith("link:")]
     msg, _ = mime.parse(b"From: nobody\n\nhi\n")
     assert signals.from_domain(msg) is None
     assert signals.sender_tokens(msg) == []

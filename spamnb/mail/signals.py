@@ -48,7 +48,10 @@ __all__ = ["registered_domain", "from_domain", "sender_tokens", "link_tokens", "
 _ADDR = re.compile(r"[^\s<>(),:;\"'\[\]@]{1,64}@([A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,8})")
 _DOMAIN_IN_TEXT = re.compile(r"(?<![\w.-])((?:[a-z0-9\-]{1,63}\.){1,6}[a-z]{2,24})(?![\w-])", re.I)
 _ENCODED_WORD = re.compile(r"=\?[^?\s]{1,40}\?([bBqQ])\?")
-_HREF = re.compile(r"""<a\s[^>]{0,1000}?href\s*=\s*["']?([^"'\s>]{1,2000})[^>]{0,1000}>([^<]{0,300})""", re.I)
+# An <a> tag and the text right after it, then its href: two patterns without
+# nested repetition, so that hostile HTML costs linear time.
+_A_TAG = re.compile(r"<a\s([^<>]{0,2000})>([^<]{0,300})", re.I)
+_HREF = re.compile(r"""(?:^|\s)href\s*=\s*["']?([^"'\s>]{1,2000})""", re.I)
 _HOST = re.compile(r"(?:[a-z][a-z0-9+.\-]{0,15}:)?//(?:[^/?#@\s]*@)?([^/?#:\s]{1,253})", re.I)
 _DIGIT_LABEL = re.compile(r"[a-z\-]\d|\d[a-z\-]")
 # Second-level labels under which registries sell names (example.co.uk): the
@@ -63,8 +66,6 @@ _SHORTENERS = frozenset((
     "cutt.ly", "shorturl.at", "tiny.cc", "rebrand.ly", "t.ly", "s.id", "bl.ink",
     "lnkd.in", "qrco.de", "v.gd", "x.co", "short.io", "tr.im", "snip.ly"))
 _MAX_LINKS = 200
-_TAG = re.compile(r"<[^<>]{0,2000}>")
-_INVISIBLE = re.compile(r"<(style|script)\b.{0,100000}?</\1\s*>", re.I | re.S)
 
 
 def registered_domain(host):
@@ -161,13 +162,15 @@ def _host(url):
 
 
 def link_tokens(texts, sender_domain=None):
-    """Tokens about a message's links; ``texts``: its ``(is_html, text)`` parts."""
+    """Tokens about a message's links; ``texts``: its text parts as ``(is_html, text,
+    visible text)`` (:func:`spamnb.mail.tokenizer.text_tokens` makes them)."""
     hosts = []
     mismatch = False
-    for is_html, text in texts:
+    for is_html, text, _ in texts:
         if is_html:
-            for m in _HREF.finditer(text):
-                target = _host(m.group(1))
+            for m in _A_TAG.finditer(text):
+                href = _HREF.search(m.group(1))
+                target = _host(href.group(1)) if href else None
                 if not target:
                     continue
                 hosts.append(target)
@@ -203,24 +206,20 @@ def link_tokens(texts, sender_domain=None):
     return out
 
 
-def _visible_length(html):
-    """Non-space characters of an HTML source outside tags, style and script (an
-    estimate of the visible text: character references count as their source)."""
-    return len("".join(_TAG.sub(" ", _INVISIBLE.sub(" ", html)).split()))
-
-
 def layout_tokens(texts):
     """Tokens about the layout of the text parts: ``texts`` as for :func:`link_tokens`."""
     out = []
-    kinds = {is_html for is_html, _ in texts}
+    kinds = {is_html for is_html, _, _ in texts}
     if kinds == {True}:
         out.append("layout:html-only")
     elif kinds == {False}:
         out.append("layout:plain-only")
-    sources = [len(t) for is_html, t in texts if is_html]
-    if sources:
-        seen = sum(_visible_length(t) for is_html, t in texts if is_html)
-        total = sum(sources)
+    html = [(source, visible) for is_html, source, visible in texts if is_html]
+    if html:
+        # Visible text: what the HTML reader shows (hidden text, style and
+        # script left out), spaces not counted.
+        seen = sum(len("".join(visible.split())) for _, visible in html)
+        total = sum(len(source) for source, _ in html)
         out.append("layout:text:%d" % _bucket(seen // 1000))
         out.append("layout:text-share:%d" % (min(100, 100 * seen // max(total, 1)) // 10 * 10))
     return out

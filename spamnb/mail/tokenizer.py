@@ -585,13 +585,18 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
 
 # -- body ---------------------------------------------------------------------
 
-def text_tokens(text, is_html, config=None, out=None):
-    """Tokens from one decoded text part (plain or HTML); appends to ``out``."""
+def text_tokens(text, is_html, config=None, out=None, texts=None):
+    """Tokens from one decoded text part (plain or HTML); appends to ``out``.
+
+    ``texts``: a list that gets ``(is_html, text, visible text)`` of the part
+    (what :mod:`spamnb.mail.signals` reads).
+    """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
     start = len(out)
     if config.nfkc and not text.isascii():
         text = unicodedata.normalize("NFKC", text)
+    source = text
     if is_html:
         if config.html == "markup":
             text, markup = html_to_text(text)
@@ -600,6 +605,8 @@ def text_tokens(text, is_html, config=None, out=None):
             text = html_to_text(text)[0]
         elif config.html == "strip":
             text = _TAG_STRIP.sub(" ", text)
+    if texts is not None:
+        texts.append((is_html, source, text))
     if config.case_fold:
         text = text.lower()
     urls, text = find_urls(text)
@@ -644,8 +651,8 @@ def body_tokens(msg, config=None, out=None, fallback=_UNSET, texts=None):
     """Tokens from the MIME structure and text parts of a parsed message.
 
     Appends to ``out`` (a new list if None) and returns it; ``fallback`` as for
-    :func:`header_tokens`.  ``texts``: a list that gets each text part read,
-    as ``(is_html, decoded text)`` (what :mod:`spamnb.mail.signals` reads).
+    :func:`header_tokens`.  ``texts``: as for :func:`text_tokens`, for each
+    text part read.
     """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
@@ -720,9 +727,7 @@ def body_tokens(msg, config=None, out=None, fallback=_UNSET, texts=None):
             is_html = True
             if ct_on:
                 out.append("content-type:plain-as-html")
-        if texts is not None:
-            texts.append((is_html, text))
-        text_tokens(text, is_html, config, out)
+        text_tokens(text, is_html, config, out, texts)
     return out
 
 
