@@ -115,3 +115,11 @@ def test_url_path_words_keeps_only_word_pieces():
     # Only url:path: tokens are filtered: words and other namespaces stay.
     assert signals.path_words(["c", "url:path:id", "img:x.example", "url:path:www"]) == [
         "c", "img:x.example", "url:path:www"]
+
+
+def test_fold_web_schemes():
+    raw = (b"From: a@example.com\nContent-Type: text/html\n\n"
+           b'<a href="https://x.example/">x</a> <img src="https://y.example/i.png"> ftp://z.example/f\n')
+    t = [x for x in tokenize(raw, TokenizerConfig(fold_web_schemes=True)) if "proto:" in x]
+    assert t == ["url:proto:web", "img:proto:https", "url:proto:ftp"]  # images keep theirs
+    assert "url:proto:https" in tokenize(raw)

@@ -178,6 +178,10 @@ class TokenizerConfig:
         Keep only the ``url:path:`` pieces that are words (3 or more letters,
         no digit): a tracking identifier's pieces say which campaign, not
         whether it is spam (:func:`spamnb.mail.signals.path_words`).
+    fold_web_schemes : bool
+        ``url:proto:http`` and ``url:proto:https`` of links become one
+        ``url:proto:web``: which of the two a link uses changed with the years,
+        not with spam (:func:`spamnb.mail.signals.fold_web_schemes`).
 
     A frozen value (equality, hash, repr by fields), written out by hand: a
     ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect` at every
@@ -189,7 +193,7 @@ class TokenizerConfig:
                "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
                "received_hops", "max_depth", "max_parts", "recipient_counts",
                "fold_header_names", "sender_signals", "link_signals", "layout_signals",
-               "url_path_words")
+               "url_path_words", "fold_web_schemes")
     # _hash: computed once (the tokenizer's per-configuration caches hash it for
     # every message).
     __slots__ = _FIELDS + ("_hash",)
@@ -298,11 +302,12 @@ class TokenizerConfig:
         link_signals=False,
         layout_signals=False,
         url_path_words=False,
+        fold_web_schemes=False,
     ):
         values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
                   min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts,
                   recipient_counts, fold_header_names, sender_signals, link_signals, layout_signals,
-                  url_path_words)
+                  url_path_words, fold_web_schemes)
         for name, value in zip(self._FIELDS, values):
             object.__setattr__(self, name, value)
         self._check()
@@ -335,7 +340,8 @@ class TokenizerConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError("%s must be a non-negative integer, not %r" % (name, v))
         for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names",
-                     "sender_signals", "link_signals", "layout_signals", "url_path_words"):
+                     "sender_signals", "link_signals", "layout_signals", "url_path_words",
+                     "fold_web_schemes"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError("%s must be true or false" % name)
 
@@ -617,6 +623,8 @@ def text_tokens(text, is_html, config=None, out=None, texts=None):
         out.extend(crack_email(local, domain))
     if config.url_path_words:
         out[start:] = signals.path_words(out[start:])
+    if config.fold_web_schemes:
+        out[start:] = signals.fold_web_schemes(out[start:])
     ws = _words(text, config)
     out.extend(ws)
     if config.bigrams:
