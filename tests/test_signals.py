@@ -123,3 +123,13 @@ def test_fold_web_schemes():
     t = [x for x in tokenize(raw, TokenizerConfig(fold_web_schemes=True)) if "proto:" in x]
     assert t == ["url:proto:web", "img:proto:https", "url:proto:ftp"]  # images keep theirs
     assert "url:proto:https" in tokenize(raw)
+
+
+def test_a_model_file_from_before_the_settings_keeps_its_tokens():
+    old = {k: v for k, v in TokenizerConfig().to_dict().items()
+           if k not in ("sender_signals", "link_signals", "layout_signals", "url_path_words", "fold_web_schemes")}
+    config = TokenizerConfig.from_dict(old)
+    assert not (config.sender_signals or config.link_signals or config.layout_signals
+                or config.url_path_words or config.fold_web_schemes)
+    assert ours(PHISH, config) == []
+    assert TokenizerConfig.from_dict(ALL_ON.to_dict()) == ALL_ON

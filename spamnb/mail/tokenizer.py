@@ -377,15 +377,25 @@ class TokenizerConfig:
 
     @classmethod
     def from_dict(cls, d):
-        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``."""
+        """Inverse of :meth:`to_dict`; unknown keys raise ``ValueError``.
+
+        A field the dict lacks takes the value that tokenizes as before the
+        field existed (:data:`_ADDED_FIELDS`), else its default: a model file
+        written before a setting was added keeps tokenizing as it was trained.
+        """
         if not isinstance(d, dict):
             raise ValueError("tokenizer config must be a dict, not %s" % type(d).__name__)
         known = set(cls._FIELDS)
         unknown = sorted(set(d) - known)
         if unknown:
             raise ValueError("unknown tokenizer config keys: %s" % ", ".join(map(str, unknown)))
-        return cls(**d)
+        return cls(**{**_ADDED_FIELDS, **d})
 
+
+# Fields added after model files were first written, with the value that means
+# "as before" (what TokenizerConfig.from_dict gives a dict without them).
+_ADDED_FIELDS = {"sender_signals": False, "link_signals": False, "layout_signals": False,
+                 "url_path_words": False, "fold_web_schemes": False}
 
 DEFAULT_CONFIG = TokenizerConfig()
 
