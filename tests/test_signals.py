@@ -140,3 +140,13 @@ def test_a_model_file_from_before_the_settings_keeps_its_tokens():
                 or config.url_path_words or config.fold_web_schemes)
     assert ours(PHISH, config) == []
     assert TokenizerConfig.from_dict(ALL_ON.to_dict()) == ALL_ON
+
+
+def test_exclaim_token_counts_visible_marks_only():
+    config = TokenizerConfig(exclaim_signals=True)
+    raw = (b"From: a@example.com\nSubject: Hi!!!\nContent-Type: text/html\n\n"
+           b'<p>Act now! Free!!</p><div style="display:none">!!!!!!!!</div><a href="http://x.example/!">x</a>\n')
+    assert [t for t in tokenize(raw, config) if t.startswith("punct:")] == ["punct:excl:2"]
+    assert "punct:excl:0" in tokenize(b"From: a@example.com\n\nhello\n", config)
+    assert "punct:excl:8" in tokenize(b"From: a@example.com\n\n" + b"Buy! " * 40, config)
+    assert not [t for t in tokenize(raw) if t.startswith("punct:")]

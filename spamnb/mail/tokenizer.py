@@ -182,6 +182,9 @@ class TokenizerConfig:
         ``url:proto:http`` and ``url:proto:https`` of links become one
         ``url:proto:web``: which of the two a link uses changed with the years,
         not with spam (:func:`spamnb.mail.signals.fold_web_schemes`).
+    exclaim_signals : bool
+        ``punct:excl:N``: exclamation marks in the visible body text, bucketed
+        (the lexer strips them from words, so the body's count is otherwise lost).
 
     A frozen value (equality, hash, repr by fields), written out by hand: a
     ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect` at every
@@ -193,7 +196,7 @@ class TokenizerConfig:
                "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
                "received_hops", "max_depth", "max_parts", "recipient_counts",
                "fold_header_names", "sender_signals", "link_signals", "layout_signals",
-               "url_path_words", "fold_web_schemes")
+               "url_path_words", "fold_web_schemes", "exclaim_signals")
     # _hash: computed once (the tokenizer's per-configuration caches hash it for
     # every message).
     __slots__ = _FIELDS + ("_hash",)
@@ -321,11 +324,12 @@ class TokenizerConfig:
         layout_signals=True,
         url_path_words=False,
         fold_web_schemes=False,
+        exclaim_signals=False,
     ):
         values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
                   min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts,
                   recipient_counts, fold_header_names, sender_signals, link_signals, layout_signals,
-                  url_path_words, fold_web_schemes)
+                  url_path_words, fold_web_schemes, exclaim_signals)
         for name, value in zip(self._FIELDS, values):
             object.__setattr__(self, name, value)
         self._check()
@@ -359,7 +363,7 @@ class TokenizerConfig:
                 raise ValueError("%s must be a non-negative integer, not %r" % (name, v))
         for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names",
                      "sender_signals", "link_signals", "layout_signals", "url_path_words",
-                     "fold_web_schemes"):
+                     "fold_web_schemes", "exclaim_signals"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError("%s must be true or false" % name)
 
@@ -413,7 +417,7 @@ class TokenizerConfig:
 # Fields added after model files were first written, with the value that means
 # "as before" (what TokenizerConfig.from_dict gives a dict without them).
 _ADDED_FIELDS = {"sender_signals": False, "link_signals": False, "layout_signals": False,
-                 "url_path_words": False, "fold_web_schemes": False}
+                 "url_path_words": False, "fold_web_schemes": False, "exclaim_signals": False}
 
 DEFAULT_CONFIG = TokenizerConfig()
 
@@ -787,7 +791,7 @@ def _tokens(raw, config):
     out = problems
     fallback = mime.header_charset(msg)  # Content-Type's parameters, parsed once
     header_tokens(msg, config, out, fallback)
-    texts = [] if config.link_signals or config.layout_signals else None
+    texts = [] if config.link_signals or config.layout_signals or config.exclaim_signals else None
     body_tokens(msg, config, out, fallback, texts)
     if config.sender_signals:
         out.extend(signals.sender_tokens(msg, fallback, _selector(config)))
@@ -796,6 +800,8 @@ def _tokens(raw, config):
         out.extend(signals.link_tokens(texts, signals.from_domain(msg, fallback) if selected else None))
     if config.layout_signals:
         out.extend(signals.layout_tokens(texts))
+    if config.exclaim_signals:
+        out.append(signals.exclaim_token(texts))
     return out
 
 
