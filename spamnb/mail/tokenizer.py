@@ -47,13 +47,16 @@ Headers (each selected header; see ``only_headers`` / ``skip_headers``)
     ``message-id:@example.com``, ``message-id:shape:9.9``   Message-ID domain, local-part shape
     ``date:shape:a, 9 a 9 9:9:9 +9``   Date format (spamware gets it wrong)
     ``NAME:word``            words of any other selected header (``x-mailer:outlook``)
-Relations (``sender_signals``, ``link_signals``, ``layout_signals`` options;
+Relations and counts (``sender_signals``, ``link_signals``, ``layout_signals``,
+``exclaim_signals`` options, only ``layout_signals`` on by default; the
+``url_path_words`` and ``fold_web_schemes`` options filter ``url:`` tokens;
 see :mod:`spamnb.mail.signals`)
     ``sender:reply-to:other-domain``, ``sender:return-path:same-domain``,
     ``sender:name:other-domain``, ``sender:encoded:subject:b``
     ``link:count:4``, ``link:domains:2``, ``link:tld:xyz``, ``link:shortener``,
     ``link:text-other-domain``, ``link:no-sender-domain``
     ``layout:html-only``, ``layout:text:0``, ``layout:text-share:10``
+    ``punct:excl:4``         exclamation marks in the visible body
 Robustness
     ``tokenizer:error``      an internal error (a bug): the raw bytes read as
                              latin-1 text instead
