@@ -133,20 +133,21 @@ def test_fold_web_schemes():
 
 
 def test_a_model_file_from_before_the_settings_keeps_its_tokens():
-    old = {k: v for k, v in TokenizerConfig().to_dict().items()
-           if k not in ("sender_signals", "link_signals", "layout_signals", "url_path_words", "fold_web_schemes")}
+    added = ("sender_signals", "link_signals", "layout_signals", "url_path_words", "fold_web_schemes",
+             "exclaim_signals")
+    old = {k: v for k, v in TokenizerConfig().to_dict().items() if k not in added}
     config = TokenizerConfig.from_dict(old)
-    assert not (config.sender_signals or config.link_signals or config.layout_signals
-                or config.url_path_words or config.fold_web_schemes)
-    assert ours(PHISH, config) == []
+    assert not any(getattr(config, k) for k in added)
+    assert ours(PHISH, config) == [] and not [t for t in tokenize(PHISH, config) if t.startswith("punct:")]
     assert TokenizerConfig.from_dict(ALL_ON.to_dict()) == ALL_ON
 
 
 def test_exclaim_token_counts_visible_marks_only():
-    config = TokenizerConfig(exclaim_signals=True)
+    config = only(exclaim_signals=True)
     raw = (b"From: a@example.com\nSubject: Hi!!!\nContent-Type: text/html\n\n"
            b'<p>Act now! Free!!</p><div style="display:none">!!!!!!!!</div><a href="http://x.example/!">x</a>\n')
     assert [t for t in tokenize(raw, config) if t.startswith("punct:")] == ["punct:excl:2"]
     assert "punct:excl:0" in tokenize(b"From: a@example.com\n\nhello\n", config)
     assert "punct:excl:8" in tokenize(b"From: a@example.com\n\n" + b"Buy! " * 40, config)
-    assert not [t for t in tokenize(raw) if t.startswith("punct:")]
+    assert [t for t in tokenize(raw) if t.startswith("punct:")] == ["punct:excl:2"]  # a default
+    assert not [t for t in tokenize(raw, TokenizerConfig(exclaim_signals=False)) if t.startswith("punct:")]
