@@ -149,5 +149,7 @@ def test_exclaim_token_counts_visible_marks_only():
     assert [t for t in tokenize(raw, config) if t.startswith("punct:")] == ["punct:excl:2"]
     assert "punct:excl:0" in tokenize(b"From: a@example.com\n\nhello\n", config)
     assert "punct:excl:8" in tokenize(b"From: a@example.com\n\n" + b"Buy! " * 40, config)
+    attachment = b"From: a@example.com\nContent-Type: application/pdf\n\n%PDF!!!\n"
+    assert not [t for t in tokenize(attachment, config) if t.startswith(("punct:", "layout:"))]
     assert [t for t in tokenize(raw) if t.startswith("punct:")] == ["punct:excl:2"]  # a default
     assert not [t for t in tokenize(raw, TokenizerConfig(exclaim_signals=False)) if t.startswith("punct:")]

@@ -816,7 +816,9 @@ def _tokens(raw, config):
     if config.layout_signals:
         out.extend(signals.layout_tokens(texts))
     if config.exclaim_signals:
-        out.append(signals.exclaim_token(texts))
+        excl = signals.exclaim_token(texts)
+        if excl:
+            out.append(excl)
     return out
 
 
