@@ -22,6 +22,7 @@ from spamnb.verdict import header_lines, threshold
 from spamnb.storage.modelfile import load_model
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb._version import __version__
+from spamnb.storage import locate
 
 COMMANDS = ["train", "classify", "learn", "forget", "filter", "sort", "explain", "info", "tokens"]
 
@@ -733,7 +734,7 @@ def test_tokens_errors(spam_msg):
 
 def test_default_model_for_a_new_user(small_archive, monkeypatch, spam_msg, isolated_env):
     monkeypatch.setenv("SPAMNB_CORPUS", str(small_archive))
-    cache = isolated_env / "cache" / "spamnb" / "default-model.joblib"
+    cache = isolated_env / "cache" / "spamnb" / f"default-model-{locate.DEFAULT_RECIPE}.joblib"
     user = isolated_env / "data" / "spamnb" / "model.joblib"
     res = run(["classify", spam_msg, "--format", "jsonl"])
     assert "using the default model" in res.stderr and "building the default model" in res.stderr

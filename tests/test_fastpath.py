@@ -28,6 +28,7 @@ from spamnb.model import SpamModel
 from spamnb.verdict import EXIT_CODES, cutoffs_from, header_lines, threshold
 from spamnb.storage.modelfile import load_model, save_model
 from spamnb.mail.sources import iter_index
+from spamnb.storage import locate
 from test_e2e import SPAMNB
 
 ODD_INPUTS = [b"", b"Subject: no body", b"Subject: no body\r\n", b"just some text, not mail\n",
@@ -247,7 +248,7 @@ def test_console_script_fast_path_imports_nothing_heavy(compiled, spam_and_ham):
 
 
 def test_default_model_through_the_fast_path(trained_model, isolated_env, spam_and_ham):
-    cache = isolated_env / "cache" / "spamnb" / "default-model.joblib"
+    cache = isolated_env / "cache" / "spamnb" / f"default-model-{locate.DEFAULT_RECIPE}.joblib"
     save_model(trained_model, cache)
     raw = spam_and_ham["spam"]
     opts = fastfilter.parse_args([])

@@ -16,6 +16,7 @@ from conftest import sample_message
 from spamnb.cli import main
 from spamnb.mail.tokenizer import tokenize
 from spamnb.storage.modelfile import load_model
+from spamnb.storage import locate
 from test_e2e import SPAMNB
 
 
@@ -46,7 +47,7 @@ def test_train_without_model_writes_the_users_model(tiny_corpus, isolated_env):
     user = isolated_env / "data" / "spamnb" / "model.joblib"
     assert f"saved to {user}" in res.stderr
     assert user.exists()
-    assert not (isolated_env / "cache" / "spamnb" / "default-model.joblib").exists()
+    assert not (isolated_env / "cache" / "spamnb" / f"default-model-{locate.DEFAULT_RECIPE}.joblib").exists()
     info = run(["info"]).stdout
     assert f"model file:  {user}\n" in info and "(default model)" not in info
     # and it is the user's: learn and forget work on it

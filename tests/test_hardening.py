@@ -310,8 +310,8 @@ def test_the_client_ignores_an_answer_that_is_not_a_verdict(tmp_path, compiled, 
 
 def test_a_relative_xdg_cache_home_is_ignored():
     env = {"XDG_CACHE_HOME": "relative/cache", "HOME": "/home/u"}
-    assert locate.default_cache_path(env) == "/home/u/.cache/spamnb/default-model.joblib"
-    assert locate.default_cache_path({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == "/c/spamnb/default-model.joblib"
+    assert locate.default_cache_path(env) == f"/home/u/.cache/spamnb/default-model-{locate.DEFAULT_RECIPE}.joblib"
+    assert locate.default_cache_path({"XDG_CACHE_HOME": "/c", "HOME": "/h"}) == f"/c/spamnb/default-model-{locate.DEFAULT_RECIPE}.joblib"
 
 
 # -- the trust checks of the server and of its client, through a real `spamnb serve` --------

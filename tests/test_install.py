@@ -21,6 +21,8 @@ import pytest
 
 from conftest import SAMPLE_MAILDIR
 
+from spamnb.storage import locate
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -75,4 +77,4 @@ def test_a_fresh_home_filters_with_the_default_model_built_from_the_install(inst
     assert b"using the default model" in out.stderr
     info = subprocess.run([spamnb, "info"], capture_output=True, env=env, cwd=tmp_path, timeout=120)
     assert info.returncode == 0, info.stderr.decode()
-    assert os.path.exists(Path(env["HOME"]) / ".cache" / "spamnb" / "default-model.joblib")
+    assert os.path.exists(Path(env["HOME"]) / ".cache" / "spamnb" / f"default-model-{locate.DEFAULT_RECIPE}.joblib")

@@ -12,12 +12,21 @@ Resolution order (the same everywhere):
    the command then says there is no model);
 3. ``$XDG_DATA_HOME/spamnb/model.joblib`` (``~/.local/share/...`` when
    ``XDG_DATA_HOME`` is unset or relative) when a model is there;
-4. else the cached default model ``$XDG_CACHE_HOME/spamnb/default-model.joblib``.
+4. else the cached default model ``$XDG_CACHE_HOME/spamnb/default-model-N.joblib``
+   (N: :data:`DEFAULT_RECIPE`).
 """
 
 import os
 
-__all__ = ["default_model_path", "default_cache_path", "resolve_model", "default_socket_path"]
+__all__ = ["DEFAULT_RECIPE", "default_model_path", "default_cache_path", "resolve_model", "default_socket_path"]
+
+#: The default model's recipe: the shipped corpus and a fresh model's settings
+#: (the tokenizer's included). A change of either takes the next number, so that an
+#: upgrade builds the new default model rather than using the one cached before it
+#: (a cached model keeps tokenizing as it was trained, so it would never change).
+#: tests/test_default_recipe.py keeps each number's digest and fails until it is taken.
+#: 1: default-model.joblib, before layout and exclamation tokens; 2: with them.
+DEFAULT_RECIPE = 2
 
 
 def default_model_path(env=os.environ) -> str:
@@ -41,7 +50,7 @@ def default_cache_path(env=os.environ) -> str:
     base = env.get("XDG_CACHE_HOME")
     if not base or not os.path.isabs(base):  # the XDG spec: ignore a relative path
         base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "spamnb", "default-model.joblib")
+    return os.path.join(base, "spamnb", f"default-model-{DEFAULT_RECIPE}.joblib")
 
 
 def imap_config_path(env=os.environ) -> str:

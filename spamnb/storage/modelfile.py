@@ -10,7 +10,9 @@ A new user with no model still gets a working filter: when no ``--model`` is
 given and ``$SPAMNB_MODEL`` / the XDG path holds no model, spamnb trains one on
 the shipped SpamAssassin corpus (``spamnb/data/spamassassin.tar.xz``, in the
 package, so every install has it: ``corpora/`` links to it; or ``$SPAMNB_CORPUS``) on first use and caches it in
-``$XDG_CACHE_HOME/spamnb/default-model.joblib``. Output then says that the
+``$XDG_CACHE_HOME/spamnb/default-model-N.joblib`` (N: the recipe,
+:data:`spamnb.storage.locate.DEFAULT_RECIPE`: an upgrade that changes the corpus or
+a default builds it anew, and the older ones are removed). Output then says that the
 default model is in use.
 """
 
@@ -373,7 +375,22 @@ def cache_default(path=None, *, notice=None) -> Path:
         with store.model_lock(path):
             if not path.exists():
                 save_model(build_default_model(), path)
+                _remove_older_defaults(path)
     return path
+
+
+def _remove_older_defaults(path):
+    """Remove the default models of older recipes cached beside ``path`` (each
+    ``default-model*`` file that is not this recipe's, its scorer included; lock
+    files stay, as :func:`spamnb.storage.store.model_lock` wants: empty, and a
+    process of the older release may be waiting on one)."""
+    current = path.name
+    for other in path.parent.glob("default-model*"):
+        if not other.name.startswith(current) and not other.name.endswith(".lock"):
+            try:
+                other.unlink()
+            except OSError:
+                pass
 
 
 @contextmanager

@@ -56,8 +56,9 @@ ENVIRONMENT = [
 FILES = [
     ("~/.local/share/spamnb/model.joblib", "Your model ($XDG_DATA_HOME/spamnb), with its journal "
                                            "(model.joblib.journal) and compiled scorer (model.joblib.scorer)."),
-    ("~/.cache/spamnb/default-model.joblib", "The default model ($XDG_CACHE_HOME/spamnb), "
-                                             "built the first time a command needs it."),
+    ("~/.cache/spamnb/default-model-N.joblib", "The default model ($XDG_CACHE_HOME/spamnb), "
+                                             "built the first time a command needs it; N is its recipe, "
+                                             "so a release with another corpus or defaults builds it anew."),
     ("~/.config/spamnb/imap.toml", "The settings of spamnb imap (mode 0600)."),
 ]
 SEE_ALSO_PEERS = ["bogofilter(1)", "spamc(1)", "procmail(1)", "maildrop(1)"]
