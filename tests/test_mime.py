@@ -301,6 +301,32 @@ def test_multipart_parse_is_bounded_in_depth():
     assert mime._too_deep(raw) and mime.parse(raw)[1] == ["mime:parse-error"]
 
 
+def _nested(n, body=b"x"):
+    raw = b"".join(b"Content-Type: multipart/mixed; boundary=b%d\n\n--b%d\n" % (i, i) for i in range(n))
+    return raw + b"\n" + body + b"\n" + b"".join(b"--b%d--\n" % i for i in reversed(range(n)))
+
+
+def test_the_multipart_path_takes_shallow_nesting_only():
+    """Each level of the fast path holds a copy of the rest of the body: a multipart
+    inside a multipart (the corpus's deepest) is taken, deeper ones go to the stdlib
+    (39 levels of a 3.8 MB message took 160 MB here, 40 MB there)."""
+    assert _same_as_stdlib(_nested(mime.FAST_NESTING + 1))
+    assert not _same_as_stdlib(_nested(mime.FAST_NESTING + 2))
+    deep = _nested(mime.MAX_OPEN_MULTIPARTS - 2)
+    _assert_same_message(mime.parse(deep)[0], email.parser.BytesParser().parsebytes(deep))
+
+
+@pytest.mark.parametrize("params", [b"boundary*0=a; boundary*=b", b"boundary*=b; boundary*0=a",
+                                    b"boundary*1=a; boundary*1=b"])
+def test_a_hostile_boundary_parameter_is_the_stdlib_paths_to_judge(params):
+    """The stdlib's RFC 2231 decoding raises on some repeated boundary* parameters
+    (TypeError): the fast path hands such a message over rather than raising, so
+    parse() keeps its header and says what is wrong, as before the path existed."""
+    raw = b"Subject: hi\nContent-Type: multipart/mixed; " + params + b"\n\n--b\n\nx\n--b--\n"
+    msg, problems = mime.parse(raw)
+    assert msg["Subject"] == "hi" and problems in ([], ["mime:parse-error"])
+
+
 @pytest.mark.slow
 def test_simple_parse_on_the_shipped_corpus():
     from spamnb.mail.sources import iter_index
