@@ -43,13 +43,19 @@ def test_the_recipe_number_changes_with_the_corpus_or_the_defaults():
 
 
 def test_building_a_new_recipe_removes_the_older_cached_ones(tmp_path, monkeypatch):
+    """The older recipes' models and scorers go; their history becomes the new one's
+    (a first-day user's verdicts stay on their page); lock files, a newer recipe's
+    model (another release sharing the cache) and anything else stay."""
     cache = tmp_path / "spamnb"
     cache.mkdir()
+    newer = f"default-model-{locate.DEFAULT_RECIPE + 1}.joblib"
     for name in ("default-model.joblib", "default-model.joblib.scorer", "default-model.joblib.lock",
-                 "default-model-1.joblib", "model.joblib"):
-        (cache / name).write_bytes(b"x")
+                 "default-model.joblib.history.sqlite", newer, "model.joblib"):
+        (cache / name).write_bytes(name.encode())
     monkeypatch.setenv("SPAMNB_CORPUS", str(SHIPPED))
     monkeypatch.setattr(modelfile, "build_default_model", SpamModel)  # an empty model: the build is not tested here
     path = modelfile.cache_default(cache / f"default-model-{locate.DEFAULT_RECIPE}.joblib")
     assert sorted(p.name for p in cache.iterdir()) == sorted(
-        [path.name, path.name + ".lock", path.name + ".scorer", "default-model.joblib.lock", "model.joblib"])
+        [path.name, path.name + ".lock", path.name + ".scorer", path.name + ".history.sqlite",
+         "default-model.joblib.lock", newer, "model.joblib"])
+    assert (cache / (path.name + ".history.sqlite")).read_bytes() == b"default-model.joblib.history.sqlite"

@@ -89,7 +89,7 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     messages, _ = _labelled(sources, label, recursive, strict)
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
     marked = history_for(history, backend)
-    if marked:
+    if marked and n:  # as TELL Remove: a forget that took nothing back unmarks nothing
         correct_history(marked, [raw for raw, _ in messages], label, notice, undo=True, beside=False)
     click.echo(forgot(n, label), err=True)
 

@@ -171,7 +171,8 @@ def _update(command, path, label, raws, history=None):
         return None  # nothing was written: the click command does it, or says what is wrong
     if done["needs_compaction"]:
         compact_in_background(path)
-    correct_history(history or path, raws, label, warn, undo=forget, beside=history is None)
+    if not forget or done["forgotten"]:  # as TELL Remove: a forget that took nothing back unmarks nothing
+        correct_history(history or path, raws, label, warn, undo=forget, beside=history is None)
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:

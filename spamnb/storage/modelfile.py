@@ -380,15 +380,26 @@ def cache_default(path=None, *, notice=None) -> Path:
 
 
 def _remove_older_defaults(path):
-    """Remove the default models of older recipes cached beside ``path`` (each
-    ``default-model*`` file that is not this recipe's, its scorer included; lock
-    files stay, as :func:`spamnb.storage.store.model_lock` wants: empty, and a
-    process of the older release may be waiting on one)."""
-    current = path.name
-    for other in path.parent.glob("default-model*"):
-        if not other.name.startswith(current) and not other.name.endswith(".lock"):
+    """Remove the default models that older recipes cached beside ``path`` (their
+    exact names: the model and its scorer), and give the new one the history the
+    older one kept, so a first-day user's verdicts stay on their page. A newer
+    recipe's model (another release sharing the cache) is left alone, and so are
+    lock files (:func:`spamnb.storage.store.model_lock`)."""
+    from spamnb.storage.history import default_path
+
+    older = ["default-model.joblib"] + [f"default-model-{n}.joblib" for n in range(2, locate.DEFAULT_RECIPE)]
+    for name in older:
+        old = path.parent / name
+        for gone in (old, old.with_name(name + ".scorer")):
             try:
-                other.unlink()
+                gone.unlink()
+            except OSError:
+                pass
+        kept, new = Path(default_path(old)), Path(default_path(path))
+        # a -wal file means a process may still be writing it: left where it is
+        if kept.exists() and not new.exists() and not Path(f"{kept}-wal").exists():
+            try:
+                kept.rename(new)
             except OSError:
                 pass
 
