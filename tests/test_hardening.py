@@ -1462,6 +1462,30 @@ def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp
         s.stop()
 
 
+def test_a_loopback_peer_that_resets_its_connection_is_trusted_with_no_user():
+    """A local client can send its TELL and reset the connection (SO_LINGER 0) before
+    the server looks it up: its socket is then in no table and has no peer name. The
+    server must not take that for "not on this machine" (whose User: --allow trusts):
+    such a peer is unknown, and TELL for a User: is refused."""
+    import struct
+
+    from spamnb.delivery import spamd
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        client = socket.create_connection(listener.getsockname())
+        conn, address = listener.accept()
+        with conn:
+            assert spamd.TCPServer.peer_uid(None, conn, address) == os.geteuid()  # while it is there
+            client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            client.close()  # a reset
+            time.sleep(0.2)
+            assert spamd.TCPServer.peer_uid(None, conn, address) == spamd.UNKNOWN_PEER
+    with pytest.raises(spamd.SpamdError) as err:
+        spamd.tell({"User": "bob", "Set": "local", "Message-class": "spam"}, b"Subject: x\n\nbody", None,
+                   allow_tell=True, peer_uid=spamd.UNKNOWN_PEER)
+    assert "could not be identified" in str(err.value.args)
+
+
 @pytest.mark.parametrize("compactions", [10, pytest.param(40, marks=pytest.mark.slow)])
 def test_learners_and_forced_compactions_at_once_count_every_message_once(compiled, compactions):
     """4 learners of 25 messages each, one at a time through the journal, while

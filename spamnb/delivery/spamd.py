@@ -513,6 +513,9 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
     if set_local and label is None:
         raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
     user = headers.get("User")
+    if peer_uid == UNKNOWN_PEER and user is not None:
+        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process on this "
+                                      f"machine could not be identified (its socket is gone)")
     if peer_uid is not None and user is not None and peer_uid not in (0, os.geteuid()) \
             and user != _user_name(peer_uid):
         raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process runs as "
@@ -623,7 +626,7 @@ class _Handler(socketserver.BaseRequestHandler):
         # it is a scan of the kernel's socket table (/proc/self/net/tcp, every connection
         # of the host, TIME_WAIT ones too), which took 29% of the server's CPU per CHECK
         # on a host with 736 lines there (issue 33; bench_ref.py --only server).
-        peer_uid = srv.peer_uid(self.request) if method == "TELL" else None
+        peer_uid = srv.peer_uid(self.request, self.client_address) if method == "TELL" else None
         return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
                       compact=srv.compactor.soon, tell_served=srv.tell_served, peer_uid=peer_uid)
 
@@ -716,7 +719,7 @@ class _SpamdServer(BoundedThreads):
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT)
 
-    def peer_uid(self, conn):
+    def peer_uid(self, conn, client_address=None):
         """The connecting process's user; None where the socket cannot say (TCP)."""
         return None
 
@@ -739,21 +742,30 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
     def close(self):
         self.server_close()
 
-    def peer_uid(self, conn):
+    def peer_uid(self, conn, client_address=None):
         """The local user of a peer on this machine (the kernel's socket table, as identd
-        reads it); None for a peer on another host, or when the table does not say."""
-        try:
-            peer, mine = conn.getpeername(), conn.getsockname()
+        reads it); None for a peer on another host; :data:`UNKNOWN_PEER` for one on this
+        machine the table does not list (a client that reset its connection after
+        sending: TELL then trusts no ``User:``)."""
+        try:  # the address accept() gave: a reset connection has no peer name any more
+            peer = client_address or conn.getpeername()
             ip = ipaddress.ip_address(peer[0])
         except (OSError, ValueError):
+            return UNKNOWN_PEER
+        if not (ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback):
             return None
+        try:
+            mine = conn.getsockname()
+        except OSError:
+            return UNKNOWN_PEER
         family = conn.family
         if getattr(ip, "ipv4_mapped", None):  # an IPv4 client of a dual-stack socket: in the IPv4 table
             ip, family = ip.ipv4_mapped, socket.AF_INET
             peer, mine = (str(ip), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
         if not ip.is_loopback:
             return None
-        return loopback_peer_uid(family, peer, mine)
+        uid = loopback_peer_uid(family, peer, mine)
+        return UNKNOWN_PEER if uid is None else uid
 
     def where(self):
         host, port = self.server_address[:2]
@@ -774,7 +786,7 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
     def where(self):
         return self.path
 
-    def peer_uid(self, conn):
+    def peer_uid(self, conn, client_address=None):
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         return struct.unpack("3i", creds)[1]
 
@@ -785,6 +797,10 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
                 os.unlink(self.path)
         except OSError:
             pass
+
+
+#: A peer on this machine whose user cannot be told: fails TELL's identity check.
+UNKNOWN_PEER = -1
 
 
 def loopback_peer_uid(family, peer, mine):
