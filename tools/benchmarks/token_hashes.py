@@ -22,6 +22,8 @@ the same messages in their own process::
     python3 tools/benchmarks/token_hashes.py --ref HEAD~1 --big
     python3 tools/benchmarks/token_hashes.py --write FILE     # this tree's digests (JSON lines)
     python3 tools/benchmarks/token_hashes.py --against FILE   # this tree against a written file
+    # a speed change across a kept token change: leave out the namespaces it added
+    python3 tools/benchmarks/token_hashes.py --ref d10ff10 --ignore layout: --ignore punct:excl:
 
 Prints the messages whose digests differ (with the tokens only one side has, for
 the first few) and exits 1 if any does, 0 if none.
@@ -81,8 +83,9 @@ def _corpora(big):
         yield index.parent.name, ((m.source, m.raw) for m in iter_index(index))
 
 
-def emit(big, out):
-    """Write ``{"corpus", "config", "source", "digest"}`` lines for every message (this tree)."""
+def emit(big, out, ignore=()):
+    """Write ``{"corpus", "config", "source", "digest"}`` lines for every message (this tree),
+    tokens starting with one of ``ignore`` left out."""
     import spamnb.mail.tokenizer as tk
 
     print(f"tokenizer: {tk.__file__}", file=sys.stderr)
@@ -91,7 +94,7 @@ def emit(big, out):
         names = [n for n in configs if n == "default" or corpus in VARIANT_CORPORA]
         for source, raw in messages:
             for name in names:
-                tokens = sorted(tk.tokenize(raw, configs[name]))
+                tokens = sorted(t for t in tk.tokenize(raw, configs[name]) if not t.startswith(ignore))
                 digest = hashlib.blake2b("\n".join(tokens).encode("utf-8", "surrogatepass"),
                                          digest_size=12).hexdigest()
                 out.write(json.dumps({"corpus": corpus, "config": name, "source": source,
@@ -114,10 +117,11 @@ def revision_tree(rev, dest):
     return dest
 
 
-def _run_emit(tree, big, path):
+def _run_emit(tree, big, path, ignore=()):
     """Hash every message with the ``spamnb`` package found in ``tree``, into ``path``."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, __file__, "--emit", str(path)] + (["--big"] if big else [])
+    cmd += [f"--ignore={prefix}" for prefix in ignore]
     return subprocess.Popen(cmd, env=env)
 
 
@@ -165,16 +169,20 @@ def main():
     ap.add_argument("--against", type=Path, help="compare with digests written by --write instead")
     ap.add_argument("--write", type=Path, help="write this tree's digests to FILE and stop")
     ap.add_argument("--big", action="store_true", help="also hash the big generated fuzz kinds (slower)")
+    ap.add_argument("--ignore", action="append", default=[], metavar="PREFIX",
+                    help="leave out tokens starting with PREFIX on both sides (namespaces a kept "
+                         "change added); repeatable")
     ap.add_argument("--emit", type=Path, help=argparse.SUPPRESS)  # internal: one tree's digests
     args = ap.parse_args()
+    ignore = tuple(args.ignore)
     if args.emit:
         with open(args.emit, "w") as f:
-            emit(args.big, f)
+            emit(args.big, f, ignore)
         return 0
     with tempfile.TemporaryDirectory(prefix="token-hashes-") as tmp:
         tmp = Path(tmp)
         if args.write:
-            return _run_emit(ROOT, args.big, args.write).wait()
+            return _run_emit(ROOT, args.big, args.write, ignore).wait()
         base_tree = None
         if args.against:
             base_file = args.against
@@ -182,8 +190,8 @@ def main():
         else:
             base_tree = revision_tree(args.ref, tmp / "base")
             base_file = tmp / "base.jsonl"
-            procs = [_run_emit(base_tree, args.big, base_file)]
-        procs.append(_run_emit(ROOT, args.big, tmp / "mine.jsonl"))
+            procs = [_run_emit(base_tree, args.big, base_file, ignore)]
+        procs.append(_run_emit(ROOT, args.big, tmp / "mine.jsonl", ignore))
         if any(p.wait() for p in procs):
             print("token_hashes: hashing failed (above)", file=sys.stderr)
             return 2
