@@ -95,11 +95,11 @@ def with_config(opts, env=os.environ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 return None
             out[k] = None if value is None else float(value)
-    for (table, key), name in _CONFIG_PATHS.items():
-        value = layers.get(table, key)
-        if out[name] is None and value is not None:
-            if not isinstance(value, str):
-                return None
+    found = settings.strings(layers, _CONFIG_PATHS)
+    if found is None:
+        return None
+    for name, value in found.items():
+        if out[name] is None:
             out[name] = value
     if opts["model"] is not None or opts["store"] is not None:  # the command line's choice of the two wins
         out["model"], out["store"] = opts["model"], opts["store"]

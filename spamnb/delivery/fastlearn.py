@@ -121,23 +121,12 @@ _CONFIG_PATHS = {("model", "path"): "model", ("store", "url"): "store", ("histor
 
 def configured(env=os.environ):
     """``{"model": ..., "store": ..., "history": ...}`` of the configuration files (the
-    keys they set), or None when only the click command can answer: files it has not
-    read and checked since they changed (:func:`spamnb.storage.settings.read_cache`)."""
+    keys they set), or None when only the click command can answer
+    (:func:`spamnb.storage.settings.checked_layers`)."""
     from spamnb.storage import settings
 
-    if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
-        return {}  # the usual case: a few stats, no TOML parser
-    layers = settings.read_cache(env)
-    if layers is None:
-        return None
-    out = {}
-    for (table, key), name in _CONFIG_PATHS.items():
-        value = layers.get(table, key)
-        if value is not None:
-            if not isinstance(value, str):
-                return None
-            out[name] = value
-    return out
+    layers = settings.checked_layers(env)
+    return None if layers is None else settings.strings(layers, _CONFIG_PATHS)
 
 
 def main(command, args, load_cli, env=os.environ):

@@ -231,6 +231,28 @@ def read_cache(env=os.environ):
     return Layers(layers, env) if saved == stamps(env) else None
 
 
+def checked_layers(env=os.environ):
+    """For the fast paths: the files as the click command last read and checked them
+    (:func:`read_cache`); empty :class:`Layers` when there are no files (a few stats, no
+    TOML parser); None when only the click command can answer (files changed since)."""
+    if not any(os.path.exists(path) for _, path, _ in files(env)):
+        return Layers([], env)
+    return read_cache(env)
+
+
+def strings(layers, keys):
+    """``{name: value}`` of the keys ``{(table, key): name}`` that ``layers`` set, or None
+    when one of them is not a string (only the click command can say what is wrong)."""
+    out = {}
+    for (table, key), name in keys.items():
+        value = layers.get(table, key)
+        if value is not None:
+            if not isinstance(value, str):
+                return None
+            out[name] = value
+    return out
+
+
 def write_cache(layers, stamped, env=os.environ):
     """Keep ``layers`` (read and checked, the files as ``stamped`` before reading) for the fast path."""
     import marshal
