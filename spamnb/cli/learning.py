@@ -52,7 +52,8 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.delivery.fastlearn import correct_history, summary
+    from spamnb.delivery.fastlearn import summary
+    from spamnb.storage.history import correct_now
     from spamnb.storage.where import own_backend
     from spamnb.storage.modelfile import default_seed
 
@@ -66,7 +67,7 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     messages, skipped = _labelled(sources, label, recursive, strict)
     done = backend.learn(messages, create=default_seed, warn=notice)
     if marked:
-        correct_history(marked, [raw for raw, _ in messages], label, notice, beside=False)
+        correct_now(marked, [raw for raw, _ in messages], label, log=notice)
     click.echo(summary(done, label, skipped[0]), err=True)
 
 
@@ -79,7 +80,8 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     Example:
       spamnb forget --spam message.eml
     """
-    from spamnb.delivery.fastlearn import correct_history, forgot
+    from spamnb.delivery.fastlearn import forgot
+    from spamnb.storage.history import correct_now
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
@@ -90,7 +92,7 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
     marked = history_for(history, backend)
     if marked and n:  # as TELL Remove: a forget that took nothing back unmarks nothing
-        correct_history(marked, [raw for raw, _ in messages], label, notice, undo=True, beside=False)
+        correct_now(marked, [raw for raw, _ in messages], label, log=notice, undo=True)
     click.echo(forgot(n, label), err=True)
 
 

@@ -19,7 +19,8 @@ and says what is wrong:
   or files not checked since they changed: the click command).
 
 The summary line is the click command's (:func:`summary`), the messages'
-rows in the history are marked as corrected (:func:`correct_history`), and
+rows in the history are marked as corrected
+(:func:`spamnb.storage.history.correct_now`), and
 the journal is folded in the background when it has grown past its bound.
 """
 
@@ -161,20 +162,11 @@ def _update(command, path, label, raws, history=None):
     if done["needs_compaction"]:
         compact_in_background(path)
     if not forget or done["forgotten"]:  # as TELL Remove: a forget that took nothing back unmarks nothing
-        correct_history(history or path, raws, label, warn, undo=forget, beside=history is None)
+        from spamnb.storage.history import correct_now, default_path
+
+        correct_now(history or default_path(path), raws, label, log=warn, undo=forget)
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:
         sys.stderr.write(summary(done, label) + "\n")
     return 0
-
-
-def correct_history(path, raws, label, log, *, undo=False, beside=True):
-    """Mark the messages just learned as the user's corrections in the history the
-    filter records beside the model at ``path`` (the model it judged them with), or,
-    ``beside=False``, in the history file ``path`` (``--history``, ``[history]
-    path``): the Overview of ``spamnb web`` counts them; ``undo`` (just forgotten):
-    unmark them. No history there: nothing to mark."""
-    from spamnb.storage import history
-
-    history.correct_now(history.default_path(path) if beside else path, raws, label, log=log, undo=undo)
