@@ -752,18 +752,17 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
             ip = ipaddress.ip_address(peer[0])
         except (OSError, ValueError):
             return UNKNOWN_PEER
-        if not (ip.is_loopback or getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback):
+        mapped = getattr(ip, "ipv4_mapped", None)  # an IPv4 client of a dual-stack socket
+        if not (mapped or ip).is_loopback:
             return None
         try:
             mine = conn.getsockname()
         except OSError:
             return UNKNOWN_PEER
         family = conn.family
-        if getattr(ip, "ipv4_mapped", None):  # an IPv4 client of a dual-stack socket: in the IPv4 table
-            ip, family = ip.ipv4_mapped, socket.AF_INET
-            peer, mine = (str(ip), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
-        if not ip.is_loopback:
-            return None
+        if mapped:  # listed in the IPv4 table
+            family = socket.AF_INET
+            peer, mine = (str(mapped), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
         uid = loopback_peer_uid(family, peer, mine)
         return UNKNOWN_PEER if uid is None else uid
 
