@@ -77,9 +77,7 @@ def with_config(opts, env=os.environ):
     The decision is one unit: any decision option on the command line sets it."""
     from spamnb.storage import settings
 
-    if not any(os.path.exists(path) for _, path, _ in settings.files(env)):
-        return opts  # the usual case: a few stats, no TOML parser
-    layers = settings.read_cache(env)
+    layers = settings.checked_layers(env)  # no files, the usual case: a few stats, no TOML parser
     if layers is None:  # files the click command has not read and checked yet: it does, once
         return None
     if layers.get("filter", "evidence"):
