@@ -39,7 +39,7 @@ elements (``p``, ``div``, ``br``, ``td``...) do.
 import functools
 import re
 
-from spamnb.mail.lexer import crack_url
+from spamnb.mail.lexer import bucket, crack_url
 
 __all__ = ["html_to_text", "looks_like_html"]
 
@@ -60,6 +60,7 @@ _NOTABLE = frozenset(
 # or <title> in sloppy HTML must not hide the whole body.
 _INVISIBLE = frozenset(("script", "style"))
 _SPECIAL = _NOTABLE | {"a", "img", "meta", "font"}
+_EFFECT_TAGS = _SPECIAL | _INVISIBLE  # tags whose start always has an effect (the scan's test)
 _TINY_CSS = re.compile(r"font-size:(?:0*\.?0+|1)(?:px|pt)?(?:;|!|$)")
 _CSS_COLOR = re.compile(r"(?:^|;)color:([^;!]{1,30})")
 _CSS_BG = re.compile(r"background(?:-color)?:([^;!]{1,30})")
@@ -80,11 +81,6 @@ def _color(value):
     if len(v) == 3 and all(c in "0123456789abcdef" for c in v):
         v = "".join(c + c for c in v)
     return v
-
-
-def _bucket(n):
-    """Power-of-two bucket of a positive count: 1, 2, 4, 8, ..."""
-    return 1 << (n.bit_length() - 1)
 
 
 def _start_tag_effects(tag, attrs):
@@ -274,9 +270,9 @@ class _Evidence:
         out = self.tokens
         out.extend("html:tag:" + t for t in sorted(self.notable))
         if self.fonts:
-            out.append("html:font:%d" % _bucket(self.fonts))
+            out.append("html:font:%d" % bucket(self.fonts))
         if self.imgs:
-            out.append("html:img:%d" % _bucket(self.imgs))
+            out.append("html:img:%d" % bucket(self.imgs))
         if self.hidden_chars:
             out.append("html:hidden-text")
         if self.comments:
@@ -514,7 +510,7 @@ def _scan(doc, ev):
     block = _BLOCK
     void = _VOID
     invisible_tags = _INVISIBLE
-    effect_tags = _SPECIAL | _INVISIBLE
+    effect_tags = _EFFECT_TAGS
     read_any = _READ_ON_ANY_TAG
     split = _MARKUP.split
     match = _MARKUP.match

@@ -31,8 +31,7 @@ __all__ = [
     "words",
     "cjk_tokens",
     "shape",
-    "clean",
-]
+    "clean", "bucket"]
 
 CJK_SCHEMES = ("bigram", "unigram", "uni+bigram", "none", "bigram+run", "unigram+run",
                "run-or-bigram")
@@ -405,3 +404,8 @@ def shape(s, limit=30):
     '9a9a9$a9a9'
     """
     return clean(_SHAPE_ALPHA.sub("a", _SHAPE_DIGITS.sub("9", s)), limit)
+
+
+def bucket(n):
+    """Power-of-two bucket of a count: 0, 1, 2, 4, 8, ... (counts as tokens)."""
+    return 1 << (n.bit_length() - 1) if n > 0 else 0

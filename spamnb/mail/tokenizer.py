@@ -78,6 +78,7 @@ from spamnb.mail import mime, signals
 from spamnb.mail.html_text import clear_memo as clear_html_memo, html_to_text, looks_like_html
 from spamnb.mail.lexer import (
     CJK_SCHEMES,
+    bucket,
     clean,
     crack_email,
     crack_url,
@@ -381,9 +382,7 @@ class TokenizerConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise ValueError("%s must be a non-negative integer, not %r" % (name, v))
-        for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names",
-                     "sender_signals", "link_signals", "layout_signals", "url_path_words",
-                     "fold_web_schemes", "exclaim_signals"):
+        for name in ("bigrams", "case_fold", "nfkc", "recipient_counts", "fold_header_names", *_ADDED_FIELDS):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError("%s must be true or false" % name)
 
@@ -519,11 +518,6 @@ def _plan_header(name, selected, fold=False):
     return "header:" + (name.lower() if fold else name)[:40], lname, (_HEADER_KIND.get(lname, "words") if selected(lname) else None)
 
 
-def _bucket(n):
-    """Power-of-two bucket of a count: 0, 1, 2, 4, 8, ..."""
-    return 1 << (n.bit_length() - 1) if n > 0 else 0
-
-
 def _prepare(text, config):
     """NFKC (non-ASCII only: ASCII is already NFKC) and case folding."""
     if config.nfkc and not text.isascii():
@@ -549,7 +543,7 @@ def _address_tokens(prefix, value, config, out):
     value = value[:_MAX_ADDRESS_HEADER]
     addrs = _ADDRESS.findall(value)
     if prefix != "from:" and config.recipient_counts:
-        out.append("%scount:%d" % (prefix, _bucket(len(addrs))))
+        out.append("%scount:%d" % (prefix, bucket(len(addrs))))
     for addr in addrs[:_MAX_ADDRESSES]:
         addr = addr.lower().rstrip(".")
         out.append(prefix + "addr:" + addr[:80])
@@ -672,7 +666,7 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
         else:  # date
             out.append("date:shape:" + shape(value, 40))
     if hops:
-        out.append("received:count:%d" % _bucket(hops))
+        out.append("received:count:%d" % bucket(hops))
     return out
 
 
