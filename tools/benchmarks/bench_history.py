@@ -74,6 +74,8 @@ def main():
                          "(its history written by the process itself; 0: skip)")
     ap.add_argument("--model", type=Path, help="a trained model (default: train one on the shipped corpus)")
     args = ap.parse_args()
+    if args.model and not args.model.is_file():
+        raise SystemExit(f"bench_history.py: --model {args.model}: no such file")
     # the bytecode an installed package has: under PYTHONDONTWRITEBYTECODE each process would compile
     # whatever changed since the last compile, and time that
     compileall.compile_dir(str(ROOT / "spamnb"), quiet=1)

@@ -110,13 +110,17 @@ def main():
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
     from spamnb.storage.filestore import FileBackend
+    from spamnb.storage.store import ModelError
     from spamnb.storage.where import open_backend
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = tmp / "model.joblib"
         if args.model is not None:  # a copy: the file server learns into it
-            FileBackend(model).replace(FileBackend(args.model).model())
+            try:
+                FileBackend(model).replace(FileBackend(args.model).model())
+            except (ModelError, OSError) as e:
+                raise SystemExit(f"bench_store.py: --model {args.model}: {e}") from None
         else:
             print("training on corpora/spamassassin.tar.xz (not timed)...", file=sys.stderr)
             subprocess.run(SPAMNB + ["train", "--index", str(ROOT / "corpora" / "spamassassin.tar.xz"),
