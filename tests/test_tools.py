@@ -61,6 +61,14 @@ def test_each_folder_readme_lists_each_file_with_its_command(kind):
             assert f"python tools/{kind}/{path.name}" in readme, f"tools/{kind}/README.md: no command for {path.name}"
 
 
+def test_the_kinds_import_one_way():
+    """Benchmarks may use the studies' and the harnesses' helpers (tools/README.md); nothing
+    else imports a benchmark, so each helper has one home and no cycle."""
+    imports = [f"{p.relative_to(ROOT)}" for kind in KINDS if kind != "benchmarks" for p in python_files(TOOLS / kind)
+               if "tools.benchmarks" in p.read_text(encoding="utf-8")]
+    assert imports == []
+
+
 def test_the_libraries_are_imported_not_run():
     for rel in LIBRARIES:
         assert "__main__" not in (ROOT / rel).read_text(encoding="utf-8"), rel

@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import compileall
 import os
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -48,6 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from spamnb.delivery import fastfilter  # noqa: E402
+from tools.harnesses.exim_spamd import free_port, spamd_check, start_serve, stop  # noqa: E402
 
 
 def spamnb_cmd():
@@ -55,46 +54,9 @@ def spamnb_cmd():
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "spamnb"]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(model, sock, port, *extra):
-    proc = subprocess.Popen(spamnb_cmd() + ["serve", "--socket", str(sock), "--model", str(model),
-                                            "--spamd", f"127.0.0.1:{port}", *extra],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"spamnb serve {' '.join(extra)} exited with status {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                pass
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(sock))
-            return proc
-        except OSError:
-            time.sleep(0.1)
-    proc.kill()
-    raise SystemExit("the server did not start")
-
-
 def via_wire(sock, model, raw):
     opts = fastfilter.parse_args(["--model", str(model)])
     fastfilter.via_server(str(sock), raw, str(model), False, opts)
-
-
-def via_spamd(port, raw):
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(b"CHECK SPAMC/1.5\r\nContent-length: %d\r\n\r\n" % len(raw) + raw)
-        s.shutdown(socket.SHUT_WR)
-        reply = b""
-        while chunk := s.recv(65536):
-            reply += chunk
-    if b"Spam:" not in reply:
-        raise SystemExit(f"spamd reply without a verdict: {reply[:200]!r}")
 
 
 def one_pass(send, messages):
@@ -112,6 +74,8 @@ def main():
                          "(its history written by the process itself; 0: skip)")
     ap.add_argument("--model", type=Path, help="a trained model (default: train one on the shipped corpus)")
     args = ap.parse_args()
+    if args.model and not args.model.is_file():
+        raise SystemExit(f"bench_history.py: --model {args.model}: no such file")
     # the bytecode an installed package has: under PYTHONDONTWRITEBYTECODE each process would compile
     # whatever changed since the last compile, and time that
     compileall.compile_dir(str(ROOT / "spamnb"), quiet=1)
@@ -130,13 +94,16 @@ def main():
             subprocess.run(spamnb_cmd() + ["train", "--index", str(ROOT / "corpora" / "spamassassin.tar.xz"),
                                            "--model", str(model)], check=True, stderr=subprocess.DEVNULL)
         on_port, off_port = free_port(), free_port()
-        on = start(model, tmp / "on" / "socket", on_port)
-        off = start(model, tmp / "off" / "socket", off_port, "--no-history")
-        try:
-            servers = {"on": (tmp / "on" / "socket", on_port), "off": (tmp / "off" / "socket", off_port)}
+        for name in ("on", "off"):
+            (tmp / name).mkdir()
+        procs, note = [], lambda line: print(line, file=sys.stderr)
+        try:  # each server's socket is DIR/run/sock, its log DIR/serve.log
+            procs.append(start_serve(spamnb_cmd(), model, tmp / "on", on_port, note))
+            procs.append(start_serve(spamnb_cmd(), model, tmp / "off", off_port, note, ["--no-history"]))
+            servers = {"on": (tmp / "on" / "run" / "sock", on_port), "off": (tmp / "off" / "run" / "sock", off_port)}
             for sock, port in servers.values():  # warm up: the model's pages, the history's file
                 one_pass(lambda raw: via_wire(sock, model, raw), messages[:10])
-                one_pass(lambda raw: via_spamd(port, raw), messages[:10])
+                one_pass(lambda raw: spamd_check(port, raw), messages[:10])
             times = {(proto, name): [] for proto in ("filter", "spamd") for name in servers}
             for r in range(args.rounds):
                 order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
@@ -144,12 +111,13 @@ def main():
                     for name in order:
                         sock, port = servers[name]
                         send = ((lambda raw: via_wire(sock, model, raw)) if proto == "filter"
-                                else (lambda raw: via_spamd(port, raw)))
+                                else (lambda raw: spamd_check(port, raw)))
                         times[(proto, name)].append(one_pass(send, messages))
+        except RuntimeError as e:  # a server that did not start, or a spamd reply without a verdict
+            raise SystemExit(f"bench_history.py: {e}") from None
         finally:
-            for proc in (on, off):
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
+            for proc in procs:
+                stop(proc, timeout=60)  # the history's last rows written before they are counted
         cold_env = {**os.environ, "SPAMNB_SOCKET": str(tmp / "no-server" / "socket")}
         flags = {"on": ["--history", str(tmp / "cold.sqlite")], "off": ["--no-history"]}
         for r in range(args.rounds if args.cold else 0):  # paired: each message on and off, in turn

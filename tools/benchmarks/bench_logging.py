@@ -42,7 +42,8 @@ sys.path.insert(0, str(ROOT))  # the project: spamnb, tools
 
 from tools import shared_corpora  # noqa: E402
 from tools.benchmarks.bench_learning import default_spamnb  # noqa: E402
-from tools.benchmarks.bench_spamd import answered, port_free, spamc, split_corpus, stop, wait_ready  # noqa: E402
+from tools.benchmarks.bench_spamd import answered, port_free, spamc, split_corpus, wait_ready  # noqa: E402
+from tools.harnesses.exim_spamd import stop  # noqa: E402
 
 BUDGET = 1.05
 

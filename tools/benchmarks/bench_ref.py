@@ -50,9 +50,10 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # the project: spamnb, tools
 
 from tools.benchmarks.bench_filter import extract  # noqa: E402 (the shipped corpus as files)
-from tools.benchmarks.bench_spamd import answered, port_free, spamc, stop, wait_ready  # noqa: E402
+from tools.benchmarks.bench_spamd import answered, port_free, spamc, wait_ready  # noqa: E402
 from tools.benchmarks.bench_train import same_model  # noqa: E402
 from tools.benchmarks.token_hashes import revision_tree  # noqa: E402
+from tools.harnesses.exim_spamd import stop  # noqa: E402
 
 SHIPPED = ROOT / "corpora" / "spamassassin.tar.xz"
 MEASURES = ("train", "classify", "server")

@@ -39,6 +39,7 @@ root, spamd runs as ``nobody``. Both servers are stopped on exit and on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -58,6 +59,7 @@ sys.path.insert(0, str(ROOT))  # the project: spamnb, tools
 
 from tools import shared_corpora  # noqa: E402
 from tools.benchmarks.bench_learning import default_spamnb  # noqa: E402
+from tools.harnesses.exim_spamd import stop, wait_for  # noqa: E402 (waiting for a server, stopping it: one definition)
 
 ANSWER = re.compile(rb"(-?\d+(?:\.\d+)?)/(\d+(?:\.\d+)?)\n\Z")
 WARM_UP = 2  # untimed messages per client before the measures
@@ -85,12 +87,14 @@ def split_corpus(index, n, seed, train_dir):
     return [(lines[i][0], folder / lines[i][1]) for i in sorted(held)]
 
 
-def spamc(port, path):
-    """One ``spamc -c`` process: (seconds, exit status, output)."""
-    with open(path, "rb") as f:
+def spamc(port, message, *options):
+    """One ``spamc`` process (``options``; none: ``-c``) on ``message``, a path or the
+    message itself: (seconds, exit status, output)."""
+    raw = message if isinstance(message, bytes) else None
+    with open(message, "rb") if raw is None else contextlib.nullcontext() as f:
         t = time.perf_counter()
-        proc = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-c"], stdin=f,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        proc = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), *(options or ("-c",))], stdin=f,
+                              input=raw, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         return time.perf_counter() - t, proc.returncode, proc.stdout
 
 
@@ -112,39 +116,25 @@ def port_free(port):
 
 
 def wait_ready(name, proc, port, log, t):
-    """Wait until the server started at ``t`` answers ``spamc -K``; exit with its log's tail if it does not."""
-    while time.perf_counter() - t < 180 and proc.poll() is None:
-        if subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-K"], capture_output=True).returncode == 0:
-            print(f"{name} answers on port {port} {time.perf_counter() - t:.1f} s after its start", file=sys.stderr)
-            return
-        time.sleep(0.2)
-    tail = Path(log.name).read_text(errors="replace").splitlines()[-10:]
-    sys.exit("\n".join([*tail, f"bench_spamd.py: {name} did not answer on port {port} "
-                                 f"(exit status {proc.poll()}; its log's last lines above)"]))
-
-
-def stop(proc):
-    """SIGTERM the server (spamd stops its children), then its process group if it lingers."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            pass
+    """Wait until the server started at ``t`` answers ``spamc -K`` (180 s after ``t``); exit
+    with its log's tail if it does not."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)  # anything of its group left behind
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        wait_for(f"{name} on port {port}", lambda: subprocess.run(
+            ["spamc", "-d", "127.0.0.1", "-p", str(port), "-K"], capture_output=True).returncode == 0,
+            proc, Path(log.name), timeout=180 - (time.perf_counter() - t))
+    except RuntimeError as e:
+        sys.exit(f"{Path(sys.argv[0]).name}: {e}")
+    print(f"{name} answers on port {port} {time.perf_counter() - t:.1f} s after its start", file=sys.stderr)
 
 
-def throughput(port, paths, concurrency):
-    """``concurrency`` threads each running spamc over its share: (seconds, [(code, out)])."""
-    results = [None] * len(paths)
+def throughput(port, messages, concurrency):
+    """``concurrency`` threads each running ``spamc -c`` over its share of the messages
+    (paths, or the messages themselves): (seconds, [(code, out)])."""
+    results = [None] * len(messages)
 
     def work(k):
-        for i in range(k, len(paths), concurrency):
-            results[i] = spamc(port, paths[i])[1:]
+        for i in range(k, len(messages), concurrency):
+            results[i] = spamc(port, messages[i])[1:]
 
     threads = [threading.Thread(target=work, args=(k,)) for k in range(concurrency)]
     t = time.perf_counter()

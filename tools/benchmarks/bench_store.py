@@ -34,76 +34,70 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the project: spamnb
+sys.path.insert(0, str(ROOT))  # the project: spamnb, tools
 SPAMNB = [sys.executable, "-m", "spamnb"]
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from tools.benchmarks.bench_spamd import answered, spamc, throughput  # noqa: E402
+from tools.harnesses.exim_spamd import free_port, start_serve, stop, wait_for  # noqa: E402
 
 
 def start_redis(folder: Path):
     import redis
 
-    sock = folder / "redis.sock"
-    proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
-                             "--save", "", "--appendonly", "no", "--dir", str(folder)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    sock, log = folder / "redis.sock", folder / "redis.log"
+    with open(log, "wb") as f:
+        proc = subprocess.Popen(["redis-server", "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+                                 "--save", "", "--appendonly", "no", "--dir", str(folder)],
+                                stdout=f, stderr=subprocess.STDOUT)
     client = redis.Redis(unix_socket_path=str(sock))
-    for _ in range(200):
+
+    def ready():
         try:
-            client.ping()
-            return proc, client, f"unix://{sock}?prefix=bench:"
+            return client.ping()
         except redis.exceptions.ConnectionError:
-            time.sleep(0.05)
-    raise SystemExit("redis-server did not start")
+            return False
+
+    try:
+        wait_for("redis-server", ready, proc, log, timeout=10)
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, client, f"unix://{sock}?prefix=bench:"
 
 
-def start_spamd(folder: Path, *model_args):
+def start_spamd(folder: Path, model=None, *options):
+    """``spamnb serve --spamd`` on a free port that may learn (TELL) into ``model`` (None:
+    ``options`` name the store): (process, port)."""
     port = free_port()
-    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(folder / "s"), "--spamd", f"127.0.0.1:{port}",
-                                      "--allow-tell-served", "--max-connections", "64", *model_args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(1200):
-        if proc.poll() is not None:
-            raise SystemExit(f"spamnb serve failed: {proc.stderr.read().decode()}")
-        r = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-K"], capture_output=True)
-        if r.returncode == 0:
-            return proc, port
-        time.sleep(0.1)
-    raise SystemExit("spamnb serve did not start")
+    folder.mkdir()
+    return start_serve(SPAMNB, model, folder, port, lambda line: print(line, file=sys.stderr),
+                       ["--allow-tell-served", "--max-connections", "64", *options]), port
 
 
-def spamc(port, raw, *extra):
-    t = time.perf_counter()
-    r = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), *extra], input=raw, capture_output=True)
-    took = time.perf_counter() - t
-    if extra == ("-c",) and (r.returncode not in (0, 1) or b"/" not in r.stdout or r.stdout.startswith(b"0/0")):
-        raise SystemExit(f"spamc got no answer from port {port}: {r.stdout!r} {r.stderr!r}")
+def timed(port, raw, *options):
+    """The seconds of one ``spamc`` (``-c`` unless ``options``); exits when the server
+    did not answer as it should (a verdict to ``-c``, exit status 0 to ``-L``)."""
+    took, code, out = spamc(port, raw, *options)
+    if not (answered(code, out) if not options else code == 0):
+        raise SystemExit(f"bench_store.py: spamc {' '.join(options or ('-c',))} got no answer from port {port} "
+                         f"(exit status {code}): {out[:200]!r}")
     return took
 
 
-def throughput(port, raws, concurrency):
-    share = [raws[i::concurrency] for i in range(concurrency)]
-    t = time.perf_counter()
-    threads = [threading.Thread(target=lambda part=part: [spamc(port, raw, "-c") for raw in part]) for part in share]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    return len(raws) / (time.perf_counter() - t)
+def rate(port, raws, concurrency):
+    """Messages per second through ``concurrency`` spamc -c clients; exits when one got no verdict."""
+    wall, results = throughput(port, raws, concurrency)
+    if not all(answered(code, out) for code, out in results):
+        raise SystemExit(f"bench_store.py: a spamc -c of the throughput pass got no verdict from port {port}")
+    return len(raws) / wall
 
 
 def main():
@@ -116,22 +110,26 @@ def main():
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
     from spamnb.storage.filestore import FileBackend
+    from spamnb.storage.store import ModelError
     from spamnb.storage.where import open_backend
 
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         model = tmp / "model.joblib"
         if args.model is not None:  # a copy: the file server learns into it
-            FileBackend(model).replace(FileBackend(args.model).model())
+            try:
+                FileBackend(model).replace(FileBackend(args.model).model())
+            except (ModelError, OSError) as e:
+                raise SystemExit(f"bench_store.py: --model {args.model}: {e}") from None
         else:
             print("training on corpora/spamassassin.tar.xz (not timed)...", file=sys.stderr)
             subprocess.run(SPAMNB + ["train", "--index", str(ROOT / "corpora" / "spamassassin.tar.xz"),
                                      "--model", str(model)], check=True, capture_output=True)
         file_model = FileBackend(model).model()
         raws = [p.read_bytes() for p in sorted((ROOT / "corpora" / "sample-maildir" / "cur").iterdir())]
-        redis_proc, client, url = start_redis(tmp)
-        servers = []
+        redis_proc, servers = None, []
         try:
+            redis_proc, client, url = start_redis(tmp)
             before = client.info("memory")["used_memory"]
             t = time.perf_counter()
             store = open_backend(None, url)
@@ -139,34 +137,34 @@ def main():
             push_s = time.perf_counter() - t
             after = client.info("memory")["used_memory"]
             n_tokens = len(file_model.vocabulary)
-            servers.append(start_spamd(tmp / "f", "--model", str(model)))
-            servers.append(start_spamd(tmp / "r", "--store", url))
+            servers.append(start_spamd(tmp / "f", model))
+            servers.append(start_spamd(tmp / "r", None, "--store", url))
             (_, p_file), (_, p_store) = servers
             for raw in raws[:4]:  # warm-up: scripts loaded, models read
-                spamc(p_file, raw, "-c")
-                spamc(p_store, raw, "-c")
+                timed(p_file, raw)
+                timed(p_store, raw)
             client.config_resetstat()
             lat_f, lat_s = [], []
             for i, raw in enumerate(raws):
                 order = [(p_file, lat_f), (p_store, lat_s)][::1 if i % 2 else -1]
                 for port, out in order:
-                    out.append(spamc(port, raw, "-c"))
+                    out.append(timed(port, raw))
             stats = client.info("commandstats")
             evalsha = stats.get("cmdstat_evalsha", {}).get("calls", 0)
             ratios = [s / f for s, f in zip(lat_s, lat_f)]
             tp = {"file": [], "store": []}
             for name, port in [("file", p_file), ("store", p_store), ("store", p_store), ("file", p_file)]:
-                tp[name].append(throughput(port, raws, args.concurrency))
+                tp[name].append(rate(port, raws, args.concurrency))
             # messages neither model has learned: held-out ones with a line of their own added
             fresh = [raws[i % len(raws)] + b"\nbench learn %d\n" % i for i in range(2 * args.learn)]
-            learn_f = [spamc(p_file, raw, "-L", "spam") for raw in fresh[:args.learn]]
-            learn_s = [spamc(p_store, raw, "-L", "spam") for raw in fresh[args.learn:]]
+            learn_f = [timed(p_file, raw, "-L", "spam") for raw in fresh[:args.learn]]
+            learn_s = [timed(p_store, raw, "-L", "spam") for raw in fresh[args.learn:]]
+        except RuntimeError as e:  # a server (redis-server, spamnb serve) that did not start
+            raise SystemExit(f"bench_store.py: {e}") from None
         finally:
             for proc, _ in servers:
-                proc.terminate()
-                proc.wait(20)
-            redis_proc.terminate()
-            redis_proc.wait(20)
+                stop(proc)
+            stop(redis_proc)
         med = statistics.median
         version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
         print(f"server: Redis {version}; model: {n_tokens} tokens, {len(file_model.registry)} messages; "

@@ -214,15 +214,23 @@ def tail(path: Path, n: int = 8) -> str:
         return f"(no {path.name})"
 
 
-def stop(proc: subprocess.Popen | None):
-    if proc is None or proc.poll() is not None:
+def stop(proc: subprocess.Popen | None, timeout: float = 20.0):
+    """SIGTERM ``proc`` (a server stops its children, spamd too), SIGKILL if it lingers
+    ``timeout`` s; then SIGKILL what is left of the process group it leads, if it was
+    started in one of its own (``start_new_session``)."""
+    if proc is None:
         return
-    proc.terminate()
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
     try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+        os.killpg(proc.pid, signal.SIGKILL)  # no group of that id (it led none): ProcessLookupError
+    except ProcessLookupError:
+        pass
+    proc.wait()
 
 
 class _Piped(smtplib.SMTP):
@@ -432,17 +440,25 @@ def run(model: Path, ham: bytes, spam: bytes, *, exim: str | None = None, workdi
     return problems
 
 
-def start_serve(spamnb, model, d: Path, spamd_port: int, out) -> subprocess.Popen:
-    """``spamnb serve --spamd 127.0.0.1:PORT`` on ``model``, its log in DIR/serve.log,
-    once it answers PING (what every harness's MTA then talks to)."""
+def start_serve(spamnb, model, d: Path, spamd_port: int, out, options=()) -> subprocess.Popen:
+    """``spamnb serve --spamd 127.0.0.1:PORT`` on ``model`` (None: ``options`` name it,
+    ``--store URL``) with ``options`` besides, its socket DIR/run/sock and its log
+    DIR/serve.log, once it answers PING (what every harness's MTA and the benchmarks
+    then talk to; its private socket listens by then too). Not ready in 60 s: stopped,
+    and RuntimeError with its log's tail."""
     serve_log = d / "serve.log"
+    named = ["--model", str(model)] if model is not None else []
     with open(serve_log, "wb") as f:
-        serve = subprocess.Popen([*spamnb, "serve", "--model", str(model), "--socket", str(d / "run" / "sock"),
-                                  "--spamd", f"127.0.0.1:{spamd_port}"], stdout=f, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL)
-    wait_for("spamnb serve", lambda: b"PONG" in spamd_ask(spamd_port, b"PING SPAMC/1.5\r\n\r\n", 2),
-             serve, serve_log, timeout=60)
-    out(f"spamnb serve --spamd 127.0.0.1:{spamd_port} (model {model})")
+        serve = subprocess.Popen([*spamnb, "serve", *named, "--socket", str(d / "run" / "sock"),
+                                  "--spamd", f"127.0.0.1:{spamd_port}", *options], stdout=f,
+                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        wait_for("spamnb serve", lambda: b"PONG" in spamd_ask(spamd_port, b"PING SPAMC/1.5\r\n\r\n", 2),
+                 serve, serve_log, timeout=60)
+    except BaseException:
+        stop(serve)
+        raise
+    out(f"spamnb serve --spamd 127.0.0.1:{spamd_port} ({' '.join(options) if model is None else f'model {model}'})")
     return serve
 
 

@@ -41,12 +41,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project: spamnb, tools
 
-from spamnb.mail.tokenizer import tokenize  # noqa: E402
-from spamnb.model import SpamModel  # noqa: E402
-from spamnb.scale import parallel  # noqa: E402
-from tools.studies.first_day import strip_artefacts  # noqa: E402
+from spamnb.model import BATCH, SpamModel, batches  # noqa: E402
 from tools.studies.protocols import (  # noqa: E402
-    MODERN_HELD, SPAM_CUT, caught, corpus, extra, frontier_interval, shift_for, shipped, short)
+    SPAM_CUT, Cache, caught, extra, frontier_interval, modern_model, modern_test, shift_for, short)
 
 SHARES = (0.01, 0.02, 0.05, 0.10, 0.20)  # of the ham not filed ham, for the frontier table
 
@@ -78,9 +75,8 @@ def length(ws):
     return "0-19 words" if n < 20 else "20-99 words" if n < 100 else "100+ words"
 
 
-def kinds(raw, spam):
-    """The kinds a message is counted under: ``(group, kind)`` pairs."""
-    tokens = tokenize(raw)
+def kinds(tokens, spam):
+    """The kinds a message of these tokens is counted under: ``(group, kind)`` pairs."""
     ws = words(tokens)
     out = [("text", length(ws))]
     if spam:
@@ -123,18 +119,24 @@ def main():
     ap.add_argument("--extra", metavar="INDEX", help="messages added to the training")
     ap.add_argument("--resamples", type=int, default=200)
     args = ap.parse_args()
-    model = SpamModel()
-    train = shipped() + extra(args.extra)
-    parallel.train(model, train)
-    ham = corpus("enron-ham-dev", strip_artefacts)
-    spam = [m for m in corpus("modern-spam-dev") if MODERN_HELD.search(m[0])]
-    test = ham + spam
-    verdicts = list(model.classify_many(raw for _, raw, _ in test))
+    cache = Cache(0)
+    more = extra(args.extra)
+    model = modern_model(SpamModel, cache, more)
+    test = modern_test(cache)
+    is_spam = np.array([label == "spam" for _, _, label in test], dtype=bool)
+    # each message tokenized once: its tokens are both scored and sorted into kinds (a batch at a
+    # time, as classify_many does, so only a batch's tokens are held)
+    verdicts, groups = [], collections.defaultdict(lambda: collections.defaultdict(list))
+    for batch in batches(test, BATCH):
+        token_lists = [model.tokens(raw) for _, raw, _ in batch]
+        for i, tokens in enumerate(token_lists, len(verdicts)):
+            for group, kind in kinds(tokens, is_spam[i]):
+                groups[("spam" if is_spam[i] else "ham", group)][kind].append(i)
+        verdicts += model.classify_token_lists(token_lists)
     scores = np.array([v.score for v in verdicts])
     labels = np.array([v.label for v in verdicts])
-    is_spam = np.arange(len(test)) >= len(ham)
     delta = shift_for(scores[~is_spam])
-    print(f"trained on {len(train)} messages; {len(ham)} ham, {len(spam)} spam; "
+    print(f"trained on {len(cache('shipped')) + len(more)} messages; {np.sum(~is_spam)} ham, {np.sum(is_spam)} spam; "
           f"the 5% shift lowers every score by {delta:.2f} (log-odds)")
     print(f"at the cut-offs: {100 * np.mean(labels[is_spam] == 'spam'):.1f}% of the spam caught, "
           f"{100 * np.mean(labels[~is_spam] != 'ham'):.1f}% of the ham not filed ham "
@@ -144,10 +146,6 @@ def main():
         low, high = frontier_interval(scores[~is_spam], scores[is_spam], args.resamples, share=share)
         at = caught(scores[is_spam], shift_for(scores[~is_spam], share))
         print(f"| {100 * share:.0f} | {at:.1f} | [{low:.1f}, {high:.1f}] |")
-    groups = collections.defaultdict(lambda: collections.defaultdict(list))
-    for i, (_, raw, _) in enumerate(test):
-        for group, kind in kinds(raw, is_spam[i]):
-            groups[("spam" if is_spam[i] else "ham", group)][kind].append(i)
     for (what, group), rows in sorted(groups.items(), key=lambda kv: (kv[0][0] == "ham", kv[0][1])):
         table(f"{what} by {group}", rows, labels, scores, delta, what == "spam")
     order = np.argsort(scores, kind="mergesort")

@@ -191,9 +191,8 @@ def run(protocol, make, cache, more=()):
         random.Random(1).shuffle(stream)
         sc = evaluate.online(make, more + stream[: cache.online_n])
     elif protocol == "modern":  # the default model's training against enron ham and today's spam
-        model = make()
-        parallel.train(model, cache("shipped") + more)
-        test = cache("enron-ham-dev", strip_artefacts) + [m for m in cache("modern-spam-dev") if MODERN_HELD.search(m[0])]
+        model = modern_model(make, cache, more)
+        test = modern_test(cache)
         verdicts = list(model.classify_many(raw for _, raw, _ in test))
         return (np.array([label == "spam" for _, _, label in test], dtype=int), np.array([c.score for c in verdicts]),
                 [src for src, _, _ in test], np.array([c.label for c in verdicts]))
@@ -206,6 +205,20 @@ def run(protocol, make, cache, more=()):
                 [src for src, _, _ in ham], np.array([c.score for c in verdicts]))
     y, scores, sources = without(sc, {src for src, _, _ in more})
     return y, scores, sources, scores
+
+
+def modern_model(make, cache, more=()):
+    """The ``modern`` protocol's model: ``make()`` trained on what the default model trains
+    on (``cache("shipped")``), then ``more`` (:func:`extra`)."""
+    model = make()
+    parallel.train(model, cache("shipped") + list(more))
+    return model
+
+
+def modern_test(cache):
+    """The ``modern`` protocol's test messages, ``(source, raw, label)``: enron-ham-dev's ham
+    (artefacts stripped), then modern-spam-dev's pot-* spam (:data:`MODERN_HELD`)."""
+    return cache("enron-ham-dev", strip_artefacts) + [m for m in cache("modern-spam-dev") if MODERN_HELD.search(m[0])]
 
 
 class Cache:
