@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import html
 import re
+import sqlite3
 import subprocess
+import time
 
 import pytest
 
+from spamnb.storage import history
 from spamnb.storage.modelfile import load_model
+from spamnb.web.data import Site
+from spamnb.web.pages import clue_list
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
-from webpage import HOSTILE, Web, fill, hostile_message
+from webpage import HOSTILE, Web, WebHere, fill, hostile_message
 
 
 @pytest.fixture
@@ -154,6 +159,84 @@ def test_a_large_history_is_read_a_page_at_a_time(compiled, tmp_path):
         assert status == 200 and "would drop" in body
     finally:
         web.stop()
+
+
+def watch(monkeypatch):
+    """``(connections, statements)``: the history connections this process opens from now
+    on and every statement run on them (sqlite3's trace callback), the server's threads' too."""
+    opened, statements = [], []
+    real = history.open_db
+
+    def counted(*args, **kwargs):
+        db = real(*args, **kwargs)
+        opened.append(db)
+        db.set_trace_callback(statements.append)
+        return db
+
+    monkeypatch.setattr(history, "open_db", counted)
+    return opened, statements
+
+
+def test_a_list_page_reads_its_rows_and_messages_in_one_connection_and_the_same_queries_for_any_n(
+        compiled, tmp_path, monkeypatch):
+    """The review's N+1: each row of the Unsure and History pages was read again with its
+    message (a connection and three queries a row). Now a page of 3 rows and one of 20 cost
+    the same: one connection, the same statements; and each row still has its clues."""
+    mail = messages()[:20]
+    cost = {}
+    for n in (3, 20):
+        hist = tmp_path / f"h{n}.sqlite"
+        fill(hist, mail[:n], unsure=set(range(n)))
+        web = WebHere(compiled, hist)
+        opened, statements = watch(monkeypatch)
+        try:
+            for path in ("/unsure", "/history"):
+                opened.clear()
+                statements.clear()
+                status, _, body = web.get(path)
+                assert status == 200 and body.count('<tr id="m') == n, path
+                cost[path, n] = (len(opened), len(statements))
+                clues = Site(compiled, False, hist).clues
+                for raw in mail[:n]:  # the clues `spamnb explain` lists, under their row
+                    assert clue_list(clues(raw)) in body, path
+        finally:
+            web.stop()
+            monkeypatch.undo()
+    for path in ("/unsure", "/history"):
+        assert cost[path, 3] == cost[path, 20], (path, cost)
+        assert cost[path, 3] == (1, 2), (path, cost)  # one connection: the count and the page with its messages
+
+
+def test_every_page_and_a_choice_use_at_most_one_connection_closed_after_it(compiled, tmp_path, monkeypatch):
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:6], unsure={0, 1, 2})
+    web = WebHere(compiled, hist)
+    opened, _ = watch(monkeypatch)
+    try:
+        for path in ("/", "/unsure", "/history?q=a&verdict=ham&page=1", "/message/1", "/message/999", "/overview",
+                     "/model"):
+            opened.clear()
+            status, _, _ = web.get(path)
+            assert status in (200, 303, 404) and len(opened) <= 1, (path, len(opened))
+        opened.clear()
+        status, _, _ = web.get("/learn", data=f"id=1&label=spam&csrf={web.server.csrf}".encode())
+        assert status == 303 and len(opened) == 1  # the message, its mark, re-scoring the queue
+        deadline = time.monotonic() + 10  # the answer is sent before the request's connection is closed
+        while not all(map(closed, opened)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert all(map(closed, opened))
+        _, _, body = web.get("/history?verdict=unsure")
+        assert "taught as" in body and body.count('<tr id="m') == 3
+    finally:
+        web.stop()
+
+
+def closed(db):
+    try:
+        db.total_changes
+    except sqlite3.ProgrammingError:
+        return True
+    return False
 
 
 def test_listening_beyond_loopback_needs_allow(compiled, tmp_path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -61,8 +62,12 @@ class Web:
         if self.url is None:
             self.stop()
             raise AssertionError("spamnb web did not start")
-        self.base = self.url.split("/?", 1)[0]
-        self.token = self.url.rsplit("token=", 1)[1]
+        self.at(self.url)
+
+    def at(self, url):
+        """Where the server is and its token, from the URL it printed."""
+        self.base = url.split("/?", 1)[0]
+        self.token = url.rsplit("token=", 1)[1]
         self.cookie = f"spamnb_token_{self.base.rsplit(':', 1)[1]}={self.token}"
 
     def get(self, path, *, cookie=True, data=None):
@@ -82,6 +87,24 @@ class Web:
             self.proc.terminate()
         self.proc.wait(20)
         self.proc.stderr.close()
+
+
+class WebHere(Web):
+    """The same server in this process, on a thread: a test can watch what it does
+    (the connections it opens, the statements it runs)."""
+
+    def __init__(self, model, hist):
+        from spamnb.delivery.spamd import LOOPBACK
+        from spamnb.web.app import WebServer
+        from spamnb.web.data import Site
+
+        self.server = WebServer(("127.0.0.1", 0), Site(model, False, hist), allowed=LOOPBACK, log=lambda text: None)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        self.at(self.server.url())
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

@@ -127,7 +127,8 @@ class Handler(BaseHTTPRequestHandler):
             self.refuse()
             return
         try:
-            self.route_get(url.path, {k: v[0] for k, v in query.items()})
+            with self.server.site.request():
+                self.route_get(url.path, {k: v[0] for k, v in query.items()})
         except Exception as exc:  # noqa: BLE001 - a page's error is a page, the server goes on
             self.server.log(f"error on {url.path}: {exc.__class__.__name__}: {exc}")
             self.send(500, pages.error_page(500, f"{exc.__class__.__name__}: {exc}"))
@@ -157,7 +158,8 @@ class Handler(BaseHTTPRequestHandler):
             back = "/unsure"
         try:
             mid, label = int(form.get("id", "")), form.get("label", "")
-            moved = self.server.site.learn(mid, label)
+            with self.server.site.request():
+                moved = self.server.site.learn(mid, label)
         except ValueError as exc:
             self.send(400, pages.error_page(400, str(exc)))
             return
@@ -175,13 +177,13 @@ class Handler(BaseHTTPRequestHandler):
             _, waiting = site.unsure()
             self.redirect("/unsure" if waiting else "/history")
         elif path == "/unsure":
-            rows, total = site.unsure(page)
-            clues = {r["id"]: site.clues(site.message(r["id"])[1]) for r in rows}
+            rows, total = site.unsure(page, bodies=True)
+            clues = site.clues_of(rows)
             self.send(200, pages.unsure_page(rows, total, page, clues, srv.csrf, srv.flash()))
         elif path == "/history":
             params = {k: q.get(k, "") for k in ("q", "verdict", "since", "until")}
-            rows, total = site.search(**params, page=page)
-            clues = {r["id"]: site.clues(site.message(r["id"])[1]) for r in rows if r["kept"]}
+            rows, total = site.search(**params, page=page, bodies=True)
+            clues = site.clues_of(rows)
             self.send(200, pages.history_page(rows, total, page, params, clues, srv.csrf, srv.flash()))
         elif path.startswith("/message/") and path[9:].isdigit():
             found = site.message(int(path[9:]))

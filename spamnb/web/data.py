@@ -2,11 +2,15 @@
 facts, learning a message and re-scoring the unsure ones.
 
 Every query reads one page of rows (``LIMIT``/``OFFSET`` on an index), never
-the whole history: a history of a year of mail pages as fast as a day's.
+the whole history: a history of a year of mail pages as fast as a day's. A
+list page reads its rows with their messages in that one query (two with the
+count), however many rows it shows, and all of one request's reads and writes
+go through one connection (:meth:`Site.request`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import threading
@@ -36,38 +40,58 @@ class Site:
         self.log = log or (lambda text: None)
         self.holders = {}
         self.lock = threading.Lock()  # one choice (learn, re-score) at a time
+        self.local = threading.local()  # the connection of the request this thread answers
         self.full = (None, None)  # (identity, SpamModel) for the Model page
 
     # -- the database ------------------------------------------------------------
 
+    @contextlib.contextmanager
+    def request(self):
+        """One connection to the history for everything one request reads and writes: opened
+        when first needed, closed when the request ends. The server answers each request on a
+        thread of its own (``ThreadingHTTPServer``), so a connection serves one thread and one
+        request, and a choice's transaction never takes in another request's statements."""
+        self.local.scope = []
+        try:
+            yield
+        finally:
+            scope, self.local.scope = self.local.scope, None
+            for db in scope:
+                db.close()
+
+    @contextlib.contextmanager
     def db(self):
-        return history.open_db(self.history_path, busy_ms=2000)
+        """The connection of this thread's request (:meth:`request`), else one for this call."""
+        scope = getattr(self.local, "scope", None)
+        if scope is None:  # outside a request (a script's, a test's call): opened and closed here
+            with contextlib.closing(history.open_db(self.history_path, busy_ms=2000)) as db:
+                yield db
+            return
+        if not scope:
+            scope.append(history.open_db(self.history_path, busy_ms=2000))
+        yield scope[0]
 
     def query(self, sql, args=()):
-        db = self.db()
-        try:
+        with self.db() as db:
             return db.execute(sql, args).fetchall()
-        finally:
-            db.close()
 
-    def rows(self, where="", args=(), *, page=0, size=PAGE):
-        """``(rows, total)``: one page of verdicts matching ``where``, newest first."""
-        db = self.db()
-        try:
+    def rows(self, where="", args=(), *, page=0, size=PAGE, bodies=False):
+        """``(rows, total)``: one page of verdicts matching ``where``, newest first; with
+        ``bodies``, each row's message too (``raw``: None when not kept), read in the same query."""
+        cols, raw = (*COLUMNS, "kept", *(("raw",) if bodies else ())), ", b.raw" if bodies else ""
+        with self.db() as db:
             total = db.execute(f"SELECT count(*) FROM verdicts v {where}", args).fetchone()[0]
-            cur = db.execute(f"SELECT {', '.join('v.' + c for c in COLUMNS)}, b.id IS NOT NULL FROM verdicts v "
+            cur = db.execute(f"SELECT {', '.join('v.' + c for c in COLUMNS)}, b.id IS NOT NULL{raw} FROM verdicts v "
                              f"LEFT JOIN bodies b ON b.id = v.id {where} ORDER BY v.id DESC LIMIT ? OFFSET ?",
                              (*args, size, page * size))
-            return [dict(zip((*COLUMNS, "kept"), r)) for r in cur], total
-        finally:
-            db.close()
+            return [dict(zip(cols, r)) for r in cur], total
 
-    def unsure(self, page=0):
+    def unsure(self, page=0, *, bodies=False):
         """The queue: unsure messages kept whole and not taught yet."""
         return self.rows("JOIN bodies k ON k.id = v.id WHERE v.verdict = 'unsure' AND v.corrected IS NULL",
-                         page=page)
+                         page=page, bodies=bodies)
 
-    def search(self, *, q="", verdict="", since="", until="", page=0):
+    def search(self, *, q="", verdict="", since="", until="", page=0, bodies=False):
         """History rows by sender/subject text, verdict, and dates (YYYY-MM-DD, local time)."""
         where, args = [], []
         if q:
@@ -82,15 +106,16 @@ class Site:
             if t is not None:
                 where.append(f"v.t {op} ?")
                 args.append(t + extra)
-        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page)
+        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page, bodies=bodies)
 
     def message(self, mid):
         """``(row, raw or None)`` of verdict ``mid``; None when there is no such row."""
-        found, _ = self.rows("WHERE v.id = ?", (mid,), size=1)
+        found, _ = self.rows("WHERE v.id = ?", (mid,), size=1, bodies=True)
         if not found:
             return None
-        raw = self.query("SELECT raw FROM bodies WHERE id = ?", (mid,))
-        return found[0], bytes(raw[0][0]) if raw else None
+        row = found[0]
+        raw = row.pop("raw")
+        return row, None if raw is None else bytes(raw)
 
     # -- the model --------------------------------------------------------------
 
@@ -105,9 +130,15 @@ class Site:
         """The user's own model once learning made it, else the one served."""
         return self.learn_path if os.path.exists(self.learn_path) else self.model_path
 
-    def clues(self, raw, n=8):
+    def clues(self, raw, n=8, model=None):
         """The ``n`` strongest ``(token, log-odds)`` of ``raw`` (what ``spamnb explain`` lists)."""
-        return scored(self.model(), raw, n)[2] or []
+        return scored(self.model() if model is None else model, raw, n)[2] or []
+
+    def clues_of(self, rows):
+        """``{id: clues}`` of the ``rows`` read with their messages (``bodies``) that were kept,
+        all by one model: the model's files are looked at once a page, not once a row."""
+        model = self.model()
+        return {r["id"]: self.clues(bytes(r["raw"]), model=model) for r in rows if r["raw"] is not None}
 
     def full_model(self):
         """The whole model (for its facts and the prune preview), reloaded when its file changed."""
@@ -171,11 +202,8 @@ class Site:
             row, raw = found
             learn_messages(self.learn_path, [(raw, label)], allow_insecure=self.allow_insecure,
                            create=default_seed, warn=self.log)
-            db = self.db()
-            try:
+            with self.db() as db:
                 history.mark(db, mid, label)
-            finally:
-                db.close()
             self.log(f"learned message {mid} as {label}")
             return self.rescore()
 
@@ -184,8 +212,7 @@ class Site:
         is now; ``[(id, subject, was, now)]`` of those whose verdict changed."""
         model = self.model()
         moved, updates = [], []
-        db = self.db()
-        try:
+        with self.db() as db:
             cur = db.execute("SELECT v.id, v.subject, coalesce(v.now_verdict, v.verdict), v.ham_cut, v.spam_cut, "
                              "b.raw FROM verdicts v JOIN bodies b ON b.id = v.id WHERE v.verdict = 'unsure' "
                              "AND v.corrected IS NULL ORDER BY v.id DESC LIMIT ?", (RESCORE,))
@@ -196,10 +223,12 @@ class Site:
                 if d.label != was:
                     moved.append((mid, subject, was, d.label))
             db.execute("BEGIN IMMEDIATE")
-            db.executemany("UPDATE verdicts SET now_verdict = ?, now_score = ? WHERE id = ?", updates)
-            db.execute("COMMIT")
-        finally:
-            db.close()
+            try:
+                db.executemany("UPDATE verdicts SET now_verdict = ?, now_score = ? WHERE id = ?", updates)
+                db.execute("COMMIT")
+            except BaseException:  # the request's connection goes on: not inside a half-done transaction
+                db.execute("ROLLBACK")
+                raise
         return moved
 
     # -- the overview ---------------------------------------------------------------
