@@ -226,3 +226,18 @@ def test_info_rebuild_refuses_an_untrusted_model(copied):
                                     "--rebuild-scorer"], capture_output=True, timeout=120)
     assert proc.returncode == 1 and b"writable by group or others" in proc.stderr
     assert not os.path.exists(scorer.scorer_path(copied))
+
+
+def test_a_resident_server_serves_the_rebuilt_scorer_at_once(copied, raw):
+    """spamnb serve / web keep a ModelHolder: after rebuilding a copied model's scorer it
+    serves that scorer, not the whole model it loaded to rebuild it (until the next save)."""
+    from spamnb.storage.filestore import ModelHolder
+    from spamnb.storage.scorer import Scorer
+
+    said = []
+    holder = ModelHolder(copied, log=said.append)
+    model = holder.get().model
+    assert isinstance(model, Scorer), type(model)
+    assert any("was missing: rebuilt it" in line for line in said)
+    assert scorer.state(copied) == "fresh"
+    assert holder.get().model is model  # and it stays: nothing changed on disk

@@ -79,6 +79,14 @@ class ModelHolder:
             overlay.add(rec)
         return Loaded(sc.with_overlay(overlay), cur.identity, state, (j.id, j.end))
 
+    def _scorer(self):
+        """The fresh compiled scorer with its journal's changes, and where its journal was
+        read to; :class:`ScorerError` when the scorer is not fresh."""
+        model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
+        j = journal.read(self.path, model.save_id, model.folded, allow_insecure=self.allow_insecure)
+        model.overlay = journal.Overlay.of(j)
+        return model, ((j.id, j.end) if j is not None else None)
+
     def _load(self) -> Loaded:
         """The compiled scorer when it is fresh (a few ms: mmap) with its journal's
         changes, else the full model (which adds them itself)."""
@@ -87,15 +95,16 @@ class ModelHolder:
             state = _journal_state(self.path)
             read_to = None
             try:
-                model = fresh_scorer(self.path, allow_insecure=self.allow_insecure).resident()
-                j = journal.read(self.path, model.save_id, model.folded, allow_insecure=self.allow_insecure)
-                model.overlay = journal.Overlay.of(j)
-                read_to = (j.id, j.end) if j is not None else None
+                model, read_to = self._scorer()
             except ScorerError as exc:
                 if exc.kind in REBUILDABLE:  # a copied model: its scorer is rebuilt when that is safe
                     model, note = load_and_compile(self.path, exc.kind, allow_insecure=self.allow_insecure)
                     if note:
                         self.log(note)
+                    try:  # rebuilt: serve it now, or a resident server keeps the slow model until a save
+                        model, read_to = self._scorer()
+                    except ScorerError:
+                        pass
                 else:
                     model = load_model(self.path, allow_insecure=self.allow_insecure)
             if file_state(os.stat(self.path)) == before:
