@@ -44,10 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-
-def default_spamnb():
-    beside = Path(sys.executable).with_name("spamnb")
-    return str(beside) if beside.exists() else shutil.which("spamnb")
+from tools.benchmarks.bench_learning import default_spamnb  # noqa: E402
 
 
 def interpreter_of(script):
