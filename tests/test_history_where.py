@@ -373,3 +373,19 @@ def test_web_shows_the_history_filter_records_in(case, place):
         proc.stderr.close()
     assert line.startswith("spamnb web: serving ") and line.rstrip("\n").endswith(f" and its history {want}"), line
     assert os.path.isfile(want)
+
+
+# -- the rule itself ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("history_option,model_path,want", [
+    (None, "/m/model.joblib", "/m/model.joblib.history.sqlite"),  # beside the model, as named
+    ("", "m.joblib", "m.joblib.history.sqlite"),                   # an empty option is no option
+    ("/h/x.sqlite", "/m/model.joblib", "/h/x.sqlite"),             # --history FILE, [history] path
+    (False, "/m/model.joblib", None),                              # --no-history
+    (None, None, None),                                            # a store's model: no file to sit beside
+    ("/h/x.sqlite", None, "/h/x.sqlite"),                          # ... but a named file records
+    (False, None, None),
+])
+def test_history_path_is_the_one_rule(history_option, model_path, want):
+    assert locate.history_path(history_option, model_path) == want

@@ -7,8 +7,9 @@ import sys
 
 import click
 
-from spamnb.cli.options import (decision_options, history_options, history_path, log_options, metrics_from,
-                                metrics_options, notice, recorder, store_option)
+from spamnb.cli.options import (decision_options, history_options, log_options, metrics_from, metrics_options,
+                                notice, recorder, store_option)
+from spamnb.storage.locate import history_path
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")

@@ -41,7 +41,8 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     import threading
 
     from spamnb.delivery import spamd
-    from spamnb.storage.history import HistoryError, default_path, open_db
+    from spamnb.storage.history import HistoryError, open_db
+    from spamnb.storage.locate import history_path
     from spamnb.storage.modelfile import resolve
     from spamnb.web.app import WebServer
     from spamnb.web.data import Site
@@ -60,7 +61,7 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     if not path.exists():
         raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
     path = path.resolve()
-    history = os.path.abspath(history or default_path(path))
+    history = os.path.abspath(history_path(history, path))
     try:
         open_db(history).close()  # made (0600) when missing: the page works before the first message
     except HistoryError as exc:
