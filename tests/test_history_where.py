@@ -8,8 +8,6 @@ the command uses, named as it was given (the link, not what a symlink points at)
 and nothing for a store's model, which has no file to sit beside.
 
 Each case is run as a user runs it, and the files on disk say where it went.
-Web broke the rule (marked xfail): it showed the history beside a symlinked
-model's target.
 """
 
 from __future__ import annotations
@@ -354,9 +352,7 @@ def test_imap_filter_records_where_the_rule_says(case, place, isolated_env, tmp_
 # -- web ----------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("case", ["--model", "relative --model", pytest.param(
-    "symlinked --model", marks=pytest.mark.xfail(strict=True, reason="web shows the history beside the "
-                                                 "symlink's target; filter records beside the link")), "--history"])
+@pytest.mark.parametrize("case", ["--model", "relative --model", "symlinked --model", "--history"])
 def test_web_shows_the_history_filter_records_in(case, place):
     args = {"--model": ["--model", place["model"]], "relative --model": ["--model", "model.joblib"],
             "symlinked --model": ["--model", place["link"]],

@@ -60,8 +60,8 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     path, is_default = resolve(model_path)
     if not path.exists():
         raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
+    history = os.path.abspath(history_path(history, path))  # beside the model as named, where filter records
     path = path.resolve()
-    history = os.path.abspath(history_path(history, path))
     try:
         open_db(history).close()  # made (0600) when missing: the page works before the first message
     except HistoryError as exc:
