@@ -146,26 +146,32 @@ def set_up_model(case, place, trained_model=None):
         save_model(load_model(place["model"]), place["default"])
 
 
-@pytest.mark.parametrize("case,way", [(c, w) for c, v in FILTER_CASES.items() for w in v[-1]])
-def test_filter_records_where_the_rule_says(case, way, place, raw, isolated_env, tmp_path):
-    args, config, want, _ = FILTER_CASES[case]
+def arrange(cases, case, place):
+    """Set ``case`` of ``cases`` up (its model, its configuration file): its arguments
+    and where it records (None: nowhere), filled in."""
+    args, config, want, _ = cases[case]
     set_up_model(case, place)
     if config:
         configure(place, fill(config, place))
         prime(place)
+    return [fill(a, place) for a in args], want and fill(want, place)
+
+
+@pytest.mark.parametrize("case,way", [(c, w) for c, v in FILTER_CASES.items() for w in v[-1]])
+def test_filter_records_where_the_rule_says(case, way, place, raw, isolated_env, tmp_path):
+    args, want = arrange(FILTER_CASES, case, place)
     extra = ["--evidence", "0"] if way == "click" else []  # an option only the click command handles
-    proc = spamnb(place, way, "filter", *[fill(a, place) for a in args], *extra, input=raw,
-                  cwd=place["model"].parent)
+    proc = spamnb(place, way, "filter", *args, *extra, input=raw, cwd=place["model"].parent)
     assert proc.returncode in (0, 1, 2) and b"X-Spam-Status" in proc.stdout, proc.stderr
-    assert histories(tmp_path, isolated_env) == ({fill(want, place): 1} if want else {})
+    assert histories(tmp_path, isolated_env) == ({want: 1} if want else {})
 
 
 #: case -> (filter's arguments after --store URL, the configuration file, where it is recorded)
 STORE_CASES = {
-    "--store": ([], "", None),
-    "--store, --history": (["--history", "{hist}"], "", "{hist}"),
-    "--store, [history] path": ([], '[history]\npath = "{hist}"\n', "{hist}"),
-    "--store, --no-history": (["--no-history"], "", None),
+    "--store": ([], "", None, BOTH),
+    "--store, --history": (["--history", "{hist}"], "", "{hist}", BOTH),
+    "--store, [history] path": ([], '[history]\npath = "{hist}"\n', "{hist}", BOTH),
+    "--store, --no-history": (["--no-history"], "", None, BOTH),
 }
 
 
@@ -174,16 +180,13 @@ STORE_CASES = {
 @pytest.mark.parametrize("case", STORE_CASES)
 def test_filter_with_a_store_records_only_in_a_named_file(case, way, place, raw, store_server, isolated_env,
                                                           tmp_path, request):
-    args, config, want = STORE_CASES[case]
     url = store_server.url(prefix=f"{request.node.name[-30:]}:")
     pushed(url, place["model"])
-    if config:
-        configure(place, fill(config, place))
-        prime(place)
+    args, want = arrange(STORE_CASES, case, place)
     extra = ["--evidence", "0"] if way == "click" else []
-    proc = spamnb(place, way, "filter", "--store", url, *[fill(a, place) for a in args], *extra, input=raw)
+    proc = spamnb(place, way, "filter", "--store", url, *args, *extra, input=raw)
     assert proc.returncode in (0, 1, 2) and b"X-Spam-Status" in proc.stdout, proc.stderr
-    assert histories(tmp_path, isolated_env) == ({fill(want, place): 1} if want else {})
+    assert histories(tmp_path, isolated_env) == ({want: 1} if want else {})
 
 
 # -- serve --------------------------------------------------------------------------------------
@@ -275,11 +278,7 @@ FORGET_CASES = ("--model", "[history] path", "--history", "--no-history")
 @pytest.mark.parametrize("case,way,command", [(c, w, "learn") for c, v in LEARN_CASES.items() for w in v[-1]]
                          + [(c, w, "forget") for c in FORGET_CASES for w in LEARN_CASES[c][-1]])
 def test_learn_and_forget_mark_where_filter_records(case, way, command, place, raw, tmp_path):
-    args, config, want, _ = LEARN_CASES[case]
-    set_up_model(case, place)
-    if config:
-        configure(place, fill(config, place))
-        prime(place)
+    args, want = arrange(LEARN_CASES, case, place)
     msg = tmp_path / "m.eml"
     msg.write_bytes(raw)
     candidates = [fill(p, place) for p in ("{model}.history.sqlite", "{link}.history.sqlite", "{hist}",
@@ -287,7 +286,7 @@ def test_learn_and_forget_mark_where_filter_records(case, way, command, place, r
     recorded_in(candidates, raw)
     if command == "forget":  # learned first (marking nothing), then forgotten: its mark taken back
         where = [a for a, before in zip(args, [None, *args]) if "history" not in f"{a} {before}"]
-        proc = spamnb(place, "click", "learn", "--spam", "--no-history", *[fill(a, place) for a in where], msg)
+        proc = spamnb(place, "click", "learn", "--spam", "--no-history", *where, msg)
         assert proc.returncode == 0, proc.stderr
         for path in candidates:
             db = sqlite3.connect(path)
@@ -295,11 +294,11 @@ def test_learn_and_forget_mark_where_filter_records(case, way, command, place, r
             db.commit()
             db.close()
     extra = ["--strict"] if way == "click" else []  # an option only the click command handles
-    proc = spamnb(place, way, command, "--spam", *[fill(a, place) for a in args], *extra, msg)
+    proc = spamnb(place, way, command, "--spam", *args, *extra, msg)
     assert proc.returncode == 0 and b"history" not in proc.stderr, proc.stderr
     assert proc.stderr.decode().startswith(("learned 1 as spam", "forgot 1 spam", "spamnb: creating"))
     changed = marked(candidates) if command == "learn" else sorted(set(candidates) - set(marked(candidates)))
-    assert changed == ([fill(want, place)] if want else [])
+    assert changed == ([want] if want else [])
 
 
 @needs_redis
