@@ -50,6 +50,34 @@ def test_a_message_cannot_forge_a_line(fmt):
     assert ev["mid"].startswith("<x@example.org> ts=2026") and "verdict=ham" in ev["mid"]
 
 
+def test_a_line_for_what_the_server_learned_by_its_own_rule():
+    """The fast filter answered by the server knows neither the cut-offs nor the class
+    the server's rule learned the message as: its line says learned=? without a why."""
+    rec, lines = recorded()
+    rec.message("filter", "spam", 9.0, 0.99, None, 10, 0.001, raw=FORGED, learned="?", why="filter-u")
+    ev = events.parse(lines[0])
+    assert ev["learned"] == "?" and "why" not in ev and "cutoff" not in ev
+
+
+def test_a_recorder_with_a_history_records_each_verdict_as_decided(tmp_path):
+    """What the server and imap filter hand their history: the verdict, whether
+    filter -u's rule learned it, the cut-offs it was decided with; lines or not."""
+    import sqlite3
+
+    from spamnb.storage import history
+
+    path = str(tmp_path / "h.sqlite")
+    rec = events.Recorder(lines=False, history=history.Recorder(path, print))
+    rec.message("socket", "spam", 9.0, 0.99, (0.5, 0.95), 10, 0.001, raw=FORGED, learned="spam", why="filter-u")
+    rec.message("spamd", "ham", -9.0, 0.01, (0.2, 0.9), 10, 0.001, raw=FORGED, user="alice")
+    rec.message("imap", "unsure", 0.0, 0.5, (0.5, 0.95), 10, 0.001, mid="<no-raw@x>")  # no message: no row
+    rec.close()
+    db = sqlite3.connect(path)
+    assert db.execute("SELECT verdict, via, user, learned, ham_cut, spam_cut FROM verdicts ORDER BY id").fetchall() \
+        == [("spam", "serve", history.local_user(), "spam", 0.5, 0.95), ("ham", "spamd", "alice", None, 0.2, 0.9)]
+    db.close()
+
+
 def test_message_id_is_read_from_the_header_block_only():
     assert events.message_id(b"Subject: x\nMessage-Id:  <a@b>\n\nMessage-ID: <body@x>\n") == "<a@b>"
     assert events.message_id(b"Subject: x\n\nMessage-ID: <body@x>\n") is None

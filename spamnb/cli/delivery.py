@@ -8,8 +8,9 @@ import sys
 import click
 
 from spamnb import verdict
-from spamnb.cli.options import (cutoffs, decision_options, history_for, history_options, log_options, metrics_from,
+from spamnb.cli.options import (cutoffs, decision_options, history_options, log_options, metrics_from,
                                 metrics_options, model_options, notice, open_backend, pass_through, recorder)
+from spamnb.storage.locate import history_path
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
 
 
@@ -140,7 +141,7 @@ def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evid
             learned = False
     rec.message("filter", label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
                 user=_login(), learned=label if learned else None, why="filter-u")
-    where = history_for(history, backend)
+    where = history_path(history, backend.path)
     if where:  # now, not through rec's writer thread: this process ends with the message
         from spamnb.storage.history import record_now
 
@@ -258,7 +259,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     meter = metrics_from(metrics_address, metrics_allow)
-    rec = recorder(log_messages, log_format, log_to, meter, history_for(history, backend))
+    rec = recorder(log_messages, log_format, log_to, meter, history_path(history, backend.path))
     if rec.history is not None:
         notice(f"recording verdicts in {rec.history.path}")
     spamd_models = []

@@ -7,8 +7,9 @@ import sys
 
 import click
 
-from spamnb.cli.options import (decision_options, history_options, history_path, log_options, metrics_from,
-                                metrics_options, notice, recorder, store_option)
+from spamnb.cli.options import (decision_options, history_options, log_options, metrics_from, metrics_options,
+                                notice, recorder, store_option)
+from spamnb.storage.locate import history_path
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -148,6 +149,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     from spamnb.delivery import imap as lib
     from spamnb.storage import store as files
     from spamnb.storage.modelfile import own_model_path
+    from spamnb.storage.where import store_url
 
     s = _settings(config_path, {"folder": folder, "junk": junk, "unsure_folder": unsure_folder}, kw)
     own = own_model_path(s.model)
@@ -165,7 +167,8 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     if metrics_address and not watch:
         raise click.UsageError("--metrics is for --watch")
     meter = metrics_from(metrics_address, metrics_allow)
-    rec = recorder(log_messages, log_format, log_to, meter, None if dry_run else history_path(history, own))
+    beside = None if store_url(store, os.environ, s.model) else own  # a store's model has no file to sit beside
+    rec = recorder(log_messages, log_format, log_to, meter, None if dry_run else history_path(history, beside))
     listener = None
     try:
         decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)

@@ -6,8 +6,9 @@ import functools
 
 import click
 
-from spamnb.cli.options import (cutoffs, decision_options, history_for, history_options, model_options, notice,
-                                open_backend, skipper, source_options)
+from spamnb.cli.options import (cutoffs, decision_options, history_options, model_options, notice, open_backend,
+                                skipper, source_options)
+from spamnb.storage.locate import history_path
 
 
 def _learn_options(f):
@@ -60,7 +61,7 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    marked = history_for(history, backend)  # beside the model filter used: its history holds the verdicts
+    marked = history_path(history, backend.path)  # beside the model filter used: its history holds the verdicts
     if backend.is_default:  # a user's first learn: their own model, seeded with the default one
         backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
         notice(f"creating your model at {backend.name}, starting from the default model")
@@ -90,7 +91,7 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
-    marked = history_for(history, backend)
+    marked = history_path(history, backend.path)
     if marked and n:  # as TELL Remove: a forget that took nothing back unmarks nothing
         correct_now(marked, [raw for raw, _ in messages], label, log=notice, undo=True)
     click.echo(forgot(n, label), err=True)

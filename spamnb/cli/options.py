@@ -58,7 +58,8 @@ def _decision_default(ctx, param, value):
 
 def history_options(f):
     """``--history FILE`` / ``--no-history``, passed on as ``history``: a path,
-    False for none, None for the default beside the model (:func:`history_path`)."""
+    False for none, None for the default beside the model
+    (:func:`spamnb.storage.locate.history_path`)."""
 
     def exclusive(ctx, param, value):  # while parsing: filter passes the mail through a usage error
         from click.core import ParameterSource
@@ -78,22 +79,6 @@ def history_options(f):
     return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
                         callback=exclusive, help="Record each verdict in this SQLite file (default "
                         "MODEL.history.sqlite, beside the model; `spamnb web` shows it).")(command)
-
-
-def history_path(history, model_path):
-    """The history file a command records in: ``history`` (:func:`history_options`),
-    else the model's; None with ``--no-history``."""
-    if history is False:
-        return None
-    from spamnb.storage.history import default_path
-
-    return history or default_path(model_path)
-
-
-def history_for(history, backend):
-    """:func:`history_path` for the model of ``backend``: beside its file; a store's
-    model has no file to sit beside, so there only ``--history FILE`` records."""
-    return history_path(history, backend.path) if backend.path is not None else (history or None)
 
 
 def decision_options(f):
@@ -332,9 +317,10 @@ def metrics_options(f):
 
 def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=notice):
     """The :class:`spamnb.delivery.events.Recorder` of the log options; ``history``:
-    the history file it also records each message in (:func:`history_path`; None:
-    none). A history that cannot be used is said to ``log``, and the command goes on
-    without it: deliveries matter more than their record. Close it at the end."""
+    the history file it also records each message in
+    (:func:`spamnb.storage.locate.history_path`; None: none). A history that cannot
+    be used is said to ``log``, and the command goes on without it: deliveries
+    matter more than their record. Close it at the end."""
     from spamnb.delivery.events import Recorder
 
     kept = None

@@ -41,7 +41,8 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     import threading
 
     from spamnb.delivery import spamd
-    from spamnb.storage.history import HistoryError, default_path, open_db
+    from spamnb.storage.history import HistoryError, open_db
+    from spamnb.storage.locate import history_path
     from spamnb.storage.modelfile import resolve
     from spamnb.web.app import WebServer
     from spamnb.web.data import Site
@@ -59,8 +60,8 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     path, is_default = resolve(model_path)
     if not path.exists():
         raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
+    history = os.path.abspath(history_path(history, path))  # beside the model as named, where filter records
     path = path.resolve()
-    history = os.path.abspath(history or default_path(path))
     try:
         open_db(history).close()  # made (0600) when missing: the page works before the first message
     except HistoryError as exc:

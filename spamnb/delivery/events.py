@@ -154,14 +154,17 @@ class Recorder:
     def message(self, via, label, score, p, cutoffs, size, seconds, *, raw=None, mid=None, user=None,
                 learned=None, why=None, folder=None):
         """One message's verdict; ``learned`` the class it was learned as (None: not learned);
-        ``folder``: where it was filed."""
+        ``folder``: where it was filed. Only the fast filter's line for a message the
+        server answered has ``learned`` "?" (by the server's rule) and no ``cutoffs``,
+        and that recorder has no history (the server records the verdict): a history
+        is always handed a class or None, and the cut-offs."""
         if self.metrics is not None:
             self.metrics.message(via, label, seconds)
             if learned:
                 self.metrics.learned(learned, why or "filter-u")
         if self.history is not None and raw is not None:
             self.history.add(raw, label, score, p, via=HISTORY_VIA.get(via, via), user=user, dest=folder,
-                             learned=learned if learned != "?" else None, cutoffs=cutoffs or (None, None))
+                             learned=learned, cutoffs=cutoffs)
         if not self.lines:
             return
         if mid is None and raw is not None:

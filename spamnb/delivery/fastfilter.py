@@ -263,15 +263,16 @@ def cold(raw, path, is_default, opts, facts=None):
 
 
 def remember(opts, model_path, raw, d, learned=False):
-    """Record the verdict ``d`` in the history (``--history``, else beside the
-    model; none with ``--no-history``): a failure is a note on stderr."""
-    if opts["no_history"]:
+    """Record the verdict ``d`` in the history of :func:`spamnb.storage.locate.history_path`
+    (``model_path``: None for a store's model): a failure is a note on stderr."""
+    where = locate.history_path(False if opts["no_history"] else opts["history"], model_path)
+    if where is None:
         return
     from spamnb.storage import history
 
-    history.record_now(opts["history"] or history.default_path(model_path), raw, d.label, d.score, d.p,
-                       via="filter", learned=d.label if learned else None, cutoffs=d.cutoffs, log=warn,
-                       leave_open=True)  # the process ends with os._exit: no checkpoint to wait for
+    # leave_open: the process ends with os._exit, no checkpoint to wait for
+    history.record_now(where, raw, d.label, d.score, d.p, via="filter", learned=d.label if learned else None,
+                       cutoffs=d.cutoffs, log=warn, leave_open=True)
 
 
 def learn_here(path, raw, label, toks, allow_insecure):
@@ -427,8 +428,7 @@ def via_store(raw, url, opts, facts=None):
             learned = False
     if facts is not None:
         facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=d.label if learned else None)
-    if opts["history"]:  # a store's model has no file to keep a history beside: only --history FILE records
-        remember(opts, None, raw, d, learned)
+    remember(opts, None, raw, d, learned)  # no model file: only a named history records
     return kept[:pos] + block + kept[pos:], EXIT_CODES[d.label], d.label
 
 

@@ -149,7 +149,7 @@ def main(command, args, load_cli, env=os.environ):
 
 def _update(command, path, label, raws, history=None):
     """Exit status, or None to let the click command do it (and report any error);
-    ``history``: the history file to mark (else the one beside the model)."""
+    ``history``: ``[history] path``, for :func:`spamnb.storage.locate.history_path`."""
     from spamnb.delivery.fastfilter import compact_in_background, warn
     from spamnb.storage import journal
     from spamnb.storage.store import ModelError
@@ -161,10 +161,11 @@ def _update(command, path, label, raws, history=None):
         return None  # nothing was written: the click command does it, or says what is wrong
     if done["needs_compaction"]:
         compact_in_background(path)
-    if not forget or done["forgotten"]:  # as TELL Remove: a forget that took nothing back unmarks nothing
-        from spamnb.storage.history import correct_now, default_path
+    marked = locate.history_path(history, path)
+    if marked and (not forget or done["forgotten"]):  # as TELL Remove: a forget that took nothing back unmarks nothing
+        from spamnb.storage.history import correct_now
 
-        correct_now(history or default_path(path), raws, label, log=warn, undo=forget)
+        correct_now(marked, raws, label, log=warn, undo=forget)
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:

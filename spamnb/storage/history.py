@@ -1,4 +1,5 @@
-"""What the filter did: every verdict in an SQLite database, ``MODEL.history.sqlite``.
+"""What the filter did: every verdict in an SQLite database, ``MODEL.history.sqlite``
+(which file: :func:`spamnb.storage.locate.history_path`).
 
 ``serve`` (both protocols), ``filter`` (when it does the work itself) and
 ``imap filter`` record each verdict here; ``spamnb web`` shows it and learns
@@ -44,7 +45,6 @@ BUSY_MS = 50  # the longest a record waits for the database's lock
 QUEUE = 1000  # records waiting for the server's writer; more are dropped
 PRUNE_EVERY = 500  # records between two retention passes
 LINGER = 0.05  # seconds the server's writer waits after a write, gathering the next records
-SUFFIX = ".history.sqlite"
 
 # Histories made before corrections found their row by Message-ID lack it: the first
 # correction makes it (a history is young: milliseconds), the schema makes it for new ones.
@@ -77,10 +77,6 @@ CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
 
 class HistoryError(Exception):
     """The history database cannot be used (not ours, unsafe, damaged)."""
-
-
-def default_path(model_path) -> str:
-    return os.fspath(model_path) + SUFFIX
 
 
 # -- the message's fields ---------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Where models and the filter server's socket live: paths only, ``os`` only.
+"""Where models, their verdict histories and the filter server's socket live: paths only, ``os`` only.
 
 Both filter paths resolve the model here, so they can never disagree about
 which model a delivery uses: the full click path (through
@@ -14,11 +14,16 @@ Resolution order (the same everywhere):
    ``XDG_DATA_HOME`` is unset or relative) when a model is there;
 4. else the cached default model ``$XDG_CACHE_HOME/spamnb/default-model-N.joblib``
    (N: :data:`DEFAULT_RECIPE`).
+
+Which history a command records its verdicts in and marks its corrections in is
+decided here too, by :func:`history_path`, for every command and both ways of
+filtering and learning.
 """
 
 import os
 
-__all__ = ["DEFAULT_RECIPE", "default_model_path", "default_cache_path", "resolve_model", "default_socket_path"]
+__all__ = ["DEFAULT_RECIPE", "default_model_path", "default_cache_path", "resolve_model", "history_path",
+           "default_socket_path"]
 
 #: The default model's recipe: the shipped corpus and a fresh model's settings
 #: (the tokenizer's included). A change of either takes the next number, so that an
@@ -71,6 +76,26 @@ def resolve_model(path, env=os.environ) -> tuple[str, bool]:
     if os.path.exists(user) or env.get("SPAMNB_MODEL"):
         return user, False
     return default_cache_path(env), True
+
+
+#: a model's history is this file beside it: ``MODEL.history.sqlite``
+HISTORY_SUFFIX = ".history.sqlite"
+
+
+def history_path(history, model_path):
+    """The verdict history a command records in and marks corrections in, or None.
+
+    ``history``: the ``--history FILE`` option or ``[history] path``, that file;
+    False (``--no-history``) for none; None (or empty) for the default, the file
+    beside ``model_path``, the model file as the command names it (a symlink's own
+    name: where ``filter`` records, whatever the link points at today). A store's
+    model (``model_path`` None) has no file to sit beside: only a named file records.
+    """
+    if history is False:
+        return None
+    if history:
+        return os.fspath(history)
+    return None if model_path is None else os.fspath(model_path) + HISTORY_SUFFIX
 
 
 def default_socket_path(env=os.environ) -> str:

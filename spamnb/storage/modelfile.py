@@ -385,8 +385,6 @@ def _remove_older_defaults(path):
     older one kept, so a first-day user's verdicts stay on their page. A newer
     recipe's model (another release sharing the cache) is left alone, and so are
     lock files (:func:`spamnb.storage.store.model_lock`)."""
-    from spamnb.storage.history import default_path
-
     older = ["default-model.joblib"] + [f"default-model-{n}.joblib" for n in range(2, locate.DEFAULT_RECIPE)]
     for name in older:
         old = path.parent / name
@@ -395,7 +393,7 @@ def _remove_older_defaults(path):
                 gone.unlink()
             except OSError:
                 pass
-        kept, new = Path(default_path(old)), Path(default_path(path))
+        kept, new = Path(locate.history_path(None, old)), Path(locate.history_path(None, path))
         # a -wal file means a process may still be writing it: left where it is
         if kept.exists() and not new.exists() and not Path(f"{kept}-wal").exists():
             try:
