@@ -465,6 +465,38 @@ def test_per_user_models_under_spamds_user(url, trained_model_file, tmp_path):
     assert not spamd.Models(store).for_user("alice")[1]  # without --store-users: the served model
 
 
+def test_spamd_asks_the_store_about_a_user_without_a_model_once_not_per_request(server, url, trained_model_file,
+                                                                                tmp_path):
+    """``spamc -u bob`` to ``serve --spamd --store-users`` with no model of bob's in the
+    store: the store is asked whether he has one at his first request, then not again
+    for a while (:data:`spamnb.delivery.spamd.Models.NO_MODEL_SECONDS`), and a model
+    pushed for him is served once that has passed."""
+    from test_spamd import SPAMC
+
+    if SPAMC is None:
+        pytest.skip("spamc is not installed (apt-get install spamc)")
+    pushed(url, trained_model_file)
+    host = Spamd(url, tmp_path / "h", "--store-users")
+    watcher = server.client()
+    asked = lambda: watcher.info("commandstats").get("cmdstat_hexists", {}).get("calls", 0)  # noqa: E731
+    try:
+        raw = sample_messages()[3]
+        before = asked()
+        for _ in range(10):
+            r = subprocess.run([SPAMC, "-d", "127.0.0.1", "-p", str(host.port), "-u", "bob", "-c"], input=raw,
+                               capture_output=True, timeout=60)
+            assert re.fullmatch(rb"-?\d+\.\d/\d+\.\d\n", r.stdout), r
+        assert asked() - before <= 1, asked() - before  # not a round trip per request
+    finally:
+        host.stop()
+    models = spamd.Models(spamd_store(url), store_users=True)
+    assert not models.for_user("bob")[1]
+    spamd_store(url).for_user("bob").replace(FileBackend(trained_model_file).model())
+    assert not models.for_user("bob")[1]  # believed for NO_MODEL_SECONDS
+    models.NO_MODEL_SECONDS = 0  # (as if they had passed)
+    assert models.for_user("bob")[1]  # then asked again: his model
+
+
 @pytest.mark.slow
 def test_the_shipped_corpus_scores_the_same_through_the_store(url, tmp_path):
     """Every message of the shipped corpus, the model trained on all of it."""
