@@ -85,11 +85,11 @@ def split_corpus(index, n, seed, train_dir):
     return [(lines[i][0], folder / lines[i][1]) for i in sorted(held)]
 
 
-def spamc(port, path):
-    """One ``spamc -c`` process: (seconds, exit status, output)."""
+def spamc(port, path, *extra):
+    """One ``spamc -c`` process (``extra``: more of its options): (seconds, exit status, output)."""
     with open(path, "rb") as f:
         t = time.perf_counter()
-        proc = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-c"], stdin=f,
+        proc = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-c", *extra], stdin=f,
                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         return time.perf_counter() - t, proc.returncode, proc.stdout
 
