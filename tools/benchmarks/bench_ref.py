@@ -186,7 +186,7 @@ def measure_server(trees, repeats, tmp, paths, model, port, user=None, store=Non
         where = ["--store", store[1], "--store-users"] if store else ["--model", model]
         if user and not store:
             where += ["--user-models", _folder(tmp / "users")]  # empty: no user has a model
-        ask = ("-u", user) if user else ()
+        ask = ("-c", "-u", user) if user else ()
         for name, tree in trees.items():
             cmd, env = spamnb(tree, "serve", *where, "--socket", tmp / name / "socket",
                               "--spamd", f"127.0.0.1:{ports[name]}", "--no-history", "--no-log-messages")

@@ -39,6 +39,7 @@ root, spamd runs as ``nobody``. Both servers are stopped on exit and on Ctrl-C.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -85,12 +86,14 @@ def split_corpus(index, n, seed, train_dir):
     return [(lines[i][0], folder / lines[i][1]) for i in sorted(held)]
 
 
-def spamc(port, path, *extra):
-    """One ``spamc -c`` process (``extra``: more of its options): (seconds, exit status, output)."""
-    with open(path, "rb") as f:
+def spamc(port, message, *options):
+    """One ``spamc`` process (``options``; none: ``-c``) on ``message``, a path or the
+    message itself: (seconds, exit status, output)."""
+    raw = message if isinstance(message, bytes) else None
+    with open(message, "rb") if raw is None else contextlib.nullcontext() as f:
         t = time.perf_counter()
-        proc = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), "-c", *extra], stdin=f,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        proc = subprocess.run(["spamc", "-d", "127.0.0.1", "-p", str(port), *(options or ("-c",))], stdin=f,
+                              input=raw, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         return time.perf_counter() - t, proc.returncode, proc.stdout
 
 
