@@ -589,3 +589,42 @@ def test_moving_a_message_into_or_out_of_junk_marks_its_history_row_corrected(do
                                   (fields(spam[0])["message_id"], "spam", "ham", 1, dovecot.user)])
     assert fields(stranger)["message_id"] not in mids  # learned as spam, not in the history
     assert os.stat(hist).st_mode & 0o777 == 0o600
+
+
+# -- the model a run judges with ----------------------------------------------------------------
+
+
+def test_without_a_model_of_ones_own_the_default_is_opened_once_a_run(dovecot, tmp_path, small_archive,
+                                                                       monkeypatch):
+    """A user with no model of their own: the default model judges every message of the
+    run through one backend (its model kept loaded), not a backend opened again per
+    message; the user's own model, made by their first correction, judges from then on,
+    and a default model removed meanwhile (a cache cleared) is built again."""
+    from spamnb.cli.imap import _judge_and_learn
+    from spamnb.storage import filestore, locate
+
+    monkeypatch.setenv("SPAMNB_CORPUS", str(small_archive))
+    opened = []
+    real = filestore.FileBackend.__init__
+    monkeypatch.setattr(filestore.FileBackend, "__init__",
+                        lambda self, path, **kw: opened.append(os.fspath(path)) or real(self, path, **kw))
+    raws = sample("spam", 6) + sample("ham", 6)
+    for raw in raws:
+        dovecot.append("INBOX", raw)
+    code, err = run(dovecot, tmp_path, "filter")
+    assert code == 0 and "classified 12" in err, err
+    default = locate.default_cache_path()
+    assert sorted(set(opened)) == sorted([default, locate.default_model_path()])
+    assert opened.count(default) == 2, opened  # found missing, then built: not one per message
+    own = locate.default_model_path()
+    assert not os.path.exists(own)  # the default model never learns
+
+    opened.clear()
+    judge, learn = _judge_and_learn(None)
+    label, p, learns = judge(raws[0])
+    assert not learns
+    os.unlink(default)  # the cache cleared during a run: built again, as at the start
+    assert judge(raws[1])[:2] == judge(raws[1])[:2] and os.path.exists(default)
+    learn([(raws[0], "ham" if label == "spam" else "spam")])  # the first correction makes the user's model
+    assert os.path.exists(own) and judge(raws[0])[1] != p  # judged by it now
+    assert opened.count(default) == 3 and opened.count(own) == 1, opened  # once, then found gone and built

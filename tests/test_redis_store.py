@@ -465,6 +465,38 @@ def test_per_user_models_under_spamds_user(url, trained_model_file, tmp_path):
     assert not spamd.Models(store).for_user("alice")[1]  # without --store-users: the served model
 
 
+def test_spamd_asks_the_store_about_a_user_without_a_model_once_not_per_request(server, url, trained_model_file,
+                                                                                tmp_path):
+    """``spamc -u bob`` to ``serve --spamd --store-users`` with no model of bob's in the
+    store: the store is asked whether he has one at his first request, then not again
+    for a while (:data:`spamnb.delivery.spamd.Models.NO_MODEL_SECONDS`), and a model
+    pushed for him is served once that has passed."""
+    from test_spamd import SPAMC
+
+    if SPAMC is None:
+        pytest.skip("spamc is not installed (apt-get install spamc)")
+    pushed(url, trained_model_file)
+    host = Spamd(url, tmp_path / "h", "--store-users")
+    watcher = server.client()
+    asked = lambda: watcher.info("commandstats").get("cmdstat_hexists", {}).get("calls", 0)  # noqa: E731
+    try:
+        raw = sample_messages()[3]
+        before = asked()
+        for _ in range(10):
+            r = subprocess.run([SPAMC, "-d", "127.0.0.1", "-p", str(host.port), "-u", "bob", "-c"], input=raw,
+                               capture_output=True, timeout=60)
+            assert re.fullmatch(rb"-?\d+\.\d/\d+\.\d\n", r.stdout), r
+        assert asked() - before <= 1, asked() - before  # not a round trip per request
+    finally:
+        host.stop()
+    models = spamd.Models(spamd_store(url), store_users=True)
+    assert not models.for_user("bob")[1]
+    spamd_store(url).for_user("bob").replace(FileBackend(trained_model_file).model())
+    assert not models.for_user("bob")[1]  # believed for NO_MODEL_SECONDS
+    models.NO_MODEL_SECONDS = 0  # (as if they had passed)
+    assert models.for_user("bob")[1]  # then asked again: his model
+
+
 @pytest.mark.slow
 def test_the_shipped_corpus_scores_the_same_through_the_store(url, tmp_path):
     """Every message of the shipped corpus, the model trained on all of it."""
@@ -716,3 +748,43 @@ def test_the_documented_acl_user_can_do_everything_the_store_does(tls_server, tr
     # and the ACL really binds: another prefix, or a command it was not given, is refused
     r = run("info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))
     assert r.returncode == 1 and b"Traceback" not in r.stderr and b"permission" in r.stderr.lower(), r.stderr
+
+
+def test_imap_filter_with_a_store_opens_it_once_a_run_and_follows_a_new_push(server, url, trained_model_file,
+                                                                               dovecot, tmp_path):
+    """``spamnb imap filter --store`` for a login with no model there: the shared model
+    judges every message through one client of the store (not a connection made per
+    message), and a model pushed during the run judges the next message."""
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+    from spamnb.cli.imap import _judge_and_learn
+
+    pushed(url, trained_model_file)
+    raws = sample_messages()[:12]
+    for raw in raws:
+        dovecot.append("INBOX", raw)
+    pw = tmp_path / "pw"
+    pw.write_text(dovecot.password + "\n")
+    pw.chmod(0o600)
+    watcher = server.client()  # one connection of its own, made here
+    made = lambda: watcher.info("stats")["total_connections_received"]  # noqa: E731
+    before = made()
+    res = CliRunner().invoke(main, ["imap", "filter", "--host", dovecot.host, "--port", str(dovecot.port),
+                                    "--user", dovecot.user, "--password-file", str(pw), "--security", "none",
+                                    "--store", url, "--no-learn-verdicts"])
+    assert res.exit_code == 0 and "classified 12" in res.stderr, res.stderr
+    assert made() - before <= 2, made() - before  # the login's model and the shared one: a client each
+    assert not spamd_store(url).for_user(dovecot.user).exists()
+
+    judge, _ = _judge_and_learn(None, store=url, user=dovecot.user)
+    raw = raws[0]
+    label, p, _ = judge(raw)
+    retrained = load_model(trained_model_file)
+    retrained.learn([(raw, "ham" if label == "spam" else "spam")])
+    spamd_store(url).replace(retrained)
+    assert judge(raw)[1] != p  # the new model judges
+    before = made()
+    for raw in raws:
+        judge(raw)
+    assert made() == before  # no connection per message

@@ -604,6 +604,55 @@ def test_spamc_user_and_size_limit(compiled, user_models, spam_and_ham):
 
 
 @needs_spamc
+def test_a_user_without_a_model_costs_no_backend_per_request_and_is_served_one_made_later(
+        compiled, user_models, spam_and_ham, monkeypatch):
+    """``spamc -u bob`` (no ``USERS/bob/model.joblib``): the server remembers that bob has
+    no model and checks it with a stat, not a backend built per request; the model made
+    for him later answers his next request."""
+    import copy
+
+    from spamnb.nb.decision import Cutoffs
+    from spamnb.storage import filestore
+    from spamnb.verdict import check_cutoffs
+
+    s = Served(compiled, user_models=str(user_models))
+    opened = []
+    real = filestore.FileBackend.__init__
+    monkeypatch.setattr(filestore.FileBackend, "__init__",
+                        lambda self, path, **kw: opened.append(os.fspath(path)) or real(self, path, **kw))
+    try:
+        spam = spam_and_ham[0]
+        for _ in range(10):
+            assert spamc(s.port, "-u", "bob", "-c", raw=spam).stdout.endswith(b"/2.9\n")  # the served model
+        bob = user_models / "bob" / "model.joblib"
+        assert opened.count(str(bob)) <= 1, opened  # not one per request
+        m = copy.deepcopy(load_model(compiled))
+        m.cutoffs = Cutoffs(*check_cutoffs(0.2, 0.99))
+        save_model(m, bob)
+        assert spamc(s.port, "-u", "bob", "-c", raw=spam).stdout.endswith(b"/4.6\n")  # his, at once
+        assert spamc(s.port, "-u", "alice", "-c", raw=spam).stdout.endswith(b"/4.6\n")
+    finally:
+        s.stop()
+
+
+def test_names_without_a_model_are_remembered_apart_and_bounded(compiled, user_models):
+    """Hostile ``User:`` names (any plain name, each new) cannot evict a real user's
+    cached model, nor grow the server's memory: the names known to have no model are
+    a bounded cache of their own."""
+    s = Served(compiled, user_models=str(user_models))
+    try:
+        models = s.models
+        alice, own = models.for_user("alice")
+        assert own
+        for i in range(models.NO_MODEL_CACHE + 500):
+            assert models.for_user(f"x{i}") == (models.served, False)
+        assert models.for_user("alice") == (alice, True)  # the same backend: its model still loaded
+        assert len(models.no_model) == models.NO_MODEL_CACHE
+    finally:
+        s.stop()
+
+
+@needs_spamc
 def test_spamc_passes_the_message_through_when_spamnb_is_down(spam_and_ham):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

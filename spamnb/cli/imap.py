@@ -231,18 +231,25 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
     from spamnb.storage.modelfile import default_seed
     from spamnb.storage.where import open_backend, own_backend
 
-    backends = {}
     rec = rec or NOTHING
-    mine = _user_store(own_backend(model_path, store), user)
+    mine = _user_store(own_backend(model_path, store), user).resident()
+    shared = []  # the model judging until the user has one: opened once a run, not per message
     own = set()  # digests of the verdicts judge() said to learn: the others learn() gets are the user's moves
 
     def current():
-        backend = mine
-        if not mine.exists():
+        """The user's model once there is one, else the shared one. Both are resident
+        backends that follow their model: a file's is reloaded when it changes, a
+        store answers with the model pushed last. Only the default model is opened
+        again, when its cache went (built again); another shared model that is
+        missing says so when it is read."""
+        if mine.exists():
+            return mine
+        if not shared or (shared[0].is_default and not shared[0].exists()):
             backend = open_backend(model_path, store, build_default=False)
             if not backend.exists():
                 backend = open_backend(model_path, store, notice=notice)  # builds the default model once
-        return backends.setdefault(backend.name, backend.resident())  # one per model, its model kept loaded
+            shared[:] = [backend.resident()]
+        return shared[0]
 
     def judge(raw):
         start = time.perf_counter()

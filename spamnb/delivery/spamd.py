@@ -312,6 +312,13 @@ class Models:
     (``--store-users``)."""
 
     CACHE = 256
+    #: Names known to have no model of their own, kept apart from the cache of backends:
+    #: ``User:`` is the client's to choose, so new names (a hostile client's, one per request)
+    #: only ever evict each other, never a real user's loaded model; and at most this many.
+    NO_MODEL_CACHE = 4096
+    #: How long the store's "no model of that user" is believed (a model file is looked for
+    #: at every request: a stat). A user's model pushed to the store is served within this.
+    NO_MODEL_SECONDS = 10.0
 
     def __init__(self, served: Backend, user_models=None, log=None, *, store_users=False,
                  decision=(None,) * 5, recorder=None):
@@ -326,6 +333,8 @@ class Models:
         self._decisions: dict[str, tuple] = {}
         self._lock = threading.Lock()
         self._failed: dict[str, str] = {}  # user model -> why it was last unreadable (said once)
+        #: user name -> when (time.monotonic()) they were found to have no model (:data:`NO_MODEL_CACHE`)
+        self.no_model: dict[str, float] = {}
 
     def fell_back(self, backend: Backend, exc) -> None:
         """Log that the user model of ``backend`` could not be read and the served model
@@ -393,10 +402,12 @@ class Models:
         if user is None or not self.per_user:
             return self.served, False
         name = plain_user(user)
+        path = self.user_path(user)
+        if self._has_none(name, path):
+            return self.served, False
         with self._lock:
             backend = self._backends.pop(name, None)
         if backend is None:
-            path = self.user_path(user)
             if path is not None:
                 from spamnb.storage.filestore import FileBackend
 
@@ -404,12 +415,26 @@ class Models:
             else:
                 backend = self.served.for_user(name).resident()
         if not backend.exists():
+            with self._lock:
+                self.no_model.pop(name, None)  # most recently found last
+                self.no_model[name] = time.monotonic()
+                while len(self.no_model) > self.NO_MODEL_CACHE:
+                    del self.no_model[next(iter(self.no_model))]
             return self.served, False
         with self._lock:
+            self.no_model.pop(name, None)
             self._backends[name] = backend  # most recently used last
             while len(self._backends) > self.CACHE:
                 self._backends.pop(next(iter(self._backends))).close()
         return backend, True
+
+    def _has_none(self, name, path) -> bool:
+        """Whether user ``name`` is known to have no model: ``path``, their model file, is
+        still not there, or the store said so less than :data:`NO_MODEL_SECONDS` ago."""
+        found = self.no_model.get(name)
+        if found is None:
+            return False
+        return not os.path.isfile(path) if path is not None else time.monotonic() - found < self.NO_MODEL_SECONDS
 
 
 def plain_user(user) -> str:

@@ -21,15 +21,26 @@ counts the waits for a core) and in wall seconds:
                 it) sending each of the ``--n`` messages once per pass; passes alternate
                 between the servers. Per message: the server's own CPU time (all its
                 threads, read from /proc/PID/stat: reading, tokenizing and scoring,
-                not the client's start) and spamc's median latency.
+                not the client's start) and spamc's median latency. ``--user NAME``: spamc
+                sends ``-u NAME``, a user with no model of their own (the servers get an
+                empty ``--user-models`` folder, or with ``--store`` ``--store-users``);
+                ``--store``: the model is served from a private ``redis-server`` (on a Unix
+                socket in the temporary folder), and the commands it runs are counted.
+* ``imap``      ``spamnb imap filter --dry-run --store URL`` of ``--imap-n`` messages in the
+                INBOX of a private Dovecot (``tests/dovecot.py``) for a login with no model
+                of its own in the store (the shared one judges): the process's CPU and wall
+                time a pass, and the connections it made to the store.
 
 Usage::
 
     python3 tools/benchmarks/bench_ref.py --ref main --repeats 5
     python3 tools/benchmarks/bench_ref.py --ref HEAD~3 --only server,classify --n 1000
+    python3 tools/benchmarks/bench_ref.py --only server --user nobody --store --repeats 5
+    python3 tools/benchmarks/bench_ref.py --only imap --imap-n 300 --repeats 5
 
 Linux only (/proc); the server measure needs ``spamc`` (Debian: ``apt-get install
-spamc``) and says so in one line without it. Exit status 1 if the trees' models or
+spamc``) and says so in one line without it; ``--store`` and ``imap`` need
+``redis-server`` and the redis package, ``imap`` Dovecot and imapclient. Exit status 1 if the trees' models or
 verdicts differ.
 """
 
@@ -47,7 +58,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))  # the project: spamnb, tools
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the project: spamnb, tools; tests: dovecot.py
 
 from tools.benchmarks.bench_filter import extract  # noqa: E402 (the shipped corpus as files)
 from tools.benchmarks.bench_spamd import answered, port_free, spamc, wait_ready  # noqa: E402
@@ -56,7 +67,7 @@ from tools.benchmarks.token_hashes import revision_tree  # noqa: E402
 from tools.harnesses.exim_spamd import stop  # noqa: E402
 
 SHIPPED = ROOT / "corpora" / "spamassassin.tar.xz"
-MEASURES = ("train", "classify", "server")
+MEASURES = ("train", "classify", "server", "imap")
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -69,15 +80,17 @@ def children_cpu():
     return r.ru_utime + r.ru_stime
 
 
-def run(tree, *args, out=None):
-    """One whole ``spamnb`` process of ``tree``: (CPU s, wall s, stdout)."""
-    cmd, env = spamnb(tree, *args)
+def run(tree, *args, out=None, env=None, stderr=False):
+    """One whole ``spamnb`` process of ``tree`` (``env``: more variables): (CPU s, wall s, stdout,
+    and stderr after it with ``stderr``)."""
+    cmd, base = spamnb(tree, *args)
+    env = {**base, **(env or {})}
     cpu, t = children_cpu(), time.perf_counter()
     proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tree)
     wall, cpu = time.perf_counter() - t, children_cpu() - cpu
     if proc.returncode:
         sys.exit(f"bench_ref.py: {' '.join(args[:1])} of {tree} failed: {proc.stderr.decode(errors='replace')[-500:]}")
-    return cpu, wall, proc.stdout
+    return cpu, wall, proc.stdout + proc.stderr if stderr else proc.stdout
 
 
 def report(title, table, unit="s"):
@@ -148,7 +161,19 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / CLK_TCK
 
 
-def measure_server(trees, repeats, tmp, paths, model, port):
+#: the store's commands counted per message: the scoring script's calls, and the question whether
+#: a user has a model (the commands a script runs inside Redis are not round trips)
+ROUND_TRIPS = ("evalsha", "hexists")
+
+
+def store_commands(client):
+    """``({command: calls so far}`` of :data:`ROUND_TRIPS`, the connections the store accepted)."""
+    stats = client.info("commandstats")
+    calls = {c: stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ROUND_TRIPS}
+    return calls, client.info("stats")["total_connections_received"]
+
+
+def measure_server(trees, repeats, tmp, paths, model, port, user=None, store=None):
     if shutil.which("spamc") is None:
         print("\n(server not measured: spamc is not installed; apt-get install spamc)")
         return True
@@ -159,24 +184,31 @@ def measure_server(trees, repeats, tmp, paths, model, port):
     servers = {}
     ok = True
     try:
+        where = ["--store", store[1], "--store-users"] if store else ["--model", model]
+        if user and not store:
+            where += ["--user-models", _folder(tmp / "users")]  # empty: no user has a model
+        ask = ("-c", "-u", user) if user else ()
         for name, tree in trees.items():
-            cmd, env = spamnb(tree, "serve", "--model", model, "--socket", tmp / name / "socket",
+            cmd, env = spamnb(tree, "serve", *where, "--socket", tmp / name / "socket",
                               "--spamd", f"127.0.0.1:{ports[name]}", "--no-history", "--no-log-messages")
             log = open(tmp / f"{name}.log", "w")
             t = time.perf_counter()
             servers[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=log, cwd=tree, start_new_session=True)
             wait_ready(name, servers[name], ports[name], log, t)
             for path in paths[:5]:  # warm-up, untimed
-                spamc(ports[name], path)
+                spamc(ports[name], path, *ask)
         cpu = {n: [] for n in trees}
         latency = {n: [] for n in trees}
+        commands = {c: {n: [] for n in trees} for c in ROUND_TRIPS}
         answers = {}
 
         def once(name, tree):
             pid = servers[name].pid
-            before = proc_cpu(pid)
-            results = [spamc(ports[name], path) for path in paths]
+            before, sent = proc_cpu(pid), store_commands(store[0])[0] if store else {}
+            results = [spamc(ports[name], path, *ask) for path in paths]
             cpu[name].append(1000 * (proc_cpu(pid) - before) / len(paths))
+            for c, calls in (store_commands(store[0])[0] if store else {}).items():
+                commands[c][name].append((calls - sent[c]) / len(paths))
             latency[name].append(1000 * statistics.median(s for s, _, _ in results))
             answers[name] = [(code, out) for _, code, out in results]
             if not all(answered(code, out) for code, out in answers[name]):
@@ -185,9 +217,14 @@ def measure_server(trees, repeats, tmp, paths, model, port):
                   file=sys.stderr)
 
         alternate(repeats, trees, once)
-        report(f"spamnb serve --spamd, per message ({len(paths)} messages a pass, spamc -c)",
+        report(f"spamnb serve --spamd{' --store' if store else ''}, per message ({len(paths)} messages a pass, "
+               f"spamc -c{' -u ' + user if user else ''})",
                {"server CPU": (cpu["reference"], cpu["this tree"]),
                 "spamc latency (median)": (latency["reference"], latency["this tree"])}, unit="ms")
+        if store:
+            print("\ncommands to the store per message (median of the passes): " + ", ".join(
+                f"{c} reference {statistics.median(commands[c]['reference']):.2f}, this tree "
+                f"{statistics.median(commands[c]['this tree']):.2f}" for c in ROUND_TRIPS))
         ok = answers["reference"] == answers["this tree"]
         print(f"\nanswers identical: {ok}")
     finally:
@@ -196,13 +233,59 @@ def measure_server(trees, repeats, tmp, paths, model, port):
     return ok
 
 
+def measure_imap(trees, repeats, tmp, paths, store):
+    import dovecot
+
+    if dovecot.DOVECOT is None:
+        print(f"\n(imap not measured: {dovecot.NOT_INSTALLED})")
+        return True
+    client, url = store
+    d = dovecot.Dovecot().start()
+    try:
+        pw = tmp / "imap-password"
+        pw.write_text(d.password + "\n")
+        pw.chmod(0o600)
+        with d.client() as c:
+            for path in paths:
+                c.append("INBOX", path.read_bytes())
+        account = ["--host", d.host, "--port", d.port, "--user", d.user, "--password-file", pw, "--security", "none"]
+        home = _folder(tmp / "imap-home")  # the filter's state and lock, and no configuration file of yours
+        env = {k: str(_folder(home / k)) for k in ("XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")}
+        cpu, wall, made = ({n: [] for n in trees} for _ in range(3))
+
+        def once(name, tree):
+            connections = store_commands(client)[1]
+            c, w, out = run(tree, "imap", "filter", *account, "--store", url, "--dry-run", "--no-learn-verdicts",
+                            "--no-log-messages", env=env, stderr=True)
+            if f"classified {len(paths)} " not in out.decode(errors="replace"):
+                sys.exit(f"bench_ref.py: {name}'s imap filter did not classify every message: {out[-300:]!r}")
+            cpu[name].append(c)
+            wall[name].append(w)
+            made[name].append(store_commands(client)[1] - connections)
+            print(f"  imap filter {name}: {c:.2f} s CPU, {w:.2f} s wall, {made[name][-1]} connections to the store",
+                  file=sys.stderr)
+
+        alternate(repeats, trees, once)
+        report(f"spamnb imap filter --dry-run --store, a pass of {len(paths)} messages (the shared model judging)",
+               {"CPU": (cpu["reference"], cpu["this tree"]), "wall": (wall["reference"], wall["this tree"])})
+        print(f"\nconnections to the store a pass: reference {statistics.median(made['reference']):.0f}, "
+              f"this tree {statistics.median(made['this tree']):.0f}")
+    finally:
+        d.stop()
+    return True
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", default="main", help="the git revision to compare with (default: main)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each tree per measure (alternating)")
-    ap.add_argument("--only", default=",".join(MEASURES), help=f"measures, comma-separated: {', '.join(MEASURES)}")
+    ap.add_argument("--only", default=",".join(MEASURES[:3]),
+                    help=f"measures, comma-separated: {', '.join(MEASURES)} (default: all but imap)")
     ap.add_argument("--n", type=int, default=600, help="messages sent to the servers a pass (spread over the corpus)")
     ap.add_argument("--port", type=int, default=17861, help="the reference server's port; this tree's gets the next")
+    ap.add_argument("--user", help="server: spamc -u USER, a user with no model of their own")
+    ap.add_argument("--store", action="store_true", help="server: the model in a private redis-server")
+    ap.add_argument("--imap-n", type=int, default=300, help="imap: messages in the INBOX (default 300)")
     args = ap.parse_args()
     only = [m.strip() for m in args.only.split(",") if m.strip()]
     unknown = set(only) - set(MEASURES)
@@ -217,7 +300,7 @@ def main():
         ok = True
         if "train" in only:
             ok &= measure_train(trees, args.repeats, tmp)
-        if {"classify", "server"} & set(only):
+        if {"classify", "server", "imap"} & set(only):
             folder = _folder(tmp / "all")
             files = extract(SHIPPED, folder)
             step = max(1, len(files) // args.n)
@@ -226,8 +309,23 @@ def main():
             run(trees["reference"], "train", "--index", SHIPPED, "--model", model)
             if "classify" in only:
                 ok &= measure_classify(trees, args.repeats, tmp, folder, model)
-            if "server" in only:
-                ok &= measure_server(trees, args.repeats, tmp, chosen, model, args.port)
+            store = None
+            if "imap" in only or args.store and "server" in only:
+                from tools.benchmarks.bench_store import start_redis
+
+                redis_proc, client, url = start_redis(_folder(tmp / "redis"))
+                run(trees["this tree"], "store", "push", model, url)
+                store = client, url
+            try:
+                if "server" in only:
+                    ok &= measure_server(trees, args.repeats, tmp, chosen, model, args.port, args.user,
+                                         store if args.store else None)
+                if "imap" in only:
+                    ok &= measure_imap(trees, args.repeats, tmp, chosen[:args.imap_n], store)
+            finally:
+                if store:
+                    redis_proc.terminate()
+                    redis_proc.wait(20)
     return 0 if ok else 1
 
 
