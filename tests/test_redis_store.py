@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from conftest import SAMPLE_MAILDIR, SHIPPED_ARCHIVE, gold_labels
+from spamnb import verdict
 from spamnb.delivery import spamd
 from spamnb.delivery.hook import decide
 from spamnb.mail.identity import message_key
@@ -593,6 +594,29 @@ def test_a_configuration_files_store_url_and_the_cutoffs_command(url, trained_mo
 
     assert tuple(open_backend(None, url).view().cutoffs) == (0.4, 0.5)
     assert FileBackend(trained_model_file).model().cutoffs == before
+
+
+def test_a_running_server_decides_by_the_cutoffs_set_after_it_started(url, trained_model_file, tmp_path):
+    """``spamnb cutoffs --store`` on one host: a spamd already serving the store on another
+    decides the very next message by the new cut-offs (before, it kept the ones it read
+    at start-up until the next push)."""
+    pushed(url, trained_model_file)
+    raw = sample_messages()[0]
+    host = Spamd(url, tmp_path / "h")
+    try:
+        def required():
+            reply = host.ask(request("CHECK", raw))
+            return float(reply.split(b";")[1].split(b"/")[1].split(b"\r")[0])
+
+        before = required()
+        r = run("cutoffs", "--store", url, "--spam-cutoff", "0.999", "--ham-cutoff", "0.3")
+        assert r.returncode == 0, r.stderr
+        after = required()
+        assert after != before and after == pytest.approx(verdict.threshold(0.999), abs=0.01), (before, after)
+        r = run("cutoffs", "--store", url, "--spam-cutoff", "0.6", "--ham-cutoff", "0.3")
+        assert required() == pytest.approx(verdict.threshold(0.6), abs=0.01)
+    finally:
+        host.stop()
 
 
 # -- TLS (rediss://) and the documented ACL user ----------------------------------------------------

@@ -147,8 +147,9 @@ def decide(model, raw, decision=(None,) * 5, n_evidence=0, toks=None) -> Decided
     ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
     where not given (:func:`spamnb.verdict.cutoffs_from`).
     """
-    cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
     score, p, evidence, known = scored(model, raw, n_evidence, toks)
+    # after scoring: a store's model reads its settings with the counts, cut-offs included
+    cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
     label = verdict.label_for(p, cutoffs, known)
     return Decided(label, p, score, evidence, cutoffs, verdict.learns_verdict(label, score, cutoffs))
 

@@ -9,7 +9,10 @@ Layout, under the URL's prefix P (``?prefix=``, default ``spamnb:``; a user's
 model under ``P u:NAME:``)::
 
     P meta                hash: epoch (the model's id), settings (JSON: the model's
-                          settings, the decision, the store's ageing rule), counts
+                          settings, the decision, the store's ageing rule), rev (the
+                          settings' revision, new when ``cutoffs`` or ``prune``
+                          change them in place, so that every reader that keeps
+                          them, on any host, reads them again), counts
                           (5 doubles: messages per class N_c with refine()'s copies,
                           totals T_c = Σ_w n_cw, vocabulary size |V|)
     P EPOCH:b:K           token bucket K (K = token hash mod buckets): a hash whose
@@ -138,7 +141,7 @@ end
 READ = r"""
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then return {'empty'} end
-if epoch ~= ARGV[1] then return {'epoch', epoch} end
+if epoch ~= ARGV[1] or (redis.call('HGET', KEYS[1], 'rev') or '0') ~= ARGV[4] then return {'epoch', epoch} end
 local counts = redis.call('HGET', KEYS[1], 'counts')
 local nb = tonumber(redis.call('HGET', KEYS[1], 'buckets'))
 local hashes, prefix = ARGV[3], ARGV[2]
@@ -152,10 +155,12 @@ end
 return {'ok', table.concat(out)}
 """
 
-#: KEYS: meta. ARGV: epoch, settings (JSON): the settings of that model, unless another replaced it.
+#: KEYS: meta. ARGV: epoch, settings (JSON), a new revision: the settings of that model, unless
+#: another replaced it, under a revision that readers holding the old settings do not know (a
+#: random one: HSET only, which the documented ACL user already has; HINCRBY it has not).
 SET_SETTINGS = r"""
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'settings', ARGV[2])
+redis.call('HSET', KEYS[1], 'settings', ARGV[2], 'rev', ARGV[3])
 return 1
 """
 
@@ -276,10 +281,11 @@ def _redis():
 
 
 class Settings:
-    """What ``P meta`` says about the model now: its epoch, settings and counts."""
+    """What ``P meta`` says about the model now: its epoch, settings and their revision."""
 
-    def __init__(self, epoch: bytes, settings: dict):
+    def __init__(self, epoch: bytes, settings: dict, rev: bytes = b"0"):
         self.epoch = epoch
+        self.rev = rev
         self.s = settings
         self.buckets = int(settings["buckets"])
         self.registry_buckets = int(settings["registry_buckets"])
@@ -404,11 +410,12 @@ class RedisBackend(Backend):
 
     def settings(self, refresh=False) -> Settings:
         if self._settings is None or refresh:
-            epoch, text = self._call("read the model", self.client.hmget, self._meta(), [b"epoch", b"settings"])
+            epoch, text, rev = self._call("read the model", self.client.hmget, self._meta(),
+                                          [b"epoch", b"settings", b"rev"])
             if epoch is None or text is None:
                 raise StoreUnavailable(f"the store {self.name} holds no model: it is empty (a Redis restarted "
                                        f"without its data?); put one there with `spamnb store push MODEL URL`")
-            self._settings = Settings(epoch, json.loads(text))
+            self._settings = Settings(epoch, json.loads(text), rev or b"0")
         return self._settings
 
     def exists(self) -> bool:
@@ -432,13 +439,13 @@ class RedisBackend(Backend):
         for _ in range(3):
             st = self.settings()
             reply = self._call("read the model", self._read, keys=[self._meta()],
-                               args=[st.epoch, self._bucket(st.epoch, b""), blob])
+                               args=[st.epoch, self._bucket(st.epoch, b""), blob, st.rev])
             if reply[0] == b"ok":
                 data = reply[1]
                 counts = COUNTS.unpack_from(data)
                 found = {h: v[:2] for h, v in zip(hashes, VALUE.iter_unpack(data[COUNTS.size:])) if v[2] >= 0}
                 return st, counts, found
-            self.settings(refresh=True)  # a new model was pushed meanwhile (or the store emptied)
+            self.settings(refresh=True)  # a new model or new settings meanwhile (or the store emptied)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; try again")
 
     # -- learning ------------------------------------------------------------------
@@ -593,7 +600,7 @@ class RedisBackend(Backend):
         counts = COUNTS.pack(cc[0], cc[1], totals[0], totals[1], float(len(tokens)))
         self._call("write the model", self.client.hset, self._meta(),
                    mapping={"epoch": epoch, "settings": json.dumps(settings), "counts": counts, "buckets": nb})
-        self._settings = Settings(epoch, settings)
+        self._settings = None  # read again, with the revision the store holds
         if old is not None and old.epoch != epoch:
             self._drop_epoch(old)
 
@@ -661,12 +668,16 @@ class RedisBackend(Backend):
         st = self.settings(refresh=True)
         old = Cutoffs(*st.s["cutoffs"])
         new = change(old)
-        s = dict(st.s, cutoffs=[float(new.ham_cutoff), float(new.spam_cutoff)])
-        if not self._call("set the cut-offs", self.client.eval, SET_SETTINGS, 1, self._meta(), st.epoch,
-                          json.dumps(s)):
-            raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; set the cut-offs again")
-        self._settings = None
+        self._set_settings(st, dict(st.s, cutoffs=[float(new.ham_cutoff), float(new.spam_cutoff)]),
+                           "set the cut-offs")
         return old, new
+
+    def _set_settings(self, st: Settings, s: dict, doing: str):
+        """Replace the settings of the model ``st`` was read from (:data:`SET_SETTINGS`)."""
+        if not self._call(doing, self.client.eval, SET_SETTINGS, 1, self._meta(), st.epoch, json.dumps(s),
+                          secrets.token_hex(8)):
+            raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; {doing} again")
+        self._settings = None
 
     def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None, dry_run=False):
         if max_tokens is not None or limit:
@@ -685,9 +696,7 @@ class RedisBackend(Backend):
                 raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; run prune again")
             dropped += n
         if not dry_run:  # learners age by this rule from now on
-            s = dict(st.s, age_days=age, age_max_messages=int(max_messages))
-            self._call("prune", self.client.hset, self._meta(), "settings", json.dumps(s))
-            self._settings = None
+            self._set_settings(st, dict(st.s, age_days=age, age_max_messages=int(max_messages)), "run prune")
         return dropped, before
 
     def describe(self, model):
@@ -712,17 +721,16 @@ class StoreView(Scorer):
     scorer of no tokens: one definition of the multinomial weights)."""
 
     def __init__(self, backend: RedisBackend, st: Settings):
-        s = st.s
-        header = {"bias": 0.0, "features": s["features"], "cutoffs": s["cutoffs"], "tokenizer": s["tokenizer"],
-                  "model": None, "n": 0, "model_type": s["model_type"], "alpha": s["alpha"], "prior": s["prior"],
-                  "class_count": [0.0, 0.0], "totals": [0.0, 0.0]}
-        super().__init__(header, *_no_tokens())
+        super().__init__(_header(st), *_no_tokens())
         self.backend = backend
+        self.settings = st
 
     def _scorer(self, tokens) -> Scorer:
         from spamnb.storage.journal import Overlay
 
-        _, (n_h, n_s, t_h, t_s, v), found = self.backend.read(tokens)
+        st, (n_h, n_s, t_h, t_s, v), found = self.backend.read(tokens)
+        if st is not self.settings:  # changed since this view was made (`spamnb cutoffs`): the message
+            self.__init__(self.backend, st)  # is decided by the settings its counts were read with
         ov = Overlay()
         ov.tokens = {h: (c[0], c[1], 0, 0.0) for h, c in found.items()}
         ov.d_messages, ov.d_totals, ov.new_vocab, ov.records = [n_h, n_s], [t_h, t_s], int(v), 1
@@ -733,6 +741,14 @@ class StoreView(Scorer):
 
     def explain(self, tokens, n):
         return self._scorer(tokens).explain(tokens, n)
+
+
+def _header(st: Settings) -> dict:
+    """A compiled scorer's header for the store's model as ``st`` describes it."""
+    s = st.s
+    return {"bias": 0.0, "features": s["features"], "cutoffs": s["cutoffs"], "tokenizer": s["tokenizer"],
+            "model": None, "n": 0, "model_type": s["model_type"], "alpha": s["alpha"], "prior": s["prior"],
+            "class_count": [0.0, 0.0], "totals": [0.0, 0.0]}
 
 
 def _no_tokens():
