@@ -848,7 +848,14 @@ def test_imap_filter_makes_private_folders_under_umask_002(tmp_path):
 # -- 4. a site model's journal and scorer are readable by whoever may read the model ------------
 
 def run_as(user, fn):
-    """``repr(fn())`` in a forked process turned into ``user`` (``"error: ..."`` if it raised)."""
+    """``repr(fn())`` in a forked process turned into ``user`` (``"error: ..."`` if it raised).
+
+    The child, as ``user``, may not read this interpreter's standard library (under
+    /root, 0700, on the test machines), so what the code imports lazily (sqlite3 for the
+    history) is imported here first, as the user's own interpreter would import it.
+    """
+    import sqlite3  # noqa: F401
+
     return forked_as(user, lambda: repr(fn()).encode()).decode()
 
 
