@@ -33,19 +33,22 @@ Tokens
     ``layout:text:N``       visible text characters of the HTML, bucketed (x1000)
     ``layout:text-share:N`` visible text per 100 characters of HTML source, in tens
     ``punct:excl:N``        exclamation marks in the visible text: 0, 1, 2, 4, 8 (8 or more)
+    ``style:...``           how the visible text and the Subject are written, in any
+                            language (:func:`style_tokens`, ``style_signals``)
 
 Filters rather than generators: ``url_path_words`` (:func:`path_words` keeps
 only the ``url:path:`` tokens whose piece is a word) and ``fold_web_schemes``
 (:func:`fold_web_schemes`: one ``url:proto:web`` for http and https links).
 """
 
+import collections
 import re
 
 from spamnb.mail import mime
 from spamnb.mail.lexer import bucket, find_urls
 
 __all__ = ["registered_domain", "from_domain", "sender_tokens", "link_tokens", "layout_tokens",
-           "path_words", "fold_web_schemes", "exclaim_token"]
+           "path_words", "fold_web_schemes", "exclaim_token", "style_tokens"]
 
 
 class _Lazy:
@@ -254,6 +257,81 @@ def exclaim_token(texts):
         return None  # no text part read: nothing counted (an attachment alone)
     n = sum(visible.count("!") for _, _, visible in texts)
     return "punct:excl:%d" % bucket(min(n, 8))
+
+
+# Letter runs (any script; no digit or underscore), digits and currency symbols
+# (Unicode's Sc category: $ EUR GBP YEN ... alike). Single-class patterns, linear.
+_LETTERS = _Lazy(r"[^\W\d_]+")
+_DIGIT = _Lazy(r"\d")
+_CURRENCY = _Lazy("[$\u00a2-\u00a5\u058f\u060b\u09f2\u09f3\u0e3f\u17db\u20a0-\u20c0\ufdfc\ufe69\uff04\uffe0\uffe1\uffe5\uffe6]")
+# Scripts by the first word of a letter's Unicode name; those not named are "other".
+_SCRIPT_NAMES = {"LATIN": "latin", "CYRILLIC": "cyrillic", "GREEK": "greek", "ARABIC": "arabic",
+                 "HEBREW": "hebrew", "CJK": "han", "HIRAGANA": "kana", "KATAKANA": "kana",
+                 "HANGUL": "hangul", "THAI": "thai", "DEVANAGARI": "indic", "BENGALI": "indic",
+                 "TAMIL": "indic", "ARMENIAN": "armenian", "GEORGIAN": "georgian"}
+_MAX_STYLE_CHARS = 100_000  # of visible text read: enough for the shares, bounded cost
+
+
+def _script(char, _memo={}):
+    s = _memo.get(char)
+    if s is None:
+        import unicodedata  # the filter's fast path never reads style tokens: import on use
+        s = _SCRIPT_NAMES.get(unicodedata.name(char, "?").split(" ", 1)[0], "other")
+        if len(_memo) < 20_000:  # distinct letters seen: bounded by hostile mail
+            _memo[char] = s
+    return s
+
+
+def _text_style(prefix, text, out):
+    """Shares of a text's letters and words: ``PREFIX:upper:N`` (percent of its cased
+    words of 2+ letters in capitals), ``PREFIX:digits:N`` (digits per 100 non-space
+    characters), ``PREFIX:money:N`` (currency signs), ``PREFIX:nonascii:N`` (percent of
+    letters outside ASCII), ``PREFIX:script:NAME`` (each script holding 10% or more of
+    the letters), all bucketed; the empty text gives ``PREFIX:empty``."""
+    chars = len("".join(text.split()))
+    if not chars:
+        out.append(prefix + ":empty")
+        return []
+    words = _LETTERS.findall(text)
+    cased = [w for w in words if len(w) > 1 and w.lower() != w.upper()]
+    upper = sum(1 for w in cased if w.isupper())
+    if cased:  # none in a script without case (Chinese), nothing to share
+        out.append("%s:upper:%d" % (prefix, bucket(100 * upper // len(cased))))
+    out.append("%s:digits:%d" % (prefix, bucket(100 * len(_DIGIT.findall(text)) // chars)))
+    out.append("%s:money:%d" % (prefix, bucket(min(len(_CURRENCY.findall(text)), 8))))
+    letters = sum(map(len, words))
+    if letters:
+        wide = collections.Counter(c for w in words if not w.isascii() for c in w if ord(c) > 127)
+        out.append("%s:nonascii:%d" % (prefix, bucket(100 * sum(wide.values()) // letters)))
+        scripts = collections.Counter({"latin": letters - sum(wide.values())})
+        for c, n in wide.items():
+            scripts[_script(c)] += n
+        for name in sorted(s for s, n in scripts.items() if 10 * n >= letters):
+            out.append("%s:script:%s" % (prefix, name))
+    return words
+
+
+def style_tokens(texts, msg=None, fallback=None, selected=lambda name: True):
+    """Tokens about how a message is written, the same in every language and era:
+    the visible text's shares (:func:`_text_style`, ``style:``), its words' count
+    (``style:words:N``) and mean length (``style:wordlen:N``, 1 to 12 letters), and the
+    same shares of the Subject (``style:subject:``; none without a Subject or when
+    ``selected``, as for :func:`sender_tokens`, refuses it).
+
+    ``texts`` as for :func:`link_tokens`.
+    """
+    raw = _first(msg, "subject") if msg is not None and selected("subject") else None
+    subject = mime.decode_header(raw[:2000], fallback) if raw is not None else None
+    out = []
+    if texts:
+        text = " ".join(visible for _, _, visible in texts)[:_MAX_STYLE_CHARS]
+        words = _text_style("style", text, out)
+        out.append("style:words:%d" % bucket(min(len(words), 1024)))
+        if words:
+            out.append("style:wordlen:%d" % min(12, max(1, round(sum(map(len, words)) / len(words)))))
+    if subject is not None:
+        _text_style("style:subject", subject[:1000], out)
+    return out
 
 
 _PATH = "url:path:"

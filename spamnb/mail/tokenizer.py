@@ -190,6 +190,11 @@ class TokenizerConfig:
     exclaim_signals : bool
         ``punct:excl:N``: exclamation marks in the visible body text, bucketed
         (the lexer strips them from words, so the body's count is otherwise lost).
+    style_signals : bool
+        ``style:`` tokens: how the visible text and the Subject are written, in any
+        language (shares of capitalised words, digits, currency signs, non-ASCII
+        letters, each script's letters; word count and mean length), which case
+        folding and the lexer otherwise lose (:func:`spamnb.mail.signals.style_tokens`).
 
     A frozen value (equality, hash, repr by fields), written out by hand: a
     ``dataclass`` would import :mod:`dataclasses` and :mod:`inspect` at every
@@ -201,7 +206,7 @@ class TokenizerConfig:
                "case_fold", "nfkc", "min_word_len", "max_word_len", "html", "alternative",
                "received_hops", "max_depth", "max_parts", "recipient_counts",
                "fold_header_names", "sender_signals", "link_signals", "layout_signals",
-               "url_path_words", "fold_web_schemes", "exclaim_signals")
+               "url_path_words", "fold_web_schemes", "exclaim_signals", "style_signals")
     # _hash: computed once (the tokenizer's per-configuration caches hash it for
     # every message).
     __slots__ = _FIELDS + ("_hash",)
@@ -346,11 +351,12 @@ class TokenizerConfig:
         # noise (trec recall@0.1% 98.3 vs 98.7, -0.59 to +0.00); modern caught
         # 46.1 vs 46.6% and at 5% not ham 33.8 vs 33.5: noise.
         exclaim_signals=True,
+        style_signals=False,
     ):
         values = (only_headers, skip_headers, max_part_bytes, cjk, bigrams, case_fold, nfkc,
                   min_word_len, max_word_len, html, alternative, received_hops, max_depth, max_parts,
                   recipient_counts, fold_header_names, sender_signals, link_signals, layout_signals,
-                  url_path_words, fold_web_schemes, exclaim_signals)
+                  url_path_words, fold_web_schemes, exclaim_signals, style_signals)
         for name, value in zip(self._FIELDS, values):
             object.__setattr__(self, name, value)
         self._check()
@@ -436,7 +442,8 @@ class TokenizerConfig:
 # Fields added after model files were first written, with the value that means
 # "as before" (what TokenizerConfig.from_dict gives a dict without them).
 _ADDED_FIELDS = {"sender_signals": False, "link_signals": False, "layout_signals": False,
-                 "url_path_words": False, "fold_web_schemes": False, "exclaim_signals": False}
+                 "url_path_words": False, "fold_web_schemes": False, "exclaim_signals": False,
+                 "style_signals": False}
 
 DEFAULT_CONFIG = TokenizerConfig()
 
@@ -840,7 +847,8 @@ def _tokens(raw, config):
     out = problems
     fallback = mime.header_charset(msg)  # Content-Type's parameters, parsed once
     header_tokens(msg, config, out, fallback)
-    texts = [] if config.link_signals or config.layout_signals or config.exclaim_signals else None
+    texts = [] if (config.link_signals or config.layout_signals or config.exclaim_signals
+                   or config.style_signals) else None
     body_tokens(msg, config, out, fallback, texts)
     if config.sender_signals:
         out.extend(signals.sender_tokens(msg, fallback, _selector(config)))
@@ -853,6 +861,8 @@ def _tokens(raw, config):
         excl = signals.exclaim_token(texts)
         if excl:
             out.append(excl)
+    if config.style_signals:
+        out.extend(signals.style_tokens(texts, msg, fallback, _selector(config)))
     return out
 
 
