@@ -259,78 +259,76 @@ def exclaim_token(texts):
     return "punct:excl:%d" % bucket(min(n, 8))
 
 
-# Letter runs (any script; no digit or underscore), digits and currency symbols
-# (Unicode's Sc category: $ EUR GBP YEN ... alike). Single-class patterns, linear.
+# Letters (any script; no digit or underscore) and currency signs (Unicode's Sc
+# category: $, EUR, GBP, YEN... alike). Single-class patterns: linear time.
 _LETTERS = _Lazy(r"[^\W\d_]+")
-_DIGIT = _Lazy(r"\d")
-_CURRENCY = _Lazy("[$\u00a2-\u00a5\u058f\u060b\u09f2\u09f3\u0e3f\u17db\u20a0-\u20c0\ufdfc\ufe69\uff04\uffe0\uffe1\uffe5\uffe6]")
-# Scripts by the first word of a letter's Unicode name; those not named are "other".
+_CURRENCY = _Lazy("[$\u00a2-\u00a5\u058f\u060b\u09f2\u09f3\u0e3f\u17db\u20a0-\u20c0"
+                  "\ufdfc\ufe69\uff04\uffe0\uffe1\uffe5\uffe6]")
+# Scripts by the first word of a letter's Unicode name; a script not named is "other".
 _SCRIPT_NAMES = {"LATIN": "latin", "CYRILLIC": "cyrillic", "GREEK": "greek", "ARABIC": "arabic",
                  "HEBREW": "hebrew", "CJK": "han", "HIRAGANA": "kana", "KATAKANA": "kana",
                  "HANGUL": "hangul", "THAI": "thai", "DEVANAGARI": "indic", "BENGALI": "indic",
                  "TAMIL": "indic", "ARMENIAN": "armenian", "GEORGIAN": "georgian"}
-_MAX_STYLE_CHARS = 100_000  # of visible text read: enough for the shares, bounded cost
+_SCRIPT_MEMO = {}
+_MAX_STYLE_CHARS = 100_000  # of visible text read: enough for the shares, a bounded cost
 
 
-def _script(char, _memo={}):
-    s = _memo.get(char)
+def _script(char):
+    s = _SCRIPT_MEMO.get(char)
     if s is None:
-        import unicodedata  # the filter's fast path never reads style tokens: import on use
+        import unicodedata  # only this setting needs it: imported on first use
         s = _SCRIPT_NAMES.get(unicodedata.name(char, "?").split(" ", 1)[0], "other")
-        if len(_memo) < 20_000:  # distinct letters seen: bounded by hostile mail
-            _memo[char] = s
+        if len(_SCRIPT_MEMO) < 20_000:  # distinct letters remembered: bounded against hostile mail
+            _SCRIPT_MEMO[char] = s
     return s
 
 
 def _text_style(prefix, text, out):
-    """Shares of a text's letters and words: ``PREFIX:upper:N`` (percent of its cased
-    words of 2+ letters in capitals), ``PREFIX:digits:N`` (digits per 100 non-space
-    characters), ``PREFIX:money:N`` (currency signs), ``PREFIX:nonascii:N`` (percent of
-    letters outside ASCII), ``PREFIX:script:NAME`` (each script holding 10% or more of
-    the letters), all bucketed; the empty text gives ``PREFIX:empty``."""
-    chars = len("".join(text.split()))
-    if not chars:
+    """``PREFIX:money:N`` (currency signs, 0, 1, 2, 4, 8 or more), ``PREFIX:nonascii:N``
+    (percent of the letters outside ASCII, bucketed), ``PREFIX:script:NAME`` (each
+    script but Latin holding 10% or more of the letters); ``PREFIX:empty`` for a text
+    without a visible character."""
+    if not text or text.isspace():
         out.append(prefix + ":empty")
-        return []
-    words = _LETTERS.findall(text)
-    cased = [w for w in words if len(w) > 1 and w.lower() != w.upper()]
-    upper = sum(1 for w in cased if w.isupper())
-    if cased:  # none in a script without case (Chinese), nothing to share
-        out.append("%s:upper:%d" % (prefix, bucket(100 * upper // len(cased))))
-    out.append("%s:digits:%d" % (prefix, bucket(100 * len(_DIGIT.findall(text)) // chars)))
+        return
     out.append("%s:money:%d" % (prefix, bucket(min(len(_CURRENCY.findall(text)), 8))))
+    words = _LETTERS.findall(text)
     letters = sum(map(len, words))
-    if letters:
-        wide = collections.Counter(c for w in words if not w.isascii() for c in w if ord(c) > 127)
-        out.append("%s:nonascii:%d" % (prefix, bucket(100 * sum(wide.values()) // letters)))
-        scripts = collections.Counter({"latin": letters - sum(wide.values())})
-        for c, n in wide.items():
-            scripts[_script(c)] += n
-        for name in sorted(s for s, n in scripts.items() if 10 * n >= letters):
-            out.append("%s:script:%s" % (prefix, name))
-    return words
+    if not letters:
+        return
+    wide = collections.Counter(c for w in words if not w.isascii() for c in w if ord(c) > 127)
+    n_wide = sum(wide.values())
+    out.append("%s:nonascii:%d" % (prefix, bucket(100 * n_wide // letters)))
+    scripts = collections.Counter()
+    for c, n in wide.items():
+        scripts[_script(c)] += n
+    for name in sorted(s for s, n in scripts.items() if 10 * n >= letters and s != "latin"):
+        out.append("%s:script:%s" % (prefix, name))
 
 
 def style_tokens(texts, msg=None, fallback=None, selected=lambda name: True):
-    """Tokens about how a message is written, the same in every language and era:
-    the visible text's shares (:func:`_text_style`, ``style:``), its words' count
-    (``style:words:N``) and mean length (``style:wordlen:N``, 1 to 12 letters), and the
-    same shares of the Subject (``style:subject:``; none without a Subject or when
-    ``selected``, as for :func:`sender_tokens`, refuses it).
+    """Tokens about how the visible text (``style:``) and the Subject (``style:subject:``)
+    are written, whatever their words (:func:`_text_style`): currency signs, the share
+    of letters outside ASCII, scripts other than Latin, no text at all.
 
-    ``texts`` as for :func:`link_tokens`.
+    ``texts`` as for :func:`link_tokens`; the Subject is read from ``msg`` unless
+    ``selected``, as for :func:`sender_tokens`, refuses it; none without a Subject.
+
+    Measured and left out (shares of messages: shipped corpus's ham / spam,
+    enron-ham-dev's ham, today's ``pot-*`` spam): words in capitals (16% or more of
+    the cased words: 0.9 / 8.3, 23.4, 4.1%: business mail writes acronyms and
+    forwarded headers in capitals, today's spam less), digits (16 per 100
+    characters: 4.6 / 1.3, 11.8, 1.8%), word count and mean word length (6 letters:
+    0.8 / 3.8, 19.6, 25.1%): each tells 2002 from today rather than ham from spam.
     """
-    raw = _first(msg, "subject") if msg is not None and selected("subject") else None
-    subject = mime.decode_header(raw[:2000], fallback) if raw is not None else None
     out = []
     if texts:
-        text = " ".join(visible for _, _, visible in texts)[:_MAX_STYLE_CHARS]
-        words = _text_style("style", text, out)
-        out.append("style:words:%d" % bucket(min(len(words), 1024)))
-        if words:
-            out.append("style:wordlen:%d" % min(12, max(1, round(sum(map(len, words)) / len(words)))))
-    if subject is not None:
-        _text_style("style:subject", subject[:1000], out)
+        _text_style("style", " ".join(visible for _, _, visible in texts)[:_MAX_STYLE_CHARS], out)
+    raw = _first(msg, "subject") if msg is not None and selected("subject") else None
+    # A blank Subject is left out: 1.3% of enron-ham-dev's ham has one, 0.0 / 0.7% of
+    # the shipped corpus's ham / spam (a 2002 model would call that business mail spam).
+    if raw is not None and raw.strip():
+        _text_style("style:subject", mime.decode_header(raw[:2000], fallback)[:1000], out)
     return out
 
 
