@@ -18,7 +18,8 @@ be aimed at the part that is missed:
   resampled apart): the slide a prior or a cut-off buys, which a lever must beat.
 
 ``--extra INDEX`` adds messages to the training (as ``protocols.py --b-extra``: never
-the ``pot-*`` part), e.g. ``corpora/recent-spam.tar.xz``.
+the ``pot-*`` part), e.g. ``corpora/recent-spam.tar.xz``; ``--set KEY=VALUE...`` trains
+with other settings (as ``protocols.py --b``), e.g. ``--set style_signals=true``.
 
 Per kind: how many, the share caught (spam) or not filed ham (ham) at the model's own
 cut-offs, the share unsure, and the share caught (or not filed ham) with both cut-offs
@@ -42,11 +43,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project: spamnb, tools
 
 from spamnb.mail.tokenizer import tokenize  # noqa: E402
-from spamnb.model import SpamModel  # noqa: E402
 from spamnb.scale import parallel  # noqa: E402
 from tools.studies.first_day import strip_artefacts  # noqa: E402
 from tools.studies.protocols import (  # noqa: E402
-    MODERN_HELD, SPAM_CUT, caught, corpus, extra, frontier_interval, shift_for, shipped, short)
+    MODERN_HELD, SPAM_CUT, caught, corpus, extra, frontier_interval, maker, shift_for, shipped, short)
 
 SHARES = (0.01, 0.02, 0.05, 0.10, 0.20)  # of the ham not filed ham, for the frontier table
 
@@ -122,8 +122,10 @@ def main():
     ap.add_argument("--worst", type=int, default=10, metavar="N", help="the N worst ham and spam, to read")
     ap.add_argument("--extra", metavar="INDEX", help="messages added to the training")
     ap.add_argument("--resamples", type=int, default=200)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="model or tokenizer settings, as protocols.py's --b (default: the defaults)")
     args = ap.parse_args()
-    model = SpamModel()
+    model = maker(args.set)()
     train = shipped() + extra(args.extra)
     parallel.train(model, train)
     ham = corpus("enron-ham-dev", strip_artefacts)
