@@ -134,7 +134,7 @@ def test_fold_web_schemes():
 
 def test_a_model_file_from_before_the_settings_keeps_its_tokens():
     added = ("sender_signals", "link_signals", "layout_signals", "url_path_words", "fold_web_schemes",
-             "exclaim_signals")
+             "exclaim_signals", "style_signals")
     old = {k: v for k, v in TokenizerConfig().to_dict().items() if k not in added}
     config = TokenizerConfig.from_dict(old)
     assert not any(getattr(config, k) for k in added)
@@ -153,3 +153,28 @@ def test_exclaim_token_counts_visible_marks_only():
     assert not [t for t in tokenize(attachment, config) if t.startswith(("punct:", "layout:"))]
     assert [t for t in tokenize(raw) if t.startswith("punct:")] == ["punct:excl:2"]  # a default
     assert not [t for t in tokenize(raw, TokenizerConfig(exclaim_signals=False)) if t.startswith("punct:")]
+
+
+def test_style_tokens_read_accents_and_the_subjects_currency_in_any_script():
+    config = only(style_signals=True)
+
+    def style(raw):
+        return [t for t in tokenize(raw, config) if t.startswith("style:")]
+
+    german = ("From: a@example.com\nSubject: =?utf-8?q?Gr=C3=BC=C3=9Fe_=E2=82=AC50_und_=2450?=\n"
+              "Content-Type: text/html; charset=utf-8\n\n<p>Bitte best\u00e4tigen Sie Ihr Konto.</p>"
+              "<div style=\"display:none\">\u00e4\u00e4\u00e4\u00e4\u00e4\u00e4</div>\n").encode()
+    # Visible text only (not the hidden div): 1 accented letter of 26 (3%, bucket 2);
+    # Subject: 2 of 8 letters (25%, bucket 16) and two currency signs (EUR and $).
+    assert style(german) == ["style:accents:2", "style:subject:accents:16", "style:subject:money:2"]
+    # Other scripts are not accents (trec06c-dev's Chinese ham and spam alike), nor
+    # are a few accents in a long English text missed: bucket 0.
+    assert style("From: a@example.com\nSubject: \u4f60\u597d\n\n\u4f60\u597d \u041c\u043e\u0441\u043a\u0432\u0430\n".encode()) == []
+    assert style(("From: a@example.com\n\nCaf\u00e9 " + "plain words " * 60).encode("utf-8")) == [
+        "style:accents:0"]
+    # The Subject is not read when the configuration skips it; no text, no body token.
+    skipped = TokenizerConfig(**{**OFF, "style_signals": True, "skip_headers": ("subject",)})
+    assert [t for t in tokenize(german, skipped) if t.startswith("style:")] == ["style:accents:2"]
+    assert style(b"From: a@example.com\nSubject: $$$ cash\nContent-Type: application/pdf\n\n%PDF\n") == [
+        "style:subject:money:2"]
+    assert not [t for t in tokenize(german) if t.startswith("style:")]  # off by default

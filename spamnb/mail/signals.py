@@ -33,6 +33,9 @@ Tokens
     ``layout:text:N``       visible text characters of the HTML, bucketed (x1000)
     ``layout:text-share:N`` visible text per 100 characters of HTML source, in tens
     ``punct:excl:N``        exclamation marks in the visible text: 0, 1, 2, 4, 8 (8 or more)
+    ``style:accents:N``     accented Latin letters per 100 letters of the visible text,
+                            bucketed; ``style:subject:accents:N`` of the Subject
+    ``style:subject:money:N``  currency signs in the Subject: 1, 2, 4, 8 (8 or more)
 
 Filters rather than generators: ``url_path_words`` (:func:`path_words` keeps
 only the ``url:path:`` tokens whose piece is a word) and ``fold_web_schemes``
@@ -45,7 +48,7 @@ from spamnb.mail import mime
 from spamnb.mail.lexer import bucket, find_urls
 
 __all__ = ["registered_domain", "from_domain", "sender_tokens", "link_tokens", "layout_tokens",
-           "path_words", "fold_web_schemes", "exclaim_token"]
+           "path_words", "fold_web_schemes", "exclaim_token", "style_tokens"]
 
 
 class _Lazy:
@@ -254,6 +257,70 @@ def exclaim_token(texts):
         return None  # no text part read: nothing counted (an attachment alone)
     n = sum(visible.count("!") for _, _, visible in texts)
     return "punct:excl:%d" % bucket(min(n, 8))
+
+
+# Letters (any script; no digit or underscore) and currency signs (Unicode's Sc
+# category: $, EUR, GBP, YEN... alike). Single-class patterns: linear time.
+_LETTERS = _Lazy(r"[^\W\d_]+")
+_CURRENCY = _Lazy("[$\u00a2-\u00a5\u058f\u060b\u09f2\u09f3\u0e3f\u17db\u20a0-\u20c0"
+                  "\ufdfc\ufe69\uff04\uffe0\uffe1\uffe5\uffe6]")
+_LATIN_MEMO = {}
+_MAX_STYLE_CHARS = 100_000  # of visible text read: enough for a share, a bounded cost
+
+
+def _is_latin(char):
+    """A letter of the Latin script (by its Unicode name: LATIN SMALL LETTER E WITH ACUTE)."""
+    latin = _LATIN_MEMO.get(char)
+    if latin is None:
+        import unicodedata  # only this setting needs it: imported on first use
+        latin = unicodedata.name(char, "").startswith("LATIN ")
+        if len(_LATIN_MEMO) < 20_000:  # distinct letters remembered: bounded against hostile mail
+            _LATIN_MEMO[char] = latin
+    return latin
+
+
+def _accents(prefix, text, out):
+    """``PREFIX:accents:N``: Latin letters outside ASCII (é, ü, ñ, ç, ß...) per 100
+    letters, bucketed; none when there is none."""
+    words = _LETTERS.findall(text)
+    wide = sum(1 for w in words if not w.isascii() for c in w if ord(c) > 127 and _is_latin(c))
+    if wide:
+        out.append("%s:accents:%d" % (prefix, bucket(100 * wide // sum(map(len, words)))))
+
+
+def style_tokens(texts, msg=None, fallback=None, selected=lambda name: True):
+    """Tokens about how the visible text (``style:``) and the Subject (``style:subject:``)
+    are written, whatever their words: accented Latin letters (:func:`_accents`), and
+    currency signs in the Subject (``style:subject:money:N``, 1, 2, 4, 8 or more).
+
+    ``texts`` as for :func:`link_tokens`; the Subject is read from ``msg`` unless
+    ``selected``, as for :func:`sender_tokens`, refuses it.
+
+    Shares of messages (the shipped corpus's ham / spam, enron-ham-dev's ham,
+    today's ``pot-*`` spam): accented letters in the text 4.4 / 5.0, 0.0, 42.3%, 1% or
+    more of its letters 0.4 / 2.4, 0.0, 33.1% (German, Dutch, Portuguese, French spam;
+    the 2002 ham is English), in the Subject 0.0 / 0.6, 0.0, 22.9%; a currency sign in
+    the Subject 0.4 / 7.1, 0.1, 12.3%.
+    Measured and left out (docs/accuracy.md): words in capitals (16% or more of the
+    cased words: 0.9 / 8.3, 23.4, 4.1%: business mail writes acronyms and headers in
+    capitals, today's spam less), digits (16 per 100 characters: 4.6 / 1.3, 11.8,
+    1.8%), word count and mean word length (6 letters: 0.8 / 3.8, 19.6, 25.1%): each
+    tells 2002 from today rather than ham from spam; currency signs in the text and
+    the share of all non-ASCII letters with a token per script (Han, Hangul,
+    Cyrillic...): better on today's spam, worse on the online protocol, whose
+    stream mixes English and Chinese mail and business ham that quotes prices.
+    """
+    out = []
+    if texts:
+        _accents("style", " ".join(visible for _, _, visible in texts)[:_MAX_STYLE_CHARS], out)
+    raw = _first(msg, "subject") if msg is not None and selected("subject") else None
+    if raw is not None:
+        subject = mime.decode_header(raw[:2000], fallback)[:1000]
+        _accents("style:subject", subject, out)
+        money = len(_CURRENCY.findall(subject))
+        if money:
+            out.append("style:subject:money:%d" % bucket(min(money, 8)))
+    return out
 
 
 _PATH = "url:path:"

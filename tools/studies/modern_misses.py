@@ -18,7 +18,8 @@ be aimed at the part that is missed:
   resampled apart): the slide a prior or a cut-off buys, which a lever must beat.
 
 ``--extra INDEX`` adds messages to the training (as ``protocols.py --b-extra``: never
-the ``pot-*`` part), e.g. ``corpora/recent-spam.tar.xz``.
+the ``pot-*`` part), e.g. ``corpora/recent-spam.tar.xz``; ``--set KEY=VALUE...`` trains
+with other settings (as ``protocols.py --b``), e.g. ``--set style_signals=true``.
 
 Per kind: how many, the share caught (spam) or not filed ham (ham) at the model's own
 cut-offs, the share unsure, and the share caught (or not filed ham) with both cut-offs
@@ -41,9 +42,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project: spamnb, tools
 
-from spamnb.model import BATCH, SpamModel, batches  # noqa: E402
+from spamnb.model import BATCH, batches  # noqa: E402
 from tools.studies.protocols import (  # noqa: E402
-    SPAM_CUT, Cache, caught, extra, frontier_interval, modern_model, modern_test, shift_for, short)
+    SPAM_CUT, Cache, caught, extra, frontier_interval, maker, modern_model, modern_test, shift_for, short)
 
 SHARES = (0.01, 0.02, 0.05, 0.10, 0.20)  # of the ham not filed ham, for the frontier table
 
@@ -118,10 +119,12 @@ def main():
     ap.add_argument("--worst", type=int, default=10, metavar="N", help="the N worst ham and spam, to read")
     ap.add_argument("--extra", metavar="INDEX", help="messages added to the training")
     ap.add_argument("--resamples", type=int, default=200)
+    ap.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                    help="model or tokenizer settings, as protocols.py's --b (default: the defaults)")
     args = ap.parse_args()
     cache = Cache(0)
     more = extra(args.extra)
-    model = modern_model(SpamModel, cache, more)
+    model = modern_model(maker(args.set), cache, more)
     test = modern_test(cache)
     is_spam = np.array([label == "spam" for _, _, label in test], dtype=bool)
     # each message tokenized once: its tokens are both scored and sorted into kinds (a batch at a
