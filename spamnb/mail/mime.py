@@ -642,11 +642,17 @@ def decode_header(value, fallback=None):
         except Exception:
             return ""
     if "=?" in value:
-        import email.header  # imported only for encoded words: most headers have none
-        try:
-            parts = email.header.decode_header(value)
-        except Exception:
-            parts = [(value, None)]
+        # The common shapes of encoded words are read by rfc2047, which gives the
+        # standard library's chunks (tests/test_rfc2047.py); the rest by the stdlib.
+        from spamnb.mail import rfc2047  # imported only for encoded words: most headers have none
+
+        parts = rfc2047.encoded_words(value)
+        if parts is None:
+            import email.header
+            try:
+                parts = email.header.decode_header(value)
+            except Exception:
+                parts = [(value, None)]
         out = []
         for chunk, cs in parts:
             if isinstance(chunk, str):
