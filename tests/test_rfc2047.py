@@ -191,7 +191,7 @@ def test_random_values(monkeypatch):
     assert sum(_stdlib(v) == "raises" for v in values) > 50
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.one_of(st.sampled_from(_SEPARATORS),
                           st.builds(lambda seed: _word(random.Random(seed)), st.integers(0, 10**9)),
                           st.text(alphabet=" \t\r\n=?_abQBq-8+/", max_size=12)),
