@@ -644,6 +644,8 @@ def decode_header(value, fallback=None):
     if "=?" in value:
         # The common shapes of encoded words are read by rfc2047, which gives the
         # standard library's chunks (tests/test_rfc2047.py); the rest by the stdlib.
+        # Over modern-spam-dev's 4,495 values with an encoded word this function
+        # takes 0.23 CPU s instead of 0.61 (docs/tokenizer-speed.md).
         from spamnb.mail import rfc2047  # imported only for encoded words: most headers have none
 
         parts = rfc2047.encoded_words(value)
