@@ -642,11 +642,19 @@ def decode_header(value, fallback=None):
         except Exception:
             return ""
     if "=?" in value:
-        import email.header  # imported only for encoded words: most headers have none
-        try:
-            parts = email.header.decode_header(value)
-        except Exception:
-            parts = [(value, None)]
+        # The common shapes of encoded words are read by rfc2047, which gives the
+        # standard library's chunks (tests/test_rfc2047.py); the rest by the stdlib.
+        # Over modern-spam-dev's 4,495 values with an encoded word this function
+        # takes 0.23 CPU s instead of 0.61 (docs/tokenizer-speed.md).
+        from spamnb.mail import rfc2047  # imported only for encoded words: most headers have none
+
+        parts = rfc2047.encoded_words(value)
+        if parts is None:
+            import email.header
+            try:
+                parts = email.header.decode_header(value)
+            except Exception:
+                parts = [(value, None)]
         out = []
         for chunk, cs in parts:
             if isinstance(chunk, str):

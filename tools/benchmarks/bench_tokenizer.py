@@ -8,12 +8,18 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
     python3 tools/benchmarks/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
     python3 tools/benchmarks/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
     python3 tools/benchmarks/bench_tokenizer.py INDEX --html-vs main       # HTML: this tree / main
+    python3 tools/benchmarks/bench_tokenizer.py INDEX --vs main --stage "header tokens" --pairs 5
 
 Both corpora are read from ../shared/corpora beside the repository (the Chinese
 one, trec06c-dev, is not shipped: its licence allows research use only; --corpus
 gives another place). Without INDEX, a corpus that is not there is skipped with
 one line; an INDEX given that is not there: one line, exit 2
 (tools/shared_corpora.py).
+
+``--vs REV``: the stages (``--stage``, repeatable; default all) of this tree against
+revision REV's (its ``spamnb`` package taken out of git), each tree in a process of its
+own, alternated ``--pairs`` times, which goes first alternating: the medians of the
+best-of-``--repeat`` CPU seconds and the median of the paired ratios (this tree / REV).
 """
 
 import argparse
@@ -21,7 +27,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project: spamnb, tools
+# the project: spamnb, tools; appended, so that the spamnb of a tree given on PYTHONPATH
+# (another revision's, for --vs) comes first
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from tools import shared_corpora  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
@@ -31,8 +39,12 @@ def load(index):
     return [m.raw for m in iter_index(index)]
 
 
-def stages(raws, cfg, repeat):
-    """Best-of-``repeat`` CPU seconds of each stage, the stages run on their own:
+STAGES = ("parse", "header tokens", "body tokens", "  of which HTML to text",
+          "  (HTML to text with the stdlib HTMLParser)")
+
+
+def stages(raws, cfg, repeat, only=STAGES):
+    """Best-of-``repeat`` CPU seconds of each stage (of ``only``), the stages run on their own:
     parsing, header tokens, body tokens, and within the bodies HTML to text
     (and the same with the stdlib HTMLParser, the reference driver, for comparison)."""
     from spamnb.mail import html_text, mime, tokenizer
@@ -48,19 +60,55 @@ def stages(raws, cfg, repeat):
 
     msgs = [mime.parse(r)[0] for r in raws]
     htmls = []
-    real = tokenizer.html_to_text
-    tokenizer.html_to_text = lambda h: htmls.append(h) or real(h)  # collect the HTML parts once
-    try:
-        for m in msgs:
-            tokenizer.body_tokens(m, cfg)
-    finally:
-        tokenizer.html_to_text = real
-    return {"parse": best(lambda: [mime.parse(r) for r in raws]),
-            "header tokens": best(lambda: [tokenizer.header_tokens(m, cfg) for m in msgs]),
-            "body tokens": best(lambda: [tokenizer.body_tokens(m, cfg) for m in msgs]),
-            "  of which HTML to text": best(lambda: [html_text.html_to_text(h) for h in htmls]),
+    if any("HTML" in stage for stage in only):
+        real = tokenizer.html_to_text
+        tokenizer.html_to_text = lambda h: htmls.append(h) or real(h)  # collect the HTML parts once
+        try:
+            for m in msgs:
+                tokenizer.body_tokens(m, cfg)
+        finally:
+            tokenizer.html_to_text = real
+    runs = {"parse": lambda: [mime.parse(r) for r in raws],
+            "header tokens": lambda: [tokenizer.header_tokens(m, cfg) for m in msgs],
+            "body tokens": lambda: [tokenizer.body_tokens(m, cfg) for m in msgs],
+            "  of which HTML to text": lambda: [html_text.html_to_text(h) for h in htmls],
             "  (HTML to text with the stdlib HTMLParser)":
-                best(lambda: [html_text.html_to_text(h, stdlib=True) for h in htmls])}
+                lambda: [html_text.html_to_text(h, stdlib=True) for h in htmls]}
+    return {stage: best(runs[stage]) for stage in STAGES if stage in only}
+
+
+def stages_vs(indexes, ref, only, repeat, pairs):
+    """:func:`stages` of this tree and of revision ``ref``, each pass a process of its own
+    (``--emit-stages``), alternated ``pairs`` times: per corpus and stage, the medians and
+    the median paired ratio (this tree / ref)."""
+    import json
+    import statistics
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from tools.benchmarks.token_hashes import ROOT, revision_tree
+
+    with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as tmp:
+        trees = {"ref": revision_tree(ref, Path(tmp) / "ref"), "this": ROOT}
+        runs = {"ref": [], "this": []}
+        for p in range(pairs):
+            for name in (("ref", "this") if p % 2 == 0 else ("this", "ref")):
+                cmd = [sys.executable, os.path.abspath(__file__), *map(str, indexes), "--repeat", str(repeat),
+                       "--emit-stages", json.dumps(list(only))]
+                out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(trees[name])},
+                                     stdout=subprocess.PIPE, text=True, check=True).stdout
+                runs[name].append(json.loads(out))
+                print(f"  pair {p + 1} {name}: {out.strip()}", file=sys.stderr, flush=True)
+    print(f"| corpus | stage | {ref} CPU s | this tree CPU s | paired ratio (this / {ref}) |")
+    print("|---|---|---|---|---|")
+    for corpus in runs["this"][0]:
+        for stage in runs["this"][0][corpus]:
+            theirs = [r[corpus][stage] for r in runs["ref"]]
+            mine = [r[corpus][stage] for r in runs["this"]]
+            ratio = statistics.median(a / b for a, b in zip(mine, theirs))
+            print(f"| {corpus} | {stage.strip()} | {statistics.median(theirs):.3f} | "
+                  f"{statistics.median(mine):.3f} | {ratio:.3f} |")
 
 
 def _cold():
@@ -131,6 +179,10 @@ def bench(raws, cfg, repeat):
     return best_wall, best_cpu, ntok
 
 
+def _name(index):
+    return os.path.basename(os.path.dirname(os.path.abspath(index)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("indexes", nargs="*",
@@ -145,9 +197,15 @@ def main():
     ap.add_argument("--html-vs", metavar="REV",
                     help="also HTML to text against revision REV's html_text.py, alternated --pairs times "
                          "in this process (CPU medians, median paired ratio, parts whose result differs)")
-    ap.add_argument("--pairs", type=int, default=9, help="pairs for --html-vs (default 9)")
+    ap.add_argument("--pairs", type=int, default=9, help="pairs for --html-vs and --vs (default 9)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one pass and print the top N functions by own time")
+    ap.add_argument("--vs", metavar="REV",
+                    help="instead: the stages of this tree against revision REV's, each in a process of "
+                         "its own, alternated --pairs times (CPU medians, median paired ratio)")
+    ap.add_argument("--stage", action="append", choices=[s.strip() for s in STAGES],
+                    help="with --vs: only this stage (repeatable; default all)")
+    ap.add_argument("--emit-stages", help=argparse.SUPPRESS)  # internal: one tree's stages, as JSON
     args = ap.parse_args()
     if args.indexes:
         indexes = [shared_corpora.require(i) for i in args.indexes]
@@ -159,13 +217,24 @@ def main():
     cfg = TokenizerConfig()
     if args.only_headers is not None:
         cfg = TokenizerConfig(only_headers=tuple(h for h in args.only_headers.split(",") if h))
+    if args.emit_stages:
+        import json
+
+        only = json.loads(args.emit_stages)
+        print(f"  tokenizer: {sys.modules[tokenize.__module__].__file__}", file=sys.stderr)
+        print(json.dumps({_name(i): stages(load(i), cfg, args.repeat, only) for i in indexes}))
+        return
+    if args.vs:
+        only = [s for s in STAGES if args.stage is None or s.strip() in args.stage]
+        stages_vs(indexes, args.vs, only, args.repeat, args.pairs)
+        return
     print("| corpus | messages | MB | wall s | CPU s | MB/s | messages/s | ms/message | tokens/message |")
     print("|---|---|---|---|---|---|---|---|---|")
     for index in indexes:
         raws = load(index)
         mb = sum(map(len, raws)) / 1e6
         wall, cpu, ntok = bench(raws, cfg, args.repeat)
-        name = os.path.basename(os.path.dirname(os.path.abspath(index)))
+        name = _name(index)
         print(f"| {name} | {len(raws)} | {mb:.1f} | {wall:.2f} | {cpu:.2f} | {mb / wall:.1f} | "
               f"{len(raws) / wall:.0f} | {1000 * wall / len(raws):.3f} | {ntok / len(raws):.0f} |",
               flush=True)
