@@ -209,7 +209,11 @@ def growth_ratio(small, large, repeats=7, sample_seconds=0.02, hopeless=None):
     measure (another process on the sibling hyperthread, clock changes):
 
     * the time is the thread's CPU time, which other processes taking the CPU do not
-      inflate; the garbage collector runs between samples, not in them (as in timeit);
+      inflate; the garbage collector runs between samples, not in them (as in timeit),
+      over what the samples made only: the objects alive before are frozen (gc.freeze)
+      while we measure, else each of the ~18 collections a measurement makes walks the
+      whole test session's heap (0.1 s early in the suite, about 1 s late in it: most
+      of a growth test's time went there);
     * every sample of either lasts about as long (``small`` repeated to last as long as
       one ``large``, both at least ``sample_seconds``), so a slow spell is as likely to
       hit a sample of one as of the other;
@@ -234,16 +238,20 @@ def growth_ratio(small, large, repeats=7, sample_seconds=0.02, hopeless=None):
         finally:
             gc.enable()
 
-    fns = (small, large)
-    once = [min(seconds(fn, 1) for _ in range(2)) for fn in fns]  # warm, and a first estimate
-    if hopeless is not None and once[1] > hopeless * once[0]:
-        return once[1] / once[0], once[0], once[1]
-    target = max(sample_seconds, max(once))
-    reps = [max(1, round(target / max(t, 1e-9))) for t in once]
-    samples = ([], [])
-    for r in range(repeats):
-        for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-            samples[i].append(seconds(fns[i], reps[i]) / reps[i])
+    gc.freeze()
+    try:
+        fns = (small, large)
+        once = [min(seconds(fn, 1) for _ in range(2)) for fn in fns]  # warm, and a first estimate
+        if hopeless is not None and once[1] > hopeless * once[0]:
+            return once[1] / once[0], once[0], once[1]
+        target = max(sample_seconds, max(once))
+        reps = [max(1, round(target / max(t, 1e-9))) for t in once]
+        samples = ([], [])
+        for r in range(repeats):
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                samples[i].append(seconds(fns[i], reps[i]) / reps[i])
+    finally:
+        gc.unfreeze()
     med = [statistics.median(s) for s in samples]
     return med[1] / med[0], med[0], med[1]
 

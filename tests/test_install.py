@@ -31,10 +31,12 @@ def installed(tmp_path_factory):
     """``(venv python, its site-packages)``: this checkout installed with ``pip install .``."""
     tmp = tmp_path_factory.mktemp("install")
     venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    # Without a pip of its own (ensurepip took half this fixture's time): this interpreter's
+    # pip installs into it (pip --python), as the venv's own would.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=300)
     py = venv / "bin" / "python"
-    build = subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-deps", str(ROOT)],
-                           capture_output=True, text=True, timeout=600, cwd=tmp)
+    build = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps",
+                            str(ROOT)], capture_output=True, text=True, timeout=600, cwd=tmp)
     if build.returncode != 0:
         if "No matching distribution found for setuptools" in build.stderr or "Network" in build.stderr:
             pytest.skip(f"pip cannot get the build backend (setuptools): {build.stderr.strip()[-200:]}")
