@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import SAMPLE_MAILDIR, strip_from_line
@@ -366,3 +367,84 @@ def test_without_yes_it_asks_and_a_no_trains_nothing(home):
     assert not (home / ".local" / "share" / "spamnb").exists()
     assert not (home / ".config").exists()
     assert snapshot(md) == before
+
+
+def maildir_plus(root: Path, now: float) -> Path:
+    """A Maildir++ under ``root``: INBOX (ham, 5 of it delivered yesterday, 2 spam never
+    sorted, an empty file), .Archive (ham), .Junk (spam), .Trash: the ``home`` fixture's, made
+    as the current user."""
+    md = root / "Maildir"
+    for folder in ("", ".Junk", ".Archive", ".Trash"):
+        for sub in ("cur", "new", "tmp"):
+            (md / folder / sub).mkdir(parents=True)
+    ham, spam = sample("ham"), sample("spam")
+    for i, src in enumerate(ham[:40]):
+        put(md, src, i, 5 + i, now)
+    for i, src in enumerate(ham[40:65]):
+        put(md / ".Archive", src, 100 + i, 200 + 10 * i, now)
+    for i, src in enumerate(ham[65:70]):
+        put(md, src, 200 + i, 1, now)
+    for i, src in enumerate(ham[70:73]):
+        put(md / ".Trash", src, 300 + i, 10, now)
+    for i, src in enumerate(spam[:28]):
+        put(md / ".Junk", src, 400 + i, 2 + i, now)
+    for i, src in enumerate(spam[28:30]):
+        put(md, src, 500 + i, 20, now)
+    empty = md / "cur" / "1600000600.M600P1.test:2,S"  # not mail: never learned
+    empty.write_bytes(b"")
+    os.utime(empty, (now - 30 * DAY, now - 30 * DAY))
+    return md
+
+
+class _Kept:
+    def replace(self, model):
+        self.model = model
+
+
+def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
+    """Screening, cross-validation and training all need a message's tokens: setup reads
+    each message file once for all three (it read each ham three times and each spam
+    twice), and what it proposes, estimates and trains is what reading each anew gives."""
+    import builtins
+    import collections
+
+    from spamnb.model import SpamModel
+    from spamnb.evaluation import evaluate, metrics
+    from spamnb.scale import parallel
+
+    now = time.time()
+    md = maildir_plus(tmp_path, now)
+    screen = trained_model  # in the default model's place (seconds to build in a fresh home)
+    opened = collections.Counter()
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file).startswith(str(md)):
+            opened[str(file)] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    folders = lib.find_mail(str(tmp_path), env={})
+    proposal = lib.propose(folders, screen=screen, now=now)
+    est = lib.estimate(proposal, SpamModel)
+    kept = _Kept()
+    done = lib.train(proposal, SpamModel(), kept)
+    monkeypatch.setattr(builtins, "open", real_open)
+
+    assert (len(proposal.ham), len(proposal.spam), proposal.young) == (40 + 25 + 2 + 1 - len(proposal.doubtful), 28, 5)
+    assert [source.rsplit("/", 1)[1] for source, _ in proposal.doubtful] == [
+        "1600000500.M500P1.test:2,S", "1600000501.M501P1.test:2,S"]  # the spam left in INBOX
+    assert len(opened) == 68 + 28  # every message setup learns or screens: not yesterday's, not .Trash
+    assert max(opened.values()) == 1, opened.most_common(3)
+
+    # the same as reading each message anew, as setup did
+    fresh = [(source, None, label) for source, _, label in proposal.messages()]
+    assert done == parallel.train(reference := SpamModel(), fresh, on_error=lambda *_: None)
+    assert kept.model.vocabulary == reference.vocabulary
+    np.testing.assert_array_equal(kept.model.estimator.feature_count_, reference.estimator.feature_count_)
+    np.testing.assert_array_equal(kept.model.estimator.class_count_, reference.estimator.class_count_)
+    assert kept.model.registry == reference.registry
+    scores = evaluate.cross_validate(SpamModel, fresh, k=est["folds"])
+    cut = SpamModel().cutoffs
+    assert est == {**metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff,
+                                                known=scores.known), "folds": est["folds"]}
