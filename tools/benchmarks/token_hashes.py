@@ -61,6 +61,9 @@ VARIANTS = {
     "html-strip+html": {"html": "strip", "alternative": "html", "case_fold": False, "nfkc": False},
     "html-raw+short-parts": {"html": "raw", "max_part_bytes": 3000, "received_hops": 1,
                              "min_word_len": 1, "max_word_len": 20, "max_parts": 5, "max_depth": 2},
+    # the settings that are off by default: their tokens, and the URLs a plain part's words and links share
+    "signals-on": {"sender_signals": True, "link_signals": True, "url_path_words": True, "fold_web_schemes": True},
+    "links-unfolded": {"link_signals": True, "case_fold": False, "nfkc": False},
 }
 VARIANT_CORPORA = ("shipped", "golden", "fuzz", "trec06c-dev")
 
