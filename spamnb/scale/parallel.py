@@ -119,7 +119,7 @@ class TokenTable:
         return [table[i] for i in ids]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tokenized:
     """A message read and tokenized once, standing in a shard item for its bytes.
 
