@@ -61,17 +61,13 @@ def put(folder: Path, src: Path, n: int, age_days: float, now: float) -> Path:
     return dst
 
 
-@pytest.fixture
-def home(newcomer):
-    """A fresh HOME owned by the newcomer, holding a Maildir++: INBOX and .Archive (ham,
-    5 of it delivered yesterday, 2 spam the user never sorted), .Junk, .Trash."""
-    uid, gid, _ = newcomer
-    path = Path(tempfile.mkdtemp(prefix="spamnb-setup-", dir="/tmp"))
-    md = path / "Maildir"
+def maildir_plus(root: Path, now: float) -> Path:
+    """A Maildir++ in ``root``: INBOX and .Archive (ham, 5 of it delivered yesterday, 2 spam
+    the user never sorted), .Junk, .Trash."""
+    md = root / "Maildir"
     for folder in ("", ".Junk", ".Archive", ".Trash"):
         for sub in ("cur", "new", "tmp"):
             (md / folder / sub).mkdir(parents=True)
-    now = time.time()
     ham, spam = sample("ham"), sample("spam")
     for i, src in enumerate(ham[:40]):
         put(md, src, i, 5 + i, now)
@@ -85,6 +81,15 @@ def home(newcomer):
         put(md / ".Junk", src, 400 + i, 2 + i, now)
     for i, src in enumerate(spam[28:30]):
         put(md, src, 500 + i, 20, now)  # spam left in INBOX: the default model should point at it
+    return md
+
+
+@pytest.fixture
+def home(newcomer):
+    """A fresh HOME owned by the newcomer, holding :func:`maildir_plus`'s Maildir++."""
+    uid, gid, _ = newcomer
+    path = Path(tempfile.mkdtemp(prefix="spamnb-setup-", dir="/tmp"))
+    maildir_plus(path, time.time())
     for p in [path, *path.rglob("*")]:
         os.lchown(p, uid, gid)
     yield path
@@ -369,33 +374,6 @@ def test_without_yes_it_asks_and_a_no_trains_nothing(home):
     assert snapshot(md) == before
 
 
-def maildir_plus(root: Path, now: float) -> Path:
-    """A Maildir++ under ``root``: INBOX (ham, 5 of it delivered yesterday, 2 spam never
-    sorted, an empty file), .Archive (ham), .Junk (spam), .Trash: the ``home`` fixture's, made
-    as the current user."""
-    md = root / "Maildir"
-    for folder in ("", ".Junk", ".Archive", ".Trash"):
-        for sub in ("cur", "new", "tmp"):
-            (md / folder / sub).mkdir(parents=True)
-    ham, spam = sample("ham"), sample("spam")
-    for i, src in enumerate(ham[:40]):
-        put(md, src, i, 5 + i, now)
-    for i, src in enumerate(ham[40:65]):
-        put(md / ".Archive", src, 100 + i, 200 + 10 * i, now)
-    for i, src in enumerate(ham[65:70]):
-        put(md, src, 200 + i, 1, now)
-    for i, src in enumerate(ham[70:73]):
-        put(md / ".Trash", src, 300 + i, 10, now)
-    for i, src in enumerate(spam[:28]):
-        put(md / ".Junk", src, 400 + i, 2 + i, now)
-    for i, src in enumerate(spam[28:30]):
-        put(md, src, 500 + i, 20, now)
-    empty = md / "cur" / "1600000600.M600P1.test:2,S"  # not mail: never learned
-    empty.write_bytes(b"")
-    os.utime(empty, (now - 30 * DAY, now - 30 * DAY))
-    return md
-
-
 class _Kept:
     def replace(self, model):
         self.model = model
@@ -414,6 +392,9 @@ def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
 
     now = time.time()
     md = maildir_plus(tmp_path, now)
+    empty = md / "cur" / "1600000600.M600P1.test:2,S"  # not mail: screened, never learned
+    empty.write_bytes(b"")
+    os.utime(empty, (now - 30 * DAY, now - 30 * DAY))
     screen = trained_model  # in the default model's place (seconds to build in a fresh home)
     opened = collections.Counter()
     real_open = builtins.open
