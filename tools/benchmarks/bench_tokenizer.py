@@ -8,6 +8,7 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
     python3 tools/benchmarks/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
     python3 tools/benchmarks/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
     python3 tools/benchmarks/bench_tokenizer.py INDEX --html-vs main       # HTML: this tree / main
+    python3 tools/benchmarks/bench_tokenizer.py INDEX --with link_signals --vs main   # a setting on: this tree / main
 
 Both corpora are read from ../shared/corpora beside the repository (the Chinese
 one, trec06c-dev, is not shipped: its licence allows research use only; --corpus
@@ -117,6 +118,51 @@ def html_pairs(raws, cfg, ref, pairs):
     return len(htmls), differ, statistics.median(theirs), statistics.median(mine), ratio
 
 
+# One tree's tokenizer in a process of its own (``-c``, run in the tree's folder: its
+# ``spamnb`` comes first): CPU seconds of each of ``passes`` passes over the index's messages.
+_PASSES = """
+import json, sys, time
+from spamnb.mail.sources import iter_index
+from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+index, settings, passes = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+raws = [m.raw for m in iter_index(index)]
+cfg = TokenizerConfig(**settings)
+out = []
+for _ in range(passes):
+    c0 = time.process_time()
+    for r in raws:
+        tokenize(r, cfg)
+    out.append(time.process_time() - c0)
+print(json.dumps(out))
+"""
+
+
+def tree_pairs(index, settings, ref, pairs):
+    """CPU seconds of a pass over the messages with this tree's tokenizer and revision
+    ``ref``'s (its ``spamnb`` package taken out of git), each in a process of its own,
+    alternating which goes first, ``pairs`` times (one warm pass, then the timed one):
+    the medians and the median paired ratio (this tree / ref)."""
+    import json
+    import statistics
+    import subprocess
+    import tempfile
+
+    from tools.benchmarks.token_hashes import revision_tree
+
+    root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    with tempfile.TemporaryDirectory() as tmp:
+        trees = {"ref": revision_tree(ref, os.path.join(tmp, "ref")), "this": root}
+        times = {"ref": [], "this": []}
+        for p in range(pairs):
+            for name in (("ref", "this") if p % 2 == 0 else ("this", "ref")):
+                env = {**os.environ, "PYTHONPATH": str(trees[name])}
+                out = subprocess.run([sys.executable, "-c", _PASSES, os.path.abspath(index), json.dumps(settings),
+                                      "2"], cwd=trees[name], env=env, capture_output=True, text=True, check=True)
+                times[name].append(json.loads(out.stdout)[-1])
+    ratio = statistics.median(a / b for a, b in zip(times["this"], times["ref"]))
+    return statistics.median(times["ref"]), statistics.median(times["this"]), ratio
+
+
 def bench(raws, cfg, repeat):
     best_wall = best_cpu = float("inf")
     ntok = 0
@@ -145,7 +191,12 @@ def main():
     ap.add_argument("--html-vs", metavar="REV",
                     help="also HTML to text against revision REV's html_text.py, alternated --pairs times "
                          "in this process (CPU medians, median paired ratio, parts whose result differs)")
-    ap.add_argument("--pairs", type=int, default=9, help="pairs for --html-vs (default 9)")
+    ap.add_argument("--pairs", type=int, default=9, help="pairs for --html-vs and --vs (default 9)")
+    ap.add_argument("--with", dest="on", action="append", default=[], metavar="FIELD",
+                    help="turn on a TokenizerConfig setting that is off by default, e.g. link_signals (repeatable)")
+    ap.add_argument("--vs", metavar="REV",
+                    help="also the whole tokenizer against revision REV's, each in a process of its own, "
+                         "alternated --pairs times (CPU medians, median paired ratio)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one pass and print the top N functions by own time")
     args = ap.parse_args()
@@ -156,9 +207,13 @@ def main():
                                shared_corpora.find(args.corpus, chinese=True, option="--corpus")) if i]
         if not indexes:
             sys.exit(shared_corpora.EXIT_ABSENT)
-    cfg = TokenizerConfig()
+    settings = {field: True for field in args.on}
     if args.only_headers is not None:
-        cfg = TokenizerConfig(only_headers=tuple(h for h in args.only_headers.split(",") if h))
+        settings["only_headers"] = [h for h in args.only_headers.split(",") if h]
+    try:
+        cfg = TokenizerConfig(**settings)
+    except (TypeError, ValueError) as exc:
+        sys.exit(f"bench_tokenizer.py: {exc}")
     print("| corpus | messages | MB | wall s | CPU s | MB/s | messages/s | ms/message | tokens/message |")
     print("|---|---|---|---|---|---|---|---|---|")
     for index in indexes:
@@ -177,6 +232,11 @@ def main():
             print(f"HTML to text, {parts} parts, {args.pairs} pairs: {args.html_vs} {ref_s:.3f} CPU s, "
                   f"this tree {this_s:.3f} (medians), paired ratio {ratio:.3f}; {differ} parts differ",
                   flush=True)
+        if args.vs:
+            ref_s, this_s, ratio = tree_pairs(index, settings, args.vs, args.pairs)
+            shown = ", ".join(f"--with {f}" for f in args.on) or "default settings"
+            print(f"whole tokenizer ({shown}), {args.pairs} pairs: {args.vs} {ref_s:.3f} CPU s, this tree "
+                  f"{this_s:.3f} (medians), paired ratio {ratio:.3f}", flush=True)
         if args.profile:
             import cProfile
             import pstats
