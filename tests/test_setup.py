@@ -306,10 +306,14 @@ def test_the_imap_unit_is_contribs_own(tmp_path):
         line.replace(README_SPAMNB, "/opt/bin/spamnb") for line in lines]
 
 
-def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
+def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path, monkeypatch):
     """~/Mail as MH folders (inbox, spam), ~/mail/* as mbox files (saved, junk): each
-    found, counted and given its role; an mbox message's age is its Date."""
+    found, counted and given its role; an mbox message's age is its Date. An MH
+    folder is listed without reading its messages (setup reads each when it needs it)."""
+    import builtins
     import mailbox
+
+    from spamnb.mail.sources import iter_messages
 
     ham = [strip_from_line(p.read_bytes()) for p in sample("ham")[:8]]
     spam = [strip_from_line(p.read_bytes()) for p in sample("spam")[:4]]
@@ -324,7 +328,13 @@ def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
         for raw in msgs:
             box.add(raw)
         box.close()
+    opened, real_open = [], builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
     folders = {f.name: f for f in lib.find_mail(str(tmp_path), env={})}
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert not [p for p in opened if p.startswith(str(tmp_path / "Mail") + "/")]
+    assert [source for source, _, _ in folders["~/Mail/inbox"].messages] == [
+        m.source for m in iter_messages(str(tmp_path / "Mail" / "inbox"))]  # in the order training reads
     assert {n: (f.kind, f.role, len(f.messages)) for n, f in folders.items()} == {
         "~/Mail/inbox": ("mh", "ham", 4), "~/Mail/spam": ("mh", "spam", 2),
         "~/mail/saved": ("mbox", "ham", 4), "~/mail/junk": ("mbox", "spam", 2)}
@@ -388,6 +398,7 @@ def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
 
     from spamnb.model import SpamModel
     from spamnb.evaluation import evaluate, metrics
+    from spamnb.mail.sources import SourceWarning
     from spamnb.scale import parallel
 
     now = time.time()
@@ -407,15 +418,17 @@ def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
     monkeypatch.setattr(builtins, "open", counting_open)
     folders = lib.find_mail(str(tmp_path), env={})
     proposal = lib.propose(folders, screen=screen, now=now)
-    est = lib.estimate(proposal, SpamModel)
+    with pytest.warns(SourceWarning, match="not a mail message"):  # the empty file, as before
+        est = lib.estimate(proposal, SpamModel)
     kept = _Kept()
     done = lib.train(proposal, SpamModel(), kept)
     monkeypatch.setattr(builtins, "open", real_open)
 
-    assert (len(proposal.ham), len(proposal.spam), proposal.young) == (40 + 25 + 2 + 1 - len(proposal.doubtful), 28, 5)
+    older = 40 + 25 + 2 + 1  # INBOX's and .Archive's ham, INBOX's spam, the empty file
+    assert (len(proposal.ham), len(proposal.spam), proposal.young) == (older - len(proposal.doubtful), 28, 5)
     assert [source.rsplit("/", 1)[1] for source, _ in proposal.doubtful] == [
         "1600000500.M500P1.test:2,S", "1600000501.M501P1.test:2,S"]  # the spam left in INBOX
-    assert len(opened) == 68 + 28  # every message setup learns or screens: not yesterday's, not .Trash
+    assert len(opened) == older + 28  # every message setup screens or learns: not yesterday's, not .Trash
     assert max(opened.values()) == 1, opened.most_common(3)
 
     # the same as reading each message anew, as setup did
@@ -425,7 +438,8 @@ def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
     np.testing.assert_array_equal(kept.model.estimator.feature_count_, reference.estimator.feature_count_)
     np.testing.assert_array_equal(kept.model.estimator.class_count_, reference.estimator.class_count_)
     assert kept.model.registry == reference.registry
-    scores = evaluate.cross_validate(SpamModel, fresh, k=est["folds"])
+    with pytest.warns(SourceWarning, match="not a mail message"):
+        scores = evaluate.cross_validate(SpamModel, fresh, k=est["folds"])
     cut = SpamModel().cutoffs
     assert est == {**metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff,
                                                 known=scores.known), "folds": est["folds"]}

@@ -96,14 +96,10 @@ def _read_folder(path, kind):
     """``(source, raw or None, time)`` of a folder's messages, reading nothing but them."""
     if kind == "maildir":
         return _file_messages(sources.maildir_paths(path, report=lambda *_: None))
-    out = []
-    mtime = os.stat(path).st_mtime
-    for m in sources.iter_messages(path, on_error=lambda *_: None):
-        if os.path.isfile(m.source):  # an MH message: its file's time, read again by training
-            out.append((m.source, None, os.stat(m.source).st_mtime))
-        else:  # an mbox message: its Date, else the file's time
-            out.append((m.source, m.raw, _date_of(m.raw, mtime)))
-    return out
+    if kind == "mh":  # listed, not read: each file is read once, when setup needs its tokens
+        return _file_messages(sources.mh_paths(path))
+    mtime = os.stat(path).st_mtime  # an mbox message: its Date, else the file's time
+    return [(m.source, m.raw, _date_of(m.raw, mtime)) for m in sources.iter_messages(path, on_error=lambda *_: None)]
 
 
 def shown(path, home):
