@@ -8,13 +8,23 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
     python3 tools/benchmarks/bench_tokenizer.py INDEX --profile 25    # + cProfile top 25
     python3 tools/benchmarks/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
     python3 tools/benchmarks/bench_tokenizer.py INDEX --html-vs main       # HTML: this tree / main
-    python3 tools/benchmarks/bench_tokenizer.py INDEX --with link_signals --vs main   # a setting on: this tree / main
+    python3 tools/benchmarks/bench_tokenizer.py INDEX --vs main --stage "header tokens" --pairs 5
+    python3 tools/benchmarks/bench_tokenizer.py INDEX --with link_signals --vs main --stage tokenize
 
 Both corpora are read from ../shared/corpora beside the repository (the Chinese
 one, trec06c-dev, is not shipped: its licence allows research use only; --corpus
 gives another place). Without INDEX, a corpus that is not there is skipped with
 one line; an INDEX given that is not there: one line, exit 2
 (tools/shared_corpora.py).
+
+``--vs REV``: the stages (``--stage``, repeatable; default all) of this tree against
+revision REV's (its ``spamnb`` package taken out of git), each tree in a process of its
+own, alternated ``--pairs`` times, which goes first alternating: the medians of the
+best-of-``--repeat`` CPU seconds and the median of the paired ratios (this tree / REV).
+The ``tokenize`` stage is the whole tokenizer, what the table's CPU column times.
+
+``--with FIELD`` (repeatable) turns on a setting that is off by default, e.g.
+``link_signals``, for every measure (both trees' with ``--vs``).
 """
 
 import argparse
@@ -22,7 +32,9 @@ import os
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project: spamnb, tools
+# the project: spamnb, tools; appended, so that the spamnb of a tree given on PYTHONPATH
+# (another revision's, for --vs) comes first
+sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from tools import shared_corpora  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
@@ -32,8 +44,12 @@ def load(index):
     return [m.raw for m in iter_index(index)]
 
 
-def stages(raws, cfg, repeat):
-    """Best-of-``repeat`` CPU seconds of each stage, the stages run on their own:
+STAGES = ("tokenize", "parse", "header tokens", "body tokens", "  of which HTML to text",
+          "  (HTML to text with the stdlib HTMLParser)")
+
+
+def stages(raws, cfg, repeat, only=STAGES):
+    """Best-of-``repeat`` CPU seconds of each stage (of ``only``), the stages run on their own:
     parsing, header tokens, body tokens, and within the bodies HTML to text
     (and the same with the stdlib HTMLParser, the reference driver, for comparison)."""
     from spamnb.mail import html_text, mime, tokenizer
@@ -49,19 +65,56 @@ def stages(raws, cfg, repeat):
 
     msgs = [mime.parse(r)[0] for r in raws]
     htmls = []
-    real = tokenizer.html_to_text
-    tokenizer.html_to_text = lambda h: htmls.append(h) or real(h)  # collect the HTML parts once
-    try:
-        for m in msgs:
-            tokenizer.body_tokens(m, cfg)
-    finally:
-        tokenizer.html_to_text = real
-    return {"parse": best(lambda: [mime.parse(r) for r in raws]),
-            "header tokens": best(lambda: [tokenizer.header_tokens(m, cfg) for m in msgs]),
-            "body tokens": best(lambda: [tokenizer.body_tokens(m, cfg) for m in msgs]),
-            "  of which HTML to text": best(lambda: [html_text.html_to_text(h) for h in htmls]),
+    if any("HTML" in stage for stage in only):
+        real = tokenizer.html_to_text
+        tokenizer.html_to_text = lambda h: htmls.append(h) or real(h)  # collect the HTML parts once
+        try:
+            for m in msgs:
+                tokenizer.body_tokens(m, cfg)
+        finally:
+            tokenizer.html_to_text = real
+    runs = {"tokenize": lambda: [tokenize(r, cfg) for r in raws],
+            "parse": lambda: [mime.parse(r) for r in raws],
+            "header tokens": lambda: [tokenizer.header_tokens(m, cfg) for m in msgs],
+            "body tokens": lambda: [tokenizer.body_tokens(m, cfg) for m in msgs],
+            "  of which HTML to text": lambda: [html_text.html_to_text(h) for h in htmls],
             "  (HTML to text with the stdlib HTMLParser)":
-                best(lambda: [html_text.html_to_text(h, stdlib=True) for h in htmls])}
+                lambda: [html_text.html_to_text(h, stdlib=True) for h in htmls]}
+    return {stage: best(runs[stage]) for stage in STAGES if stage in only}
+
+
+def stages_vs(indexes, ref, only, repeat, pairs, settings=()):
+    """:func:`stages` of this tree and of revision ``ref``, each pass a process of its own
+    (``--emit-stages``), alternated ``pairs`` times: per corpus and stage, the medians and
+    the median paired ratio (this tree / ref)."""
+    import json
+    import statistics
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from tools.benchmarks.token_hashes import ROOT, revision_tree
+
+    with tempfile.TemporaryDirectory(prefix="bench-tokenizer-") as tmp:
+        trees = {"ref": revision_tree(ref, Path(tmp) / "ref"), "this": ROOT}
+        runs = {"ref": [], "this": []}
+        for p in range(pairs):
+            for name in (("ref", "this") if p % 2 == 0 else ("this", "ref")):
+                cmd = [sys.executable, os.path.abspath(__file__), *map(str, indexes), "--repeat", str(repeat),
+                       "--emit-stages", json.dumps(list(only)), *(f"--with={f}" for f in settings)]
+                out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(trees[name])},
+                                     stdout=subprocess.PIPE, text=True, check=True).stdout
+                runs[name].append(json.loads(out))
+                print(f"  pair {p + 1} {name}: {out.strip()}", file=sys.stderr, flush=True)
+    print(f"| corpus | stage | {ref} CPU s | this tree CPU s | paired ratio (this / {ref}) |")
+    print("|---|---|---|---|---|")
+    for corpus in runs["this"][0]:
+        for stage in runs["this"][0][corpus]:
+            theirs = [r[corpus][stage] for r in runs["ref"]]
+            mine = [r[corpus][stage] for r in runs["this"]]
+            ratio = statistics.median(a / b for a, b in zip(mine, theirs))
+            print(f"| {corpus} | {stage.strip()} | {statistics.median(theirs):.3f} | "
+                  f"{statistics.median(mine):.3f} | {ratio:.3f} |")
 
 
 def _cold():
@@ -118,51 +171,6 @@ def html_pairs(raws, cfg, ref, pairs):
     return len(htmls), differ, statistics.median(theirs), statistics.median(mine), ratio
 
 
-# One tree's tokenizer in a process of its own (``-c``, run in the tree's folder: its
-# ``spamnb`` comes first): CPU seconds of each of ``passes`` passes over the index's messages.
-_PASSES = """
-import json, sys, time
-from spamnb.mail.sources import iter_index
-from spamnb.mail.tokenizer import TokenizerConfig, tokenize
-index, settings, passes = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
-raws = [m.raw for m in iter_index(index)]
-cfg = TokenizerConfig(**settings)
-out = []
-for _ in range(passes):
-    c0 = time.process_time()
-    for r in raws:
-        tokenize(r, cfg)
-    out.append(time.process_time() - c0)
-print(json.dumps(out))
-"""
-
-
-def tree_pairs(index, settings, ref, pairs):
-    """CPU seconds of a pass over the messages with this tree's tokenizer and revision
-    ``ref``'s (its ``spamnb`` package taken out of git), each in a process of its own,
-    alternating which goes first, ``pairs`` times (one warm pass, then the timed one):
-    the medians and the median paired ratio (this tree / ref)."""
-    import json
-    import statistics
-    import subprocess
-    import tempfile
-
-    from tools.benchmarks.token_hashes import revision_tree
-
-    root = os.path.abspath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-    with tempfile.TemporaryDirectory() as tmp:
-        trees = {"ref": revision_tree(ref, os.path.join(tmp, "ref")), "this": root}
-        times = {"ref": [], "this": []}
-        for p in range(pairs):
-            for name in (("ref", "this") if p % 2 == 0 else ("this", "ref")):
-                env = {**os.environ, "PYTHONPATH": str(trees[name])}
-                out = subprocess.run([sys.executable, "-c", _PASSES, os.path.abspath(index), json.dumps(settings),
-                                      "2"], cwd=trees[name], env=env, capture_output=True, text=True, check=True)
-                times[name].append(json.loads(out.stdout)[-1])
-    ratio = statistics.median(a / b for a, b in zip(times["this"], times["ref"]))
-    return statistics.median(times["ref"]), statistics.median(times["this"]), ratio
-
-
 def bench(raws, cfg, repeat):
     best_wall = best_cpu = float("inf")
     ntok = 0
@@ -175,6 +183,10 @@ def bench(raws, cfg, repeat):
         best_wall = min(best_wall, time.perf_counter() - w0)
         best_cpu = min(best_cpu, time.process_time() - c0)
     return best_wall, best_cpu, ntok
+
+
+def _name(index):
+    return os.path.basename(os.path.dirname(os.path.abspath(index)))
 
 
 def main():
@@ -192,13 +204,16 @@ def main():
                     help="also HTML to text against revision REV's html_text.py, alternated --pairs times "
                          "in this process (CPU medians, median paired ratio, parts whose result differs)")
     ap.add_argument("--pairs", type=int, default=9, help="pairs for --html-vs and --vs (default 9)")
-    ap.add_argument("--with", dest="on", action="append", default=[], metavar="FIELD",
-                    help="turn on a TokenizerConfig setting that is off by default, e.g. link_signals (repeatable)")
-    ap.add_argument("--vs", metavar="REV",
-                    help="also the whole tokenizer against revision REV's, each in a process of its own, "
-                         "alternated --pairs times (CPU medians, median paired ratio)")
     ap.add_argument("--profile", type=int, default=0, metavar="N",
                     help="also profile one pass and print the top N functions by own time")
+    ap.add_argument("--vs", metavar="REV",
+                    help="instead: the stages of this tree against revision REV's, each in a process of "
+                         "its own, alternated --pairs times (CPU medians, median paired ratio)")
+    ap.add_argument("--with", dest="on", action="append", default=[], metavar="FIELD",
+                    help="turn on a TokenizerConfig setting that is off by default, e.g. link_signals (repeatable)")
+    ap.add_argument("--stage", action="append", choices=[s.strip() for s in STAGES],
+                    help="with --vs: only this stage (repeatable; default all)")
+    ap.add_argument("--emit-stages", help=argparse.SUPPRESS)  # internal: one tree's stages, as JSON
     args = ap.parse_args()
     if args.indexes:
         indexes = [shared_corpora.require(i) for i in args.indexes]
@@ -209,34 +224,40 @@ def main():
             sys.exit(shared_corpora.EXIT_ABSENT)
     settings = {field: True for field in args.on}
     if args.only_headers is not None:
-        settings["only_headers"] = [h for h in args.only_headers.split(",") if h]
+        settings["only_headers"] = tuple(h for h in args.only_headers.split(",") if h)
     try:
         cfg = TokenizerConfig(**settings)
     except (TypeError, ValueError) as exc:
         sys.exit(f"bench_tokenizer.py: {exc}")
+    if args.emit_stages:
+        import json
+
+        only = json.loads(args.emit_stages)
+        print(f"  tokenizer: {sys.modules[tokenize.__module__].__file__}", file=sys.stderr)
+        print(json.dumps({_name(i): stages(load(i), cfg, args.repeat, only) for i in indexes}))
+        return
+    if args.vs:
+        only = [s for s in STAGES if args.stage is None or s.strip() in args.stage]
+        stages_vs(indexes, args.vs, only, args.repeat, args.pairs, args.on)
+        return
     print("| corpus | messages | MB | wall s | CPU s | MB/s | messages/s | ms/message | tokens/message |")
     print("|---|---|---|---|---|---|---|---|---|")
     for index in indexes:
         raws = load(index)
         mb = sum(map(len, raws)) / 1e6
         wall, cpu, ntok = bench(raws, cfg, args.repeat)
-        name = os.path.basename(os.path.dirname(os.path.abspath(index)))
+        name = _name(index)
         print(f"| {name} | {len(raws)} | {mb:.1f} | {wall:.2f} | {cpu:.2f} | {mb / wall:.1f} | "
               f"{len(raws) / wall:.0f} | {1000 * wall / len(raws):.3f} | {ntok / len(raws):.0f} |",
               flush=True)
         if args.stages:
-            for stage, cpu_s in stages(raws, cfg, args.repeat).items():
+            for stage, cpu_s in stages(raws, cfg, args.repeat, STAGES[1:]).items():  # the whole: above
                 print(f"|   {stage} | | | | {cpu_s:.2f} | | | | |", flush=True)
         if args.html_vs:
             parts, differ, ref_s, this_s, ratio = html_pairs(raws, cfg, args.html_vs, args.pairs)
             print(f"HTML to text, {parts} parts, {args.pairs} pairs: {args.html_vs} {ref_s:.3f} CPU s, "
                   f"this tree {this_s:.3f} (medians), paired ratio {ratio:.3f}; {differ} parts differ",
                   flush=True)
-        if args.vs:
-            ref_s, this_s, ratio = tree_pairs(index, settings, args.vs, args.pairs)
-            shown = ", ".join(f"--with {f}" for f in args.on) or "default settings"
-            print(f"whole tokenizer ({shown}), {args.pairs} pairs: {args.vs} {ref_s:.3f} CPU s, this tree "
-                  f"{this_s:.3f} (medians), paired ratio {ratio:.3f}", flush=True)
         if args.profile:
             import cProfile
             import pstats
