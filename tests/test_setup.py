@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from conftest import SAMPLE_MAILDIR, strip_from_line
@@ -60,17 +61,13 @@ def put(folder: Path, src: Path, n: int, age_days: float, now: float) -> Path:
     return dst
 
 
-@pytest.fixture
-def home(newcomer):
-    """A fresh HOME owned by the newcomer, holding a Maildir++: INBOX and .Archive (ham,
-    5 of it delivered yesterday, 2 spam the user never sorted), .Junk, .Trash."""
-    uid, gid, _ = newcomer
-    path = Path(tempfile.mkdtemp(prefix="spamnb-setup-", dir="/tmp"))
-    md = path / "Maildir"
+def maildir_plus(root: Path, now: float) -> Path:
+    """A Maildir++ in ``root``: INBOX and .Archive (ham, 5 of it delivered yesterday, 2 spam
+    the user never sorted), .Junk, .Trash."""
+    md = root / "Maildir"
     for folder in ("", ".Junk", ".Archive", ".Trash"):
         for sub in ("cur", "new", "tmp"):
             (md / folder / sub).mkdir(parents=True)
-    now = time.time()
     ham, spam = sample("ham"), sample("spam")
     for i, src in enumerate(ham[:40]):
         put(md, src, i, 5 + i, now)
@@ -84,6 +81,15 @@ def home(newcomer):
         put(md / ".Junk", src, 400 + i, 2 + i, now)
     for i, src in enumerate(spam[28:30]):
         put(md, src, 500 + i, 20, now)  # spam left in INBOX: the default model should point at it
+    return md
+
+
+@pytest.fixture
+def home(newcomer):
+    """A fresh HOME owned by the newcomer, holding :func:`maildir_plus`'s Maildir++."""
+    uid, gid, _ = newcomer
+    path = Path(tempfile.mkdtemp(prefix="spamnb-setup-", dir="/tmp"))
+    maildir_plus(path, time.time())
     for p in [path, *path.rglob("*")]:
         os.lchown(p, uid, gid)
     yield path
@@ -300,10 +306,14 @@ def test_the_imap_unit_is_contribs_own(tmp_path):
         line.replace(README_SPAMNB, "/opt/bin/spamnb") for line in lines]
 
 
-def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
+def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path, monkeypatch):
     """~/Mail as MH folders (inbox, spam), ~/mail/* as mbox files (saved, junk): each
-    found, counted and given its role; an mbox message's age is its Date."""
+    found, counted and given its role; an mbox message's age is its Date. An MH
+    folder is listed without reading its messages (setup reads each when it needs it)."""
+    import builtins
     import mailbox
+
+    from spamnb.mail.sources import iter_messages
 
     ham = [strip_from_line(p.read_bytes()) for p in sample("ham")[:8]]
     spam = [strip_from_line(p.read_bytes()) for p in sample("spam")[:4]]
@@ -318,7 +328,13 @@ def test_mh_folders_and_mbox_files_are_found_and_proposed(tmp_path):
         for raw in msgs:
             box.add(raw)
         box.close()
+    opened, real_open = [], builtins.open
+    monkeypatch.setattr(builtins, "open", lambda file, *a, **k: opened.append(str(file)) or real_open(file, *a, **k))
     folders = {f.name: f for f in lib.find_mail(str(tmp_path), env={})}
+    monkeypatch.setattr(builtins, "open", real_open)
+    assert not [p for p in opened if p.startswith(str(tmp_path / "Mail") + "/")]
+    assert [source for source, _, _ in folders["~/Mail/inbox"].messages] == [
+        m.source for m in iter_messages(str(tmp_path / "Mail" / "inbox"))]  # in the order training reads
     assert {n: (f.kind, f.role, len(f.messages)) for n, f in folders.items()} == {
         "~/Mail/inbox": ("mh", "ham", 4), "~/Mail/spam": ("mh", "spam", 2),
         "~/mail/saved": ("mbox", "ham", 4), "~/mail/junk": ("mbox", "spam", 2)}
@@ -366,3 +382,64 @@ def test_without_yes_it_asks_and_a_no_trains_nothing(home):
     assert not (home / ".local" / "share" / "spamnb").exists()
     assert not (home / ".config").exists()
     assert snapshot(md) == before
+
+
+class _Kept:
+    def replace(self, model):
+        self.model = model
+
+
+def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
+    """Screening, cross-validation and training all need a message's tokens: setup reads
+    each message file once for all three (it read each ham three times and each spam
+    twice), and what it proposes, estimates and trains is what reading each anew gives."""
+    import builtins
+    import collections
+
+    from spamnb.model import SpamModel
+    from spamnb.evaluation import evaluate, metrics
+    from spamnb.mail.sources import SourceWarning
+    from spamnb.scale import parallel
+
+    now = time.time()
+    md = maildir_plus(tmp_path, now)
+    empty = md / "cur" / "1600000600.M600P1.test:2,S"  # not mail: screened, never learned
+    empty.write_bytes(b"")
+    os.utime(empty, (now - 30 * DAY, now - 30 * DAY))
+    screen = trained_model  # in the default model's place (seconds to build in a fresh home)
+    opened = collections.Counter()
+    real_open = builtins.open
+
+    def counting_open(file, *args, **kwargs):
+        if str(file).startswith(str(md)):
+            opened[str(file)] += 1
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", counting_open)
+    folders = lib.find_mail(str(tmp_path), env={})
+    proposal = lib.propose(folders, screen=screen, now=now)
+    with pytest.warns(SourceWarning, match="not a mail message"):  # the empty file, as before
+        est = lib.estimate(proposal, SpamModel)
+    kept = _Kept()
+    done = lib.train(proposal, SpamModel(), kept)
+    monkeypatch.setattr(builtins, "open", real_open)
+
+    older = 40 + 25 + 2 + 1  # INBOX's and .Archive's ham, INBOX's spam, the empty file
+    assert (len(proposal.ham), len(proposal.spam), proposal.young) == (older - len(proposal.doubtful), 28, 5)
+    assert [source.rsplit("/", 1)[1] for source, _ in proposal.doubtful] == [
+        "1600000500.M500P1.test:2,S", "1600000501.M501P1.test:2,S"]  # the spam left in INBOX
+    assert len(opened) == older + 28  # every message setup screens or learns: not yesterday's, not .Trash
+    assert max(opened.values()) == 1, opened.most_common(3)
+
+    # the same as reading each message anew, as setup did
+    fresh = [(source, None, label) for source, _, label in proposal.messages()]
+    assert done == parallel.train(reference := SpamModel(), fresh, on_error=lambda *_: None)
+    assert kept.model.vocabulary == reference.vocabulary
+    np.testing.assert_array_equal(kept.model.estimator.feature_count_, reference.estimator.feature_count_)
+    np.testing.assert_array_equal(kept.model.estimator.class_count_, reference.estimator.class_count_)
+    assert kept.model.registry == reference.registry
+    with pytest.warns(SourceWarning, match="not a mail message"):
+        scores = evaluate.cross_validate(SpamModel, fresh, k=est["folds"])
+    cut = SpamModel().cutoffs
+    assert est == {**metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff,
+                                                known=scores.known), "folds": est["folds"]}

@@ -75,6 +75,27 @@ def test_link_tokens_in_plain_text_and_link_text_of_the_same_domain():
     assert ours(b"From: a@example.com\n\nno links\n", only(link_signals=True)) == []
 
 
+def test_a_plain_parts_urls_are_found_once(monkeypatch):
+    """With link_signals on, the links of a plain part are the URLs its words were taken
+    from: each part is scanned for URLs once (link_tokens scanned every one again)."""
+    from spamnb.mail import lexer, tokenizer
+
+    calls = []
+
+    def counting(text, *args, **kwargs):
+        calls.append(text)
+        return lexer.find_urls(text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer, "find_urls", counting)
+    monkeypatch.setattr(signals, "find_urls", counting, raising=False)
+    raw = (b"From: a@example.com\nContent-Type: multipart/mixed; boundary=b\n\n--b\n\n"
+           b"see HTTPS://News.Example.NET/today\n--b\n\nand www.example.org or http://bit.ly/x\n--b--\n")
+    assert ours(raw, only(link_signals=True)) == [
+        "link:count:2", "link:domains:2", "link:tld:ly", "link:tld:net", "link:tld:org", "link:shortener",
+        "link:no-sender-domain"]
+    assert len(calls) == 2  # one scan a part
+
+
 def test_layout_tokens():
     assert ours(PHISH, only(layout_signals=True)) == [
         "layout:html-only", "layout:text:0", "layout:text-share:20"]

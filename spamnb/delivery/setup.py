@@ -96,14 +96,10 @@ def _read_folder(path, kind):
     """``(source, raw or None, time)`` of a folder's messages, reading nothing but them."""
     if kind == "maildir":
         return _file_messages(sources.maildir_paths(path, report=lambda *_: None))
-    out = []
-    mtime = os.stat(path).st_mtime
-    for m in sources.iter_messages(path, on_error=lambda *_: None):
-        if os.path.isfile(m.source):  # an MH message: its file's time, read again by training
-            out.append((m.source, None, os.stat(m.source).st_mtime))
-        else:  # an mbox message: its Date, else the file's time
-            out.append((m.source, m.raw, _date_of(m.raw, mtime)))
-    return out
+    if kind == "mh":  # listed, not read: each file is read once, when setup needs its tokens
+        return _file_messages(sources.mh_paths(path))
+    mtime = os.stat(path).st_mtime  # an mbox message: its Date, else the file's time
+    return [(m.source, m.raw, _date_of(m.raw, mtime)) for m in sources.iter_messages(path, on_error=lambda *_: None)]
 
 
 def shown(path, home):
@@ -160,12 +156,18 @@ def find_mail(home: str, env=os.environ) -> list:
 class Proposal:
     """What setup would learn: ``ham`` and ``spam`` as ``(source, raw, label)``, and why
     the rest is left out: ``young`` (too recent to be sorted), ``doubtful`` (ham the
-    default model calls spam: ``(source, P(spam))``, for the user to decide)."""
+    default model calls spam: ``(source, P(spam))``, for the user to decide).
+
+    A message's ``raw`` is None (a file not read yet), its bytes (an mbox's), or, once
+    read, a :class:`~spamnb.scale.parallel.Tokenized` in ``table``: screening,
+    cross-validation and training all take its tokens, so each message is read and
+    tokenized once (:meth:`read`), and only its tokens are kept, as ids."""
 
     ham: list
     spam: list
     young: int
     doubtful: list
+    table: object = field(default=None, repr=False)
 
     @property
     def enough(self) -> bool:
@@ -182,12 +184,46 @@ class Proposal:
     def messages(self):
         return self.ham + self.spam
 
+    def read(self, config):
+        """Every message tokenized under ``config``, reading only those not read under it
+        yet; one that cannot be read stays a path, for training to skip as ``train`` does."""
+        from spamnb.scale.parallel import TokenTable
+
+        if self.table is None:
+            self.table = TokenTable()
+
+        def each(items):
+            out = []
+            for item in items:
+                try:
+                    out.append(tokenized(item, config, self.table))
+                except OSError:
+                    out.append((item[0], None, item[2]))
+            return out
+
+        self.ham, self.spam = each(self.ham), each(self.spam)
+        return self
+
 
 def read_raw(source, raw):
     if raw is not None:
         return raw
     with open(source, "rb") as f:
         return f.read()
+
+
+def tokenized(item, config, table):
+    """``item`` ``(source, raw, label)`` with ``raw`` its :class:`~spamnb.scale.parallel.Tokenized`
+    under ``config``: read and tokenized unless it is one already. OSError when its file
+    cannot be read."""
+    from spamnb.scale.parallel import Tokenized
+
+    source, raw, label = item
+    if isinstance(raw, Tokenized):
+        if raw.config == config:
+            return item
+        raw = raw.raw  # tokenized under other settings: read again
+    return source, Tokenized.of(read_raw(source, raw), config, table, given=raw is not None), label
 
 
 def propose(folders, screen=None, now=None) -> Proposal:
@@ -205,21 +241,30 @@ def propose(folders, screen=None, now=None) -> Proposal:
                     young += 1
                 else:
                     ham.append((source, raw, "ham"))
+    table = None
     if screen is not None and ham:
-        kept, readable = [], []
-        for item in ham:
-            try:
-                readable.append((item, read_raw(item[0], item[1])))
-            except OSError:
-                continue  # gone or unreadable since it was listed: not learned either
-        verdicts = screen.classify_many(raw for _, raw in readable)
-        for (item, _), c in zip(readable, verdicts):
-            if c.label == "spam":
-                doubtful.append((item[0], c.spam_probability))
-            else:
-                kept.append(item)
+        from spamnb.model import BATCH, batches
+        from spamnb.scale.parallel import TokenTable
+
+        table, config = TokenTable(), screen.tokenizer
+
+        def readable():
+            for item in ham:
+                try:
+                    yield tokenized(item, config, table)  # its tokens: estimate and train take them too
+                except OSError:
+                    continue  # gone or unreadable since it was listed: not learned either
+
+        kept = []
+        for batch in batches(readable(), BATCH):  # scored in classify_many's batches
+            verdicts = screen.classify_token_lists([raw.tokens(config) for _, raw, _ in batch])
+            for item, c in zip(batch, verdicts):
+                if c.label == "spam":
+                    doubtful.append((item[0], c.spam_probability))
+                else:
+                    kept.append(item)
         ham = kept
-    return Proposal(ham, spam, young, doubtful)
+    return Proposal(ham, spam, young, doubtful, table)
 
 
 def estimate(proposal: Proposal, make_model, k=10, seed=0):
@@ -228,6 +273,7 @@ def estimate(proposal: Proposal, make_model, k=10, seed=0):
     from spamnb.evaluation import evaluate, metrics
 
     k = max(2, min(k, len(proposal.spam), len(proposal.ham)))
+    proposal.read(make_model().tokenizer)  # once: train takes the same tokens
     scores = evaluate.cross_validate(make_model, proposal.messages(), k=k, seed=seed)
     cut = make_model().cutoffs
     out = metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff, known=scores.known)
@@ -239,6 +285,7 @@ def train(proposal: Proposal, model, backend) -> dict:
     duplicates counted once), and replace ``backend``'s model with it."""
     from spamnb.scale import parallel
 
+    proposal.read(model.tokenizer)  # a no-op after estimate
     done = parallel.train(model, proposal.messages(), registry=True, on_error=lambda *_: None)
     backend.replace(model)
     return done

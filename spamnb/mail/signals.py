@@ -45,7 +45,7 @@ only the ``url:path:`` tokens whose piece is a word) and ``fold_web_schemes``
 import re
 
 from spamnb.mail import mime
-from spamnb.mail.lexer import bucket, find_urls
+from spamnb.mail.lexer import bucket
 
 __all__ = ["registered_domain", "from_domain", "sender_tokens", "link_tokens", "layout_tokens",
            "path_words", "fold_web_schemes", "exclaim_token", "style_tokens"]
@@ -183,10 +183,11 @@ def _host(url):
 
 def link_tokens(texts, sender_domain=None):
     """Tokens about a message's links; ``texts``: its text parts as ``(is_html, text,
-    visible text)`` (:func:`spamnb.mail.tokenizer.text_tokens` makes them)."""
+    visible text, URLs)`` (:func:`spamnb.mail.tokenizer.text_tokens` makes them: a
+    plain part's URLs are those its word tokens were taken from, found once)."""
     hosts = []
     mismatch = False
-    for is_html, text, _ in texts:
+    for is_html, text, _, urls in texts:
         if is_html:
             for m in _A_TAG.finditer(text):
                 href = _HREF.search(m.group(1))
@@ -200,7 +201,7 @@ def link_tokens(texts, sender_domain=None):
                 if len(hosts) >= _MAX_LINKS:
                     break
         else:
-            for url in find_urls(text)[0][:_MAX_LINKS]:
+            for url in urls[:_MAX_LINKS]:
                 host = _host(url)
                 if host:
                     hosts.append(host)
@@ -229,12 +230,12 @@ def link_tokens(texts, sender_domain=None):
 def layout_tokens(texts):
     """Tokens about the layout of the text parts: ``texts`` as for :func:`link_tokens`."""
     out = []
-    kinds = {is_html for is_html, _, _ in texts}
+    kinds = {is_html for is_html, _, _, _ in texts}
     if kinds == {True}:
         out.append("layout:html-only")
     elif kinds == {False}:
         out.append("layout:plain-only")
-    html = [(source, visible) for is_html, source, visible in texts if is_html]
+    html = [(source, visible) for is_html, source, visible, _ in texts if is_html]
     if html:
         # Visible text: what the HTML reader shows (hidden text, style and
         # script left out), spaces not counted.
@@ -255,7 +256,7 @@ def exclaim_token(texts):
     """
     if not texts:
         return None  # no text part read: nothing counted (an attachment alone)
-    n = sum(visible.count("!") for _, _, visible in texts)
+    n = sum(visible.count("!") for _, _, visible, _ in texts)
     return "punct:excl:%d" % bucket(min(n, 8))
 
 

@@ -65,6 +65,7 @@ __all__ = [
     "index_paths",
     "is_archive",
     "maildir_paths",
+    "mh_paths",
     "tree_paths",
     "message_file",
     "sorted_listing",
@@ -390,12 +391,24 @@ def sorted_listing(folder, report: ErrorHandler | None = None) -> list[str]:
         return []
 
 
-def _iter_mh(path, label, recursive, report) -> Iterator[Message]:
+def _mh_folder(path):
+    """The MH folder at ``path`` and its message numbers, ascending (nothing read)."""
     try:
         mh = mailbox.MH(path, create=False)
-        keys = sorted(mh.keys())
+        return mh, sorted(mh.keys())
     except (OSError, mailbox.Error) as exc:
         raise SourceError(f"cannot read MH folder {path}: {_describe(exc)}") from exc
+
+
+def mh_paths(path) -> list[str]:
+    """The message file paths of the MH folder ``path`` (not its sub-folders), in the
+    order :func:`iter_messages` reads them, without reading them."""
+    path = os.fspath(path)
+    return [os.path.join(path, str(key)) for key in _mh_folder(path)[1]]
+
+
+def _iter_mh(path, label, recursive, report) -> Iterator[Message]:
+    mh, keys = _mh_folder(path)
     for key in keys:
         source = os.path.join(path, str(key))
         try:

@@ -692,8 +692,9 @@ def header_tokens(msg, config=None, out=None, fallback=_UNSET):
 def text_tokens(text, is_html, config=None, out=None, texts=None):
     """Tokens from one decoded text part (plain or HTML); appends to ``out``.
 
-    ``texts``: a list that gets ``(is_html, text, visible text)`` of the part
-    (what :mod:`spamnb.mail.signals` reads).
+    ``texts``: a list that gets ``(is_html, text, visible text, URLs)`` of the part
+    (what :mod:`spamnb.mail.signals` reads); URLs: those found in a plain part's text
+    here, None for HTML (whose links are its ``<a>`` tags).
     """
     config = config or DEFAULT_CONFIG
     out = [] if out is None else out
@@ -709,11 +710,13 @@ def text_tokens(text, is_html, config=None, out=None, texts=None):
             text = html_to_text(text)[0]
         elif config.html == "strip":
             text = _TAG_STRIP.sub(" ", text)
-    if texts is not None:
-        texts.append((is_html, source, text))
+    visible = text
     if config.case_fold:
         text = text.lower()
     urls, text = find_urls(text, lowered=config.case_fold)
+    if texts is not None:
+        # a plain part's links are these URLs: link_tokens takes them instead of scanning again
+        texts.append((is_html, source, visible, None if is_html else urls))
     for u in urls:
         out.extend(crack_url(u))
     addrs, text = find_emails(text)

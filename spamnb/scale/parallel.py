@@ -54,6 +54,7 @@ import gc
 import os
 import sys
 import time
+from array import array
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,12 +65,13 @@ import scipy.sparse as sp
 from spamnb.mail import sources as _src
 from spamnb._version import __version__
 from spamnb.model import BATCH, LABELS, REFINE_MAX_ROWS, SpamModel, binary_features, label_id, message_key, transform_features
+from spamnb.mail.mime import NotMailError, looks_like_mail
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary
 
 __all__ = [
-    "SHARD_SIZE", "BACKENDS", "Shard", "ShardPlan", "CountSpec", "ShardCounts", "ShardMatrix",
-    "Runner", "ShardMerger", "plan", "shards_of", "count_shard", "matrix_shard", "train", "count_matrix",
+    "SHARD_SIZE", "BACKENDS", "TokenTable", "Tokenized", "Shard", "ShardPlan", "CountSpec", "ShardCounts",
+    "ShardMatrix", "Runner", "ShardMerger", "plan", "shards_of", "count_shard", "matrix_shard", "train", "count_matrix",
     "can_fork", "ordered_map",
 ]
 
@@ -92,6 +94,73 @@ BACKENDS = ("multiprocessing", "loky", "dask")
 # -- shards ------------------------------------------------------------------------
 
 
+class TokenTable:
+    """Each distinct token once, and its id: :class:`Tokenized` messages keep their
+    tokens as ids into one table (4 bytes a token, where a list of the token strings
+    costs 8 bytes a token and every string again per message)."""
+
+    def __init__(self):
+        self._ids: dict[str, int] = {}
+        self._tokens: list[str] = []
+
+    def encode(self, tokens) -> array:
+        ids, table = self._ids, self._tokens
+        out = array("i")
+        for token in tokens:
+            i = ids.get(token)
+            if i is None:
+                i = ids[token] = len(table)
+                table.append(token)
+            out.append(i)
+        return out
+
+    def decode(self, ids) -> list[str]:
+        table = self._tokens
+        return [table[i] for i in ids]
+
+
+@dataclass(frozen=True, slots=True)
+class Tokenized:
+    """A message read and tokenized once, standing in a shard item for its bytes.
+
+    For a caller that needs the same mail's tokens more than once (``spamnb setup``
+    screens its ham, cross-validates and trains on the same messages): counting it
+    gives what counting its bytes would, without reading or tokenizing it again.
+    ``ids``: its tokens under ``config`` (in order) in ``table``; ``key``: its
+    :func:`~spamnb.model.message_key`; ``mail``: whether its bytes look like mail
+    (one that does not is skipped, as a file of it would be); ``raw``: the bytes
+    it was made from when they were given, None when read from its file, for a
+    caller that must read it again under other settings. For this process's
+    runner: a worker process would be sent the table along with each shard.
+    """
+
+    ids: array = field(repr=False)
+    table: TokenTable = field(repr=False)
+    key: object
+    config: TokenizerConfig = field(repr=False)
+    mail: bool = True
+    raw: bytes | None = field(default=None, repr=False)
+
+    @classmethod
+    def of(cls, raw: bytes, config: TokenizerConfig, table: TokenTable, given: bool = False) -> "Tokenized":
+        """``raw`` read and tokenized (``given``: keep ``raw``, the bytes were not read from a file)."""
+        return cls(table.encode(tokenize(raw, config)), table, message_key(raw), config,
+                   looks_like_mail(raw), raw if given else None)
+
+    def tokens(self, config: TokenizerConfig) -> list[str]:
+        if config != self.config:
+            raise ValueError("a message tokenized under other settings than this model's: read it again")
+        return self.table.decode(self.ids)
+
+
+def _tokens(raw, config):
+    return raw.tokens(config) if isinstance(raw, Tokenized) else tokenize(raw, config)
+
+
+def _key(raw):
+    return raw.key if isinstance(raw, Tokenized) else message_key(raw)
+
+
 @dataclass(frozen=True)
 class Shard:
     """A chunk of consecutive messages: ``(source, raw, label)`` items.
@@ -108,16 +177,21 @@ class Shard:
         return len(self.items)
 
     def read(self):
-        """The shard's messages ``[(source, raw, label)]`` and the skipped ``[(source, exc)]``."""
+        """The shard's messages ``[(source, raw, label)]`` and the skipped ``[(source, exc)]``;
+        a :class:`Tokenized` message stays as it is (``raw``), or is skipped if not mail."""
         skipped = []
         report = _src.reporter(self.strict, lambda source, exc: skipped.append((source, exc)))
         read = []
         for source, raw, label in self.items:
-            if raw is not None:
-                read.append(_src.Message(source, raw, label))
-            else:
-                read.extend(_src.message_file(source, label, report))
-        return [(m.source, m.raw, m.label) for m in _src.mail_only(read, report)], skipped
+            if isinstance(raw, Tokenized):
+                if raw.mail:
+                    read.append((source, raw, label))
+                else:
+                    report(source, NotMailError())  # as mail_only says of its bytes
+                continue
+            got = [_src.Message(source, raw, label)] if raw is not None else _src.message_file(source, label, report)
+            read.extend((m.source, m.raw, m.label) for m in _src.mail_only(got, report))
+        return read, skipped
 
 
 class ShardPlan:
@@ -322,7 +396,7 @@ def _tokenized(shard: Shard, spec: CountSpec):
     spec.check()
     messages, skipped = shard.read()
     with _cyclic_gc_paused():
-        token_lists = [tokenize(raw, spec.tokenizer) for _, raw, _ in messages]
+        token_lists = [_tokens(raw, spec.tokenizer) for _, raw, _ in messages]
     y = np.fromiter((label_id(lb) for _, _, lb in messages), dtype=np.int64, count=len(messages))
     return messages, token_lists, y, skipped
 
@@ -368,7 +442,7 @@ def count_shard(shard: Shard, spec: CountSpec) -> ShardCounts:
     del token_lists
     F = transform_features(X, spec.features)  # f(x): this model's feature transform, in place
     cc, fc, df = class_sums(F, y)
-    keys = [message_key(raw) for _, raw, _ in messages] if spec.keys else None
+    keys = [_key(raw) for _, raw, _ in messages] if spec.keys else None
     return ShardCounts(shard.number, y, columns, cc, fc, df, keys, F if spec.keys or spec.rows else None,
                        skipped, time.perf_counter() - start)
 

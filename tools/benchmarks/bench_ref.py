@@ -16,6 +16,11 @@ counts the waits for a core) and in wall seconds:
 * ``classify``  ``spamnb classify FOLDER`` of the shipped corpus's 5,943 messages
                 written as files (one model, trained by the reference); the two
                 trees' outputs are compared (same labels and scores).
+* ``setup``     ``spamnb setup --yes`` in a fresh home holding a Maildir++ made of
+                ``--mailbox`` of the shipped corpus's messages (INBOX and .Archive: ham
+                older than 3 days, a few spam never sorted and yesterday's ham; .Junk:
+                spam), the default model built beforehand (untimed); the two trees'
+                outputs and models are compared.
 * ``server``    ``spamnb serve --spamd`` of each tree with the same model on loopback,
                 and ``spamc -c`` (one process per message, as an MTA or procmail runs
                 it) sending each of the ``--n`` messages once per pass; passes alternate
@@ -37,6 +42,7 @@ Usage::
     python3 tools/benchmarks/bench_ref.py --ref HEAD~3 --only server,classify --n 1000
     python3 tools/benchmarks/bench_ref.py --only server --user nobody --store --repeats 5
     python3 tools/benchmarks/bench_ref.py --only imap --imap-n 300 --repeats 5
+    python3 tools/benchmarks/bench_ref.py --ref main --only setup --mailbox 3000 --repeats 5
 
 Linux only (/proc); the server measure needs ``spamc`` (Debian: ``apt-get install
 spamc``) and says so in one line without it; ``--store`` and ``imap`` need
@@ -67,7 +73,7 @@ from tools.benchmarks.token_hashes import revision_tree  # noqa: E402
 from tools.harnesses.exim_spamd import stop  # noqa: E402
 
 SHIPPED = ROOT / "corpora" / "spamassassin.tar.xz"
-MEASURES = ("train", "classify", "server", "imap")
+MEASURES = ("train", "classify", "setup", "server", "imap")
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -151,6 +157,61 @@ def measure_classify(trees, repeats, tmp, folder, model):
            {"CPU": (cpu["reference"], cpu["this tree"]), "wall": (wall["reference"], wall["this tree"])})
     same = outputs["reference"] == outputs["this tree"]
     print(f"\nverdicts identical: {same}")
+    return same
+
+
+def setup_mailbox(home, files, now):
+    """A home with a Maildir++ of ``files`` ``[(label, path)]``, as a user who sorted it
+    keeps it: ham in INBOX and .Archive (one every 5 to 365 days back, every 40th
+    delivered yesterday), spam in .Junk (every 50th left in INBOX, never sorted)."""
+    md = home / "Maildir"
+    for folder in ("", ".Archive", ".Junk"):
+        for sub in ("cur", "new", "tmp"):
+            (md / folder / sub).mkdir(parents=True)
+    for i, (label, path) in enumerate(files):
+        if label == "spam":
+            folder, days = (md if i % 50 == 0 else md / ".Junk"), 5 + i % 60
+        else:
+            folder, days = (md if i % 2 else md / ".Archive"), (1 if i % 40 == 0 else 5 + i % 360)
+        dst = folder / "cur" / f"{1600000000 + i}.M{i}P1.bench:2,S"
+        shutil.copyfile(path, dst)
+        t = now - (days + 0.25) * 86400  # a quarter day off: the ages setup prints do not round otherwise
+        os.utime(dst, (t, t))
+
+
+def measure_setup(trees, repeats, tmp, files):
+    cpu = {n: [] for n in trees}
+    wall = {n: [] for n in trees}
+    outputs = {}
+    template, home, cache = tmp / "setup-template", tmp / "setup-home", tmp / "setup-cache"
+    setup_mailbox(template, files, time.time())
+
+    def once(name, tree, timed=True):
+        shutil.rmtree(home, ignore_errors=True)
+        shutil.copytree(template, home)  # setup writes its model and configuration there
+        env = {"HOME": str(home), "USER": "bench-setup-nobody", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+               "LANG": "C.UTF-8", "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(tree)}
+        c, t = children_cpu(), time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "spamnb", "setup", "--yes"], env=env, cwd=home,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        w, c = time.perf_counter() - t, children_cpu() - c
+        if proc.returncode:
+            sys.exit(f"bench_ref.py: setup of {tree} failed: {proc.stderr.decode(errors='replace')[-500:]}")
+        outputs[name] = proc.stdout, proc.stderr
+        shutil.copyfile(home / ".local" / "share" / "spamnb" / "model.joblib", tmp / f"setup-{name}.joblib")
+        if timed:
+            cpu[name].append(c)
+            wall[name].append(w)
+            print(f"  setup {name}: {c:.2f} s CPU, {w:.2f} s wall", file=sys.stderr)
+
+    for name, tree in trees.items():  # untimed: each tree's default model built into the cache
+        once(name, tree, timed=False)
+    alternate(repeats, trees, once)
+    report(f"spamnb setup --yes (a Maildir++ of {len(files)} messages)",
+           {"CPU": (cpu["reference"], cpu["this tree"]), "wall": (wall["reference"], wall["this tree"])})
+    same = outputs["reference"] == outputs["this tree"] and same_model(tmp / "setup-reference.joblib",
+                                                                      tmp / "setup-this tree.joblib")
+    print(f"\noutputs and models identical: {same}")
     return same
 
 
@@ -279,13 +340,15 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", default="main", help="the git revision to compare with (default: main)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each tree per measure (alternating)")
-    ap.add_argument("--only", default=",".join(MEASURES[:3]),
+    ap.add_argument("--only", default=",".join(m for m in MEASURES if m != "imap"),
                     help=f"measures, comma-separated: {', '.join(MEASURES)} (default: all but imap)")
     ap.add_argument("--n", type=int, default=600, help="messages sent to the servers a pass (spread over the corpus)")
     ap.add_argument("--port", type=int, default=17861, help="the reference server's port; this tree's gets the next")
     ap.add_argument("--user", help="server: spamc -u USER, a user with no model of their own")
     ap.add_argument("--store", action="store_true", help="server: the model in a private redis-server")
     ap.add_argument("--imap-n", type=int, default=300, help="imap: messages in the INBOX (default 300)")
+    ap.add_argument("--mailbox", type=int, default=3000,
+                    help="messages in setup's Maildir++ (spread over the corpus; default 3000)")
     args = ap.parse_args()
     only = [m.strip() for m in args.only.split(",") if m.strip()]
     unknown = set(only) - set(MEASURES)
@@ -300,9 +363,13 @@ def main():
         ok = True
         if "train" in only:
             ok &= measure_train(trees, args.repeats, tmp)
-        if {"classify", "server", "imap"} & set(only):
+        if {"classify", "setup", "server", "imap"} & set(only):
             folder = _folder(tmp / "all")
             files = extract(SHIPPED, folder)
+            if "setup" in only:
+                n = min(args.mailbox, len(files))
+                ok &= measure_setup(trees, args.repeats, tmp, [files[i * len(files) // n] for i in range(n)])
+        if {"classify", "server", "imap"} & set(only):
             step = max(1, len(files) // args.n)
             chosen = [path for _, path in files[::step][: args.n]]
             model = tmp / "model.joblib"

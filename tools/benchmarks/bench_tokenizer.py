@@ -9,6 +9,7 @@ Messages are read into memory first; only ``tokenize`` is timed.  Best of
     python3 tools/benchmarks/bench_tokenizer.py INDEX --stages --repeat 5   # + CPU s per stage
     python3 tools/benchmarks/bench_tokenizer.py INDEX --html-vs main       # HTML: this tree / main
     python3 tools/benchmarks/bench_tokenizer.py INDEX --vs main --stage "header tokens" --pairs 5
+    python3 tools/benchmarks/bench_tokenizer.py INDEX --with link_signals --vs main --stage tokenize
 
 Both corpora are read from ../shared/corpora beside the repository (the Chinese
 one, trec06c-dev, is not shipped: its licence allows research use only; --corpus
@@ -20,6 +21,10 @@ one line; an INDEX given that is not there: one line, exit 2
 revision REV's (its ``spamnb`` package taken out of git), each tree in a process of its
 own, alternated ``--pairs`` times, which goes first alternating: the medians of the
 best-of-``--repeat`` CPU seconds and the median of the paired ratios (this tree / REV).
+The ``tokenize`` stage is the whole tokenizer, what the table's CPU column times.
+
+``--with FIELD`` (repeatable) turns on a setting that is off by default, e.g.
+``link_signals``, for every measure (both trees' with ``--vs``).
 """
 
 import argparse
@@ -39,7 +44,7 @@ def load(index):
     return [m.raw for m in iter_index(index)]
 
 
-STAGES = ("parse", "header tokens", "body tokens", "  of which HTML to text",
+STAGES = ("tokenize", "parse", "header tokens", "body tokens", "  of which HTML to text",
           "  (HTML to text with the stdlib HTMLParser)")
 
 
@@ -68,7 +73,8 @@ def stages(raws, cfg, repeat, only=STAGES):
                 tokenizer.body_tokens(m, cfg)
         finally:
             tokenizer.html_to_text = real
-    runs = {"parse": lambda: [mime.parse(r) for r in raws],
+    runs = {"tokenize": lambda: [tokenize(r, cfg) for r in raws],
+            "parse": lambda: [mime.parse(r) for r in raws],
             "header tokens": lambda: [tokenizer.header_tokens(m, cfg) for m in msgs],
             "body tokens": lambda: [tokenizer.body_tokens(m, cfg) for m in msgs],
             "  of which HTML to text": lambda: [html_text.html_to_text(h) for h in htmls],
@@ -77,7 +83,7 @@ def stages(raws, cfg, repeat, only=STAGES):
     return {stage: best(runs[stage]) for stage in STAGES if stage in only}
 
 
-def stages_vs(indexes, ref, only, repeat, pairs):
+def stages_vs(indexes, ref, only, repeat, pairs, settings=()):
     """:func:`stages` of this tree and of revision ``ref``, each pass a process of its own
     (``--emit-stages``), alternated ``pairs`` times: per corpus and stage, the medians and
     the median paired ratio (this tree / ref)."""
@@ -95,7 +101,7 @@ def stages_vs(indexes, ref, only, repeat, pairs):
         for p in range(pairs):
             for name in (("ref", "this") if p % 2 == 0 else ("this", "ref")):
                 cmd = [sys.executable, os.path.abspath(__file__), *map(str, indexes), "--repeat", str(repeat),
-                       "--emit-stages", json.dumps(list(only))]
+                       "--emit-stages", json.dumps(list(only)), *(f"--with={f}" for f in settings)]
                 out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(trees[name])},
                                      stdout=subprocess.PIPE, text=True, check=True).stdout
                 runs[name].append(json.loads(out))
@@ -203,6 +209,8 @@ def main():
     ap.add_argument("--vs", metavar="REV",
                     help="instead: the stages of this tree against revision REV's, each in a process of "
                          "its own, alternated --pairs times (CPU medians, median paired ratio)")
+    ap.add_argument("--with", dest="on", action="append", default=[], metavar="FIELD",
+                    help="turn on a TokenizerConfig setting that is off by default, e.g. link_signals (repeatable)")
     ap.add_argument("--stage", action="append", choices=[s.strip() for s in STAGES],
                     help="with --vs: only this stage (repeatable; default all)")
     ap.add_argument("--emit-stages", help=argparse.SUPPRESS)  # internal: one tree's stages, as JSON
@@ -214,9 +222,13 @@ def main():
                                shared_corpora.find(args.corpus, chinese=True, option="--corpus")) if i]
         if not indexes:
             sys.exit(shared_corpora.EXIT_ABSENT)
-    cfg = TokenizerConfig()
+    settings = {field: True for field in args.on}
     if args.only_headers is not None:
-        cfg = TokenizerConfig(only_headers=tuple(h for h in args.only_headers.split(",") if h))
+        settings["only_headers"] = tuple(h for h in args.only_headers.split(",") if h)
+    try:
+        cfg = TokenizerConfig(**settings)
+    except (TypeError, ValueError) as exc:
+        sys.exit(f"bench_tokenizer.py: {exc}")
     if args.emit_stages:
         import json
 
@@ -226,7 +238,7 @@ def main():
         return
     if args.vs:
         only = [s for s in STAGES if args.stage is None or s.strip() in args.stage]
-        stages_vs(indexes, args.vs, only, args.repeat, args.pairs)
+        stages_vs(indexes, args.vs, only, args.repeat, args.pairs, args.on)
         return
     print("| corpus | messages | MB | wall s | CPU s | MB/s | messages/s | ms/message | tokens/message |")
     print("|---|---|---|---|---|---|---|---|---|")
@@ -239,7 +251,7 @@ def main():
               f"{len(raws) / wall:.0f} | {1000 * wall / len(raws):.3f} | {ntok / len(raws):.0f} |",
               flush=True)
         if args.stages:
-            for stage, cpu_s in stages(raws, cfg, args.repeat).items():
+            for stage, cpu_s in stages(raws, cfg, args.repeat, STAGES[1:]).items():  # the whole: above
                 print(f"|   {stage} | | | | {cpu_s:.2f} | | | | |", flush=True)
         if args.html_vs:
             parts, differ, ref_s, this_s, ratio = html_pairs(raws, cfg, args.html_vs, args.pairs)

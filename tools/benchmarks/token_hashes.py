@@ -61,8 +61,13 @@ VARIANTS = {
     "html-strip+html": {"html": "strip", "alternative": "html", "case_fold": False, "nfkc": False},
     "html-raw+short-parts": {"html": "raw", "max_part_bytes": 3000, "received_hops": 1,
                              "min_word_len": 1, "max_word_len": 20, "max_parts": 5, "max_depth": 2},
+    # the settings that are off by default: their tokens, and the URLs a plain part's words and links share
+    "signals-on": {"sender_signals": True, "link_signals": True, "url_path_words": True, "fold_web_schemes": True},
+    "links-unfolded": {"link_signals": True, "case_fold": False, "nfkc": False},
 }
 VARIANT_CORPORA = ("shipped", "golden", "fuzz", "trec06c-dev")
+# and today's mail, whose links those settings read, for the two with link_signals on
+LINK_CORPORA = ("modern-spam-dev", "enron-ham-dev")
 
 
 def _corpora(big):
@@ -91,7 +96,8 @@ def emit(big, out, ignore=()):
     print(f"tokenizer: {tk.__file__}", file=sys.stderr)
     configs = {"default": tk.DEFAULT_CONFIG, **{k: tk.TokenizerConfig(**v) for k, v in VARIANTS.items()}}
     for corpus, messages in _corpora(big):
-        names = [n for n in configs if n == "default" or corpus in VARIANT_CORPORA]
+        names = [n for n in configs if n == "default" or corpus in VARIANT_CORPORA
+                 or (corpus in LINK_CORPORA and VARIANTS[n].get("link_signals"))]
         for source, raw in messages:
             for name in names:
                 tokens = sorted(t for t in tk.tokenize(raw, configs[name]) if not t.startswith(ignore))
