@@ -313,7 +313,7 @@ def style_tokens(texts, msg=None, fallback=None, selected=lambda name: True):
     """
     out = []
     if texts:
-        _accents("style", " ".join(visible for _, _, visible in texts)[:_MAX_STYLE_CHARS], out)
+        _accents("style", " ".join(visible for _, _, visible, _ in texts)[:_MAX_STYLE_CHARS], out)
     raw = _first(msg, "subject") if msg is not None and selected("subject") else None
     if raw is not None:
         subject = mime.decode_header(raw[:2000], fallback)[:1000]

@@ -32,9 +32,9 @@ import os
 import sys
 import time
 
-# the project: spamnb, tools; appended, so that the spamnb of a tree given on PYTHONPATH
-# (another revision's, for --vs) comes first
-sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))  # the project: spamnb, tools
+if os.environ.get("BENCH_TREE"):  # --vs: a pass over another tree takes its spamnb, these tools
+    sys.path.insert(0, os.environ["BENCH_TREE"])
 
 from tools import shared_corpora  # noqa: E402
 from spamnb.mail.sources import iter_index  # noqa: E402
@@ -102,7 +102,7 @@ def stages_vs(indexes, ref, only, repeat, pairs, settings=()):
             for name in (("ref", "this") if p % 2 == 0 else ("this", "ref")):
                 cmd = [sys.executable, os.path.abspath(__file__), *map(str, indexes), "--repeat", str(repeat),
                        "--emit-stages", json.dumps(list(only)), *(f"--with={f}" for f in settings)]
-                out = subprocess.run(cmd, env={**os.environ, "PYTHONPATH": str(trees[name])},
+                out = subprocess.run(cmd, env={**os.environ, "BENCH_TREE": str(trees[name])},
                                      stdout=subprocess.PIPE, text=True, check=True).stdout
                 runs[name].append(json.loads(out))
                 print(f"  pair {p + 1} {name}: {out.strip()}", file=sys.stderr, flush=True)
