@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -136,12 +137,17 @@ def journal_records(model):
 
 
 def serve(spamnb, model, sock, env):
+    """``spamnb serve`` on ``sock``, once it accepts a connection (the socket file is
+    bound before the server listens: its existence alone is not readiness)."""
     proc = subprocess.Popen([spamnb, "serve", "--model", str(model), "--socket", str(sock)], env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     for _ in range(600):
-        if sock.exists():
+        try:
+            with socket.socket(socket.AF_UNIX) as s:
+                s.connect(str(sock))
             return proc
-        time.sleep(0.05)
+        except OSError:
+            time.sleep(0.05)
     proc.kill()
     raise SystemExit("the server did not start")
 
