@@ -53,8 +53,7 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.delivery.fastlearn import summary
-    from spamnb.storage.history import correct_now
+    from spamnb.delivery.fastlearn import correct_history, summary
     from spamnb.storage.where import own_backend
     from spamnb.storage.modelfile import default_seed
 
@@ -67,8 +66,7 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
         notice(f"creating your model at {backend.name}, starting from the default model")
     messages, skipped = _labelled(sources, label, recursive, strict)
     done = backend.learn(messages, create=default_seed, warn=notice)
-    if marked:
-        correct_now(marked, [raw for raw, _ in messages], label, log=notice)
+    correct_history(marked, [raw for raw, _ in messages], label, notice)
     click.echo(summary(done, label, skipped[0]), err=True)
 
 
@@ -81,8 +79,7 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     Example:
       spamnb forget --spam message.eml
     """
-    from spamnb.delivery.fastlearn import forgot
-    from spamnb.storage.history import correct_now
+    from spamnb.delivery.fastlearn import correct_history, forgot
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
@@ -91,9 +88,8 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
         raise click.ClickException("there is no model of yours to forget from")
     messages, _ = _labelled(sources, label, recursive, strict)
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
-    marked = history_path(history, backend.path)
-    if marked and n:  # as TELL Remove: a forget that took nothing back unmarks nothing
-        correct_now(marked, [raw for raw, _ in messages], label, log=notice, undo=True)
+    correct_history(history_path(history, backend.path), [raw for raw, _ in messages], label, notice,
+                    forgotten=n)
     click.echo(forgot(n, label), err=True)
 
 

@@ -65,10 +65,6 @@ _FLOATS = DECISION_OPTIONS
 #: Configuration keys the fast path applies, and the option each stands for.
 _CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "learn",
                  ("model", "allow_insecure"): "allow_insecure", ("log", "messages"): "log"}
-_CONFIG_PATHS = {("model", "path"): "model", ("serve", "socket"): "socket", ("history", "path"): "history",
-                 ("store", "url"): "store"}
-
-
 def with_config(opts, env=os.environ):
     """``opts`` with the configuration files' values where the command line gave
     none, from the files as the click command last read and checked them
@@ -93,7 +89,7 @@ def with_config(opts, env=os.environ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
                 return None
             out[k] = None if value is None else float(value)
-    found = settings.strings(layers, _CONFIG_PATHS)
+    found = settings.strings(layers, {**settings.MODEL_PATHS, ("serve", "socket"): "socket"})
     if found is None:
         return None
     for name, value in found.items():

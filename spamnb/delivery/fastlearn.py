@@ -63,6 +63,16 @@ def parse_args(args):
     return label, model, files
 
 
+def correct_history(where, raws, label, log, forgotten=None):
+    """Mark ``raws``' verdicts in the history file ``where`` (None: no history) as
+    corrected to ``label`` by ``learn``; after a ``forget`` (``forgotten``: how many
+    it took back), unmark them, unless it took nothing back (as TELL Remove)."""
+    if where and forgotten != 0:
+        from spamnb.storage.history import correct_now
+
+        correct_now(where, raws, label, log=log, undo=forgotten is not None)
+
+
 def forgot(n, label) -> str:
     """The line ``spamnb forget`` ends with."""
     return f"forgot {n} {label} message(s)"
@@ -117,9 +127,6 @@ def _only_message(path):
         return None
 
 
-_CONFIG_PATHS = {("model", "path"): "model", ("store", "url"): "store", ("history", "path"): "history"}
-
-
 def configured(env=os.environ):
     """``{"model": ..., "store": ..., "history": ...}`` of the configuration files (the
     keys they set), or None when only the click command can answer
@@ -127,7 +134,7 @@ def configured(env=os.environ):
     from spamnb.storage import settings
 
     layers = settings.checked_layers(env)
-    return None if layers is None else settings.strings(layers, _CONFIG_PATHS)
+    return None if layers is None else settings.strings(layers, settings.MODEL_PATHS)
 
 
 def main(command, args, load_cli, env=os.environ):
@@ -161,11 +168,8 @@ def _update(command, path, label, raws, history=None):
         return None  # nothing was written: the click command does it, or says what is wrong
     if done["needs_compaction"]:
         compact_in_background(path)
-    marked = locate.history_path(history, path)
-    if marked and (not forget or done["forgotten"]):  # as TELL Remove: a forget that took nothing back unmarks nothing
-        from spamnb.storage.history import correct_now
-
-        correct_now(marked, raws, label, log=warn, undo=forget)
+    correct_history(locate.history_path(history, path), raws, label, warn,
+                    forgotten=done["forgotten"] if forget else None)
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:

@@ -273,9 +273,10 @@ def estimate(proposal: Proposal, make_model, k=10, seed=0):
     from spamnb.evaluation import evaluate, metrics
 
     k = max(2, min(k, len(proposal.spam), len(proposal.ham)))
-    proposal.read(make_model().tokenizer)  # once: train takes the same tokens
+    fresh = make_model()  # its settings: what every fold's model tokenizes and decides with
+    proposal.read(fresh.tokenizer)  # once: train takes the same tokens
     scores = evaluate.cross_validate(make_model, proposal.messages(), k=k, seed=seed)
-    cut = make_model().cutoffs
+    cut = fresh.cutoffs
     out = metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff, known=scores.known)
     return {**out, "folds": k}
 

@@ -352,9 +352,11 @@ class Models:
 
     def user_path(self, user):
         """``USER_MODELS/<user>/model.joblib``, or None (no --user-models, no user)."""
-        if not self.user_models or user is None:
-            return None
-        return os.path.join(self.user_models, plain_user(user), "model.joblib")
+        return None if user is None else self._model_file(plain_user(user))
+
+    def _model_file(self, name):
+        """:meth:`user_path` of a name :func:`plain_user` has checked."""
+        return os.path.join(self.user_models, name, "model.joblib") if self.user_models else None
 
     def decision_for(self, user) -> tuple:
         """The decision for ``user``: the ``[decision]`` table of their
@@ -373,9 +375,7 @@ class Models:
         if cached is None or cached[0] != stamp:
             cached = (stamp, self._user_decision(conf))
             with self._lock:
-                self._decisions[conf] = cached
-                while len(self._decisions) > self.CACHE:
-                    del self._decisions[next(iter(self._decisions))]
+                _put_bounded(self._decisions, conf, cached, self.CACHE)
         return cached[1] or self.decision
 
     def _user_decision(self, conf):
@@ -402,7 +402,7 @@ class Models:
         if user is None or not self.per_user:
             return self.served, False
         name = plain_user(user)
-        path = self.user_path(user)
+        path = self._model_file(name)
         if self._has_none(name, path):
             return self.served, False
         with self._lock:
@@ -416,16 +416,11 @@ class Models:
                 backend = self.served.for_user(name).resident()
         if not backend.exists():
             with self._lock:
-                self.no_model.pop(name, None)  # most recently found last
-                self.no_model[name] = time.monotonic()
-                while len(self.no_model) > self.NO_MODEL_CACHE:
-                    del self.no_model[next(iter(self.no_model))]
+                _put_bounded(self.no_model, name, time.monotonic(), self.NO_MODEL_CACHE)
             return self.served, False
         with self._lock:
             self.no_model.pop(name, None)
-            self._backends[name] = backend  # most recently used last
-            while len(self._backends) > self.CACHE:
-                self._backends.pop(next(iter(self._backends))).close()
+            _put_bounded(self._backends, name, backend, self.CACHE, dropped=lambda b: b.close())
         return backend, True
 
     def _has_none(self, name, path) -> bool:
@@ -435,6 +430,17 @@ class Models:
         if found is None:
             return False
         return not os.path.isfile(path) if path is not None else time.monotonic() - found < self.NO_MODEL_SECONDS
+
+
+def _put_bounded(cache: dict, key, value, cap, dropped=None):
+    """``cache[key] = value`` as its most recent entry; the oldest entries over ``cap``
+    go (``dropped(value)`` for each). The caller holds the lock."""
+    cache.pop(key, None)
+    cache[key] = value
+    while len(cache) > cap:
+        old = cache.pop(next(iter(cache)))
+        if dropped is not None:
+            dropped(old)
 
 
 def plain_user(user) -> str:

@@ -62,7 +62,9 @@ class _Lazy:
     def __getattr__(self, name):  # finditer, search, ...: only attributes an instance lacks come here
         if self.rx is None:
             self.rx = re.compile(*self.args)
-        return getattr(self.rx, name)
+        method = getattr(self.rx, name)
+        setattr(self, name, method)  # the next uses find it on the instance, not through here
+        return method
 
 
 _ADDR = _Lazy(r"[^\s<>(),:;\"'\[\]@]{1,64}@([A-Za-z0-9\-]{1,63}(?:\.[A-Za-z0-9\-]{1,63}){0,8})")

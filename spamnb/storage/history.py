@@ -238,6 +238,11 @@ def mark(db, row_id, label):
     db.execute("UPDATE verdicts SET corrected = ?, corrected_t = ? WHERE id = ?", (label, time.time(), row_id))
 
 
+def unmark(db, row_id):
+    """Take :func:`mark` back: verdict ``row_id`` is corrected no more."""
+    db.execute("UPDATE verdicts SET corrected = NULL, corrected_t = NULL WHERE id = ?", (row_id,))
+
+
 def correct(db, corrections):
     """Mark the row of each ``(raw, label, user, undo)`` the user corrected (an IMAP move,
     TELL, ``spamnb learn``): the newest verdict of the message's Message-ID (as
@@ -255,10 +260,12 @@ def correct(db, corrections):
         found = db.execute("SELECT id, corrected FROM verdicts WHERE message_id = ?"
                            + (" AND user = ?" if user else "") + " ORDER BY id DESC LIMIT 1",
                            (mid, user) if user else (mid,)).fetchone()
-        if found and undo and found[1] == label:
-            db.execute("UPDATE verdicts SET corrected = NULL, corrected_t = NULL WHERE id = ?", (found[0],))
+        if not found:
+            continue
+        if undo and found[1] == label:
+            unmark(db, found[0])
             n += 1
-        elif found and not undo and found[1] != label:
+        elif not undo and found[1] != label:
             mark(db, found[0], label)
             n += 1
     return n
@@ -337,13 +344,13 @@ class Recorder:
 
     def add(self, raw, label, score, p, **kw):
         """Queue one verdict (never blocks; a full queue drops it, logged once per 100)."""
-        self._put((raw, label, score, p, kw))
+        self._put(("verdict", (raw, label, score, p, kw)))
 
     def correct(self, raw, label, user=None, undo=False):
         """Queue the user's correction of ``raw`` to ``label`` (its undoing, with
         ``undo``: :func:`correct`), written after the verdicts queued before it; never
         blocks, as :meth:`add`."""
-        self._put((raw, label, user, undo))
+        self._put(("correction", (raw, label, user, undo)))
 
     def _put(self, item):
         import queue
@@ -368,8 +375,8 @@ class Recorder:
                     break
                 batch.append(item)
             stop = batch[-1] is None
-            records = [i for i in batch if i is not None and len(i) == 5]  # add()'s
-            corrections = [i for i in batch if i is not None and len(i) == 4]  # correct()'s
+            records = [i[1] for i in batch if i is not None and i[0] == "verdict"]  # add()'s
+            corrections = [i[1] for i in batch if i is not None and i[0] == "correction"]  # correct()'s
             try:
                 write(self.db, [row(raw, label, score, p, **kw) for raw, label, score, p, kw in records],
                       corrections=corrections)

@@ -240,6 +240,11 @@ def checked_layers(env=os.environ):
     return read_cache(env)
 
 
+#: The configuration keys that say which model and history a command uses, by the
+#: option each stands for: what the fast paths of filter and learn read (:func:`strings`).
+MODEL_PATHS = {("model", "path"): "model", ("store", "url"): "store", ("history", "path"): "history"}
+
+
 def strings(layers, keys):
     """``{name: value}`` of the keys ``{(table, key): name}`` that ``layers`` set, or None
     when one of them is not a string (only the click command can say what is wrong)."""

@@ -139,17 +139,23 @@ def journal_records(model):
 def serve(spamnb, model, sock, env):
     """``spamnb serve`` on ``sock``, once it accepts a connection (the socket file is
     bound before the server listens: its existence alone is not readiness)."""
-    proc = subprocess.Popen([spamnb, "serve", "--model", str(model), "--socket", str(sock)], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(600):
-        try:
-            with socket.socket(socket.AF_UNIX) as s:
-                s.connect(str(sock))
-            return proc
-        except OSError:
-            time.sleep(0.05)
-    proc.kill()
-    raise SystemExit("the server did not start")
+    from tools.harnesses.exim_spamd import stop, wait_for
+
+    def accepts():
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(sock))  # OSError until it listens: wait_for tries again
+        return True
+
+    log = sock.with_name(sock.name + ".log")
+    with open(log, "wb") as err:
+        proc = subprocess.Popen([spamnb, "serve", "--model", str(model), "--socket", str(sock)], env=env,
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        wait_for("spamnb serve", accepts, proc, log, timeout=30)
+    except RuntimeError as exc:
+        stop(proc)
+        raise SystemExit(f"bench_learning.py: {exc}") from None
+    return proc
 
 
 def big_model(spamnb, items, path, env, min_tokens):

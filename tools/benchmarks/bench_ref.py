@@ -376,23 +376,21 @@ def main():
             run(trees["reference"], "train", "--index", SHIPPED, "--model", model)
             if "classify" in only:
                 ok &= measure_classify(trees, args.repeats, tmp, folder, model)
-            store = None
-            if "imap" in only or args.store and "server" in only:
-                from tools.benchmarks.bench_store import start_redis
-
-                redis_proc, client, url = start_redis(_folder(tmp / "redis"))
-                run(trees["this tree"], "store", "push", model, url)
-                store = client, url
+            store = redis_proc = None
             try:
+                if "imap" in only or args.store and "server" in only:
+                    from tools.benchmarks.bench_store import start_redis
+
+                    redis_proc, client, url = start_redis(_folder(tmp / "redis"))
+                    run(trees["this tree"], "store", "push", model, url)  # a failure exits: the finally stops redis
+                    store = client, url
                 if "server" in only:
                     ok &= measure_server(trees, args.repeats, tmp, chosen, model, args.port, args.user,
                                          store if args.store else None)
                 if "imap" in only:
                     ok &= measure_imap(trees, args.repeats, tmp, chosen[:args.imap_n], store)
             finally:
-                if store:
-                    redis_proc.terminate()
-                    redis_proc.wait(20)
+                stop(redis_proc)
     return 0 if ok else 1
 
 

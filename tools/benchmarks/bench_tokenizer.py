@@ -118,10 +118,15 @@ def stages_vs(indexes, ref, only, repeat, pairs, settings=()):
 
 
 def _cold():
-    """Empty the tokenizer's memo caches (:func:`spamnb.mail.tokenizer.clear_memos`)."""
-    from spamnb.mail import tokenizer
+    """Empty the tokenizer's memo caches (:func:`spamnb.mail.tokenizer.clear_memos`; in a
+    revision from before it, for ``--vs``, the lexer's two that it had)."""
+    from spamnb.mail import lexer, tokenizer
 
-    tokenizer.clear_memos()
+    if hasattr(tokenizer, "clear_memos"):
+        tokenizer.clear_memos()
+    else:
+        lexer.domain_tokens.cache_clear()
+        lexer.crack_url.cache_clear()
 
 
 def html_pairs(raws, cfg, ref, pairs):
@@ -158,6 +163,7 @@ def html_pairs(raws, cfg, ref, pairs):
 
     def one(module):
         _cold()
+        getattr(module, "clear_memo", lambda: None)()  # the other revision's own start-tag memo, if it has one
         c0 = time.process_time()
         for h in htmls:
             module.html_to_text(h)
