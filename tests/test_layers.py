@@ -19,7 +19,9 @@ PACKAGE = pathlib.Path(spamnb.__file__).parent
 
 LAYERS = [
     ["spamnb._version"],
+    ["spamnb.checks"],
     ["spamnb.verdict"],
+    ["spamnb.options"],
     ["spamnb.mail"],
     ["spamnb.nb"],
     ["spamnb.model"],
