@@ -291,14 +291,25 @@ class Settings:
         self.registry_buckets = int(settings["registry_buckets"])
 
 
+class _Reach:
+    """Whether a store's client reached it the last time it tried, and when it last
+    had an answer (what a server's gauge reads: :meth:`RedisBackend.reachable`)."""
+
+    def __init__(self):
+        self.ok: bool | None = None
+        self.when: float | None = None
+
+
 class RedisBackend(Backend):
     """A model in Redis (see the module docstring). ``client``: a redis-py client;
     ``prefix``: the keys' prefix; ``name``: the URL without its password."""
 
     per_user = True
 
-    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False):
+    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False, reach=None):
         self.client = client
+        # one record for the store's client, shared by its users' backends
+        self._reach = reach if reach is not None else _Reach()
         # a user's model is made at their first learn (from ``create()``); the store's own
         # only by push or train, so that a store restarted empty says so instead
         self.user = user
@@ -354,7 +365,8 @@ class RedisBackend(Backend):
                 or " " in user:
             raise ModelError(f"{user!r} cannot name a model in a store (no ':', spaces or wildcards)")
         name = f"{self.name}#user={user}"
-        return RedisBackend(self.client, self.prefix + b"u:" + user.encode() + b":", name, user=True)
+        return RedisBackend(self.client, self.prefix + b"u:" + user.encode() + b":", name, user=True,
+                            reach=self._reach)
 
     def close(self) -> None:
         pass  # the client is shared by the users' backends
@@ -376,11 +388,32 @@ class RedisBackend(Backend):
 
     # -- talking to Redis ----------------------------------------------------------
 
+    def reachable(self) -> bool | None:
+        return self._reach.ok
+
+    def last_success(self) -> float | None:
+        return self._reach.when
+
     def _call(self, what, fn, *args, **kwargs):
-        """``fn(*args)``, with redis-py's errors as one clear ModelError line."""
+        """``fn(*args)``, with redis-py's errors as one clear ModelError line; notes
+        whether the store answered (:meth:`reachable`)."""
         redis = _redis()
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+        except (redis.exceptions.TimeoutError, TimeoutError, redis.exceptions.ConnectionError, OSError):
+            self._reach.ok = False
+            self._raise(what)
+        except redis.exceptions.RedisError:
+            self._reach.ok = True  # it answered, with an error
+            self._raise(what)
+        self._reach.ok, self._reach.when = True, time.time()
+        return out
+
+    def _raise(self, what):
+        """The exception being handled, as one StoreUnavailable line."""
+        redis = _redis()
+        try:
+            raise
         except redis.exceptions.ReadOnlyError:
             raise StoreUnavailable(f"cannot {what}: the store {self.name} is a read-only replica "
                                    f"(learning needs the primary)") from None
