@@ -62,6 +62,10 @@ from spamnb.storage.store import ModelError
 from spamnb.verdict import LABELS
 
 DEFAULT_PREFIX = "spamnb:"
+#: a Sentinel group's URL (``redis+sentinel://HOST:PORT,.../SERVICE/DB``, as redis-vl, LangChain
+#: and Redis-Sentinel-Url spell it) and the Sentinels' port when the URL gives none
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
 #: seconds one request to the store may take (connect, or answer): a slow store is a
 #: failed request, never a delivery held behind it (``?timeout=`` in the URL)
 DEFAULT_TIMEOUT = 2.0
@@ -306,8 +310,13 @@ class RedisBackend(Backend):
 
     per_user = True
 
-    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False, reach=None):
+    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False, reach=None,
+                 reader=None, wait=0):
         self.client = client
+        # classification reads here (a Sentinel group's replicas), everything else on the primary
+        self.reader = reader if reader is not None else client
+        # replicas that must hold a learn before it is acknowledged (WAIT; a Sentinel URL's default 1)
+        self.wait = wait
         # one record for the store's client, shared by its users' backends
         self._reach = reach if reach is not None else _Reach()
         # a user's model is made at their first learn (from ``create()``); the store's own
@@ -318,7 +327,7 @@ class RedisBackend(Backend):
         self.short_name = "store:" + self.prefix.decode("utf-8", "replace")
         self._url_parts = url_parts
         self._settings: Settings | None = None
-        self._read = client.register_script(READ)
+        self._read = self.reader.register_script(READ)
         self._learn = client.register_script(LEARN)
         self._sweep = client.register_script(SWEEP)
 
@@ -336,7 +345,8 @@ class RedisBackend(Backend):
         redis = _redis()
         parts = urllib.parse.urlsplit(url)
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        ours = {k: query.pop(k)[-1] for k in ("prefix", "timeout", "password_file") if k in query}
+        ours = {k: query.pop(k)[-1] for k in ("prefix", "timeout", "password_file", "wait",
+                                               "sentinel_password_file") if k in query}
         prefix = ours.get("prefix", DEFAULT_PREFIX)
         try:
             timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
@@ -352,13 +362,55 @@ class RedisBackend(Backend):
             if option in query:  # said now, by name, not as redis-py's "Error 2 connecting" at the first request
                 _check_readable(option, query[option][-1])
         base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
+        name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
+        if parts.scheme == SENTINEL_SCHEME:
+            return cls._from_sentinel_url(url, parts, query, ours, kwargs, prefix, name)
+        if "wait" in ours or "sentinel_password_file" in ours:
+            raise ModelError(f"store URL: wait= and sentinel_password_file= are for {SENTINEL_SCHEME}:// URLs")
         rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         try:
             client = redis.Redis.from_url(rest, **kwargs)
         except ValueError as exc:
             raise ModelError(f"store URL {url}: {exc}") from None
-        name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
         return cls(client, prefix, name, url_parts=(parts, ours))
+
+    @classmethod
+    def _from_sentinel_url(cls, url, parts, query, ours, kwargs, prefix, name):
+        """``redis+sentinel://[USER@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]``: the
+        primary of the Sentinels' SERVICE for writing, its replicas (else the primary)
+        for classifying."""
+        from redis.sentinel import Sentinel
+
+        bad = f"store URL {url}: "
+        hosts = parts.netloc.rpartition("@")[2]
+        sentinels = []
+        for item in hosts.split(","):
+            host, _, port = item.rpartition(":") if item.rpartition(":")[2].isdigit() else (item, "", "")
+            host = host.strip("[]")
+            if not host:
+                raise ModelError(bad + "name the Sentinels as HOST[:PORT],HOST[:PORT]...")
+            sentinels.append((host, int(port or SENTINEL_PORT)))
+        path = [p for p in parts.path.split("/") if p]
+        db = query.pop("db", [path[1] if len(path) > 1 else "0"])[-1]
+        if not path or len(path) > 2 or not db.isdigit():
+            raise ModelError(bad + "name the Sentinels' service and the database: .../SERVICE[/DB] (e.g. /spamnb/0)")
+        if query:
+            raise ModelError(bad + f"unknown parameter {sorted(query)[0]}= (a Sentinel URL takes prefix=, "
+                                   f"timeout=, password_file=, sentinel_password_file=, wait=, db=)")
+        try:
+            wait = int(ours.get("wait", 1))
+        except ValueError:
+            wait = -1
+        if wait < 0:
+            raise ModelError(bad + f"wait must be a number of replicas, not {ours['wait']!r}")
+        if parts.username:
+            kwargs["username"] = urllib.parse.unquote(parts.username)
+        own = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout")}
+        if "sentinel_password_file" in ours:
+            own["password"] = _read_password(ours["sentinel_password_file"])
+        group = Sentinel(sentinels, sentinel_kwargs=own, db=int(db), **kwargs)
+        service = urllib.parse.unquote(path[0])
+        return cls(group.master_for(service), prefix, name, reader=group.slave_for(service), wait=wait)
 
     def for_user(self, user) -> "RedisBackend":
         if not user or len(user) > 128 or any(c in user for c in ":*?[]\\") or not user.isprintable() \
@@ -366,7 +418,7 @@ class RedisBackend(Backend):
             raise ModelError(f"{user!r} cannot name a model in a store (no ':', spaces or wildcards)")
         name = f"{self.name}#user={user}"
         return RedisBackend(self.client, self.prefix + b"u:" + user.encode() + b":", name, user=True,
-                            reach=self._reach)
+                            reach=self._reach, reader=self.reader, wait=self.wait)
 
     def close(self) -> None:
         pass  # the client is shared by the users' backends
@@ -441,9 +493,12 @@ class RedisBackend(Backend):
             return "; if that port is Redis' TLS port, use rediss://"
         return ""
 
-    def settings(self, refresh=False) -> Settings:
+    def settings(self, refresh=False, *, replica=False) -> Settings:
+        """The model's settings (kept; read again when ``refresh``), from a replica
+        when ``replica`` (classification: the script it reads with checks they hold)."""
         if self._settings is None or refresh:
-            epoch, text, rev = self._call("read the model", self.client.hmget, self._meta(),
+            client = self.reader if replica else self.client
+            epoch, text, rev = self._call("read the model", client.hmget, self._meta(),
                                           [b"epoch", b"settings", b"rev"])
             if epoch is None or text is None:
                 raise StoreUnavailable(f"the store {self.name} holds no model: it is empty (a Redis restarted "
@@ -462,7 +517,7 @@ class RedisBackend(Backend):
     # -- scoring -------------------------------------------------------------------
 
     def view(self):
-        return StoreView(self, self.settings())
+        return StoreView(self, self.settings(replica=True))
 
     def read(self, tokens):
         """``(settings, counts, {token hash: (n_ham, n_spam)})`` of the stored tokens
@@ -470,7 +525,7 @@ class RedisBackend(Backend):
         hashes = [token_hash(t) for t in set(tokens)]
         blob = b"".join(h.to_bytes(8, "little") for h in hashes)
         for _ in range(3):
-            st = self.settings()
+            st = self.settings(replica=True)
             reply = self._call("read the model", self._read, keys=[self._meta()],
                                args=[st.epoch, self._bucket(st.epoch, b""), blob, st.rev])
             if reply[0] == b"ok":
@@ -478,7 +533,7 @@ class RedisBackend(Backend):
                 counts = COUNTS.unpack_from(data)
                 found = {h: v[:2] for h, v in zip(hashes, VALUE.iter_unpack(data[COUNTS.size:])) if v[2] >= 0}
                 return st, counts, found
-            self.settings(refresh=True)  # a new model or new settings meanwhile (or the store emptied)
+            self.settings(refresh=True, replica=True)  # a new model or new settings meanwhile (or emptied)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; try again")
 
     # -- learning ------------------------------------------------------------------
@@ -544,6 +599,8 @@ class RedisBackend(Backend):
                 args += [h.to_bytes(8, "little"), n, t.encode("utf-8", "surrogatepass")]
             reply = self._call("learn", self._learn, keys=keys, args=args)
             tag = reply[0]
+            if tag == b"done" and self.wait:
+                self._replicated()
             if tag == b"done":
                 return None if int(reply[1]) < 0 else int(reply[1])
             if tag == b"unchanged":
@@ -554,6 +611,17 @@ class RedisBackend(Backend):
                 raise ValueError(f"message was {where}, not as {'ham' if y == 0 else 'spam'}: nothing to forget")
             self.settings(refresh=True)  # 'epoch' (a new model meanwhile) or 'empty' (says so)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; nothing learned, try again")
+
+    def _replicated(self):
+        """Return once :attr:`wait` replicas hold this client's writes, else say the learn
+        is not safe yet: Redis replicates after answering, so a learn the primary alone
+        holds is lost if it dies now, and a Sentinel then promotes a replica without it.
+        Telling the message again is safe (learned once by its identity)."""
+        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout") or DEFAULT_TIMEOUT
+        got = self._call("learn", self.client.execute_command, "WAIT", self.wait, int(timeout * 500))
+        if got < self.wait:
+            raise StoreUnavailable(f"cannot learn: {got} of the {self.wait} replica(s) of {self.name} confirmed "
+                                   f"the learn in time; tell it again (a message is learned once)")
 
     # -- the whole model -----------------------------------------------------------
 

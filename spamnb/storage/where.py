@@ -10,7 +10,7 @@ from spamnb.storage.backend import Backend
 from spamnb.storage.store import ModelError
 
 STORE_ENV = "SPAMNB_STORE"
-STORE_SCHEMES = ("redis", "rediss", "unix")
+STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 
 
 def store_url(store=None, env=os.environ, model_path=None):

@@ -1,0 +1,190 @@
+"""A store in a Redis Sentinel group (``redis+sentinel://``) against Debian's real
+``redis-server`` (a primary and a replica) and ``redis-sentinel``, on private
+127.0.0.1 ports in a temporary folder: classification reads a replica, learning
+writes the primary, and a failover keeps mail flowing without losing a learn.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from spamnb.mail.identity import message_key
+from spamnb.storage.store import ModelError
+from test_redis_store import SPAMC, Spamd, run, sample_messages, spamc
+from test_spamd import _free_port
+
+REDIS_SERVER = shutil.which("redis-server")
+REDIS_SENTINEL = shutil.which("redis-sentinel")
+try:
+    import redis
+except ImportError:  # pragma: no cover - the test extra installs it
+    redis = None
+
+SERVICE = "spamnb"
+needs_sentinel = [
+    pytest.mark.skipif(REDIS_SERVER is None or REDIS_SENTINEL is None,
+                       reason="redis-server or redis-sentinel is not installed (apt-get install redis-server "
+                              "redis-sentinel)"),
+    pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')"),
+]
+
+
+def _wait(what, check, seconds=30):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (redis.exceptions.RedisError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not happen in {seconds} s")
+
+
+class Group:
+    """A primary, ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority),
+    each a process on a private port; a replica's and a Sentinel's files in ``folder``."""
+
+    def __init__(self, folder: Path, replicas=1, sentinels=1, down_ms=1000, failover_ms=3000):
+        self.folder = folder
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.ports = [_free_port() for _ in range(1 + replicas)]
+        for i, port in enumerate(self.ports):
+            self._redis(port, *([] if i == 0 else ["--replicaof", "127.0.0.1", str(self.ports[0])]))
+        for port in self.ports[1:]:
+            _wait("replication", lambda p=port: self.client(p).info("replication")["master_link_status"] == "up")
+        self.sentinel_ports = [_free_port() for _ in range(sentinels)]
+        for port in self.sentinel_ports:
+            conf = folder / f"sentinel-{port}.conf"
+            conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+                            f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports[0]} {sentinels // 2 + 1}\n"
+                            f"sentinel down-after-milliseconds {SERVICE} {down_ms}\n"
+                            f"sentinel failover-timeout {SERVICE} {failover_ms}\n")
+            self.procs[port] = subprocess.Popen([REDIS_SENTINEL, str(conf)], stdout=subprocess.DEVNULL,
+                                                stderr=subprocess.DEVNULL)
+        for port in self.sentinel_ports:  # every Sentinel knows every replica (and the others)
+            _wait("the Sentinels' discovery", lambda p=port: len(self.client(p).sentinel_slaves(SERVICE)) == replicas
+                  and len(self.client(p).sentinel_sentinels(SERVICE)) == sentinels - 1)
+
+    def _redis(self, port, *extra):
+        self.procs[port] = subprocess.Popen(
+            [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.folder), "--dbfilename", f"dump-{port}.rdb", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        _wait("redis-server", lambda: self.client(port).ping())
+
+    @staticmethod
+    def client(port):
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+    def url(self, prefix="t:", **params):
+        query = "&".join([f"prefix={prefix}"] + [f"{k}={v}" for k, v in params.items()])
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{SERVICE}/0?{query}"
+
+    def primary(self) -> int:
+        return int(self.client(self.sentinel_ports[0]).sentinel_get_master_addr_by_name(SERVICE)[1])
+
+    def kill(self, port):
+        self.procs[port].kill()
+        self.procs[port].wait(20)
+
+    def stop(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(20)
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    if REDIS_SERVER is None or REDIS_SENTINEL is None or redis is None:
+        pytest.skip("redis-server, redis-sentinel or the redis package is not installed")
+    g = Group(tmp_path_factory.mktemp("sentinel"))
+    yield g
+    g.stop()
+
+
+def evalsha_calls(port) -> int:
+    stats = Group.client(port).info("commandstats")
+    return sum(c.get("calls", 0) - c.get("failed_calls", 0) - c.get("rejected_calls", 0)  # not NOSCRIPT's
+               for c in (stats.get(f"cmdstat_{n}", {}) for n in ("evalsha", "eval", "evalsha_ro")))
+
+
+# -- the URL --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url, wanted", [
+    ("redis+sentinel://127.0.0.1:26379", "name the Sentinels' service"),
+    ("redis+sentinel://127.0.0.1:26379/spamnb/zero", "name the Sentinels' service"),
+    ("redis+sentinel://:26379/spamnb", "HOST[:PORT]"),
+    ("redis+sentinel://a:1,b:2/spamnb?socket_keepalive=1", "unknown parameter socket_keepalive="),
+    ("redis+sentinel://a/spamnb?wait=some", "wait must be a number of replicas"),
+    ("redis+sentinel://spamnb:secret@a/spamnb", "give the password with ?password_file=PATH"),
+    ("redis://127.0.0.1/0?wait=1", "are for redis+sentinel:// URLs"),
+])
+def test_a_bad_sentinel_url_is_one_line(url, wanted):
+    r = run("info", "--store", url)
+    assert r.returncode == 1 and wanted.encode() in r.stderr and r.stderr.count(b"\n") == 1, r.stderr
+
+
+@pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
+def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database():
+    from spamnb.storage.where import open_backend
+
+    b = open_backend(None, "redis+sentinel://ops@[::1]:26380,sentinel-b,10.0.0.3:26381/spamnb/2"
+                           "?prefix=mx:&timeout=0.5")
+    group = b.client.connection_pool.sentinel_manager
+    assert [(s.connection_pool.connection_kwargs["host"], s.connection_pool.connection_kwargs["port"])
+            for s in group.sentinels] == [("::1", 26380), ("sentinel-b", 26379), ("10.0.0.3", 26381)]
+    for pool in (b.client.connection_pool, b.reader.connection_pool):
+        assert pool.service_name == "spamnb"
+        assert (pool.connection_kwargs["db"], pool.connection_kwargs["username"],
+                pool.connection_kwargs["socket_timeout"]) == (2, "ops", 0.5)
+    assert (b.prefix, b.wait, b.reader is not b.client) == (b"mx:", 1, True)
+    assert open_backend(None, "redis+sentinel://s/spamnb?db=3&wait=0").wait == 0
+    with pytest.raises(ModelError, match="cannot reach the store"):  # no Sentinel there: as a server down
+        open_backend(None, f"redis+sentinel://127.0.0.1:{_free_port()}/spamnb").view()
+
+
+# -- a group --------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(redis is None or REDIS_SENTINEL is None, reason="redis-sentinel or the redis package is missing")
+def test_classification_reads_a_replica_and_learning_writes_the_primary(group, trained_model_file):
+    """Push and learn through the Sentinels reach the primary; a classification is one
+    script call on the replica (a read-only script runs there), none on the primary."""
+    from spamnb.storage.where import open_backend
+
+    url = group.url(prefix="read:")
+    primary, replica = group.ports[0], group.ports[1]
+    r = run("store", "push", trained_model_file, url)
+    assert r.returncode == 0, r.stderr
+    raw = sample_messages()[0]
+    want = run("filter", "--model", trained_model_file, input=raw)
+    before = evalsha_calls(primary), evalsha_calls(replica)
+    backend = open_backend(None, url).resident()
+    view = backend.view()
+    scores = [view.score(view_tokens(view, m)) for m in sample_messages()]
+    after = evalsha_calls(primary), evalsha_calls(replica)
+    assert after[0] == before[0] and after[1] - before[1] == len(scores)
+    got = run("filter", "--store", url, input=raw)
+    assert got.returncode == want.returncode and b"model=store:read:" in got.stdout, got.stderr
+    done = backend.learn([(raw, "spam", None)])
+    assert done["learned"] + done["moved"] == 1 and evalsha_calls(primary) == after[0] + 1
+    st, key = backend.settings(), message_key(raw)
+    registry = backend._reg(st.epoch, int.from_bytes(key[:4], "little") % st.registry_buckets)
+    assert group.client(replica).hget(registry, key) == b"1"  # WAIT 1: the replica holds it once acknowledged
+
+
+def view_tokens(view, raw):
+    from spamnb.delivery.hook import message_tokens
+
+    return message_tokens(view, raw)
