@@ -259,12 +259,15 @@ class Spamd:
 
     def __init__(self, url, folder: Path, *extra):
         self.port = _free_port()
-        self.proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(folder / "s"), "--store", url,
-                                               "--spamd", f"127.0.0.1:{self.port}", "--allow-tell-served", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        # a file, not a pipe: a busy server's lines never fill it (beside the socket's 0700 folder, made by serve)
+        self.log_path = folder.parent / f"{folder.name}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(folder / "s"), "--store", url, "--spamd",
+                                                   f"127.0.0.1:{self.port}", "--allow-tell-served", *extra],
+                                         stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.proc.stderr.read().decode()
+            assert self.proc.poll() is None, self.log_path.read_text()
             try:
                 if self.ask(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n":
                     return
@@ -291,8 +294,7 @@ class Spamd:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(20)
-        self.proc_log = self.proc.stderr.read().decode("utf-8", "replace")
-        self.proc.stderr.close()
+        self.proc_log = self.log_path.read_text("utf-8", "replace")
 
 
 def test_two_hosts_share_one_model_and_learn_each_message_once(url, model_file, small_corpus, tmp_path):
