@@ -9,17 +9,25 @@ from __future__ import annotations
 import shutil
 import struct
 import subprocess
+import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
+from conftest import ROOT
 from spamnb.mail.identity import message_key
 from spamnb.storage.filestore import FileBackend
 from spamnb.storage.store import ModelError
 from test_redis_store import SPAMC, Spamd, run, sample_messages, spamc
 from test_spamd import _free_port
+
+sys.path.insert(0, str(ROOT))
+try:
+    from tools.harnesses.redis_sentinel import Group
+    from tools.harnesses.redis_sentinel import wait as _wait
+finally:
+    sys.path.remove(str(ROOT))
 
 REDIS_SERVER = shutil.which("redis-server")
 REDIS_SENTINEL = shutil.which("redis-sentinel")
@@ -27,82 +35,6 @@ try:
     import redis
 except ImportError:  # pragma: no cover - the test extra installs it
     redis = None
-
-SERVICE = "spamnb"
-needs_sentinel = [
-    pytest.mark.skipif(REDIS_SERVER is None or REDIS_SENTINEL is None,
-                       reason="redis-server or redis-sentinel is not installed (apt-get install redis-server "
-                              "redis-sentinel)"),
-    pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')"),
-]
-
-
-def _wait(what, check, seconds=30):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            if check():
-                return
-        except (redis.exceptions.RedisError, OSError):
-            pass
-        time.sleep(0.1)
-    raise RuntimeError(f"{what} did not happen in {seconds} s")
-
-
-class Group:
-    """A primary, ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority),
-    each a process on a private port; a replica's and a Sentinel's files in ``folder``."""
-
-    def __init__(self, folder: Path, replicas=1, sentinels=1, down_ms=1000, failover_ms=3000):
-        self.folder = folder
-        self.procs: dict[int, subprocess.Popen] = {}
-        self.ports = [_free_port() for _ in range(1 + replicas)]
-        for i, port in enumerate(self.ports):
-            self._redis(port, *([] if i == 0 else ["--replicaof", "127.0.0.1", str(self.ports[0])]))
-        for port in self.ports[1:]:
-            _wait("replication", lambda p=port: self.client(p).info("replication")["master_link_status"] == "up")
-        self.sentinel_ports = [_free_port() for _ in range(sentinels)]
-        for port in self.sentinel_ports:
-            conf = folder / f"sentinel-{port}.conf"
-            conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
-                            f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports[0]} {sentinels // 2 + 1}\n"
-                            f"sentinel down-after-milliseconds {SERVICE} {down_ms}\n"
-                            f"sentinel failover-timeout {SERVICE} {failover_ms}\n")
-            self.procs[port] = subprocess.Popen([REDIS_SENTINEL, str(conf)], stdout=subprocess.DEVNULL,
-                                                stderr=subprocess.DEVNULL)
-        for port in self.sentinel_ports:  # every Sentinel knows every replica (and the others)
-            _wait("the Sentinels' discovery", lambda p=port: len(self.client(p).sentinel_slaves(SERVICE)) == replicas
-                  and len(self.client(p).sentinel_sentinels(SERVICE)) == sentinels - 1)
-
-    def _redis(self, port, *extra):
-        self.procs[port] = subprocess.Popen(
-            [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.folder), "--dbfilename", f"dump-{port}.rdb", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        _wait("redis-server", lambda: self.client(port).ping())
-
-    @staticmethod
-    def client(port):
-        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
-
-    def url(self, prefix="t:", **params):
-        query = "&".join([f"prefix={prefix}"] + [f"{k}={v}" for k, v in params.items()])
-        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
-        return f"redis+sentinel://{hosts}/{SERVICE}/0?{query}"
-
-    def primary(self) -> int:
-        return int(self.client(self.sentinel_ports[0]).sentinel_get_master_addr_by_name(SERVICE)[1])
-
-    def kill(self, port):
-        self.procs[port].kill()
-        self.procs[port].wait(20)
-
-    def stop(self):
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            proc.wait(20)
 
 
 @pytest.fixture(scope="module")
