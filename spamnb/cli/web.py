@@ -29,8 +29,10 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     says, and a prune preview).
 
     It prints its address with a secret token, as Jupyter does: open that
-    URL; every request needs the token (a cookie after the first visit).
-    Stops on Ctrl-C.
+    URL, which leads to the page's own address (/s/KEY/...); every request
+    needs that address, which stops working when the page stops. No cookie
+    is set (a browser would send it to every port of this host). Stops on
+    Ctrl-C.
 
     \b
     Example:
