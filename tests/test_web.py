@@ -468,3 +468,24 @@ def test_the_rescore_note_shows_a_hostile_subject_as_text(hostile_site):
     note = re.search(r'<p class="flash">(.*?)</p>', body, re.S).group(1)
     assert "#4 " in note, note  # the hostile message moved (unsure to spam) and is named
     assert html.escape(subject, quote=True) in note and "<i>moved" not in note
+
+
+def test_the_model_page_and_overview_count_what_was_learned_anywhere(site):
+    """learn and forget made elsewhere append to the journal, not the snapshot: the Model page
+    and the Overview's model size show them at once."""
+    web, mail, model = site
+
+    def shown(path):
+        status, _, body = web.get(path)
+        assert status == 200
+        return re.search(r"<dt>messages</dt><dd>(\d+) ham, (\d+) spam</dd>", body).groups()
+
+    ham, spam = map(int, shown("/model"))
+    assert shown("/overview") == (str(ham), str(spam))
+    msg = b"From: new@example.com\nSubject: something new\nMessage-ID: <new1@example.com>\n\nnew words here\n"
+    proc = subprocess.run(SPAMNB + ["learn", "--spam", "--model", str(model), "-"], input=msg, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert shown("/model") == (str(ham), str(spam + 1)) and shown("/overview") == (str(ham), str(spam + 1))
+    proc = subprocess.run(SPAMNB + ["forget", "--spam", "--model", str(model), "-"], input=msg, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert shown("/model") == (str(ham), str(spam))

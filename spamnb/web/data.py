@@ -17,7 +17,7 @@ import threading
 import time
 
 from spamnb.delivery.hook import decide, scored
-from spamnb.storage.filestore import ModelHolder
+from spamnb.storage.filestore import ModelHolder, file_state
 from spamnb.storage import history
 from spamnb.storage.modelfile import default_seed, learn_messages, load_model, own_model_path
 
@@ -141,10 +141,13 @@ class Site:
         return {r["id"]: self.clues(bytes(r["raw"]), model=model) for r in rows if r["raw"] is not None}
 
     def full_model(self):
-        """The whole model (for its facts and the prune preview), reloaded when its file changed."""
+        """The whole model with its journal (for its facts), reloaded when the snapshot or the
+        journal changed: a learn, forget or TELL made anywhere appends to the journal, and a
+        compaction replaces the snapshot."""
+        from spamnb.storage.journal import journal_path
+
         path = self.current_path()
-        st = os.stat(path)
-        ident = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+        ident = (path, *(file_identity(p) for p in (path, journal_path(path))))
         if self.full[0] != ident:
             self.full = (ident, load_model(path, allow_insecure=self.allow_insecure))
         return self.full[1]
@@ -268,6 +271,14 @@ class Site:
             out.setdefault(day, {}).setdefault(kind, 0)
             out[day][kind] += n
         return out
+
+
+def file_identity(path):
+    """What changes when the file at ``path`` is written or replaced (None when there is none)."""
+    try:
+        return file_state(os.stat(path))
+    except FileNotFoundError:
+        return None
 
 
 def day_start(text):
