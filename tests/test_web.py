@@ -489,3 +489,27 @@ def test_the_model_page_and_overview_count_what_was_learned_anywhere(site):
     proc = subprocess.run(SPAMNB + ["forget", "--spam", "--model", str(model), "-"], input=msg, capture_output=True)
     assert proc.returncode == 0, proc.stderr
     assert shown("/model") == (str(ham), str(spam))
+
+
+def test_the_unsure_page_learns_a_batch_in_one_post(site):
+    web, _, model = site
+    _, _, body = web.get("/unsure")
+    assert body.count('form="batch"') == 5 and 'id="batch"' in body
+    before = load_model(model).messages.copy()
+    status, headers, _ = web.get("/learn", data=f"id=2&id=4&id=2&label=spam&csrf={csrf_of(body)}&back=/unsure".encode())
+    assert status == 303 and headers["Location"] == web.root + "/unsure"
+    after = load_model(model).messages
+    assert after[1] == before[1] + 2 and after[0] == before[0]  # each once
+    _, _, body = web.get("/unsure")
+    assert 'id="m2"' not in body and 'id="m4"' not in body and body.count('<tr id="m') == 3
+    assert "Learned #2, #4 as spam" in body
+    _, _, body = web.get("/history?verdict=unsure")
+    assert body.count("taught as") == 2
+    # nothing ticked: nothing learned, and said; a row not kept: nothing of the batch learned
+    status, headers, _ = web.get("/learn", data=f"label=ham&csrf={csrf_of(body)}&back=/unsure".encode())
+    assert status == 303 and "tick the messages" in web.get("/unsure")[2]
+    status, _, text = web.get("/learn", data=f"id=1&id=99999&label=ham&csrf={csrf_of(body)}".encode())
+    assert status == 400 and "not kept" in text
+    assert (load_model(model).messages == after).all()
+    status, _, _ = web.get("/learn", data=b"id=1&id=3&label=ham")  # and a batch needs the CSRF token too
+    assert status == 403 and (load_model(model).messages == after).all()

@@ -95,6 +95,20 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
     shot(browser, "history")
 
 
+def test_tick_several_unsure_messages_and_mark_them_ham_at_once(browser, site):
+    web, _, model = site
+    browser.get(web.url)
+    for row in ("m2", "m3", "m8"):
+        browser.find_element("css selector", f"#{row} td.pick input").click()
+    shot(browser, "unsure-batch")
+    before = load_model(model).messages.copy()
+    browser.find_element("css selector", "#batch button.ham").click()
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))
+    assert load_model(model).messages[0] == before[0] + 3 and load_model(model).messages[1] == before[1]
+    assert not {"m2", "m3", "m8"} & set(rows(browser)) and len(rows(browser)) == 3
+    assert "Learned #2, #3, #8 as ham" in browser.find_element("css selector", ".flash").text
+
+
 def test_a_hostile_subject_is_shown_as_text_and_never_runs(browser, site):
     web, mail, _ = site
     hostile = f"m{len(mail) + 1}"

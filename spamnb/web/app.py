@@ -54,7 +54,7 @@ CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'
        "base-uri 'none'")
 MAX_POST = 16 * 1024
 MAX_QUERY_FIELDS = 20  # a page's address has at most a handful
-MAX_FORM_FIELDS = PAGE + 8  # a choice: the ids of one page's rows, the label, the CSRF token, where to go back
+MAX_FORM_FIELDS = PAGE + 8  # a choice: the ids of a page's rows (a batch), the label, the CSRF token, back
 SAFE_BACK = re.compile(r"/[A-Za-z0-9/_?=&%.+-]*")
 NUMBER = re.compile(r"[0-9]{1,9}")  # a page, a count of days: ASCII digits (not "²"), below 10^9
 MESSAGE_ID = re.compile(r"[0-9]{1,18}")  # a history row's id: ASCII digits that fit SQLite's integer
@@ -226,12 +226,17 @@ class Handler(BaseHTTPRequestHandler):
             back = "/unsure"
         label = form.get("label", [""])[0]
         try:
-            mid = form.get("id", [""])[0]
-            if not MESSAGE_ID.fullmatch(mid):
-                raise ValueError(f"message {mid[:20]!r} is not kept in the history: it cannot be learned from here")
-            mid = int(mid)
+            mids = form.get("id", [])  # one (a row's button) or a page's selection (the batch buttons)
+            bad = next((m for m in mids if not MESSAGE_ID.fullmatch(m)), None)
+            if bad is not None:
+                raise ValueError(f"message {bad[:20]!r} is not kept in the history: it cannot be learned from here")
+            mids = list(dict.fromkeys(map(int, mids)))
+            if not mids and label in ("spam", "ham"):  # a batch button with nothing ticked
+                srv.remember("Nothing was learned: tick the messages first.")
+                self.redirect(srv.root + back)
+                return
             with srv.site.request():
-                moved = srv.site.learn(mid, label)
+                moved = srv.site.learn(mids, label)
         except ValueError as exc:
             self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
@@ -239,7 +244,8 @@ class Handler(BaseHTTPRequestHandler):
             srv.log(f"learning failed: {exc.__class__.__name__}: {exc}")
             self.send(500, pages.error_page(500, f"not learned: {exc}", root=srv.root))
             return
-        srv.remember(f"Learned #{mid} as {pages.e(label)}. " + pages.moved_note(moved, srv.root))
+        which = ", ".join(f"#{mid}" for mid in sorted(mids))
+        srv.remember(f"Learned {which} as {pages.e(label)}. " + pages.moved_note(moved, srv.root))
         self.redirect(srv.root + back)
 
     def route_get(self, path, q):

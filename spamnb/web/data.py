@@ -191,23 +191,30 @@ class Site:
 
     # -- choices -----------------------------------------------------------------
 
-    def learn(self, mid, label):
-        """Learn verdict ``mid``'s message as ``label`` (the path of ``spamnb learn``:
-        the journal, the model's store), mark the row, then re-score the unsure
-        queue: ``[(id, subject, was, now)]`` of the messages whose verdict moved.
-        ValueError when the message is not there to learn."""
+    def learn(self, mids, label):
+        """Learn the messages of verdicts ``mids`` (an id, or a page's selection) as ``label``,
+        in one update (the path of ``spamnb learn``: the journal, the model's store), mark
+        their rows, then re-score the unsure queue once: ``[(id, subject, was, now)]`` of the
+        messages whose verdict moved. ValueError when a message is not there to learn
+        (then nothing is learned)."""
         if label not in ("spam", "ham"):
             raise ValueError("learn it as spam or ham")
+        mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
+        if not mids:
+            raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            found = self.message(mid)
-            if found is None or found[1] is None:
-                raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
-            row, raw = found
-            learn_messages(self.learn_path, [(raw, label)], allow_insecure=self.allow_insecure,
+            raws = []
+            for mid in mids:
+                found = self.message(mid)
+                if found is None or found[1] is None:
+                    raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
+                raws.append(found[1])
+            learn_messages(self.learn_path, [(raw, label) for raw in raws], allow_insecure=self.allow_insecure,
                            create=default_seed, warn=self.log)
             with self.db() as db:
-                history.mark(db, mid, label)
-            self.log(f"learned message {mid} as {label}")
+                for mid in mids:
+                    history.mark(db, mid, label)
+            self.log(f"learned message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))} as {label}")
             return self.rescore()
 
     def rescore(self):

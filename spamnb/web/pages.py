@@ -92,14 +92,19 @@ def unsure_page(rows, total, page, clues, csrf, flash="", *, root=""):
         if r["now_verdict"] and r["now_verdict"] != r["verdict"]:
             now = f' <span class="moved">now {verdict_badge(r["now_verdict"], r["now_score"])}</span>'
         items.append(
-            f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
+            f'<tr id="m{r["id"]}"><td class="pick"><input type="checkbox" name="id" value="{int(r["id"])}" '
+            f'form="batch" aria-label="choose #{int(r["id"])}"></td><td class="when">{e(when(r["t"]))}</td>'
             f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
             f'<div class="from">{e(r["sender"])}</div>{clue_list(clues.get(r["id"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}{now}</td>'
             f'<td class="act">{learn_form(r["id"], "spam", csrf, back, root=root)}'
             f'{learn_form(r["id"], "ham", csrf, back, root=root)}</td></tr>')
-    body = (f'<table class="list unsure"><thead><tr><th>Date</th><th>Message and its clues</th><th>Score</th>'
-            f'<th>It is</th></tr></thead><tbody>{"".join(items)}</tbody></table>'
+    batch = (f'<form method="post" action="{e(root)}/learn" id="batch" class="batch">'
+             f'<input type="hidden" name="csrf" value="{e(csrf)}"><input type="hidden" name="back" value="{e(back)}">'
+             f'The messages ticked: <button class="spam" type="submit" name="label" value="spam">Spam</button>'
+             f'<button class="ham" type="submit" name="label" value="ham">Ham</button></form>')
+    body = (batch + f'<table class="list unsure"><thead><tr><th></th><th>Date</th><th>Message and its clues</th>'
+            f'<th>Score</th><th>It is</th></tr></thead><tbody>{"".join(items)}</tbody></table>'
             + pager(page, total, root + "/unsure", {}))
     return layout("Unsure mail", body, active="unsure", flash=flash, root=root)
 
@@ -230,5 +235,6 @@ max-height:600px;overflow:auto}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:600}
 dd{margin:0;overflow-wrap:anywhere}
 form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
+form.batch{margin:8px 0}td.pick{width:1em}
 .pager{margin:10px 0}
 """
