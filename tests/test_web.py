@@ -14,6 +14,7 @@ import pytest
 from spamnb.storage import history
 from spamnb.storage.modelfile import load_model
 from spamnb.web.data import Site
+from spamnb.mail.tokennames import describe
 from spamnb.web.pages import clue_list
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
@@ -447,7 +448,8 @@ def test_hostile_from_and_clue_tokens_are_escaped_on_every_page(hostile_site):
         assert status == 200
         assert html.escape(sender, quote=True) in body and "<b>evil" not in body, path
         for tok in odd:
-            assert f"<code>{html.escape(tok, quote=True)}</code>" in body, (path, tok)
+            assert f'title="{html.escape(tok, quote=True)} (' in body, (path, tok)
+            assert html.escape(describe(tok), quote=True) in body, (path, tok)
         assert "qq<ss>" not in body and "zq<xv" not in body, path
 
 
@@ -513,3 +515,28 @@ def test_the_unsure_page_learns_a_batch_in_one_post(site):
     assert (load_model(model).messages == after).all()
     status, _, _ = web.get("/learn", data=b"id=1&id=3&label=ham")  # and a batch needs the CSRF token too
     assert status == 403 and (load_model(model).messages == after).all()
+
+
+def test_clues_are_shown_in_words_with_the_probability_they_push_towards(site):
+    from spamnb.web.pages import leaning
+
+    web, mail, model = site
+    _, _, body = web.get("/unsure")
+    clues = Site(model, False, web.base).clues(mail[0])
+    assert clues
+    for tok, c in clues:
+        assert f'title="{html.escape(tok, quote=True)} ({c:+.2f} log-odds)">{html.escape(describe(tok))} ' \
+               f'<b>{leaning(c)}</b></li>' in body
+
+
+def test_the_model_page_looks_a_word_up(site):
+    web, _, model = site
+    status, _, body = web.get("/model?word=Free")
+    assert status == 200 and "<h2>Word lookup</h2>" in body
+    rows = load_model(model).lookup("Free")
+    assert rows and body.count("<tr><td><code>") == len(rows)
+    for r in rows:
+        assert f'<code>{html.escape(r["token"])}</code>' in body and f'<td>{r["weight"]:+.3f}</td>' in body
+    status, _, body = web.get("/model?word=%3Cb%3Ezq%22never")
+    assert status == 200 and "&lt;b&gt;zq&quot;never: not in the model" in body and "<b>zq" not in body
+    assert 'value="&lt;b&gt;zq&quot;never"' in body

@@ -283,8 +283,10 @@ class Handler(BaseHTTPRequestHandler):
                                                root=root))
         elif path == "/model":
             older, most = number(q, "older_than", 90), number(q, "max_messages", 1)
+            word = q.get("word", "").strip()[:200]
             facts, _ = site.facts()
-            self.send(200, pages.model_page(facts, site.prune_preview(older, most), older, most, root=root))
+            self.send(200, pages.model_page(facts, site.prune_preview(older, most), older, most, word=word,
+                                            found=site.lookup(word) if word else (), root=root))
         else:
             self.send(404, pages.error_page(404, "no such page", root=root))
 

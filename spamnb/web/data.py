@@ -181,6 +181,11 @@ class Site:
             ("history", f"{self.history_path}"),
         ], m
 
+    def lookup(self, word):
+        """What the model (with its journal) knows of ``word``:
+        :meth:`spamnb.model.SpamModel.lookup`'s rows."""
+        return self.full_model().lookup(word)
+
     def prune_preview(self, older_than=90, max_messages=1):
         """How many tokens ``spamnb prune --older-than D --max-messages N`` would drop, of how many
         (on a copy loaded for it: the model on disk is not touched)."""

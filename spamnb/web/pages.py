@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime
 import html
+import math
 from urllib.parse import urlencode
 
+from spamnb.mail.tokennames import describe
 from spamnb.web import charts
 from spamnb.web.data import PAGE, logit
 
@@ -45,11 +47,22 @@ def verdict_badge(label, score=None):
     return f'<span class="v {e(label)}">{text}</span>'
 
 
+def leaning(logodds) -> str:
+    """Where a clue's contribution (log-odds) pushes, as the probability it alone would give
+    from even odds: ``+2.2`` -> "90% spam", ``-4.6`` -> "99% ham"."""
+    p = 1 / (1 + math.exp(-min(max(logodds, -700), 700)))
+    side, p = ("spam", p) if logodds > 0 else ("ham", 1 - p)
+    shown = f"{100 * p:.0f}%" if p < 0.995 else ">99%"
+    return f"{shown} {side}"
+
+
 def clue_list(clues):
+    """A message's clues: each token in words (the token itself on hover) and where it pushes."""
     if not clues:
         return '<span class="muted">no known tokens</span>'
     return '<ul class="clues">' + "".join(
-        f'<li class="{"s" if c > 0 else "h"}"><code>{e(tok)}</code> {c:+.2f}</li>' for tok, c in clues) + "</ul>"
+        f'<li class="{"s" if c > 0 else "h"}" title="{e(tok)} ({c:+.2f} log-odds)">{e(describe(tok))} '
+        f'<b>{leaning(c)}</b></li>' for tok, c in clues) + "</ul>"
 
 
 def learn_form(mid, label, csrf, back, text=None, root=""):
@@ -194,7 +207,7 @@ def overview_page(per_day, days, bins, cutoffs, corrections, facts, *, root=""):
     return layout("Overview", body, active="overview", root=root)
 
 
-def model_page(facts, preview, older_than, max_messages, *, root=""):
+def model_page(facts, preview, older_than, max_messages, *, word="", found=(), root=""):
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts)
     dropped, before = preview
     form = (f'<form method="get" action="{e(root)}/model" class="search"><label>tokens unseen for '
@@ -204,7 +217,26 @@ def model_page(facts, preview, older_than, max_messages, *, root=""):
     body = (f"<dl>{dl}</dl><h2>Prune preview</h2>{form}<p>spamnb prune --older-than {int(older_than)} "
             f"--max-messages {int(max_messages)} would drop <strong>{dropped}</strong> of {before} tokens. "
             f"Nothing is changed here: run the command to prune.</p>")
-    return layout("Model", body, active="model", root=root)
+    return layout("Model", body + word_lookup(word, found, root), active="model", root=root)
+
+
+def word_lookup(word, found, root):
+    """The Model page's word lookup (``spamnb explain --word``): a form, and what the model
+    knows of the word asked for."""
+    form = (f'<form method="get" action="{e(root)}/model" class="search" id="lookup"><input type="search" '
+            f'name="word" value="{e(word)}" placeholder="a word or a token"><button>Look up</button></form>')
+    if not word:
+        return f"<h2>Word lookup</h2>{form}"
+    if not found:
+        return f'<h2>Word lookup</h2>{form}<p>{e(word)}: not in the model.</p>'
+    rows = "".join(f'<tr><td><code>{e(r["token"])}</code><div class="muted">{e(describe(r["token"]))}</div></td>'
+                   f'<td>{r["ham"]:.3f}</td><td>{r["spam"]:.3f}</td><td>{r["messages"]}</td>'
+                   f'<td>{r["weight"]:+.3f}</td><td>{leaning(r["weight"])}</td></tr>' for r in found)
+    return (f'<h2>Word lookup</h2>{form}<table class="list words"><thead><tr><th>Token</th><th>ham</th>'
+            f'<th>spam</th><th>messages</th><th>log-odds</th><th>pushes to</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table><p class="muted">ham and spam: the token\'s counts in each class '
+            f'(as the model\'s features count them: <code>spamnb explain --word</code> says how); messages: the learned '
+            f'messages holding it; log-odds: what it alone adds to a score.</p>')
 
 
 def error_page(status, text, nav=True, root=""):
