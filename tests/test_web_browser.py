@@ -162,6 +162,11 @@ def test_a_20000_row_history_is_paged_without_loading_it_all(browser, compiled, 
         shot(browser, "overview")
         follow(browser, "Model")
         assert "would drop" in browser.find_element("tag name", "main").text
+        lookup = browser.find_element("css selector", "#lookup input[name=word]")
+        lookup.send_keys("free")
+        lookup.submit()
+        WebDriverWait(browser, 60).until(lambda b: "word=free" in b.current_url)
+        assert "the word “free”" in browser.find_element("css selector", "table.words").text
         shot(browser, "model")
     finally:
         web.stop()
