@@ -569,6 +569,38 @@ class SpamModel:
             weights = (jll[:, SPAM] - jll[:, HAM]) - bias
         return bias, weights
 
+    def lookup(self, word: str) -> list[dict]:
+        """What the model holds of ``word`` (a word lookup, as bogofilter's ``bogoutil -w``): of
+        the token itself, or of a plain word as a body word and in each namespace it is known
+        in (:func:`spamnb.mail.tokennames.lookups`), the body word first. A row for each token
+        it knows: ``{"token", "ham", "spam", "messages", "weight"}``, where ham and spam
+        are the class's feature counts (message counts with ``features="counts"`` or
+        ``"presence"``; sums of each message's normalised weight with the ``-l2`` features),
+        messages the learned messages holding it, and weight its log-odds (what a message
+        holding it once, and nothing else, scores beyond the prior: :meth:`linear_weights`'
+        weight of that token alone)."""
+        import scipy.sparse as sp
+
+        from spamnb.mail.tokennames import lookups
+
+        listed = type(self.vocabulary) is Vocabulary  # hashed columns have no names to look through
+        tokens = lookups(word, self.vocabulary.tokens() if listed and ":" not in word else None)
+        found = [(tok, self.vocabulary.index(tok)) for tok in dict.fromkeys(tokens)]
+        found = [(tok, i) for tok, i in found if i is not None]
+        if not found:
+            return []
+        n, cols = len(self.vocabulary), np.array([i for _, i in found])
+        est = self.estimator
+        rows = sp.csr_matrix((np.ones(len(cols)), (np.arange(len(cols)), cols)), shape=(len(cols), n))
+        with np.errstate(invalid="ignore"):
+            empty = est.predict_joint_log_proba(sp.csr_matrix((1, n)))
+            jll = est.predict_joint_log_proba(rows)
+        weights = (jll[:, SPAM] - jll[:, HAM]) - (empty[0, SPAM] - empty[0, HAM])
+        fc = est.feature_count_
+        return [{"token": tok, "ham": float(fc[HAM, i]), "spam": float(fc[SPAM, i]),
+                 "messages": int(self.doc_freq[i]), "weight": float(w)}
+                for (tok, i), w in zip(found, weights)]
+
     def explain(self, raw: bytes, n: int = 15, *, toks=None) -> Evidence:
         """The prior and the ``n`` tokens that moved the decision most.
 
