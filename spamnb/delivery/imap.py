@@ -525,11 +525,11 @@ class Filter:
                     # own verdict, which `filter -u` learned there if at all; the user's move back is
                     # the correction (scan_folder), as for a message this filter filed itself
                     self.say(f"{junk} {uid}: filed there by spamnb at delivery: not a correction: "
-                             f"{_subject(raw)}")
+                             f"{subject_line(raw)}")
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "verdict": "spam", "uid": uid}
                 else:  # the user put it there
-                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {_subject(raw)}")
+                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {subject_line(raw)}")
                     learn.append((raw, "spam"))
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "learned": "spam", "uid": uid}
@@ -565,7 +565,7 @@ class Filter:
             for uid, key, raw in back:
                 self.say(f"{name} {uid}: you moved it back from "
                          f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
-                         f"learning it as ham: {_subject(raw)}")
+                         f"learning it as ham: {subject_line(raw)}")
                 self.msgs[key] = {"where": INBOX, "learned": "ham"}
             self._learn([(raw, "ham") for _, _, raw in back])
             self._keyword([uid for uid, _, _ in back], "ham", flags)
@@ -600,7 +600,7 @@ class Filter:
             role, folder = dest.get(label, (None, None))
             where = f" -> {folder}" if folder else ""
             self.say(f"{name} {uid}: {label} (P(spam)={p:.4f}){where}{', learned' if learns else ''}: "
-                     f"{_subject(raw)}")
+                     f"{subject_line(raw)}")
             rec = {"where": role if folder else INBOX, "verdict": label}
             if learns:
                 own.append((raw, label))
@@ -692,7 +692,7 @@ class Filter:
             self.state.save()
 
 
-def _subject(raw: bytes) -> str:
+def subject_line(raw: bytes) -> str:
     """The message's Subject for a report line (decoded, shortened)."""
     from email.header import decode_header, make_header
 

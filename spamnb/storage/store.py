@@ -360,6 +360,7 @@ def planted_message(path, uid: int, what: str, consequence: str) -> str:
 _RISK = {
     "journal": "its records change the model's counts",
     "IMAP state": "it decides which messages are moved or deleted",
+    "moves state": "it decides which messages are learned as spam or ham",
 }
 
 
