@@ -229,3 +229,28 @@ def test_the_contrib_files_are_what_install_writes(tmp_path):
                imapsieve.files("/usr/local/bin/spamnb", imapsieve.DEFAULT_DIR).items()}
     shipped = {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_text()) for p in CONTRIB.iterdir()}
     assert shipped == written
+
+
+def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
+    """`spamnb setup --imapsieve DIR` writes the four files with this spamnb's full path
+    (nothing else: no mail read, no model), says what to add to dovecot.conf, and leaves
+    a file already there as it is."""
+    from test_e2e import SPAMNB
+
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    (tmp_path / "home").mkdir()
+    folder = tmp_path / "sieve-spamnb"
+    proc = subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"cp {folder}/90-spamnb-imapsieve.conf /etc/dovecot/conf.d/" in proc.stdout
+    assert f"sievec {folder}/report-spam.sieve" in proc.stdout
+    got = {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_text()) for p in folder.iterdir()}
+    assert got == imapsieve.files(SPAMNB[0], str(folder))
+    assert os.listdir(tmp_path / "home") == []  # no model, no configuration, no mail read
+    (folder / "report-ham.sieve").write_text("# the admin's own\n")
+    proc = subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and f"{folder}/report-ham.sieve exists: left as it is" in proc.stdout
+    assert (folder / "report-ham.sieve").read_text() == "# the admin's own\n"

@@ -299,3 +299,42 @@ def test_the_service_command_runs(tmp_path, box):
     res = subprocess.run(argv + ["--model", str(box.model)], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0 and "first run over" in res.stderr, res.stderr
     assert json.loads(box.state.read_text())["maildirs"]
+
+
+def test_the_units_setup_writes_are_contribs_own():
+    """What setup --install writes is contrib/systemd/user's pair, comments aside, with this
+    spamnb; another junk folder is named in the command."""
+    written = maildir_moves.units("/opt/bin/spamnb")
+    for unit in (SERVICE, TIMER):
+        lines = [line for line in unit.read_text().splitlines() if line and not line.startswith("#")]
+        assert [line for line in written[unit.name].splitlines() if line] == [
+            line.replace(README_SPAMNB, "/opt/bin/spamnb") for line in lines]
+    assert "ExecStart=/opt/bin/spamnb learn-moves --junk .Spam %h/Maildir\n" in \
+        maildir_moves.units("/opt/bin/spamnb", ".Spam")[SERVICE.name]
+
+
+def _setup(home, *args):
+    env = {"HOME": str(home), "USER": "nobody-here", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    proc = subprocess.run([*SPAMNB, "setup", "--yes", *args], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+@pytest.mark.parametrize("kind", ["procmail", "sieve"])
+def test_setup_says_how_corrections_are_learned_and_install_writes_the_timer(tmp_path, kind):
+    """With each local delivery setup says how a correction is made and learned; --install
+    writes the timer and its service (never over the user's own); with Sieve it says what
+    the administrator's IMAPSieve would do instead."""
+    folder = tmp_path / ".config" / "systemd" / "user"
+    out = _setup(tmp_path, "--delivery", kind)
+    assert "move a message the filter got wrong into .Junk" in out and "learn-moves" in out
+    assert not folder.exists()
+    assert ("spamnb setup --imapsieve /etc/dovecot/sieve-spamnb" in out) == (kind == "sieve")
+    folder.mkdir(parents=True)
+    (folder / TIMER.name).write_text("# mine\n")
+    out = _setup(tmp_path, "--delivery", kind, "--install")
+    assert f"wrote {folder / SERVICE.name}" in out and f"{folder / TIMER.name} exists" in out
+    assert (folder / TIMER.name).read_text() == "# mine\n"
+    assert (folder / SERVICE.name).read_text() == maildir_moves.units(SPAMNB[0])[SERVICE.name]
+    assert stat.S_IMODE((folder / SERVICE.name).stat().st_mode) == 0o600

@@ -281,3 +281,23 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of) -> tuple:
             kept = [item for item in kept if message_key(item[0]) != key]
     out.learn = kept
     return out, now
+
+
+# -- running it from a systemd timer -------------------------------------------------------------
+
+SERVICE, TIMER = "spamnb-learn-moves.service", "spamnb-learn-moves.timer"
+
+
+def units(spamnb: str, junk: str = ".Junk") -> dict:
+    """``{file name: text}`` of the systemd user service and timer that run learn-moves over
+    ~/Maildir every 10 minutes (contrib/systemd/user/ has them, with comments)."""
+    option = "" if junk == ".Junk" else f" --junk {junk}"
+    service = ("[Unit]\nDescription=spamnb: learn from your moves into and out of Junk (local Maildir)\n\n"
+               f"[Service]\nType=oneshot\nExecStart={spamnb} learn-moves{option} %h/Maildir\nUMask=0077\n"
+               "Nice=10\nIOSchedulingClass=idle\nNoNewPrivileges=yes\nRestrictAddressFamilies=AF_UNIX\n"
+               "RestrictNamespaces=yes\nRestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\n"
+               "SystemCallArchitectures=native\nSystemCallFilter=@system-service\n"
+               "SystemCallFilter=~@privileged @resources\nSystemCallErrorNumber=EPERM\nMemoryMax=1G\n")
+    timer = ("[Unit]\nDescription=spamnb: learn from your moves into and out of Junk every 10 minutes\n\n"
+             "[Timer]\nOnCalendar=*:0/10\nPersistent=true\n\n[Install]\nWantedBy=timers.target\n")
+    return {SERVICE: service, TIMER: timer}
