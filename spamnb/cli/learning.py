@@ -8,7 +8,7 @@ import os
 import click
 
 from spamnb.cli.options import (cutoffs, decision_options, history_options, model_options, notice, open_backend,
-                                skipper, source_options)
+                                run_alone, skipper, source_options)
 from spamnb.storage.locate import history_path
 
 
@@ -238,7 +238,6 @@ def learn_moves(maildir, junk, dry_run, quiet, model_path, store, allow_insecure
     """
     from spamnb.delivery import maildir_moves as lib
     from spamnb.delivery.setup import role_of
-    from spamnb.storage import store as files
     from spamnb.storage.modelfile import own_model_path
 
     maildir = maildir or os.path.join(os.path.expanduser("~"), "Maildir")
@@ -247,15 +246,7 @@ def learn_moves(maildir, junk, dry_run, quiet, model_path, store, allow_insecure
         raise click.UsageError(f"--junk names a Maildir++ folder such as .Junk, not {junk!r}")
     state_path = lib.state_path(own_model_path(model_path))
     say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
-    try:
-        files.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
-        lock = files.try_lock(state_path + ".lock")
-    except OSError as exc:
-        raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
-    except files.ModelError as exc:
-        raise click.ClickException(str(exc)) from None
-    if lock is None:
-        raise click.ClickException(f"another spamnb learn-moves is running for this model ({state_path}.lock)")
+    lock = run_alone(state_path, "spamnb learn-moves")
     try:
         state = lib.State.load(state_path)
         where = os.path.realpath(maildir)

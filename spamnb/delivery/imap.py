@@ -54,7 +54,6 @@ handful of round trips per hundred messages.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shlex
 import subprocess
@@ -376,30 +375,22 @@ class State:
 
     @classmethod
     def load(cls, path) -> "State":
-        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.open_trusted`):
+        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.read_state`):
         a state another user planted could say a message was half-moved to Junk, and the
         next pass would delete the folder's copy."""
-        from spamnb.storage.store import ModelError, open_trusted
+        from spamnb.storage.store import ModelError, read_state
 
         try:
-            fd, _ = open_trusted(path, what="IMAP state")
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read())
-        except FileNotFoundError:
-            return cls(path)
+            data = read_state(path, "IMAP state", lambda d: isinstance(d, dict) and d.get("version") == STATE_VERSION)
         except ModelError as exc:
             raise ImapError(str(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise ImapError(f"cannot read the IMAP state {path}: {exc} (move it away to start afresh)") from None
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise ImapError(f"the IMAP state {path} is not one this version reads (move it away to start afresh)")
         return cls(path, data)
 
     def save(self) -> None:
-        from spamnb.storage.store import write_bytes_atomic
+        from spamnb.storage.store import write_state
 
         try:
-            write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+            write_state(self.path, self.data)
         except OSError as exc:
             raise StateError(f"cannot save the IMAP state {self.path}: {exc.strerror or exc} (the pass "
                              "stopped there; the next one redoes what was not recorded)") from None

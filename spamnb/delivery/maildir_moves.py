@@ -43,12 +43,12 @@ nothing written. This never moves, changes or deletes a message.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from dataclasses import dataclass, field
 
 from spamnb import verdict
+from spamnb.delivery.fastlearn import read_regular
 from spamnb.delivery.imap import subject_line
 from spamnb.mail.identity import message_key
 
@@ -105,20 +105,7 @@ def scan(maildir: str) -> dict:
 
 def _read(path):
     """The bytes of the message file at ``path``, or None (gone meanwhile, unreadable, too large)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_MESSAGE:
-            return None
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    return read_regular(path, MAX_MESSAGE)
 
 
 # -- state ----------------------------------------------------------------------------------
@@ -133,31 +120,21 @@ class State:
 
     @classmethod
     def load(cls, path) -> "State":
-        """The state at ``path`` (a fresh one when there is none), trusted as a model is:
-        one another user planted could make spamnb learn what they choose."""
-        from spamnb.storage.store import ModelError, open_trusted
+        """The state at ``path`` (a fresh one when there is none), trusted as a model is
+        (:func:`spamnb.storage.store.read_state`): one another user planted could make
+        spamnb learn what they choose."""
+        from spamnb.storage.store import ModelError, read_state
 
         try:
-            fd, _ = open_trusted(path, what="moves state")
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read())
-        except FileNotFoundError:
-            return cls(path)
+            return cls(path, read_state(path, "moves state", _well_formed))
         except ModelError as exc:
             raise MovesError(str(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise MovesError(f"cannot read the moves state {path}: {exc} (move it away to start afresh: "
-                             "the next run records the Maildir again and learns nothing)") from None
-        if not _well_formed(data):
-            raise MovesError(f"the moves state {path} is damaged or not one this version reads (move it away "
-                             "to start afresh: the next run records the Maildir again and learns nothing)")
-        return cls(path, data)
 
     def save(self) -> None:
-        from spamnb.storage.store import write_bytes_atomic
+        from spamnb.storage.store import write_state
 
         try:
-            write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+            write_state(self.path, self.data)
         except OSError as exc:
             raise MovesError(f"cannot save the moves state {self.path}: {exc.strerror or exc} (what was learned "
                              "stays learned; the next run finds the same moves and knows them)") from None
@@ -294,7 +271,7 @@ def units(spamnb: str, junk: str = ".Junk") -> dict:
     option = "" if junk == ".Junk" else f" --junk {junk}"
     service = ("[Unit]\nDescription=spamnb: learn from your moves into and out of Junk (local Maildir)\n\n"
                f"[Service]\nType=oneshot\nExecStart={spamnb} learn-moves{option} %h/Maildir\nUMask=0077\n"
-               "Nice=10\nIOSchedulingClass=idle\nNoNewPrivileges=yes\nRestrictAddressFamilies=AF_UNIX\n"
+               "Nice=10\nIOSchedulingClass=idle\nNoNewPrivileges=yes\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\n"
                "RestrictNamespaces=yes\nRestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\n"
                "SystemCallArchitectures=native\nSystemCallFilter=@system-service\n"
                "SystemCallFilter=~@privileged @resources\nSystemCallErrorNumber=EPERM\nMemoryMax=1G\n")
