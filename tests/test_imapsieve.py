@@ -144,7 +144,7 @@ def mailbox(make_dovecot, trained_model_file):
         if server.root:
             for p in (model, model.parent, model.parent.parent, model.parent.parent.parent):
                 os.chown(p, harness.NOBODY, harness.NOBODY)
-        for name in ("Archive", "Other", "Trash"):
+        for name in ("Archive", "Other", "Trash", "Unsure"):
             server.create_folder(name)
         yield Mailbox(server, model, folder / "calls")
     finally:
@@ -188,6 +188,25 @@ def test_each_move_into_and_out_of_junk_is_learned_once(mailbox):
     # one learn per event (3 moves, 2 copies); the moves to Trash and to Other ran nothing
     assert mailbox.learns() == ["--spam", "--ham", "--spam", "--spam", "--spam"]
     assert mailbox.log() == []  # nothing failed
+
+
+def test_moves_out_of_the_unsure_folder(mailbox):
+    """Out of Unsure into INBOX: ham. Out of Unsure into Junk: spam, and only spam (the Junk
+    rule and the Unsure rule both match; the ham script stops for Junk). Junk to Unsure:
+    nothing (the person has not decided)."""
+    a, b, c = sample("ham", 3)
+    mailbox.server.append("Unsure", a)
+    mailbox.server.append("Unsure", b)
+    mailbox.server.append("Junk", c)
+    ham0, spam0 = mailbox.counts()
+    mailbox.move(a, "Unsure", "INBOX")
+    assert mailbox.known(a) == HAM and mailbox.counts() == (ham0 + 1, spam0)
+    mailbox.move(b, "Unsure", "Junk")
+    assert mailbox.known(b) == SPAM and mailbox.counts() == (ham0 + 1, spam0 + 1)
+    mailbox.move(c, "Junk", "Unsure")
+    assert mailbox.known(c) is None and mailbox.counts() == (ham0 + 1, spam0 + 1)
+    assert mailbox.learns() == ["--ham", "--spam"]
+    assert mailbox.log() == []
 
 
 def test_a_failing_learn_never_blocks_or_loses_the_move(mailbox):
@@ -254,3 +273,12 @@ def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
                           text=True, timeout=120)
     assert proc.returncode == 0 and f"{folder}/report-ham.sieve exists: left as it is" in proc.stdout
     assert (folder / "report-ham.sieve").read_text() == "# the admin's own\n"
+
+
+def test_the_docs_show_the_settings_as_shipped():
+    """docs/delivery.md's block of settings is the shipped file's, comments and blank lines aside."""
+    doc = (ROOT / "docs" / "delivery.md").read_text()
+    start = doc.index("```\nprotocol imap {") + 4
+    block = doc[start:doc.index("```", start)].splitlines()
+    conf = [line for line in imapsieve.conf().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert block == conf

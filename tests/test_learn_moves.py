@@ -35,11 +35,11 @@ def sample(label, n, start=0):
 
 
 class Maildir:
-    """A Maildir++ with INBOX, .Junk, .Trash, .Archive and .Other, and the user's model."""
+    """A Maildir++ with INBOX, .Junk, .Unsure, .Trash, .Archive and .Other, and the user's model."""
 
     def __init__(self, root: Path, model: Path):
         self.root, self.model, self.n = root, model, 0
-        for folder in ("", ".Junk", ".Trash", ".Archive", ".Other"):
+        for folder in ("", ".Junk", ".Unsure", ".Trash", ".Archive", ".Other"):
             for sub in ("cur", "new", "tmp"):
                 (root / folder / sub).mkdir(parents=True, exist_ok=True)
 
@@ -177,6 +177,25 @@ def test_moves_as_mutt_saves_and_mail_never_seen_before(box):
     box.deliver("INBOX", s[1])  # new mail in INBOX: not a move, whatever it is
     assert box.run()[0] == 0
     assert box.known(a) == HAM and box.known(s[1]) is None
+    assert box.counts() == (ham0 + 1, spam0 + 1)
+
+
+def test_moves_out_of_the_unsure_folder(box):
+    """Unsure mail has a folder of its own: out of it into kept mail is ham, into Junk spam;
+    out of Junk into it, nothing (the person has not decided)."""
+    a, b = sample("ham", 2)
+    s = sample("spam", 1)[0]
+    box.deliver(".Unsure", a)
+    box.deliver(".Unsure", s)
+    box.deliver(".Junk", b)
+    assert box.run()[0] == 0
+    ham0, spam0 = box.counts()
+    box.rename(a, "INBOX")
+    box.save_as_new(s, ".Junk")
+    box.rename(b, ".Unsure")
+    code, err = box.run()
+    assert code == 0 and "moved from .Unsure to INBOX: learning it as ham" in err, err
+    assert box.known(a) == HAM and box.known(s) == SPAM and box.known(b) is None
     assert box.counts() == (ham0 + 1, spam0 + 1)
 
 

@@ -211,18 +211,21 @@ def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_uns
 @click.argument("maildir", required=False, type=click.Path(file_okay=False), metavar="[MAILDIR]")
 @click.option("--junk", default=".Junk", show_default=True, metavar="FOLDER",
               help="The Maildir++ folder spam is filed in.")
+@click.option("--unsure-folder", default=".Unsure", show_default=True, metavar="FOLDER",
+              help="The Maildir++ folder unsure mail is filed in: moved out of it into kept mail, a message "
+                   "is learned as ham (into Junk, as spam).")
 @click.option("--dry-run", "-n", is_flag=True, help="Say what it would learn; learn and record nothing.")
 @click.option("--quiet", "-q", is_flag=True, help="Say nothing when all went well (for cron, which mails what "
                                                   "a job prints).")
 @model_options
 @history_options
-def learn_moves(maildir, junk, dry_run, quiet, model_path, store, allow_insecure_model, history):
+def learn_moves(maildir, junk, unsure_folder, dry_run, quiet, model_path, store, allow_insecure_model, history):
     """Learn from your moves into and out of Junk in a local Maildir (run from cron or a timer).
 
     Compares the Maildir (default ~/Maildir) with what the last run saw: a
     message you moved into .Junk is learned as spam, one you moved out of it
-    into another folder as ham (a spam learned as ham, or a ham learned as
-    spam, is moved to the other class). Out of .Junk into Trash, a move between
+    (or out of .Unsure) into another folder as ham (a spam learned as ham, or
+    a ham learned as spam, is moved to the other class). Out of .Junk into Trash, a move between
     two other folders and a copy teach nothing. Messages are recognised by their
     Maildir unique name and their identity, as `spamnb learn` recognises them.
 
@@ -241,16 +244,15 @@ def learn_moves(maildir, junk, dry_run, quiet, model_path, store, allow_insecure
     from spamnb.storage.modelfile import own_model_path
 
     maildir = maildir or os.path.join(os.path.expanduser("~"), "Maildir")
-    junk = junk if junk.startswith(".") else "." + junk
-    if "/" in junk or junk in (".", ".."):
-        raise click.UsageError(f"--junk names a Maildir++ folder such as .Junk, not {junk!r}")
+    junk, unsure = (_maildir_folder(name, option) for name, option in ((junk, "--junk"),
+                                                                      (unsure_folder, "--unsure-folder")))
     state_path = lib.state_path(own_model_path(model_path))
     say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
     lock = run_alone(state_path, "spamnb learn-moves")
     try:
         state = lib.State.load(state_path)
         where = os.path.realpath(maildir)
-        out, now = lib.compare(maildir, state.seen(where), junk, role_of)
+        out, now = lib.compare(maildir, state.seen(where), junk, role_of, unsure)
         if not os.path.isdir(os.path.join(maildir, junk)):
             say(f"{maildir} has no folder {junk} (yet): nothing can move into or out of it")
         if out.first:
@@ -274,3 +276,11 @@ def learn_moves(maildir, junk, dry_run, quiet, model_path, store, allow_insecure
         raise click.ClickException(str(exc)) from None
     finally:
         os.close(lock)
+
+
+def _maildir_folder(name, option):
+    """A Maildir++ folder's name as it is on disk (``Junk`` is ``.Junk``)."""
+    name = name if name.startswith(".") else "." + name
+    if "/" in name or name in (".", ".."):
+        raise click.UsageError(f"{option} names a Maildir++ folder such as .Junk, not {name!r}")
+    return name

@@ -237,7 +237,7 @@ def _imapsieve(lib, folder):
 Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
   cp {folder}/{imapsieve.CONF} /etc/dovecot/conf.d/
   # merge it with your settings if you set mail_plugins, sieve_plugins, sieve_global_extensions
-  # or imapsieve_mailbox1/2 elsewhere (doveconf -n shows them)
+  # or imapsieve_mailbox1 to 3 elsewhere (doveconf -n shows them)
   sievec {folder}/report-spam.sieve && sievec {folder}/report-ham.sieve
   doveadm reload
 Each user's moves into and out of Junk are then learned into their own model, as

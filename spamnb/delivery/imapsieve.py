@@ -6,10 +6,12 @@ the script pipes the message to a program (``vnd.dovecot.pipe``), which runs
 as the mail user. This module writes those files, with spamnb's full path:
 
 * ``report-spam.sieve``: a message put into Junk is learned as spam;
-* ``report-ham.sieve``: a message taken out of Junk into another folder is
-  learned as ham, unless that folder is a trash folder (:data:`TRASH`), as
-  Dovecot's own "antispam with IMAPSieve" how-to has it: deleting spam is no
-  verdict on it;
+* ``report-ham.sieve``: a message taken out of Junk (or out of the folder unsure
+  mail is filed in) into another folder is learned as ham, unless that folder
+  is a trash folder (:data:`TRASH`), as Dovecot's own "antispam with IMAPSieve"
+  how-to has it: deleting spam is no verdict on it; nor the unsure folder; nor
+  Junk, where ``report-spam.sieve`` learns it as spam (Dovecot runs every
+  matching rule);
 * ``spamnb-learn``: the pipe program. It runs ``spamnb learn --spam|--ham`` on
   the message, which learns it into the mail user's own model once (learning a
   message known under the same label again changes nothing, and learning it
@@ -50,17 +52,18 @@ def report_spam() -> str:
             f'pipe :copy "{PIPE}" ["spam"];\n')
 
 
-def report_ham() -> str:
-    trash = ", ".join(f'"{name}"' for name in TRASH)
-    return ("# spamnb: a message taken out of Junk into another folder is learned as ham\n"
-            "# (learning it as ham forgets it as spam). Into a trash folder it teaches\n"
-            "# nothing: deleting spam says nothing new about it. Run by Dovecot's IMAPSieve\n"
-            f"# (imapsieve_mailbox2_*, {CONF}).\n"
+def report_ham(junk: str = "Junk", unsure: str = "Unsure") -> str:
+    skip = ", ".join(f'"{name}"' for name in (*TRASH, junk, unsure))
+    return (f"# spamnb: a message taken out of {junk} (or the unsure folder) into another folder is\n"
+            "# learned as ham (learning it as ham forgets it as spam). Into a trash folder it\n"
+            "# teaches nothing: deleting spam says nothing new about it; into the unsure\n"
+            "# folder neither; into Junk it is spam (report-spam.sieve). Run by Dovecot's IMAPSieve\n"
+            f"# (imapsieve_mailbox2_* and imapsieve_mailbox3_*, {CONF}).\n"
             + _SIEVE_HEAD +
             'if environment :matches "imap.mailbox" "*" {\n'
             '    set "mailbox" "${1}";\n'
             "}\n"
-            f'if string "${{mailbox}}" [{trash}] {{\n'
+            f'if string "${{mailbox}}" [{skip}] {{\n'
             "    stop;\n"
             "}\n"
             f'pipe :copy "{PIPE}" ["ham"];\n')
@@ -103,7 +106,7 @@ exit 0
 """
 
 
-def conf(folder: str = DEFAULT_DIR, junk: str = "Junk") -> str:
+def conf(folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: str = "Unsure") -> str:
     """The Dovecot settings (``/etc/dovecot/conf.d/90-spamnb-imapsieve.conf``)."""
     return f"""# spamnb learns from the moves users make into and out of {junk} (Pigeonhole's IMAPSieve).
 # For /etc/dovecot/conf.d/ (needs dovecot-sieve); the scripts are in {folder}.
@@ -125,19 +128,25 @@ plugin {{
   imapsieve_mailbox1_causes = COPY
   imapsieve_mailbox1_before = file:{folder}/report-spam.sieve
 
-  # out of {junk} into any other folder: learned as ham (a trash folder: nothing; see the script)
+  # out of {junk} into any other folder: learned as ham (a trash folder, {unsure}: nothing; see the script)
   imapsieve_mailbox2_name = *
   imapsieve_mailbox2_from = {junk}
   imapsieve_mailbox2_causes = COPY
   imapsieve_mailbox2_before = file:{folder}/report-ham.sieve
+
+  # out of {unsure} (where unsure mail is filed) into any other folder: learned as ham (into {junk}: spam)
+  imapsieve_mailbox3_name = *
+  imapsieve_mailbox3_from = {unsure}
+  imapsieve_mailbox3_causes = COPY
+  imapsieve_mailbox3_before = file:{folder}/report-ham.sieve
 }}
 """
 
 
-def files(spamnb: str, folder: str = DEFAULT_DIR, junk: str = "Junk") -> dict:
+def files(spamnb: str, folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: str = "Unsure") -> dict:
     """``{file name: (mode, text)}`` of what goes into ``folder``."""
-    return {"report-spam.sieve": (0o644, report_spam()), "report-ham.sieve": (0o644, report_ham()),
-            PIPE: (0o755, pipe_program(spamnb)), CONF: (0o644, conf(folder, junk))}
+    return {"report-spam.sieve": (0o644, report_spam()), "report-ham.sieve": (0o644, report_ham(junk, unsure)),
+            PIPE: (0o755, pipe_program(spamnb)), CONF: (0o644, conf(folder, junk, unsure))}
 
 
 def install(folder: str, spamnb: str, junk: str = "Junk") -> list:

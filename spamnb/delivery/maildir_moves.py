@@ -7,10 +7,10 @@ a systemd timer, this compares the Maildir with what the last run saw
 
 * a message that arrived in Junk from another folder as **spam** (``spamnb
   learn --spam``, which forgets it as ham if it was learned so);
-* a message that left Junk for a folder of kept mail as **ham** (which forgets
-  it as spam). Out of Junk into a trash folder, or another junk folder, teaches
-  nothing: deleting spam is no verdict on it (the folders' roles are setup's,
-  :func:`spamnb.delivery.setup.role_of`);
+* a message that left Junk (or the folder unsure mail is filed in) for a folder
+  of kept mail as **ham** (which forgets it as spam). Out of Junk into a trash
+  folder, or another junk folder, teaches nothing: deleting spam is no verdict
+  on it (the folders' roles are setup's, :func:`spamnb.delivery.setup.role_of`);
 * a move between two other folders, and a copy (the original is still where it
   was), teach nothing.
 
@@ -179,10 +179,11 @@ class Outcome:
         return sum(1 for _, lb, _ in self.learn if lb == label)
 
 
-def compare(maildir: str, seen: dict | None, junk: str, role_of) -> tuple:
+def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | None = None) -> tuple:
     """``(outcome, now)``: what moved since ``seen`` (the state's entry for this
     Maildir, None on a first run), and the entry to record; ``role_of(folder)``:
-    ``spam``, ``ham`` or ``skip`` (setup's roles)."""
+    ``spam``, ``ham`` or ``skip`` (setup's roles); ``unsure``: the folder unsure mail
+    is filed in, out of which a move into kept mail is ham too."""
     found = scan(maildir)
     out = Outcome(first=seen is None, messages=sum(len(v) for v in found.values()),
                   folders=len({f for places in found.values() for f, _ in places}))
@@ -211,7 +212,7 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of) -> tuple:
         label = None
         if dst == junk and src != junk:
             label = "spam"
-        elif src == junk and dst != junk and role_of(dst) == "ham":
+        elif src in (junk, unsure) and dst != junk and role_of(dst) == "ham":
             label = "ham"
         if label is not None:
             raw = raw_of(name)
