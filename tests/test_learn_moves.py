@@ -357,3 +357,33 @@ def test_setup_says_how_corrections_are_learned_and_install_writes_the_timer(tmp
     assert (folder / TIMER.name).read_text() == "# mine\n"
     assert (folder / SERVICE.name).read_text() == maildir_moves.units(SPAMNB[0])[SERVICE.name]
     assert stat.S_IMODE((folder / SERVICE.name).stat().st_mode) == 0o600
+
+
+def test_moves_made_over_imap_in_a_dovecot_maildir(make_dovecot, model_file):
+    """A user of a Dovecot server whose Maildir is on the host they log into learns their
+    moves without the administrator: Dovecot 2.3 moves a message's file under the same
+    name (a hard link, then the old one removed), and a move into Trash teaches nothing."""
+    server = make_dovecot()
+    a, b = sample("ham", 2)
+    for raw in (a, b):
+        server.append("INBOX", raw)
+    box = Maildir.__new__(Maildir)
+    box.root, box.model, box.n = server.maildir, model_file, 0
+    assert box.run()[0] == 0
+    ham0, spam0 = box.counts()
+
+    def move(raw, src, dst):
+        key = message_key(raw)
+        (uid,) = [u for u, got in server.fetch_all(src).items() if message_key(got) == key]
+        server.move(src, uid, dst)
+
+    move(a, "INBOX", "Junk")
+    code, err = box.run()
+    assert code == 0 and "moved from INBOX to .Junk: learning it as spam" in err, err
+    assert box.known(a) == SPAM and box.counts() == (ham0, spam0 + 1)
+    move(a, "Junk", "INBOX")
+    server.create_folder("Trash")
+    move(b, "INBOX", "Trash")
+    code, err = box.run()
+    assert code == 0 and "learned 0 as spam and 1 as ham" in err, err
+    assert box.known(a) == HAM and box.known(b) is None and box.counts() == (ham0 + 1, spam0)
