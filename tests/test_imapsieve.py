@@ -282,3 +282,39 @@ def test_the_docs_show_the_settings_as_shipped():
     block = doc[start:doc.index("```", start)].splitlines()
     conf = [line for line in imapsieve.conf().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert block == conf
+
+
+def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path, trained_model_file):
+    """spamnb hanging (a model locked for ever, a stuck disk): Dovecot stops the pipe program
+    after sieve_pipe_exec_timeout (2 s here, 10 s by default) and the move is done."""
+    import dovecot as harness
+
+    if harness.imapsieve_missing():
+        pytest.skip(harness.imapsieve_missing())
+    pytest.importorskip("imapclient", reason="imapclient is not installed (it is in the test and imap extras)")
+    folder = Path(tempfile.mkdtemp(prefix="spamnb-sieve-"))
+    folder.chmod(0o755)
+    server = None
+    try:
+        hang = folder / "spamnb"
+        hang.write_text("#!/bin/sh\nexec sleep 60\n")
+        hang.chmod(0o755)
+        imapsieve.install(folder / "sieve", str(hang))
+        server = harness.Dovecot(imapsieve=folder / "sieve")
+        server.extra_config = "plugin {\n  sieve_pipe_exec_timeout = 2s\n}\n"
+        server.start()
+        a = sample("spam", 1)[0]
+        uid = server.append("INBOX", a)
+        before = server.fetch_all("INBOX")[uid]
+        started = time.monotonic()
+        server.move("INBOX", uid, "Junk")
+        took = time.monotonic() - started
+        assert server.uids("INBOX") == [] and list(server.fetch_all("Junk").values()) == [before]
+        assert took < 5, (took, server.log_tail(50))
+        log = server.log.read_text()
+        assert "alice: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as spam" in log, log
+        assert "signal 9" not in log, log  # it ended at Dovecot's SIGTERM, not at the SIGKILL after
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(folder, ignore_errors=True)

@@ -89,18 +89,23 @@ case "$1" in
     *) echo "spamnb-learn: called with '$1', not spam or ham: nothing learned" >&2; exit 0 ;;
 esac
 umask 077
-tmp=$(mktemp "${{TMPDIR:-/tmp}}/spamnb-learn.XXXXXXXXXX") || {{
-    echo "spamnb-learn: no temporary file: the message is not learned as $label" >&2; exit 0; }}
-trap 'rm -f "$tmp"' EXIT
+dir=$(mktemp -d "${{TMPDIR:-/tmp}}/spamnb-learn.XXXXXXXXXX") || {{
+    echo "spamnb-learn: no temporary folder: the message is not learned as $label" >&2; exit 0; }}
+trap 'rm -rf "$dir"' EXIT
 trap 'exit 0' HUP INT TERM
-if ! cat > "$tmp"; then
+if ! cat > "$dir/message"; then
     echo "spamnb-learn: cannot read the message: not learned as $label" >&2; exit 0
 fi
 who=${{USER:-$(id -un)}}
-if said=$("$SPAMNB" learn --"$label" "$tmp" 2>&1); then
-    logger -t spamnb-learn -p mail.info -- "$who: $said" 2>/dev/null || :
+# In the background and waited for, so that Dovecot's SIGTERM (sieve_pipe_exec_timeout)
+# ends this script at once rather than when spamnb is done.
+"$SPAMNB" learn --"$label" "$dir/message" > "$dir/said" 2>&1 &
+learner=$!
+trap 'kill "$learner" 2>/dev/null; echo "spamnb-learn: $who: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as $label" >&2; exit 0' HUP INT TERM
+if wait "$learner"; then
+    logger -t spamnb-learn -p mail.info -- "$who: $(cat "$dir/said")" 2>/dev/null || :
 else
-    echo "spamnb-learn: $who: learning as $label failed (the move is done): $said" | head -n 3 >&2
+    echo "spamnb-learn: $who: learning as $label failed (the move is done): $(head -n 3 "$dir/said")" >&2
 fi
 exit 0
 """
