@@ -72,9 +72,10 @@ def unique_name(file_name: str) -> str:
     return file_name.split(":", 1)[0]
 
 
-def scan(maildir: str) -> dict:
-    """``{unique name: [(folder, path), ...]}`` of every message in the Maildir++ at
-    ``maildir``: its own ``cur/`` and ``new/`` (folder ``INBOX``) and every ``.Folder``."""
+def scan(maildir: str) -> tuple:
+    """``({unique name: [(folder, path), ...]}, folders)``: every message in the Maildir++
+    at ``maildir`` (its own ``cur/`` and ``new/``, folder ``INBOX``, and every ``.Folder``),
+    and how many folders it has."""
     root = os.path.abspath(maildir)
     if not (os.path.isdir(os.path.join(root, "cur")) or os.path.isdir(os.path.join(root, "new"))):
         raise MovesError(f"{maildir} is not a Maildir: it has no cur/ or new/ folder")
@@ -100,7 +101,7 @@ def scan(maildir: str) -> dict:
                 except FileNotFoundError:  # moved or deleted while we list: the next run sees where
                     continue
                 found.setdefault(unique_name(name), []).append((folder, file))
-    return found
+    return found, len(folders)
 
 
 def _read(path):
@@ -184,9 +185,8 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | N
     Maildir, None on a first run), and the entry to record; ``role_of(folder)``:
     ``spam``, ``ham`` or ``skip`` (setup's roles); ``unsure``: the folder unsure mail
     is filed in, out of which a move into kept mail is ham too."""
-    found = scan(maildir)
-    out = Outcome(first=seen is None, messages=sum(len(v) for v in found.values()),
-                  folders=len({f for places in found.values() for f, _ in places}))
+    found, folders = scan(maildir)
+    out = Outcome(first=seen is None, messages=sum(len(v) for v in found.values()), folders=folders)
     seen = seen or {}
     now, raws = {}, {}
     for name, places in found.items():
