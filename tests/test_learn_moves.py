@@ -180,6 +180,18 @@ def test_moves_as_mutt_saves_and_mail_never_seen_before(box):
     assert box.counts() == (ham0 + 1, spam0 + 1)
 
 
+def test_a_message_delivered_twice_and_moved_twice_is_learned_once(box):
+    a = sample("ham", 1)[0]
+    first, second = box.deliver("INBOX", a), box.deliver("INBOX", a)
+    assert box.run()[0] == 0
+    ham0, spam0 = box.counts()
+    for path in (first, second):
+        os.rename(path, box.dir(".Junk") / "cur" / (path.name + ":2,S"))
+    code, err = box.run()
+    assert code == 0 and "learned 1 as spam and 0 as ham" in err, err
+    assert box.counts() == (ham0, spam0 + 1)
+
+
 def test_moves_out_of_the_unsure_folder(box):
     """Unsure mail has a folder of its own: out of it into kept mail is ham, into Junk spam;
     out of Junk into it, nothing (the person has not decided)."""

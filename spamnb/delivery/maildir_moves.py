@@ -185,12 +185,11 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | N
     Maildir, None on a first run), and the entry to record; ``role_of(folder)``:
     ``spam``, ``ham`` or ``skip`` (setup's roles); ``unsure``: the folder unsure mail
     is filed in, out of which a move into kept mail is ham too."""
-    found, folders = scan(maildir)
-    out = Outcome(first=seen is None, messages=sum(len(v) for v in found.values()), folders=folders)
+    found, n_folders = scan(maildir)
+    out = Outcome(first=seen is None, messages=sum(len(v) for v in found.values()), folders=n_folders)
     seen = seen or {}
     now, raws = {}, {}
     for name, places in found.items():
-        folders = sorted({f for f, _ in places})
         if name in seen and seen[name][1] is not None:
             key = seen[name][1]  # a Maildir file's content never changes: its key neither
         else:
@@ -198,7 +197,7 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | N
             key = message_key(raw).hex() if raw is not None else None
             if raw is not None:
                 raws[name] = raw
-        now[name] = [folders, key]
+        now[name] = [sorted({f for f, _ in places}), key]
     if out.first:
         return out, now
 
@@ -207,56 +206,50 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | N
             raws[name] = _read(found[name][0][1])
         return raws[name]
 
-    def event(name, src, dst, what):
-        """A move of message ``name`` from folder ``src`` to ``dst``: learned, or not."""
+    def moved(name, src, dst):
+        """Message ``name`` went from folder ``src`` to ``dst``: learned, or not."""
         label = None
         if dst == junk and src != junk:
             label = "spam"
         elif src in (junk, unsure) and dst != junk and role_of(dst) == "ham":
             label = "ham"
-        if label is not None:
-            raw = raw_of(name)
-            if raw is not None:
-                out.learn.append((raw, label, what(dst)))
+        raw = raw_of(name) if label is not None else None
+        if raw is not None:
+            out.learn.append((raw, label, f"moved from {src} to {dst}"))
 
-    gone = {name: seen[name] for name in seen if name not in now}
-    gone_by_key = {}
-    for name, (folders, key) in gone.items():
-        if key is not None:
-            gone_by_key.setdefault(key, []).append(folders)
-    present = {}  # key -> folders it is in now, among messages seen before
-    for name, (folders, key) in now.items():
-        if name in seen and key is not None:
-            present.setdefault(key, set()).update(folders)
-    for name, (folders, key) in now.items():
+    gone_by_key = {}  # key -> the folders of each message no longer there
+    for name, (where, key) in seen.items():
+        if name not in now and key is not None:
+            gone_by_key.setdefault(key, []).append(where)
+    present = {key for name, (_, key) in now.items() if name in seen and key is not None}
+    for name, (where, key) in now.items():
         if name in seen:  # known by its unique name: renamed from one folder to another?
             before = set(seen[name][0])
-            left, arrived = before - set(folders), set(folders) - before
-            for dst in sorted(arrived):
-                for src in sorted(left) or ():  # only added folders: a copy (linked), no move
-                    event(name, src, dst, lambda d, s=src: f"moved from {s} to {d}")
-            continue
-        if key is not None and gone_by_key.get(key):  # a new file, its old one gone: a move
-            src_folders = gone_by_key[key].pop(0)
-            for dst in folders:
-                if dst not in src_folders:
-                    event(name, src_folders[0], dst, lambda d, s=src_folders[0]: f"moved from {s} to {d}")
-            continue
-        if key is not None and key in present:
-            continue  # a copy of a message still where it was: no move
-        if junk in folders:  # never seen before: delivered into Junk by a recipe, or moved there by the user
+            for dst in sorted(set(where) - before):  # none left (only added): a copy, linked
+                for src in sorted(before - set(where)):
+                    moved(name, src, dst)
+        elif key is not None and gone_by_key.get(key):  # a new file, its old one gone: a move
+            src = gone_by_key[key].pop(0)
+            for dst in where:
+                if dst not in src:
+                    moved(name, src[0], dst)
+        elif key is not None and key in present:
+            pass  # a copy of a message still where it was: no move
+        elif junk in where:  # never seen before: delivered into Junk by a recipe, or moved there by the user
             raw = raw_of(name)
             if raw is not None and verdict.filed_as(raw) != "spam":
                 out.learn.append((raw, "spam", f"new in {junk} without spamnb's spam verdict: put there by you"))
-    # one label per message: the same message reached twice (two copies moved) is learned once
-    by_key, kept = {}, []
-    for raw, label, what in out.learn:
-        key = message_key(raw)
-        if by_key.get(key) is None:
-            by_key[key] = label
-            kept.append((raw, label, what))
-        elif by_key[key] != label:  # moved both ways in copies: no verdict
-            kept = [item for item in kept if message_key(item[0]) != key]
+    # one verdict per message: the same message reached twice (copies moved) is learned once,
+    # and one moved both ways (a copy into Junk, another out of it) not at all
+    labels = {}
+    for raw, label, _ in out.learn:
+        labels.setdefault(message_key(raw), set()).add(label)
+    done, kept = set(), []
+    for item in out.learn:
+        key = message_key(item[0])
+        if len(labels[key]) == 1 and key not in done:
+            done.add(key)
+            kept.append(item)
     out.learn = kept
     return out, now
 
