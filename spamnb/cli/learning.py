@@ -240,6 +240,7 @@ def learn_moves(maildir, junk, unsure_folder, dry_run, quiet, model_path, store,
       spamnb learn-moves -q ~/Maildir      # from cron: */10 * * * *
     """
     from spamnb.delivery import maildir_moves as lib
+    from spamnb.delivery.imap import subject_line
     from spamnb.delivery.setup import role_of
     from spamnb.storage.modelfile import own_model_path
 
@@ -259,7 +260,7 @@ def learn_moves(maildir, junk, unsure_folder, dry_run, quiet, model_path, store,
             say(f"first run over {maildir}: recorded {out.messages} messages in {out.folders} folders; your "
                 f"moves into and out of {junk} are learned from the next run")
         for raw, label, what in out.learn:
-            say(f"{what}: learning it as {label}: {lib.subject_line(raw)}")
+            say(f"{what}: learning it as {label}: {subject_line(raw)}")
         if dry_run:
             say(f"(dry run) would learn {out.count('spam')} as spam and {out.count('ham')} as ham; "
                 "nothing learned or recorded")

@@ -49,7 +49,6 @@ from dataclasses import dataclass, field
 
 from spamnb import verdict
 from spamnb.delivery.fastlearn import read_regular
-from spamnb.delivery.imap import subject_line
 from spamnb.mail.identity import message_key
 
 STATE_VERSION = 1
