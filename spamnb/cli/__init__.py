@@ -107,7 +107,7 @@ def main(ctx, config_file):
 
 
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
-                 learning.compact, learning.prune, learning.cutoffs_,
+                 learning.learn_moves, learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
                  explain.tokens, imap.imap, config.config, stats.stats, remote.store, web.web, setup.setup):
     main.add_command(_command)

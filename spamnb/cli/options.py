@@ -7,6 +7,7 @@ Decision options become cut-offs through :func:`spamnb.verdict.cutoffs_from`
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -363,3 +364,21 @@ def pass_through(reason):
     except OSError:
         pass
     raise click.exceptions.Exit(EXIT_ERROR)
+
+
+def run_alone(state_path, command) -> int:
+    """The lock beside ``state_path`` (``STATE.lock``, made with its private folder), held
+    until the returned fd is closed: one ``command`` per model at a time. A click error
+    when another holds it, or it cannot be taken."""
+    from spamnb.storage import store as files
+
+    try:
+        files.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
+        lock = files.try_lock(state_path + ".lock")
+    except OSError as exc:
+        raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
+    except files.ModelError as exc:
+        raise click.ClickException(str(exc)) from None
+    if lock is None:
+        raise click.ClickException(f"another {command} is running for this model ({state_path}.lock)")
+    return lock

@@ -50,8 +50,12 @@ def _pct(value):
                    "user unit) when that file does not exist yet; an existing one is never changed.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),
               help="Where to save the model (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")
+@click.option("--imapsieve", "imapsieve_dir", type=click.Path(file_okay=False), metavar="DIR",
+              help="For a Dovecot server's administrator: write the IMAPSieve scripts and settings that learn "
+                   "each user's moves into and out of Junk into DIR (e.g. /etc/dovecot/sieve-spamnb; files "
+                   "there are kept), say what to add to dovecot.conf, and do nothing else.")
 @click.pass_context
-def setup(ctx, yes, delivery, install, model_path):
+def setup(ctx, yes, delivery, install, model_path, imapsieve_dir):
     """Start from your own mail: find it, learn it, estimate, and give the recipe.
 
     Finds your mail (~/Maildir with its .Junk or Spam folder, MH folders
@@ -80,6 +84,9 @@ def setup(ctx, yes, delivery, install, model_path):
     from spamnb.storage import modelfile, settings
     from spamnb.storage.where import own_backend
 
+    if imapsieve_dir:
+        _imapsieve(lib, imapsieve_dir)
+        return
     home = os.path.expanduser("~")
     now = time.time()
     ask = (lambda text, default=True: True) if yes else \
@@ -119,7 +126,9 @@ def setup(ctx, yes, delivery, install, model_path):
         config_file = os.path.join(settings.config_home(), "config.toml")
         if ask(f"Write [model] path to {config_file}?"):
             click.echo(lib.write_config(config_file, path))
-    _recipe(lib, delivery or lib.delivery_of(home, imap_host), home, folders, install)
+    kind = delivery or lib.delivery_of(home, imap_host)
+    _recipe(lib, kind, home, folders, install)
+    _learning_from_moves(lib, kind, home, folders, install)
     click.echo(f"\nDone. {READ_ONLY}")
 
 
@@ -158,11 +167,16 @@ def _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, as
     return True
 
 
-def _recipe(lib, kind, home, folders, install):
-    spamnb = lib.command_path(sys.argv[0], sys.executable)
-    junk = next((os.path.basename(f.path) for f in folders
+def _junk(home, folders):
+    """The user's Maildir++ junk folder (``.Junk``, ``.Spam``...) found in ~/Maildir, or None."""
+    return next((os.path.basename(f.path) for f in folders
                  if f.role == "spam" and f.kind == "maildir" and os.path.dirname(f.path) ==
                  os.path.join(home, "Maildir")), None)
+
+
+def _recipe(lib, kind, home, folders, install):
+    spamnb = lib.command_path(sys.argv[0], sys.executable)
+    junk = _junk(home, folders)
     target, text = lib.recipe(kind, spamnb, home, junk)
     shown = lib.shown(target, home)
     click.echo(f"\nThe {kind} recipe, for {shown}:\n")
@@ -176,3 +190,57 @@ def _recipe(lib, kind, home, folders, install):
             click.echo(f"{target} exists: setup leaves it as it is; add the recipe above to it yourself")
     elif kind != "imap":
         click.echo(f"(spamnb setup --install writes it when {shown} does not exist yet)")
+
+
+def _learning_from_moves(lib, kind, home, folders, install):
+    """How the user's corrections are learned with a local Maildir: the learn-moves timer
+    (written with --install), and on Dovecot the administrator's IMAPSieve."""
+    from spamnb.delivery import maildir_moves
+
+    if kind == "imap":  # imap filter learns from the moves itself
+        return
+    spamnb = lib.command_path(sys.argv[0], sys.executable)
+    junk = _junk(home, folders) or ".Junk"
+    click.echo(f"\nYour corrections: move a message the filter got wrong into {junk} (it is learned as spam) "
+               "or out of it into another folder but Trash (ham). `spamnb learn-moves` learns those moves; "
+               "a systemd user timer runs it every 10 minutes:")
+    folder = os.path.join(home, ".config", "systemd", "user")
+    for name, text in maildir_moves.units(spamnb, junk).items():
+        path = os.path.join(folder, name)
+        if not install:
+            click.echo(f"  {lib.shown(path, home)}")
+        elif lib.write_new(path, text):
+            click.echo(f"  wrote {path}")
+        else:
+            click.echo(f"  {path} exists: setup leaves it as it is")
+    if not install:
+        click.echo("  (spamnb setup --install writes them; contrib/systemd/user has them too)")
+    click.echo(f"then: {spamnb} learn-moves        # once now: it records your Maildir\n"
+               "      systemctl --user daemon-reload && systemctl --user enable --now spamnb-learn-moves.timer\n"
+               f"(or from cron: */10 * * * * {spamnb} learn-moves -q)")
+    if kind == "sieve":
+        click.echo("On a Dovecot server, your administrator can have Dovecot learn each move as you make it "
+                   "instead (IMAPSieve: settings in dovecot.conf, for all users at once; a user cannot set "
+                   "them up): `spamnb setup --imapsieve /etc/dovecot/sieve-spamnb`, run as root, writes them "
+                   "(docs/delivery.md).")
+
+
+def _imapsieve(lib, folder):
+    """``--imapsieve DIR``: write Dovecot's IMAPSieve files for the administrator, and say what next."""
+    from spamnb.delivery import imapsieve
+
+    spamnb = lib.command_path(sys.argv[0], sys.executable)
+    for path, written in imapsieve.install(folder, spamnb):
+        click.echo(f"wrote {path}" if written else f"{path} exists: left as it is")
+    folder = os.path.abspath(folder)
+    click.echo(f"""
+Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
+  cp {folder}/{imapsieve.CONF} /etc/dovecot/conf.d/
+  # merge it with your settings if you set mail_plugins, sieve_plugins, sieve_global_extensions
+  # or imapsieve_mailbox1 to 3 elsewhere (doveconf -n shows them)
+  sievec {folder}/report-spam.sieve && sievec {folder}/report-ham.sieve
+  doveadm reload
+Each user's moves into and out of Junk are then learned into their own model, as
+that user (a model of their own first: spamnb setup). What was learned: syslog
+(journalctl -t spamnb-learn); a learn that failed: Dovecot's log. A failing learn
+never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).""")

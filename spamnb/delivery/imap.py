@@ -54,7 +54,6 @@ handful of round trips per hundred messages.
 from __future__ import annotations
 
 import ipaddress
-import json
 import os
 import shlex
 import subprocess
@@ -376,30 +375,22 @@ class State:
 
     @classmethod
     def load(cls, path) -> "State":
-        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.open_trusted`):
+        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.read_state`):
         a state another user planted could say a message was half-moved to Junk, and the
         next pass would delete the folder's copy."""
-        from spamnb.storage.store import ModelError, open_trusted
+        from spamnb.storage.store import ModelError, read_state
 
         try:
-            fd, _ = open_trusted(path, what="IMAP state")
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read())
-        except FileNotFoundError:
-            return cls(path)
+            data = read_state(path, "IMAP state", lambda d: isinstance(d, dict) and d.get("version") == STATE_VERSION)
         except ModelError as exc:
             raise ImapError(str(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise ImapError(f"cannot read the IMAP state {path}: {exc} (move it away to start afresh)") from None
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise ImapError(f"the IMAP state {path} is not one this version reads (move it away to start afresh)")
         return cls(path, data)
 
     def save(self) -> None:
-        from spamnb.storage.store import write_bytes_atomic
+        from spamnb.storage.store import write_state
 
         try:
-            write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+            write_state(self.path, self.data)
         except OSError as exc:
             raise StateError(f"cannot save the IMAP state {self.path}: {exc.strerror or exc} (the pass "
                              "stopped there; the next one redoes what was not recorded)") from None
@@ -525,11 +516,11 @@ class Filter:
                     # own verdict, which `filter -u` learned there if at all; the user's move back is
                     # the correction (scan_folder), as for a message this filter filed itself
                     self.say(f"{junk} {uid}: filed there by spamnb at delivery: not a correction: "
-                             f"{_subject(raw)}")
+                             f"{subject_line(raw)}")
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "verdict": "spam", "uid": uid}
                 else:  # the user put it there
-                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {_subject(raw)}")
+                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {subject_line(raw)}")
                     learn.append((raw, "spam"))
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "learned": "spam", "uid": uid}
@@ -565,7 +556,7 @@ class Filter:
             for uid, key, raw in back:
                 self.say(f"{name} {uid}: you moved it back from "
                          f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
-                         f"learning it as ham: {_subject(raw)}")
+                         f"learning it as ham: {subject_line(raw)}")
                 self.msgs[key] = {"where": INBOX, "learned": "ham"}
             self._learn([(raw, "ham") for _, _, raw in back])
             self._keyword([uid for uid, _, _ in back], "ham", flags)
@@ -600,7 +591,7 @@ class Filter:
             role, folder = dest.get(label, (None, None))
             where = f" -> {folder}" if folder else ""
             self.say(f"{name} {uid}: {label} (P(spam)={p:.4f}){where}{', learned' if learns else ''}: "
-                     f"{_subject(raw)}")
+                     f"{subject_line(raw)}")
             rec = {"where": role if folder else INBOX, "verdict": label}
             if learns:
                 own.append((raw, label))
@@ -692,7 +683,7 @@ class Filter:
             self.state.save()
 
 
-def _subject(raw: bytes) -> str:
+def subject_line(raw: bytes) -> str:
     """The message's Subject for a report line (decoded, shortened)."""
     from email.header import decode_header, make_header
 
