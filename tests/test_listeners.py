@@ -1,0 +1,143 @@
+"""``serve``'s listeners (the private socket, spamd's, the metrics') against floods
+of idle connections, on a real ``spamnb serve`` whose file descriptor limit is
+1,024, with the real ``spamc``: no listener's connections can take the others down.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from conftest import sample_message
+from test_config import free_port
+from test_e2e import SPAMNB
+from test_fastpath import compiled  # noqa: F401 (a fixture)
+from test_spamd import SPAMC, needs_spamc
+
+pytest.importorskip("prometheus_client", reason="the metrics extra is not installed (pip install 'spamnb[metrics]')")
+
+FLOOD = 1100  # more connections than the server may open files
+SUMMARY = re.compile(rb"(-?\d+\.\d)/(-?\d+\.\d)\n\Z")  # spamc -c: score/threshold; 0/0 when unscanned
+
+
+def _limit_files():
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+
+@pytest.fixture
+def server(compiled, tmp_path):
+    """``serve --spamd --metrics --timeout 2`` under ``ulimit -n 1024``: (process, spamd port, metrics port)."""
+    port, mport = free_port(), free_port()
+    sock = str(tmp_path / "run" / "socket")
+    proc = subprocess.Popen([*SPAMNB, "serve", "--socket", sock, "--model", str(compiled), "--no-history",
+                             "--spamd", str(port), "--metrics", f"127.0.0.1:{mport}", "--timeout", "2"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=_limit_files)
+    deadline = time.monotonic() + 60
+    while not _metrics_answer(mport):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"server did not start: {proc.stderr.read().decode()}")
+        time.sleep(0.1)
+    yield proc, port, mport
+    proc.kill()
+    proc.wait(20)
+    proc.stderr.close()
+
+
+def _metrics_answer(mport, timeout=2.0):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=timeout) as r:
+            return r.status == 200 and b"spamnb_messages_total" in r.read()
+    except (OSError, urllib.error.URLError):
+        return False
+
+
+def _flood(port, first=b""):
+    """``FLOOD`` connections to ``port``, each sending ``first`` and then nothing; the open ones."""
+    held = []
+    for _ in range(FLOOD):
+        try:
+            c = socket.create_connection(("127.0.0.1", port), timeout=1)
+        except OSError:  # the backlog full: the server no longer accepts
+            continue
+        try:
+            c.sendall(first)
+        except OSError:  # refused at once already
+            pass
+        held.append(c)
+    return held
+
+
+def _spamc(port, raw):
+    """spamc -c -x: the summary line, or a failure (-x: an unscanned message is an error, not passed on)."""
+    return subprocess.run([SPAMC, "-c", "-x", "-t", "10", "-d", "127.0.0.1", "-p", str(port)], input=raw,
+                          capture_output=True, timeout=60)
+
+
+def _scanned(res):
+    m = SUMMARY.match(res.stdout)
+    return res.returncode in (0, 1) and m is not None and (m.group(1), m.group(2)) != (b"0.0", b"0.0")
+
+
+def _fds(pid):
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+@needs_spamc
+def test_idle_metrics_connections_leave_spamd_scanning(server):
+    proc, port, mport = server
+    spam = sample_message("spam", 0).read_bytes()
+    held = _flood(mport, b"GET / HTTP/1.1\r\n")
+    try:
+        assert proc.poll() is None
+        assert _fds(proc.pid) < 400  # bounded: the metrics' 16, spamd's, the reserve
+        res = _spamc(port, spam)
+        assert _scanned(res) and res.returncode == 1, (res.returncode, res.stdout, res.stderr)
+        # the idle ones are closed at their deadline (--timeout 2): the metrics answer again
+        deadline = time.monotonic() + 20
+        while not _metrics_answer(mport):
+            assert time.monotonic() < deadline, "the metrics never answered again"
+            time.sleep(0.2)
+    finally:
+        for c in held:
+            c.close()
+    assert _scanned(_spamc(port, spam))
+
+
+@needs_spamc
+def test_idle_spamd_connections_are_refused_beyond_the_cap_and_expire(server):
+    proc, port, mport = server
+    spam = sample_message("spam", 0).read_bytes()
+    started = time.monotonic()
+    held = _flood(port, b"CHECK SPAMC/1.5\r\n")
+    try:
+        assert time.monotonic() - started < 30  # refused at once, not queued behind each other
+        assert proc.poll() is None
+        assert _fds(proc.pid) < 400
+        assert _metrics_answer(mport)  # the other listeners answer meanwhile
+        refused = 0
+        for c in held[-100:]:  # the last ones came far beyond the cap: refused at once
+            c.settimeout(5)
+            try:
+                refused += c.recv(100).startswith(b"SPAMD/1.0 75 ")
+            except OSError:
+                pass
+        assert refused >= 90, refused
+        # the held ones time out (--timeout 2), those waiting for a slot too (2 s): scanned again
+        deadline = time.monotonic() + 30
+        while not _scanned(res := _spamc(port, spam)):
+            assert time.monotonic() < deadline, (res.returncode, res.stdout, res.stderr)
+            time.sleep(0.5)
+        assert res.returncode == 1
+    finally:
+        for c in held:
+            c.close()
