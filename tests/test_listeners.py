@@ -141,3 +141,91 @@ def test_idle_spamd_connections_are_refused_beyond_the_cap_and_expire(server):
     finally:
         for c in held:
             c.close()
+
+
+# -- each bound on its own, in this process ---------------------------------------------------------
+
+
+def test_metrics_refuse_beyond_their_bound_at_once_and_cut_a_dripping_client():
+    from spamnb.delivery import metrics
+
+    log = []
+    listener = metrics.Metrics(f"127.0.0.1:{free_port()}").listener(timeout=1.0, log=log.append)
+    import threading
+
+    threading.Thread(target=listener.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    port = listener.server_address[1]
+    held = []
+    try:
+        for _ in range(metrics.MAX_CONNECTIONS):
+            c = socket.create_connection(("127.0.0.1", port), timeout=5)
+            c.sendall(b"GET /metrics HTTP/1.1\r\n")  # then nothing
+            held.append(c)
+        time.sleep(0.3)
+        start = time.monotonic()
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as extra:
+            extra.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            assert extra.recv(100).startswith(b"HTTP/1.0 503 ")
+        assert time.monotonic() - start < 0.5  # at once, not after the held ones
+        # a client sending a byte now and then, each within the read timeout: cut at the deadline
+        drip = socket.create_connection(("127.0.0.1", port), timeout=5)
+        for c in held:
+            c.close()
+        held = [drip]
+        time.sleep(0.3)
+        start = time.monotonic()
+        try:
+            for ch in b"GET /metrics HTTP/1.1\r\nX-A: " + b"a" * 40:
+                drip.sendall(bytes([ch]))
+                time.sleep(0.1)
+        except OSError:
+            pass
+        drip.settimeout(5)
+        try:
+            while drip.recv(100):
+                pass
+        except OSError:
+            pass
+        assert time.monotonic() - start < 3.5  # the 1 s deadline (and a poll), not the 6 s of dripping
+        assert _metrics_answer(port)
+        assert any("too many connections" in line for line in log), log
+    finally:
+        for c in held:
+            c.close()
+        listener.shutdown()
+        listener.close()
+
+
+def test_spamd_waits_beyond_its_cap_in_threads_and_refuses_past_them_at_once(compiled):
+    from spamnb.delivery import spamd
+    from test_spamd import Served
+
+    s = Served(compiled, timeout=3.0, max_connections=2)
+    held = []
+    try:
+        for _ in range(4):  # two served, two waiting for a slot
+            c = socket.create_connection(("127.0.0.1", s.port), timeout=5)
+            c.sendall(b"CHECK SPAMC/1.5\r\n")
+            held.append(c)
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert s.ask(b"PING SPAMC/1.5\r\n\r\n", half_close=False).startswith(b"SPAMD/1.0 75 ")
+        assert time.monotonic() - start < spamd.SLOT_WAIT / 2  # refused at once, not after a wait
+    finally:
+        for c in held:
+            c.close()
+    assert s.ask(b"PING SPAMC/1.5\r\n\r\n") == b"SPAMD/1.5 0 PONG\r\n"  # slots free again
+    s.stop()
+
+
+def test_serve_refuses_to_start_when_its_listeners_need_more_descriptors_than_it_may_open(compiled, tmp_path):
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (150, 150))
+
+    proc = subprocess.run([*SPAMNB, "serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled),
+                           "--no-history", "--spamd", str(free_port())], capture_output=True, timeout=120,
+                          preexec_fn=low)
+    assert proc.returncode == 1
+    errors = [line for line in proc.stderr.splitlines() if line.startswith(b"spamnb: error")]
+    assert len(errors) == 1 and b"Traceback" not in proc.stderr, proc.stderr
+    assert b"needs 228 file descriptors, but may open only 150" in errors[0]  # 128 + 2 + 32 + 2 + 2 x 32
