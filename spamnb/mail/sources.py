@@ -456,7 +456,7 @@ def tree_paths(path, report: ErrorHandler | None = None) -> Iterator[str]:
     yield from sorted(files)
 
 
-class _ReadOnlyMbox(mailbox.mbox):
+class ReadOnlyMbox(mailbox.mbox):
     """:class:`mailbox.mbox` with its file opened read-only. The standard class opens
     it read-write (``rb+``) whenever the user may write it, for the methods that change
     a mailbox; reading mail never needs that, and promises not to touch it (``setup``,
@@ -472,7 +472,7 @@ class _ReadOnlyMbox(mailbox.mbox):
 
 def _iter_mbox(path, label, report) -> Iterator[Message]:
     try:
-        box = _ReadOnlyMbox(path)
+        box = ReadOnlyMbox(path)
         keys = list(box.iterkeys())  # file order (the table of contents is built here)
     except (OSError, mailbox.Error) as exc:
         raise SourceError(f"cannot read mbox {path}: {_describe(exc)}") from exc
