@@ -14,6 +14,7 @@ import hashlib
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -443,3 +444,164 @@ def test_setup_reads_each_message_once(tmp_path, monkeypatch, trained_model):
     cut = SpamModel().cutoffs
     assert est == {**metrics.decision_intervals(scores.y, scores.proba, cut.ham_cutoff, cut.spam_cutoff,
                                                 known=scores.known), "folds": est["folds"]}
+
+
+# -- the rules setup promises, each held in the default run ---------------------------------------
+
+
+def test_enough_is_30_ham_and_10_spam_exactly():
+    ham, spam = [("h", None, "ham")], [("s", None, "spam")]
+    assert lib.Proposal(ham * lib.MIN_HAM, spam * lib.MIN_SPAM, 0, []).enough
+    assert (lib.MIN_HAM, lib.MIN_SPAM) == (30, 10)  # the counts the docs and the first-day figures name
+    assert not lib.Proposal(ham * (lib.MIN_HAM - 1), spam * lib.MIN_SPAM, 0, []).enough
+    assert not lib.Proposal(ham * lib.MIN_HAM, spam * (lib.MIN_SPAM - 1), 0, []).enough
+    assert lib.Proposal(ham * 30, spam * 9, 0, []).shortfall() == "1 more spam (into a Junk folder)"
+
+
+def test_ham_younger_than_3_days_is_left_out(tmp_path):
+    """Mail delivered less than 3 days ago may not have been sorted yet: not learned as ham
+    (a junk folder's is spam whatever its age)."""
+    now = time.time()
+    md = tmp_path / "Maildir"
+    for folder in ("", ".Junk"):
+        for sub in ("cur", "new", "tmp"):
+            (md / folder / sub).mkdir(parents=True)
+    ham, spam = sample("ham"), sample("spam")
+    young = put(md, ham[0], 0, lib.HAM_MIN_AGE_DAYS - 0.01, now)
+    old = put(md, ham[1], 1, lib.HAM_MIN_AGE_DAYS + 0.01, now)
+    fresh_spam = put(md / ".Junk", spam[0], 2, 0.01, now)
+    proposal = lib.propose(lib.find_mail(str(tmp_path), env={}), now=now)
+    assert [s for s, _, _ in proposal.ham] == [str(old)] and proposal.young == 1
+    assert [s for s, _, _ in proposal.spam] == [str(fresh_spam)]
+    assert str(young) not in [s for s, _, _ in proposal.messages()]
+
+
+def _bare_home(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {"HOME": str(home), "USER": "nobody-here", "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    return home, env
+
+
+def test_install_never_replaces_a_recipe_file_that_is_there(tmp_path):
+    """No mail here (nothing to screen: seconds): --install writes the recipe only where
+    nothing is, and leaves the user's file, or a link (even one to nowhere), as it is."""
+    home, env = _bare_home(tmp_path)
+    target = home / ".procmailrc"
+
+    def install():
+        return subprocess.run([*SPAMNB, "setup", "--yes", "--install", "--delivery", "procmail"], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    target.write_text("# mine\n")
+    proc = install()
+    assert proc.returncode == 0, proc.stderr
+    assert f"{target} exists: setup leaves it as it is" in proc.stdout
+    assert target.read_text() == "# mine\n"
+    target.unlink()
+    target.symlink_to(tmp_path / "nowhere")
+    assert "exists: setup leaves it as it is" in install().stdout
+    assert not (tmp_path / "nowhere").exists() and os.readlink(target) == str(tmp_path / "nowhere")
+    target.unlink()
+    assert f"wrote {target}" in install().stdout and target.read_text() != "# mine\n"
+
+
+@pytest.mark.parametrize("kind", ["maildrop", "sieve", "imap"])
+def test_every_recipe_file_is_written_only_where_nothing_is(tmp_path, kind):
+    """The other recipes' files go through the same write (the procmail one above runs the command)."""
+    target, text = lib.recipe(kind, "/x/spamnb", str(tmp_path))
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    Path(target).write_text("# mine\n")
+    assert not lib.write_new(target, text) and Path(target).read_text() == "# mine\n"
+    os.unlink(target)
+    os.symlink(tmp_path / "nowhere", target)
+    assert not lib.write_new(target, text) and not (tmp_path / "nowhere").exists()
+    os.unlink(target)
+    assert lib.write_new(target, text) and Path(target).read_text() == text
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600
+
+
+AUDIT = r"""
+import os, sys
+
+roots, report = sys.argv[1].split(os.pathsep), sys.argv[2]
+found = []
+WRITES = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
+CHANGES = {"os.rename", "os.remove", "os.rmdir", "os.utime", "os.chmod", "os.chown", "os.truncate", "os.link",
+           "os.symlink", "os.mkdir", "os.chflags", "os.setxattr", "os.removexattr", "shutil.move",
+           "shutil.rmtree", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "mmap.__new__"}
+
+
+def under(p):
+    try:
+        return isinstance(p, (str, bytes, os.PathLike)) and any(
+            (os.path.abspath(os.fsdecode(p)) + "/").startswith(r + "/") for r in roots)
+    except (TypeError, ValueError):
+        return False
+
+
+def hook(event, args):
+    if event == "open" and under(args[0]):
+        mode, flags = args[1], args[2] or 0
+        if flags & WRITES or (isinstance(mode, str) and set(mode) & set("wax+")):
+            found.append(f"open {args[0]} mode={mode} flags={flags:o}")
+    elif event in CHANGES and any(under(a) for a in args if not isinstance(a, int)):
+        found.append(f"{event} {args}")
+
+
+sys.addaudithook(hook)
+from spamnb.cli import main
+
+try:
+    main.main(["setup", "--yes", "--install"], prog_name="spamnb")
+except SystemExit as exc:
+    code = exc.code
+with open(report, "w") as f:
+    f.write("".join(f"{line}\n" for line in [code, *found]))
+"""
+
+
+def test_setup_never_opens_mail_for_writing(tmp_path, trained_model_file):
+    """Every file open and every change Python makes (its audit events, os.open's flags
+    too) while the real `spamnb setup --yes --install` runs on a Maildir++, MH folders
+    and mbox files: none opens a message, a folder or a mailbox for writing, or
+    changes one. A snapshot of hashes cannot see a read-write open that writes nothing."""
+    import mailbox
+
+    home, env = _bare_home(tmp_path)
+    maildir_plus(home, time.time())
+    ham, spam = ([strip_from_line(p.read_bytes()) for p in sample(label)] for label in ("ham", "spam"))
+    (home / "Mail").mkdir()
+    box = mailbox.MH(home / "Mail" / "saved", create=True)
+    for raw in ham[:4]:  # the sample holds 73 ham and 30 spam: the Maildir's again, as files of other kinds
+        box.add(raw)
+    (home / "mail").mkdir()
+    for name, msgs in (("kept", ham[4:10]), ("junk", spam[:4])):
+        mb = mailbox.mbox(home / "mail" / name)
+        for raw in msgs:
+            mb.add(raw)
+        mb.close()
+    old = time.time() - 30 * DAY
+    for p in (home / "Mail").rglob("*"):
+        os.utime(p, (old, old))
+    cache = Path(lib_default_cache(env))  # the default model in its place: no building it (seconds)
+    cache.parent.mkdir(parents=True)
+    shutil.copyfile(trained_model_file, cache)
+    report = tmp_path / "audit"
+    mail = [home / "Maildir", home / "Mail", home / "mail"]
+    before = {str(m): snapshot(m) for m in mail}
+    proc = subprocess.run([sys.executable, "-c", AUDIT, os.pathsep.join(map(str, mail)), str(report)], env=env,
+                          cwd=home, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    code, *found = report.read_text().splitlines()
+    assert code == "0", proc.stderr
+    assert found == [], found
+    assert "trained on" in proc.stdout and "~/mail/kept" in proc.stdout and "~/Mail/saved" in proc.stdout, proc.stdout
+    assert {str(m): snapshot(m) for m in mail} == before
+
+
+def lib_default_cache(env):
+    from spamnb.storage import locate
+
+    return locate.default_cache_path(env)

@@ -170,10 +170,12 @@ def _login():
 @click.option("--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
               help="Refuse messages larger than this (the client then filters them itself).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Drop a request that has not arrived whole within this many seconds.")
+              help="Drop a request that has not arrived whole within this many seconds (on every "
+                   "listener; a --metrics connection is closed then, whatever it sent).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Requests served at once; a connection beyond them is closed at once (its "
-                   "client filters the message itself).")
+              help="Requests served at once, per listener; a connection beyond them is closed at once "
+                   "(spamnb filter then filters the message itself). On a --spamd listener as many more "
+                   "wait up to 2 s for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once.")
 @click.option("--pidfile", metavar="PATH",
               help="Write the server's pid here once it listens (atomically; removed on exit). "
                    "Refuses to start while a live server holds it.")

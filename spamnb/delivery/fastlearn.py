@@ -121,11 +121,13 @@ def read_regular(path, limit):
 
 def _only_message(path):
     """The message of an mbox file holding exactly one, as ``spamnb.mail.sources``
-    reads it (:class:`mailbox.mbox`, without the ``From_`` line), else None."""
+    reads it (:class:`spamnb.mail.sources.ReadOnlyMbox`, without the ``From_`` line), else None."""
     import mailbox
 
+    from spamnb.mail.sources import ReadOnlyMbox  # only for an mbox file: the fast path's imports stay few
+
     try:
-        box = mailbox.mbox(path, create=False)
+        box = ReadOnlyMbox(path)
         try:
             keys = list(box.iterkeys())
             return box.get_bytes(keys[0]) if len(keys) == 1 else None

@@ -72,8 +72,11 @@ Below it, a message over ``max_bytes`` is answered as unscanned (score 0.0,
 it is returned as it came (held on disk while it arrives, never in memory
 beyond :data:`SPOOL_BYTES`), never dropped. Every
 request has a deadline (reading it, then writing the reply), and the
-connections served at once are capped, so a slow or stalled client holds one
-thread for at most the deadline.
+connections served at once are capped (``--max-connections``): one beyond the
+cap waits up to :data:`SLOT_WAIT` for a slot while no more than the cap wait
+with it, else it is answered EX_TEMPFAIL and closed at once, so a slow or
+stalled client holds one thread for at most the deadline and a flood of idle
+ones at most twice the cap of descriptors.
 
 **Per-user models.** The ``User:`` header picks ``USER_MODELS/<user>/model.joblib``
 when ``--user-models`` is given and that file exists, or the user's model in the
@@ -128,7 +131,8 @@ N_SYMBOLS = 15
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,127}\Z")
 _REQUEST_LINE = re.compile(rb"([A-Z_]+) SPAMC/(\d+)\.(\d+)\r?\n\Z")
 CHUNK = 64 * 1024
-#: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL.
+#: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL (at most
+#: ``--max-connections`` of them wait, each in its own thread; one more gets it at once).
 SLOT_WAIT = 2.0
 #: An unscanned message for PROCESS is held in memory up to this, then on disk.
 SPOOL_BYTES = 8 * 1024 * 1024
@@ -746,7 +750,8 @@ class _SpamdServer(BoundedThreads):
         self.tell_served = tell_served
         self.log = log
         self.compactor = compactor
-        # spamc passes a message through unfiltered when refused: a burst waits a moment instead
+        # spamc passes a message through unfiltered when refused: a burst waits a moment instead,
+        # as many as are served at most; beyond them (an idle flood) refused at once
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT)
 
