@@ -18,6 +18,7 @@ import sys
 
 import click
 
+from spamnb import checks
 from spamnb.cli.options import pass_through
 from spamnb.storage import settings
 from spamnb.verdict import DECISION_OPTIONS
@@ -142,9 +143,19 @@ def problems(group, layers):
             out.append((path, line, f"unknown key {key!r} in [{table}] (known: {known})"))
         else:
             try:
-                check_value(targets(group, table, key)[0][1], value)
+                value = check_value(targets(group, table, key)[0][1], value)
+                if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
+                    checks.CHECKS[(table, key)](value)
             except ValueError as exc:
                 out.append((path, line, f"[{table}] {key}: {exc}"))
+    if not out:
+        for keys, check in checks.TOGETHER:
+            first = layers.where(*keys[0])
+            if first is not None:
+                try:
+                    check(first[0], *(layers.get(*k) for k in keys[1:]))
+                except ValueError as exc:
+                    out.append((first[2], first[3], f"[{keys[0][0]}] {keys[0][1]}: {exc}"))
     if not out:
         try:
             verdict.cutoffs_from((0.5, 0.95), *settings.decision_of(layers))
@@ -205,6 +216,8 @@ class ConfigProblem(click.ClickException):
 def _toml(value):
     import json
 
+    if isinstance(value, str) and checks.is_store_url(value):  # its password is never shown
+        value = checks.redact(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
