@@ -86,11 +86,21 @@ def listen_address(text, any_port=False):
     """``("unix", path)`` or ``("tcp", host, port)`` of a listener: a path (with a
     ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1
     (``any_port``: port 0 too, which picks a free one)."""
-    import ipaddress
-
     _text(text)
     if "/" in text:
         return ("unix", os.path.abspath(text))
+    return ("tcp", *_host_port(text, any_port, "give HOST:PORT (a port from 1 to 65535), a port, or a socket path"))
+
+
+def tcp_address(text, any_port=False):
+    """``(host, port)`` of a TCP listener (``HOST:PORT``, ``[V6]:PORT``, a bare ``PORT``)."""
+    _text(text)
+    return _host_port(text, any_port, "give HOST:PORT (a port from 1 to 65535) or a port")
+
+
+def _host_port(text, any_port, how):
+    import ipaddress
+
     host, number_ = "127.0.0.1", text
     if text.startswith("["):
         host, _, number_ = text[1:].partition("]")
@@ -98,23 +108,14 @@ def listen_address(text, any_port=False):
     elif ":" in text:
         host, _, number_ = text.rpartition(":")
     if not number_.isdigit() or not (0 if any_port else 1) <= int(number_) < 65536:
-        raise ValueError(f"{text}: give HOST:PORT (a port from 1 to 65535), a port, or a socket path")
+        raise ValueError(f"{text}: {how}")
     try:
         ipaddress.ip_address(host)
     except ValueError:
         if host != "localhost":
             raise ValueError(f"{text}: the host must be an IP address (or localhost)") from None
         host = "127.0.0.1"
-    return ("tcp", host, int(number_))
-
-
-def tcp_address(text, any_port=False):
-    """``(host, port)`` of a TCP listener (``HOST:PORT``, ``[V6]:PORT``, a bare ``PORT``)."""
-    _text(text)
-    if "/" in text:
-        raise ValueError(f"{text}: give HOST:PORT or a port")
-    _, host, number_ = listen_address(text, any_port)
-    return host, number_
+    return host, int(number_)
 
 
 def network(text):

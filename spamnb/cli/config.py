@@ -114,7 +114,11 @@ def check_value(param, value):
 
 def _one(param, value):
     types, what = _kind(param)
-    if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
+    if types is int:
+        checks.integer(value)  # `true` is no integer, although Python's bool is an int
+    elif types is not str and types is not bool:
+        checks.number(value)
+    elif isinstance(value, bool) != (types is bool) or not isinstance(value, types):
         raise ValueError(f"must be {what}, got {value!r}")
     if types is bool:
         return value
