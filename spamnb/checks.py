@@ -233,17 +233,18 @@ def history_file(path):
     return _not_a_folder(path, "history file (an SQLite file)")
 
 
-def readable_file(path, what="file"):
-    """A regular file we can read (a CA file, a client certificate)."""
+def readable_file(path, shown=None):
+    """A regular file we can read (a CA file, a client certificate); ``shown``: how the
+    error names it (the path)."""
     _text(path)
-    full = os.path.expanduser(path)
+    full, shown = os.path.expanduser(path), shown or path
     if os.path.isdir(full):
-        raise ValueError(f"{what} {path} is a folder, not a file")
+        raise ValueError(f"{shown} is a folder, not a file")
     try:
         with open(full, "rb"):
             pass
     except OSError as exc:
-        raise ValueError(f"cannot read {what} {path}: {exc.strerror}") from None
+        raise ValueError(f"cannot read {shown}: {exc.strerror}") from None
     return path
 
 
@@ -382,7 +383,7 @@ def store_url_parts(url):
             private_file(ours["password_file"], "password file")
         for name in STORE_FILES:
             if name in query:  # said now, by name, not as redis-py's "Error 2 connecting" at the first request
-                readable_file(query[name][-1], name)
+                readable_file(query[name][-1], f"{name}={query[name][-1]}")
     except ValueError as exc:
         raise ValueError(f"{redact(url)}: {exc}") from None
     return parts, query, ours

@@ -158,17 +158,17 @@ def settings_from(config: dict, options: dict) -> Settings:
         raise ImapError("say how to get the password: --password-file FILE or --password-command CMD "
                         "(never the password itself on the command line)")
     # the checks `config --check` applies to the [imap] keys, the same functions
+    try:
+        checks.plaintext(s.security, s.host, s.force_plaintext)  # before the password file is opened
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
     for name in ("host", "security", "port", "cafile", "password_file"):
         value = getattr(s, name)
         if value is not None:
             try:
                 checks.CHECKS[("imap", name)](value)
             except ValueError as exc:
-                raise ImapError(f"{name}: {exc}") from None
-    try:
-        checks.plaintext(s.security, s.host, s.force_plaintext)
-    except ValueError as exc:
-        raise ImapError(str(exc)) from None
+                raise ImapError(f"{name}: {exc}" if name in ("security", "port") else str(exc)) from None
     return s
 
 
