@@ -237,7 +237,8 @@ ALL_FILES = "\0all"  # --check without FILE
 @click.group("config", invoke_without_command=True)
 @click.option("--check", "check_", is_flag=False, flag_value=ALL_FILES, default=None, metavar="[FILE]",
               help="Check the files read (or FILE only) and exit: 0 when good, 2 naming FILE:LINE for each "
-                   "unknown key, wrong type or value out of range.")
+                   "unknown key, wrong type, value out of range or value a command would refuse at start "
+                   "(docs/admin.md).")
 @click.option("--command", "command_line", metavar="'COMMAND [OPTIONS]'",
               help="Show the settings of this command line instead, its options too "
                    "(e.g. --command 'serve --spamd 783').")
