@@ -61,7 +61,6 @@ def bad_values(tmp_path):
     readable.write_text("secret-pw\n")
     readable.chmod(0o644)
     return {
-        ("model", "path"): 5,
         ("store", "url"): "http://store.example/0",
         ("serve", "socket"): str(open_folder / "socket"),  # a private socket in a folder others can enter
         ("serve", "max_bytes"): 0,
@@ -72,6 +71,11 @@ def bad_values(tmp_path):
         ("spamd", "allow"): ["10.0.0.0/33"],
         ("spamd", "user_models"): str(tmp_path / "missing"),
         ("spamd", "socket_mode"): "999",
+        ("decision", "cost_fp"): -1,
+        ("decision", "cost_fn"): 0,
+        ("decision", "cost_unsure"): -1,
+        ("decision", "spam_cutoff"): 1.5,
+        ("decision", "ham_cutoff"): -0.5,
         ("filter", "evidence"): -1,
         ("log", "format"): "xml",
         ("log", "to"): "file",
@@ -85,6 +89,30 @@ def bad_values(tmp_path):
         ("imap", "cafile"): str(tmp_path / "missing.pem"),
         ("imap", "interval"): 0,
     }
+
+
+#: Keys whose only bad values are of the wrong type (walked with one: :func:`wrong_type`), and why.
+TYPE_ONLY = {
+    ("model", "path"): "a path: whether a model is there and trusted is found when it is loaded (train makes it)",
+    ("imap", "model"): "the same as [model] path",
+    ("imap", "user"): "any login name",
+    ("imap", "password_command"): "a shell command: whether it prints a password is known only by running it",
+    ("imap", "folder"): "an IMAP folder name: the server says which exist",
+    ("imap", "junk"): "an IMAP folder name (made when missing)",
+    ("imap", "unsure_folder"): "an IMAP folder name (made when missing)",
+    ("imap", "ham"): "IMAP folder names",
+    ("imap", "spam"): "IMAP folder names",
+    **{key: "true or false" for key in [("model", "allow_insecure"), ("spamd", "store_users"), ("spamd", "allow_tell"),
+                                        ("filter", "exit_zero"), ("filter", "learn"), ("log", "messages"),
+                                        ("imap", "force_plaintext"), ("imap", "learn_verdicts")]},
+}
+
+
+def test_every_key_has_a_bad_value_or_a_reason_why_not(tmp_path):
+    """A new key is walked with a value of the wrong type, and must be put in one list or the other here."""
+    bad = bad_values(tmp_path)
+    assert not set(bad) & set(TYPE_ONLY)
+    assert [k for k in KEYS if k not in bad and k not in TYPE_ONLY] == []
 
 
 def wrong_type(table, key):
@@ -128,7 +156,8 @@ def cases(tmp_path):
     out = []
     for table, key in KEYS:
         value = bad[(table, key)] if (table, key) in bad else wrong_type(table, key)
-        out.append((f"{table}.{key}", {(table, key): value}, (table, key), f"[{table}] {key}: "))
+        words = "[decision] " if table == "decision" else f"[{table}] {key}"  # the decision is one unit
+        out.append((f"{table}.{key}", {(table, key): value}, (table, key), words))
     for n, (values, named, words) in enumerate(TOGETHER):
         out.append((f"together{n}", values, named, words))
     return out
@@ -290,6 +319,13 @@ def test_a_bad_store_url_is_refused_by_the_check_and_at_start_without_its_passwo
     res = CliRunner().invoke(main, ["filter", "--store", url], input=MESSAGE)
     assert res.exit_code == 3 and res.stdout_bytes == MESSAGE and words in res.stderr
     assert "s3cret" not in res.stderr
+
+
+@pytest.mark.parametrize("url", ["redis://:s3cret-pw@127.0.0.1:6379/0", "redis://127.0.0.1:6379/0?password=s3cret-pw"])
+def test_the_fast_filter_passes_mail_through_a_password_in_the_url_without_showing_it(url):
+    res = subprocess.run(SPAMNB + ["filter", "--store", url], input=MESSAGE, capture_output=True, timeout=60)
+    assert res.returncode == 3 and res.stdout == MESSAGE and b"password_file" in res.stderr, res.stderr
+    assert b"s3cret" not in res.stderr and res.stderr.count(b"\n") == 1
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
