@@ -88,7 +88,7 @@ def listen_address(text, any_port=False):
     (``any_port``: port 0 too, which picks a free one)."""
     _text(text)
     if "/" in text:
-        return ("unix", os.path.abspath(text))
+        return ("unix", _unix_path(text))
     return ("tcp", *_host_port(text, any_port, "give HOST:PORT (a port from 1 to 65535), a port, or a socket path"))
 
 
@@ -190,14 +190,28 @@ def private_folder(folder):
     return folder
 
 
+def _unix_path(text):
+    """The absolute path of a Unix socket to listen on: one the kernel takes, and nothing
+    but a socket there already (a stale one is replaced)."""
+    import stat
+
+    full = os.path.abspath(text)  # as the servers bind it
+    if len(os.fsencode(full)) > SOCKET_PATH_MAX:
+        raise ValueError(f"{text}: a Unix socket's path has at most {SOCKET_PATH_MAX} bytes")
+    try:
+        st = os.lstat(full)
+    except OSError:
+        return full
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ValueError(f"{text} exists and is not a socket")
+    return full
+
+
 def socket_path(path):
     """The private socket of ``serve`` (and of ``filter``, its client): a path a Unix
     socket can have, in a folder that is ours and mode 0700 (or not there yet)."""
     _text(path)
-    full = os.path.abspath(os.path.expanduser(path))
-    if len(os.fsencode(full)) > SOCKET_PATH_MAX:
-        raise ValueError(f"{path}: a Unix socket's path has at most {SOCKET_PATH_MAX} bytes")
-    private_folder(os.path.dirname(full))
+    private_folder(os.path.dirname(_unix_path(path)))
     return path
 
 

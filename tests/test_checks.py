@@ -226,6 +226,17 @@ def test_serve_names_the_option_of_a_bad_value(tmp_path, compiled, args, words):
     assert res.exit_code == 2 and words in res.stderr and ".toml" not in res.stderr, res.stderr
 
 
+def test_a_unix_socket_path_must_fit_and_hold_nothing_but_a_socket(tmp_path):
+    long = str(tmp_path / ("x" * 120))
+    (tmp_path / "file").write_text("")
+    for check in (checks.listen_address, checks.socket_path):
+        with pytest.raises(ValueError, match="at most 107 bytes"):
+            check(long)
+        with pytest.raises(ValueError, match="exists and is not a socket"):
+            check(str(tmp_path / "file"))
+    assert checks.listen_address(str(tmp_path / "s.sock")) == ("unix", str(tmp_path / "s.sock"))
+
+
 def test_serve_names_the_socket_option_in_a_folder_others_can_enter(tmp_path, compiled):
     folder = tmp_path / "open"
     folder.mkdir(mode=0o755)
