@@ -9,7 +9,7 @@ option's name). A sentence never shows a store URL's password: :func:`redact`.
 
 :data:`CHECKS` maps a configuration key ``(table, key)`` to its check, for the
 keys whose value needs more than its type; :data:`TOGETHER` the rules that take
-two keys at once (a listener beyond loopback and who may connect to it).
+several keys at once (a listener beyond loopback and who may connect to it).
 """
 
 import os

@@ -4,7 +4,9 @@
 parameter it sets and the commands that have it. A key's type, range and
 default are its option's (a ``click.IntRange`` is the range a file's value
 is checked against, ``multiple`` options take a TOML array, flags a boolean),
-so an option and its key cannot drift apart. A file's values reach the commands
+so an option and its key cannot drift apart; a value then passes the key's
+check in :data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`),
+the function the command applies at start. A file's values reach the commands
 as click's ``default_map`` (:func:`default_map`), below the command line; the
 files and their order are :mod:`spamnb.storage.settings`'.
 
