@@ -276,30 +276,29 @@ def private_problem(st, shown, what):
     return None
 
 
-def open_private(path, what="password file"):
+def open_private(path, what="password file", shown=None):
     """``path`` (``~`` expanded) opened for reading (binary), once it is known to pass
-    :func:`private_problem` (checked on the open file: no race with a rename). ValueError
-    otherwise (a missing or unreadable one too)."""
-    try:
-        fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK)  # a FIFO cannot hang us
-    except OSError as exc:
-        raise ValueError(f"cannot read the {what} {path}: {exc.strerror}") from None
+    :func:`private_problem` (checked on the open file: no race with a rename); ValueError
+    otherwise, naming it ``shown`` (the path). OSError (a missing file) passes through."""
+    fd = os.open(os.path.expanduser(path), os.O_RDONLY | os.O_NONBLOCK)  # a FIFO cannot hang us
     f = os.fdopen(fd, "rb")
     try:
-        problem = private_problem(os.fstat(fd), path, what)
+        problem = private_problem(os.fstat(fd), path if shown is None else shown, what)
+        if problem:
+            raise ValueError(problem)
     except BaseException:
         f.close()
         raise
-    if problem:
-        f.close()
-        raise ValueError(problem)
     return f
 
 
 def private_file(path, what="password file"):
     """The check of a key naming a file that holds a secret: :func:`open_private`'s rule."""
     _text(path)
-    open_private(path, what).close()
+    try:
+        open_private(path, what).close()
+    except OSError as exc:
+        raise ValueError(f"cannot read the {what} {path}: {exc.strerror}") from None
     return path
 
 

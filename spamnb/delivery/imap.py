@@ -199,15 +199,10 @@ def open_private(path, shown, what):
     """``path`` opened for reading (binary), once it is known to be a regular file of
     ours that no one else can read or write (mode 0600 or stricter): the config
     file's rule, and the password file's. ImapError otherwise; OSError passes through."""
-    f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")  # a FIFO cannot hang us
     try:
-        problem = checks.private_problem(os.fstat(f.fileno()), shown, what)
-        if problem:
-            raise ImapError(problem)
-    except BaseException:
-        f.close()
-        raise
-    return f
+        return checks.open_private(path, what, shown)
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
 
 
 def connect(s: Settings, *, timeout=60.0):
