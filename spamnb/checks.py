@@ -190,6 +190,18 @@ def private_folder(folder):
     return folder
 
 
+def _if_there(path, fine, problem):
+    """``path``; ValueError ``problem`` when something is there (a link not followed)
+    whose mode ``fine(mode)`` refuses."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return path
+    if not fine(st.st_mode):
+        raise ValueError(problem)
+    return path
+
+
 def _unix_path(text):
     """The absolute path of a Unix socket to listen on: one the kernel takes, and nothing
     but a socket there already (a stale one is replaced)."""
@@ -198,13 +210,7 @@ def _unix_path(text):
     full = os.path.abspath(text)  # as the servers bind it
     if len(os.fsencode(full)) > SOCKET_PATH_MAX:
         raise ValueError(f"{text}: a Unix socket's path has at most {SOCKET_PATH_MAX} bytes")
-    try:
-        st = os.lstat(full)
-    except OSError:
-        return full
-    if not stat.S_ISSOCK(st.st_mode):
-        raise ValueError(f"{text} exists and is not a socket")
-    return full
+    return _if_there(full, stat.S_ISSOCK, f"{text} exists and is not a socket")
 
 
 def socket_path(path):
@@ -215,36 +221,19 @@ def socket_path(path):
     return path
 
 
-def _not_a_folder(path, what):
-    import stat
-
-    _text(path)
-    try:
-        st = os.lstat(os.path.expanduser(path))
-    except OSError:
-        return path
-    if stat.S_ISDIR(st.st_mode):
-        raise ValueError(f"{path} is a folder, not a {what}")
-    return path
-
-
 def pidfile(path):
     """Where ``serve --pidfile`` writes: a regular file when it is there already (a
-    link is never followed), in a folder."""
+    link is never followed)."""
     import stat
 
-    _not_a_folder(path, "pid file")
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return path
-    if not stat.S_ISREG(st.st_mode):
-        raise ValueError(f"{path} is not a regular file")
-    return path
+    return _if_there(_text(path), stat.S_ISREG, f"{path} is not a regular file")
 
 
 def history_file(path):
-    return _not_a_folder(path, "history file (an SQLite file)")
+    """The history's SQLite file: not a folder."""
+    import stat
+
+    return _if_there(_text(path), lambda mode: not stat.S_ISDIR(mode), f"{path} is a folder, not a history file")
 
 
 def readable_file(path, shown=None):
