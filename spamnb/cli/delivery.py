@@ -239,17 +239,21 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
       spamnb filter --exit-zero < message.eml
       spamnb serve --spamd 127.0.0.1:783 --user-models /var/lib/spamnb/users --allow-tell
     """
-    from spamnb.storage.locate import default_socket_path
+    from spamnb import checks
     from spamnb.delivery.server import ServerError, serve as run_server
+    from spamnb.storage.locate import default_socket_path
 
-    try:
-        mode = int(spamd_socket_mode, 8)
-    except ValueError:
-        mode = -1
-    if not 0 <= mode <= 0o777:
-        raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
+    # the checks `config --check` applies to the files' values (refused there with FILE:LINE)
+    for option, check, value in (("--socket", checks.socket_path, socket_path), ("--pidfile", checks.pidfile, pidfile),
+                                 ("--spamd-socket-mode", checks.socket_mode, spamd_socket_mode)):
+        try:
+            value and check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    mode = checks.socket_mode(spamd_socket_mode)
     if (allow or user_models or store_users or allow_tell or allow_tell_served) and not spamd_addresses:
-        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd")
+        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd "
+                               "([spamd] listen)")
     if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
         from spamnb.delivery.spamd import check_listening
 
@@ -259,8 +263,8 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
             raise click.UsageError(str(exc)) from None
     decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
-    backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     meter = metrics_from(metrics_address, metrics_allow)
+    backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     rec = recorder(log_messages, log_format, log_to, meter, history_path(history, backend.path))
     if rec.history is not None:
         notice(f"recording verdicts in {rec.history.path}")

@@ -53,14 +53,12 @@ handful of round trips per hundred messages.
 
 from __future__ import annotations
 
-import ipaddress
 import os
-import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field, fields
 
-from spamnb import verdict
+from spamnb import checks, verdict
 from spamnb.mail.identity import message_key
 
 KEYWORDS = {"spam": b"$Junk", "ham": b"$NotJunk"}
@@ -72,7 +70,6 @@ FETCH_BYTES = 32 * 1024 * 1024
 MAX_MESSAGE = 64 * 1024 * 1024
 #: Where spamnb last knew a message to be (the folders' roles, not their names).
 INBOX, JUNK, UNSURE = "folder", "junk", "unsure"
-SECURITY = ("tls", "starttls", "none")
 STATE_VERSION = 1
 
 
@@ -154,15 +151,23 @@ def settings_from(config: dict, options: dict) -> Settings:
         raise ImapError(str(exc)) from None
     if not s.host or not s.user:
         raise ImapError("say which account: --host and --user (or host and user in the config file)")
-    if s.security not in SECURITY:
-        raise ImapError(f"security must be one of {', '.join(SECURITY)}, got {s.security!r}")
-    if s.port is not None and not (isinstance(s.port, int) and 0 < s.port < 65536):
-        raise ImapError(f"port must be a number from 1 to 65535, got {s.port!r}")
     if s.password_file and s.password_command:
         raise ImapError("give either a password file or a password command, not both")
     if not (s.password_file or s.password_command):
         raise ImapError("say how to get the password: --password-file FILE or --password-command CMD "
                         "(never the password itself on the command line)")
+    # the checks `config --check` applies to the [imap] keys, the same functions
+    try:
+        checks.plaintext(s.security, s.host, s.force_plaintext)  # before the password file is opened
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
+    for name in ("host", "security", "port", "cafile", "password_file"):
+        value = getattr(s, name)
+        if value is not None:
+            try:
+                checks.CHECKS[("imap", name)](value)
+            except ValueError as exc:
+                raise ImapError(f"{name}: {exc}" if name in ("security", "port") else str(exc)) from None
     return s
 
 
@@ -193,29 +198,10 @@ def open_private(path, shown, what):
     """``path`` opened for reading (binary), once it is known to be a regular file of
     ours that no one else can read or write (mode 0600 or stricter): the config
     file's rule, and the password file's. ImapError otherwise; OSError passes through."""
-    import stat
-
-    f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")  # a FIFO cannot hang us
     try:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ImapError(f"{what} {shown} is not a regular file")
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise ImapError(f"{what} {shown} must be yours and mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}, "
-                            f"owner uid {st.st_uid}): chmod 600 {shlex.quote(str(shown))}")
-    except BaseException:
-        f.close()
-        raise
-    return f
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return checks.open_private(path, what, shown)
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
 
 
 def connect(s: Settings, *, timeout=60.0):
@@ -223,9 +209,10 @@ def connect(s: Settings, *, timeout=60.0):
     import ssl
 
     imapclient = require_imapclient()
-    if s.security == "none" and not _is_loopback(s.host) and not s.force_plaintext:
-        raise ImapError(f"security none would send the password to {s.host} in clear text: only to 127.0.0.1 "
-                        "(or say --force-plaintext)")
+    try:
+        checks.plaintext(s.security, s.host, s.force_plaintext)
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
     ctx = ssl.create_default_context(cafile=s.cafile) if s.security != "none" else None
     port = s.port or (993 if s.security == "tls" else 143)
     where = f"{s.host}:{port}"

@@ -23,13 +23,13 @@ Metrics::
 
 from __future__ import annotations
 
-import ipaddress
 import socket
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from spamnb.delivery.events import SOURCES, VIA
+from spamnb import checks
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
-from spamnb.delivery.spamd import LOOPBACK, client_allowed, parse_address
+from spamnb.delivery.spamd import LOOPBACK, client_allowed
 from spamnb.verdict import ACTIONS, LABELS
 
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
@@ -45,19 +45,18 @@ class MetricsError(Exception):
 
 
 def parse_listen(text):
-    """``(host, port)`` of ``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (127.0.0.1),
-    as ``--spamd`` reads a TCP address (:func:`spamnb.delivery.spamd.parse_address`)."""
-    kind, *where = parse_address(text, "--metrics") if "/" not in text else ("unix",)
-    if kind != "tcp":
-        raise ValueError(f"--metrics {text}: give HOST:PORT or a port")
-    return where[0], where[1]
+    """``(host, port)`` of ``--metrics`` (:func:`spamnb.checks.tcp_address`)."""
+    try:
+        return checks.tcp_address(text)
+    except ValueError as exc:
+        raise ValueError(f"--metrics {exc}") from None
 
 
 def networks(cidrs):
     try:
-        return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+        return checks.networks(cidrs)
     except ValueError as exc:
-        raise ValueError(f"--metrics-allow: {exc}") from None
+        raise ValueError(f"--metrics-allow {exc}") from None
 
 
 def model_size(model):
@@ -80,9 +79,10 @@ class Metrics:
                                "pip install 'spamnb[metrics]'") from None
         self.host, self.port = parse_listen(address)
         self.allowed = LOOPBACK + networks(allow)
-        if not ipaddress.ip_address(self.host).is_loopback and not allow:
-            raise ValueError(f"--metrics on {self.host} listens beyond this machine: say who may read it with "
-                             f"--metrics-allow CIDR (e.g. the Prometheus server's address)")
+        try:
+            checks.exposure(self.host, allow, "--metrics-allow CIDR (e.g. the Prometheus server's address)")
+        except ValueError as exc:
+            raise ValueError(f"--metrics {exc}") from None
         self.pc = pc
         self.registry = pc.CollectorRegistry()
         self.messages = pc.Counter("spamnb_messages", "Messages answered, by verdict and by way in",

@@ -62,6 +62,7 @@ import sys
 import threading
 import time
 
+from spamnb import checks
 from spamnb.delivery import events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
@@ -346,10 +347,10 @@ def _prepare_socket_path(path):
     """A private folder for the socket, and no live server on it already."""
     folder = os.path.dirname(os.path.abspath(path))
     make_private_folder(folder)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise ServerError(f"socket folder {folder} must be a folder of yours with mode 0700 "
-                          f"(it is {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})")
+    try:
+        checks.socket_path(path)  # what `config --check` says of [serve] socket
+    except ValueError as exc:
+        raise ServerError(f"socket {path}: {exc}") from None
     claim_socket_path(path)
 
 

@@ -106,7 +106,7 @@ import tempfile
 import threading
 import time
 
-from spamnb import verdict
+from spamnb import checks, verdict
 from spamnb.delivery import events
 from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
@@ -865,7 +865,7 @@ def loopback_peer_uid(family, peer, mine):
 
 # -- addresses -------------------------------------------------------------------------
 
-LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+LOOPBACK = checks.loopback()
 DEFAULT_PORT = 783
 
 
@@ -881,57 +881,18 @@ def client_allowed(client_address, allowed) -> bool:
     return any(ip in net for net in allowed)
 
 
-def parse_address(text: str, option="--spamd", any_port=False):
-    """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
-    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError
-    otherwise (naming ``option``)."""
-    if "/" in text:
-        return ("unix", os.path.abspath(text))
-    host, port = "127.0.0.1", text
-    if text.startswith("["):
-        host, _, port = text[1:].partition("]")
-        port = port[1:] if port.startswith(":") else ""
-    elif ":" in text:
-        host, _, port = text.rpartition(":")
-    if not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:  # any_port: 0 picks a free one
-        raise ValueError(f"{option} {text}: give HOST:PORT, a port, or a socket path")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise ValueError(f"{option} {text}: the host must be an IP address (or localhost)") from None
-        host = "127.0.0.1"
-    return ("tcp", host, int(port))
-
-
-def parse_networks(cidrs) -> tuple:
-    """The ``--allow`` networks; ValueError for one that is not a network."""
-    nets = []
-    for c in cidrs:
-        try:
-            nets.append(ipaddress.ip_network(c, strict=False))
-        except ValueError:
-            raise ValueError(f"--allow {c}: not an address or CIDR network") from None
-    return tuple(nets)
-
-
-def check_exposure(host, allowed, option="--spamd"):
-    """Listening beyond loopback needs ``--allow`` (as spamd's ``-A``): ValueError otherwise."""
-    ip = ipaddress.ip_address(host)
-    if not ip.is_loopback and not allowed:
-        raise ValueError(f"{option} on {host} listens beyond this machine: say who may connect with "
-                         f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
-
-
 def check_listening(addresses, allow=()):
-    """``([parse_address(a)...], networks)`` of the options, ValueError when one is bad or
+    """``([listen address...], networks)`` of ``--spamd`` and ``--allow``
+    (:func:`spamnb.checks.listening`), ValueError naming the option when one is bad or
     listens beyond loopback without ``allow``: ``serve`` asks before it loads any model."""
-    nets = parse_networks(allow)
-    listen = [parse_address(text) for text in addresses]
-    for kind, *where in listen:
-        if kind == "tcp":
-            check_exposure(where[0], nets)
-    return listen, nets
+    try:
+        nets = checks.networks(allow)
+    except ValueError as exc:
+        raise ValueError(f"--allow {exc}") from None
+    try:
+        return checks.listening(addresses, nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)"), nets
+    except ValueError as exc:
+        raise ValueError(f"--spamd {exc}") from None
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,

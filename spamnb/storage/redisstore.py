@@ -50,12 +50,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import struct
 import time
 import urllib.parse
 
+from spamnb import checks
 from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.scorer import Scorer, token_hash
 from spamnb.storage.store import ModelError
@@ -323,29 +323,21 @@ class RedisBackend(Backend):
         ``?password_file=PATH`` (the password, never in the URL or argv: docs/many-hosts.md).
         Other query parameters go to redis-py (``ssl_ca_certs=``, ``ssl_certfile=``...)."""
         redis = _redis()
-        parts = urllib.parse.urlsplit(url)
-        query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        ours = {k: query.pop(k)[-1] for k in ("prefix", "timeout", "password_file") if k in query}
+        try:  # the rules `config --check` applies to [store] url: scheme, no password in it, prefix...
+            parts, query, ours = checks.store_url_parts(url)
+        except ValueError as exc:
+            raise ModelError(f"store URL {exc}") from None
         prefix = ours.get("prefix", DEFAULT_PREFIX)
-        try:
-            timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
-        except ValueError:
-            raise ModelError(f"store URL: timeout must be a number of seconds, not {ours['timeout']!r}") from None
-        if parts.password:
-            raise ModelError("store URL: give the password with ?password_file=PATH, not in the URL "
-                             "(a URL shows up in process lists and logs)")
+        timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
         kwargs = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if "password_file" in ours:
             kwargs["password"] = _read_password(ours["password_file"])
-        for option in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
-            if option in query:  # said now, by name, not as redis-py's "Error 2 connecting" at the first request
-                _check_readable(option, query[option][-1])
         base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
         rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         try:
             client = redis.Redis.from_url(rest, **kwargs)
         except ValueError as exc:
-            raise ModelError(f"store URL {url}: {exc}") from None
+            raise ModelError(f"store URL {checks.redact(url)}: {exc}") from None
         name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
         return cls(client, prefix, name, url_parts=(parts, ours))
 
@@ -758,19 +750,17 @@ def _no_tokens():
 
 
 def _read_password(path) -> str:
+    """The first line of the password file, which must be ours and mode 0600
+    (:func:`spamnb.checks.open_private`, checked on the open file)."""
     try:
-        with open(os.path.expanduser(path), encoding="utf-8") as f:
-            return f.readline().rstrip("\r\n")
+        with checks.open_private(path, "store's password file") as f:
+            return f.readline().decode("utf-8").rstrip("\r\n")
+    except ValueError as exc:  # UnicodeDecodeError too: never the bytes themselves
+        why = str(exc) if not isinstance(exc, UnicodeDecodeError) else \
+            f"the store's password file {path} is not UTF-8 text"
+        raise ModelError(why) from None
     except OSError as exc:
         raise ModelError(f"cannot read the store's password file {path}: {exc.strerror}") from None
-
-
-def _check_readable(option, path) -> None:
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as exc:
-        raise ModelError(f"store URL: cannot read {option}={path}: {exc.strerror}") from None
 
 
 def _buckets(n_tokens) -> int:

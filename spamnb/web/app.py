@@ -6,7 +6,7 @@ that keeps it safe is short enough to read here:
 
 * **Who may connect**: loopback by default; another address only with
   ``--allow CIDR``, checked on each connection before a byte is read (the
-  spamd listener's rule, :func:`spamnb.delivery.spamd.check_exposure`). No
+  spamd listener's rule, :func:`spamnb.checks.exposure`). No
   header (``X-Forwarded-For``, a proxy's) is trusted for this: a proxy in
   front still needs the token.
 * **The token and the page's address**: a random token (``secrets``, 192
