@@ -39,9 +39,18 @@ converted to CSR (never densified; memory stays proportional to the nonzeros).
 Dense input to the count models is converted to CSR too, so dense and sparse
 inputs give bit-identical results. ``partial_fit`` / ``forget`` given X with
 more columns than ``n_features_in_`` grow the discrete count models
-(Multinomial, Bernoulli, Complement) first (new tokens); prediction is strict:
-X must have exactly ``n_features_in_`` columns (ValueError otherwise), like
-scikit-learn - grow the model or pad X explicitly.
+(Multinomial, Bernoulli, Complement) first (new tokens); fewer columns are
+refused. Prediction is strict: X must have exactly ``n_features_in_`` columns
+(ValueError otherwise), like scikit-learn - grow the model or pad X explicitly.
+
+scikit-learn
+------------
+The estimators keep scikit-learn's conventions (:mod:`spamnb.nb.estimator`), so
+``clone``, ``Pipeline``, ``GridSearchCV``, ``cross_val_score`` and
+``CalibratedClassifierCV`` take them, and they pass its ``check_estimator``, where
+:func:`expected_failed_checks` names the checks that cannot apply and why.
+``fit`` needs at least one sample and one feature, as scikit-learn's do;
+``partial_fit`` and ``forget`` take an empty batch (a model with no message yet).
 """
 
 from __future__ import annotations
@@ -76,7 +85,7 @@ from spamnb.nb.kernels import (
     to_csr,
 )
 
-__all__ = ["BernoulliNB", "CategoricalNB", "ComplementNB", "GaussianNB", "MultinomialNB"]
+__all__ = ["BernoulliNB", "CategoricalNB", "ComplementNB", "GaussianNB", "MultinomialNB", "expected_failed_checks"]
 
 
 # --------------------------------------------------------------------------- base
@@ -1079,11 +1088,10 @@ class ComplementNB(_BaseCountNB):
 
     def _class_terms(self):
         const = self.class_log_prior_ if self.classes_.size == 1 else np.zeros(self.classes_.size)
-        if self.norm:
-            self._Wt[: self.n_features_in_] = self._normalized_weights().T
-            return const, None
+        if self.norm:  # every weight, kept beside the state (which may be a read-only memory map)
+            return const, None, np.ascontiguousarray(self._normalized_weights().T)
         # 0/0 (λ = 0, no counts outside c): every weight of c is infinite (in _Dt)
-        return const, self._log_den()[1]
+        return const, self._log_den()[1], None
 
     def _feature_log_prob(self):
         if self.norm:
@@ -1096,8 +1104,8 @@ class ComplementNB(_BaseCountNB):
 
     def _joint_log_likelihood(self, X):
         V = self.n_features_in_
-        const, log_den = self._terms()
-        jll = X @ self._Wt[:V]  # Σ_w x_w·W_cw   (CSR @ (|V|, K) C-contiguous)
+        const, log_den, normalized = self._terms()
+        jll = X @ (self._Wt[:V] if normalized is None else normalized)  # Σ_w x_w·W_cw   (CSR @ (|V|, K))
         check_result_finite(jll, X)
         jll += const
         if log_den is None:  # norm=True: the weights are complete
@@ -1435,3 +1443,21 @@ class GaussianNB(_BaseNB):
         jll[:, self._empty] = -np.inf  # a class without data explains nothing
         jll += self.class_log_prior_
         return jll
+
+
+# --------------------------------------------------------------------------- scikit-learn's checks
+
+
+def expected_failed_checks(estimator):
+    """scikit-learn's common checks that cannot apply to ``estimator``: {check name: reason}.
+
+    For ``check_estimator(estimator, expected_failed_checks=...)`` and
+    ``parametrize_with_checks``; every other check passes.
+    """
+    if isinstance(estimator, CategoricalNB):
+        reason = ("the check fits random floats in [0, 1) as X; CategoricalNB takes whole-number "
+                  "category codes and refuses other values, where scikit-learn's truncates them to 0")
+        return dict.fromkeys(["check_sample_weight_equivalence_on_dense_data",
+                              "check_sample_weight_equivalence_on_sparse_data",
+                              "check_classifiers_one_label_sample_weights"], reason)
+    return {}
