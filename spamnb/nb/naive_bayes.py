@@ -341,6 +341,7 @@ class _BaseCountNB(_BaseNB):
 
     _state = ("_cc", "_fc", "_Wt", "_Dt", "_T", "_derived_for", "_derived", "_hist")
     _has_weights = True  # per-feature scoring weights are stored (not Bernoulli's)
+    _positive_only = True  # X holds counts (Bernoulli: anything, compared with binarize)
     _derived_from_counts = ("terms", "flp")  # what _changed drops from _memo()
 
     def __init__(self, *, alpha=1.0, fit_prior=True, class_prior=None, smooth_prior=False, prior_alpha=None):
@@ -357,8 +358,6 @@ class _BaseCountNB(_BaseNB):
         # counts of words do not model (its own discrete naive Bayes models say the same)
         tags.classifier_tags.poor_score = True
         return tags
-
-    _positive_only = True  # X holds counts (Bernoulli: anything, compared with binarize)
 
     # -- state --------------------------------------------------------------
     @property
