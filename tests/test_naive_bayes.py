@@ -795,3 +795,22 @@ def test_a_narrower_batch_is_refused(cls):
         with pytest.raises(ValueError, match=f"X has 5 features, but {cls.__name__} is expecting {X.shape[1]}"):
             learn(X[:, :5], y)
     assert_same_state(before, snapshot(m))
+
+
+@pytest.mark.parametrize("cls", ALL_MODELS)
+def test_the_input_is_never_changed(cls):
+    # non-canonical CSR (a duplicate entry, unsorted columns) and weights: read, never rewritten
+    X, y = random_counts(20, n=30, d=6)
+    X = sp.csr_matrix((np.r_[X.data, 1.0], np.r_[X.indices, X.indices[0]], np.r_[X.indptr[:-1], X.nnz + 1]),
+                      shape=X.shape)
+    X.indices[X.indptr[0]: X.indptr[1]] = X.indices[X.indptr[0]: X.indptr[1]][::-1]
+    X.has_sorted_indices = False
+    w = np.linspace(0.5, 2.0, X.shape[0])
+    inputs = (X.data.copy(), X.indices.copy(), X.indptr.copy(), y.copy(), w.copy())
+    m = cls().fit(X, y, sample_weight=w)
+    m.partial_fit(X, y, sample_weight=w)
+    m.forget(X, y, sample_weight=w)
+    m.predict_proba(X)
+    m.score(X, y, sample_weight=w)
+    for before, after in zip(inputs, (X.data, X.indices, X.indptr, y, w)):
+        np.testing.assert_array_equal(before, after)
