@@ -220,11 +220,7 @@ class Classifier(Estimator):
 
 
 class Transformer(Estimator):
-    """An estimator with ``transform``: ``fit_transform`` as fit then transform."""
-
-    def fit_transform(self, X, y=None, **fit_params):
-        """``fit(X, y, ...)`` then ``transform(X)``; a subclass may do both in one pass."""
-        return self.fit(X, y, **fit_params).transform(X)
+    """An estimator with ``transform`` and ``fit_transform`` (the subclass writes both)."""
 
     def __sklearn_tags__(self):
         from sklearn.utils import TransformerTags
