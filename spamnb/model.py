@@ -18,6 +18,9 @@ The score reported everywhere is the log-odds
 
 and P(spam | x) = P(spam)·P(x|spam) / Σ_c P(c)·P(x|c) (docs/naive-bayes.md §2), computed
 with log-sum-exp by the estimator.
+
+:class:`MailVectorizer` is the model's first steps (tokenizer, vocabulary, features)
+as a scikit-learn transformer, for pipelines of raw mail (docs/library.md).
 """
 
 from __future__ import annotations
