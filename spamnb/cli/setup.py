@@ -209,4 +209,4 @@ def _recipe(lib, kind, home, folders, install, unsure, imap_unsure):
         for line in lib.make_folders(home, [junk] + ([unsure] if unsure else []), kind):
             click.echo(line)
     elif kind != "imap":
-        click.echo(f"(spamnb setup --install writes it when {shown} does not exist yet)")
+        click.echo(f"(spamnb setup --install writes it when {shown} does not exist yet, and makes its folders)")
