@@ -586,6 +586,10 @@ def test_install_makes_the_folders_and_subscribes_them(tmp_path):
     assert lib.make_folders(str(tmp_path), [".Junk", ".Unsure"], "procmail") == []  # all there: nothing
     assert (md / "subscriptions").read_text() == "Junk\nUnsure\n"
     assert lib.make_folders(str(tmp_path), [".Junk", ".Unsure"], "imap") == []
+    (md / ".Later").write_text("a file where the folder would go\n")
+    assert lib.make_folders(str(tmp_path), [".Later"], "procmail") == [
+        f"could not make the folder {md / '.Later'}: Not a directory"]
+    assert (md / ".Later").read_text() == "a file where the folder would go\n"
 
 
 def test_the_imap_unit_files_unsure_mail_unless_turned_off(tmp_path):
@@ -667,3 +671,13 @@ def test_setup_says_which_arrival_time_it_used(tmp_path, trained_model_file, mon
     assert "~/Maildir/.Junk: arrival times of 28 from their file name" in out
     assert "-> ham (older than 10 days)" in out
     assert "left out: 10 messages younger than 10 days (perhaps not sorted yet; --min-age changes it)" in out
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_min_age_must_be_a_number_of_days(value, tmp_path):
+    """nan and inf pass a float range's bounds; they would learn all the mail or none."""
+    proc = subprocess.run([*SPAMNB, "setup", "--yes", "--min-age", value], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "HOME": str(tmp_path)})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("spamnb: error: Invalid value for '--min-age'") and proc.stderr.count("\n") == 1
+    assert proc.stdout == ""

@@ -46,6 +46,13 @@ def _pct(value):
     return f"{v:.1f}% (95% interval {low:.1f}-{high:.1f}%)"
 
 
+def _finite(ctx, param, value):
+    """A number of days: nan and inf pass FloatRange's bounds, and would learn all or nothing."""
+    if value is not None and not value - value == 0:
+        raise click.BadParameter(f"{value} is not a number of days")
+    return value
+
+
 @click.command()
 @click.option("--yes", "-y", is_flag=True, help="Ask nothing (for scripts): learn what is proposed, write the "
                                                  "configuration; an existing model of yours is kept.")
@@ -59,7 +66,7 @@ def _pct(value):
 @click.option("--no-unsure-folder", "no_unsure", is_flag=True,
               help="Leave unsure mail in INBOX: the recipe files only spam (by default it files unsure mail "
                    "into a folder of its own, .Unsure, made by --install when missing).")
-@click.option("--min-age", "young_days", type=click.FloatRange(min=0), metavar="DAYS",
+@click.option("--min-age", "young_days", type=click.FloatRange(min=0), metavar="DAYS", callback=_finite,
               help="Learn kept mail as ham only when it arrived at least DAYS days ago (default 3: newer mail "
                    "may not be read, let alone sorted yet); 0 learns it all.")
 @click.option("--model", "model_path", type=click.Path(dir_okay=False),

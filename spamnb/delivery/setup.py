@@ -449,19 +449,25 @@ def make_folders(home: str, names, kind: str) -> list:
     if kind not in ("procmail", "maildrop", "sieve") or (kind == "sieve" and _kind(top) != "maildir"):
         return []
     said = []
-    if not os.path.isdir(top):
-        ensure_maildir(top)
-        said.append(f"made {top}")
+    try:
+        if not os.path.isdir(top):
+            ensure_maildir(top)
+            said.append(f"made {top}")
+    except OSError as exc:
+        return [f"could not make {top}: {exc.strerror or exc}; make it and its folders yourself"]
     for name in names:
         path = os.path.join(top, name)
         if os.path.isdir(os.path.join(path, "cur")):
             continue
-        ensure_folder(path)
-        said.append(f"made the folder {path}")
-        for file, form in SUBSCRIPTIONS:
-            listed = os.path.join(top, file)
-            if os.path.isfile(listed) and subscribe(listed, form.format(name.lstrip("."))):
-                said.append(f"added {form.format(name.lstrip('.'))} to {listed}")
+        try:
+            ensure_folder(path)
+            said.append(f"made the folder {path}")
+            for file, form in SUBSCRIPTIONS:
+                listed = os.path.join(top, file)
+                if os.path.isfile(listed) and subscribe(listed, form.format(name.lstrip("."))):
+                    said.append(f"added {form.format(name.lstrip('.'))} to {listed}")
+        except OSError as exc:  # a file in its place, no permission: say so, the recipe is still given
+            said.append(f"could not make the folder {path}: {exc.strerror or exc}")
     return said
 
 
