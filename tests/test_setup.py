@@ -667,8 +667,8 @@ def test_setup_says_which_arrival_time_it_used(tmp_path, trained_model_file, mon
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     out = CliRunner().invoke(main, ["setup", "--yes", "--min-age", "10"]).output
-    assert "~/Maildir (INBOX): arrival times of 47 from their file name: their files' times are newer" in out
-    assert "~/Maildir/.Junk: arrival times of 28 from their file name" in out
+    assert "~/Maildir (INBOX): ages read 47 from their Maildir file names, as their files are newer" in out
+    assert "~/Maildir/.Junk: ages read 28 from their Maildir file names" in out
     assert "-> ham (older than 10 days)" in out
     assert "left out: 10 messages younger than 10 days (perhaps not sorted yet; --min-age changes it)" in out
 

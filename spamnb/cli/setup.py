@@ -36,9 +36,9 @@ def _show_folders(folders, now, young_days):
         click.echo(f"  {f.name:<{width}}  {len(f.messages):>6} messages  {span:<36}  -> {said[f.role]}")
     for f in folders:
         if f.times_from:
-            read = " and ".join(f"{n} from their {where}" for where, n in sorted(f.times_from.items()))
-            click.echo(f"  {f.name}: arrival times of {read}: their files' times are newer (copied or "
-                       "restored without them?)")
+            read = " and ".join(f"{n} from their {where}s" for where, n in sorted(f.times_from.items()))
+            click.echo(f"  {f.name}: ages read {read}, as their files are newer (copied or restored without "
+                       "their times?)")
 
 
 def _pct(value):
@@ -115,7 +115,7 @@ def setup(ctx, yes, delivery, install, no_unsure, young_days, model_path):
     ask = (lambda text, default=True: True) if yes else \
         (lambda text, default=True: click.confirm(text, default=default))
     click.echo(READ_ONLY)
-    imap_host = ((ctx.find_root().default_map or {}).get("imap", {}).get("train", {}) or {}).get("host")
+    imap_host = _imap_setting(ctx, "train", "host")
 
     folders = lib.find_mail(home, now=now, young_days=young_days)
     if folders:
@@ -151,10 +151,14 @@ def setup(ctx, yes, delivery, install, no_unsure, young_days, model_path):
         config_file = os.path.join(settings.config_home(), "config.toml")
         if ask(f"Write [model] path to {config_file}?"):
             click.echo(lib.write_config(config_file, path))
-    imap_unsure = ((ctx.find_root().default_map or {}).get("imap", {}).get("filter", {}) or {}).get("unsure_folder")
     _recipe(lib, delivery or lib.delivery_of(home, imap_host), home, folders, install,
-            None if no_unsure else lib.UNSURE_FOLDER, imap_unsure)
+            None if no_unsure else lib.UNSURE_FOLDER, _imap_setting(ctx, "filter", "unsure_folder"))
     click.echo(f"\nDone. {READ_ONLY}")
+
+
+def _imap_setting(ctx, command, key):
+    """A setting of ``spamnb imap COMMAND`` from the configuration files (imap.toml), or None."""
+    return ((ctx.find_root().default_map or {}).get("imap", {}).get(command, {}) or {}).get(key)
 
 
 def _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, ask) -> bool:

@@ -46,7 +46,7 @@ COPY_SLACK = 3600.0
 #: starts with a smaller number was not made by the maildir's own naming rule.
 NAME_TIME_FLOOR = 1_000_000_000
 #: Where a message's arrival time was read, when not from its file's time.
-FROM_NAME, FROM_DATE = "file name", "Date field"
+FROM_NAME, FROM_DATE = "Maildir file name", "Date field"
 #: Folder names (case-insensitive, Maildir++ dot and parents stripped) that hold spam.
 JUNK_NAMES = frozenset({"junk", "spam", "junk e-mail", "junk email", "bulk mail", "junkmail"})
 #: Folders that are neither: mail on its way out, half-written, or thrown away unsorted.
