@@ -66,21 +66,28 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     `command -v spamnb` prints. No lock (:0, not :0:): a maildir needs none.
 
     \b
-    Example, procmail (~/.procmailrc):
+    Example, procmail (~/.procmailrc; `spamnb setup` writes it):
       MAILDIR=$HOME/Maildir/
       DEFAULT=$MAILDIR
       :0fw
-      | /usr/local/bin/spamnb filter --exit-zero
+      | /usr/local/bin/spamnb filter --exit-zero -u
       :0
       * ^X-Spam-Flag: YES
       .Junk/
+      :0
+      * ^X-Spam-Status: No, .*tests=SPAMNB_UNSURE
+      .Unsure/
 
     \b
     maildrop (~/.mailfilter, mode 0600):
-      xfilter "/usr/local/bin/spamnb filter --exit-zero"
+      xfilter "/usr/local/bin/spamnb filter --exit-zero -u"
       if (/^X-Spam-Flag: YES/)
       {
           to "$HOME/Maildir/.Junk/"
+      }
+      if (/^X-Spam-Status: No, .*tests=SPAMNB_UNSURE/)
+      {
+          to "$HOME/Maildir/.Unsure/"
       }
       to "$HOME/Maildir/"
     """
