@@ -93,7 +93,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 def url(server, request):
     """A fresh prefix in the module's server for each test."""
-    return server.url(prefix=f"{request.node.name[:40]}:")
+    return server.url(prefix=f"{request.node.name[:40]}{hash(request.node.name) & 0xffff:x}:")
 
 
 def pushed(url, model_path):
@@ -812,3 +812,125 @@ def test_imap_filter_with_a_store_opens_it_once_a_run_and_follows_a_new_push(ser
     for raw in raws:
         judge(raw)
     assert made() == before  # no connection per message
+
+
+# -- malformed values in the store: checked as a model file's are -----------------------------------
+
+#: What a hand edit, another program or a damaged store can leave in a store's keys, each as
+#: (what it changes, what the one-line error names).
+MALFORMED = {
+    "nan-counts": ("counts", "finite"), "inf-counts": ("counts", "finite"), "negative-counts": ("counts", "negative"),
+    "nan-token": ("token", "a token's counts"), "negative-token": ("token", "a token's counts"),
+    "short-token": ("token", "a token value is short"), "settings-not-json": ("settings", "settings:"),
+    "unknown-tokenizer-key": ("settings", "unknown tokenizer config keys: bogus"),
+    "wrong-type": ("settings", "alpha must be a finite number"), "missing-field": ("settings", "no features"),
+    "learned-class": ("registry", "a learned message has no class"),
+}
+
+
+def malform(client, backend, raw, kind):
+    """Put the ``kind`` of malformed value in the store of ``backend``, where reading
+    ``raw``'s verdict (or learning it) reads it; the settings under a new revision, as a
+    writer's change is (so that readers holding the old ones read them again)."""
+    from spamnb.mail.tokenizer import tokenize
+    from spamnb.storage.redisstore import COUNTS, VALUE
+    from spamnb.storage.scorer import token_hash
+
+    meta = backend.prefix + b"meta"
+    st = backend.settings(refresh=True)
+    if kind.endswith("-counts"):
+        bad = {"nan": math.nan, "inf": math.inf, "negative": -5.0}[kind.split("-")[0]]
+        n = list(COUNTS.unpack(client.hget(meta, "counts")))
+        n[2] = bad
+        client.hset(meta, "counts", COUNTS.pack(*n))
+    elif kind.endswith("-token"):
+        for tok in tokenize(raw, backend.tokenizer()):  # the first of the message's tokens the store holds
+            h = token_hash(tok)
+            key, field = backend._bucket(st.epoch, h % st.buckets), h.to_bytes(8, "little")
+            value = client.hget(key, field)
+            if value is not None:
+                break
+        new = {"nan": VALUE.pack(math.nan, 1.0, 1, 0) + value[VALUE.size:],
+               "negative": VALUE.pack(-3.0, 1.0, 1, 0) + value[VALUE.size:], "short": b"\x00" * 11}
+        client.hset(key, field, new[kind.split("-")[0]])
+    elif kind == "learned-class":
+        key = message_key(raw)
+        client.hset(backend._reg(st.epoch, int.from_bytes(key[:4], "little") % st.registry_buckets), key, b"x")
+    else:
+        s = json.loads(client.hget(meta, "settings"))
+        if kind == "unknown-tokenizer-key":
+            s["tokenizer"]["bogus"] = 1
+        elif kind == "wrong-type":
+            s["alpha"] = "0.1"
+        elif kind == "missing-field":
+            del s["features"]
+        client.hset(meta, mapping={"settings": "{not json" if kind == "settings-not-json" else json.dumps(s),
+                                   "rev": "edited"})
+
+
+def keys_and_values(client, prefix):
+    """Every key (a hash, all of them) under ``prefix`` with its fields and whether it has a
+    TTL: what "nothing changed" compares."""
+    return {k: (client.hgetall(k), client.ttl(k) > 0) for k in client.scan_iter(match=prefix + b"*", count=1000)}
+
+
+def one_line(stderr: bytes, *words: bytes) -> bool:
+    return stderr.count(b"\n") == 1 and b"Traceback" not in stderr and all(w in stderr for w in words)
+
+
+def malformed_store(server, url, model_file, kind):
+    """``(backend, raw, the error's words, the store's keys and values)``: a store holding
+    the ``kind`` of malformed value where ``raw``'s verdict (or learning it) reads it."""
+    backend = pushed(url, model_file)
+    raw = sample_messages()[4]
+    if kind == "learned-class":  # a message the model has learned: its class is what learning reads
+        backend.learn([(raw, "spam", None)])
+    malform(server.client(), backend, raw, kind)
+    return backend, raw, [b"holds a malformed model", MALFORMED[kind][1].encode()], \
+        keys_and_values(server.client(), backend.prefix)
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_a_malformed_value_in_the_store_is_refused_and_mail_passes_through(server, url, model_file, kind):
+    """A store's values are checked as a model file's are: each malformed one is a
+    MalformedStore (a ModelError: one line) for the verdict, for learning (before the learn
+    script writes anything) and for reading the whole model; `spamnb filter --store`'s fast
+    path delivers the message unchanged with one line, exit 3, and 0 with --exit-zero (a
+    maildrop recipe must not defer the mail for as long as the store stays bad)."""
+    from spamnb.storage.redisstore import MalformedStore
+    from spamnb.storage.where import open_backend
+
+    backend, raw, said, before = malformed_store(server, url, model_file, kind)
+    words = MALFORMED[kind][1]
+    fresh = open_backend(None, url)  # reads the settings anew, as every new process does
+    if MALFORMED[kind][0] != "registry":  # a verdict reads no learned message
+        with pytest.raises(MalformedStore, match=re.escape(words)):
+            decide(fresh.view(), raw)
+        for args, code in ((["filter", "--store", url], 3), (["filter", "--store", url, "--exit-zero"], 0)):
+            r = run(*args, input=raw)
+            assert (r.returncode, r.stdout) == (code, raw), (args, r.stderr)
+            assert one_line(r.stderr, *said, b"message passed through unchanged"), (args, r.stderr)
+    with pytest.raises(MalformedStore):
+        fresh.learn([(raw, "ham", None)])
+    with pytest.raises(MalformedStore):
+        fresh.model()
+    assert keys_and_values(server.client(), backend.prefix) == before
+
+
+@pytest.mark.parametrize("kind", [k if k in ("settings-not-json", "nan-token") else
+                                  pytest.param(k, marks=pytest.mark.slow) for k in sorted(MALFORMED)])
+def test_a_malformed_value_in_the_store_through_every_command(server, url, model_file, kind, tmp_path):
+    """The click path of `filter --store` passes the message through as the fast path
+    does; `learn`, `info` and `classify --store` say it in one line and exit 1; nothing in
+    the store changes. (Two kinds in the default run: each command starts numpy.)"""
+    backend, raw, said, before = malformed_store(server, url, model_file, kind)
+    if MALFORMED[kind][0] != "registry":
+        r = run("filter", "--store", url, "--evidence", "1", input=raw)  # --evidence: the click command
+        assert (r.returncode, r.stdout) == (3, raw) and one_line(r.stderr, *said, b"passed through"), r.stderr
+    (tmp_path / "m.eml").write_bytes(raw)
+    for args in (["learn", "--ham", "--store", url, tmp_path / "m.eml"], ["info", "--store", url],
+                 ["classify", "--store", url, SAMPLE_MAILDIR]):
+        r = run(*args)
+        assert r.returncode == 1 and one_line(r.stderr, *said), (args, r.stderr)
+        assert not r.stdout.strip(b"label P(spam)score message\n"), (args, r.stdout[:300])
+    assert keys_and_values(server.client(), backend.prefix) == before
