@@ -865,7 +865,7 @@ def malform(client, backend, raw, kind):
         elif kind == "missing-field":
             del s["features"]
         client.hset(meta, mapping={"settings": "{not json" if kind == "settings-not-json" else json.dumps(s),
-                                   "rev": "edited"})
+                                   "rev": f"edited-{kind}"})
 
 
 def keys_and_values(client, prefix):
@@ -934,3 +934,104 @@ def test_a_malformed_value_in_the_store_through_every_command(server, url, model
         assert r.returncode == 1 and one_line(r.stderr, *said), (args, r.stderr)
         assert not r.stdout.strip(b"label P(spam)score message\n"), (args, r.stdout[:300])
     assert keys_and_values(server.client(), backend.prefix) == before
+
+
+def test_spamd_answers_a_scan_of_a_malformed_store_as_it_documents_and_a_push_repairs_it(url, model_file,
+                                                                                          tmp_path):
+    """`serve --spamd --store` meets each kind of malformed value as a model it cannot read:
+    EX_IOERR (74) for the scan, and real spamc passes the message through unchanged (exit 0);
+    the `store push` that the error line asks for replaces the malformed model."""
+    from test_spamd import SPAMC
+
+    pushed(url, model_file)
+    host = Spamd(url, tmp_path / "h")
+    try:
+        raw = sample_messages()[4]
+        want = host.ask(request("CHECK", raw))
+        assert want.startswith(b"SPAMD/1.1 0 EX_OK"), want
+        for kind in ("nan-counts", "short-token", "unknown-tokenizer-key", "settings-not-json"):
+            malform(redis.Redis.from_url(url.split("?")[0]), spamd_store(url), raw, kind)
+            reply = host.ask(request("CHECK", raw))
+            assert reply.startswith(b"SPAMD/1.0 74 cannot read the model"), (kind, reply)
+            if SPAMC is not None:
+                r = subprocess.run([SPAMC, "-d", "127.0.0.1", "-p", str(host.port)], input=raw, capture_output=True,
+                                   timeout=60)
+                assert (r.returncode, r.stdout) == (0, raw), (kind, r.stderr)
+            r = run("store", "push", model_file, url)  # what the error says to do
+            assert r.returncode == 0, (kind, r.stderr)
+            assert host.ask(request("CHECK", raw)) == want, kind
+    finally:
+        host.stop()
+
+
+@pytest.mark.skipif(shutil.which("procmail") is None or shutil.which("maildrop") is None,
+                    reason="procmail or maildrop is not installed (scripts/test.sh installs them when run as root)")
+def test_procmail_and_maildrop_deliver_the_message_when_the_store_is_malformed(server, url, model_file, tmp_path):
+    """docs/delivery.md's recipes (`filter --exit-zero`) with `$SPAMNB_STORE` naming a store
+    that holds a malformed value: procmail delivers the message unchanged to the inbox, and
+    maildrop does too instead of deferring it (EX_TEMPFAIL) for as long as the store stays bad."""
+    from test_e2e import as_installed, delivered, make_maildir, passed_through, procmail_deliver, readme_block
+
+    from conftest import strip_from_line
+
+    backend = pushed(url, model_file)
+    raw = strip_from_line(sample_messages()[4])  # procmail takes a From_ line for the envelope
+    malform(server.client(), backend, raw, "nan-token")
+    home = tmp_path / "home"
+    make_maildir(home / "Maildir")
+    log = procmail_deliver(home, raw, f"SPAMNB_STORE={url}")
+    assert delivered(home / "Maildir") == [raw] and not (home / "Maildir" / ".Junk").exists()
+    assert "holds a malformed model" in log and "Traceback" not in log, log
+    for f in (home / "Maildir" / "new").iterdir():
+        f.unlink()
+    make_maildir(home / "Maildir" / ".Junk")
+    rc = tmp_path / "mailfilter"
+    rc.write_text(f'HOME="{home}"\n' + as_installed(readme_block("maildrop")))
+    rc.chmod(0o600)
+    env = {"HOME": str(home), "SPAMNB_STORE": url, **dict(s.split("=", 1) for s in passed_through())}
+    proc = subprocess.run(["maildrop", str(rc)], input=raw, capture_output=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr  # not 75: delivered, not deferred
+    assert delivered(home / "Maildir") == [raw] and delivered(home / "Maildir" / ".Junk") == []
+
+
+def test_a_learn_gives_the_buckets_it_writes_the_stores_ttl(server, url, model_file):
+    """Every bucket a learn writes lives keep_factor x age_days days from that write (only
+    the push gave them one before: a bucket a learn made new lived forever), also when
+    prune's rule says 0 days (an EXPIRE of 0 would delete what the learn just wrote)."""
+    from spamnb.mail.tokenizer import tokenize
+    from spamnb.storage.scorer import token_hash
+
+    backend = pushed(url, model_file)
+    c = server.client()
+    for k in c.scan_iter(match=backend.prefix + b"*:b:*", count=1000):
+        c.expire(k, 100)  # as if pushed long ago
+    raws = sample_messages()[:5]
+    backend.learn([(raw, "ham", None) for raw in raws])
+    st = backend.settings()
+    written = {backend._bucket(st.epoch, token_hash(t) % st.buckets) for raw in raws
+               for t in tokenize(raw, backend.tokenizer())}
+    assert written and all(c.ttl(k) > 80 * 86400 for k in written), sorted(c.ttl(k) for k in written)[:5]
+    backend.age_out(older_than_days=0, max_messages=0)  # learners age by this rule from now on
+    backend.learn([(raws[0], "spam", None)])
+    st = backend.settings(refresh=True)
+    assert st.s["age_days"] == 0
+    mine = {backend._bucket(st.epoch, token_hash(t) % st.buckets) for t in tokenize(raws[0], backend.tokenizer())}
+    assert all(86000 < c.ttl(k) <= 86400 for k in mine), sorted(c.ttl(k) for k in mine)[:5]
+
+
+def test_a_store_user_name_cannot_reach_another_users_keys(url):
+    """A store user's model lives under ``P u:NAME:``: a name with ':' (``bob:u:alice``
+    would be alice's keys under bob's), a wildcard, a space, or longer than 128 characters
+    is refused, for IMAP logins too (they reach it without spamd's name check)."""
+    from spamnb.cli.imap import _judge_and_learn
+    from spamnb.storage.store import ModelError
+
+    shared = spamd_store(url)
+    for name in ("alice@example.org", "a" * 128):
+        assert shared.for_user(name).prefix == shared.prefix + b"u:" + name.encode() + b":"
+        _judge_and_learn(None, True, store=url, user=name)
+    for name in ("a" * 129, "alice:meta", "bob:u:alice", "a*", "two words"):
+        with pytest.raises(ModelError, match="cannot name a model in a store"):
+            shared.for_user(name)
+        with pytest.raises(ModelError, match="cannot name a model in a store"):
+            _judge_and_learn(None, True, store=url, user=name)

@@ -640,6 +640,8 @@ class RedisBackend(Backend):
         old = None
         try:
             old = self.settings(refresh=True)
+        except MalformedStore:  # what the error says to do: a push replaces it
+            old = self._malformed_settings()
         except StoreUnavailable:
             if not self._call("reach the store", self.client.ping):
                 raise
@@ -706,6 +708,17 @@ class RedisBackend(Backend):
         self._settings = None  # read again, with the revision the store holds
         if old is not None and old.epoch != epoch:
             self._drop_epoch(old)
+
+    def _malformed_settings(self) -> Settings:
+        """A malformed model's epoch, with what of its keys a push can remove: the buckets
+        ``P meta`` counts when that is a count (else none: they expire by their TTL) and the
+        learned messages' buckets; the ageing rule is the defaults'."""
+        epoch, buckets = self._call("read the model", self.client.hmget, self._meta(), [b"epoch", b"buckets"])
+        try:
+            nb = max(0, min(int(buckets), 1 << 24))
+        except (TypeError, ValueError):
+            nb = 0
+        return Settings(epoch or b"", {"buckets": nb, "registry_buckets": REGISTRY_BUCKETS})
 
     def _drop_epoch(self, st: Settings):
         keys = [self._bucket(st.epoch, k) for k in range(st.buckets)]
