@@ -16,9 +16,9 @@ import pytest
 
 from conftest import sample_message
 from spamnb.storage import journal, scorer
-from spamnb.storage.modelfile import save_model
 from spamnb.verdict import Boundary, failure_reason
 from test_e2e import SPAMNB
+from test_fastpath import compiled  # noqa: F401 - the fixture: a private model with its scorer
 from test_server import start_server
 
 
@@ -29,13 +29,6 @@ def filter_(*args, input, env=None):
 
 def one_line(stderr: bytes) -> bool:
     return stderr.count(b"\n") == 1 and b"Traceback" not in stderr
-
-
-@pytest.fixture
-def compiled(trained_model, tmp_path):
-    path = tmp_path / "m" / "model.joblib"
-    save_model(trained_model, path)
-    return path
 
 
 def damage(path, how):
