@@ -16,7 +16,8 @@ gives two cut-offs on p: ham when p <= ham cut-off, spam when p > spam cut-off,
 unsure between (:func:`cutoffs_from_costs`, :func:`label_for`).
 
 Errors are plain :class:`DecisionError` (a ValueError); the command line turns
-them into usage errors, the cold path into a :class:`Fallback`.
+them into usage errors, the cold path into a :class:`Fallback`. What a delivery
+does when anything fails is here too, once for every path: :class:`Boundary`.
 """
 
 import math
@@ -286,9 +287,10 @@ class Boundary:
     The paths and their ``fail`` (docs/delivery.md#when-something-fails):
 
     * ``spamnb filter``'s fast path (:func:`spamnb.delivery.fastfilter.main`) and its
-      click command (``spamnb.cli.delivery``, with ``pass_through`` for options and
-      configuration that cannot be read): the message unchanged on stdout, the reason
-      on stderr (:func:`passed_through`), exit status :func:`unchanged_status`;
+      click command (``spamnb.cli.delivery``; ``spamnb.cli.options.pass_through`` does
+      the same for options and configuration that cannot be read, before there is a
+      command to run): :func:`deliver_unchanged`, the message unchanged on stdout and the
+      reason on stderr, then exit status :func:`unchanged_status`;
     * the filter server, per request (``spamnb.delivery.server``): it declines, and
       the filter's client answers by itself (behind its own boundary);
     * spamd, per request (``spamnb.delivery.spamd``): an error reply (EX_IOERR for a
