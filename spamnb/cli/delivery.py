@@ -11,7 +11,7 @@ from spamnb import verdict
 from spamnb.cli.options import (cutoffs, decision_options, history_options, log_options, metrics_from,
                                 metrics_options, model_options, notice, open_backend, pass_through, recorder)
 from spamnb.storage.locate import history_path
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, Boundary, deliver_unchanged, model_name
 
 
 class _FilterCommand(click.Command):
@@ -53,7 +53,8 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     version=... to the header, in SpamAssassin's form (S and T log-odds; unsure
     is No), after removing the verdict fields the message came with. Exit status as bogofilter's:
     0 spam, 1 ham, 2 unsure, 3 error (0 for all with --exit-zero). On any error
-    the message is written out unchanged and the exit status is 3: mail is never lost.
+    (options, configuration, model, store) the message is written out unchanged,
+    with one line on stderr: mail is never lost, nor held.
 
     Started as the `spamnb` program, it answers through a running `spamnb serve`
     when it can, else from the model's compiled scorer, else the full way:
@@ -91,40 +92,25 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
       }
       to "$HOME/Maildir/"
     """
-    stdin = sys.stdin.buffer
-    stdout = sys.stdout.buffer
-    raw = b""
-    try:
-        raw = stdin.read()
+    got = {"raw": b""}
+
+    def fail(reason, exc):
+        return deliver_unchanged(got["raw"], reason, exit_zero)
+
+    with Boundary(fail, interrupts=True) as boundary:
+        raw = got["raw"] = sys.stdin.buffer.read()
         out, label = _filter_message(raw, model_path, store, allow_insecure_model, learn_, evidence,
                                      (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
                                      recorder(log_messages, log_format, log_to), history)
-        code = 0 if exit_zero else EXIT_CODES[label]
-    except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
-        click.echo(passed_through(_reason(exc)), err=True)
-        out, code = raw, EXIT_ERROR
+    if boundary.result is not None:
+        sys.exit(boundary.result)
+    code = 0 if exit_zero else EXIT_CODES[label]
     try:
-        stdout.write(out)
-        stdout.flush()
-    except OSError:
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):
         code = EXIT_ERROR
     sys.exit(code)
-
-
-def _reason(exc):
-    """The one-line reason of a failed filter: the message of an error spamnb
-    raises for the user (model, mail source, decision options, a file); the kind
-    of anything else, which is a bug to report."""
-    from spamnb.mail.sources import SourceError
-    from spamnb.storage.store import ModelError
-
-    if isinstance(exc, OSError) and exc.filename:
-        return f"{exc.filename}: {exc.strerror or exc}"
-    if isinstance(exc, (ModelError, SourceError, DecisionError, click.ClickException, OSError)):
-        return exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
 def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evidence, decision, rec, history=None):

@@ -177,13 +177,16 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
             # the state as on disk: a pass that failed half-way is redone from its last save
             out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run).run()
             say(out.summary())
+            return out
 
         if watch:
             _watch(s, one_pass, say, interval)
         else:
             client = _connect(s)
             try:
-                one_pass(client)
+                if one_pass(client).failed:  # said per message; a cron job's status says it too
+                    raise click.ClickException("some messages could not be filtered (see above): they are where "
+                                               "they were, and the next pass tries them again")
             except lib.connection_errors() as exc:
                 raise click.ClickException(f"the connection failed during the pass: {exc} (what was done is "
                                            "recorded; the next pass goes on from there)") from None

@@ -13,7 +13,7 @@ import sys
 import click
 
 from spamnb import verdict
-from spamnb.verdict import EXIT_ERROR, passed_through
+from spamnb.verdict import deliver_unchanged
 
 
 def model_options(f):
@@ -353,17 +353,25 @@ def metrics_from(address, allow):
         raise click.UsageError(str(exc)) from None
 
 
+#: ``ctx.meta`` key: whether ``--exit-zero`` is on the command line (set by the group before
+#: any option is parsed, for :func:`pass_through`).
+EXIT_ZERO_GIVEN = "spamnb.exit_zero_given"
+
+
 def pass_through(reason):
-    """Deliver standard input unchanged, say why on stderr, and exit 3: what ``filter``
-    does when it cannot even start (bad options, a broken configuration file)."""
-    click.echo(passed_through(reason), err=True)
+    """What ``filter`` does when it cannot even start (bad options, a configuration file
+    it cannot read): standard input delivered unchanged, as the delivery paths' failure
+    boundary delivers it (:func:`spamnb.verdict.deliver_unchanged`), then the exit: 3, or
+    0 with ``--exit-zero`` on the command line or in the configuration that was read."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx is not None else None
+    exit_zero = root is not None and bool(
+        root.meta.get(EXIT_ZERO_GIVEN) or ((root.default_map or {}).get("filter") or {}).get("exit_zero"))
     try:
-        stdout = sys.stdout.buffer
-        stdout.write(sys.stdin.buffer.read())
-        stdout.flush()
-    except OSError:
-        pass
-    raise click.exceptions.Exit(EXIT_ERROR)
+        raw = sys.stdin.buffer.read()
+    except (OSError, ValueError):
+        raw = b""
+    raise click.exceptions.Exit(deliver_unchanged(raw, reason, exit_zero))
 
 
 def run_alone(state_path, command) -> int:

@@ -401,12 +401,15 @@ class Outcome:
     learned: dict = field(default_factory=lambda: {"spam": 0, "ham": 0})
     own: int = 0  # verdicts learned (filter -u's rule)
     moved: int = 0
+    failed: int = 0  # messages the model could not judge: left where they were
 
     def summary(self) -> str:
         c, l_ = self.classified, self.learned
+        left = (f", left {self.failed} unfiltered where they are (tried again at the next pass)"
+                if self.failed else "")
         return (f"classified {sum(c.values())} ({c['spam']} spam, {c['ham']} ham, {c['unsure']} unsure), "
                 f"moved {self.moved}, learned {self.own} of its verdicts, "
-                f"learned {l_['spam']} as spam and {l_['ham']} as ham from your moves")
+                f"learned {l_['spam']} as spam and {l_['ham']} as ham from your moves{left}")
 
 
 class Filter:
@@ -525,6 +528,7 @@ class Filter:
         if not first:  # pending UIDs are this UIDVALIDITY's; after a change the re-scan finds the messages
             self._finish_pending(name, junk)
         uids = uids_after(self.client, f["last_uid"])
+        unjudged = []  # UIDs the model could not judge: the next pass starts again at the first
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
             new, back, flags = [], [], {}
@@ -532,14 +536,14 @@ class Filter:
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is None:
-                    new.append((uid, key, *self.judge(raw), raw))
+                    self._judged(new, unjudged, name, uid, key, raw)
                 elif rec.get("pending"):  # a move begun before the UIDVALIDITY changed
                     self._finish(uid, rec, junk, name)
                 elif rec.get("where") in (JUNK, UNSURE):
                     back.append((uid, key, raw))  # spamnb filed it away; the user moved it back
             back, copies = self._moved_back(back, name, junk)
             for uid, key, raw in copies:  # a second copy of a message still in Junk: new mail, not a correction
-                new.append((uid, key, *self.judge(raw), raw))
+                self._judged(new, unjudged, name, uid, key, raw)
             for uid, key, raw in back:
                 self.say(f"{name} {uid}: you moved it back from "
                          f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
@@ -548,12 +552,25 @@ class Filter:
             self._learn([(raw, "ham") for _, _, raw in back])
             self._keyword([uid for uid, _, _ in back], "ham", flags)
             self._file(name, junk, new, flags)
-            f["last_uid"] = max(batch)
+            f["last_uid"] = max(batch) if not unjudged else max(f["last_uid"], min(unjudged) - 1)
             self._save()
         if first:  # after a re-scan, no pending UID of the old UIDVALIDITY may name a message of the new
             for rec in self.msgs.values():
                 rec.pop("pending", None)
                 rec.pop("copied", None)
+
+    def _judged(self, new, unjudged, name, uid, key, raw):
+        """Judge ``raw`` into ``new``, behind the delivery paths' failure boundary
+        (:class:`spamnb.verdict.Boundary`): when anything fails (the model, its store, a
+        bug), the message stays where it is, unflagged and unrecorded, one line says
+        why, and its UID goes to ``unjudged`` (the next pass judges it again)."""
+        def fail(reason, exc):
+            self.say(f"{name} {uid}: not filtered, left where it is: {reason}: {subject_line(raw)}")
+            self.out.failed += 1
+            unjudged.append(uid)
+
+        with verdict.Boundary(fail):
+            new.append((uid, key, *self.judge(raw), raw))
 
     def _moved_back(self, found, name, junk):
         """``(back, copies)`` of messages found in the folder that spamnb had filed

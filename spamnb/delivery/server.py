@@ -8,6 +8,9 @@ client does the work itself, with the same result.
 
 Guarantees
 ----------
+* Any failure while answering (a damaged model, a malformed store value, a bug) is a
+  refusal, never a dropped connection: the client then answers by itself, behind its
+  own failure boundary (:class:`spamnb.verdict.Boundary`).
 * Same answer as the cold path: the server holds the model's compiled scorer
   when it is fresh and scores exactly as the fast path does, else the full
   :class:`SpamModel`, formatting as the click command does (λ = 0 models).
@@ -68,6 +71,7 @@ from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
 from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
 from spamnb.storage.scorer import Scorer
+from spamnb.verdict import Boundary
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -106,7 +110,12 @@ class _Handler(socketserver.BaseRequestHandler):
         """``(status, label, pos, block, reason)`` for one request."""
         srv = self.server
         start = time.perf_counter()
-        try:
+
+        def fail(reason, exc):  # the delivery paths' boundary: decline, the client does it itself
+            srv.recorder.error("declined", reason, via="socket")
+            return wire.DECLINED, None, 0, b"", reason
+
+        with Boundary(fail) as boundary:
             backend = srv.backend
             if not backend.serves(header["model"]):
                 return wire.DECLINED, None, 0, b"", "another model"
@@ -127,9 +136,7 @@ class _Handler(socketserver.BaseRequestHandler):
             srv.recorder.message("socket", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
                                  raw=raw, learned=d.label if learned and not reason else None, why="filter-u")
             return wire.OK, d.label, pos, block, reason
-        except Exception as exc:  # noqa: BLE001 - the client does it itself
-            srv.recorder.error("declined", f"{exc.__class__.__name__}: {exc}", via="socket")
-            return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
+        return boundary.result
 
     def _learn(self, backend, raw, label, toks):
         """Learn a filtered message (``filter -u``): "" when learned, the reason

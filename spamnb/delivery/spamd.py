@@ -112,7 +112,7 @@ from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
 from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
-from spamnb.verdict import threshold
+from spamnb.verdict import Boundary, threshold
 
 #: sysexits.h, as spamd answers with them.
 EX = {"EX_OK": 0, "EX_USAGE": 64, "EX_DATAERR": 65, "EX_NOINPUT": 66, "EX_NOUSER": 67, "EX_NOHOST": 68,
@@ -619,16 +619,20 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         conn = self.request
         reader = _Reader(conn, time.monotonic() + srv.timeout_s)
-        try:
-            out = self._request(reader)
-        except SpamdError as exc:
-            srv.log(f"spamd: {exc.logged()}")
+
+        def fail(reason, exc):  # the delivery paths' boundary: an error reply, spamc passes the mail
+            if not isinstance(exc, SpamdError):  # a bug: one bad message never stops the server
+                srv.log(f"spamd: {reason}")
+                exc = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}")
+            else:
+                srv.log(f"spamd: {exc.logged()}")
             srv.models.recorder.error(exc.name.lower(), via="spamd")
-            out = exc.line()
-        except Exception as exc:  # noqa: BLE001 - one bad message never stops the server
-            srv.log(f"spamd: internal error: {exc.__class__.__name__}: {exc}")
-            srv.models.recorder.error("ex_software", via="spamd")
-            out = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}").line()
+            return exc.line()
+
+        with Boundary(fail) as boundary:
+            out = self._request(reader)
+        if boundary.result is not None:
+            out = boundary.result
         if out:
             self._send([out], time.monotonic() + srv.timeout_s)
 
