@@ -18,6 +18,9 @@ The score reported everywhere is the log-odds
 
 and P(spam | x) = P(spam)·P(x|spam) / Σ_c P(c)·P(x|c) (docs/naive-bayes.md §2), computed
 with log-sum-exp by the estimator.
+
+:class:`MailVectorizer` is the model's first steps (tokenizer, vocabulary, features)
+as a scikit-learn transformer, for pipelines of raw mail (docs/library.md).
 """
 
 from __future__ import annotations
@@ -26,10 +29,12 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from spamnb.nb import naive_bayes
 from spamnb._version import __version__
 from spamnb.nb.decision import Cutoffs
+from spamnb.nb.estimator import Transformer, not_fitted
 from spamnb.nb.membership import ZERO
 from spamnb.mail.identity import KEY_BYTES, legacy_message_key, message_key
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
@@ -241,9 +246,7 @@ class SpamModel:
 
     def _rows(self, token_lists, grow):
         """Feature rows of token lists, and their unknown-token counts."""
-        X, n_unknown = self.vocabulary.transform(token_lists, grow=grow,
-                                                 binary=binary_features(self.features))
-        return transform_features(X, self.features), n_unknown
+        return feature_rows(self.vocabulary, token_lists, self.features, grow=grow)
 
     def _update(self, token_lists, y, sign):
         """Add (sign=+1) or subtract (sign=-1) a batch of messages' counts; returns the
@@ -569,6 +572,38 @@ class SpamModel:
             weights = (jll[:, SPAM] - jll[:, HAM]) - bias
         return bias, weights
 
+    def lookup(self, word: str) -> list[dict]:
+        """What the model holds of ``word`` (a word lookup, as bogofilter's ``bogoutil -w``): of
+        the token itself, or of a plain word as a body word and in each namespace it is known
+        in (:func:`spamnb.mail.tokennames.lookups`), the body word first. A row for each token
+        it knows: ``{"token", "ham", "spam", "messages", "weight"}``, where ham and spam
+        are the class's feature counts (message counts with ``features="counts"`` or
+        ``"presence"``; sums of each message's normalised weight with the ``-l2`` features),
+        messages the learned messages holding it, and weight its log-odds (what a message
+        holding it once, and nothing else, scores beyond the prior: :meth:`linear_weights`'
+        weight of that token alone)."""
+        import scipy.sparse as sp
+
+        from spamnb.mail.tokennames import lookups
+
+        listed = type(self.vocabulary) is Vocabulary  # hashed columns have no names to look through
+        tokens = lookups(word, self.vocabulary.tokens() if listed and ":" not in word else None)
+        found = [(tok, self.vocabulary.index(tok)) for tok in dict.fromkeys(tokens)]
+        found = [(tok, i) for tok, i in found if i is not None]
+        if not found:
+            return []
+        n, cols = len(self.vocabulary), np.array([i for _, i in found])
+        est = self.estimator
+        rows = sp.csr_matrix((np.ones(len(cols)), (np.arange(len(cols)), cols)), shape=(len(cols), n))
+        with np.errstate(invalid="ignore"):
+            empty = est.predict_joint_log_proba(sp.csr_matrix((1, n)))
+            jll = est.predict_joint_log_proba(rows)
+        weights = (jll[:, SPAM] - jll[:, HAM]) - (empty[0, SPAM] - empty[0, HAM])
+        fc = est.feature_count_
+        return [{"token": tok, "ham": float(fc[HAM, i]), "spam": float(fc[SPAM, i]),
+                 "messages": int(self.doc_freq[i]), "weight": float(w)}
+                for (tok, i), w in zip(found, weights)]
+
     def explain(self, raw: bytes, n: int = 15, *, toks=None) -> Evidence:
         """The prior and the ``n`` tokens that moved the decision most.
 
@@ -693,6 +728,13 @@ def log_odds(log_post):
         return log_post[:, SPAM] - log_post[:, HAM]
 
 
+def feature_rows(vocabulary, token_lists, features, *, grow=False):
+    """The :data:`FEATURES` rows (CSR, one a message) of token lists in ``vocabulary``'s
+    columns, and each message's count of tokens not in it (``grow``: added to it instead)."""
+    X, n_unknown = vocabulary.transform(token_lists, grow=grow, binary=binary_features(features))
+    return transform_features(X, features), n_unknown
+
+
 def transform_features(X, features):
     """Apply a :data:`FEATURES` transform, in place, to a CSR count (or presence) matrix."""
     if features in ("counts", "presence"):
@@ -732,3 +774,116 @@ def batches(iterable, size):
             batch = []
     if batch:
         yield batch
+
+
+class MailVectorizer(Transformer):
+    """Raw messages into scikit-learn: bytes -> the CSR matrix of their feature rows.
+
+    A scikit-learn transformer made of :class:`SpamModel`'s own first steps (the
+    tokenizer, the vocabulary, the :data:`FEATURES` transform), so that
+    ``make_pipeline(MailVectorizer(), MultinomialNB())`` is a spam filter that
+    ``GridSearchCV`` tunes and scikit-learn's metrics judge, and, given the same
+    settings (``tokenizer``, ``features``, ``hash_features``) and the same
+    messages, its columns are a model's tokens in the model's order and its rows
+    the rows the model scores.
+
+    Parameters
+    ----------
+    tokenizer : TokenizerConfig, optional
+        The tokenizer's settings (default ``TokenizerConfig()``).
+    features : {'counts', 'presence', 'presence-l2', 'logtf-l2'}, default 'counts'
+        What a message's row holds (:data:`FEATURES`; a :class:`SpamModel` uses
+        ``'presence-l2'`` unless told otherwise).
+    hash_features : int, optional
+        Hash tokens into this many columns instead of keeping a vocabulary.
+
+    X is a sequence of raw messages: ``bytes`` as stored (``str`` is encoded as
+    UTF-8). Attributes after ``fit``: ``vocabulary_`` (the token -> column map,
+    :class:`spamnb.nb.vocabulary.Vocabulary`). ``partial_fit`` adds the new tokens
+    of more messages as new columns on the right, so the rows ``transform`` gives
+    afterwards are wider, which the count estimators' ``partial_fit`` takes as new
+    features.
+    """
+
+    def __init__(self, *, tokenizer=None, features="counts", hash_features=None):
+        self.tokenizer = tokenizer
+        self.features = features
+        self.hash_features = hash_features
+
+    def _config(self):
+        if self.features not in FEATURES:
+            raise ValueError(f"unknown features {self.features!r}: choose from {', '.join(FEATURES)}")
+        if self.tokenizer is not None and not isinstance(self.tokenizer, TokenizerConfig):
+            raise ValueError(f"tokenizer must be a TokenizerConfig or None, got {type(self.tokenizer).__name__}")
+        return self.tokenizer or TokenizerConfig()
+
+    def _new_vocabulary(self):
+        n = self.hash_features
+        return Vocabulary() if n is None else HashingVocabulary(n)
+
+    def _token_lists(self, X):
+        """Token lists of X's messages, a batch at a time (bounded memory)."""
+        config = self._config()
+        if isinstance(X, (bytes, bytearray, str)):
+            raise ValueError("X is one message: pass a sequence of raw messages (bytes)")
+        for batch in batches(X, BATCH):
+            lists = []
+            for raw in batch:
+                if isinstance(raw, str):
+                    raw = raw.encode("utf-8", "surrogateescape")
+                elif not isinstance(raw, (bytes, bytearray, memoryview)):
+                    raise ValueError(f"a message must be bytes (or str), got {type(raw).__name__}")
+                lists.append(tokenize(bytes(raw), config))
+            yield lists
+
+    def _rows(self, X, grow):
+        blocks = [feature_rows(self.vocabulary_, lists, self.features, grow=grow)[0]
+                  for lists in self._token_lists(X)]
+        d = len(self.vocabulary_)  # a block made before the vocabulary grew is narrower: the same rows
+        blocks = [sp.csr_matrix((b.data, b.indices, b.indptr), shape=(b.shape[0], d)) for b in blocks]
+        return sp.vstack(blocks, format="csr") if blocks else sp.csr_matrix((0, d))
+
+    def fit(self, X, y=None):
+        """Learn the vocabulary of the messages X (y is ignored)."""
+        self._config()
+        self.vocabulary_ = self._new_vocabulary()
+        return self.partial_fit(X)
+
+    def partial_fit(self, X, y=None):
+        """Add the new tokens of the messages X to the vocabulary, as new columns on the right."""
+        if not hasattr(self, "vocabulary_"):
+            self._config()
+            self.vocabulary_ = self._new_vocabulary()
+        for lists in self._token_lists(X):
+            for toks in lists:
+                self.vocabulary_.ids(toks, grow=True)
+        return self
+
+    def fit_transform(self, X, y=None):
+        """:meth:`fit` then :meth:`transform`, in one pass over the messages."""
+        self._config()
+        self.vocabulary_ = self._new_vocabulary()
+        return self._rows(X, grow=True)
+
+    def transform(self, X):
+        """The feature rows of the messages X, shape (len(X), len(vocabulary_)); tokens
+        not in the vocabulary are left out."""
+        if not hasattr(self, "vocabulary_"):
+            raise not_fitted(self, "transform")
+        return self._rows(X, grow=False)
+
+    def get_feature_names_out(self, input_features=None):
+        """The token of each column, in column order (hashed: ``#hash:J``)."""
+        if not hasattr(self, "vocabulary_"):
+            raise not_fitted(self, "get_feature_names_out")
+        return np.asarray(self.vocabulary_.tokens(), dtype=object)
+
+    def __sklearn_is_fitted__(self):
+        return hasattr(self, "vocabulary_")
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False  # a sequence of messages, not a table
+        tags.input_tags.string = True
+        tags.transformer_tags.preserves_dtype = []
+        return tags

@@ -16,11 +16,13 @@ gives two cut-offs on p: ham when p <= ham cut-off, spam when p > spam cut-off,
 unsure between (:func:`cutoffs_from_costs`, :func:`label_for`).
 
 Errors are plain :class:`DecisionError` (a ValueError); the command line turns
-them into usage errors, the cold path into a :class:`Fallback`.
+them into usage errors, the cold path into a :class:`Fallback`. What a delivery
+does when anything fails is here too, once for every path: :class:`Boundary`.
 """
 
 import math
 import os
+import sys
 
 from spamnb._version import __version__
 
@@ -223,8 +225,96 @@ def default_model_notice(path):
 
 
 def passed_through(reason):
-    """What ``spamnb filter`` says when it delivers a message unchanged (exit status 3)."""
+    """What ``spamnb filter`` says when it delivers a message unchanged (:func:`unchanged_status`)."""
     return f"spamnb: error: {reason}; message passed through unchanged"
+
+
+def unchanged_status(exit_zero):
+    """``spamnb filter``'s exit status for a message passed through unchanged: 3, or 0
+    with ``--exit-zero`` (a recipe that asks for 0 never sees a failure: maildrop's
+    ``xfilter`` defers the mail on any other status, for as long as the failure lasts)."""
+    return 0 if exit_zero else EXIT_ERROR
+
+
+def deliver_unchanged(raw, reason, exit_zero):
+    """What ``spamnb filter`` does when anything fails (every filter path's ``fail``,
+    :class:`Boundary`): the reason on stderr in one line (:func:`passed_through`),
+    ``raw`` unchanged on stdout, and the exit status to end with: :func:`unchanged_status`,
+    or 3 when even stdout failed (no delivery agent may take a cut message for a filtered one)."""
+    try:
+        sys.stderr.write(passed_through(reason) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+    try:
+        sys.stdout.buffer.write(raw)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):
+        return EXIT_ERROR
+    return unchanged_status(exit_zero)
+
+
+def failure_reason(exc):
+    """Why a delivery failed, in one line: the message of an error spamnb (or click, or
+    the system) raises for the user, else the kind and message of a bug to report
+    (``internal error (KeyError: 'x')``)."""
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, OSError) and exc.filename:
+        text = f"{exc.filename}: {exc.strerror or exc}"
+    elif isinstance(exc, (OSError, DecisionError)) or type(exc).__module__.partition(".")[0] in ("spamnb", "click"):
+        text = str(exc)
+    else:
+        text = f"internal error ({exc.__class__.__name__}: {exc})"
+    return " ".join(text.split()) or exc.__class__.__name__
+
+
+class Boundary:
+    """The one failure boundary of every delivery path::
+
+        with Boundary(fail) as b:
+            ...deliver one message...
+
+    Whatever the body raises once the message is read -- a bad configuration, a
+    damaged model, a malformed value in a store, a bug -- is not raised: it is
+    handed to ``fail(reason, exc)``, ``reason`` being :func:`failure_reason`'s one
+    line, and ``fail``'s result is kept in ``b.result`` (None when nothing failed).
+    ``SystemExit`` passes (the body chose its exit status), and so does Ctrl-C
+    unless ``interrupts``: a filter process interrupted still delivers its message,
+    a server or an IMAP pass stops. A failure inside ``fail`` itself is not caught:
+    ``fail`` must be the plain last resort of its path.
+
+    The paths and their ``fail`` (docs/delivery.md#when-something-fails):
+
+    * ``spamnb filter``'s fast path (:func:`spamnb.delivery.fastfilter.main`) and its
+      click command (``spamnb.cli.delivery``; ``spamnb.cli.options.pass_through`` does
+      the same for options and configuration that cannot be read, before there is a
+      command to run): :func:`deliver_unchanged`, the message unchanged on stdout and the
+      reason on stderr, then exit status :func:`unchanged_status`;
+    * the filter server, per request (``spamnb.delivery.server``): it declines, and
+      the filter's client answers by itself (behind its own boundary);
+    * spamd, per request (``spamnb.delivery.spamd``): an error reply (EX_IOERR for a
+      model it cannot read, EX_SOFTWARE for a bug), on which spamc passes the
+      message through unscanned;
+    * ``spamnb imap filter``, per message (``spamnb.delivery.imap``): the message stays
+      where it is, unflagged, and the pass goes on.
+    """
+
+    __slots__ = ("fail", "result", "interrupts")
+
+    def __init__(self, fail, *, interrupts=False):
+        self.fail = fail
+        self.interrupts = interrupts
+        self.result = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, exc, tb):
+        if exc is None or not isinstance(exc, Exception if not self.interrupts else (Exception, KeyboardInterrupt)):
+            return False
+        self.result = self.fail(failure_reason(exc), exc)
+        return True
 
 
 def may_hold_verdicts(raw):

@@ -68,7 +68,23 @@ DOVECOT = shutil.which("dovecot") or next(
 DOVEADM = shutil.which("doveadm") or next(
     (p for p in ("/usr/bin/doveadm", "/usr/local/bin/doveadm") if os.access(p, os.X_OK)), None)
 NOT_INSTALLED = "dovecot is not installed (apt-get install dovecot-imapd; the README's test command does it when run as root)"
+SIEVEC = shutil.which("sievec") or next((p for p in ("/usr/bin/sievec",) if os.access(p, os.X_OK)), None)
+NO_SIEVE = ("Pigeonhole (dovecot-sieve: the imap_sieve, sieve_imapsieve and sieve_extprograms plugins, sievec) "
+            "is not installed (apt-get install dovecot-sieve)")
 NOBODY = 65534  # the mail user's uid and gid when the tests run as root
+
+
+def imapsieve_missing() -> str | None:
+    """Why a server with ``imapsieve=`` cannot run here, or None: Dovecot, and Pigeonhole's
+    imap_sieve, sieve_imapsieve and sieve_extprograms plugins and ``sievec`` (dovecot-sieve)."""
+    if DOVECOT is None:
+        return NOT_INSTALLED
+    dirs = {Path(DOVECOT).resolve().parent.parent / "lib" / "dovecot" / "modules", Path("/usr/lib/dovecot/modules")}
+    needed = ("lib95_imap_sieve_plugin.so", "sieve/lib90_sieve_imapsieve_plugin.so",
+              "sieve/lib90_sieve_extprograms_plugin.so")
+    if SIEVEC is None or not all(any((d / so).exists() for d in dirs) for so in needed):
+        return NO_SIEVE
+    return None
 
 
 def as_served(raw: bytes) -> bytes:
@@ -116,7 +132,7 @@ class Dovecot:
 
     def __init__(self, user: str = "alice", password: str = "secret", *,
                  capabilities_without: tuple[str, ...] = (), timeout: float = 20.0, keep: bool = False,
-                 tls: bool = False):
+                 tls: bool = False, imapsieve: str | os.PathLike | None = None):
         if DOVECOT is None:
             raise DovecotError(NOT_INSTALLED)
         self.user, self.password = user, password
@@ -141,6 +157,9 @@ class Dovecot:
         self.passwd = self.dir / "passwd"
         self.root = os.geteuid() == 0
         self.extra_config = ""  # more settings, appended to the config (set before start)
+        # imapsieve: a folder where spamnb.delivery.imapsieve.install() wrote the scripts and the
+        # settings for learning from moves; its settings file is appended to the config as shipped
+        self.imapsieve = Path(imapsieve) if imapsieve is not None else None
 
     # -- configuration -------------------------------------------------------
 
@@ -194,7 +213,14 @@ class Dovecot:
                 "  chroot =",
                 "}",
             ]
-        return "\n".join(lines) + "\n" + self.extra_config
+        return "\n".join(lines) + "\n" + self._imapsieve_config() + self.extra_config
+
+    def _imapsieve_config(self) -> str:
+        if self.imapsieve is None:
+            return ""
+        from spamnb.delivery.imapsieve import CONF
+
+        return (self.imapsieve / CONF).read_text()
 
     def _write_files(self):
         uid, gid = (NOBODY, NOBODY) if self.root else (os.geteuid(), os.getegid())
@@ -241,10 +267,14 @@ class Dovecot:
     def _start(self):
         if self.tls:
             self._make_certificate()
+        if self.imapsieve is not None:
+            self._check_sieve()
         for attempt in range(3):  # the free port may be taken between our probe and Dovecot's bind
             self.port = _free_port()
             self.tls_port = _free_port() if self.tls else None
             self._write_files()
+            if self.imapsieve is not None:
+                self.compile_sieve()
             with open(self.output, "wb") as out:  # what it says before its log is open
                 self.proc = subprocess.Popen([DOVECOT, "-c", str(self.config), "-F"], stdin=subprocess.DEVNULL,
                                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
@@ -258,6 +288,19 @@ class Dovecot:
                     raise
         if self.capabilities_without:
             self._drop_capabilities()
+
+    def _check_sieve(self):
+        if imapsieve_missing():
+            raise DovecotError(imapsieve_missing())
+
+    def compile_sieve(self):
+        """Compile the IMAPSieve scripts with this server's settings, as the admin does with
+        ``sievec`` (as root their folder is root's: the mail user could not save the binaries)."""
+        for name in ("report-spam.sieve", "report-ham.sieve"):
+            r = subprocess.run([SIEVEC, "-c", str(self.config), str(self.imapsieve / name)],
+                               capture_output=True, text=True, timeout=60)
+            if r.returncode:
+                self._fail(f"sievec {name} failed: {r.stdout}{r.stderr}")
 
     def _wait_ready(self):
         deadline = time.monotonic() + self.timeout
@@ -423,6 +466,15 @@ class Dovecot:
             if not uids:
                 return {}
             return {uid: data[b"BODY[]"] for uid, data in c.fetch(uids, ["BODY.PEEK[]"]).items()}
+
+    def copy(self, src: str, uid: int, dst: str) -> int | None:
+        """COPY one message (it stays in ``src``); returns its UID in ``dst``."""
+        with self.client() as c:
+            c.select_folder(src)
+            c._imap.untagged_responses.pop("COPYUID", None)
+            c.copy([uid], dst)
+            copyuid = c._imap.untagged_responses.pop("COPYUID", None)
+        return int(copyuid[-1].split()[2]) if copyuid else None
 
     def move(self, src: str, uid: int, dst: str) -> int | None:
         """Move one message as a user's mail client would; returns its UID in ``dst``.

@@ -684,13 +684,19 @@ def test_explain_contributions_add_up_to_the_score(trained_model, trained_model_
     out = run(["explain", spam_msg, "--model", trained_model_file, "--count", "100000"]).stdout.splitlines()
     assert out[0] == f"label {c.label}, P(spam) {c.spam_probability:.6f}, score {c.score:+.2f}"
     assert out[1].endswith("prior and per-class constants")
-    values = [float(line.split()[0]) for line in out[1:-1]]
+    sides = [line for line in out if "-ward:" in line]
+    assert [line.split()[1] for line in sides] == ["spam-ward:", "ham-ward:"]
+    tokens = [float(line.split()[0]) for line in out[2:-2] if "-ward:" not in line]
+    prior = float(out[1].split()[0])
     # score = bias + sum of token contributions (a linear model); 3 decimals each
-    assert sum(values) == pytest.approx(c.score, abs=0.0005 * len(values) + 1e-6)
+    assert prior + sum(tokens) == pytest.approx(c.score, abs=0.0005 * (len(tokens) + 1) + 1e-6)
+    assert prior + sum(float(line.split()[0]) for line in sides) == pytest.approx(c.score, abs=0.0015)
+    assert out[-2].startswith(f"{c.score:+10.3f}  score")
     assert out[-1] == f"{c.n_tokens} tokens, {c.n_unknown} not in the vocabulary"
     short = run(["explain", "-", "--model", trained_model_file, "-c", "3"], input=raw).stdout.splitlines()
-    assert len(short) == 1 + 1 + 3 + 1
-    assert short[2:5] == out[2:5]  # strongest first
+    assert len(short) == 1 + 1 + (1 + 3) * 2 + 1 + 1
+    assert short[2:6] == [out[2][:-1] + "; the strongest 3:", *out[3:6]]  # strongest first
+    assert short[:2] == out[:2] and short[-2:] == out[-2:]
 
 
 def test_explain_errors(trained_model_file, tmp_path):

@@ -241,7 +241,7 @@ def test_procmail_keeps_mail_when_the_filter_fails(user_home, confident, tmp_pat
     log = procmail_deliver(user_home, raw, f"SPAMNB_MODEL={tmp_path / 'no-such-model'}")
     assert delivered(maildir) == [raw]  # unchanged, in the inbox
     assert not (maildir / ".Junk").exists()
-    assert "Rescue of unfiltered data succeeded" in log, log  # procmail's log says the filter failed
+    assert "message passed through unchanged" in log, log  # procmail's log has the filter's line
 
 
 @pytest.mark.skipif(shutil.which("maildrop") is None,
@@ -267,10 +267,11 @@ def test_maildrop_readme_recipe_files_spam_into_junk(user_home, confident, tmp_p
     assert len(spam_in) == len(ham_in) == 1
     assert added_lines(spam_in[0], spam)[0] == b"X-Spam-Flag: YES"
     assert added_lines(ham_in[0], ham)[0].startswith(b"X-Spam-Status: No, ")
-    # a failing filter makes maildrop defer the message (EX_TEMPFAIL): the MTA keeps it
+    # a failing filter passes the message through with --exit-zero's 0: maildrop delivers it
+    # unchanged rather than deferring it (EX_TEMPFAIL) for as long as the failure lasts
     proc = deliver(confident["ham"][3], SPAMNB_MODEL=str(tmp_path / "absent"))
-    assert proc.returncode == 75
-    assert len(delivered(maildir)) == 1
+    assert proc.returncode == 0, proc.stderr
+    assert confident["ham"][3] in delivered(maildir) and len(delivered(maildir)) == 2
 
 
 def test_filter_help_recipes_are_the_readmes():

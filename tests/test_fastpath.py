@@ -103,6 +103,35 @@ def test_scorer_scores_equal_the_model(small_corpus, tmp_path, model_type, featu
     assert [resident.score(t) for t in toks] == [sc.score(t) for t in toks]
 
 
+def test_the_scorers_features_and_priors_are_the_models():
+    """The scorer's standard-library lists (what check_header accepts) are the model's."""
+    import spamnb.model
+
+    assert scorer.FEATURES == spamnb.model.FEATURES and scorer.PRIORS == spamnb.model.PRIORS
+
+
+@pytest.mark.parametrize("field, value", [("bias", float("nan")), ("features", "tfidf"), ("prior", 3),
+                                          ("cutoffs", [0.9, 0.1]), ("tokenizer", {"bogus": 1}), ("alpha", 0),
+                                          ("class_count", [1.0, -2.0]), ("totals", "x"), ("bias", None)])
+def test_a_scorer_header_out_of_range_is_a_damaged_scorer(compiled, field, value):
+    """A header that parses but holds what no compiler writes: ScorerError 'damaged' (the
+    filter then rebuilds the scorer or answers from the model), never a crash at scoring."""
+    import json as json_
+
+    path = scorer.scorer_path(compiled)
+    data = open(path, "rb").read()
+    hlen = int.from_bytes(data[12:16], "little")
+    header = json_.loads(data[16:16 + hlen])
+    header[field] = value
+    text = json_.dumps(header).encode()
+    text += b" " * (hlen - len(text)) if len(text) <= hlen else b""
+    assert len(text) == hlen
+    open(path, "wb").write(data[:16] + text + data[16 + hlen:])
+    with pytest.raises(scorer.ScorerError, match="damaged header") as err:
+        scorer.load_scorer(path)
+    assert err.value.kind == "damaged"
+
+
 def test_scorer_file_layout_and_mode(compiled, trained_model):
     path = scorer.scorer_path(compiled)
     raw = open(path, "rb").read()

@@ -1209,6 +1209,106 @@ def test_a_planted_compaction_lock_is_reported_not_silent(mallory, shared_model,
     assert res.returncode == 1 and b"belongs to uid" in res.stderr, res.stderr
 
 
+# -- 10. the history's -wal and -shm files, which SQLite reads as part of the database ------------
+
+
+def _history_in(folder):
+    """Our history (one verdict recorded) in ``folder``, made while only we could write there."""
+    from spamnb.storage import history
+
+    mode = stat.S_IMODE(os.stat(folder).st_mode)
+    os.chmod(folder, 0o755)
+    path = folder / "h.sqlite"
+    db = history.open_db(path)
+    history.write(db, [history.row(sample_message("ham", 0).read_bytes(), "ham", -3.0, 0.01, via="filter")])
+    db.close()
+    os.chmod(folder, mode)
+    return path
+
+
+def _rows(path):
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    try:
+        return [r[0] for r in db.execute("SELECT subject FROM verdicts ORDER BY id")]
+    finally:
+        db.close()
+
+
+def _forge_wal(target):
+    """As the other user: a history of her own with a forged row, its WAL copied to ``target``."""
+    import sqlite3
+
+    from spamnb.storage import history
+
+    own = str(target) + ".mine"
+    db = sqlite3.connect(own, isolation_level=None)
+    db.execute("PRAGMA journal_mode = WAL")
+    db.execute("PRAGMA wal_autocheckpoint = 0")
+    db.executescript(history.SCHEMA + "PRAGMA user_version = 1;")
+    db.execute("INSERT INTO verdicts (t, verdict, subject) VALUES (?, 'ham', 'forged by mallory')", (time.time(),))
+    with open(own + "-wal", "rb") as f:
+        wal = f.read()
+    db.close()
+    with open(target, "wb") as f:
+        f.write(wal)
+    os.chmod(target, 0o666)
+    return b"planted"
+
+
+@pytest.mark.parametrize("shared", ["sticky", "group-writable"])
+def test_a_wal_planted_beside_the_history_neither_receives_mail_nor_forges_rows(mallory, sticky_dir, shared,
+                                                                                  compiled, tmp_path):
+    from spamnb.storage import history
+
+    folder = sticky_dir
+    if shared == "group-writable":  # not sticky: her group may write there
+        folder = sticky_dir / "group"
+        folder.mkdir()
+        os.chown(folder, 0, mallory.pw_gid)
+        folder.chmod(0o770)
+    path = _history_in(folder)
+    wal = Path(str(path) + "-wal")
+    assert forked_as(mallory, lambda: _forge_wal(wal)) == b"planted"
+    copy = tmp_path / "copy.sqlite"  # what SQLite alone reads from them: the attack is real
+    shutil.copyfile(path, copy)
+    shutil.copyfile(wal, str(copy) + "-wal")
+    assert "forged by mallory" in _rows(copy)
+    for readonly in (False, True):
+        with pytest.raises(history.HistoryError, match="may be written by others.*-wal or -shm"):
+            history.open_db(path, readonly=readonly)
+    # the planted WAL made world-writable and empty: it would receive every record
+    wal.unlink()
+    assert forked_as(mallory, lambda: (wal.touch(), wal.chmod(0o666), b"empty")[-1]) == b"empty"
+    raw = sample_message("spam", 0).read_bytes()
+    res = subprocess.run([*SPAMNB, "filter", "--model", str(compiled), "--history", str(path)], input=raw,
+                         capture_output=True, timeout=120, env={**os.environ, "SPAMNB_SOCKET": "/nonexistent/s"})
+    assert res.returncode in (0, 1, 2) and b"X-Spam-Status" in res.stdout
+    assert res.stderr.count(b"\n") == 1 and b"history not recorded" in res.stderr, res.stderr
+    assert wal.stat().st_size == 0  # not a byte of the mail
+
+
+def test_a_wal_another_user_left_in_our_folder_is_refused(mallory, sticky_dir):
+    """A folder that was shared once, closed since: what was planted then is refused."""
+    from spamnb.storage import history
+
+    folder = sticky_dir / "h"
+    folder.mkdir()
+    folder.chmod(0o1777)
+    path = _history_in(folder)
+    wal = Path(str(path) + "-wal")
+    assert forked_as(mallory, lambda: _forge_wal(wal)) == b"planted"
+    os.chmod(wal, 0o600)  # hers, private to her
+    folder.chmod(0o700)  # ours alone again
+    for readonly in (False, True):
+        with pytest.raises(history.HistoryError, match=f"history file {wal} belongs to uid {mallory.pw_uid}"):
+            history.open_db(path, readonly=readonly)
+    wal.unlink()
+    assert _rows(path) == [history.fields(sample_message("ham", 0).read_bytes())["subject"]]
+    history.open_db(path).close()
+
+
 # -- the systemd units: sandboxed, and still able to do their work --------------------------------
 
 SYSTEM_UNITS = sorted((CONTRIB / "system").glob("*.service"))
@@ -1216,7 +1316,7 @@ USER_UNITS = sorted((CONTRIB / "user").glob("*.service"))
 #: The exposure `systemd-analyze security --offline=yes` gives each unit at most (before
 #: the sandbox: spamd 5.9, spamnb@ 8.1, the user units 9.6).
 EXPOSURE = {"spamnb-spamd.service": 2.0, "spamnb@.service": 3.5, "spamnb.service": 6.5,
-            "spamnb-imap.service": 6.5}
+            "spamnb-imap.service": 6.5, "spamnb-learn-moves.service": 6.5}
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")

@@ -105,25 +105,123 @@ def test_a_locked_history_skips_the_record_and_delivers(compiled, messages):
     assert took < 30  # the wait is BUSY_MS; the rest is the process start on a shared machine
 
 
-@pytest.mark.parametrize("breakage", ["symlink", "others-write", "not-sqlite"])
+@pytest.mark.parametrize("breakage", ["symlink", "others-write", "group-write", "others-read", "another-user",
+                                      "not-sqlite"])
 def test_an_unsafe_or_foreign_history_is_not_used(compiled, messages, tmp_path, breakage):
     path = str(compiled) + ".history.sqlite"
     if breakage == "symlink":
         target = tmp_path / "elsewhere.sqlite"
         history.open_db(target).close()
         os.symlink(target, path)
-    elif breakage == "others-write":
+    elif breakage in ("others-write", "group-write", "others-read"):
         history.open_db(path).close()
-        os.chmod(path, 0o666)
+        os.chmod(path, {"others-write": 0o666, "group-write": 0o620, "others-read": 0o644}[breakage])
+    elif breakage == "another-user":
+        if os.geteuid() != 0:
+            pytest.skip("giving a file to another user needs root")
+        history.open_db(path).close()
+        os.chown(path, OTHER_UID, -1)  # mode 0600: only the owner's check tells it
     else:
         with open(path, "wb") as f:
             f.write(b"not a database" * 100)
         os.chmod(path, 0o600)
+    before = os.stat(path).st_size if breakage != "symlink" else None
     proc = filter_(compiled, messages[0])
     assert proc.returncode in (0, 1, 2) and b"X-Spam-Status" in proc.stdout
-    assert b"history not recorded" in proc.stderr
+    assert b"history not recorded" in proc.stderr and proc.stderr.count(b"\n") == 1, proc.stderr
     if breakage == "symlink":
         assert rows(tmp_path / "elsewhere.sqlite") == []
+    else:
+        assert os.stat(path).st_size == before and not os.path.exists(path + "-wal")  # nothing written
+        assert {"others-read": b"may be read by others", "another-user": b"not to you",
+                "group-write": b"may be written by others"}.get(breakage, b"") in proc.stderr
+
+
+OTHER_UID = 54321  # no user of the machine: a file given to it is another user's
+
+
+@pytest.mark.parametrize("suffix", history.COMPANIONS)
+@pytest.mark.parametrize("breakage", ["others-write", "others-read", "another-user", "symlink"])
+def test_an_unsafe_wal_shm_or_journal_beside_the_history_is_refused(tmp_path, suffix, breakage):
+    """SQLite reads them as part of the database: each is checked as the history itself."""
+    path = str(tmp_path / "h.sqlite")
+    history.open_db(path).close()
+    companion = path + suffix
+    if breakage == "symlink":
+        os.symlink(tmp_path / "elsewhere", companion)
+    else:
+        with open(companion, "wb"):
+            pass
+        os.chmod(companion, 0o666 if breakage == "others-write" else 0o644 if breakage == "others-read" else 0o600)
+        if breakage == "another-user":
+            if os.geteuid() != 0:
+                pytest.skip("giving a file to another user needs root")
+            os.chown(companion, OTHER_UID, -1)
+    with pytest.raises(history.HistoryError, match=f"history file {path}{suffix} "):
+        history.open_db(path)
+    with pytest.raises(history.HistoryError, match=f"{suffix} "):
+        history.open_db(path, readonly=True)
+
+
+@pytest.mark.parametrize("mode", [0o1777, 0o777, 0o770, 0o720])
+def test_a_history_in_a_folder_others_may_write_to_is_refused(tmp_path, mode):
+    folder = tmp_path / "shared"
+    folder.mkdir()
+    path = folder / "h.sqlite"
+    history.open_db(path).close()
+    folder.chmod(mode)
+    with pytest.raises(history.HistoryError, match=f"its folder {folder} may be written by others"):
+        history.open_db(path)
+    with pytest.raises(history.HistoryError, match="may be written by others"):
+        history.open_db(path, readonly=True)
+    folder.chmod(0o755)
+    history.open_db(path).close()  # only ours to write: used
+
+
+def test_a_world_readable_history_is_refused_and_its_wal_never_made_readable(compiled, messages, sock_path):
+    """A privacy-minded user expects no new mail in a file others can read: refused with
+    one line (the filter delivers, the server serves without it), no -wal made at all."""
+    path = str(compiled) + ".history.sqlite"
+    history.open_db(path).close()
+    os.chmod(path, 0o644)
+    proc = filter_(compiled, messages[0])
+    assert proc.returncode in (0, 1, 2) and b"X-Spam-Status" in proc.stdout
+    assert proc.stderr.count(b"\n") == 1 and b"may be read by others (mode 0644)" in proc.stderr
+    srv = start_server(sock_path, compiled)
+    err = stopped(srv)
+    assert err.count("may be read by others") == 1, err
+    assert not os.path.exists(path + "-wal") and not os.path.exists(path + "-shm")
+    os.chmod(path, 0o600)
+    assert filter_(compiled, messages[0]).stderr == b""
+    for f in (path, path + "-wal", path + "-shm"):
+        if os.path.exists(f):
+            assert stat.S_IMODE(os.stat(f).st_mode) == 0o600, f
+    assert len(rows(path)) == 1
+
+
+def test_rows_older_than_400_days_are_deleted(tmp_path):
+    db = history.open_db(tmp_path / "h.sqlite")
+    now = time.time()
+    history.write(db, [history.row(b"Subject: s\n\nb", "ham", 0.0, 0.1, via="filter", t=now - days * 86400)
+                       for days in (history.ROW_DAYS + 1, history.ROW_DAYS - 1, 0)])
+    db.execute("BEGIN")
+    history.prune(db, now=now)
+    db.execute("COMMIT")
+    ages = [round((now - t) / 86400) for (t,) in db.execute("SELECT t FROM verdicts ORDER BY t")]
+    assert ages == [history.ROW_DAYS - 1, 0]
+    db.close()
+
+
+def test_recording_prunes_by_itself_every_prune_every_records(tmp_path):
+    db = history.open_db(tmp_path / "h.sqlite")
+    old = time.time() - (history.ROW_DAYS + 10) * 86400
+    raw = b"Subject: s\n\nb"
+    history.write(db, [history.row(raw, "ham", 0.0, 0.1, via="filter", t=old)
+                       for _ in range(history.PRUNE_EVERY - 1)])
+    assert db.execute("SELECT count(*) FROM verdicts").fetchone()[0] == history.PRUNE_EVERY - 1  # not yet
+    history.write(db, [history.row(raw, "ham", 0.0, 0.1, via="filter")])  # the PRUNE_EVERY-th record
+    assert db.execute("SELECT count(*) FROM verdicts").fetchone()[0] == 1  # the old ones pruned with it
+    db.close()
 
 
 def test_retention_keeps_unsure_bodies_and_only_recent_others(tmp_path):

@@ -142,6 +142,42 @@ def test_filter_moves_spam_to_junk_with_keywords_and_keeps_every_byte(dovecot, i
     assert contents(dovecot, "INBOX", "Junk") == before
 
 
+def test_mail_the_model_cannot_judge_stays_where_it_is_and_is_judged_at_the_next_pass(dovecot, inbox, model,
+                                                                                      tmp_path):
+    """The delivery paths' failure boundary, per message: a model damaged after the run
+    started (a truncated snapshot) leaves every message where it is, unflagged, one line
+    each and exit 1, no traceback; once the model is whole again, the next pass files them."""
+    ham, spam = inbox
+    before = contents(dovecot, "INBOX", "Junk")
+    whole = model.read_bytes()
+    state = imap.State.load(imap.state_path(model))
+    from spamnb.cli.imap import _judge_and_learn
+
+    judge, learn = _judge_and_learn(str(model))
+    model.write_bytes(whole[:len(whole) // 2])  # after the run opened it: judge() meets it
+    said = []
+    s = imap.settings_from({}, {"host": dovecot.host, "port": dovecot.port, "user": dovecot.user,
+                                "security": "none", "password_file": str(tmp_path / "pw")})
+    account(dovecot, tmp_path)
+    client = imap.connect(s)
+    try:
+        out = imap.Filter(client, s, state, judge, learn, said.append).run()
+    finally:
+        client.logout()
+    assert out.failed == 10 and sum(out.classified.values()) == 0 and out.moved == 0
+    left = [line for line in said if "not filtered, left where it is" in line]
+    assert len(left) == 10 and all("\n" not in line and "Traceback" not in line for line in left), said
+    assert contents(dovecot, "INBOX", "Junk") == before and keys_in(dovecot, "Junk") == set()
+    assert not any(f & {b"$Junk", b"$NotJunk"} for f in flags(dovecot, "INBOX").values())
+    code, err = run(dovecot, tmp_path, "filter", model=model)  # the command: a line each, then exit 1
+    assert code == 1 and "Traceback" not in err and err.count("not filtered, left where it is") == 10, err
+    model.write_bytes(whole)
+    code, err = run(dovecot, tmp_path, "filter", model=model)
+    assert code == 0 and "classified 10 (5 spam, 5 ham, 0 unsure), moved 5" in err, err
+    assert keys_in(dovecot, "Junk") == {message_key(r) for r in spam}
+    assert contents(dovecot, "INBOX", "Junk") == before
+
+
 def test_keywords_a_client_set_are_replaced_and_unmarked_mail_costs_one_store(dovecot, model, tmp_path,
                                                                                 monkeypatch):
     """A mail client may have marked new mail already ($Junk on a ham, $NotJunk on a spam):

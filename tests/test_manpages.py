@@ -84,7 +84,8 @@ def test_the_pages_say_what_help_says():
     if proc.returncode != 0:
         pytest.skip(f"man cannot render: {proc.stderr.strip()}")
     lines = [x.strip() for x in proc.stdout.splitlines()]
-    recipe = [":0fw", "| /usr/local/bin/spamnb filter --exit-zero", ":0", "* ^X-Spam-Flag: YES", ".Junk/"]
+    recipe = [":0fw", "| /usr/local/bin/spamnb filter --exit-zero -u", ":0", "* ^X-Spam-Flag: YES", ".Junk/", ":0",
+              "* ^X-Spam-Status: No, .*tests=SPAMNB_UNSURE", ".Unsure/"]
     start = lines.index(recipe[0])
     assert lines[start:start + len(recipe)] == recipe
     assert any("--exit-zero" in x for x in lines)

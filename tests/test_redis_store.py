@@ -93,7 +93,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 def url(server, request):
     """A fresh prefix in the module's server for each test."""
-    return server.url(prefix=f"{request.node.name[:40]}:")
+    return server.url(prefix=f"{request.node.name[:40]}{hash(request.node.name) & 0xffff:x}:")
 
 
 def pushed(url, model_path):
@@ -859,3 +859,226 @@ def test_imap_filter_with_a_store_opens_it_once_a_run_and_follows_a_new_push(ser
     for raw in raws:
         judge(raw)
     assert made() == before  # no connection per message
+
+
+# -- malformed values in the store: checked as a model file's are -----------------------------------
+
+#: What a hand edit, another program or a damaged store can leave in a store's keys, each as
+#: (what it changes, what the one-line error names).
+MALFORMED = {
+    "nan-counts": ("counts", "finite"), "inf-counts": ("counts", "finite"), "negative-counts": ("counts", "negative"),
+    "nan-token": ("token", "a token's counts"), "negative-token": ("token", "a token's counts"),
+    "short-token": ("token", "a token value is short"), "settings-not-json": ("settings", "settings:"),
+    "unknown-tokenizer-key": ("settings", "unknown tokenizer config keys: bogus"),
+    "wrong-type": ("settings", "alpha must be a finite number"), "missing-field": ("settings", "no features"),
+    "learned-class": ("registry", "a learned message has no class"),
+}
+
+
+def malform(client, backend, raw, kind):
+    """Put the ``kind`` of malformed value in the store of ``backend``, where reading
+    ``raw``'s verdict (or learning it) reads it; the settings under a new revision, as a
+    writer's change is (so that readers holding the old ones read them again)."""
+    from spamnb.mail.tokenizer import tokenize
+    from spamnb.storage.redisstore import COUNTS, VALUE
+    from spamnb.storage.scorer import token_hash
+
+    meta = backend.prefix + b"meta"
+    st = backend.settings(refresh=True)
+    if kind.endswith("-counts"):
+        bad = {"nan": math.nan, "inf": math.inf, "negative": -5.0}[kind.split("-")[0]]
+        n = list(COUNTS.unpack(client.hget(meta, "counts")))
+        n[2] = bad
+        client.hset(meta, "counts", COUNTS.pack(*n))
+    elif kind.endswith("-token"):
+        for tok in tokenize(raw, backend.tokenizer()):  # the first of the message's tokens the store holds
+            h = token_hash(tok)
+            key, field = backend._bucket(st.epoch, h % st.buckets), h.to_bytes(8, "little")
+            value = client.hget(key, field)
+            if value is not None:
+                break
+        new = {"nan": VALUE.pack(math.nan, 1.0, 1, 0) + value[VALUE.size:],
+               "negative": VALUE.pack(-3.0, 1.0, 1, 0) + value[VALUE.size:], "short": b"\x00" * 11}
+        client.hset(key, field, new[kind.split("-")[0]])
+    elif kind == "learned-class":
+        key = message_key(raw)
+        client.hset(backend._reg(st.epoch, int.from_bytes(key[:4], "little") % st.registry_buckets), key, b"x")
+    else:
+        s = json.loads(client.hget(meta, "settings"))
+        if kind == "unknown-tokenizer-key":
+            s["tokenizer"]["bogus"] = 1
+        elif kind == "wrong-type":
+            s["alpha"] = "0.1"
+        elif kind == "missing-field":
+            del s["features"]
+        client.hset(meta, mapping={"settings": "{not json" if kind == "settings-not-json" else json.dumps(s),
+                                   "rev": f"edited-{kind}"})
+
+
+def keys_and_values(client, prefix):
+    """Every key (a hash, all of them) under ``prefix`` with its fields and whether it has a
+    TTL: what "nothing changed" compares."""
+    return {k: (client.hgetall(k), client.ttl(k) > 0) for k in client.scan_iter(match=prefix + b"*", count=1000)}
+
+
+def one_line(stderr: bytes, *words: bytes) -> bool:
+    return stderr.count(b"\n") == 1 and b"Traceback" not in stderr and all(w in stderr for w in words)
+
+
+def malformed_store(server, url, model_file, kind):
+    """``(backend, raw, the error's words, the store's keys and values)``: a store holding
+    the ``kind`` of malformed value where ``raw``'s verdict (or learning it) reads it."""
+    backend = pushed(url, model_file)
+    raw = sample_messages()[4]
+    if kind == "learned-class":  # a message the model has learned: its class is what learning reads
+        backend.learn([(raw, "spam", None)])
+    malform(server.client(), backend, raw, kind)
+    return backend, raw, [b"holds a malformed model", MALFORMED[kind][1].encode()], \
+        keys_and_values(server.client(), backend.prefix)
+
+
+@pytest.mark.parametrize("kind", sorted(MALFORMED))
+def test_a_malformed_value_in_the_store_is_refused_and_mail_passes_through(server, url, model_file, kind):
+    """A store's values are checked as a model file's are: each malformed one is a
+    MalformedStore (a ModelError: one line) for the verdict, for learning (before the learn
+    script writes anything) and for reading the whole model; `spamnb filter --store`'s fast
+    path delivers the message unchanged with one line, exit 3, and 0 with --exit-zero (a
+    maildrop recipe must not defer the mail for as long as the store stays bad)."""
+    from spamnb.storage.redisstore import MalformedStore
+    from spamnb.storage.where import open_backend
+
+    backend, raw, said, before = malformed_store(server, url, model_file, kind)
+    words = MALFORMED[kind][1]
+    fresh = open_backend(None, url)  # reads the settings anew, as every new process does
+    if MALFORMED[kind][0] != "registry":  # a verdict reads no learned message
+        with pytest.raises(MalformedStore, match=re.escape(words)):
+            decide(fresh.view(), raw)
+        for args, code in ((["filter", "--store", url], 3), (["filter", "--store", url, "--exit-zero"], 0)):
+            r = run(*args, input=raw)
+            assert (r.returncode, r.stdout) == (code, raw), (args, r.stderr)
+            assert one_line(r.stderr, *said, b"message passed through unchanged"), (args, r.stderr)
+    with pytest.raises(MalformedStore):
+        fresh.learn([(raw, "ham", None)])
+    with pytest.raises(MalformedStore):
+        fresh.model()
+    assert keys_and_values(server.client(), backend.prefix) == before
+
+
+@pytest.mark.parametrize("kind", [k if k in ("settings-not-json", "nan-token") else
+                                  pytest.param(k, marks=pytest.mark.slow) for k in sorted(MALFORMED)])
+def test_a_malformed_value_in_the_store_through_every_command(server, url, model_file, kind, tmp_path):
+    """The click path of `filter --store` passes the message through as the fast path
+    does; `learn`, `info` and `classify --store` say it in one line and exit 1; nothing in
+    the store changes. (Two kinds in the default run: each command starts numpy.)"""
+    backend, raw, said, before = malformed_store(server, url, model_file, kind)
+    if MALFORMED[kind][0] != "registry":
+        r = run("filter", "--store", url, "--evidence", "1", input=raw)  # --evidence: the click command
+        assert (r.returncode, r.stdout) == (3, raw) and one_line(r.stderr, *said, b"passed through"), r.stderr
+    (tmp_path / "m.eml").write_bytes(raw)
+    for args in (["learn", "--ham", "--store", url, tmp_path / "m.eml"], ["info", "--store", url],
+                 ["classify", "--store", url, SAMPLE_MAILDIR]):
+        r = run(*args)
+        assert r.returncode == 1 and one_line(r.stderr, *said), (args, r.stderr)
+        assert not r.stdout.strip(b"label P(spam)score message\n"), (args, r.stdout[:300])
+    assert keys_and_values(server.client(), backend.prefix) == before
+
+
+def test_spamd_answers_a_scan_of_a_malformed_store_as_it_documents_and_a_push_repairs_it(url, model_file,
+                                                                                          tmp_path):
+    """`serve --spamd --store` meets each kind of malformed value as a model it cannot read:
+    EX_IOERR (74) for the scan, and real spamc passes the message through unchanged (exit 0);
+    the `store push` that the error line asks for replaces the malformed model."""
+    from test_spamd import SPAMC
+
+    pushed(url, model_file)
+    host = Spamd(url, tmp_path / "h")
+    try:
+        raw = sample_messages()[4]
+        want = host.ask(request("CHECK", raw))
+        assert want.startswith(b"SPAMD/1.1 0 EX_OK"), want
+        for kind in ("nan-counts", "short-token", "unknown-tokenizer-key", "settings-not-json"):
+            malform(redis.Redis.from_url(url.split("?")[0]), spamd_store(url), raw, kind)
+            reply = host.ask(request("CHECK", raw))
+            assert reply.startswith(b"SPAMD/1.0 74 cannot read the model"), (kind, reply)
+            if SPAMC is not None:
+                r = subprocess.run([SPAMC, "-d", "127.0.0.1", "-p", str(host.port)], input=raw, capture_output=True,
+                                   timeout=60)
+                assert (r.returncode, r.stdout) == (0, raw), (kind, r.stderr)
+            r = run("store", "push", model_file, url)  # what the error says to do
+            assert r.returncode == 0, (kind, r.stderr)
+            assert host.ask(request("CHECK", raw)) == want, kind
+    finally:
+        host.stop()
+
+
+@pytest.mark.skipif(shutil.which("procmail") is None or shutil.which("maildrop") is None,
+                    reason="procmail or maildrop is not installed (scripts/test.sh installs them when run as root)")
+def test_procmail_and_maildrop_deliver_the_message_when_the_store_is_malformed(server, url, model_file, tmp_path):
+    """docs/delivery.md's recipes (`filter --exit-zero`) with `$SPAMNB_STORE` naming a store
+    that holds a malformed value: procmail delivers the message unchanged to the inbox, and
+    maildrop does too instead of deferring it (EX_TEMPFAIL) for as long as the store stays bad."""
+    from test_e2e import as_installed, delivered, make_maildir, passed_through, procmail_deliver, readme_block
+
+    from conftest import strip_from_line
+
+    backend = pushed(url, model_file)
+    raw = strip_from_line(sample_messages()[4])  # procmail takes a From_ line for the envelope
+    malform(server.client(), backend, raw, "nan-token")
+    home = tmp_path / "home"
+    make_maildir(home / "Maildir")
+    log = procmail_deliver(home, raw, f"SPAMNB_STORE={url}")
+    assert delivered(home / "Maildir") == [raw] and not (home / "Maildir" / ".Junk").exists()
+    assert "holds a malformed model" in log and "Traceback" not in log, log
+    for f in (home / "Maildir" / "new").iterdir():
+        f.unlink()
+    make_maildir(home / "Maildir" / ".Junk")
+    rc = tmp_path / "mailfilter"
+    rc.write_text(f'HOME="{home}"\n' + as_installed(readme_block("maildrop")))
+    rc.chmod(0o600)
+    env = {"HOME": str(home), "SPAMNB_STORE": url, **dict(s.split("=", 1) for s in passed_through())}
+    proc = subprocess.run(["maildrop", str(rc)], input=raw, capture_output=True, timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr  # not 75: delivered, not deferred
+    assert delivered(home / "Maildir") == [raw] and delivered(home / "Maildir" / ".Junk") == []
+
+
+def test_a_learn_gives_the_buckets_it_writes_the_stores_ttl(server, url, model_file):
+    """Every bucket a learn writes lives keep_factor x age_days days from that write (only
+    the push gave them one before: a bucket a learn made new lived forever), also when
+    prune's rule says 0 days (an EXPIRE of 0 would delete what the learn just wrote)."""
+    from spamnb.mail.tokenizer import tokenize
+    from spamnb.storage.scorer import token_hash
+
+    backend = pushed(url, model_file)
+    c = server.client()
+    for k in c.scan_iter(match=backend.prefix + b"*:b:*", count=1000):
+        c.expire(k, 100)  # as if pushed long ago
+    raws = sample_messages()[:5]
+    backend.learn([(raw, "ham", None) for raw in raws])
+    st = backend.settings()
+    written = {backend._bucket(st.epoch, token_hash(t) % st.buckets) for raw in raws
+               for t in tokenize(raw, backend.tokenizer())}
+    assert written and all(c.ttl(k) > 80 * 86400 for k in written), sorted(c.ttl(k) for k in written)[:5]
+    backend.age_out(older_than_days=0, max_messages=0)  # learners age by this rule from now on
+    backend.learn([(raws[0], "spam", None)])
+    st = backend.settings(refresh=True)
+    assert st.s["age_days"] == 0
+    mine = {backend._bucket(st.epoch, token_hash(t) % st.buckets) for t in tokenize(raws[0], backend.tokenizer())}
+    assert all(86000 < c.ttl(k) <= 86400 for k in mine), sorted(c.ttl(k) for k in mine)[:5]
+
+
+def test_a_store_user_name_cannot_reach_another_users_keys(url):
+    """A store user's model lives under ``P u:NAME:``: a name with ':' (``bob:u:alice``
+    would be alice's keys under bob's), a wildcard, a space, or longer than 128 characters
+    is refused, for IMAP logins too (they reach it without spamd's name check)."""
+    from spamnb.cli.imap import _judge_and_learn
+    from spamnb.storage.store import ModelError
+
+    shared = spamd_store(url)
+    for name in ("alice@example.org", "a" * 128):
+        assert shared.for_user(name).prefix == shared.prefix + b"u:" + name.encode() + b":"
+        _judge_and_learn(None, True, store=url, user=name)
+    for name in ("a" * 129, "alice:meta", "bob:u:alice", "a*", "two words"):
+        with pytest.raises(ModelError, match="cannot name a model in a store"):
+            shared.for_user(name)
+        with pytest.raises(ModelError, match="cannot name a model in a store"):
+            _judge_and_learn(None, True, store=url, user=name)

@@ -277,7 +277,7 @@ def test_socket_folder_others_can_enter_is_refused(compiled, tmp_path):
     folder.chmod(0o755)
     proc = subprocess.run(SPAMNB + ["serve", "--socket", str(folder / "s"), "--model", str(compiled)],
                           capture_output=True, timeout=60)
-    assert proc.returncode == 1 and b"mode 0700" in proc.stderr
+    assert proc.returncode == 2 and b"--socket" in proc.stderr and b"mode 0700" in proc.stderr  # before any model loads
 
 
 def test_connections_from_other_users_are_refused(compiled, sock_path, monkeypatch, trained_model):

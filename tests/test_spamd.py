@@ -21,7 +21,7 @@ import time
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from spamnb import verdict
+from spamnb import checks, verdict
 from spamnb.delivery import hook, spamd
 from spamnb.delivery.server import Compactor
 from spamnb.mail.identity import message_key
@@ -130,23 +130,22 @@ def spam_and_ham(compiled):
     ("/run/spamnb/spamd.sock", ("unix", "/run/spamnb/spamd.sock")),
 ])
 def test_addresses(text, want):
-    assert spamd.parse_address(text) == want
+    assert checks.listen_address(text) == want
 
 
 @pytest.mark.parametrize("text", ["", "host", "1.2.3.4:0", "1.2.3.4:99999", "mail.example:783", "[::1]"])
 def test_bad_addresses_are_refused(text):
     with pytest.raises(ValueError):
-        spamd.parse_address(text)
+        checks.listen_address(text)
 
 
 def test_listening_beyond_loopback_needs_allow():
-    spamd.check_exposure("127.0.0.1", ())
-    spamd.check_exposure("::1", ())
+    spamd.check_listening(["127.0.0.1:783", "[::1]:783"])
     with pytest.raises(ValueError, match="--allow"):
-        spamd.check_exposure("0.0.0.0", ())
-    spamd.check_exposure("0.0.0.0", spamd.parse_networks(["192.0.2.0/24"]))
-    with pytest.raises(ValueError, match="not an address"):
-        spamd.parse_networks(["192.0.2.0/99"])
+        spamd.check_listening(["0.0.0.0:783"])
+    spamd.check_listening(["0.0.0.0:783"], ["192.0.2.0/24"])
+    with pytest.raises(ValueError, match="--allow 192.0.2.0/99: not an address"):
+        spamd.check_listening(["127.0.0.1:783"], ["192.0.2.0/99"])
 
 
 def test_score_and_threshold_are_log_odds_with_one_decimal():

@@ -14,6 +14,7 @@ import pytest
 from spamnb.storage import history
 from spamnb.storage.modelfile import load_model
 from spamnb.web.data import Site
+from spamnb.mail.tokennames import describe
 from spamnb.web.pages import clue_list
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
@@ -37,28 +38,52 @@ def csrf_of(body):
 def test_every_request_needs_the_token(site):
     web, _, _ = site
     for path in ("/", "/unsure", "/history", "/overview", "/model", "/message/1", "/nope"):
-        status, _, body = web.get(path, cookie=False)
+        status, _, body = web.get(path, owner=False)
         assert status == 403 and "token" in body and "/history" not in body, path
-    status, _, body = web.get("/static/style.css", cookie=False)  # the one thing served without it
+    status, _, body = web.get("/static/style.css", owner=False)  # the one thing served without it
     assert status == 200 and "{" in body
-    status, _, _ = web.get("/unsure?token=wrong", cookie=False)
+    status, _, _ = web.get("/unsure?token=wrong", owner=False)
     assert status == 403
-    status, _, _ = web.get("/learn", cookie=False, data=b"id=1&label=spam&csrf=x")
+    status, _, _ = web.get("/learn", owner=False, data=b"id=1&label=spam&csrf=x")
     assert status == 403
 
 
-def test_the_token_in_the_url_becomes_a_cookie_and_leaves_the_url(site):
+def test_the_token_in_the_url_leads_to_the_pages_own_address_and_sets_no_cookie(site):
     web, _, _ = site
-    status, headers, _ = web.get(f"/history?q=x&token={web.token}", cookie=False)
-    assert status == 303 and headers["Location"] == "/history?q=x"
-    cookie = headers["Set-Cookie"]
-    assert cookie.startswith(web.cookie + ";") and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    status, headers, _ = web.get(f"/history?q=x&token={web.token}", owner=False)
+    assert status == 303 and headers["Location"] == web.root + "/history?q=x"
+    assert web.token not in headers["Location"] and "Set-Cookie" not in headers
+    assert web.get("/history?q=x")[0] == 200
+
+
+def test_no_cookie_is_taken_for_the_token(site):
+    """A browser sends 127.0.0.1's cookies to every port of it: a cookie, whatever its name and
+    value (the token itself, the page's key), opens nothing."""
+    web, _, _ = site
+    port = web.base.rsplit(":", 1)[1]
+    key = web.root.rsplit("/", 1)[1]
+    for value in (web.token, key, "anything", ""):
+        for name in (f"spamnb_token_{port}", "spamnb_token", "token"):
+            cookie = {"Cookie": f"{name}={value}"}
+            for path in ("/unsure", "/message/1", "/", *((f"/s/{value}/unsure",) if value != key else ())):
+                status, _, body = web.get(path, owner=False, headers=cookie)
+                assert status == 403 and "needs its token" in body, (name, value, path)
+            status, _, _ = web.get("/learn", owner=False, headers=cookie, data=b"id=1&label=spam&csrf=x")
+            assert status == 403
+
+
+def test_a_wrong_or_partial_key_is_refused(site):
+    web, _, _ = site
+    key = web.root.rsplit("/", 1)[1]
+    for root in ("/s/" + key[:-1], "/s/" + key + "x", "/s/" + key.upper(), "/s/", "/s", "/" + key):
+        status, _, _ = web.get(root + "/unsure", owner=False)
+        assert status == 403, root
 
 
 def test_first_page_is_the_unsure_queue_and_every_answer_has_a_strict_csp(site):
     web, _, _ = site
     status, headers, _ = web.get("/")
-    assert status == 303 and headers["Location"] == "/unsure"
+    assert status == 303 and headers["Location"] == web.root + "/unsure"
     status, headers, body = web.get("/unsure")
     assert status == 200
     csp = headers["Content-Security-Policy"]
@@ -93,7 +118,7 @@ def test_learning_from_the_page_is_spamnb_learn_and_rescores(site):
     _, _, body = web.get("/unsure")
     before = load_model(model).messages.copy()
     status, headers, _ = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(body)}&back=//evil".encode())
-    assert status == 303 and headers["Location"] == "/unsure"  # never off the site
+    assert status == 303 and headers["Location"] == web.root + "/unsure"  # never off the site
     after = load_model(model).messages
     assert after[1] == before[1] + 1 and after[0] == before[0]
     _, _, body = web.get("/unsure")
@@ -116,7 +141,7 @@ def test_after_a_choice_the_page_goes_back_only_to_a_path_of_its_own(site, back,
     web, _, _ = site
     _, _, body = web.get("/unsure")
     status, headers, _ = web.get("/learn", data=f"id=2&label=ham&csrf={csrf_of(body)}&back={back}".encode())
-    assert status == 303 and "Set-Cookie" not in headers and headers["Location"] == want
+    assert status == 303 and "Set-Cookie" not in headers and headers["Location"] == web.root + want
 
 
 def test_learning_a_message_not_kept_is_refused(site):
@@ -246,3 +271,272 @@ def test_listening_beyond_loopback_needs_allow(compiled, tmp_path):
     proc = subprocess.run(SPAMNB + ["web", "--model", str(compiled), "--listen", "/tmp/x"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "HOST:PORT" in proc.stderr
+
+
+# -- requests the page cannot make sense of ------------------------------------------------
+
+
+def raw_exchange(web, request: bytes, timeout=20) -> bytes:
+    """Everything the server sends back on one connection for ``request``, until it closes it."""
+    import socket
+
+    host, port = web.base.rsplit("/", 1)[1].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(request)
+        out = b""
+        while chunk := sock.recv(65536):
+            out += chunk
+    return out
+
+
+def test_more_than_20_query_fields_is_a_400_with_or_without_the_key(site):
+    web, _, _ = site
+    many = "&".join(f"f{i}=1" for i in range(21))
+    for owner in (True, False):
+        for path in ("/unsure", "/history", "/message/1", "/learn"):
+            status, _, body = web.get(f"{path}?{many}", owner=owner)
+            assert status == 400 and "too many fields" in body, (owner, path)
+        status, _, body = web.get(f"/learn?{many}", owner=owner, data=b"id=1&label=spam&csrf=x")
+        assert status == 400 and "too many fields" in body
+    status, _, _ = web.get("/history?" + "&".join(f"f{i}=1" for i in range(20)))
+    assert status == 200  # 20 are fine
+    web.stop()
+    assert "Traceback" not in web.log, web.log
+
+
+@pytest.mark.parametrize("path, want", [
+    ("/unsure?page=99999999999999999999999", 400), ("/history?page=99999999999999999999999", 400),
+    ("/unsure?page=%C2%B2", 400), ("/history?page=-1", 400), ("/history?page=1e3", 400),
+    ("/history?page=999999999", 200),  # far past the end: an empty page
+    ("/model?older_than=%C2%B2", 400), ("/model?max_messages=99999999999999999999", 400),
+    ("/message/99999999999999999999999", 404), ("/message/%C2%B2", 404),
+    ("/message/-1", 404), ("/message/", 404), ("/message/1x", 404),
+])
+def test_odd_or_huge_numbers_are_400_or_404_never_500(site, path, want):
+    web, _, _ = site
+    status, _, body = web.get(path)
+    assert status == want, (path, status, body[-300:])
+    web.stop()
+    assert "Traceback" not in web.log and "error on" not in web.log, web.log
+
+
+def test_a_post_with_the_token_in_its_url_gets_one_answer(site):
+    """The printed token is exchanged for the page's address on a GET only: a POST with it in its
+    URL is refused, with one answer on the connection (it was a 303 and then a 403)."""
+    web, _, _ = site
+    _, _, body = web.get("/unsure")
+    form = f"id=1&label=spam&csrf={csrf_of(body)}".encode()
+    host = web.base.rsplit("/", 1)[1]
+    for path in (f"/learn?token={web.token}", f"{web.root}/learn?token={web.token}"):
+        got = raw_exchange(web, f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: "
+                                f"application/x-www-form-urlencoded\r\nContent-Length: {len(form)}\r\n\r\n".encode()
+                           + form)
+        assert got.count(b"HTTP/1.") == 1, got[:400]
+        if path.startswith("/learn"):
+            assert got.startswith(b"HTTP/1.0 403"), got[:100]
+    status, _, text = web.get("/learn", data=f"id=99999999999999999999999&label=spam&csrf={csrf_of(body)}".encode())
+    assert status == 400 and "not kept" in text
+
+
+# -- connections ---------------------------------------------------------------------------
+
+
+def test_an_idle_connection_is_closed_after_the_timeout(compiled, tmp_path):
+    import socket
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2], unsure={0})
+    web = WebHere(compiled, hist)
+    web.server.idle_timeout = 0.5
+    try:
+        host, port = web.base.rsplit("/", 1)[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"GET / HTTP/1.1\r\n")  # and nothing more
+            start = time.monotonic()
+            assert sock.recv(100) == b""  # closed by the server, not by this socket's 10 s
+            assert time.monotonic() - start < 5
+    finally:
+        web.stop()
+
+
+def test_many_idle_connections_do_not_take_the_page_from_its_owner(compiled, tmp_path):
+    """Idle connections beyond the process's open files (its soft limit, here 128): the page
+    still answers its owner, at once."""
+    import socket
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2], unsure={0})
+    web = Web(compiled, hist, max_files=128)
+    idle = []
+    try:
+        host, port = web.base.rsplit("/", 1)[1].rsplit(":", 1)
+        for _ in range(300):
+            try:
+                sock = socket.create_connection((host, int(port)), timeout=1)
+                sock.sendall(b"GET / HTTP/1.1\r\n")
+                idle.append(sock)
+            except OSError:  # the server's queue is full: the old server stopped accepting here
+                break
+        start = time.monotonic()
+        status, _, body = web.get("/unsure", timeout=20)
+        assert status == 200 and 'id="m1"' in body and time.monotonic() - start < 15
+    finally:
+        for sock in idle:
+            sock.close()
+        web.stop()
+    assert "Traceback" not in web.log, web.log[-2000:]
+
+
+def test_a_connection_from_outside_allow_is_closed_before_a_byte_is_read(compiled, tmp_path):
+    import ipaddress
+    import socket
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2], unsure={0})
+    web = WebHere(compiled, hist, allowed=[ipaddress.ip_network("127.0.0.2/32")])  # this client is 127.0.0.1
+    try:
+        host, port = web.base.rsplit("/", 1)[1].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), source_address=("127.0.0.1", 0), timeout=10) as sock:
+            try:
+                sock.sendall(f"GET {web.root}/unsure HTTP/1.0\r\n\r\n".encode())
+                got = sock.recv(100)
+            except ConnectionResetError:
+                got = b""
+        assert got == b""
+        assert any("refused (not in --allow)" in line for line in web.logged), web.logged
+    finally:
+        web.stop()
+
+
+# -- hostile values in every field the page shows --------------------------------------------
+
+HOSTILE_TOKENS = b"zq<xv zq\"yv zq'wv zq\"'v qq<ss>\"tt"
+
+
+@pytest.fixture
+def hostile_site(compiled, tmp_path):
+    """A model that learned tokens holding ``<``, ``"`` and ``'`` as spam (five messages), and a
+    queue with a message of those tokens recorded unsure under a hostile From and Subject (it
+    moves to spam when the queue is scored again)."""
+    learned = []
+    for i in range(5):
+        path = tmp_path / f"spam{i}.eml"
+        path.write_bytes(b"From: s%d@example.net\nSubject: offer %d\nMessage-ID: <s%d@example.net>\n\n%s\n"
+                         % (i, i, i, HOSTILE_TOKENS))
+        learned.append(str(path))
+    proc = subprocess.run(SPAMNB + ["learn", "--spam", "--model", str(compiled), *learned], capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    hostile = (b"From: \"<b>evil</b> \\\"o'k\\\"\" <x@example.org>\nSubject: <i>moved</i> \"q\" 'r' <u>\n"
+               b"Message-ID: <h2@example.org>\n\n" + HOSTILE_TOKENS + b"\n")
+    mail = messages()[:3]
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [*mail, hostile], unsure={0, 1, 3})
+    web = Web(compiled, hist)
+    yield web, hostile, compiled
+    web.stop()
+
+
+def test_hostile_from_and_clue_tokens_are_escaped_on_every_page(hostile_site):
+    web, hostile, model = hostile_site
+    sender = history.fields(hostile)["sender"]
+    assert "<b>" in sender
+    clues = [tok for tok, _ in Site(model, False, web.base).clues(hostile)]
+    odd = [tok for tok in clues if set(tok) & set("<\"'")]
+    assert len(odd) >= 3, clues  # the hostile tokens are among the strongest clues
+    for path in ("/unsure", "/history", "/message/4"):
+        status, _, body = web.get(path)
+        assert status == 200
+        assert html.escape(sender, quote=True) in body and "<b>evil" not in body, path
+        for tok in odd:
+            assert f'title="{html.escape(tok, quote=True)} (' in body, (path, tok)
+            assert html.escape(describe(tok), quote=True) in body, (path, tok)
+        assert "qq<ss>" not in body and "zq<xv" not in body, path
+
+
+def test_the_search_box_shows_a_hostile_query_as_text(site):
+    web, _, _ = site
+    status, _, body = web.get("/history?q=%22%3E%3Cb%3Ehi%27%3C%2Fb%3E")
+    assert status == 200
+    assert 'value="&quot;&gt;&lt;b&gt;hi&#x27;&lt;/b&gt;"' in body and "<b>hi" not in body
+
+
+def test_the_rescore_note_shows_a_hostile_subject_as_text(hostile_site):
+    web, hostile, _ = hostile_site
+    subject = history.fields(hostile)["subject"]
+    _, _, body = web.get("/unsure")
+    status, _, _ = web.get("/learn", data=f"id=1&label=ham&csrf={csrf_of(body)}".encode())
+    assert status == 303
+    _, _, body = web.get("/unsure")
+    note = re.search(r'<p class="flash">(.*?)</p>', body, re.S).group(1)
+    assert "#4 " in note, note  # the hostile message moved (unsure to spam) and is named
+    assert html.escape(subject, quote=True) in note and "<i>moved" not in note
+
+
+def test_the_model_page_and_overview_count_what_was_learned_anywhere(site):
+    """learn and forget made elsewhere append to the journal, not the snapshot: the Model page
+    and the Overview's model size show them at once."""
+    web, mail, model = site
+
+    def shown(path):
+        status, _, body = web.get(path)
+        assert status == 200
+        return re.search(r"<dt>messages</dt><dd>(\d+) ham, (\d+) spam</dd>", body).groups()
+
+    ham, spam = map(int, shown("/model"))
+    assert shown("/overview") == (str(ham), str(spam))
+    msg = b"From: new@example.com\nSubject: something new\nMessage-ID: <new1@example.com>\n\nnew words here\n"
+    proc = subprocess.run(SPAMNB + ["learn", "--spam", "--model", str(model), "-"], input=msg, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert shown("/model") == (str(ham), str(spam + 1)) and shown("/overview") == (str(ham), str(spam + 1))
+    proc = subprocess.run(SPAMNB + ["forget", "--spam", "--model", str(model), "-"], input=msg, capture_output=True)
+    assert proc.returncode == 0, proc.stderr
+    assert shown("/model") == (str(ham), str(spam))
+
+
+def test_the_unsure_page_learns_a_batch_in_one_post(site):
+    web, _, model = site
+    _, _, body = web.get("/unsure")
+    assert body.count('form="batch"') == 5 and 'id="batch"' in body
+    before = load_model(model).messages.copy()
+    status, headers, _ = web.get("/learn", data=f"id=2&id=4&id=2&label=spam&csrf={csrf_of(body)}&back=/unsure".encode())
+    assert status == 303 and headers["Location"] == web.root + "/unsure"
+    after = load_model(model).messages
+    assert after[1] == before[1] + 2 and after[0] == before[0]  # each once
+    _, _, body = web.get("/unsure")
+    assert 'id="m2"' not in body and 'id="m4"' not in body and body.count('<tr id="m') == 3
+    assert "Learned #2, #4 as spam" in body
+    _, _, body = web.get("/history?verdict=unsure")
+    assert body.count("taught as") == 2
+    # nothing ticked: nothing learned, and said; a row not kept: nothing of the batch learned
+    status, headers, _ = web.get("/learn", data=f"label=ham&csrf={csrf_of(body)}&back=/unsure".encode())
+    assert status == 303 and "tick the messages" in web.get("/unsure")[2]
+    status, _, text = web.get("/learn", data=f"id=1&id=99999&label=ham&csrf={csrf_of(body)}".encode())
+    assert status == 400 and "not kept" in text
+    assert (load_model(model).messages == after).all()
+    status, _, _ = web.get("/learn", data=b"id=1&id=3&label=ham")  # and a batch needs the CSRF token too
+    assert status == 403 and (load_model(model).messages == after).all()
+
+
+def test_clues_are_shown_in_words_with_the_probability_they_push_towards(site):
+    from spamnb.web.pages import leaning
+
+    web, mail, model = site
+    _, _, body = web.get("/unsure")
+    clues = Site(model, False, web.base).clues(mail[0])
+    assert clues
+    for tok, c in clues:
+        assert f'title="{html.escape(tok, quote=True)} ({c:+.2f} log-odds)">{html.escape(describe(tok))} ' \
+               f'<b>{leaning(c)}</b></li>' in body
+
+
+def test_the_model_page_looks_a_word_up(site):
+    web, _, model = site
+    status, _, body = web.get("/model?word=Free")
+    assert status == 200 and "<h2>Word lookup</h2>" in body
+    rows = load_model(model).lookup("Free")
+    assert rows and body.count("<tr><td><code>") == len(rows)
+    for r in rows:
+        assert f'<code>{html.escape(r["token"])}</code>' in body and f'<td>{r["weight"]:+.3f}</td>' in body
+    status, _, body = web.get("/model?word=%3Cb%3Ezq%22never")
+    assert status == 200 and "&lt;b&gt;zq&quot;never: not in the model" in body and "<b>zq" not in body
+    assert 'value="&lt;b&gt;zq&quot;never"' in body

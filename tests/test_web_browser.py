@@ -10,8 +10,11 @@ is kept as a screenshot in out/web/ (see docs/web.md).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import tempfile
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -59,6 +62,12 @@ def shot(driver, name):
     driver.save_screenshot(str(output_dir() / f"{name}.png"))
 
 
+def follow(driver, text):
+    """Click the page's link ``text`` and wait for the page it leads to."""
+    driver.find_element("link text", text).click()
+    WebDriverWait(driver, 60).until(lambda b: b.current_url.endswith("/" + text.lower()))
+
+
 def rows(driver):
     return [r.get_attribute("id") for r in driver.find_elements("css selector", "tbody tr")]
 
@@ -66,7 +75,7 @@ def rows(driver):
 def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
     web, _, model = site
     browser.get(web.url)
-    assert browser.current_url == web.base + "/unsure"  # the token left the address bar for a cookie
+    assert browser.current_url == web.base + web.root + "/unsure"  # the token left the address bar
     assert browser.find_element("tag name", "h1").text == "Unsure mail"
     before_rows = rows(browser)
     assert before_rows[0] == "m13" and len(before_rows) == 6  # newest first
@@ -74,16 +83,30 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
     before = load_model(model).messages.copy()
     browser.find_element("css selector", "#m4 button.spam").click()
     WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))  # the next page
-    assert browser.current_url.startswith(web.base + "/unsure")
+    assert browser.current_url.startswith(web.base + web.root + "/unsure")
     assert load_model(model).messages[1] == before[1] + 1  # the model learned it, as spam
     after_rows = rows(browser)
     assert "m4" not in after_rows and len(after_rows) == 5
     flash = browser.find_element("css selector", ".flash").text
     assert "Learned #4 as spam" in flash and "Re-scored the unsure messages" in flash
     shot(browser, "unsure-after-learning")
-    browser.get(web.base + "/history")  # the cookie alone is enough now
+    follow(browser, "History")  # the page's links carry its address
     assert "taught as" in browser.find_element("id", "m4").text
     shot(browser, "history")
+
+
+def test_tick_several_unsure_messages_and_mark_them_ham_at_once(browser, site):
+    web, _, model = site
+    browser.get(web.url)
+    for row in ("m2", "m3", "m8"):
+        browser.find_element("css selector", f"#{row} td.pick input").click()
+    shot(browser, "unsure-batch")
+    before = load_model(model).messages.copy()
+    browser.find_element("css selector", "#batch button.ham").click()
+    WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))
+    assert load_model(model).messages[0] == before[0] + 3 and load_model(model).messages[1] == before[1]
+    assert not {"m2", "m3", "m8"} & set(rows(browser)) and len(rows(browser)) == 3
+    assert "Learned #2, #3, #8 as ham" in browser.find_element("css selector", ".flash").text
 
 
 def test_a_hostile_subject_is_shown_as_text_and_never_runs(browser, site):
@@ -118,7 +141,7 @@ def test_a_20000_row_history_is_paged_without_loading_it_all(browser, compiled, 
     web = Web(compiled, hist)
     try:
         browser.get(web.url)
-        browser.get(web.base + "/history")
+        browser.get(web.base + web.root + "/history")
         assert len(rows(browser)) == 25
         assert "page 1 of 801 (20005 messages)" in browser.find_element("css selector", ".pager").text
         first = rows(browser)
@@ -134,11 +157,79 @@ def test_a_20000_row_history_is_paged_without_loading_it_all(browser, compiled, 
         WebDriverWait(browser, 60).until(lambda b: "q=filler" in b.current_url)
         assert rows(browser) == [f"m{i + 1}" for i in range(19999, 19989, -1)] + ["m2000"]  # ids count from 1
         shot(browser, "history-20000")
-        browser.get(web.base + "/overview")
+        follow(browser, "Overview")
         assert len(browser.find_elements("css selector", "main svg")) == 2
         shot(browser, "overview")
-        browser.get(web.base + "/model")
+        follow(browser, "Model")
         assert "would drop" in browser.find_element("tag name", "main").text
+        lookup = browser.find_element("css selector", "#lookup input[name=word]")
+        lookup.send_keys("free")
+        lookup.submit()
+        WebDriverWait(browser, 60).until(lambda b: "word=free" in b.current_url)
+        assert "the word “free”" in browser.find_element("css selector", "table.words").text
         shot(browser, "model")
     finally:
         web.stop()
+
+
+class CookieLogger(ThreadingHTTPServer):
+    """Another local user's page on another loopback port: it keeps every request it gets (its
+    path and headers) and links to a second page of its own."""
+
+    daemon_threads = True
+
+    def __init__(self):
+        self.received = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                server.received.append((self.path, dict(self.headers.items())))
+                body = (b'<!doctype html><title>elsewhere</title><a id="next" href="/next">next</a>'
+                        if self.path == "/" else b'<!doctype html><title>elsewhere</title><p id="done">seen</p>')
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+
+def test_nothing_the_page_uses_to_know_its_owner_reaches_another_port(browser, site):
+    """The owner opens the page, reads a message, then follows a link to a page another local
+    user serves on another loopback port. Browsers do not keep cookies apart by port: whatever
+    that server received, replayed against the page, opens nothing: no message, no Unsure page
+    (with its CSRF token), no learning."""
+    web, _, model = site
+    browser.get(web.url)
+    browser.find_element("css selector", "#m1 a.subject").click()
+    WebDriverWait(browser, 60).until(lambda b: b.current_url.endswith("/message/1"))
+    elsewhere = CookieLogger()
+    try:
+        browser.get(f"http://127.0.0.1:{elsewhere.server_address[1]}/")
+        browser.find_element("id", "next").click()
+        WebDriverWait(browser, 60).until(lambda b: b.find_elements("id", "done"))
+    finally:
+        elsewhere.shutdown()
+        elsewhere.server_close()
+    received = elsewhere.received
+    assert {"/", "/next"} <= {path for path, _ in received}, received
+    before = load_model(model).messages.copy()
+    for path, headers in received:
+        replay = {k: v for k, v in headers.items() if k.lower() not in ("host", "connection", "content-length")}
+        for target in ("/message/1", "/unsure", "/", path):
+            status, _, body = web.get(target, owner=False, headers=replay)
+            assert status == 403 and "needs its token" in body, (target, replay)
+        found = re.search(r'name="csrf" value="([0-9a-f]+)"', web.get("/unsure", owner=False, headers=replay)[2])
+        status, _, _ = web.get("/learn", owner=False, headers=replay,
+                               data=f"id=1&label=spam&csrf={found.group(1) if found else ''}".encode())
+        assert status == 403, replay
+    assert (load_model(model).messages == before).all()
+    key = web.root.rsplit("/", 1)[1]
+    for path, headers in received:  # neither the token nor the page's address got there
+        assert web.token not in repr((path, headers)) and key not in repr((path, headers))

@@ -44,10 +44,16 @@ def fill(path, messages, *, unsure=(), extra=0, t0=None):
 class Web:
     """``spamnb web`` in a subprocess; ``url`` is the one it printed (with the token)."""
 
-    def __init__(self, model, hist, *extra):
+    def __init__(self, model, hist, *extra, max_files=None):
+        def limit():  # the process's own limit of open files (its soft limit), as a test sets it
+            import resource
+
+            resource.setrlimit(resource.RLIMIT_NOFILE, (max_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
         self.proc = subprocess.Popen(SPAMNB + ["web", "--model", str(model), "--history", str(hist),
                                                "--listen", "127.0.0.1:0", *extra],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                     preexec_fn=limit if max_files else None)
         self.lines = []
         deadline = time.monotonic() + 60
         self.url = None
@@ -65,26 +71,38 @@ class Web:
         self.at(self.url)
 
     def at(self, url):
-        """Where the server is and its token, from the URL it printed."""
+        """Where the server is, its token, and the page's own address (``/s/KEY``), where the
+        printed URL sends a browser."""
         self.base = url.split("/?", 1)[0]
         self.token = url.rsplit("token=", 1)[1]
-        self.cookie = f"spamnb_token_{self.base.rsplit(':', 1)[1]}={self.token}"
+        self.cookie = None
+        status, headers, _ = self.get(f"/?token={self.token}", owner=False)
+        assert status == 303 and headers["Location"].endswith("/"), (status, dict(headers))
+        self.root = headers["Location"][:-1]
+        if headers["Set-Cookie"]:  # a page before this one kept its token in a cookie: so that a test can
+            self.cookie = headers["Set-Cookie"].split(";")[0]  # be run against it and seen to fail
 
-    def get(self, path, *, cookie=True, data=None):
-        """``(status, headers, body)`` of one request (redirects not followed)."""
-        req = urllib.request.Request(self.base + path, data=data)
-        if cookie:
+    def get(self, path, *, owner=True, data=None, headers=(), timeout=60):
+        """``(status, headers, body)`` of one request (redirects not followed): at the page's own
+        address (as its owner's browser asks), else (``owner=False``) as ``path`` is."""
+        req = urllib.request.Request(self.base + (self.root if owner else "") + path, data=data,
+                                     headers=dict(headers))
+        if owner and self.cookie:
             req.add_header("Cookie", self.cookie)
         opener = urllib.request.build_opener(NoRedirect)
         try:
-            with opener.open(req, timeout=60) as r:
+            with opener.open(req, timeout=timeout) as r:
                 return r.status, r.headers, r.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers, exc.read().decode()
 
     def stop(self):
+        """Stop it; what it wrote to stderr after its address is kept in ``log``."""
+        if self.proc.stderr.closed:
+            return
         if self.proc.poll() is None:
             self.proc.terminate()
+        self.log = self.proc.stderr.read()
         self.proc.wait(20)
         self.proc.stderr.close()
 
@@ -93,14 +111,19 @@ class WebHere(Web):
     """The same server in this process, on a thread: a test can watch what it does
     (the connections it opens, the statements it runs)."""
 
-    def __init__(self, model, hist):
+    def __init__(self, model, hist, *, allowed=None):
         from spamnb.delivery.spamd import LOOPBACK
         from spamnb.web.app import WebServer
         from spamnb.web.data import Site
 
-        self.server = WebServer(("127.0.0.1", 0), Site(model, False, hist), allowed=LOOPBACK, log=lambda text: None)
+        self.logged, self.cookie = [], None
+        self.server = WebServer(("127.0.0.1", 0), Site(model, False, hist), allowed=allowed or LOOPBACK,
+                                log=self.logged.append)
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        self.at(self.server.url())
+        if allowed:  # this test's client may not be let in
+            self.base, self.token, self.root = self.server.url().split("/?")[0], self.server.token, self.server.root
+        else:
+            self.at(self.server.url())
 
     def stop(self):
         self.server.shutdown()

@@ -18,6 +18,8 @@ import sys
 import click
 
 from spamnb._version import __version__
+from spamnb.cli.options import EXIT_ZERO_GIVEN, pass_through
+from spamnb.verdict import failure_reason
 from spamnb.cli import (config, delivery, evaluate, explain, imap, learning, mailbox, remote, setup, stats, train,
                         web)
 
@@ -47,12 +49,24 @@ class _Group(click.Group):
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
 
+    def parse_args(self, ctx, args):
+        # before any option is parsed: `filter` passes its message through with --exit-zero's
+        # status even when its options or the configuration cannot be read (options.pass_through)
+        ctx.meta[EXIT_ZERO_GIVEN] = "--exit-zero" in args
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx):
         from spamnb.mail.sources import SourceError
         from spamnb.storage.store import ModelError
 
         try:
-            return super().invoke(ctx)
+            try:
+                return super().invoke(ctx)
+            except Exception as exc:
+                if ctx.invoked_subcommand == "filter" and not isinstance(exc, click.exceptions.Exit):
+                    # failed before filter's command ran (the configuration): its message is never lost
+                    pass_through(failure_reason(exc))
+                raise
         except BrokenPipeError:
             # The reader went away (`spamnb tokens msg | head`): stop quietly, and
             # point stdout at /dev/null so the flush at exit cannot complain again.
@@ -107,7 +121,7 @@ def main(ctx, config_file):
 
 
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
-                 learning.compact, learning.prune, learning.cutoffs_,
+                 learning.learn_moves, learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
                  explain.tokens, imap.imap, config.config, stats.stats, remote.store, web.web, setup.setup):
     main.add_command(_command)

@@ -4,7 +4,9 @@
 parameter it sets and the commands that have it. A key's type, range and
 default are its option's (a ``click.IntRange`` is the range a file's value
 is checked against, ``multiple`` options take a TOML array, flags a boolean),
-so an option and its key cannot drift apart. A file's values reach the commands
+so an option and its key cannot drift apart; a value then passes the key's
+check in :data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`),
+the function the command applies at start. A file's values reach the commands
 as click's ``default_map`` (:func:`default_map`), below the command line; the
 files and their order are :mod:`spamnb.storage.settings`'.
 
@@ -18,6 +20,7 @@ import sys
 
 import click
 
+from spamnb import checks
 from spamnb.cli.options import pass_through
 from spamnb.storage import settings
 from spamnb.verdict import DECISION_OPTIONS
@@ -113,7 +116,11 @@ def check_value(param, value):
 
 def _one(param, value):
     types, what = _kind(param)
-    if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
+    if types is int:
+        checks.integer(value)  # `true` is no integer, although Python's bool is an int
+    elif types is not str and types is not bool:
+        checks.number(value)
+    elif isinstance(value, bool) != (types is bool) or not isinstance(value, types):
         raise ValueError(f"must be {what}, got {value!r}")
     if types is bool:
         return value
@@ -142,9 +149,19 @@ def problems(group, layers):
             out.append((path, line, f"unknown key {key!r} in [{table}] (known: {known})"))
         else:
             try:
-                check_value(targets(group, table, key)[0][1], value)
+                value = check_value(targets(group, table, key)[0][1], value)
+                if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
+                    checks.CHECKS[(table, key)](value)
             except ValueError as exc:
                 out.append((path, line, f"[{table}] {key}: {exc}"))
+    if not out:
+        for keys, check in checks.TOGETHER:
+            first = layers.where(*keys[0])
+            if first is not None:
+                try:
+                    check(first[0], *(layers.get(*k) for k in keys[1:]))
+                except ValueError as exc:
+                    out.append((first[2], first[3], f"[{keys[0][0]}] {keys[0][1]}: {exc}"))
     if not out:
         try:
             verdict.cutoffs_from((0.5, 0.95), *settings.decision_of(layers))
@@ -205,6 +222,8 @@ class ConfigProblem(click.ClickException):
 def _toml(value):
     import json
 
+    if isinstance(value, str) and checks.is_store_url(value):  # its password is never shown
+        value = checks.redact(value)
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
@@ -220,7 +239,8 @@ ALL_FILES = "\0all"  # --check without FILE
 @click.group("config", invoke_without_command=True)
 @click.option("--check", "check_", is_flag=False, flag_value=ALL_FILES, default=None, metavar="[FILE]",
               help="Check the files read (or FILE only) and exit: 0 when good, 2 naming FILE:LINE for each "
-                   "unknown key, wrong type or value out of range.")
+                   "unknown key, wrong type, value out of range or value a command would refuse at start "
+                   "(docs/admin.md).")
 @click.option("--command", "command_line", metavar="'COMMAND [OPTIONS]'",
               help="Show the settings of this command line instead, its options too "
                    "(e.g. --command 'serve --spamd 783').")

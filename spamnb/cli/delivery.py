@@ -11,7 +11,7 @@ from spamnb import verdict
 from spamnb.cli.options import (cutoffs, decision_options, history_options, log_options, metrics_from,
                                 metrics_options, model_options, notice, open_backend, pass_through, recorder)
 from spamnb.storage.locate import history_path
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, DecisionError, model_name, passed_through
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, Boundary, deliver_unchanged, model_name
 
 
 class _FilterCommand(click.Command):
@@ -53,7 +53,8 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     version=... to the header, in SpamAssassin's form (S and T log-odds; unsure
     is No), after removing the verdict fields the message came with. Exit status as bogofilter's:
     0 spam, 1 ham, 2 unsure, 3 error (0 for all with --exit-zero). On any error
-    the message is written out unchanged and the exit status is 3: mail is never lost.
+    (options, configuration, model, store) the message is written out unchanged,
+    with one line on stderr: mail is never lost, nor held.
 
     Started as the `spamnb` program, it answers through a running `spamnb serve`
     when it can, else from the model's compiled scorer, else the full way:
@@ -66,58 +67,50 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     `command -v spamnb` prints. No lock (:0, not :0:): a maildir needs none.
 
     \b
-    Example, procmail (~/.procmailrc):
+    Example, procmail (~/.procmailrc; `spamnb setup` writes it):
       MAILDIR=$HOME/Maildir/
       DEFAULT=$MAILDIR
       :0fw
-      | /usr/local/bin/spamnb filter --exit-zero
+      | /usr/local/bin/spamnb filter --exit-zero -u
       :0
       * ^X-Spam-Flag: YES
       .Junk/
+      :0
+      * ^X-Spam-Status: No, .*tests=SPAMNB_UNSURE
+      .Unsure/
 
     \b
     maildrop (~/.mailfilter, mode 0600):
-      xfilter "/usr/local/bin/spamnb filter --exit-zero"
+      xfilter "/usr/local/bin/spamnb filter --exit-zero -u"
       if (/^X-Spam-Flag: YES/)
       {
           to "$HOME/Maildir/.Junk/"
       }
+      if (/^X-Spam-Status: No, .*tests=SPAMNB_UNSURE/)
+      {
+          to "$HOME/Maildir/.Unsure/"
+      }
       to "$HOME/Maildir/"
     """
-    stdin = sys.stdin.buffer
-    stdout = sys.stdout.buffer
-    raw = b""
-    try:
-        raw = stdin.read()
+    got = {"raw": b""}
+
+    def fail(reason, exc):
+        return deliver_unchanged(got["raw"], reason, exit_zero)
+
+    with Boundary(fail, interrupts=True) as boundary:
+        raw = got["raw"] = sys.stdin.buffer.read()
         out, label = _filter_message(raw, model_path, store, allow_insecure_model, learn_, evidence,
                                      (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
                                      recorder(log_messages, log_format, log_to), history)
-        code = 0 if exit_zero else EXIT_CODES[label]
-    except BaseException as exc:  # noqa: BLE001 - mail is never lost, whatever went wrong
-        click.echo(passed_through(_reason(exc)), err=True)
-        out, code = raw, EXIT_ERROR
+    if boundary.result is not None:
+        sys.exit(boundary.result)
+    code = 0 if exit_zero else EXIT_CODES[label]
     try:
-        stdout.write(out)
-        stdout.flush()
-    except OSError:
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):
         code = EXIT_ERROR
     sys.exit(code)
-
-
-def _reason(exc):
-    """The one-line reason of a failed filter: the message of an error spamnb
-    raises for the user (model, mail source, decision options, a file); the kind
-    of anything else, which is a bug to report."""
-    from spamnb.mail.sources import SourceError
-    from spamnb.storage.store import ModelError
-
-    if isinstance(exc, OSError) and exc.filename:
-        return f"{exc.filename}: {exc.strerror or exc}"
-    if isinstance(exc, (ModelError, SourceError, DecisionError, click.ClickException, OSError)):
-        return exc.format_message() if isinstance(exc, click.ClickException) else str(exc)
-    if isinstance(exc, KeyboardInterrupt):
-        return "interrupted"
-    return f"internal error ({exc.__class__.__name__}: {exc})"
 
 
 def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evidence, decision, rec, history=None):
@@ -170,10 +163,12 @@ def _login():
 @click.option("--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
               help="Refuse messages larger than this (the client then filters them itself).")
 @click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Drop a request that has not arrived whole within this many seconds.")
+              help="Drop a request that has not arrived whole within this many seconds (on every "
+                   "listener; a --metrics connection is closed then, whatever it sent).")
 @click.option("--max-connections", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Requests served at once; a connection beyond them is closed at once (its "
-                   "client filters the message itself).")
+              help="Requests served at once, per listener; a connection beyond them is closed at once "
+                   "(spamnb filter then filters the message itself). On a --spamd listener as many more "
+                   "wait up to 2 s for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once.")
 @click.option("--pidfile", metavar="PATH",
               help="Write the server's pid here once it listens (atomically; removed on exit). "
                    "Refuses to start while a live server holds it.")
@@ -237,17 +232,21 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
       spamnb filter --exit-zero < message.eml
       spamnb serve --spamd 127.0.0.1:783 --user-models /var/lib/spamnb/users --allow-tell
     """
-    from spamnb.storage.locate import default_socket_path
+    from spamnb import checks
     from spamnb.delivery.server import ServerError, serve as run_server
+    from spamnb.storage.locate import default_socket_path
 
-    try:
-        mode = int(spamd_socket_mode, 8)
-    except ValueError:
-        mode = -1
-    if not 0 <= mode <= 0o777:
-        raise click.BadParameter(f"{spamd_socket_mode!r} is not an octal mode", param_hint="--spamd-socket-mode")
+    # the checks `config --check` applies to the files' values (refused there with FILE:LINE)
+    for option, check, value in (("--socket", checks.socket_path, socket_path), ("--pidfile", checks.pidfile, pidfile),
+                                 ("--spamd-socket-mode", checks.socket_mode, spamd_socket_mode)):
+        try:
+            value and check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    mode = checks.socket_mode(spamd_socket_mode)
     if (allow or user_models or store_users or allow_tell or allow_tell_served) and not spamd_addresses:
-        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd")
+        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd "
+                               "([spamd] listen)")
     if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
         from spamnb.delivery.spamd import check_listening
 
@@ -257,8 +256,8 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
             raise click.UsageError(str(exc)) from None
     decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
-    backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     meter = metrics_from(metrics_address, metrics_allow)
+    backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     rec = recorder(log_messages, log_format, log_to, meter, history_path(history, backend.path))
     if rec.history is not None:
         notice(f"recording verdicts in {rec.history.path}")

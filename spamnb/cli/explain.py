@@ -10,34 +10,82 @@ from spamnb.cli.options import model_options, open_backend
 
 
 @click.command()
-@click.argument("message", metavar="MSG")
+@click.argument("message", metavar="MSG", required=False)
 @model_options
-@click.option("--count", "-c", "count", type=click.IntRange(min=1), default=15, show_default=True,
-              help="How many tokens to show.")
-def explain(message, model_path, store, allow_insecure_model, count):
-    """Show why a message got its score: the prior and the strongest tokens.
+@click.option("--count", "-c", "count", type=click.IntRange(min=1), default=10, show_default=True,
+              help="How many tokens to show on each side (spam-ward and ham-ward).")
+@click.option("--word", "-w", "words", multiple=True, metavar="WORD",
+              help="Instead of a message: what the model knows of WORD (repeatable), as bogofilter's "
+                   "`bogoutil -w`. A token (subject:free, header:X-Mailer) is looked up as it is; a plain "
+                   "word as a body word and in every namespace the model holds it in (subject:, "
+                   "from:name:, url:path: ...).")
+def explain(message, model_path, store, allow_insecure_model, count, words):
+    """Show why a message got its score, or what the model knows of a word.
 
-    Contributions are in log-odds (natural log); positive means spammier.
-    MSG is a message file or - for standard input.
+    The prior, then both sides: the tokens that pushed towards spam and
+    those that pushed towards ham, each side's sum and count, and the
+    strongest of each. The prior and the two sums add up to the score. All
+    in log-odds (natural log); positive means spammier. MSG is a message
+    file or - for standard input.
+
+    With --word, for each token found: its counts in each class, how many
+    learned messages hold it, its log-odds (what it alone adds to a
+    message's score) and the probability it alone gives from even odds.
 
     \b
     Example:
       spamnb explain ~/Maildir/cur/1700000000.M1P2.host:2,S
+      spamnb explain --word viagra --word subject:free
     """
     from spamnb.mail.sources import iter_messages
 
+    if words and message:
+        raise click.UsageError("give a message or --word, not both")
+    if not words and not message:
+        raise click.UsageError("give a message to explain (MSG, or - for standard input), or --word WORD")
     model = open_backend(model_path, store, allow_insecure_model).model()
+    if words:
+        explain_words(model, words)
+        return
     msg = next(iter(iter_messages(message, strict=True)), None)
     if msg is None:
         raise click.ClickException(f"no message in {message}")
     toks = model.tokens(msg.raw)
     result = model.classify_tokens(toks)
-    ev = model.explain(msg.raw, count, toks=toks)
+    ev = model.explain(msg.raw, len(toks) + 1, toks=toks)  # every token the model knows: both sides whole
     click.echo(f"label {result.label}, P(spam) {result.spam_probability:.6f}, score {result.score:+.2f}")
     click.echo(f"{ev.prior:+10.3f}  prior and per-class constants")
-    for tok, n, c in ev.tokens:
-        click.echo(f"{c:+10.3f}  {tok}" + (f"  (x{n})" if n != 1 else ""))
+    for name, side in (("spam-ward", [t for t in ev.tokens if t[2] > 0]),
+                       ("ham-ward", [t for t in ev.tokens if t[2] < 0])):
+        shown = side[:count]
+        more = f"; the strongest {len(shown)}" if len(shown) < len(side) else ""
+        click.echo(f"{sum(c for _, _, c in side):+10.3f}  {name}: {len(side)} token{'' if len(side) == 1 else 's'}"
+                   f"{more}:" if side else f"{0:+10.3f}  {name}: no token")
+        for tok, n, c in shown:
+            click.echo(f"{c:+14.3f}  {tok}" + (f"  (x{n})" if n != 1 else ""))
+    click.echo(f"{result.score:+10.3f}  score (prior + spam-ward + ham-ward)")
     click.echo(f"{result.n_tokens} tokens, {result.n_unknown} not in the vocabulary")
+
+
+def explain_words(model, words):
+    """``explain --word``: a table of what ``model`` knows of each of ``words``."""
+    import math
+
+    from spamnb.mail.tokennames import describe
+
+    click.echo(f"{'ham':>10} {'spam':>10} {'messages':>9} {'log-odds':>9} {'P(spam)':>8}  token")
+    for word in words:
+        rows = model.lookup(word)
+        if not rows:
+            click.echo(f"{'':>10} {'':>10} {'':>9} {'':>9} {'':>8}  {word}: not in the model")
+        for r in rows:
+            p = 1 / (1 + math.exp(-min(max(r["weight"], -700), 700))) if math.isfinite(r["weight"]) else float("nan")
+            click.echo(f"{r['ham']:>10.3f} {r['spam']:>10.3f} {r['messages']:>9} {r['weight']:>+9.3f} {p:>8.4f}"
+                       f"  {r['token']}  ({describe(r['token'])})")
+    counts = {"presence": "messages holding it", "counts": "its occurrences"}.get(
+        model.features, "the sums of its normalised weight in each message")
+    click.echo(f"(the model learned {int(model.messages[0])} ham and {int(model.messages[1])} spam; ham and spam "
+               f"are {counts}, as features {model.features} counts them)")
 
 
 @click.command()

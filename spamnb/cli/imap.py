@@ -8,7 +8,7 @@ import sys
 import click
 
 from spamnb.cli.options import (decision_options, history_options, log_options, metrics_from, metrics_options,
-                                notice, recorder, store_option)
+                                notice, recorder, run_alone, store_option)
 from spamnb.storage.locate import history_path
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
@@ -147,7 +147,6 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     --metrics HOST:PORT serves Prometheus metrics (see docs/admin.md).
     """
     from spamnb.delivery import imap as lib
-    from spamnb.storage import store as files
     from spamnb.storage.modelfile import own_model_path
     from spamnb.storage.where import store_url
 
@@ -155,15 +154,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     own = own_model_path(s.model)
     state_path = lib.state_path(own)
     say = (lambda text: click.echo(f"(dry run) {text}", err=True)) if dry_run else (lambda text: click.echo(text, err=True))
-    try:
-        files.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
-        lock = files.try_lock(state_path + ".lock")
-    except OSError as exc:
-        raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
-    except files.ModelError as exc:
-        raise click.ClickException(str(exc)) from None
-    if lock is None:
-        raise click.ClickException(f"another spamnb imap filter is running for this model ({state_path}.lock)")
+    lock = run_alone(state_path, "spamnb imap filter")
     if metrics_address and not watch:
         raise click.UsageError("--metrics is for --watch")
     meter = metrics_from(metrics_address, metrics_allow)
@@ -186,13 +177,16 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
             # the state as on disk: a pass that failed half-way is redone from its last save
             out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run).run()
             say(out.summary())
+            return out
 
         if watch:
             _watch(s, one_pass, say, interval)
         else:
             client = _connect(s)
             try:
-                one_pass(client)
+                if one_pass(client).failed:  # said per message; a cron job's status says it too
+                    raise click.ClickException("some messages could not be filtered (see above): they are where "
+                                               "they were, and the next pass tries them again")
             except lib.connection_errors() as exc:
                 raise click.ClickException(f"the connection failed during the pass: {exc} (what was done is "
                                            "recorded; the next pass goes on from there)") from None

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import functools
+import os
 
 import click
 
 from spamnb.cli.options import (cutoffs, decision_options, history_options, model_options, notice, open_backend,
-                                skipper, source_options)
+                                run_alone, skipper, source_options)
 from spamnb.storage.locate import history_path
 
 
@@ -53,21 +54,31 @@ def learn(label, sources, model_path, store, allow_insecure_model, recursive, st
     Example:
       spamnb learn --spam ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
     """
-    from spamnb.delivery.fastlearn import correct_history, summary
-    from spamnb.storage.where import own_backend
-    from spamnb.storage.modelfile import default_seed
+    from spamnb.delivery.fastlearn import summary
 
     if label is None:
         raise click.UsageError("say what the messages are: --spam or --ham")
+    messages, skipped = _labelled(sources, label, recursive, strict)
+    done = learn_into_own(messages, label, model_path, store, allow_insecure_model, history)
+    click.echo(summary(done, label, skipped[0]), err=True)
+
+
+def learn_into_own(messages, label, model_path, store, allow_insecure_model, history) -> dict:
+    """Learn ``messages`` (``(raw, label)``) into the user's own model, made from the
+    default one at their first learn, and mark their verdicts corrected in the history:
+    what `spamnb learn` does with what it read. Returns the backend's counts."""
+    from spamnb.delivery.fastlearn import correct_history
+    from spamnb.storage.modelfile import default_seed
+    from spamnb.storage.where import own_backend
+
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     marked = history_path(history, backend.path)  # beside the model filter used: its history holds the verdicts
     if backend.is_default:  # a user's first learn: their own model, seeded with the default one
         backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
         notice(f"creating your model at {backend.name}, starting from the default model")
-    messages, skipped = _labelled(sources, label, recursive, strict)
     done = backend.learn(messages, create=default_seed, warn=notice)
     correct_history(marked, [raw for raw, _ in messages], label, notice)
-    click.echo(summary(done, label, skipped[0]), err=True)
+    return done
 
 
 @click.command()
@@ -194,3 +205,83 @@ def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_uns
     old, new = backend.set_cutoffs(lambda old: cutoffs(old, *given))
     click.echo(f"cut-offs of {backend.name}: ham <= {old.ham_cutoff:.6g} -> {new.ham_cutoff:.6g}, "
                f"spam > {old.spam_cutoff:.6g} -> {new.spam_cutoff:.6g}", err=True)
+
+
+@click.command("learn-moves")
+@click.argument("maildir", required=False, type=click.Path(file_okay=False), metavar="[MAILDIR]")
+@click.option("--junk", default=".Junk", show_default=True, metavar="FOLDER",
+              help="The Maildir++ folder spam is filed in.")
+@click.option("--unsure-folder", default=".Unsure", show_default=True, metavar="FOLDER",
+              help="The Maildir++ folder unsure mail is filed in: moved out of it into kept mail, a message "
+                   "is learned as ham (into Junk, as spam).")
+@click.option("--dry-run", "-n", is_flag=True, help="Say what it would learn; learn and record nothing.")
+@click.option("--quiet", "-q", is_flag=True, help="Say nothing when all went well (for cron, which mails what "
+                                                  "a job prints).")
+@model_options
+@history_options
+def learn_moves(maildir, junk, unsure_folder, dry_run, quiet, model_path, store, allow_insecure_model, history):
+    """Learn from your moves into and out of Junk in a local Maildir (run from cron or a timer).
+
+    Compares the Maildir (default ~/Maildir) with what the last run saw: a
+    message you moved into .Junk is learned as spam, one you moved out of it
+    (or out of .Unsure) into another folder as ham (a spam learned as ham, or
+    a ham learned as spam, is moved to the other class). Out of .Junk into Trash, a move between
+    two other folders and a copy teach nothing. Messages are recognised by their
+    Maildir unique name and their identity, as `spamnb learn` recognises them.
+
+    The first run records the Maildir and learns nothing: what is in .Junk then
+    is your past sorting (`spamnb setup` learns it). The state lives beside the
+    model (MODEL.moves.json); one run per model at a time. It never moves,
+    changes or deletes a message.
+
+    \b
+    Examples:
+      spamnb learn-moves                   # ~/Maildir
+      spamnb learn-moves -q ~/Maildir      # from cron: */10 * * * *
+    """
+    from spamnb.delivery import maildir_moves as lib
+    from spamnb.delivery.imap import subject_line
+    from spamnb.delivery.setup import role_of
+    from spamnb.storage.modelfile import own_model_path
+
+    maildir = maildir or os.path.join(os.path.expanduser("~"), "Maildir")
+    junk, unsure = (_maildir_folder(name, option) for name, option in ((junk, "--junk"),
+                                                                      (unsure_folder, "--unsure-folder")))
+    state_path = lib.state_path(own_model_path(model_path))
+    say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
+    lock = run_alone(state_path, "spamnb learn-moves")
+    try:
+        state = lib.State.load(state_path)
+        where = os.path.realpath(maildir)
+        out, now = lib.compare(maildir, state.seen(where), junk, role_of, unsure)
+        if not os.path.isdir(os.path.join(maildir, junk)):
+            say(f"{maildir} has no folder {junk} (yet): nothing can move into or out of it")
+        if out.first:
+            say(f"first run over {maildir}: recorded {out.messages} messages in {out.folders} folders; your "
+                f"moves into and out of {junk} are learned from the next run")
+        for raw, label, what in out.learn:
+            say(f"{what}: learning it as {label}: {subject_line(raw)}")
+        if dry_run:
+            say(f"(dry run) would learn {out.count('spam')} as spam and {out.count('ham')} as ham; "
+                "nothing learned or recorded")
+            return
+        for label in ("spam", "ham"):
+            items = [(raw, lb) for raw, lb, _ in out.learn if lb == label]
+            if items:
+                learn_into_own(items, label, model_path, store, allow_insecure_model, history)
+        state.record(where, now)
+        state.save()  # after the learning: a failed one is found again, and redone, by the next run
+        if not out.first:
+            say(f"learned {out.count('spam')} as spam and {out.count('ham')} as ham from your moves in {maildir}")
+    except lib.MovesError as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        os.close(lock)
+
+
+def _maildir_folder(name, option):
+    """A Maildir++ folder's name as it is on disk (``Junk`` is ``.Junk``)."""
+    name = name if name.startswith(".") else "." + name
+    if "/" in name or name in (".", ".."):
+        raise click.UsageError(f"{option} names a Maildir++ folder such as .Junk, not {name!r}")
+    return name

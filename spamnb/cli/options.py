@@ -7,12 +7,13 @@ Decision options become cut-offs through :func:`spamnb.verdict.cutoffs_from`
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
 
 from spamnb import verdict
-from spamnb.verdict import EXIT_ERROR, passed_through
+from spamnb.verdict import deliver_unchanged
 
 
 def model_options(f):
@@ -353,14 +354,40 @@ def metrics_from(address, allow):
         raise click.UsageError(str(exc)) from None
 
 
+#: ``ctx.meta`` key: whether ``--exit-zero`` is on the command line (set by the group before
+#: any option is parsed, for :func:`pass_through`).
+EXIT_ZERO_GIVEN = "spamnb.exit_zero_given"
+
+
 def pass_through(reason):
-    """Deliver standard input unchanged, say why on stderr, and exit 3: what ``filter``
-    does when it cannot even start (bad options, a broken configuration file)."""
-    click.echo(passed_through(reason), err=True)
+    """What ``filter`` does when it cannot even start (bad options, a configuration file
+    it cannot read): standard input delivered unchanged, as the delivery paths' failure
+    boundary delivers it (:func:`spamnb.verdict.deliver_unchanged`), then the exit: 3, or
+    0 with ``--exit-zero`` on the command line or in the configuration that was read."""
+    ctx = click.get_current_context(silent=True)
+    root = ctx.find_root() if ctx is not None else None
+    exit_zero = root is not None and bool(
+        root.meta.get(EXIT_ZERO_GIVEN) or ((root.default_map or {}).get("filter") or {}).get("exit_zero"))
     try:
-        stdout = sys.stdout.buffer
-        stdout.write(sys.stdin.buffer.read())
-        stdout.flush()
-    except OSError:
-        pass
-    raise click.exceptions.Exit(EXIT_ERROR)
+        raw = sys.stdin.buffer.read()
+    except (OSError, ValueError):
+        raw = b""
+    raise click.exceptions.Exit(deliver_unchanged(raw, reason, exit_zero))
+
+
+def run_alone(state_path, command) -> int:
+    """The lock beside ``state_path`` (``STATE.lock``, made with its private folder), held
+    until the returned fd is closed: one ``command`` per model at a time. A click error
+    when another holds it, or it cannot be taken."""
+    from spamnb.storage import store as files
+
+    try:
+        files.make_private_folder(os.path.dirname(os.path.abspath(state_path)))
+        lock = files.try_lock(state_path + ".lock")
+    except OSError as exc:
+        raise click.ClickException(f"cannot lock {state_path}.lock: {exc.strerror or exc}") from None
+    except files.ModelError as exc:
+        raise click.ClickException(str(exc)) from None
+    if lock is None:
+        raise click.ClickException(f"another {command} is running for this model ({state_path}.lock)")
+    return lock

@@ -8,10 +8,11 @@ from spamnb.cli.options import notice
 
 
 def _store(url, user):
-    from spamnb.storage.where import is_store_url, open_backend
+    from spamnb.checks import is_store_url, redact
+    from spamnb.storage.where import open_backend
 
     if not is_store_url(url):
-        raise click.UsageError(f"{url!r} is not a store URL: redis://HOST:PORT/DB, rediss://... or unix:///PATH")
+        raise click.UsageError(f"{redact(url)!r} is not a store URL: redis://HOST:PORT/DB, rediss://... or unix:///PATH")
     backend = open_backend(None, url)
     return backend.for_user(user) if user else backend
 
@@ -54,8 +55,9 @@ def push(model, url, user, allow_insecure_model):
 @_user
 def pull(url, model, user):
     """Copy the model in the store at URL into the model file MODEL (replacing it)."""
+    from spamnb.checks import redact
     from spamnb.storage.filestore import FileBackend
 
     m = _store(url, user).model()
     FileBackend(model).replace(m)
-    notice(f"pulled {url} into {model}: {len(m.vocabulary)} tokens")
+    notice(f"pulled {redact(url)} into {model}: {len(m.vocabulary)} tokens")

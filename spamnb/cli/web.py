@@ -23,14 +23,17 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     """Show what the filter did and correct it, in your browser.
 
     Pages: Unsure mail (with Spam / Ham buttons that learn the message, as
-    `spamnb learn` does, and re-score the rest), History (every verdict the
-    filter, the server and imap filter recorded, searchable, with a "wrong?"
-    button), Overview (pictures of the last days) and Model (what `spamnb info`
-    says, and a prune preview).
+    `spamnb learn` does, and re-score the rest; tick several to learn them at
+    once), History (every verdict the filter, the server and imap filter
+    recorded, searchable, with a "wrong?" button), Overview (pictures of the
+    last days) and Model (what `spamnb info` says, a word lookup as `spamnb
+    explain --word`, and a prune preview).
 
     It prints its address with a secret token, as Jupyter does: open that
-    URL; every request needs the token (a cookie after the first visit).
-    Stops on Ctrl-C.
+    URL, which leads to the page's own address (/s/KEY/...); every request
+    needs that address, which stops working when the page stops. No cookie
+    is set (a browser would send it to every port of this host). Stops on
+    Ctrl-C.
 
     \b
     Example:
@@ -47,14 +50,17 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     from spamnb.web.app import WebServer
     from spamnb.web.data import Site
 
+    from spamnb import checks
+
     try:
-        kind, *where = spamd.parse_address(listen, option="--listen", any_port=True)
-        if kind != "tcp":
-            raise ValueError(f"--listen {listen}: give HOST:PORT or a port")
-        nets = spamd.parse_networks(allow)
-        spamd.check_exposure(where[0], nets, option="--listen")
+        nets = checks.networks(allow)
     except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
+        raise click.UsageError(f"--allow {exc}") from None
+    try:
+        where = checks.tcp_address(listen, any_port=True)
+        checks.exposure(where[0], nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)")
+    except ValueError as exc:
+        raise click.UsageError(f"--listen {exc}") from None
     if store:  # the page learns through a model file's journal; a store's history has no file beside it yet
         raise click.UsageError("spamnb web shows and corrects a model file's history: give --model, not --store")
     path, is_default = resolve(model_path)

@@ -28,14 +28,15 @@ this module then, in order:
 
 With a store (``--store URL`` or ``$SPAMNB_STORE``: docs/many-hosts.md) there
 is no model file: :func:`via_store` asks the store (one round trip) and
-answers, or, when the store fails, passes the message through with exit
-status 3, as the click command does.
+answers.
 
 Every step gives byte-identical output and the same exit status as the click
 command (tests/test_fastpath.py holds them equal), and nothing is written
 until a step has the whole answer, so a failing step leaves nothing behind for
-the next. Mail is never lost: if even the full path cannot run, the message is
-written out unchanged and the exit status is 3.
+the next. Mail is never lost: :func:`main` runs all of it behind the delivery
+paths' one failure boundary (:class:`spamnb.verdict.Boundary`), so that when the
+store fails, or even the full path cannot run, the message is written out
+unchanged with exit status 3 (0 with ``--exit-zero``), as the click command does.
 """
 
 import io
@@ -44,9 +45,9 @@ import sys
 import time  # loaded by the interpreter's own start-up: free here
 
 from spamnb.storage import locate
-from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, DecisionError, Fallback,
-                            default_model_notice, is_verdict_block, may_hold_verdicts, model_name,
-                            passed_through)
+from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Boundary, DecisionError, Fallback,
+                            default_model_notice, deliver_unchanged, is_verdict_block, may_hold_verdicts,
+                            model_name)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -397,24 +398,20 @@ def answer(raw, opts, env=os.environ, facts=None):
 
 
 def via_store(raw, url, opts, facts=None):
-    """``(output, exit status, label)`` from the model in the store at ``url``: one round
-    trip (and one to learn with ``-u``), no numpy or click. The store failing is what
-    the click command says and does: the message passed through, exit 3 (label None).
-    ``facts``: filled for the log line, as :func:`cold` fills it."""
+    """``(output, label)`` from the model in the store at ``url``: one round trip (and
+    one to learn with ``-u``), no numpy or click. A store that fails (unreachable,
+    or holding a malformed value) raises: :func:`main`'s boundary passes the message
+    through, as the click command does. ``facts``: filled for the log line, as
+    :func:`cold` fills it."""
     from spamnb.delivery.hook import filter_verdict, message_tokens, not_learned
+    from spamnb.storage.redisstore import RedisBackend
     from spamnb.storage.store import ModelError
 
-    try:
-        from spamnb.storage.redisstore import RedisBackend
-
-        backend = RedisBackend.from_url(url)
-        view = backend.view()
-        toks = message_tokens(view, raw)
-        kept, pos, block, d = filter_verdict(view, raw, model_name(backend.short_name, False),
-                                             [opts[k] for k in DECISION_OPTIONS], toks=toks)
-    except (ModelError, DecisionError) as exc:
-        sys.stderr.write(passed_through(str(exc)) + "\n")
-        return raw, EXIT_ERROR, None
+    backend = RedisBackend.from_url(url)
+    view = backend.view()
+    toks = message_tokens(view, raw)
+    kept, pos, block, d = filter_verdict(view, raw, model_name(backend.short_name, False),
+                                         [opts[k] for k in DECISION_OPTIONS], toks=toks)
     learned = opts["learn"] and d.learns
     if learned:
         try:
@@ -425,7 +422,7 @@ def via_store(raw, url, opts, facts=None):
     if facts is not None:
         facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=d.label if learned else None)
     remember(opts, None, raw, d, learned)  # no model file: only a named history records
-    return kept[:pos] + block + kept[pos:], EXIT_CODES[d.label], d.label
+    return kept[:pos] + block + kept[pos:], d.label
 
 
 # -- entry ----------------------------------------------------------------------------
@@ -438,17 +435,11 @@ def full_path(load_cli, args, raw=None):
     passes it in: delivery sits below the command line). ``raw``, when given,
     is the message already read from standard input: the command reads it from
     a replacement stdin. If even that cannot start (say numpy is broken), the
-    message goes out unchanged with exit status 3.
+    error reaches :func:`main`'s boundary, which passes the message through.
     """
     if raw is not None:
         sys.stdin = io.TextIOWrapper(io.BytesIO(raw))
-    try:
-        cli_main = load_cli()
-    except BaseException as exc:  # noqa: BLE001 - mail is never lost
-        sys.stderr.write(passed_through(f"cannot start the filter ({exc.__class__.__name__}: {exc})") + "\n")
-        if raw is None:
-            raw = _read_stdin()
-        _write_and_exit(raw if raw is not None else b"", EXIT_ERROR)
+    cli_main = load_cli()
     cli_main(args=["filter", *args])
 
 
@@ -481,15 +472,34 @@ def _write_and_exit(out, code):
 
 def main(args, load_cli, env=os.environ):
     """``spamnb filter ARGS``: the fast way when it can, else the click command
-    (see :func:`full_path` for ``load_cli``)."""
+    (see :func:`full_path` for ``load_cli``), all of it behind the delivery paths'
+    failure boundary (:class:`spamnb.verdict.Boundary`): whatever fails -- the
+    configuration, the model, the store, a bug -- the message goes out unchanged,
+    one line on stderr, exit status 3 (0 with ``--exit-zero``)."""
+    got = {"raw": None, "exit_zero": "--exit-zero" in args}  # what fail() delivers, and how
+
+    def fail(reason, exc):
+        raw = got["raw"]
+        if raw is None:  # failed before the message was read: read it now
+            raw = _read_stdin() or b""
+        code = deliver_unchanged(raw, reason, got["exit_zero"])
+        _write_and_exit(b"", code)
+
+    with Boundary(fail, interrupts=True):
+        _filter(args, load_cli, env, got)
+
+
+def _filter(args, load_cli, env, got):
+    """:func:`main`'s work; ``got`` receives the message and the ``--exit-zero`` in force."""
     opts = parse_args(args)
     if opts is not None:
         opts = with_config(opts, env)
     if opts is None:
         full_path(load_cli, args)
         return
+    got["exit_zero"] = opts["exit_zero"]
     start = time.perf_counter()
-    raw = _read_stdin()
+    raw = got["raw"] = _read_stdin()
     if raw is None:
         full_path(load_cli, args)
         return
@@ -499,10 +509,10 @@ def main(args, load_cli, env=os.environ):
         if opts["model"] is not None:
             full_path(load_cli, args, raw)  # both: it says what is wrong
             return
-        out, code, label = via_store(raw, url, opts, facts)
+        out, label = via_store(raw, url, opts, facts)
         if facts:
             log_line(opts, label, facts, raw, time.perf_counter() - start)
-        _write_and_exit(out, 0 if opts["exit_zero"] and code != EXIT_ERROR else code)
+        _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
     try:
         out, label = answer(raw, opts, env, facts)
     except NoScorer as exc:

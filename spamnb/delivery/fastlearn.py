@@ -88,9 +88,20 @@ def summary(done, label, skipped=0) -> str:
 
 def _read_single(path):
     """The bytes of a file holding one message, or None (an mbox, a folder, not mail...)."""
-    import stat
-
     from spamnb.mail.mime import MAX_PARSE_BYTES, looks_like_mail
+
+    raw = read_regular(path, MAX_PARSE_BYTES)
+    if raw is not None and raw.startswith(b"From "):  # an mbox: one message (a saved message's envelope line)
+        raw = _only_message(path)
+    if raw is None or not looks_like_mail(raw):  # many messages, or not mail: the click command
+        return None
+    return raw
+
+
+def read_regular(path, limit):
+    """The bytes of the regular file at ``path``, or None when it is something else (a
+    FIFO does not block the open), holds more than ``limit`` bytes, or cannot be read."""
+    import stat
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -98,26 +109,25 @@ def _read_single(path):
         return None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PARSE_BYTES:
+        if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            raw = f.read()
+            return f.read()
+    except OSError:
+        return None
     finally:
         os.close(fd)
-    if raw.startswith(b"From "):  # an mbox: one message (a saved message's envelope line) is read here
-        raw = _only_message(path)
-    if raw is None or not looks_like_mail(raw):  # many messages, or not mail: the click command
-        return None
-    return raw
 
 
 def _only_message(path):
     """The message of an mbox file holding exactly one, as ``spamnb.mail.sources``
-    reads it (:class:`mailbox.mbox`, without the ``From_`` line), else None."""
+    reads it (:class:`spamnb.mail.sources.ReadOnlyMbox`, without the ``From_`` line), else None."""
     import mailbox
 
+    from spamnb.mail.sources import ReadOnlyMbox  # only for an mbox file: the fast path's imports stay few
+
     try:
-        box = mailbox.mbox(path, create=False)
+        box = ReadOnlyMbox(path)
         try:
             keys = list(box.iterkeys())
             return box.get_bytes(keys[0]) if len(keys) == 1 else None

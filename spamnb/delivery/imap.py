@@ -53,15 +53,12 @@ handful of round trips per hundred messages.
 
 from __future__ import annotations
 
-import ipaddress
-import json
 import os
-import shlex
 import subprocess
 import time
 from dataclasses import dataclass, field, fields
 
-from spamnb import verdict
+from spamnb import checks, verdict
 from spamnb.mail.identity import message_key
 
 KEYWORDS = {"spam": b"$Junk", "ham": b"$NotJunk"}
@@ -73,7 +70,6 @@ FETCH_BYTES = 32 * 1024 * 1024
 MAX_MESSAGE = 64 * 1024 * 1024
 #: Where spamnb last knew a message to be (the folders' roles, not their names).
 INBOX, JUNK, UNSURE = "folder", "junk", "unsure"
-SECURITY = ("tls", "starttls", "none")
 STATE_VERSION = 1
 
 
@@ -155,15 +151,23 @@ def settings_from(config: dict, options: dict) -> Settings:
         raise ImapError(str(exc)) from None
     if not s.host or not s.user:
         raise ImapError("say which account: --host and --user (or host and user in the config file)")
-    if s.security not in SECURITY:
-        raise ImapError(f"security must be one of {', '.join(SECURITY)}, got {s.security!r}")
-    if s.port is not None and not (isinstance(s.port, int) and 0 < s.port < 65536):
-        raise ImapError(f"port must be a number from 1 to 65535, got {s.port!r}")
     if s.password_file and s.password_command:
         raise ImapError("give either a password file or a password command, not both")
     if not (s.password_file or s.password_command):
         raise ImapError("say how to get the password: --password-file FILE or --password-command CMD "
                         "(never the password itself on the command line)")
+    # the checks `config --check` applies to the [imap] keys, the same functions
+    try:
+        checks.plaintext(s.security, s.host, s.force_plaintext)  # before the password file is opened
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
+    for name in ("host", "security", "port", "cafile", "password_file"):
+        value = getattr(s, name)
+        if value is not None:
+            try:
+                checks.CHECKS[("imap", name)](value)
+            except ValueError as exc:
+                raise ImapError(f"{name}: {exc}" if name in ("security", "port") else str(exc)) from None
     return s
 
 
@@ -194,29 +198,10 @@ def open_private(path, shown, what):
     """``path`` opened for reading (binary), once it is known to be a regular file of
     ours that no one else can read or write (mode 0600 or stricter): the config
     file's rule, and the password file's. ImapError otherwise; OSError passes through."""
-    import stat
-
-    f = os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb")  # a FIFO cannot hang us
     try:
-        st = os.fstat(f.fileno())
-        if not stat.S_ISREG(st.st_mode):
-            raise ImapError(f"{what} {shown} is not a regular file")
-        if st.st_uid != os.geteuid() or st.st_mode & 0o077:
-            raise ImapError(f"{what} {shown} must be yours and mode 0600 (it is {stat.S_IMODE(st.st_mode):04o}, "
-                            f"owner uid {st.st_uid}): chmod 600 {shlex.quote(str(shown))}")
-    except BaseException:
-        f.close()
-        raise
-    return f
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+        return checks.open_private(path, what, shown)
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
 
 
 def connect(s: Settings, *, timeout=60.0):
@@ -224,9 +209,10 @@ def connect(s: Settings, *, timeout=60.0):
     import ssl
 
     imapclient = require_imapclient()
-    if s.security == "none" and not _is_loopback(s.host) and not s.force_plaintext:
-        raise ImapError(f"security none would send the password to {s.host} in clear text: only to 127.0.0.1 "
-                        "(or say --force-plaintext)")
+    try:
+        checks.plaintext(s.security, s.host, s.force_plaintext)
+    except ValueError as exc:
+        raise ImapError(str(exc)) from None
     ctx = ssl.create_default_context(cafile=s.cafile) if s.security != "none" else None
     port = s.port or (993 if s.security == "tls" else 143)
     where = f"{s.host}:{port}"
@@ -376,30 +362,22 @@ class State:
 
     @classmethod
     def load(cls, path) -> "State":
-        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.open_trusted`):
+        """The state at ``path``, trusted as a model is (:func:`spamnb.storage.store.read_state`):
         a state another user planted could say a message was half-moved to Junk, and the
         next pass would delete the folder's copy."""
-        from spamnb.storage.store import ModelError, open_trusted
+        from spamnb.storage.store import ModelError, read_state
 
         try:
-            fd, _ = open_trusted(path, what="IMAP state")
-            with os.fdopen(fd, "rb") as f:
-                data = json.loads(f.read())
-        except FileNotFoundError:
-            return cls(path)
+            data = read_state(path, "IMAP state", lambda d: isinstance(d, dict) and d.get("version") == STATE_VERSION)
         except ModelError as exc:
             raise ImapError(str(exc)) from None
-        except (OSError, ValueError) as exc:
-            raise ImapError(f"cannot read the IMAP state {path}: {exc} (move it away to start afresh)") from None
-        if not isinstance(data, dict) or data.get("version") != STATE_VERSION:
-            raise ImapError(f"the IMAP state {path} is not one this version reads (move it away to start afresh)")
         return cls(path, data)
 
     def save(self) -> None:
-        from spamnb.storage.store import write_bytes_atomic
+        from spamnb.storage.store import write_state
 
         try:
-            write_bytes_atomic(self.path, [json.dumps(self.data, sort_keys=True).encode()])
+            write_state(self.path, self.data)
         except OSError as exc:
             raise StateError(f"cannot save the IMAP state {self.path}: {exc.strerror or exc} (the pass "
                              "stopped there; the next one redoes what was not recorded)") from None
@@ -423,12 +401,15 @@ class Outcome:
     learned: dict = field(default_factory=lambda: {"spam": 0, "ham": 0})
     own: int = 0  # verdicts learned (filter -u's rule)
     moved: int = 0
+    failed: int = 0  # messages the model could not judge: left where they were
 
     def summary(self) -> str:
         c, l_ = self.classified, self.learned
+        left = (f", left {self.failed} unfiltered where they are (tried again at the next pass)"
+                if self.failed else "")
         return (f"classified {sum(c.values())} ({c['spam']} spam, {c['ham']} ham, {c['unsure']} unsure), "
                 f"moved {self.moved}, learned {self.own} of its verdicts, "
-                f"learned {l_['spam']} as spam and {l_['ham']} as ham from your moves")
+                f"learned {l_['spam']} as spam and {l_['ham']} as ham from your moves{left}")
 
 
 class Filter:
@@ -525,11 +506,11 @@ class Filter:
                     # own verdict, which `filter -u` learned there if at all; the user's move back is
                     # the correction (scan_folder), as for a message this filter filed itself
                     self.say(f"{junk} {uid}: filed there by spamnb at delivery: not a correction: "
-                             f"{_subject(raw)}")
+                             f"{subject_line(raw)}")
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "verdict": "spam", "uid": uid}
                 else:  # the user put it there
-                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {_subject(raw)}")
+                    self.say(f"{junk} {uid}: you moved it to {junk}: learning it as spam: {subject_line(raw)}")
                     learn.append((raw, "spam"))
                     flag.append(uid)
                     self.msgs[key] = {"where": JUNK, "learned": "spam", "uid": uid}
@@ -547,6 +528,7 @@ class Filter:
         if not first:  # pending UIDs are this UIDVALIDITY's; after a change the re-scan finds the messages
             self._finish_pending(name, junk)
         uids = uids_after(self.client, f["last_uid"])
+        unjudged = []  # UIDs the model could not judge: the next pass starts again at the first
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
             new, back, flags = [], [], {}
@@ -554,28 +536,41 @@ class Filter:
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is None:
-                    new.append((uid, key, *self.judge(raw), raw))
+                    self._judged(new, unjudged, name, uid, key, raw)
                 elif rec.get("pending"):  # a move begun before the UIDVALIDITY changed
                     self._finish(uid, rec, junk, name)
                 elif rec.get("where") in (JUNK, UNSURE):
                     back.append((uid, key, raw))  # spamnb filed it away; the user moved it back
             back, copies = self._moved_back(back, name, junk)
             for uid, key, raw in copies:  # a second copy of a message still in Junk: new mail, not a correction
-                new.append((uid, key, *self.judge(raw), raw))
+                self._judged(new, unjudged, name, uid, key, raw)
             for uid, key, raw in back:
                 self.say(f"{name} {uid}: you moved it back from "
                          f"{junk if self.msgs[key]['where'] == JUNK else self.s.unsure_folder}: "
-                         f"learning it as ham: {_subject(raw)}")
+                         f"learning it as ham: {subject_line(raw)}")
                 self.msgs[key] = {"where": INBOX, "learned": "ham"}
             self._learn([(raw, "ham") for _, _, raw in back])
             self._keyword([uid for uid, _, _ in back], "ham", flags)
             self._file(name, junk, new, flags)
-            f["last_uid"] = max(batch)
+            f["last_uid"] = max(batch) if not unjudged else max(f["last_uid"], min(unjudged) - 1)
             self._save()
         if first:  # after a re-scan, no pending UID of the old UIDVALIDITY may name a message of the new
             for rec in self.msgs.values():
                 rec.pop("pending", None)
                 rec.pop("copied", None)
+
+    def _judged(self, new, unjudged, name, uid, key, raw):
+        """Judge ``raw`` into ``new``, behind the delivery paths' failure boundary
+        (:class:`spamnb.verdict.Boundary`): when anything fails (the model, its store, a
+        bug), the message stays where it is, unflagged and unrecorded, one line says
+        why, and its UID goes to ``unjudged`` (the next pass judges it again)."""
+        def fail(reason, exc):
+            self.say(f"{name} {uid}: not filtered, left where it is: {reason}: {subject_line(raw)}")
+            self.out.failed += 1
+            unjudged.append(uid)
+
+        with verdict.Boundary(fail):
+            new.append((uid, key, *self.judge(raw), raw))
 
     def _moved_back(self, found, name, junk):
         """``(back, copies)`` of messages found in the folder that spamnb had filed
@@ -600,7 +595,7 @@ class Filter:
             role, folder = dest.get(label, (None, None))
             where = f" -> {folder}" if folder else ""
             self.say(f"{name} {uid}: {label} (P(spam)={p:.4f}){where}{', learned' if learns else ''}: "
-                     f"{_subject(raw)}")
+                     f"{subject_line(raw)}")
             rec = {"where": role if folder else INBOX, "verdict": label}
             if learns:
                 own.append((raw, label))
@@ -692,7 +687,7 @@ class Filter:
             self.state.save()
 
 
-def _subject(raw: bytes) -> str:
+def subject_line(raw: bytes) -> str:
     """The message's Subject for a report line (decoded, shortened)."""
     from email.header import decode_header, make_header
 

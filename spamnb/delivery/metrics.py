@@ -23,16 +23,21 @@ Metrics::
 
 from __future__ import annotations
 
-import ipaddress
 import socket
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from spamnb.delivery.events import SOURCES, VIA
-from spamnb.delivery.spamd import LOOPBACK, client_allowed, parse_address
+from spamnb import checks
+from spamnb.delivery.server import TIMEOUT, BoundedThreads
+from spamnb.delivery.spamd import LOOPBACK, client_allowed
 from spamnb.verdict import ACTIONS, LABELS
 
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+#: Scrapes served at once: Prometheus scrapes one at a time; a connection beyond them is
+#: answered 503 and closed at once, so idle ones cannot take the descriptors the mail needs.
+MAX_CONNECTIONS = 16
+BUSY = b"HTTP/1.0 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
 
 
 class MetricsError(Exception):
@@ -40,19 +45,18 @@ class MetricsError(Exception):
 
 
 def parse_listen(text):
-    """``(host, port)`` of ``HOST:PORT``, ``[V6]:PORT`` or a bare ``PORT`` (127.0.0.1),
-    as ``--spamd`` reads a TCP address (:func:`spamnb.delivery.spamd.parse_address`)."""
-    kind, *where = parse_address(text, "--metrics") if "/" not in text else ("unix",)
-    if kind != "tcp":
-        raise ValueError(f"--metrics {text}: give HOST:PORT or a port")
-    return where[0], where[1]
+    """``(host, port)`` of ``--metrics`` (:func:`spamnb.checks.tcp_address`)."""
+    try:
+        return checks.tcp_address(text)
+    except ValueError as exc:
+        raise ValueError(f"--metrics {exc}") from None
 
 
 def networks(cidrs):
     try:
-        return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+        return checks.networks(cidrs)
     except ValueError as exc:
-        raise ValueError(f"--metrics-allow: {exc}") from None
+        raise ValueError(f"--metrics-allow {exc}") from None
 
 
 def model_size(model):
@@ -75,9 +79,10 @@ class Metrics:
                                "pip install 'spamnb[metrics]'") from None
         self.host, self.port = parse_listen(address)
         self.allowed = LOOPBACK + networks(allow)
-        if not ipaddress.ip_address(self.host).is_loopback and not allow:
-            raise ValueError(f"--metrics on {self.host} listens beyond this machine: say who may read it with "
-                             f"--metrics-allow CIDR (e.g. the Prometheus server's address)")
+        try:
+            checks.exposure(self.host, allow, "--metrics-allow CIDR (e.g. the Prometheus server's address)")
+        except ValueError as exc:
+            raise ValueError(f"--metrics {exc}") from None
         self.pc = pc
         self.registry = pc.CollectorRegistry()
         self.messages = pc.Counter("spamnb_messages", "Messages answered, by verdict and by way in",
@@ -113,12 +118,14 @@ class Metrics:
         encoder, content_type = choose_encoder(accept or "")
         return encoder(self.registry), content_type
 
-    def listener(self, backend=None):
+    def listener(self, backend=None, *, timeout=TIMEOUT, log=None):
         """The HTTP listener (bound now), reporting the size of ``backend``'s model
-        (a :class:`spamnb.storage.backend.Backend`)."""
+        (a :class:`spamnb.storage.backend.Backend`). A connection is closed
+        ``timeout`` seconds after it was accepted, whatever it sent; at most
+        :data:`MAX_CONNECTIONS` at once, one more is answered 503 and closed."""
         self.backend = backend
         try:
-            return _Listener(self)
+            return _Listener(self, timeout, log or (lambda text: None))
         except OSError as exc:
             raise MetricsError(f"cannot listen on {self.host}:{self.port} for --metrics: "
                                f"{exc.strerror or exc}") from None
@@ -147,6 +154,10 @@ class _ModelCollector:
 
 
 class _Handler(BaseHTTPRequestHandler):
+    def setup(self):
+        self.timeout = self.server.timeout_s  # each read; the listener ends the whole connection at it too
+        super().setup()
+
     def do_GET(self):
         if self.path.split("?")[0] != "/metrics":
             self.send_error(404, "only /metrics here")
@@ -162,14 +173,25 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-class _Listener(ThreadingHTTPServer):
+class _Listener(BoundedThreads, HTTPServer):
     daemon_threads = True
     what = "Prometheus metrics"
+    request_queue_size = 64  # a flood is refused from the backlog, not left to the kernel's SYN retries
 
-    def __init__(self, metrics):
+    def __init__(self, metrics, timeout, log):
         self.metrics = metrics
+        self.timeout_s = timeout
+        self.log = lambda text: log(f"metrics: {text}")
         self.address_family = socket.AF_INET6 if ":" in metrics.host else socket.AF_INET
+        self.bound_threads(MAX_CONNECTIONS, busy=BUSY, deadline=timeout)
         super().__init__((metrics.host, metrics.port), _Handler)
+
+    def handle_error(self, request, client_address):
+        """A client that went away or ran out of time: a line, never a traceback."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        self.log(f"connection from {client_address[0]} dropped: {exc.__class__.__name__}: {exc}")
 
     def verify_request(self, request, client_address):
         return client_allowed(client_address, self.metrics.allowed)

@@ -8,6 +8,9 @@ client does the work itself, with the same result.
 
 Guarantees
 ----------
+* Any failure while answering (a damaged model, a malformed store value, a bug) is a
+  refusal, never a dropped connection: the client then answers by itself, behind its
+  own failure boundary (:class:`spamnb.verdict.Boundary`).
 * Same answer as the cold path: the server holds the model's compiled scorer
   when it is fresh and scores exactly as the fast path does, else the full
   :class:`SpamModel`, formatting as the click command does (λ = 0 models).
@@ -30,7 +33,11 @@ Guarantees
   connection's peer user (SO_PEERCRED) must be ours.
 * Bounded: requests over ``max_bytes`` (64 MB) are refused before their body
   is read, and a request that has not arrived whole within ``timeout`` seconds
-  (a stalled client, or one sending a byte now and then) is dropped.
+  (a stalled client, or one sending a byte now and then) is dropped. At most
+  ``max_connections`` at once; one more is closed at once (its client filters
+  the message itself). Each listener (this socket, spamd's, the metrics') has
+  its own bound, and the file descriptors all of them may hold are reserved at
+  start, so that none can starve the others.
 * SIGTERM / SIGINT: stop accepting, let running requests finish, remove the socket.
 * SIGHUP (or ``spamnb config reload``, which finds the server by its pid file or
   its socket, :func:`server_pid`): ``reload()`` rereads the configuration files;
@@ -58,12 +65,14 @@ import sys
 import threading
 import time
 
+from spamnb import checks
 from spamnb.delivery import events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
 from spamnb.storage.scorer import Scorer
+from spamnb.verdict import Boundary
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -102,7 +111,12 @@ class _Handler(socketserver.BaseRequestHandler):
         """``(status, label, pos, block, reason)`` for one request."""
         srv = self.server
         start = time.perf_counter()
-        try:
+
+        def fail(reason, exc):  # the delivery paths' boundary: decline, the client does it itself
+            srv.recorder.error("declined", reason, via="socket")
+            return wire.DECLINED, None, 0, b"", reason
+
+        with Boundary(fail) as boundary:
             backend = srv.backend
             if not backend.serves(header["model"]):
                 return wire.DECLINED, None, 0, b"", "another model"
@@ -123,9 +137,7 @@ class _Handler(socketserver.BaseRequestHandler):
             srv.recorder.message("socket", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
                                  raw=raw, learned=d.label if learned and not reason else None, why="filter-u")
             return wire.OK, d.label, pos, block, reason
-        except Exception as exc:  # noqa: BLE001 - the client does it itself
-            srv.recorder.error("declined", f"{exc.__class__.__name__}: {exc}", via="socket")
-            return wire.DECLINED, None, 0, b"", f"{exc.__class__.__name__}: {exc}"
+        return boundary.result
 
     def _learn(self, backend, raw, label, toks):
         """Learn a filtered message (``filter -u``): "" when learned, the reason
@@ -148,39 +160,136 @@ class _Handler(socketserver.BaseRequestHandler):
 
 
 class BoundedThreads(socketserver.ThreadingMixIn):
-    """A thread per connection, at most ``max_connections`` at once: one more
-    waits up to ``wait`` seconds for a slot (a burst is served a moment later;
-    connections meanwhile queue in the listen backlog), then is answered
-    ``busy`` (if anything) and closed, so idle or slow connections cannot pile
-    up threads."""
+    """A thread per connection, at most ``max_connections`` at once, so that no
+    listener can use up the threads or the file descriptors the others need.
 
-    def bound_threads(self, max_connections, busy=b"", wait=0.0):
+    A connection beyond the bound is refused at once (answered ``busy``, if
+    anything, and closed), never left waiting in the listen backlog or in the
+    accept loop: a flood of idle connections costs each listener at most its
+    own bound. With ``wait`` (spamd), up to ``max_connections`` more may wait
+    that long for a slot, each in its own thread (a burst is served a moment
+    later), before the same refusal. With ``deadline`` (seconds), a connection
+    still open that long after it was accepted is shut down, whatever its
+    handler is doing (for handlers that have no deadline of their own: the
+    metrics' HTTP one). One spare descriptor per listener lets it refuse a
+    connection even when the process has none left (EMFILE), instead of
+    leaving it in the backlog and the accept loop spinning."""
+
+    def bound_threads(self, max_connections, busy=b"", wait=0.0, deadline=None):
+        self.max_connections = max_connections
         self.slots = threading.BoundedSemaphore(max_connections)
+        self.waiting = threading.BoundedSemaphore(max_connections) if wait > 0 else None
         self.busy = busy
         self.slot_wait = wait
+        self.deadline_s = deadline
+        self._waiters = set()  # connections accepted beyond the bound, waiting for a slot
+        self._open = {}  # connection -> the time it must be shut down by (with a deadline)
+        self._guard = threading.Lock()
+        self.refused = 0
+
+    _spare = -1  # the spare descriptor, opened once listening
+
+    def server_activate(self):
+        super().server_activate()
+        self._spare = os.open(os.devnull, os.O_RDONLY)
+
+    def descriptors(self):
+        """The most file descriptors this listener's connections take at once (its own included)."""
+        return 2 + self.max_connections * (2 if self.waiting is not None else 1)
 
     def process_request(self, request, client_address):
-        if not self.slots.acquire(timeout=self.slot_wait):  # timeout 0: a slot now or none
-            self.log("too many connections: one closed unanswered")
-            if self.busy:
-                try:
-                    request.setblocking(False)
-                    request.send(self.busy)
-                except OSError:
-                    pass
-            self.shutdown_request(request)
-            return
+        if not self.slots.acquire(blocking=False):
+            if self.waiting is None or not self.waiting.acquire(blocking=False):
+                self._refuse(request)
+                return
+            with self._guard:
+                self._waiters.add(request)  # it waits in its own thread, never in the accept loop
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self.slots.release()
+            self._release(request)
             raise
 
+    def _release(self, request):
+        with self._guard:
+            waited = request in self._waiters
+            self._waiters.discard(request)
+        (self.waiting if waited else self.slots).release()
+
     def process_request_thread(self, request, client_address):
+        with self._guard:
+            waits = request in self._waiters
+        if waits:
+            got = self.slots.acquire(timeout=self.slot_wait)
+            self._release(request)
+            if not got:
+                self._refuse(request)
+                return
+        if self.deadline_s is not None:
+            with self._guard:
+                self._open[request] = time.monotonic() + self.deadline_s
         try:
             super().process_request_thread(request, client_address)
         finally:
+            with self._guard:
+                self._open.pop(request, None)
             self.slots.release()
+
+    def service_actions(self):
+        """Between accepts (every poll interval): shut down the connections past their deadline."""
+        super().service_actions()
+        if not self._open:
+            return
+        now = time.monotonic()
+        with self._guard:
+            late = [conn for conn, end in self._open.items() if end <= now]
+        for conn in late:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)  # its handler's reads end; the handler closes it
+            except OSError:
+                pass
+
+    def _refuse(self, request):
+        self.refused += 1
+        if self.refused % 100 == 1:  # a flood is one line per hundred, not one per connection
+            self.log(f"too many connections: closed at once, unserved ({self.refused} so far)")
+        if self.busy:
+            try:
+                request.setblocking(False)
+                request.send(self.busy)
+            except OSError:
+                pass
+        self.shutdown_request(request)
+
+    def get_request(self):
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):
+                self._shed()
+            raise
+
+    def _shed(self):
+        """No descriptor left for a connection: take the next one with the spare, close it."""
+        try:
+            os.close(self._spare)
+            conn, _ = self.socket.accept()
+            conn.close()
+            self.refused += 1
+        except OSError:
+            pass
+        finally:
+            try:
+                self._spare = os.open(os.devnull, os.O_RDONLY)
+            except OSError:
+                self._spare = -1  # the next EMFILE closes nothing, and tries to get it back
+        self.log("no file descriptor left: a connection closed at once, unserved")
+
+    def server_close(self):
+        super().server_close()
+        if self._spare >= 0:
+            os.close(self._spare)
+            self._spare = -1
 
 
 class Compactor:
@@ -246,10 +355,10 @@ def _prepare_socket_path(path):
     """A private folder for the socket, and no live server on it already."""
     folder = os.path.dirname(os.path.abspath(path))
     make_private_folder(folder)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        raise ServerError(f"socket folder {folder} must be a folder of yours with mode 0700 "
-                          f"(it is {stat.S_IMODE(st.st_mode):04o}, owner uid {st.st_uid})")
+    try:
+        checks.socket_path(path)  # what `config --check` says of [serve] socket
+    except ValueError as exc:
+        raise ServerError(f"socket {path}: {exc}") from None
     claim_socket_path(path)
 
 
@@ -393,7 +502,10 @@ def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
     ``recorder``: the :class:`spamnb.delivery.events.Recorder` of every message.
     ``reload()``: called on SIGHUP, in the main thread, between requests'
     starts (it swaps in new settings; an exception is logged, the old ones stay).
-    ``metrics(backend)``: the metrics listener to run beside them, or None.
+    ``metrics(backend, timeout=, log=)``: the metrics listener to run beside them, or None.
+    Every listener is bounded (:class:`BoundedThreads`) and the descriptors they
+    may hold at once are reserved (:func:`reserve_descriptors`) before any serves:
+    idle connections to one cannot stop the others.
     """
     log = log or (lambda text: print(f"spamnb serve: {text}", file=sys.stderr, flush=True))
     pid = PidFile(pidfile) if pidfile else None
@@ -408,9 +520,15 @@ def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
     extra = others(backend, compactor, log) if others else []
     try:
         if metrics is not None:
-            extra.append(metrics(backend))
+            extra.append(metrics(backend, timeout=timeout, log=log))
         server = FilterServer(sock_path, backend, max_bytes=max_bytes, timeout=timeout, log=log,
                               max_connections=max_connections, compactor=compactor, recorder=recorder)
+        try:
+            reserve_descriptors([server, *extra], log)
+        except BaseException:
+            server.remove_socket()
+            server.server_close()
+            raise
     except BaseException:
         for srv in extra:
             srv.close()
@@ -451,6 +569,31 @@ def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         log("stopped")
+
+
+#: File descriptors kept beyond the listeners' connections: the model, its journal, scorer
+#: and lock, the history and its WAL, the log, a compaction's, per-user models as they load.
+RESERVED_FDS = 128
+
+
+def reserve_descriptors(listeners, log):
+    """Make sure the process may open what its ``listeners`` may hold at once
+    (:meth:`BoundedThreads.descriptors`) and :data:`RESERVED_FDS` more, so that
+    no listener's connections can take the descriptors the others (and the
+    model, the history) need: the soft limit is raised towards the hard one
+    when it is lower; ServerError when even the hard limit is too low."""
+    import resource
+
+    need = RESERVED_FDS + sum(srv.descriptors() for srv in listeners if hasattr(srv, "descriptors"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= need:
+        return
+    if hard != resource.RLIM_INFINITY and hard < need:
+        raise ServerError(f"the listeners may hold {need - RESERVED_FDS} connections at once and the process "
+                          f"needs {need} file descriptors, but may open only {hard} (ulimit -n, LimitNOFILE= "
+                          f"in a systemd unit): lower --max-connections or raise the limit")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (need, hard))
+    log(f"file descriptor limit raised from {soft} to {need}, what the listeners may hold at once")
 
 
 def _reload(reload, log):

@@ -35,8 +35,18 @@ MIN_SPAM = 10
 #: target held on average from 30 + 10, with corrections made at once) and says so.
 FIRST_DAY_HAM = 100
 FIRST_DAY_SPAM = 30
-#: Mail younger than this may not have been read, let alone sorted: not learned as ham.
+#: Mail younger than this may not have been read, let alone sorted: not learned as ham
+#: (``spamnb setup --min-age DAYS`` changes it).
 HAM_MIN_AGE_DAYS = 3
+#: A file's time this much newer than its arrival time (its Maildir name's) is not the
+#: delivery's: the file was copied or restored without its times (a delivery writes the
+#: file within seconds of naming it).
+COPY_SLACK = 3600.0
+#: The oldest time a Maildir file name is read as (2001-09-09, 10 digits): a name that
+#: starts with a smaller number was not made by the maildir's own naming rule.
+NAME_TIME_FLOOR = 1_000_000_000
+#: Where a message's arrival time was read, when not from its file's time.
+FROM_NAME, FROM_DATE = "Maildir file name", "Date field"
 #: Folder names (case-insensitive, Maildir++ dot and parents stripped) that hold spam.
 JUNK_NAMES = frozenset({"junk", "spam", "junk e-mail", "junk email", "bulk mail", "junkmail"})
 #: Folders that are neither: mail on its way out, half-written, or thrown away unsorted.
@@ -55,6 +65,9 @@ class Folder:
     kind: str
     role: str
     messages: list = field(default_factory=list, repr=False)
+    #: How many messages' times were read from their file name (:data:`FROM_NAME`)
+    #: or Date field (:data:`FROM_DATE`) because their file's time was newer.
+    times_from: dict = field(default_factory=dict, repr=False)
 
     def ages(self, now):
         return [(now - t) / DAY for _, _, t in self.messages]
@@ -71,13 +84,55 @@ def role_of(name: str) -> str:
     return "ham"
 
 
-def _file_messages(paths):
+def name_time(path):
+    """The arrival time a Maildir file name starts with (``1733312345.M1P2.host:2,S``:
+    the delivery's seconds), or None when the name does not start so."""
+    head = os.path.basename(path).split(".", 1)[0]
+    if not (head.isascii() and head.isdigit() and len(head) <= 12):
+        return None
+    t = int(head)
+    return float(t) if t >= NAME_TIME_FLOOR else None
+
+
+def _header_date(path):
+    """The Date field of the message in ``path`` (its header only: at most 64 kB read), or None."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(65536)
+    except OSError:
+        return None
+    return _date_of(head.replace(b"\r\n", b"\n"), None)
+
+
+def arrival(path, mtime, now, young_days):
+    """``(time, where)``: when the message in ``path`` arrived. Its file's time, unless
+    that is newer than what its Maildir file name says (``where``: :data:`FROM_NAME`),
+    or, for a name without a time (an MH folder's ``1``, ``2``...) and a file time
+    that would make it too young to learn, newer than its Date field
+    (:data:`FROM_DATE`; only then is its header read). ``where`` is None when the
+    file's time stands."""
+    named = name_time(path)
+    if named is not None:
+        return (named, FROM_NAME) if mtime - named > COPY_SLACK else (mtime, None)
+    if now - mtime >= young_days * DAY:
+        return mtime, None  # old enough by its file's time: its Date could only make it older
+    dated = _header_date(path)
+    if dated is not None and mtime - dated > COPY_SLACK:
+        return dated, FROM_DATE
+    return mtime, None
+
+
+def _file_messages(paths, now, young_days, times_from):
     out = []
     for path in paths:
         try:
-            out.append((path, None, os.stat(path).st_mtime))
+            mtime = os.stat(path).st_mtime
         except OSError:
             continue  # delivered away while we listed: not ours to worry about
+        t, where = arrival(path, mtime, now, young_days)
+        if where:
+            times_from[where] = times_from.get(where, 0) + 1
+        out.append((path, None, t))
     return out
 
 
@@ -92,12 +147,14 @@ def _date_of(raw: bytes, fallback: float) -> float:
     return fallback
 
 
-def _read_folder(path, kind):
-    """``(source, raw or None, time)`` of a folder's messages, reading nothing but them."""
+def _read_folder(folder, now, young_days):
+    """``(source, raw or None, time)`` of a folder's messages, reading nothing but them
+    (and the header of a file too young by its file's time alone: :func:`arrival`)."""
+    path, kind = folder.path, folder.kind
     if kind == "maildir":
-        return _file_messages(sources.maildir_paths(path, report=lambda *_: None))
+        return _file_messages(sources.maildir_paths(path, report=lambda *_: None), now, young_days, folder.times_from)
     if kind == "mh":  # listed, not read: each file is read once, when setup needs its tokens
-        return _file_messages(sources.mh_paths(path))
+        return _file_messages(sources.mh_paths(path), now, young_days, folder.times_from)
     mtime = os.stat(path).st_mtime  # an mbox message: its Date, else the file's time
     return [(m.source, m.raw, _date_of(m.raw, mtime)) for m in sources.iter_messages(path, on_error=lambda *_: None)]
 
@@ -114,10 +171,12 @@ def _kind(path):
         return None
 
 
-def find_mail(home: str, env=os.environ) -> list:
+def find_mail(home: str, env=os.environ, now=None, young_days=HAM_MIN_AGE_DAYS) -> list:
     """The folders of ``home``'s mail: ``~/Maildir`` (Maildir++: INBOX, ``.Folder``; or
     ``Folder`` maildirs beside it), MH folders under ``~/Mail``, mbox files in ``~/mail``
-    and ``~/Mail``, and the spool ``/var/mail/$USER``."""
+    and ``~/Mail``, and the spool ``/var/mail/$USER``. Each message's time is when it
+    arrived (:func:`arrival`), as of ``now``; ``young_days`` as :func:`propose`'s."""
+    now = time.time() if now is None else now
     found = []
 
     def add(name, path, kind):
@@ -148,7 +207,7 @@ def find_mail(home: str, env=os.environ) -> list:
     if spool and os.path.isfile(spool) and os.access(spool, os.R_OK) and os.path.getsize(spool):
         found.append(Folder(spool, spool, "mbox", "ham"))
     for folder in found:
-        folder.messages = _read_folder(folder.path, folder.kind)
+        folder.messages = _read_folder(folder, now, young_days)
     return found
 
 
@@ -226,9 +285,9 @@ def tokenized(item, config, table):
     return source, Tokenized.of(read_raw(source, raw), config, table, given=raw is not None), label
 
 
-def propose(folders, screen=None, now=None) -> Proposal:
-    """Junk folders' mail as spam; the other folders' mail older than
-    :data:`HAM_MIN_AGE_DAYS` as ham, except what ``screen`` (a model: the default
+def propose(folders, screen=None, now=None, young_days=HAM_MIN_AGE_DAYS) -> Proposal:
+    """Junk folders' mail as spam; the other folders' mail older than ``young_days``
+    (:data:`HAM_MIN_AGE_DAYS`) as ham, except what ``screen`` (a model: the default
     one) files as spam, which is listed instead."""
     now = time.time() if now is None else now
     ham, spam, doubtful, young = [], [], [], 0
@@ -237,7 +296,7 @@ def propose(folders, screen=None, now=None) -> Proposal:
             if folder.role == "spam":
                 spam.append((source, raw, "spam"))
             elif folder.role == "ham":
-                if now - t < HAM_MIN_AGE_DAYS * DAY:
+                if now - t < young_days * DAY:
                     young += 1
                 else:
                     ham.append((source, raw, "ham"))
@@ -317,36 +376,111 @@ def delivery_of(home: str, imap_host=None) -> str:
     return "procmail"
 
 
-def recipe(kind: str, spamnb: str, home: str, junk: str | None = None) -> tuple:
+#: The folder a recipe files unsure mail into, unless told not to (Maildir++ name; Sieve
+#: and IMAP name it without the dot).
+UNSURE_FOLDER = ".Unsure"
+#: How a recipe tells unsure mail: the verdict spamnb's X-Spam-Status gives it (one line,
+#: never folded; SpamAssassin's "No" first, since unsure mail is delivered).
+UNSURE_TEST = "tests=SPAMNB_UNSURE"
+
+
+def recipe(kind: str, spamnb: str, home: str, junk: str | None = None, unsure: str | None = UNSURE_FOLDER) -> tuple:
     """``(file it goes in, text)`` of the delivery recipe: docs/delivery.md's, with
-    spamnb's full path and the user's junk folder (a Maildir++ ``.Junk`` by default)."""
+    spamnb's full path, the user's junk folder (a Maildir++ ``.Junk`` by default) and
+    the folder for unsure mail (``unsure``; None: unsure mail stays in INBOX)."""
     junk = junk or ".Junk"
     if kind == "procmail":
         text = ("MAILDIR=$HOME/Maildir/\nDEFAULT=$MAILDIR\n\n# spamnb's full path: what `command -v spamnb` prints\n"
-                f":0fw\n| {spamnb} filter --exit-zero\n\n:0\n* ^X-Spam-Flag: YES\n{junk}/\n")
+                f":0fw\n| {spamnb} filter --exit-zero -u\n\n:0\n* ^X-Spam-Flag: YES\n{junk}/\n")
+        if unsure:
+            text += ("\n# unsure mail: a folder of its own (delete the three lines below and it stays in INBOX)\n"
+                     f":0\n* ^X-Spam-Status: No, .*{UNSURE_TEST}\n{unsure}/\n")
         return os.path.join(home, ".procmailrc"), text
     if kind == "maildrop":
-        text = (f'xfilter "{spamnb} filter --exit-zero"\nif (/^X-Spam-Flag: YES/)\n{{\n'
-                f'    to "$HOME/Maildir/{junk}/"\n}}\nto "$HOME/Maildir/"\n')
-        return os.path.join(home, ".mailfilter"), text
+        text = (f'xfilter "{spamnb} filter --exit-zero -u"\nif (/^X-Spam-Flag: YES/)\n{{\n'
+                f'    to "$HOME/Maildir/{junk}/"\n}}\n')
+        if unsure:
+            text += ("# unsure mail: a folder of its own (delete the if below and it stays in INBOX)\n"
+                     f'if (/^X-Spam-Status: No, .*{UNSURE_TEST}/)\n{{\n    to "$HOME/Maildir/{unsure}/"\n}}\n')
+        return os.path.join(home, ".mailfilter"), text + 'to "$HOME/Maildir/"\n'
     if kind == "sieve":
         text = ('require ["vnd.dovecot.filter", "fileinto"];\nfilter "spamnb";\n'
                 f'if header :is "X-Spam-Flag" "YES" {{\n    fileinto "{junk.lstrip(".")}";\n}}\n')
+        if unsure:
+            text += ("# unsure mail: a folder of its own (delete the if below and it stays in INBOX)\n"
+                     f'if header :contains "X-Spam-Status" "{UNSURE_TEST}" {{\n'
+                     f'    fileinto "{unsure.lstrip(".")}";\n}}\n')
         return os.path.join(home, ".dovecot.sieve"), text
     if kind == "imap":
-        return os.path.join(home, ".config", "systemd", "user", "spamnb-imap.service"), imap_unit(spamnb)
+        unit = imap_unit(spamnb, unsure and unsure.lstrip("."))
+        return os.path.join(home, ".config", "systemd", "user", "spamnb-imap.service"), unit
     raise ValueError(f"unknown delivery {kind!r} (one of {', '.join(DELIVERIES)})")
 
 
-def imap_unit(spamnb: str) -> str:
-    """contrib/systemd/user/spamnb-imap.service, running this spamnb."""
+def imap_unit(spamnb: str, unsure: str | None = None) -> str:
+    """contrib/systemd/user/spamnb-imap.service, running this spamnb (with ``--unsure-folder``
+    when ``unsure`` names one)."""
+    extra = f" --unsure-folder {unsure}" if unsure else ""
     return ("[Unit]\nDescription=spamnb IMAP filter (files spam into Junk, learns from your moves)\n"
             "After=network-online.target\n\n[Service]\nType=simple\n"
-            f"ExecStart={spamnb} imap filter --watch\nUMask=0077\nRestart=on-failure\nRestartSec=60s\n"
+            f"ExecStart={spamnb} imap filter --watch{extra}\nUMask=0077\nRestart=on-failure\nRestartSec=60s\n"
             "NoNewPrivileges=yes\nRestrictAddressFamilies=AF_UNIX AF_INET AF_INET6\nRestrictNamespaces=yes\n"
             "RestrictRealtime=yes\nRestrictSUIDSGID=yes\nLockPersonality=yes\nSystemCallArchitectures=native\n"
             "SystemCallFilter=@system-service\nSystemCallFilter=~@privileged @resources\n"
             "SystemCallErrorNumber=EPERM\nMemoryMax=1G\n\n[Install]\nWantedBy=default.target\n")
+
+
+#: IMAP servers' lists of the folders a mail client shows, in a Maildir++ (Dovecot's,
+#: Courier's), and how each names a top-level folder.
+SUBSCRIPTIONS = (("subscriptions", "{}"), ("courierimapsubscribed", "INBOX.{}"))
+
+
+def make_folders(home: str, names, kind: str) -> list:
+    """Make the Maildir++ folders ``names`` (``.Junk``, ``.Unsure``) that ``kind``'s recipe
+    files into, in ``~/Maildir``, when missing: ``cur/``, ``new/``, ``tmp/`` and the
+    ``maildirfolder`` marker, and the folder added to the IMAP server's subscriptions
+    file where there is one (else a mail client may not show it). For procmail and
+    maildrop, ``~/Maildir`` itself is made when missing (their recipe delivers there; a
+    missing folder makes maildrop defer every message); for Sieve only an existing
+    ``~/Maildir`` is used (Dovecot's mail may be stored otherwise). Says what it made."""
+    from spamnb.delivery.maildir_sort import ensure_folder, ensure_maildir
+
+    top = os.path.join(home, "Maildir")
+    if kind not in ("procmail", "maildrop", "sieve") or (kind == "sieve" and _kind(top) != "maildir"):
+        return []
+    said = []
+    try:
+        if not os.path.isdir(top):
+            ensure_maildir(top)
+            said.append(f"made {top}")
+    except OSError as exc:
+        return [f"could not make {top}: {exc.strerror or exc}; make it and its folders yourself"]
+    for name in names:
+        path = os.path.join(top, name)
+        if os.path.isdir(os.path.join(path, "cur")):
+            continue
+        try:
+            ensure_folder(path)
+            said.append(f"made the folder {path}")
+            for file, form in SUBSCRIPTIONS:
+                listed = os.path.join(top, file)
+                if os.path.isfile(listed) and subscribe(listed, form.format(name.lstrip("."))):
+                    said.append(f"added {form.format(name.lstrip('.'))} to {listed}")
+        except OSError as exc:  # a file in its place, no permission: say so, the recipe is still given
+            said.append(f"could not make the folder {path}: {exc.strerror or exc}")
+    return said
+
+
+def subscribe(path: str, name: str) -> bool:
+    """Add the line ``name`` to the subscriptions file ``path`` unless it is there. True when added."""
+    with open(path, "rb") as f:
+        text = f.read()
+    lines = text.split(b"\n")
+    if name.encode() in lines:
+        return False
+    with open(path, "ab") as f:
+        f.write((b"\n" if text and not text.endswith(b"\n") else b"") + name.encode() + b"\n")
+    return True
 
 
 def write_new(path: str, text: str) -> bool:

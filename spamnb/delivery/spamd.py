@@ -72,8 +72,11 @@ Below it, a message over ``max_bytes`` is answered as unscanned (score 0.0,
 it is returned as it came (held on disk while it arrives, never in memory
 beyond :data:`SPOOL_BYTES`), never dropped. Every
 request has a deadline (reading it, then writing the reply), and the
-connections served at once are capped, so a slow or stalled client holds one
-thread for at most the deadline.
+connections served at once are capped (``--max-connections``): one beyond the
+cap waits up to :data:`SLOT_WAIT` for a slot while no more than the cap wait
+with it, else it is answered EX_TEMPFAIL and closed at once, so a slow or
+stalled client holds one thread for at most the deadline and a flood of idle
+ones at most twice the cap of descriptors.
 
 **Per-user models.** The ``User:`` header picks ``USER_MODELS/<user>/model.joblib``
 when ``--user-models`` is given and that file exists, or the user's model in the
@@ -103,13 +106,13 @@ import tempfile
 import threading
 import time
 
-from spamnb import verdict
+from spamnb import checks, verdict
 from spamnb.delivery import events
 from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
 from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
-from spamnb.verdict import threshold
+from spamnb.verdict import Boundary, threshold
 
 #: sysexits.h, as spamd answers with them.
 EX = {"EX_OK": 0, "EX_USAGE": 64, "EX_DATAERR": 65, "EX_NOINPUT": 66, "EX_NOUSER": 67, "EX_NOHOST": 68,
@@ -128,7 +131,8 @@ N_SYMBOLS = 15
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,127}\Z")
 _REQUEST_LINE = re.compile(rb"([A-Z_]+) SPAMC/(\d+)\.(\d+)\r?\n\Z")
 CHUNK = 64 * 1024
-#: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL.
+#: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL (at most
+#: ``--max-connections`` of them wait, each in its own thread; one more gets it at once).
 SLOT_WAIT = 2.0
 #: An unscanned message for PROCESS is held in memory up to this, then on disk.
 SPOOL_BYTES = 8 * 1024 * 1024
@@ -615,16 +619,20 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         conn = self.request
         reader = _Reader(conn, time.monotonic() + srv.timeout_s)
-        try:
-            out = self._request(reader)
-        except SpamdError as exc:
-            srv.log(f"spamd: {exc.logged()}")
+
+        def fail(reason, exc):  # the delivery paths' boundary: an error reply, spamc passes the mail
+            if not isinstance(exc, SpamdError):  # a bug: one bad message never stops the server
+                srv.log(f"spamd: {reason}")
+                exc = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}")
+            else:
+                srv.log(f"spamd: {exc.logged()}")
             srv.models.recorder.error(exc.name.lower(), via="spamd")
-            out = exc.line()
-        except Exception as exc:  # noqa: BLE001 - one bad message never stops the server
-            srv.log(f"spamd: internal error: {exc.__class__.__name__}: {exc}")
-            srv.models.recorder.error("ex_software", via="spamd")
-            out = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}").line()
+            return exc.line()
+
+        with Boundary(fail) as boundary:
+            out = self._request(reader)
+        if boundary.result is not None:
+            out = boundary.result
         if out:
             self._send([out], time.monotonic() + srv.timeout_s)
 
@@ -746,7 +754,8 @@ class _SpamdServer(BoundedThreads):
         self.tell_served = tell_served
         self.log = log
         self.compactor = compactor
-        # spamc passes a message through unfiltered when refused: a burst waits a moment instead
+        # spamc passes a message through unfiltered when refused: a burst waits a moment instead,
+        # as many as are served at most; beyond them (an idle flood) refused at once
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT)
 
@@ -860,7 +869,7 @@ def loopback_peer_uid(family, peer, mine):
 
 # -- addresses -------------------------------------------------------------------------
 
-LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+LOOPBACK = checks.loopback()
 DEFAULT_PORT = 783
 
 
@@ -876,57 +885,18 @@ def client_allowed(client_address, allowed) -> bool:
     return any(ip in net for net in allowed)
 
 
-def parse_address(text: str, option="--spamd", any_port=False):
-    """``("unix", path)`` or ``("tcp", host, port)`` of ``--spamd``: a path (with a
-    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1. ValueError
-    otherwise (naming ``option``)."""
-    if "/" in text:
-        return ("unix", os.path.abspath(text))
-    host, port = "127.0.0.1", text
-    if text.startswith("["):
-        host, _, port = text[1:].partition("]")
-        port = port[1:] if port.startswith(":") else ""
-    elif ":" in text:
-        host, _, port = text.rpartition(":")
-    if not port.isdigit() or not (0 if any_port else 1) <= int(port) < 65536:  # any_port: 0 picks a free one
-        raise ValueError(f"{option} {text}: give HOST:PORT, a port, or a socket path")
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        if host != "localhost":
-            raise ValueError(f"{option} {text}: the host must be an IP address (or localhost)") from None
-        host = "127.0.0.1"
-    return ("tcp", host, int(port))
-
-
-def parse_networks(cidrs) -> tuple:
-    """The ``--allow`` networks; ValueError for one that is not a network."""
-    nets = []
-    for c in cidrs:
-        try:
-            nets.append(ipaddress.ip_network(c, strict=False))
-        except ValueError:
-            raise ValueError(f"--allow {c}: not an address or CIDR network") from None
-    return tuple(nets)
-
-
-def check_exposure(host, allowed, option="--spamd"):
-    """Listening beyond loopback needs ``--allow`` (as spamd's ``-A``): ValueError otherwise."""
-    ip = ipaddress.ip_address(host)
-    if not ip.is_loopback and not allowed:
-        raise ValueError(f"{option} on {host} listens beyond this machine: say who may connect with "
-                         f"--allow CIDR (e.g. --allow 192.0.2.0/24)")
-
-
 def check_listening(addresses, allow=()):
-    """``([parse_address(a)...], networks)`` of the options, ValueError when one is bad or
+    """``([listen address...], networks)`` of ``--spamd`` and ``--allow``
+    (:func:`spamnb.checks.listening`), ValueError naming the option when one is bad or
     listens beyond loopback without ``allow``: ``serve`` asks before it loads any model."""
-    nets = parse_networks(allow)
-    listen = [parse_address(text) for text in addresses]
-    for kind, *where in listen:
-        if kind == "tcp":
-            check_exposure(where[0], nets)
-    return listen, nets
+    try:
+        nets = checks.networks(allow)
+    except ValueError as exc:
+        raise ValueError(f"--allow {exc}") from None
+    try:
+        return checks.listening(addresses, nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)"), nets
+    except ValueError as exc:
+        raise ValueError(f"--spamd {exc}") from None
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,

@@ -456,9 +456,23 @@ def tree_paths(path, report: ErrorHandler | None = None) -> Iterator[str]:
     yield from sorted(files)
 
 
+class ReadOnlyMbox(mailbox.mbox):
+    """:class:`mailbox.mbox` with its file opened read-only. The standard class opens
+    it read-write (``rb+``) whenever the user may write it, for the methods that change
+    a mailbox; reading mail never needs that, and promises not to touch it (``setup``,
+    ``train``): a read-write open is itself seen as a change by whatever watches the
+    file (inotify's close-after-write, a mail client's reload)."""
+
+    def __init__(self, path):
+        super().__init__(os.devnull, create=False)  # the standard set-up, on a file of no account
+        self._file.close()
+        self._path = os.path.abspath(os.path.expanduser(path))
+        self._file = open(self._path, "rb")
+
+
 def _iter_mbox(path, label, report) -> Iterator[Message]:
     try:
-        box = mailbox.mbox(path, create=False)
+        box = ReadOnlyMbox(path)
         keys = list(box.iterkeys())  # file order (the table of contents is built here)
     except (OSError, mailbox.Error) as exc:
         raise SourceError(f"cannot read mbox {path}: {_describe(exc)}") from exc

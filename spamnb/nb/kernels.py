@@ -23,9 +23,11 @@ __all__ = [
     "binary_chunks",
     "check_finite_data",
     "check_result_finite",
+    "check_not_empty",
     "check_sample_weight",
     "column_sums",
     "csr_view",
+    "dense_2d",
     "finite_log",
     "is_narrow",
     "log_normalize",
@@ -98,11 +100,13 @@ def log_normalize(jll, log_prior):
 
 
 def check_finite_data(data, what="X"):
-    """Raise ValueError if the array ``data`` holds NaN or infinity."""
+    """Raise ValueError if the array ``data`` holds NaN or infinity (scikit-learn's words)."""
     # fast path: the sum is finite iff no NaN/inf (unless it overflows)
     if data.size and not np.isfinite(data.sum()):
+        if np.isnan(data).any():
+            raise ValueError(f"Input {what} contains NaN.")
         if not np.isfinite(data).all():
-            raise ValueError(f"{what} contains NaN or infinity")
+            raise ValueError(f"Input {what} contains infinity or a value too large for {data.dtype!r}.")
 
 
 def check_result_finite(result, X):
@@ -116,15 +120,53 @@ def check_result_finite(result, X):
 
 
 def check_sample_weight(sample_weight, n):
-    """Validate per-sample weights for n samples: None, or a finite, non-negative (n,) array."""
+    """Validate per-sample weights for n samples: None, one number for all, or a finite,
+    non-negative (n,) array, not all zero."""
     if sample_weight is None:
         return None
     w = np.asarray(sample_weight, dtype=np.float64)
+    if w.ndim == 0:
+        w = np.full(n, float(w))
     if w.ndim != 1 or w.shape[0] != n:
         raise ValueError(f"sample_weight has shape {w.shape}, expected ({n},)")
     if not np.all(np.isfinite(w)) or (w < 0).any():
         raise ValueError("sample_weight must be finite and non-negative")
+    if n and not w.any():
+        raise ValueError("Sample weights must contain at least one non-zero number: all are zero")
     return w
+
+
+def dense_2d(X):
+    """X as a 2-D numeric numpy array, or a ValueError in scikit-learn's words.
+
+    Booleans, integers and floats are kept as they are; an object array (numbers
+    stored as Python objects) is converted to float64, which raises TypeError for
+    an element that is not a number. Complex values are refused.
+    """
+    X = np.asarray(X)
+    if X.dtype.kind == "O":
+        X = X.astype(np.float64)
+    if X.dtype.kind == "c":
+        raise ValueError("Complex data not supported")
+    if X.dtype.kind not in "biuf":
+        raise ValueError(f"X must be numeric, got dtype {X.dtype}")
+    if X.ndim != 2:
+        if X.ndim > 2:
+            raise ValueError(f"Found array with dim {X.ndim}: X must be 2-D (n_samples, n_features)")
+        got = "a scalar" if X.ndim == 0 else f"a 1D array of shape {X.shape}"
+        raise ValueError(
+            f"Expected a 2D array (n_samples, n_features), got {got}. Reshape your data: "
+            "X.reshape(-1, 1) for a single feature, X.reshape(1, -1) for a single sample."
+        )
+    return X
+
+
+def check_not_empty(shape, who):
+    """ValueError if a 2-D ``shape`` has no sample or no feature (learning needs both)."""
+    for axis, what in enumerate(("sample", "feature")):
+        if len(shape) == 2 and shape[axis] == 0:
+            raise ValueError(f"Found array with 0 {what}(s) (shape={tuple(shape)}) while a minimum of 1 is "
+                             f"required by {who}.")
 
 
 def to_csr(X, *, check_finite=True):
@@ -138,12 +180,9 @@ def to_csr(X, *, check_finite=True):
         if not isinstance(X, sp.csr_matrix):
             X = sp.csr_matrix(X)  # sparse array -> matrix, shares the buffers
     else:
-        X = np.asarray(X)
-        if X.dtype.kind not in "biuf":
-            raise ValueError(f"X must be numeric, got dtype {X.dtype}")
-        if X.ndim != 2:
-            raise ValueError(f"X must be 2-D (n_samples, n_features), got shape {X.shape}")
-        X = sp.csr_matrix(X)
+        X = sp.csr_matrix(dense_2d(X))
+    if X.dtype.kind == "c":
+        raise ValueError("Complex data not supported")
     if X.dtype.kind not in "biuf":
         raise ValueError(f"X must be numeric, got dtype {X.dtype}")
     if X.dtype.kind == "b":

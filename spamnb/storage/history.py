@@ -21,9 +21,15 @@ Recording is a side effect of a delivery and never its master:
   line per message is written) passes the record to a writer thread through a
   bounded queue (a full queue drops it, logged); ``filter`` writes it itself
   (:func:`record_now`), after the verdict is decided;
-* private: the file is made mode 0600 (SQLite gives its ``-wal`` and ``-shm``
-  files the same mode) and a file that is not ours, or that others may write,
-  or a symlink, is not used;
+* private (:func:`check_private`, :func:`check_folder`): the file is made mode 0600 (SQLite gives its
+  ``-wal`` and ``-shm`` files the same mode); a file that is not ours, or that
+  others may write or read (it holds mail), or a symlink, is not used, and
+  neither is one whose ``-wal``, ``-shm`` or ``-journal`` file is such (SQLite
+  reads them as part of the database: a WAL planted from another database
+  forges rows, a world-writable one receives the mail), nor one in a folder
+  that others may write to, a sticky one such as /tmp included (another user
+  could create those files there before SQLite does: no check made before
+  SQLite opens them could see one created a moment later);
 * WAL mode, ``synchronous=NORMAL``: a commit is an append to the WAL with no
   fsync (a power cut may lose the last records, never the database), and the
   page reads while deliveries write.
@@ -132,12 +138,15 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
     """A connection to the history at ``path`` (made 0600 when missing and ``create``).
 
     HistoryError when the file is a symlink or not a regular file, is another
-    user's, or others may write it (a record there could be forged), or is not
-    a history database; sqlite3.Error for the rest.
+    user's, or others may write it (a record there could be forged) or read it,
+    when its -wal, -shm or -journal is any of these, when its folder is not ours
+    or others may write to it (:func:`check_folder`), or when it is not a
+    history database; sqlite3.Error for the rest.
     """
     import sqlite3
 
     path = os.path.abspath(os.fspath(path))
+    check_folder(path)
     if create and not readonly:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -153,6 +162,7 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
         except OSError as exc:
             raise HistoryError(f"no history at {path}: {exc.strerror or exc}") from None
         check_private(st, path)
+    check_companions(path)
     uri = "file:" + path.replace("%", "%25").replace("?", "%3f").replace("#", "%23") + ("?mode=ro" if readonly else "")
     try:
         db = sqlite3.connect(uri, uri=True, timeout=busy_ms / 1000, check_same_thread=False, isolation_level=None)
@@ -179,14 +189,62 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
     return db
 
 
-def check_private(st, path):
+#: Mode bits a history file (or its -wal, -shm, -journal) may not have: written by
+#: group or others (a record there could be forged) ...
+OTHERS_WRITE = 0o022
+#: ... or read by them: it holds whole messages.
+OTHERS_READ = 0o044
+#: SQLite's files beside a database, read as part of it.
+COMPANIONS = ("-wal", "-shm", "-journal")
+
+
+def check_private(st, path, what="history"):
+    """HistoryError unless ``st`` (an lstat) is a regular file of ours that only we may read and write."""
+    mode = stat.S_IMODE(st.st_mode)
     if not stat.S_ISREG(st.st_mode):
-        raise HistoryError(f"history {path} is not a regular file")
+        raise HistoryError(f"{what} {path} is not a regular file")
     if st.st_uid != os.geteuid():
-        raise HistoryError(f"history {path} belongs to uid {st.st_uid}, not to you")
-    if st.st_mode & 0o022:
-        raise HistoryError(f"history {path} may be written by others (mode {stat.S_IMODE(st.st_mode):04o}): "
+        raise HistoryError(f"{what} {path} belongs to uid {st.st_uid}, not to you")
+    if st.st_mode & OTHERS_WRITE:
+        raise HistoryError(f"{what} {path} may be written by others (mode {mode:04o}): chmod 600 it")
+    if st.st_mode & OTHERS_READ:
+        raise HistoryError(f"{what} {path} may be read by others (mode {mode:04o}) and it holds your mail: "
                            f"chmod 600 it")
+
+
+def check_companions(path):
+    """SQLite's ``-wal``, ``-shm`` and ``-journal`` of the history at ``path``, where
+    there, checked as the history itself (:func:`check_private`)."""
+    for suffix in COMPANIONS:
+        try:
+            st = os.lstat(path + suffix)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise HistoryError(f"cannot check history file {path + suffix}: {exc.strerror or exc}") from None
+        check_private(st, path + suffix, what="history file")
+
+
+def check_folder(path):
+    """HistoryError unless only we (or root) may create files in the history's folder.
+
+    SQLite creates the ``-wal`` and ``-shm`` files when it needs them, following
+    no rule of ours: in a folder another user may write to (a sticky one such as
+    /tmp too) that user can make them first, world-writable (they then receive
+    every record) or from another database (whose rows then read as ours)."""
+    folder = os.path.dirname(path)
+    try:
+        st = os.stat(folder)
+    except OSError as exc:
+        raise HistoryError(f"cannot use history {path}: its folder: {exc.strerror or exc}") from None
+    where = "keep the history in a folder only you can write to (--history FILE, [history] path)"
+    if st.st_uid not in (os.geteuid(), 0):
+        raise HistoryError(f"history {path}: its folder {folder} belongs to uid {st.st_uid}, who could plant "
+                           f"the database's -wal or -shm file there; {where}")
+    if st.st_mode & OTHERS_WRITE:
+        raise HistoryError(f"history {path}: its folder {folder} may be written by others "
+                           f"(mode {stat.S_IMODE(st.st_mode):04o}), who could plant the database's -wal or -shm "
+                           f"file there; {where}")
 
 
 def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoffs=(None, None), t=None):

@@ -50,22 +50,18 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import secrets
 import struct
 import time
 import urllib.parse
 
+from spamnb import checks
 from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.scorer import Scorer, token_hash
 from spamnb.storage.store import ModelError
 from spamnb.verdict import LABELS
 
 DEFAULT_PREFIX = "spamnb:"
-#: a Sentinel group's URL (``redis+sentinel://HOST:PORT,.../SERVICE/DB``, as redis-vl, LangChain
-#: and Redis-Sentinel-Url spell it) and the Sentinels' port when the URL gives none
-SENTINEL_SCHEME = "redis+sentinel"
-SENTINEL_PORT = 26379
 #: seconds one request to the store may take (connect, or answer): a slow store is a
 #: failed request, never a delivery held behind it (``?timeout=`` in the URL)
 DEFAULT_TIMEOUT = 2.0
@@ -141,19 +137,23 @@ end
 #: (8 bytes each, one string). The buckets are named here, from the hashes, rather than
 #: sent as hundreds of KEYS (a standalone server or a replica: Cluster is not supported).
 #: Reply: {'ok', counts .. 24 bytes per token (doc. frequency -1: not stored)} |
-#: {'empty'} | {'epoch', now}.
+#: {'empty'} | {'epoch', now} | {'bad', what}: a value no writer of this module writes
+#: (the numbers in the values are checked by :meth:`RedisBackend.read`).
 READ = r"""
 local epoch = redis.call('HGET', KEYS[1], 'epoch')
 if not epoch then return {'empty'} end
 if epoch ~= ARGV[1] or (redis.call('HGET', KEYS[1], 'rev') or '0') ~= ARGV[4] then return {'epoch', epoch} end
 local counts = redis.call('HGET', KEYS[1], 'counts')
+if not counts or #counts ~= 40 then return {'bad', 'the counts are not 5 numbers'} end
 local nb = tonumber(redis.call('HGET', KEYS[1], 'buckets'))
+if not nb or nb < 1 or nb ~= math.floor(nb) then return {'bad', 'the number of buckets is not a count'} end
 local hashes, prefix = ARGV[3], ARGV[2]
 local missing = struct.pack('<ddi4I4', 0, 0, -1, 0)
 local out = {counts}
 for i = 1, #hashes / 8 do
   local field = string.sub(hashes, 8 * i - 7, 8 * i)
   local v = redis.call('HGET', prefix .. (struct.unpack('<I4', field) % nb), field)
+  if v and #v < 24 then return {'bad', 'a token value is short'} end
   if v then out[i + 1] = string.sub(v, 1, 24) else out[i + 1] = missing end
 end
 return {'ok', table.concat(out)}
@@ -171,8 +171,11 @@ return 1
 #: KEYS: meta, registry bucket, long texts, then one bucket per token.
 #: ARGV: epoch, message identity, class (0/1), forget (0/1), features, today, age_days,
 #: age_max_messages, bucket TTL (s), then per token: field, tf, text.
-#: Reply: {'done', class before or -1} | {'unchanged'} | {'notlearned', class or -1} | {'empty'} | {'epoch', now}.
+#: Reply: {'done', class before or -1} | {'unchanged'} | {'notlearned', class or -1} | {'empty'} |
+#: {'epoch', now} | {'bad', what}: a value it read is not one a learner writes (it is
+#: checked before anything is written, and then nothing is).
 LEARN = _LUA_FEATURES + _LUA_SWEEP + r"""
+local function bad(x) return x ~= x or x < 0 or x == math.huge end
 local meta = KEYS[1]
 local epoch = redis.call('HGET', meta, 'epoch')
 if not epoch then return {'empty'} end
@@ -180,19 +183,34 @@ if epoch ~= ARGV[1] then return {'epoch', epoch} end
 local y = tonumber(ARGV[3]) + 1
 local forget = ARGV[4] == '1'
 local cur = redis.call('HGET', KEYS[2], ARGV[2])
-if cur then cur = tonumber(cur) + 1 end
+if cur then
+  cur = tonumber(cur)
+  if cur ~= 0 and cur ~= 1 then return {'bad', 'a learned message has no class'} end
+  cur = cur + 1
+end
 if forget and cur ~= y then return {'notlearned', cur and (cur - 1) or -1} end
 if not forget and cur == y then return {'unchanged'} end
 local features, today, age = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local rare, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
-local N1, N2, T1, T2, V = struct.unpack('<ddddd', redis.call('HGET', meta, 'counts'))
+local c = redis.call('HGET', meta, 'counts')
+if not c or #c ~= 40 then return {'bad', 'the counts are not 5 numbers'} end
+local N1, N2, T1, T2, V = struct.unpack('<ddddd', c)
+if bad(N1) or bad(N2) or bad(V) or bad(T1 + 1e-6) or bad(T2 + 1e-6) then -- totals: see check_counts
+  return {'bad', 'the counts are not finite and non-negative'}
+end
 local N, T = {N1, N2}, {T1, T2}
 local n = (#ARGV - 9) / 3
 local field, tf, text, vals, d1, d2, ddf = {}, {}, {}, {}, {}, {}, {}
 for i = 1, n do
   field[i] = ARGV[7 + 3 * i]; tf[i] = tonumber(ARGV[8 + 3 * i]); text[i] = ARGV[9 + 3 * i]
   local v = redis.call('HGET', KEYS[3 + i], field[i])
-  if v then vals[i] = {struct.unpack('<ddi4I4', v)} end
+  if v then
+    if #v < 24 then return {'bad', 'a token value is short'} end
+    vals[i] = {struct.unpack('<ddi4I4', v)}
+    if bad(vals[i][1]) or bad(vals[i][2]) or vals[i][3] < 0 then
+      return {'bad', "a token's counts are not finite and non-negative"}
+    end
+  end
   d1[i], d2[i], ddf[i] = 0.0, 0.0, 0
 end
 local d = {d1, d2}
@@ -294,6 +312,59 @@ class Settings:
         self.buckets = int(settings["buckets"])
         self.registry_buckets = int(settings["registry_buckets"])
 
+    def ttl(self) -> int:
+        """Seconds a written bucket lives: ``keep_factor`` x ``age_days`` days, and a day at
+        least (``prune --older-than 0`` makes ``age_days`` 0, and an EXPIRE of 0 deletes)."""
+        return ttl_seconds(self.s["keep_factor"], self.s["age_days"])
+
+
+def ttl_seconds(keep_factor, age_days) -> int:
+    """:meth:`Settings.ttl` of these settings (also what a push gives its buckets)."""
+    return max(1, int(keep_factor * age_days)) * 86400
+
+
+class MalformedStore(ModelError):
+    """The store holds a value no writer of spamnb writes (hand-edited, another program's,
+    damaged): refused as a damaged model file is, never scored, learned into or pulled."""
+
+
+def check_settings(s) -> dict:
+    """``s``, the settings JSON of ``P meta``, when it holds what every reader uses:
+    :func:`spamnb.storage.scorer.check_header`'s fields (what the decision reads) and the
+    store's own (its format, buckets, the ageing rule); ValueError naming what is wrong."""
+    from spamnb.storage.scorer import check_header
+
+    if not isinstance(s, dict):
+        raise ValueError("not a JSON object")
+    if s.get("format") != FORMAT or s.get("version") != 1:
+        raise ValueError(f"not a {FORMAT} version 1 (format {s.get('format')!r}, version {s.get('version')!r})")
+    if s.get("model_type") != "multinomial":
+        raise ValueError(f"a store holds multinomial models only, not {s.get('model_type')!r}")
+    for key, low in (("buckets", 1), ("registry_buckets", 1), ("age_days", 0), ("age_max_messages", 0),
+                     ("keep_factor", 1)):
+        value = s.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{key} must be an integer of at least {low}, not {value!r}")
+    check_header({**s, "bias": 0.0, "class_count": [0.0, 0.0], "totals": [0.0, 0.0]})
+    return s
+
+
+def check_counts(counts) -> tuple:
+    """``counts`` (N_ham, N_spam, T_ham, T_spam, |V|) when they can be counts: finite,
+    messages and |V| non-negative, totals above a rounding error below zero (the
+    learn script keeps them as running sums); ValueError otherwise."""
+    if not all(math.isfinite(c) for c in counts):
+        raise ValueError("the counts are not finite")
+    if min(counts[0], counts[1], counts[4]) < 0 or min(counts[2], counts[3]) < -1e-6:
+        raise ValueError("the counts are negative")
+    return counts
+
+
+def check_value(h, sp, df) -> None:
+    """ValueError unless a token's counts ``h``, ``sp`` and messages ``df`` can be counts."""
+    if not (math.isfinite(h) and math.isfinite(sp) and h >= 0 and sp >= 0 and df >= 0):
+        raise ValueError("a token's counts are not finite and non-negative")
+
 
 class _Reach:
     """Whether a store's client reached it the last time it tried, and when it last
@@ -339,78 +410,46 @@ class RedisBackend(Backend):
     @classmethod
     def from_url(cls, url: str) -> "RedisBackend":
         """``redis://[USER@]HOST[:PORT][/DB]``, ``rediss://`` (TLS), ``unix:///PATH[?db=N]``,
-        with ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and
+        ``redis+sentinel://HOST[:PORT],.../SERVICE[/DB]`` (a Sentinel group, ``?wait=N``), with ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and
         ``?password_file=PATH`` (the password, never in the URL or argv: docs/many-hosts.md).
         Other query parameters go to redis-py (``ssl_ca_certs=``, ``ssl_certfile=``...)."""
         redis = _redis()
-        parts = urllib.parse.urlsplit(url)
-        query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        ours = {k: query.pop(k)[-1] for k in ("prefix", "timeout", "password_file", "wait",
-                                               "sentinel_password_file") if k in query}
+        try:  # the rules `config --check` applies to [store] url: scheme, no password in it, prefix...
+            parts, query, ours = checks.store_url_parts(url)
+        except ValueError as exc:
+            raise ModelError(f"store URL {exc}") from None
         prefix = ours.get("prefix", DEFAULT_PREFIX)
-        try:
-            timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
-        except ValueError:
-            raise ModelError(f"store URL: timeout must be a number of seconds, not {ours['timeout']!r}") from None
-        if parts.password:
-            raise ModelError("store URL: give the password with ?password_file=PATH, not in the URL "
-                             "(a URL shows up in process lists and logs)")
+        timeout = float(ours.get("timeout", DEFAULT_TIMEOUT))
         kwargs = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if "password_file" in ours:
             kwargs["password"] = _read_password(ours["password_file"])
-        for option in ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile"):
-            if option in query:  # said now, by name, not as redis-py's "Error 2 connecting" at the first request
-                _check_readable(option, query[option][-1])
         base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
         name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
-        if parts.scheme == SENTINEL_SCHEME:
-            return cls._from_sentinel_url(url, parts, query, ours, kwargs, prefix, name)
-        if "wait" in ours or "sentinel_password_file" in ours:
-            raise ModelError(f"store URL: wait= and sentinel_password_file= are for {SENTINEL_SCHEME}:// URLs")
+        if parts.scheme == checks.SENTINEL_SCHEME:
+            return cls._from_sentinel_url(parts, query, ours, kwargs, prefix, name)
         rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         try:
             client = redis.Redis.from_url(rest, **kwargs)
         except ValueError as exc:
-            raise ModelError(f"store URL {url}: {exc}") from None
+            raise ModelError(f"store URL {checks.redact(url)}: {exc}") from None
         return cls(client, prefix, name, url_parts=(parts, ours))
 
     @classmethod
-    def _from_sentinel_url(cls, url, parts, query, ours, kwargs, prefix, name):
-        """``redis+sentinel://[USER@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]``: the
-        primary of the Sentinels' SERVICE for writing, its replicas (else the primary)
-        for classifying."""
+    def _from_sentinel_url(cls, parts, query, ours, kwargs, prefix, name):
+        """``redis+sentinel://[USER@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]`` (checked:
+        :func:`spamnb.checks.sentinel_group`): the primary of the Sentinels' SERVICE for
+        writing, its replicas (else the primary) for classifying."""
         from redis.sentinel import Sentinel
 
-        bad = f"store URL {url}: "
-        hosts = parts.netloc.rpartition("@")[2]
-        sentinels = []
-        for item in hosts.split(","):
-            host, _, port = item.rpartition(":") if item.rpartition(":")[2].isdigit() else (item, "", "")
-            host = host.strip("[]")
-            if not host:
-                raise ModelError(bad + "name the Sentinels as HOST[:PORT],HOST[:PORT]...")
-            sentinels.append((host, int(port or SENTINEL_PORT)))
-        path = [p for p in parts.path.split("/") if p]
-        db = query.pop("db", [path[1] if len(path) > 1 else "0"])[-1]
-        if not path or len(path) > 2 or not db.isdigit():
-            raise ModelError(bad + "name the Sentinels' service and the database: .../SERVICE[/DB] (e.g. /spamnb/0)")
-        if query:
-            raise ModelError(bad + f"unknown parameter {sorted(query)[0]}= (a Sentinel URL takes prefix=, "
-                                   f"timeout=, password_file=, sentinel_password_file=, wait=, db=)")
-        try:
-            wait = int(ours.get("wait", 1))
-        except ValueError:
-            wait = -1
-        if wait < 0:
-            raise ModelError(bad + f"wait must be a number of replicas, not {ours['wait']!r}")
+        sentinels, service, db = checks.sentinel_group(parts, query, name)
         if parts.username:
             kwargs["username"] = urllib.parse.unquote(parts.username)
         own = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout")}
         if "sentinel_password_file" in ours:
             own["password"] = _read_password(ours["sentinel_password_file"])
-        group = Sentinel(sentinels, sentinel_kwargs=own, db=int(db), **kwargs)
-        service = urllib.parse.unquote(path[0])
-        return cls(group.master_for(service), prefix, name, reader=group.slave_for(service), wait=wait)
+        group = Sentinel(sentinels, sentinel_kwargs=own, db=db, **kwargs)
+        return cls(group.master_for(service), prefix, name, reader=group.slave_for(service),
+                   wait=int(ours.get("wait", 1)))
 
     def for_user(self, user) -> "RedisBackend":
         if not user or len(user) > 128 or any(c in user for c in ":*?[]\\") or not user.isprintable() \
@@ -494,17 +533,29 @@ class RedisBackend(Backend):
         return ""
 
     def settings(self, refresh=False, *, replica=False) -> Settings:
-        """The model's settings (kept; read again when ``refresh``), from a replica
-        when ``replica`` (classification: the script it reads with checks they hold)."""
+        """What ``P meta`` says now (kept until ``refresh``); checked: :func:`check_settings`.
+        From a replica when ``replica`` (classification: the script it reads with checks
+        that they still hold)."""
         if self._settings is None or refresh:
             client = self.reader if replica else self.client
-            epoch, text, rev = self._call("read the model", client.hmget, self._meta(),
-                                          [b"epoch", b"settings", b"rev"])
+            epoch, text, rev, buckets = self._call("read the model", client.hmget, self._meta(),
+                                                   [b"epoch", b"settings", b"rev", b"buckets"])
             if epoch is None or text is None:
                 raise StoreUnavailable(f"the store {self.name} holds no model: it is empty (a Redis restarted "
                                        f"without its data?); put one there with `spamnb store push MODEL URL`")
-            self._settings = Settings(epoch, json.loads(text), rev or b"0")
+            try:
+                s = check_settings(json.loads(text))
+                if buckets != str(s["buckets"]).encode():  # the read script's buckets are the learner's
+                    raise ValueError(f"the buckets ({buckets!r}) are not the settings' ({s['buckets']})")
+            except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+                raise self.malformed(f"settings: {exc}") from None
+            self._settings = Settings(epoch, s, rev or b"0")
         return self._settings
+
+    def malformed(self, what) -> MalformedStore:
+        """The one-line error of a value in the store that is not what spamnb writes."""
+        return MalformedStore(f"the store {self.name} holds a malformed model ({what}): refused, nothing "
+                              f"written to it; put a good one there with `spamnb store push MODEL URL`")
 
     def exists(self) -> bool:
         return bool(self._call("read the model", self.client.hexists, self._meta(), b"epoch"))
@@ -530,9 +581,20 @@ class RedisBackend(Backend):
                                args=[st.epoch, self._bucket(st.epoch, b""), blob, st.rev])
             if reply[0] == b"ok":
                 data = reply[1]
-                counts = COUNTS.unpack_from(data)
-                found = {h: v[:2] for h, v in zip(hashes, VALUE.iter_unpack(data[COUNTS.size:])) if v[2] >= 0}
+                if len(data) != COUNTS.size + VALUE.size * len(hashes):
+                    raise self.malformed("the counts or a token value have the wrong length")
+                try:
+                    counts = check_counts(COUNTS.unpack_from(data))
+                    found = {}
+                    for h, v in zip(hashes, VALUE.iter_unpack(data[COUNTS.size:])):
+                        if v[2] != -1:  # -1: not stored
+                            check_value(*v[:3])
+                            found[h] = v[:2]
+                except ValueError as exc:
+                    raise self.malformed(str(exc)) from None
                 return st, counts, found
+            if reply[0] == b"bad":
+                raise self.malformed(reply[1].decode("utf-8", "replace"))
             self.settings(refresh=True, replica=True)  # a new model or new settings meanwhile (or emptied)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; try again")
 
@@ -580,7 +642,10 @@ class RedisBackend(Backend):
         pipe = self.client.pipeline(transaction=False)
         for key in keys:
             pipe.hget(self._reg(st.epoch, _reg_bucket(key, st)), key)
-        return [None if c is None else int(c) for c in self._call("read the model", pipe.execute)]
+        classes = self._call("read the model", pipe.execute)
+        if any(c not in (None, b"0", b"1") for c in classes):
+            raise self.malformed("a learned message has no class")
+        return [None if c is None else int(c) for c in classes]
 
     def _learn_one(self, key, y, toks, forget):
         """One script call: ``"unchanged"``, or the class the message had (None: none)."""
@@ -592,7 +657,7 @@ class RedisBackend(Backend):
             s = st.s
             keys = [self._meta(), self._reg(st.epoch, _reg_bucket(key, st)), self._long(st.epoch)]
             args = [st.epoch, key, y, int(forget), s["features"], _today(), s["age_days"], s["age_max_messages"],
-                    int(s["keep_factor"] * s["age_days"] * 86400)]
+                    st.ttl()]
             for t, n in tf.items():
                 h = token_hash(t)
                 keys.append(self._bucket(st.epoch, h % st.buckets))
@@ -605,6 +670,8 @@ class RedisBackend(Backend):
                 return None if int(reply[1]) < 0 else int(reply[1])
             if tag == b"unchanged":
                 return "unchanged"
+            if tag == b"bad":
+                raise self.malformed(reply[1].decode("utf-8", "replace"))
             if tag == b"notlearned":
                 now = int(reply[1])
                 where = "not learned" if now < 0 else f"learned as {'ham' if now == 0 else 'spam'}"
@@ -638,6 +705,8 @@ class RedisBackend(Backend):
         old = None
         try:
             old = self.settings(refresh=True)
+        except MalformedStore:  # what the error says to do: a push replaces it
+            old = self._malformed_settings()
         except StoreUnavailable:
             if not self._call("reach the store", self.client.ping):
                 raise
@@ -666,7 +735,7 @@ class RedisBackend(Backend):
             buckets.setdefault(k, {})[field] = VALUE.pack(fc[0, i], fc[1, i], int(df[i]), day) + text
             if df[i] <= rare:
                 marks[k] = min(marks.get(k, day), day)
-        ttl = keep * age * 86400
+        ttl = ttl_seconds(keep, age)
         pipe = self.client.pipeline(transaction=False)
         for n, (k, fields) in enumerate(buckets.items()):
             key = self._bucket(epoch, k)
@@ -705,6 +774,17 @@ class RedisBackend(Backend):
         if old is not None and old.epoch != epoch:
             self._drop_epoch(old)
 
+    def _malformed_settings(self) -> Settings:
+        """A malformed model's epoch, with what of its keys a push can remove: the buckets
+        ``P meta`` counts when that is a count (else none: they expire by their TTL) and the
+        learned messages' buckets; the ageing rule is the defaults'."""
+        epoch, buckets = self._call("read the model", self.client.hmget, self._meta(), [b"epoch", b"buckets"])
+        try:
+            nb = max(0, min(int(buckets), 1 << 24))
+        except (TypeError, ValueError):
+            nb = 0
+        return Settings(epoch or b"", {"buckets": nb, "registry_buckets": REGISTRY_BUCKETS})
+
     def _drop_epoch(self, st: Settings):
         keys = [self._bucket(st.epoch, k) for k in range(st.buckets)]
         keys += [self._reg(st.epoch, k) for k in range(st.registry_buckets)] + [self._long(st.epoch)]
@@ -713,8 +793,6 @@ class RedisBackend(Backend):
 
     def model(self):
         """The whole model, read bucket by bucket (``store pull``, the batch commands)."""
-        import numpy as np
-
         from spamnb.model import SpamModel
 
         st = self.settings(refresh=True)
@@ -730,25 +808,43 @@ class RedisBackend(Backend):
         replies = self._call("read the model", pipe.execute)
         if replies[-1] != st.epoch:
             raise StoreUnavailable(f"the model in {self.name} changed while it was read; try again")
+        try:
+            return SpamModel.from_state(self._state(st, replies))
+        except (ValueError, TypeError, KeyError, struct.error) as exc:  # ModelFormatError is a ValueError
+            raise self.malformed(str(exc)) from None
+
+    def _state(self, st: Settings, replies) -> dict:
+        """The model's state (:meth:`spamnb.model.SpamModel.to_state`'s form) from :meth:`model`'s
+        replies; ValueError (or struct.error) for a value that is not one spamnb writes."""
+        import numpy as np
+
+        s = st.s
         long_texts = replies[st.buckets]
         tokens, rows = [], []
         for bucket in replies[:st.buckets]:
             for field, value in bucket.items():
                 if len(field) != 8:
                     continue
+                if len(value) < VALUE.size:
+                    raise ValueError("a token value is short")
                 h, sp, df, day = VALUE.unpack_from(value)
+                check_value(h, sp, df)
                 text = value[VALUE.size:] or long_texts.get(field, b"")
                 tokens.append(text.decode("utf-8", "surrogatepass"))
                 rows.append((h, sp, df, day))
         registry = {}
         for bucket in replies[st.buckets + 1:st.buckets + 1 + st.registry_buckets]:
+            if any(c not in (b"0", b"1") or len(k) != 16 for k, c in bucket.items()):
+                raise ValueError("a learned message has no class")
             registry.update((k, int(c)) for k, c in bucket.items())
-        n_h, n_s, _, _, _ = COUNTS.unpack(replies[-2])
+        if replies[-2] is None or len(replies[-2]) != COUNTS.size:
+            raise ValueError("the counts are not 5 numbers")
+        n_h, n_s, _, _, _ = check_counts(COUNTS.unpack(replies[-2]))
         a = np.array(rows, dtype=np.float64).reshape(-1, 4)
         order = np.argsort(np.array(tokens, dtype=object), kind="stable") if tokens else np.arange(0)
         tokens = [tokens[i] for i in order]
         a = a[order]
-        state = {
+        return {
             "format": "spamnb-model", "format_version": 2, "spamnb_version": s.get("spamnb_version"),
             "model_type": s["model_type"], "alpha": s["alpha"], "refine": s["refine"], "prior": s["prior"],
             "features": s["features"], "hash_features": None, "tokenizer": s["tokenizer"],
@@ -759,7 +855,6 @@ class RedisBackend(Backend):
             "stats": {"created": s.get("created"), "updated": s.get("pushed"),
                       "spamnb_version": s.get("spamnb_version"), "refine_copies": s.get("refine_copies", [0, 0])},
         }
-        return SpamModel.from_state(state)
 
     # -- upkeep ---------------------------------------------------------------------
 
@@ -786,7 +881,11 @@ class RedisBackend(Backend):
                              "server's maxmemory (docs/many-hosts.md)")
         st = self.settings(refresh=True)
         age = AGE_DAYS if older_than_days is None else int(older_than_days)
-        before = int(COUNTS.unpack(self._call("read the model", self.client.hget, self._meta(), "counts"))[4])
+        counts = self._call("read the model", self.client.hget, self._meta(), "counts")
+        try:
+            before = int(check_counts(COUNTS.unpack(counts or b""))[4])
+        except (ValueError, struct.error):
+            raise self.malformed("the counts are not 5 finite, non-negative numbers") from None
         dropped = 0
         for i in range(0, st.buckets, 256):
             keys = [self._meta(), self._long(st.epoch)] + [self._bucket(st.epoch, k)
@@ -859,19 +958,17 @@ def _no_tokens():
 
 
 def _read_password(path) -> str:
+    """The first line of the password file, which must be ours and mode 0600
+    (:func:`spamnb.checks.open_private`, checked on the open file)."""
     try:
-        with open(os.path.expanduser(path), encoding="utf-8") as f:
-            return f.readline().rstrip("\r\n")
+        with checks.open_private(path, "store's password file") as f:
+            return f.readline().decode("utf-8").rstrip("\r\n")
+    except ValueError as exc:  # UnicodeDecodeError too: never the bytes themselves
+        why = str(exc) if not isinstance(exc, UnicodeDecodeError) else \
+            f"the store's password file {path} is not UTF-8 text"
+        raise ModelError(why) from None
     except OSError as exc:
         raise ModelError(f"cannot read the store's password file {path}: {exc.strerror}") from None
-
-
-def _check_readable(option, path) -> None:
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as exc:
-        raise ModelError(f"store URL: cannot read {option}={path}: {exc.strerror}") from None
 
 
 def _buckets(n_tokens) -> int:

@@ -73,7 +73,7 @@ from spamnb.nb.membership import holds
 from spamnb.verdict import evidence
 
 __all__ = ["MAGIC", "FORMAT_VERSION", "ScorerError", "REBUILDABLE", "Scorer", "scorer_path", "token_hash",
-           "prior_log_odds", "feature_values",
+           "prior_log_odds", "feature_values", "check_header", "FEATURES", "PRIORS",
            "file_identity", "open_checked", "cannot_compile", "write_scorer", "load_scorer", "fresh_scorer",
            "remove_scorer", "state"]
 
@@ -441,6 +441,60 @@ class Scorer:
         return bias, known
 
 
+#: The feature transforms :func:`feature_values` computes (:data:`spamnb.model.FEATURES`)
+#: and the priors :func:`prior_log_odds` knows (:data:`spamnb.model.PRIORS`), without numpy.
+FEATURES = ("counts", "presence", "presence-l2", "logtf-l2")
+PRIORS = ("learned", "laplace", "smoothed", "uniform")
+
+
+def check_header(header) -> None:
+    """ValueError, naming the field, unless ``header`` holds what a :class:`Scorer`
+    reads, each of its type and in its range: a finite bias, known features and
+    prior, cut-offs ``0 <= ham <= spam <= 1``, tokenizer settings this version
+    knows, λ > 0, and per class finite, non-negative message counts and totals. A
+    scorer file's header and a store's settings (:mod:`spamnb.storage.redisstore`)
+    are both held to it, as a model file is held to
+    :meth:`spamnb.model.SpamModel.from_state`'s checks."""
+    from spamnb.mail.tokenizer import TokenizerConfig
+    from spamnb.verdict import check_cutoffs
+
+    if not isinstance(header, dict):
+        raise ValueError("not a JSON object")
+
+    def number(name, value, low=-math.inf):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value < low:
+            raise ValueError(f"{name} must be a finite number{' >= 0' if low == 0 else ''}, not {value!r}")
+
+    missing = [k for k in ("bias", "features", "cutoffs", "tokenizer", "model_type", "alpha", "prior",
+                           "class_count", "totals") if k not in header]
+    if missing:
+        raise ValueError(f"no {', '.join(missing)}")
+    number("bias", header["bias"])
+    if header["features"] not in FEATURES:
+        raise ValueError(f"unknown features {header['features']!r}")
+    if header["prior"] not in PRIORS:
+        raise ValueError(f"unknown prior {header['prior']!r}")
+    if not isinstance(header["model_type"], str):
+        raise ValueError(f"model_type must be a name, not {header['model_type']!r}")
+    number("alpha", header["alpha"], 0)
+    if header["alpha"] <= 0:
+        raise ValueError("alpha must be above 0")
+    cut = header["cutoffs"]
+    if not isinstance(cut, list) or len(cut) != 2:
+        raise ValueError(f"cutoffs must be two numbers, not {cut!r}")
+    for c in cut:
+        number("a cut-off", c)
+    check_cutoffs(*cut)
+    for name in ("class_count", "totals"):
+        pair = header[name]
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise ValueError(f"{name} must be two numbers, not {pair!r}")
+        for c in pair:
+            number(name, c, 0)
+    TokenizerConfig.from_dict(header["tokenizer"])
+
+
 def _log_den_odds(totals, n_vocab, lam):
     """D = log(T_s + |V|·λ) − log(T_h + |V|·λ): the multinomial's denominators, as log-odds."""
     den = [totals[c] + n_vocab * lam for c in (0, 1)]
@@ -536,8 +590,9 @@ def load_scorer(path, *, allow_insecure: bool = False) -> Scorer:
         start = _PREAMBLE.size + hlen
         try:
             m = int(header["m"])
-        except (KeyError, TypeError, ValueError):
-            raise ScorerError(f"scorer {path} has a damaged header") from None
+            check_header(header)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ScorerError(f"scorer {path} has a damaged header ({exc})") from None
         if header.get("byteorder") != sys.byteorder or start % 8 or n < 0 or m < 0 \
                 or st.st_size != start + 32 * n + 17 * m:
             raise ScorerError(f"scorer {path} is damaged or from another machine")

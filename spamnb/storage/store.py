@@ -133,6 +133,35 @@ def write_bytes_atomic(path, parts, *, mode=_NEW_FILE_MODE) -> None:
     fsync_folder(folder)
 
 
+def read_state(path, what: str, well_formed) -> object:
+    """The JSON a state file beside a model holds (``imap filter``'s, ``learn-moves``'),
+    None when there is none. Read through :func:`open_trusted` (a state another user
+    planted decides what is moved or learned); ModelError in one line when it is not to
+    be trusted, cannot be read, or is damaged or another version's (``well_formed(data)``
+    is false): nothing is then to be done with it."""
+    import json
+
+    try:
+        fd, _ = open_trusted(path, what=what)
+        with os.fdopen(fd, "rb") as f:
+            data = json.loads(f.read())
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"cannot read the {what} {path}: {exc} (move it away to start afresh)") from None
+    if not well_formed(data):
+        raise ModelError(f"the {what} {path} is damaged or not one this version reads (move it away to "
+                         "start afresh)")
+    return data
+
+
+def write_state(path, data) -> None:
+    """Replace the state file at ``path`` with ``data`` as JSON, atomically (mode 0600)."""
+    import json
+
+    write_bytes_atomic(path, [json.dumps(data, sort_keys=True).encode()])
+
+
 def make_private_folder(folder) -> None:
     """Create ``folder`` and any missing parent, each mode 0o700 whatever the umask
     (``os.makedirs`` gives the parents 0o777 minus the umask: 0o775 under umask
@@ -360,6 +389,7 @@ def planted_message(path, uid: int, what: str, consequence: str) -> str:
 _RISK = {
     "journal": "its records change the model's counts",
     "IMAP state": "it decides which messages are moved or deleted",
+    "moves state": "it decides which messages are learned as spam or ham",
 }
 
 

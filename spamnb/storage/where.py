@@ -10,7 +10,6 @@ from spamnb.storage.backend import Backend
 from spamnb.storage.store import ModelError
 
 STORE_ENV = "SPAMNB_STORE"
-STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
 
 
 def store_url(store=None, env=os.environ, model_path=None):
@@ -19,10 +18,6 @@ def store_url(store=None, env=os.environ, model_path=None):
     if store and model_path is not None:
         raise ModelError("give --model or --store, not both")
     return store or (env.get(STORE_ENV) if model_path is None else None) or None
-
-
-def is_store_url(text) -> bool:
-    return isinstance(text, str) and text.partition("://")[0] in STORE_SCHEMES and "://" in text
 
 
 def open_backend(model_path=None, store=None, *, allow_insecure=False, env=os.environ, notice=None,

@@ -6,24 +6,35 @@ that keeps it safe is short enough to read here:
 
 * **Who may connect**: loopback by default; another address only with
   ``--allow CIDR``, checked on each connection before a byte is read (the
-  spamd listener's rule, :func:`spamnb.delivery.spamd.check_exposure`). No
+  spamd listener's rule, :func:`spamnb.checks.exposure`). No
   header (``X-Forwarded-For``, a proxy's) is trusted for this: a proxy in
   front still needs the token.
-* **The token**: a random token (``secrets``, 192 bits) made at start and
-  printed in the URL, as Jupyter does. Every request needs it: in the URL
-  once, which sets an ``HttpOnly``, ``SameSite=Strict`` cookie and redirects
-  to the same page without it (so it does not stay in the address bar, the
-  history or a ``Referer``), then in the cookie. Without it: 403, nothing else.
+* **The token and the page's address**: a random token (``secrets``, 192
+  bits) made at start and printed in the URL, as Jupyter does. A GET with it
+  is sent on to the page's own address, ``/s/KEY/...``, where KEY is derived
+  from the token; every link and form of the page carries it, and every
+  request needs it. No cookie: a browser sends the cookies of 127.0.0.1 to
+  every port of it (``SameSite`` treats them as one site), so another local
+  user's server on another port would receive them and could replay them
+  here. The address is known only to pages of this origin (the same-origin
+  policy keeps ports apart) and is never sent in a ``Referer``.
 * **CSRF**: every POST carries a token derived from the secret
   (HMAC-SHA256); a POST without the right one is refused.
+* **Connections**: each read waits at most :data:`IDLE_TIMEOUT` seconds, and at
+  most :data:`MAX_CONNECTIONS` are open at once; when they are, a new one closes
+  the oldest that has not yet made an authorised request, so idle or slow
+  clients cannot use up the process's files or keep the owner out.
 * **Hostile mail**: the pages escape every value (:mod:`spamnb.web.pages`),
   have no script, and each answer carries a Content-Security-Policy
   (:data:`CSP`) that forbids scripts, inline styles, frames and any load
   from elsewhere.
+* **Bad requests**: too many fields, a number that is not one or is out of
+  range: 400 (or 404 for a message), one line, never a traceback.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import re
@@ -31,19 +42,47 @@ import secrets
 import socket
 import sys
 import threading
-from http.cookies import SimpleCookie
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from spamnb.delivery.spamd import client_allowed
 from spamnb.verdict import cutoffs_from
 from spamnb.web import pages
-from spamnb.web.data import Site
+from spamnb.web.data import PAGE, Site
 
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
        "base-uri 'none'")
 MAX_POST = 16 * 1024
+MAX_QUERY_FIELDS = 20  # a page's address has at most a handful
+MAX_FORM_FIELDS = PAGE + 8  # a choice: the ids of a page's rows (a batch), the label, the CSRF token, back
 SAFE_BACK = re.compile(r"/[A-Za-z0-9/_?=&%.+-]*")
+NUMBER = re.compile(r"[0-9]{1,9}")  # a page, a count of days: ASCII digits (not "²"), below 10^9
+MESSAGE_ID = re.compile(r"[0-9]{1,18}")  # a history row's id: ASCII digits that fit SQLite's integer
+IDLE_TIMEOUT = 10.0  # seconds any read of a request may wait
+MAX_CONNECTIONS = 64  # open at once; a new one beyond closes the oldest not yet authorised
+
+
+class BadRequest(ValueError):
+    """A request this page cannot make sense of: answered 400 with its reason."""
+
+
+def number(q, name, default, *, low=0):
+    """The integer of query field ``name`` (``default`` when absent or empty); BadRequest
+    for anything but ASCII digits below 10^9."""
+    text = q.get(name, "")
+    if text == "":
+        return default
+    if not NUMBER.fullmatch(text) or int(text) < low:
+        raise BadRequest(f"{name} must be a whole number from {low} to 999999999")
+    return int(text)
+
+
+def fields(text, limit):
+    """``{name: [values]}`` of a query or form; BadRequest beyond ``limit`` fields."""
+    try:
+        return parse_qs(text, keep_blank_values=True, max_num_fields=limit)
+    except ValueError:
+        raise BadRequest(f"too many fields (at most {limit})") from None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -52,30 +91,37 @@ class Handler(BaseHTTPRequestHandler):
     def version_string(self):
         return self.server_version
 
+    def setup(self):
+        self.timeout = self.server.idle_timeout  # every read of this connection waits at most this long
+        super().setup()
+
     # -- the rules ----------------------------------------------------------------
 
-    def authorised(self, query):
-        """Whether the request carries the token (URL or cookie); a valid token in the URL
-        answers with the cookie and a redirect to the same page without it."""
+    def own_path(self, path):
+        """The page's path below its own address (``/s/KEY``), or None when ``path`` is not under
+        it (the key compared in constant time)."""
+        srv = self.server
+        if not path.startswith("/s/"):
+            return None
+        key, slash, rest = path[3:].partition("/")
+        if not hmac.compare_digest(key.encode(), srv.key.encode()):
+            return None
+        srv.authorised(self.connection)
+        return "/" + rest if slash else "/"
+
+    def exchange(self, path, query):
+        """A GET with the printed token in its URL: sent on (303) to the same page at the page's own
+        address, without the token. Nothing is set in the browser: its cookies would go to every
+        port of this host."""
         srv = self.server
         given = query.pop("token", [""])[0]
-        if given and hmac.compare_digest(given.encode(), srv.token.encode()):
-            path = urlsplit(self.path).path
-            rest = urlencode({k: v[0] for k, v in query.items()})
-            self.send_response(303)
-            self.send_header("Set-Cookie", f"{srv.cookie}={srv.token}; HttpOnly; SameSite=Strict; Path=/")
-            self.send_header("Location", path + ("?" + rest if rest else ""))
-            self.common_headers()
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-            return None
-        cookie = SimpleCookie()
-        try:
-            cookie.load(self.headers.get("Cookie", ""))
-        except Exception:  # noqa: BLE001 - a malformed cookie is no cookie
-            return False
-        morsel = cookie.get(srv.cookie)
-        return bool(morsel) and hmac.compare_digest(morsel.value.encode(), srv.token.encode())
+        if not hmac.compare_digest(given.encode(), srv.token.encode()):
+            self.refuse()
+            return
+        if self.own_path(path) is None:  # the printed address, or a path of the page without its key
+            path = srv.root + (path if path.startswith("/") else "/")
+        rest = urlencode({k: v[0] for k, v in query.items()})
+        self.redirect(path + ("?" + rest if rest else ""))
 
     def common_headers(self):
         self.send_header("Content-Security-Policy", CSP)
@@ -105,9 +151,12 @@ class Handler(BaseHTTPRequestHandler):
         self.send(403, pages.error_page(403, "This page needs its token: open the URL that `spamnb web` printed "
                                              "when it started.", nav=False))
 
-    def log_message(self, fmt, *args):  # the request line only: never the token or a cookie
+    def log_message(self, fmt, *args):  # the request line only: never the token or the page's key
         if self.server.verbose:
-            self.server.log(f"{self.client_address[0]} {self.command} {urlsplit(self.path).path}")
+            path = urlsplit(getattr(self, "path", "") or "").path
+            if path.startswith("/s/"):
+                path = "/s/KEY/" + path[3:].partition("/")[2]
+            self.server.log(f"{self.client_address[0]} {getattr(self, 'command', None) or '-'} {path}")
 
     # -- requests ---------------------------------------------------------------
 
@@ -119,23 +168,38 @@ class Handler(BaseHTTPRequestHandler):
         if url.path == "/static/style.css":  # no secret in it: the refusal page is styled too
             self.send(200, pages.STYLE, "text/css; charset=utf-8")
             return
-        query = parse_qs(url.query, keep_blank_values=True, max_num_fields=20)
-        ok = self.authorised(query)
-        if ok is None:
+        try:
+            query = fields(url.query, MAX_QUERY_FIELDS)
+        except BadRequest as exc:  # before the token: a request this page cannot read is nobody's
+            self.send(400, pages.error_page(400, str(exc), nav=False))
             return
-        if not ok:
+        if "token" in query:
+            self.exchange(url.path, query)
+            return
+        path = self.own_path(url.path)
+        if path is None:
             self.refuse()
             return
+        root = self.server.root
         try:
             with self.server.site.request():
-                self.route_get(url.path, {k: v[0] for k, v in query.items()})
+                self.route_get(path, {k: v[0] for k, v in query.items()})
+        except BadRequest as exc:
+            self.send(400, pages.error_page(400, str(exc), root=root))
         except Exception as exc:  # noqa: BLE001 - a page's error is a page, the server goes on
-            self.server.log(f"error on {url.path}: {exc.__class__.__name__}: {exc}")
-            self.send(500, pages.error_page(500, f"{exc.__class__.__name__}: {exc}"))
+            self.server.log(f"error on {path}: {exc.__class__.__name__}: {exc}")
+            self.send(500, pages.error_page(500, f"{exc.__class__.__name__}: {exc}", root=root))
 
     def do_POST(self):
         url = urlsplit(self.path)
-        if not self.authorised(parse_qs(url.query, max_num_fields=20)):
+        srv = self.server
+        try:
+            fields(url.query, MAX_QUERY_FIELDS)
+        except BadRequest as exc:
+            self.send(400, pages.error_page(400, str(exc), nav=False))
+            return
+        path = self.own_path(url.path)  # a token in the URL is never taken for a POST: one answer, 403
+        if path is None:
             self.refuse()
             return
         try:
@@ -143,55 +207,71 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             length = -1
         if not 0 <= length <= MAX_POST:
-            self.send(413, pages.error_page(413, "request too large"))
+            self.send(413, pages.error_page(413, "request too large", root=srv.root))
             return
-        form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode("utf-8", "replace"),
-                                            max_num_fields=20).items()}
-        if not hmac.compare_digest(form.get("csrf", "").encode(), self.server.csrf.encode()):
-            self.send(403, pages.error_page(403, "The form's CSRF token is missing or wrong: reload the page."))
+        try:
+            form = fields(self.rfile.read(length).decode("utf-8", "replace"), MAX_FORM_FIELDS)
+        except BadRequest as exc:
+            self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
-        if url.path != "/learn":
-            self.send(404, pages.error_page(404, "no such page"))
+        if not hmac.compare_digest(form.get("csrf", [""])[0].encode(), srv.csrf.encode()):
+            self.send(403, pages.error_page(403, "The form's CSRF token is missing or wrong: reload the page.",
+                                            root=srv.root))
             return
-        back = form.get("back", "/unsure")
+        if path != "/learn":
+            self.send(404, pages.error_page(404, "no such page", root=srv.root))
+            return
+        back = form.get("back", ["/unsure"])[0]
         if not SAFE_BACK.fullmatch(back) or back.startswith("//"):  # a path here, nothing a header could carry
             back = "/unsure"
+        label = form.get("label", [""])[0]
         try:
-            mid, label = int(form.get("id", "")), form.get("label", "")
-            with self.server.site.request():
-                moved = self.server.site.learn(mid, label)
+            mids = form.get("id", [])  # one (a row's button) or a page's selection (the batch buttons)
+            bad = next((m for m in mids if not MESSAGE_ID.fullmatch(m)), None)
+            if bad is not None:
+                raise ValueError(f"message {bad[:20]!r} is not kept in the history: it cannot be learned from here")
+            mids = list(dict.fromkeys(map(int, mids)))
+            if not mids and label in ("spam", "ham"):  # a batch button with nothing ticked
+                srv.remember("Nothing was learned: tick the messages first.")
+                self.redirect(srv.root + back)
+                return
+            with srv.site.request():
+                moved = srv.site.learn(mids, label)
         except ValueError as exc:
-            self.send(400, pages.error_page(400, str(exc)))
+            self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
         except Exception as exc:  # noqa: BLE001 - said on the page; nothing was half done in the history
-            self.server.log(f"learning failed: {exc.__class__.__name__}: {exc}")
-            self.send(500, pages.error_page(500, f"not learned: {exc}"))
+            srv.log(f"learning failed: {exc.__class__.__name__}: {exc}")
+            self.send(500, pages.error_page(500, f"not learned: {exc}", root=srv.root))
             return
-        self.server.remember(f"Learned #{mid} as {label}. " + pages.moved_note(moved))
-        self.redirect(back)
+        which = ", ".join(f"#{mid}" for mid in sorted(mids))
+        srv.remember(f"Learned {which} as {pages.e(label)}. " + pages.moved_note(moved, srv.root))
+        self.redirect(srv.root + back)
 
     def route_get(self, path, q):
         srv, site = self.server, self.server.site
-        page = max(int(q["page"]), 0) if q.get("page", "").isdigit() else 0
+        root = srv.root
+        page = number(q, "page", 0)
         if path == "/":
             _, waiting = site.unsure()
-            self.redirect("/unsure" if waiting else "/history")
+            self.redirect(root + ("/unsure" if waiting else "/history"))
         elif path == "/unsure":
             rows, total = site.unsure(page, bodies=True)
             clues = site.clues_of(rows)
-            self.send(200, pages.unsure_page(rows, total, page, clues, srv.csrf, srv.flash()))
+            self.send(200, pages.unsure_page(rows, total, page, clues, srv.csrf, srv.flash(), root=root))
         elif path == "/history":
             params = {k: q.get(k, "") for k in ("q", "verdict", "since", "until")}
             rows, total = site.search(**params, page=page, bodies=True)
             clues = site.clues_of(rows)
-            self.send(200, pages.history_page(rows, total, page, params, clues, srv.csrf, srv.flash()))
-        elif path.startswith("/message/") and path[9:].isdigit():
-            found = site.message(int(path[9:]))
+            self.send(200, pages.history_page(rows, total, page, params, clues, srv.csrf, srv.flash(), root=root))
+        elif path.startswith("/message/"):
+            found = site.message(int(path[9:])) if MESSAGE_ID.fullmatch(path[9:]) else None
             if found is None:
-                self.send(404, pages.error_page(404, "no such message in the history"))
+                self.send(404, pages.error_page(404, "no such message in the history", root=root))
                 return
             row, raw = found
-            self.send(200, pages.message_page(row, raw, site.clues(raw) if raw else None, srv.csrf, srv.flash()))
+            self.send(200, pages.message_page(row, raw, site.clues(raw) if raw else None, srv.csrf, srv.flash(),
+                                              root=root))
         elif path == "/overview":
             import datetime
 
@@ -199,19 +279,22 @@ class Handler(BaseHTTPRequestHandler):
             today = datetime.date.today()
             days = [(today - datetime.timedelta(days=i)).isoformat() for i in range(29, -1, -1)]
             self.send(200, pages.overview_page(site.per_day(), days, site.score_bins(),
-                                               cutoffs_from(model.cutoffs), site.corrections(days=30), facts))
+                                               cutoffs_from(model.cutoffs), site.corrections(days=30), facts,
+                                               root=root))
         elif path == "/model":
-            older = int(q["older_than"]) if q.get("older_than", "").isdigit() else 90
-            most = int(q["max_messages"]) if q.get("max_messages", "").isdigit() else 1
+            older, most = number(q, "older_than", 90), number(q, "max_messages", 1)
+            word = q.get("word", "").strip()[:200]
             facts, _ = site.facts()
-            self.send(200, pages.model_page(facts, site.prune_preview(older, most), older, most))
+            self.send(200, pages.model_page(facts, site.prune_preview(older, most), older, most, word=word,
+                                            found=site.lookup(word) if word else (), root=root))
         else:
-            self.send(404, pages.error_page(404, "no such page"))
+            self.send(404, pages.error_page(404, "no such page", root=root))
 
 
 class WebServer(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    request_queue_size = 64
 
     def __init__(self, address, site: Site, *, allowed, log=None, verbose=False):
         host = address[0]
@@ -221,11 +304,17 @@ class WebServer(ThreadingHTTPServer):
         self.log = log or (lambda text: print(f"spamnb web: {text}", file=sys.stderr, flush=True))
         self.verbose = verbose
         self.token = secrets.token_urlsafe(24)
+        self.key = base64.urlsafe_b64encode(hmac.new(self.token.encode(), b"page", hashlib.sha256).digest()[:24]
+                                            ).decode()
+        self.root = f"/s/{self.key}"
         self.csrf = hmac.new(self.token.encode(), b"csrf", hashlib.sha256).hexdigest()
         self.notes = []
         self.notes_lock = threading.Lock()
+        self.idle_timeout = IDLE_TIMEOUT
+        self.max_connections = MAX_CONNECTIONS
+        self.open = {}  # socket -> whether it made an authorised request; oldest first
+        self.open_lock = threading.Lock()
         super().__init__(address, Handler)
-        self.cookie = f"spamnb_token_{self.server_address[1]}"
 
     def verify_request(self, request, client_address):
         """Connections from outside the allowed networks are closed before a byte is read."""
@@ -233,6 +322,41 @@ class WebServer(ThreadingHTTPServer):
         if not allowed:
             self.log(f"connection from {client_address[0]} refused (not in --allow)")
         return allowed
+
+    def process_request(self, request, client_address):
+        """Each connection on a thread of its own, at most :attr:`max_connections` at once: at the
+        bound, the oldest connection that has not made an authorised request is shut (an idle or
+        slow client's), else the new one is closed unread."""
+        with self.open_lock:
+            if len(self.open) >= self.max_connections:
+                idle = next((sock for sock, owner in self.open.items() if not owner), None)
+                if idle is None:
+                    self.shutdown_request(request, locked=True)
+                    return
+                del self.open[idle]
+                try:
+                    idle.shutdown(socket.SHUT_RDWR)  # its thread reads the end and closes it
+                except OSError:
+                    pass
+            self.open[request] = False
+        super().process_request(request, client_address)
+
+    def authorised(self, sock):
+        """The connection ``sock`` made a request with the page's key: no longer shut for a new one."""
+        with self.open_lock:
+            if sock in self.open:
+                self.open[sock] = True
+
+    def shutdown_request(self, request, locked=False):
+        if not locked:
+            with self.open_lock:
+                self.open.pop(request, None)
+        super().shutdown_request(request)
+
+    def handle_error(self, request, client_address):
+        """One line in the log (a client that went away, a read that timed out), never a traceback."""
+        exc = sys.exc_info()[1]
+        self.log(f"connection from {client_address[0]}: {exc.__class__.__name__}: {exc}")
 
     def url(self):
         host, port = self.server_address[:2]
@@ -248,4 +372,3 @@ class WebServer(ThreadingHTTPServer):
         with self.notes_lock:
             notes, self.notes = self.notes, []
         return "<br>".join(notes)
-

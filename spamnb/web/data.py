@@ -17,7 +17,7 @@ import threading
 import time
 
 from spamnb.delivery.hook import decide, scored
-from spamnb.storage.filestore import ModelHolder
+from spamnb.storage.filestore import ModelHolder, file_state
 from spamnb.storage import history
 from spamnb.storage.modelfile import default_seed, learn_messages, load_model, own_model_path
 
@@ -141,10 +141,13 @@ class Site:
         return {r["id"]: self.clues(bytes(r["raw"]), model=model) for r in rows if r["raw"] is not None}
 
     def full_model(self):
-        """The whole model (for its facts and the prune preview), reloaded when its file changed."""
+        """The whole model with its journal (for its facts), reloaded when the snapshot or the
+        journal changed: a learn, forget or TELL made anywhere appends to the journal, and a
+        compaction replaces the snapshot."""
+        from spamnb.storage.journal import journal_path
+
         path = self.current_path()
-        st = os.stat(path)
-        ident = (path, st.st_ino, st.st_size, st.st_mtime_ns)
+        ident = (path, *(file_identity(p) for p in (path, journal_path(path))))
         if self.full[0] != ident:
             self.full = (ident, load_model(path, allow_insecure=self.allow_insecure))
         return self.full[1]
@@ -178,6 +181,11 @@ class Site:
             ("history", f"{self.history_path}"),
         ], m
 
+    def lookup(self, word):
+        """What the model (with its journal) knows of ``word``:
+        :meth:`spamnb.model.SpamModel.lookup`'s rows."""
+        return self.full_model().lookup(word)
+
     def prune_preview(self, older_than=90, max_messages=1):
         """How many tokens ``spamnb prune --older-than D --max-messages N`` would drop, of how many
         (on a copy loaded for it: the model on disk is not touched)."""
@@ -188,23 +196,30 @@ class Site:
 
     # -- choices -----------------------------------------------------------------
 
-    def learn(self, mid, label):
-        """Learn verdict ``mid``'s message as ``label`` (the path of ``spamnb learn``:
-        the journal, the model's store), mark the row, then re-score the unsure
-        queue: ``[(id, subject, was, now)]`` of the messages whose verdict moved.
-        ValueError when the message is not there to learn."""
+    def learn(self, mids, label):
+        """Learn the messages of verdicts ``mids`` (an id, or a page's selection) as ``label``,
+        in one update (the path of ``spamnb learn``: the journal, the model's store), mark
+        their rows, then re-score the unsure queue once: ``[(id, subject, was, now)]`` of the
+        messages whose verdict moved. ValueError when a message is not there to learn
+        (then nothing is learned)."""
         if label not in ("spam", "ham"):
             raise ValueError("learn it as spam or ham")
+        mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
+        if not mids:
+            raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            found = self.message(mid)
-            if found is None or found[1] is None:
-                raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
-            row, raw = found
-            learn_messages(self.learn_path, [(raw, label)], allow_insecure=self.allow_insecure,
+            raws = []
+            for mid in mids:
+                found = self.message(mid)
+                if found is None or found[1] is None:
+                    raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
+                raws.append(found[1])
+            learn_messages(self.learn_path, [(raw, label) for raw in raws], allow_insecure=self.allow_insecure,
                            create=default_seed, warn=self.log)
             with self.db() as db:
-                history.mark(db, mid, label)
-            self.log(f"learned message {mid} as {label}")
+                for mid in mids:
+                    history.mark(db, mid, label)
+            self.log(f"learned message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))} as {label}")
             return self.rescore()
 
     def rescore(self):
@@ -268,6 +283,14 @@ class Site:
             out.setdefault(day, {}).setdefault(kind, 0)
             out[day][kind] += n
         return out
+
+
+def file_identity(path):
+    """What changes when the file at ``path`` is written or replaced (None when there is none)."""
+    try:
+        return file_state(os.stat(path))
+    except FileNotFoundError:
+        return None
 
 
 def day_start(text):

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import datetime
 import html
+import math
 from urllib.parse import urlencode
 
+from spamnb.mail.tokennames import describe
 from spamnb.web import charts
 from spamnb.web.data import PAGE, logit
 
@@ -26,9 +28,10 @@ def when(t) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""
 
 
-def layout(title, body, *, active="", flash="", nav=True):
+def layout(title, body, *, active="", flash="", nav=True, root=""):
+    """A whole page; ``root`` is the page's own address (``/s/KEY``), which every link carries."""
     on = ' class="on"'
-    nav = "" if not nav else "".join(f'<a href="/{p}"{on if p == active else ""}>{name}</a>'
+    nav = "" if not nav else "".join(f'<a href="{e(root)}/{p}"{on if p == active else ""}>{name}</a>'
                   for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
                                   ("model", "Model")))
     note = f'<p class="flash">{flash}</p>' if flash else ""
@@ -44,15 +47,26 @@ def verdict_badge(label, score=None):
     return f'<span class="v {e(label)}">{text}</span>'
 
 
+def leaning(logodds) -> str:
+    """Where a clue's contribution (log-odds) pushes, as the probability it alone would give
+    from even odds: ``+2.2`` -> "90% spam", ``-4.6`` -> "99% ham"."""
+    p = 1 / (1 + math.exp(-min(max(logodds, -700), 700)))
+    side, p = ("spam", p) if logodds > 0 else ("ham", 1 - p)
+    shown = f"{100 * p:.0f}%" if p < 0.995 else ">99%"
+    return f"{shown} {side}"
+
+
 def clue_list(clues):
+    """A message's clues: each token in words (the token itself on hover) and where it pushes."""
     if not clues:
         return '<span class="muted">no known tokens</span>'
     return '<ul class="clues">' + "".join(
-        f'<li class="{"s" if c > 0 else "h"}"><code>{e(tok)}</code> {c:+.2f}</li>' for tok, c in clues) + "</ul>"
+        f'<li class="{"s" if c > 0 else "h"}" title="{e(tok)} ({c:+.2f} log-odds)">{e(describe(tok))} '
+        f'<b>{leaning(c)}</b></li>' for tok, c in clues) + "</ul>"
 
 
-def learn_form(mid, label, csrf, back, text=None):
-    return (f'<form method="post" action="/learn" class="inline"><input type="hidden" name="id" value="{int(mid)}">'
+def learn_form(mid, label, csrf, back, text=None, root=""):
+    return (f'<form method="post" action="{e(root)}/learn" class="inline"><input type="hidden" name="id" value="{int(mid)}">'
             f'<input type="hidden" name="label" value="{e(label)}"><input type="hidden" name="csrf" value="{e(csrf)}">'
             f'<input type="hidden" name="back" value="{e(back)}">'
             f'<button class="{e(label)}" type="submit">{e(text or label.capitalize())}</button></form>')
@@ -69,21 +83,21 @@ def pager(page, total, base, params):
     return '<p class="pager">' + " · ".join(links) + "</p>"
 
 
-def moved_note(moved):
+def moved_note(moved, root=""):
     if moved is None:
         return ""
     if not moved:
         return "Re-scored the unsure messages: none moved."
-    items = ", ".join(f'<a href="/message/{int(mid)}">#{int(mid)} {e(subject or "(no subject)")}</a> '
+    items = ", ".join(f'<a href="{e(root)}/message/{int(mid)}">#{int(mid)} {e(subject or "(no subject)")}</a> '
                       f'{e(was)} → {verdict_badge(now)}' for mid, subject, was, now in moved[:20])
     more = f" and {len(moved) - 20} more" if len(moved) > 20 else ""
     return f"Re-scored the unsure messages: {len(moved)} moved: {items}{more}."
 
 
-def unsure_page(rows, total, page, clues, csrf, flash=""):
+def unsure_page(rows, total, page, clues, csrf, flash="", *, root=""):
     if not rows:
-        body = "<p>No unsure mail waiting. <a href=\"/history\">The history</a> has every verdict.</p>"
-        return layout("Unsure mail", body, active="unsure", flash=flash)
+        body = f'<p>No unsure mail waiting. <a href="{e(root)}/history">The history</a> has every verdict.</p>'
+        return layout("Unsure mail", body, active="unsure", flash=flash, root=root)
     back = f"/unsure?page={page}"
     items = []
     for r in rows:
@@ -91,23 +105,28 @@ def unsure_page(rows, total, page, clues, csrf, flash=""):
         if r["now_verdict"] and r["now_verdict"] != r["verdict"]:
             now = f' <span class="moved">now {verdict_badge(r["now_verdict"], r["now_score"])}</span>'
         items.append(
-            f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
-            f'<td><a href="/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
+            f'<tr id="m{r["id"]}"><td class="pick"><input type="checkbox" name="id" value="{int(r["id"])}" '
+            f'form="batch" aria-label="choose #{int(r["id"])}"></td><td class="when">{e(when(r["t"]))}</td>'
+            f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
             f'<div class="from">{e(r["sender"])}</div>{clue_list(clues.get(r["id"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}{now}</td>'
-            f'<td class="act">{learn_form(r["id"], "spam", csrf, back)}{learn_form(r["id"], "ham", csrf, back)}</td>'
-            f'</tr>')
-    body = (f'<table class="list unsure"><thead><tr><th>Date</th><th>Message and its clues</th><th>Score</th>'
-            f'<th>It is</th></tr></thead><tbody>{"".join(items)}</tbody></table>'
-            + pager(page, total, "/unsure", {}))
-    return layout("Unsure mail", body, active="unsure", flash=flash)
+            f'<td class="act">{learn_form(r["id"], "spam", csrf, back, root=root)}'
+            f'{learn_form(r["id"], "ham", csrf, back, root=root)}</td></tr>')
+    batch = (f'<form method="post" action="{e(root)}/learn" id="batch" class="batch">'
+             f'<input type="hidden" name="csrf" value="{e(csrf)}"><input type="hidden" name="back" value="{e(back)}">'
+             f'The messages ticked: <button class="spam" type="submit" name="label" value="spam">Spam</button>'
+             f'<button class="ham" type="submit" name="label" value="ham">Ham</button></form>')
+    body = (batch + f'<table class="list unsure"><thead><tr><th></th><th>Date</th><th>Message and its clues</th>'
+            f'<th>Score</th><th>It is</th></tr></thead><tbody>{"".join(items)}</tbody></table>'
+            + pager(page, total, root + "/unsure", {}))
+    return layout("Unsure mail", body, active="unsure", flash=flash, root=root)
 
 
-def history_page(rows, total, page, params, clues, csrf, flash=""):
+def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
     q, verdict, since, until = (params.get(k, "") for k in ("q", "verdict", "since", "until"))
     options = "".join(f'<option value="{v}"{" selected" if v == verdict else ""}>{v or "any verdict"}</option>'
                       for v in ("", "spam", "ham", "unsure"))
-    form = (f'<form method="get" action="/history" class="search"><input type="search" name="q" value="{e(q)}" '
+    form = (f'<form method="get" action="{e(root)}/history" class="search"><input type="search" name="q" value="{e(q)}" '
             f'placeholder="sender or subject"><select name="verdict">{options}</select>'
             f'<label>from <input type="date" name="since" value="{e(since)}"></label>'
             f'<label>to <input type="date" name="until" value="{e(until)}"></label><button>Search</button></form>')
@@ -122,24 +141,27 @@ def history_page(rows, total, page, params, clues, csrf, flash=""):
             state = f'learned as {e(r["learned"])}'
         else:
             state = ""
-        act = (learn_form(r["id"], other, csrf, back, f"wrong? learn as {other}") if r["kept"] and label != "unsure"
-               else learn_form(r["id"], "spam", csrf, back) + learn_form(r["id"], "ham", csrf, back) if r["kept"]
+        act = (learn_form(r["id"], other, csrf, back, f"wrong? learn as {other}", root=root)
+               if r["kept"] and label != "unsure"
+               else learn_form(r["id"], "spam", csrf, back, root=root) + learn_form(r["id"], "ham", csrf, back,
+                                                                                    root=root) if r["kept"]
                else '<span class="muted">not kept</span>')
         items.append(
             f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}</td>'
-            f'<td><a href="/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
+            f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
             f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
             f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
             f'<div class="muted">{e(r["user"])}</div></td><td>{state}</td><td class="act">{act}</td></tr>')
     table = (f'<table class="list history"><thead><tr><th>Date</th><th>Verdict</th><th>Message</th><th>Via</th>'
              f'<th>Learned</th><th></th></tr></thead><tbody>{"".join(items)}</tbody></table>') if rows else \
         "<p>No verdict matches.</p>"
-    return layout("History", form + table + pager(page, total, "/history", {k: v for k, v in params.items() if v}),
-                  active="history", flash=flash)
+    return layout("History", form + table + pager(page, total, root + "/history",
+                                                   {k: v for k, v in params.items() if v}),
+                  active="history", flash=flash, root=root)
 
 
-def message_page(row, raw, clues, csrf, flash=""):
+def message_page(row, raw, clues, csrf, flash="", *, root=""):
     facts = [("Date", when(row["t"])), ("From", row["sender"]), ("Subject", row["subject"]),
              ("Message-ID", row["message_id"]), ("User", row["user"]), ("Size", f'{row["size"]} bytes'),
              ("Via", row["via"]), ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
@@ -151,16 +173,17 @@ def message_page(row, raw, clues, csrf, flash=""):
         body.append('<p class="muted">The message itself was not kept (only unsure messages and the most recent '
                     'others are, for a while), so it cannot be shown or learned here.</p>')
     else:
-        body.append(f'<p>{learn_form(row["id"], "spam", csrf, back)} {learn_form(row["id"], "ham", csrf, back)}</p>')
+        body.append(f'<p>{learn_form(row["id"], "spam", csrf, back, root=root)} '
+                    f'{learn_form(row["id"], "ham", csrf, back, root=root)}</p>')
         body.append(f"<h2>Clues</h2>{clue_list(clues)}")
         text = raw.decode("utf-8", "replace")
         cut = len(text) > MAX_SHOWN
         body.append(f'<h2>Source (as text, never rendered)</h2><pre class="source">{e(text[:MAX_SHOWN])}</pre>'
                     + ('<p class="muted">(cut)</p>' if cut else ""))
-    return layout(f"Message #{row['id']}", "".join(body), flash=flash)
+    return layout(f"Message #{row['id']}", "".join(body), flash=flash, root=root)
 
 
-def overview_page(per_day, days, bins, cutoffs, corrections, facts):
+def overview_page(per_day, days, bins, cutoffs, corrections, facts, *, root=""):
     day_labels = [d[5:] for d in days]
     day_series = {v: [per_day.get(d, {}).get(v, 0) for d in days] for v in ("ham", "unsure", "spam")}
     edges, counts = bins
@@ -181,24 +204,44 @@ def overview_page(per_day, days, bins, cutoffs, corrections, facts):
             f'<h2>Corrections</h2><p class="muted">What you taught here: spam that was ham (false positive), '
             f'ham that was spam (false negative), unsure mail.</p>{corr}'
             f'<h2>Model size</h2><dl>{size}</dl>')
-    return layout("Overview", body, active="overview")
+    return layout("Overview", body, active="overview", root=root)
 
 
-def model_page(facts, preview, older_than, max_messages):
+def model_page(facts, preview, older_than, max_messages, *, word="", found=(), root=""):
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts)
     dropped, before = preview
-    form = (f'<form method="get" action="/model" class="search"><label>tokens unseen for '
+    form = (f'<form method="get" action="{e(root)}/model" class="search"><label>tokens unseen for '
             f'<input type="number" name="older_than" min="0" value="{int(older_than)}"> days</label> '
             f'<label>in at most <input type="number" name="max_messages" min="0" value="{int(max_messages)}"> '
             f'messages</label><button>Preview</button></form>')
     body = (f"<dl>{dl}</dl><h2>Prune preview</h2>{form}<p>spamnb prune --older-than {int(older_than)} "
             f"--max-messages {int(max_messages)} would drop <strong>{dropped}</strong> of {before} tokens. "
             f"Nothing is changed here: run the command to prune.</p>")
-    return layout("Model", body, active="model")
+    return layout("Model", body + word_lookup(word, found, root), active="model", root=root)
 
 
-def error_page(status, text, nav=True):
-    return layout(f"{status}", f"<p>{e(text)}</p>", nav=nav)
+def word_lookup(word, found, root):
+    """The Model page's word lookup (``spamnb explain --word``): a form, and what the model
+    knows of the word asked for."""
+    form = (f'<form method="get" action="{e(root)}/model" class="search" id="lookup"><input type="search" '
+            f'name="word" value="{e(word)}" placeholder="a word or a token"><button>Look up</button></form>')
+    if not word:
+        return f"<h2>Word lookup</h2>{form}"
+    if not found:
+        return f'<h2>Word lookup</h2>{form}<p>{e(word)}: not in the model.</p>'
+    rows = "".join(f'<tr><td><code>{e(r["token"])}</code><div class="muted">{e(describe(r["token"]))}</div></td>'
+                   f'<td>{r["ham"]:.3f}</td><td>{r["spam"]:.3f}</td><td>{r["messages"]}</td>'
+                   f'<td>{r["weight"]:+.3f}</td><td>{leaning(r["weight"])}</td></tr>' for r in found)
+    return (f'<h2>Word lookup</h2>{form}<table class="list words"><thead><tr><th>Token</th><th>ham</th>'
+            f'<th>spam</th><th>messages</th><th>log-odds</th><th>pushes to</th></tr></thead>'
+            f'<tbody>{rows}</tbody></table><p class="muted">ham and spam: the token\'s counts in each class '
+            f'(as the model\'s features count them: <code>spamnb explain --word</code> says how); messages: the learned '
+            f'messages holding it; log-odds: what it alone adds to a score.</p>')
+
+
+def error_page(status, text, nav=True, root=""):
+    """An error; with ``nav`` (and the page's ``root``), the page's links."""
+    return layout(f"{status}", f"<p>{e(text)}</p>", nav=nav, root=root)
 
 
 STYLE = """
@@ -224,5 +267,6 @@ max-height:600px;overflow:auto}
 dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weight:600}
 dd{margin:0;overflow-wrap:anywhere}
 form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
+form.batch{margin:8px 0}td.pick{width:1em}
 .pager{margin:10px 0}
 """

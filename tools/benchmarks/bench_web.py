@@ -93,21 +93,31 @@ class Server:
             stop(self.proc)
             sys.exit(f"bench_web.py: spamnb web of {tree} did not start: {self.log.read_text()[-800:]}")
         self.base, token = m.group(1).split("/?token=")
-        self.cookie = f"spamnb_token_{self.base.rsplit(':', 1)[1]}={token}"
-        self.csrf = None
+        # the printed address sends a browser to the page's own (/s/KEY/); a revision before that
+        # kept the token in a cookie instead
+        self.root, self.cookie, self.csrf = "", None, None
+        headers = self.open(f"/?token={token}")[2]
+        self.root = headers["Location"][:-1]
+        self.cookie = (headers["Set-Cookie"] or "").split(";")[0] or None
 
-    def get(self, path, data=None):
-        """``(status, body)``, redirects not followed (the CSRF token masked)."""
-        req = urllib.request.Request(self.base + path, data=data, headers={"Cookie": self.cookie})
+    def open(self, path, data=None):
+        """``(status, body, headers)`` of one request at the page's address, redirects not followed."""
+        req = urllib.request.Request(self.base + self.root + path, data=data,
+                                     headers={"Cookie": self.cookie} if self.cookie else {})
         try:
             with urllib.request.build_opener(NoRedirect).open(req, timeout=120) as r:
-                status, body = r.status, r.read().decode()
+                return r.status, r.read().decode(), r.headers
         except urllib.error.HTTPError as exc:
-            status, body = exc.code, exc.read().decode()
+            return exc.code, exc.read().decode(), exc.headers
+
+    def get(self, path, data=None):
+        """``(status, body)``, redirects not followed (the CSRF token and the page's address masked)."""
+        status, body, _ = self.open(path, data)
         found = CSRF.search(body)
         if found:
             self.csrf = found.group(0).split('value="')[1][:-1]
-        return status, CSRF.sub('name="csrf" value="-"', body).replace(self.folder, "SITE")
+        body = CSRF.sub('name="csrf" value="-"', body).replace(self.folder, "SITE")
+        return status, body.replace(self.root, "") if self.root else body
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):

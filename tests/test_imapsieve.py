@@ -1,0 +1,320 @@
+"""Learning from moves on Dovecot: the IMAPSieve scripts and settings spamnb ships
+(``spamnb.delivery.imapsieve``, contrib/dovecot/) in a real Dovecot with Pigeonhole.
+
+A private Dovecot per test (``tests/dovecot.py`` with ``imapsieve=``: its config
+is the shipped settings file, its scripts the shipped ones, compiled with
+``sievec``); a mail client moves and copies messages over IMAP (imapclient), and
+after each step the user's own model is read: what it learned, and how many
+messages of each class it holds. Skipped with the reason when Dovecot or
+Pigeonhole (dovecot-sieve) is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, gold_labels, SAMPLE_MAILDIR, strip_from_line
+from spamnb.delivery import imapsieve
+from spamnb.mail.identity import message_key
+from spamnb.storage.modelfile import load_model
+
+CONTRIB = ROOT / "contrib" / "dovecot"
+HAM, SPAM = 0, 1  # the classes as the model's registry and counts hold them
+
+
+def sample(label, n, start=0):
+    names = sorted(name for name, lb in gold_labels().items() if lb == label)
+    return [strip_from_line((SAMPLE_MAILDIR / "cur" / name).read_bytes()) for name in names[start:start + n]]
+
+
+def _mail_user_runs(path) -> bool:
+    """Whether Dovecot's mail user (nobody when the tests run as root) can run ``path``
+    and its interpreter (not when they sit under root's home, e.g. a pyenv)."""
+    if os.geteuid() != 0:
+        return True
+    import dovecot as harness
+
+    paths = [os.path.realpath(path), os.path.realpath(sys.executable)]
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(harness.NOBODY)
+            os.setuid(harness.NOBODY)
+            code = 0 if all(os.access(p, os.X_OK) for p in paths) else 1
+        finally:
+            os._exit(code)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
+
+
+def spamnb_for_mail_user(folder: Path) -> str:
+    """The spamnb command the pipe program runs: this tree's, or, when the mail user cannot
+    run this interpreter (root's pyenv), a launcher running the system's python3 of the
+    same version on this tree and its site-packages (skipped when there is none). Either
+    way through a wrapper that writes each command line to ``folder/calls``."""
+    calls = folder / "calls"
+    calls.touch()
+    calls.chmod(0o666)
+    wrapper = folder / "spamnb-calls"
+    wrapper.write_text(f'#!/bin/sh\necho "$*" >> {calls}\nexec {_spamnb(folder)} "$@"\n')
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def _spamnb(folder):
+    script = Path(sys.executable).parent / "spamnb"
+    if script.exists() and _mail_user_runs(script):
+        return str(script)
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if system is None or subprocess.run([system, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                        capture_output=True, text=True).stdout.strip() != version:
+        pytest.skip(f"the mail user cannot run {sys.executable}, and there is no /usr/bin/python3 {version}")
+    import click
+
+    site = str(Path(click.__file__).resolve().parent.parent)
+    launcher = folder / "spamnb"
+    launcher.write_text(f"#!/bin/sh\nPYTHONPATH='{ROOT}:{site}' exec {system} -c "
+                        "'import sys; from spamnb._entry import main; sys.argv[0] = \"spamnb\"; sys.exit(main())' "
+                        '"$@"\n')
+    launcher.chmod(0o755)
+    return str(launcher)
+
+
+class Mailbox:
+    """A Dovecot with the shipped IMAPSieve files, its user's own model, and a look at both."""
+
+    def __init__(self, server, model: Path, calls: Path):
+        self.server, self.model, self.calls = server, model, calls
+
+    def counts(self):
+        return tuple(int(n) for n in load_model(self.model, allow_insecure=True).messages)
+
+    def known(self, raw):
+        return load_model(self.model, allow_insecure=True).known(message_key(raw), raw)
+
+    def log(self):
+        """What the pipe program wrote to Dovecot's log (its failures)."""
+        return [line for line in self.server.log.read_text(errors="replace").splitlines() if "spamnb-learn:" in line]
+
+    def learns(self):
+        """The labels of the `spamnb learn` commands the pipe program ran, in order."""
+        return [line.split()[1] for line in self.calls.read_text().splitlines()]
+
+    def uid_of(self, folder, raw):
+        key = message_key(raw)
+        found = [uid for uid, got in self.server.fetch_all(folder).items() if message_key(got) == key]
+        assert len(found) == 1, (folder, found)
+        return found[0]
+
+    def move(self, raw, src, dst):
+        self.server.move(src, self.uid_of(src, raw), dst)
+
+    def copy(self, raw, src, dst):
+        self.server.copy(src, self.uid_of(src, raw), dst)
+
+
+@pytest.fixture
+def mailbox(make_dovecot, trained_model_file):
+    import dovecot as harness
+
+    if harness.imapsieve_missing():
+        pytest.skip(harness.imapsieve_missing())
+    pytest.importorskip("imapclient", reason="imapclient is not installed (it is in the test and imap extras)")
+    folder = Path(tempfile.mkdtemp(prefix="spamnb-sieve-"))  # the admin's: readable by the mail user
+    folder.chmod(0o755)
+    try:
+        scripts = folder / "sieve"
+        imapsieve.install(scripts, spamnb_for_mail_user(folder))
+        server = make_dovecot(imapsieve=scripts)
+        model = server.home / ".local" / "share" / "spamnb" / "model.joblib"
+        model.parent.mkdir(parents=True, mode=0o700)
+        shutil.copyfile(trained_model_file, model)
+        model.chmod(0o600)
+        if server.root:
+            for p in (model, model.parent, model.parent.parent, model.parent.parent.parent):
+                os.chown(p, harness.NOBODY, harness.NOBODY)
+        for name in ("Archive", "Other", "Trash", "Unsure"):
+            server.create_folder(name)
+        yield Mailbox(server, model, folder / "calls")
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_each_move_into_and_out_of_junk_is_learned_once(mailbox):
+    """Into Junk: spam; out of Junk to INBOX: ham (forgotten as spam); back: spam again;
+    Junk to Trash: nothing; between two other folders: nothing; a copy into Junk: spam,
+    once however often (IMAPSieve calls a MOVE a COPY: the scripts cannot tell them apart)."""
+    a, b = sample("ham", 2)
+    c = sample("ham", 1, start=5)[0]
+    mailbox.server.append("INBOX", a)
+    mailbox.server.append("INBOX", b)
+    mailbox.server.append("Archive", c)
+    ham0, spam0 = mailbox.counts()
+    assert mailbox.known(a) is None
+
+    mailbox.move(a, "INBOX", "Junk")
+    assert mailbox.known(a) == SPAM and mailbox.counts() == (ham0, spam0 + 1)
+
+    mailbox.move(a, "Junk", "INBOX")
+    assert mailbox.known(a) == HAM and mailbox.counts() == (ham0 + 1, spam0)
+
+    mailbox.move(a, "INBOX", "Junk")
+    assert mailbox.known(a) == SPAM and mailbox.counts() == (ham0, spam0 + 1)
+
+    mailbox.move(a, "Junk", "Trash")  # deleting spam is no verdict: still spam, once
+    assert mailbox.known(a) == SPAM and mailbox.counts() == (ham0, spam0 + 1)
+    assert mailbox.server.uids("Junk") == [] and len(mailbox.server.uids("Trash")) == 1
+
+    mailbox.move(c, "Archive", "Other")
+    assert mailbox.known(c) is None and mailbox.counts() == (ham0, spam0 + 1)
+
+    mailbox.copy(b, "INBOX", "Junk")
+    assert mailbox.known(b) == SPAM and mailbox.counts() == (ham0, spam0 + 2)
+    mailbox.copy(b, "INBOX", "Junk")  # a second copy: known already
+    assert mailbox.counts() == (ham0, spam0 + 2)
+    assert len(mailbox.server.uids("Junk")) == 2 and len(mailbox.server.uids("INBOX")) == 1
+
+    # one learn per event (3 moves, 2 copies); the moves to Trash and to Other ran nothing
+    assert mailbox.learns() == ["--spam", "--ham", "--spam", "--spam", "--spam"]
+    assert mailbox.log() == []  # nothing failed
+
+
+def test_moves_out_of_the_unsure_folder(mailbox):
+    """Out of Unsure into INBOX: ham. Out of Unsure into Junk: spam, and only spam (the Junk
+    rule and the Unsure rule both match; the ham script stops for Junk). Junk to Unsure:
+    nothing (the person has not decided)."""
+    a, b, c = sample("ham", 3)
+    mailbox.server.append("Unsure", a)
+    mailbox.server.append("Unsure", b)
+    mailbox.server.append("Junk", c)
+    ham0, spam0 = mailbox.counts()
+    mailbox.move(a, "Unsure", "INBOX")
+    assert mailbox.known(a) == HAM and mailbox.counts() == (ham0 + 1, spam0)
+    mailbox.move(b, "Unsure", "Junk")
+    assert mailbox.known(b) == SPAM and mailbox.counts() == (ham0 + 1, spam0 + 1)
+    mailbox.move(c, "Junk", "Unsure")
+    assert mailbox.known(c) is None and mailbox.counts() == (ham0 + 1, spam0 + 1)
+    assert mailbox.learns() == ["--ham", "--spam"]
+    assert mailbox.log() == []
+
+
+def test_a_failing_learn_never_blocks_or_loses_the_move(mailbox):
+    """The model cannot be written: the move happens all the same, the message byte for byte
+    where it was moved, nothing learned, and one line in Dovecot's log says why."""
+    import dovecot as harness
+
+    a = sample("spam", 1)[0]
+    mailbox.server.append("INBOX", a)
+    before = mailbox.server.fetch_all("INBOX")
+    counts = mailbox.counts()
+    folder = mailbox.model.parent
+    for p in folder.iterdir():
+        p.chmod(0o400)
+    folder.chmod(0o500)
+    try:
+        started = time.monotonic()
+        mailbox.move(a, "INBOX", "Junk")
+        took = time.monotonic() - started
+    finally:
+        folder.chmod(0o700)
+        for p in folder.iterdir():
+            p.chmod(0o600)
+    assert mailbox.server.uids("INBOX") == []
+    assert list(mailbox.server.fetch_all("Junk").values()) == list(before.values())
+    assert mailbox.known(a) is None and mailbox.counts() == counts
+    lines = mailbox.log()
+    assert mailbox.learns() == ["--spam"]
+    assert len(lines) == 1 and "alice: learning as spam failed (the move is done)" in lines[0], lines
+    assert "Traceback" not in mailbox.server.log.read_text()
+    assert took < 10, took  # not held up to Dovecot's pipe timeout
+    del harness
+
+
+def test_the_contrib_files_are_what_install_writes(tmp_path):
+    """contrib/dovecot/ is what `spamnb setup --imapsieve DIR` writes for /usr/local/bin/spamnb
+    in /etc/dovecot/sieve-spamnb, mode for mode."""
+    written = {name: (mode, text) for name, (mode, text) in
+               imapsieve.files("/usr/local/bin/spamnb", imapsieve.DEFAULT_DIR).items()}
+    shipped = {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_text()) for p in CONTRIB.iterdir()}
+    assert shipped == written
+
+
+def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
+    """`spamnb setup --imapsieve DIR` writes the four files with this spamnb's full path
+    (nothing else: no mail read, no model), says what to add to dovecot.conf, and leaves
+    a file already there as it is."""
+    from test_e2e import SPAMNB
+
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+           **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
+    (tmp_path / "home").mkdir()
+    folder = tmp_path / "sieve-spamnb"
+    proc = subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert f"cp {folder}/90-spamnb-imapsieve.conf /etc/dovecot/conf.d/" in proc.stdout
+    assert f"sievec {folder}/report-spam.sieve" in proc.stdout
+    got = {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_text()) for p in folder.iterdir()}
+    assert got == imapsieve.files(SPAMNB[0], str(folder))
+    assert os.listdir(tmp_path / "home") == []  # no model, no configuration, no mail read
+    (folder / "report-ham.sieve").write_text("# the admin's own\n")
+    proc = subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and f"{folder}/report-ham.sieve exists: left as it is" in proc.stdout
+    assert (folder / "report-ham.sieve").read_text() == "# the admin's own\n"
+
+
+def test_the_docs_show_the_settings_as_shipped():
+    """docs/delivery.md's block of settings is the shipped file's, comments and blank lines aside."""
+    doc = (ROOT / "docs" / "delivery.md").read_text()
+    start = doc.index("```\nprotocol imap {") + 4
+    block = doc[start:doc.index("```", start)].splitlines()
+    conf = [line for line in imapsieve.conf().splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    assert block == conf
+
+
+def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path, trained_model_file):
+    """spamnb hanging (a model locked for ever, a stuck disk): Dovecot stops the pipe program
+    after sieve_pipe_exec_timeout (2 s here, 10 s by default) and the move is done."""
+    import dovecot as harness
+
+    if harness.imapsieve_missing():
+        pytest.skip(harness.imapsieve_missing())
+    pytest.importorskip("imapclient", reason="imapclient is not installed (it is in the test and imap extras)")
+    folder = Path(tempfile.mkdtemp(prefix="spamnb-sieve-"))
+    folder.chmod(0o755)
+    server = None
+    try:
+        hang = folder / "spamnb"
+        hang.write_text("#!/bin/sh\nexec sleep 60\n")
+        hang.chmod(0o755)
+        imapsieve.install(folder / "sieve", str(hang))
+        server = harness.Dovecot(imapsieve=folder / "sieve")
+        server.extra_config = "plugin {\n  sieve_pipe_exec_timeout = 2s\n}\n"
+        server.start()
+        a = sample("spam", 1)[0]
+        uid = server.append("INBOX", a)
+        before = server.fetch_all("INBOX")[uid]
+        started = time.monotonic()
+        server.move("INBOX", uid, "Junk")
+        took = time.monotonic() - started
+        assert server.uids("INBOX") == [] and list(server.fetch_all("Junk").values()) == [before]
+        assert took < 5, (took, server.log_tail(50))
+        log = server.log.read_text()
+        assert "alice: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as spam" in log, log
+        assert "signal 9" not in log, log  # it ended at Dovecot's SIGTERM, not at the SIGKILL after
+    finally:
+        if server is not None:
+            server.stop()
+        shutil.rmtree(folder, ignore_errors=True)
