@@ -410,8 +410,9 @@ class RedisBackend(Backend):
     @classmethod
     def from_url(cls, url: str) -> "RedisBackend":
         """``redis://[USER@]HOST[:PORT][/DB]``, ``rediss://`` (TLS), ``unix:///PATH[?db=N]``,
-        ``redis+sentinel://HOST[:PORT],.../SERVICE[/DB]`` (a Sentinel group, ``?wait=N``), with ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and
-        ``?password_file=PATH`` (the password, never in the URL or argv: docs/many-hosts.md).
+        ``redis+sentinel://HOST[:PORT],.../SERVICE[/DB]`` (a Sentinel group, ``?wait=N``), with
+        ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and ``?password_file=PATH``
+        (the password, never in the URL or argv: docs/many-hosts.md).
         Other query parameters go to redis-py (``ssl_ca_certs=``, ``ssl_certfile=``...)."""
         redis = _redis()
         try:  # the rules `config --check` applies to [store] url: scheme, no password in it, prefix...
