@@ -293,9 +293,15 @@ def private_file(path, what="password file"):
 
 # -- the store's URL -----------------------------------------------------------------------------
 
-STORE_SCHEMES = ("redis", "rediss", "unix")
+STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+#: A Sentinel group's URL (``redis+sentinel://HOST:PORT,.../SERVICE/DB``, as redis-vl, LangChain
+#: and Redis-Sentinel-Url spell it), and a Sentinel's port when the URL gives none.
+SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_PORT = 26379
 #: The query parameters the store reads itself; the others go to redis-py.
 STORE_OWN = ("prefix", "timeout", "password_file")
+#: ... and those of a Sentinel URL only (its Sentinels' password; replicas a learn waits for).
+SENTINEL_OWN = ("sentinel_password_file", "wait")
 #: redis-py's query parameters that name a file, read at the first request (said now instead).
 STORE_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
 PASSWORD_IN_URL = ("give the password with ?password_file=PATH, not in the URL (a URL shows up in process "
@@ -348,25 +354,33 @@ def store_url_parts(url):
 
     _text(url)
     if not is_store_url(url):
-        raise ValueError(f"{redact(url)}: not a store URL: give redis://HOST:PORT/DB, rediss://... (TLS) "
-                         f"or unix:///PATH")
+        raise ValueError(f"{redact(url)}: not a store URL: give redis://HOST:PORT/DB, rediss://... (TLS), "
+                         f"unix:///PATH or redis+sentinel://HOST:PORT,.../SERVICE/DB")
     try:
         parts = urlsplit(url)
-        parts.port  # noqa: B018 (urlsplit reads the port only when asked: a bad one raises here)
+        sentinel = parts.scheme == SENTINEL_SCHEME
+        if not sentinel:  # (a Sentinel URL's host part is a list: sentinel_group reads it)
+            parts.port  # noqa: B018 (urlsplit reads the port only when asked: a bad one raises here)
     except ValueError:
         raise ValueError(f"{redact(url)}: the port must be a number from 1 to 65535") from None
     query = parse_qs(parts.query, keep_blank_values=True)
     if parts.password or any(k.strip().lower() == "password" for k in query):
         raise ValueError(f"{redact(url)}: {PASSWORD_IN_URL}")
-    if parts.scheme == "unix":
+    if sentinel:
+        sentinel_group(parts, query, redact(url))
+    elif any(k in query for k in SENTINEL_OWN):
+        raise ValueError(f"{redact(url)}: wait= and sentinel_password_file= are for {SENTINEL_SCHEME}:// URLs")
+    elif parts.scheme == "unix":
         if not parts.path:
             raise ValueError(f"{redact(url)}: give the socket's path, unix:///PATH")
     elif not parts.hostname:
         raise ValueError(f"{redact(url)}: give the server's host, {parts.scheme}://HOST:PORT/DB")
     db = query.get("db", [""])[-1] if parts.scheme == "unix" else parts.path.strip("/")
-    if db and not db.isdigit():
+    if db and not db.isdigit() and not sentinel:
         raise ValueError(f"{redact(url)}: the database must be a number, not {db!r}")
-    ours = {k: query.pop(k)[-1] for k in STORE_OWN if k in query}
+    ours = {k: query.pop(k)[-1] for k in STORE_OWN + SENTINEL_OWN if k in query}
+    if "wait" in ours and not (ours["wait"].isdigit() and int(ours["wait"]) < 1000):
+        raise ValueError(f"{redact(url)}: wait must be a number of replicas, not {ours['wait']!r}")
     if "prefix" in ours:
         prefix = ours["prefix"]
         if not prefix or len(prefix) > 128 or not prefix.isprintable() or any(c in prefix for c in " *?[]\\"):
@@ -383,12 +397,41 @@ def store_url_parts(url):
     try:
         if "password_file" in ours:
             private_file(ours["password_file"], "password file")
+        if "sentinel_password_file" in ours:
+            private_file(ours["sentinel_password_file"], "password file")
         for name in STORE_FILES:
             if name in query:  # said now, by name, not as redis-py's "Error 2 connecting" at the first request
                 readable_file(query[name][-1], f"{name}={query[name][-1]}")
     except ValueError as exc:
         raise ValueError(f"{redact(url)}: {exc}") from None
     return parts, query, ours
+
+
+def sentinel_group(parts, query, shown):
+    """``(sentinels, service, db)`` of a Sentinel URL's urlsplit ``parts`` and query:
+    ``[(host, port)...]`` of ``HOST[:PORT],[V6]:PORT...`` (port 26379 when not given),
+    the service of its path and the database of its path or ``?db=``; ValueError
+    naming what is wrong (``shown``: the URL without its password)."""
+    sentinels = []
+    for item in parts.netloc.rpartition("@")[2].split(","):
+        host, colon, number_ = item.rpartition(":")
+        if not colon or not number_.isdigit() or (host.startswith("[") != host.endswith("]")):
+            host, number_ = item, ""  # no port (an IPv6 address without one is in brackets too)
+        host = host.strip("[]")
+        if not host or (number_ and not 1 <= int(number_) < 65536):
+            raise ValueError(f"{shown}: name the Sentinels as HOST[:PORT],HOST[:PORT]... (a port from 1 to 65535)")
+        sentinels.append((host, int(number_ or SENTINEL_PORT)))
+    path = [p for p in parts.path.split("/") if p]
+    db = query.get("db", [path[1] if len(path) > 1 else "0"])[-1]
+    if not path or len(path) > 2 or not db.isdigit():
+        raise ValueError(f"{shown}: name the Sentinels' service and the database: .../SERVICE[/DB] (e.g. /spamnb/0)")
+    extra = sorted(k for k in query if k not in STORE_OWN + SENTINEL_OWN + ("db",))
+    if extra:
+        raise ValueError(f"{shown}: unknown parameter {extra[0]}= (a Sentinel URL takes prefix=, timeout=, "
+                         f"password_file=, sentinel_password_file=, wait=, db=)")
+    from urllib.parse import unquote
+
+    return sentinels, unquote(path[0]), int(db)
 
 
 # -- IMAP --------------------------------------------------------------------------------------

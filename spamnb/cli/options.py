@@ -28,7 +28,8 @@ def model_options(f):
 def store_option(f):
     return click.option("--store", metavar="URL", callback=_where_default,
                         help="Keep the model in a store shared by several hosts instead of a file: "
-                             "redis://HOST:PORT/DB, rediss:// (TLS) or unix:///PATH, with ?prefix=NAME: "
+                             "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
+                             "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
                              "(default $SPAMNB_STORE; docs/many-hosts.md).")(f)
 
 

@@ -12,7 +12,8 @@ def _store(url, user):
     from spamnb.storage.where import open_backend
 
     if not is_store_url(url):
-        raise click.UsageError(f"{redact(url)!r} is not a store URL: redis://HOST:PORT/DB, rediss://... or unix:///PATH")
+        raise click.UsageError(f"{redact(url)!r} is not a store URL: redis://HOST:PORT/DB, rediss://..., unix:///PATH "
+                               f"or redis+sentinel://HOST:PORT,.../SERVICE/DB")
     backend = open_backend(None, url)
     return backend.for_user(user) if user else backend
 

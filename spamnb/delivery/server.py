@@ -69,6 +69,7 @@ from spamnb import checks
 from spamnb.delivery import events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
+from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
 from spamnb.storage.scorer import Scorer
 from spamnb.verdict import Boundary
@@ -489,7 +490,9 @@ def server_pid(*, socket_path=None, pidfile=None) -> int:
 def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None, ready=None, pidfile=None,
           max_connections=MAX_CONNECTIONS, others=None, recorder=None, reload=None, metrics=None):
     """Serve the model of ``backend`` (a :class:`spamnb.storage.backend.Backend`) until
-    SIGTERM or SIGINT; the model is loaded (a store: reached) before the socket opens.
+    SIGTERM or SIGINT; the model is loaded (a store: reached) before the socket opens, except
+    that a store that cannot answer now is said in one line and served meanwhile (each
+    request asks it again: scanning starts when it answers).
 
     ``pidfile``: a path for a :class:`PidFile`, refused at once when a live
     server holds it, written once the socket listens, removed on exit.
@@ -509,7 +512,10 @@ def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
     if pid:
         pid.check()
     backend.log = log
-    backend.resident().view()  # a model that cannot load is an error now, not at the first message
+    try:
+        backend.resident().view()  # a model that cannot load is an error now, not at the first message
+    except StoreUnavailable as exc:  # a host booting during a store's outage still answers: mail passes
+        log(f"{exc}; serving meanwhile: mail passes unscanned until the store answers")
     compactor = Compactor(log)
     extra = others(backend, compactor, log) if others else []
     try:

@@ -82,6 +82,17 @@ class Backend:
         (what ``--metrics`` reports when Prometheus scrapes); None when it holds none."""
         return None
 
+    def reachable(self) -> bool | None:
+        """Whether the model's storage answered the last request (a store: True after
+        a reply, False after a failure to reach it, None before any request); a
+        model file is always there. For a gauge, with :meth:`last_success`."""
+        return True
+
+    def last_success(self) -> float | None:
+        """When (``time.time()``) the storage last answered; None: a model file, or a
+        store never reached yet."""
+        return None
+
     def pending_bytes(self) -> int:
         """Bytes of updates not yet folded into the stored model (a journal's size)."""
         return 0

@@ -366,14 +366,30 @@ def check_value(h, sp, df) -> None:
         raise ValueError("a token's counts are not finite and non-negative")
 
 
+class _Reach:
+    """Whether a store's client reached it the last time it tried, and when it last
+    had an answer (what a server's gauge reads: :meth:`RedisBackend.reachable`)."""
+
+    def __init__(self):
+        self.ok: bool | None = None
+        self.when: float | None = None
+
+
 class RedisBackend(Backend):
     """A model in Redis (see the module docstring). ``client``: a redis-py client;
     ``prefix``: the keys' prefix; ``name``: the URL without its password."""
 
     per_user = True
 
-    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False):
+    def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False, reach=None,
+                 reader=None, wait=0):
         self.client = client
+        # classification reads here (a Sentinel group's replicas), everything else on the primary
+        self.reader = reader if reader is not None else client
+        # replicas that must hold a learn before it is acknowledged (WAIT; a Sentinel URL's default 1)
+        self.wait = wait
+        # one record for the store's client, shared by its users' backends
+        self._reach = reach if reach is not None else _Reach()
         # a user's model is made at their first learn (from ``create()``); the store's own
         # only by push or train, so that a store restarted empty says so instead
         self.user = user
@@ -382,7 +398,7 @@ class RedisBackend(Backend):
         self.short_name = "store:" + self.prefix.decode("utf-8", "replace")
         self._url_parts = url_parts
         self._settings: Settings | None = None
-        self._read = client.register_script(READ)
+        self._read = self.reader.register_script(READ)
         self._learn = client.register_script(LEARN)
         self._sweep = client.register_script(SWEEP)
 
@@ -394,8 +410,9 @@ class RedisBackend(Backend):
     @classmethod
     def from_url(cls, url: str) -> "RedisBackend":
         """``redis://[USER@]HOST[:PORT][/DB]``, ``rediss://`` (TLS), ``unix:///PATH[?db=N]``,
-        with ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and
-        ``?password_file=PATH`` (the password, never in the URL or argv: docs/many-hosts.md).
+        ``redis+sentinel://HOST[:PORT],.../SERVICE[/DB]`` (a Sentinel group, ``?wait=N``), with
+        ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and ``?password_file=PATH``
+        (the password, never in the URL or argv: docs/many-hosts.md).
         Other query parameters go to redis-py (``ssl_ca_certs=``, ``ssl_certfile=``...)."""
         redis = _redis()
         try:  # the rules `config --check` applies to [store] url: scheme, no password in it, prefix...
@@ -408,20 +425,40 @@ class RedisBackend(Backend):
         if "password_file" in ours:
             kwargs["password"] = _read_password(ours["password_file"])
         base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
+        name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
+        if parts.scheme == checks.SENTINEL_SCHEME:
+            return cls._from_sentinel_url(parts, query, ours, kwargs, prefix, name)
         rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         try:
             client = redis.Redis.from_url(rest, **kwargs)
         except ValueError as exc:
             raise ModelError(f"store URL {checks.redact(url)}: {exc}") from None
-        name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
         return cls(client, prefix, name, url_parts=(parts, ours))
+
+    @classmethod
+    def _from_sentinel_url(cls, parts, query, ours, kwargs, prefix, name):
+        """``redis+sentinel://[USER@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]`` (checked:
+        :func:`spamnb.checks.sentinel_group`): the primary of the Sentinels' SERVICE for
+        writing, its replicas (else the primary) for classifying."""
+        from redis.sentinel import Sentinel
+
+        sentinels, service, db = checks.sentinel_group(parts, query, name)
+        if parts.username:
+            kwargs["username"] = urllib.parse.unquote(parts.username)
+        own = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout")}
+        if "sentinel_password_file" in ours:
+            own["password"] = _read_password(ours["sentinel_password_file"])
+        group = Sentinel(sentinels, sentinel_kwargs=own, db=db, **kwargs)
+        return cls(group.master_for(service), prefix, name, reader=group.slave_for(service),
+                   wait=int(ours.get("wait", 1)))
 
     def for_user(self, user) -> "RedisBackend":
         if not user or len(user) > 128 or any(c in user for c in ":*?[]\\") or not user.isprintable() \
                 or " " in user:
             raise ModelError(f"{user!r} cannot name a model in a store (no ':', spaces or wildcards)")
         name = f"{self.name}#user={user}"
-        return RedisBackend(self.client, self.prefix + b"u:" + user.encode() + b":", name, user=True)
+        return RedisBackend(self.client, self.prefix + b"u:" + user.encode() + b":", name, user=True,
+                            reach=self._reach, reader=self.reader, wait=self.wait)
 
     def close(self) -> None:
         pass  # the client is shared by the users' backends
@@ -443,11 +480,32 @@ class RedisBackend(Backend):
 
     # -- talking to Redis ----------------------------------------------------------
 
+    def reachable(self) -> bool | None:
+        return self._reach.ok
+
+    def last_success(self) -> float | None:
+        return self._reach.when
+
     def _call(self, what, fn, *args, **kwargs):
-        """``fn(*args)``, with redis-py's errors as one clear ModelError line."""
+        """``fn(*args)``, with redis-py's errors as one clear ModelError line; notes
+        whether the store answered (:meth:`reachable`)."""
         redis = _redis()
         try:
-            return fn(*args, **kwargs)
+            out = fn(*args, **kwargs)
+        except (redis.exceptions.TimeoutError, TimeoutError, redis.exceptions.ConnectionError, OSError):
+            self._reach.ok = False
+            self._raise(what)
+        except redis.exceptions.RedisError:
+            self._reach.ok = True  # it answered, with an error
+            self._raise(what)
+        self._reach.ok, self._reach.when = True, time.time()
+        return out
+
+    def _raise(self, what):
+        """The exception being handled, as one StoreUnavailable line."""
+        redis = _redis()
+        try:
+            raise
         except redis.exceptions.ReadOnlyError:
             raise StoreUnavailable(f"cannot {what}: the store {self.name} is a read-only replica "
                                    f"(learning needs the primary)") from None
@@ -475,10 +533,13 @@ class RedisBackend(Backend):
             return "; if that port is Redis' TLS port, use rediss://"
         return ""
 
-    def settings(self, refresh=False) -> Settings:
-        """What ``P meta`` says now (kept until ``refresh``); checked: :func:`check_settings`."""
+    def settings(self, refresh=False, *, replica=False) -> Settings:
+        """What ``P meta`` says now (kept until ``refresh``); checked: :func:`check_settings`.
+        From a replica when ``replica`` (classification: the script it reads with checks
+        that they still hold)."""
         if self._settings is None or refresh:
-            epoch, text, rev, buckets = self._call("read the model", self.client.hmget, self._meta(),
+            client = self.reader if replica else self.client
+            epoch, text, rev, buckets = self._call("read the model", client.hmget, self._meta(),
                                                    [b"epoch", b"settings", b"rev", b"buckets"])
             if epoch is None or text is None:
                 raise StoreUnavailable(f"the store {self.name} holds no model: it is empty (a Redis restarted "
@@ -508,7 +569,7 @@ class RedisBackend(Backend):
     # -- scoring -------------------------------------------------------------------
 
     def view(self):
-        return StoreView(self, self.settings())
+        return StoreView(self, self.settings(replica=True))
 
     def read(self, tokens):
         """``(settings, counts, {token hash: (n_ham, n_spam)})`` of the stored tokens
@@ -516,7 +577,7 @@ class RedisBackend(Backend):
         hashes = [token_hash(t) for t in set(tokens)]
         blob = b"".join(h.to_bytes(8, "little") for h in hashes)
         for _ in range(3):
-            st = self.settings()
+            st = self.settings(replica=True)
             reply = self._call("read the model", self._read, keys=[self._meta()],
                                args=[st.epoch, self._bucket(st.epoch, b""), blob, st.rev])
             if reply[0] == b"ok":
@@ -535,7 +596,7 @@ class RedisBackend(Backend):
                 return st, counts, found
             if reply[0] == b"bad":
                 raise self.malformed(reply[1].decode("utf-8", "replace"))
-            self.settings(refresh=True)  # a new model or new settings meanwhile (or the store emptied)
+            self.settings(refresh=True, replica=True)  # a new model or new settings meanwhile (or emptied)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; try again")
 
     # -- learning ------------------------------------------------------------------
@@ -604,6 +665,8 @@ class RedisBackend(Backend):
                 args += [h.to_bytes(8, "little"), n, t.encode("utf-8", "surrogatepass")]
             reply = self._call("learn", self._learn, keys=keys, args=args)
             tag = reply[0]
+            if tag == b"done" and self.wait:
+                self._replicated()
             if tag == b"done":
                 return None if int(reply[1]) < 0 else int(reply[1])
             if tag == b"unchanged":
@@ -616,6 +679,17 @@ class RedisBackend(Backend):
                 raise ValueError(f"message was {where}, not as {'ham' if y == 0 else 'spam'}: nothing to forget")
             self.settings(refresh=True)  # 'epoch' (a new model meanwhile) or 'empty' (says so)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; nothing learned, try again")
+
+    def _replicated(self):
+        """Return once :attr:`wait` replicas hold this client's writes, else say the learn
+        is not safe yet: Redis replicates after answering, so a learn the primary alone
+        holds is lost if it dies now, and a Sentinel then promotes a replica without it.
+        Telling the message again is safe (learned once by its identity)."""
+        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout") or DEFAULT_TIMEOUT
+        got = self._call("learn", self.client.execute_command, "WAIT", self.wait, int(timeout * 500))
+        if got < self.wait:
+            raise StoreUnavailable(f"cannot learn: {got} of the {self.wait} replica(s) of {self.name} confirmed "
+                                   f"the learn in time; tell it again (a message is learned once)")
 
     # -- the whole model -----------------------------------------------------------
 

@@ -21,13 +21,19 @@ shared: the ratios of paired runs are the figures):
 5. round trips per message: ``INFO commandstats`` over the latency pass: the
    EVALSHA calls per message (commands run inside a script are not round trips).
 
+With ``--sentinel`` the store is a Sentinel group instead (a primary, a replica and a
+Sentinel on private loopback ports, ``redis+sentinel://`` URL,
+tools/harnesses/redis_sentinel.py): classifications read the replica (its
+``INFO commandstats`` counts them), and each TELL waits for the replica (``WAIT 1``).
+
 Usage::
 
     python tools/benchmarks/bench_store.py                  # trains on corpora/spamassassin.tar.xz first
     python tools/benchmarks/bench_store.py --model model.joblib --concurrency 8
+    python tools/benchmarks/bench_store.py --model model.joblib --sentinel
 
-Needs ``spamc`` and ``redis-server`` (Debian: ``apt-get install spamc redis-server``)
-and the redis package (``pip install 'spamnb[redis]'``).
+Needs ``spamc`` and ``redis-server`` (Debian: ``apt-get install spamc redis-server``;
+``--sentinel``: ``redis-sentinel`` too) and the redis package (``pip install 'spamnb[redis]'``).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ SPAMNB = [sys.executable, "-m", "spamnb"]
 
 from tools.benchmarks.bench_spamd import answered, spamc, throughput  # noqa: E402
 from tools.harnesses.exim_spamd import free_port, start_serve, stop, wait_for  # noqa: E402
+from tools.harnesses.redis_sentinel import Group  # noqa: E402
 
 
 def start_redis(folder: Path):
@@ -105,8 +112,12 @@ def main():
     ap.add_argument("--model", type=Path, help="a model file (default: train one on the shipped corpus)")
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--learn", type=int, default=40, help="messages learned through each server")
+    ap.add_argument("--sentinel", action="store_true",
+                    help="the store in a Sentinel group (primary, replica, Sentinel): reads on the replica")
+    ap.add_argument("--wait", type=int, default=1,
+                    help="--sentinel: replicas each learn waits for (the URL's wait=; 0: none)")
     args = ap.parse_args()
-    for tool in ("spamc", "redis-server"):
+    for tool in ("spamc", "redis-server") + (("redis-sentinel",) if args.sentinel else ()):
         if not shutil.which(tool):
             raise SystemExit(f"{tool} is not installed (apt-get install {tool})")
     from spamnb.storage.filestore import FileBackend
@@ -127,9 +138,15 @@ def main():
                                      "--model", str(model)], check=True, capture_output=True)
         file_model = FileBackend(model).model()
         raws = [p.read_bytes() for p in sorted((ROOT / "corpora" / "sample-maildir" / "cur").iterdir())]
-        redis_proc, servers = None, []
+        redis_proc, group, servers = None, None, []
         try:
-            redis_proc, client, url = start_redis(tmp)
+            if args.sentinel:
+                group = Group(tmp)
+                url = group.url(prefix="bench:", wait=args.wait)
+                client, reader = group.client(group.ports[0]), group.client(group.ports[1])
+            else:
+                redis_proc, client, url = start_redis(tmp)
+                reader = client
             before = client.info("memory")["used_memory"]
             t = time.perf_counter()
             store = open_backend(None, url)
@@ -143,13 +160,13 @@ def main():
             for raw in raws[:4]:  # warm-up: scripts loaded, models read
                 timed(p_file, raw)
                 timed(p_store, raw)
-            client.config_resetstat()
+            reader.config_resetstat()
             lat_f, lat_s = [], []
             for i, raw in enumerate(raws):
                 order = [(p_file, lat_f), (p_store, lat_s)][::1 if i % 2 else -1]
                 for port, out in order:
                     out.append(timed(port, raw))
-            stats = client.info("commandstats")
+            stats = reader.info("commandstats")
             evalsha = stats.get("cmdstat_evalsha", {}).get("calls", 0)
             ratios = [s / f for s, f in zip(lat_s, lat_f)]
             tp = {"file": [], "store": []}
@@ -165,9 +182,12 @@ def main():
             for proc, _ in servers:
                 stop(proc)
             stop(redis_proc)
+            if group is not None:
+                group.stop()
         med = statistics.median
         version = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()[2]
-        print(f"server: Redis {version}; model: {n_tokens} tokens, {len(file_model.registry)} messages; "
+        where = f"a Sentinel group, reads on its replica, wait={args.wait}" if args.sentinel else "one server"
+        print(f"server: Redis {version} ({where}); model: {n_tokens} tokens, {len(file_model.registry)} messages; "
               f"{len(raws)} messages, spamc -c per message")
         print(f"latency        file {med(lat_f) * 1e3:6.1f} ms   store {med(lat_s) * 1e3:6.1f} ms   "
               f"median ratio store/file {med(ratios):.2f} (goal <= 1.5)")

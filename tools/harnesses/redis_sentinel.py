@@ -1,0 +1,95 @@
+"""A Redis Sentinel group on private 127.0.0.1 ports: Debian's ``redis-server`` as a
+primary and its replicas, ``redis-sentinel`` watching them, every file in one folder
+(no persistence). What tests/test_redis_sentinel.py and
+tools/benchmarks/bench_store.py ``--sentinel`` run a store in."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from tools.harnesses.exim_spamd import free_port
+
+SERVICE = "spamnb"
+
+
+def wait(what, check, seconds=30):
+    """Poll ``check()`` until it is true; RuntimeError after ``seconds``."""
+    import redis
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (redis.exceptions.RedisError, OSError):
+            pass
+        time.sleep(0.1)
+    raise RuntimeError(f"{what} did not happen in {seconds} s")
+
+
+class Group:
+    """A primary, ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority),
+    each a process on a private port, started and ready (every Sentinel knows every
+    replica and the other Sentinels)."""
+
+    def __init__(self, folder: Path, replicas=1, sentinels=1, down_ms=1000, failover_ms=3000):
+        self.folder = folder
+        self.procs: dict[int, subprocess.Popen] = {}
+        self.ports = [free_port() for _ in range(1 + replicas)]
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        try:
+            for i, port in enumerate(self.ports):
+                self._redis(port, *([] if i == 0 else ["--replicaof", "127.0.0.1", str(self.ports[0])]))
+            for port in self.ports[1:]:
+                wait("replication", lambda p=port: self.client(p).info("replication")["master_link_status"] == "up")
+            for port in self.sentinel_ports:
+                conf = folder / f"sentinel-{port}.conf"
+                conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+                                f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports[0]} {sentinels // 2 + 1}\n"
+                                f"sentinel down-after-milliseconds {SERVICE} {down_ms}\n"
+                                f"sentinel failover-timeout {SERVICE} {failover_ms}\n")
+                self.procs[port] = subprocess.Popen(["redis-sentinel", str(conf)], stdout=subprocess.DEVNULL,
+                                                    stderr=subprocess.DEVNULL)
+            for port in self.sentinel_ports:
+                wait("the Sentinels' discovery",
+                     lambda p=port: len(self.client(p).sentinel_slaves(SERVICE)) == replicas
+                     and len(self.client(p).sentinel_sentinels(SERVICE)) == sentinels - 1)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _redis(self, port, *extra):
+        self.procs[port] = subprocess.Popen(
+            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", str(self.folder), "--dbfilename", f"dump-{port}.rdb", *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait("redis-server", lambda: self.client(port).ping())
+
+    @staticmethod
+    def client(port):
+        import redis
+
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
+
+    def url(self, prefix="t:", **params):
+        """The store's ``redis+sentinel://`` URL, with ``?prefix=`` and ``params``."""
+        query = "&".join([f"prefix={prefix}"] + [f"{k}={v}" for k, v in params.items()])
+        hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
+        return f"redis+sentinel://{hosts}/{SERVICE}/0?{query}"
+
+    def primary(self) -> int:
+        """The primary's port, as the first Sentinel names it now."""
+        return int(self.client(self.sentinel_ports[0]).sentinel_get_master_addr_by_name(SERVICE)[1])
+
+    def kill(self, port):
+        self.procs[port].kill()
+        self.procs[port].wait(20)
+
+    def stop(self):
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(20)
