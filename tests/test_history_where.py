@@ -13,6 +13,7 @@ Each case is run as a user runs it, and the files on disk say where it went.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import sqlite3
 import subprocess
@@ -37,6 +38,11 @@ needs_redis = pytest.mark.skipif(REDIS_SERVER is None or redis is None,
 #: to the click command fails, so what happens is the fast path's alone
 FAST = ("import sys\nsys.modules['spamnb.cli'] = sys.modules['numpy'] = None\n"
         "sys.argv = ['spamnb', *sys.argv[1:]]\nfrom spamnb._entry import main\nmain()\n")
+
+
+def store_prefix(name):
+    """A store prefix of a test's name: the store refuses brackets and wildcards in one."""
+    return re.sub(r"[^A-Za-z0-9_.,=-]", "_", name[-30:])
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +186,7 @@ STORE_CASES = {
 @pytest.mark.parametrize("case", STORE_CASES)
 def test_filter_with_a_store_records_only_in_a_named_file(case, way, place, raw, store_server, isolated_env,
                                                           tmp_path, request):
-    url = store_server.url(prefix=f"{request.node.name[-30:]}:")
+    url = store_server.url(prefix=f"{store_prefix(request.node.name)}:")
     pushed(url, place["model"])
     args, want = arrange(STORE_CASES, case, place)
     extra = ["--evidence", "0"] if way == "click" else []
@@ -221,7 +227,7 @@ def test_serve_records_where_the_rule_says(case, place, isolated_env, tmp_path, 
     if case.startswith("--store"):
         if REDIS_SERVER is None or redis is None:
             pytest.skip("redis-server or the redis package is not installed")
-        url = request.getfixturevalue("store_server").url(prefix=f"{request.node.name[-30:]}:")
+        url = request.getfixturevalue("store_server").url(prefix=f"{store_prefix(request.node.name)}:")
         where = ["--store", url]
         pushed(url, place["model"])
     else:
@@ -304,7 +310,7 @@ def test_learn_and_forget_mark_where_filter_records(case, way, command, place, r
 @needs_redis
 @pytest.mark.parametrize("case", ["--store", "--store, --history"])
 def test_learn_with_a_store_marks_only_a_named_file(case, place, raw, store_server, tmp_path, request):
-    url = store_server.url(prefix=f"{request.node.name[-30:]}:")
+    url = store_server.url(prefix=f"{store_prefix(request.node.name)}:")
     pushed(url, place["model"])
     msg = tmp_path / "m.eml"
     msg.write_bytes(raw)

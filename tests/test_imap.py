@@ -156,9 +156,9 @@ def test_mail_the_model_cannot_judge_stays_where_it_is_and_is_judged_at_the_next
     judge, learn = _judge_and_learn(str(model))
     model.write_bytes(whole[:len(whole) // 2])  # after the run opened it: judge() meets it
     said = []
+    account(dovecot, tmp_path)  # the password file first: the settings check it
     s = imap.settings_from({}, {"host": dovecot.host, "port": dovecot.port, "user": dovecot.user,
                                 "security": "none", "password_file": str(tmp_path / "pw")})
-    account(dovecot, tmp_path)
     client = imap.connect(s)
     try:
         out = imap.Filter(client, s, state, judge, learn, said.append).run()

@@ -93,7 +93,8 @@ def server(tmp_path_factory):
 @pytest.fixture
 def url(server, request):
     """A fresh prefix in the module's server for each test."""
-    return server.url(prefix=f"{request.node.name[:40]}{hash(request.node.name) & 0xffff:x}:")
+    return server.url(prefix=re.sub(r"[^A-Za-z0-9_.,=-]", "_", request.node.name[:40])
+                      + f"{hash(request.node.name) & 0xffff:x}:")
 
 
 def pushed(url, model_path):

@@ -598,6 +598,12 @@ def test_setup_never_opens_mail_for_writing(tmp_path, trained_model_file):
 
     home, env = _bare_home(tmp_path)
     maildir_plus(home, time.time())
+    # --install makes the folders the recipe files into when they are missing (tested on its
+    # own): here they are there, so that any write setup makes in the mail is a defect
+    for folder in (".Junk", ".Unsure"):
+        for sub in ("cur", "new", "tmp"):
+            (home / "Maildir" / folder / sub).mkdir(parents=True, exist_ok=True)
+        (home / "Maildir" / folder / "maildirfolder").touch()
     ham, spam = ([strip_from_line(p.read_bytes()) for p in sample(label)] for label in ("ham", "spam"))
     (home / "Mail").mkdir()
     box = mailbox.MH(home / "Mail" / "saved", create=True)
