@@ -460,3 +460,39 @@ def test_every_command_that_takes_a_key_is_a_command():
     for (table, key) in KEYS:
         assert targets(main, table, key), (table, key)
         assert command_of(table, key) in known
+
+
+# -- a key's check stops only the commands that take it ---------------------------------------------
+
+
+@pytest.mark.parametrize("table, key, value", [
+    ("imap", "password_file", "readable"),  # readable by others: imap's key only
+    ("imap", "port", "993"),  # of the wrong type
+    ("serve", "socket", "open"),  # filter asks a server there only when private, else filters itself
+])
+def test_a_bad_key_of_another_command_in_the_user_file_never_stops_filter(tmp_path, compiled, monkeypatch,
+                                                                          table, key, value):
+    """The real `spamnb filter` (fast path, then click's) filters with a user file holding a bad key
+    it does not take: the mail is scored, not passed through (exit 3), twice (no cache of a bad
+    file); `config --check` still reports the key, and the command that takes it refuses it."""
+    home = tmp_path / "config"
+    (home / "spamnb").mkdir(parents=True, mode=0o700)
+    value = {"readable": str(tmp_path / "readable.pw"), "open": str(tmp_path / "open" / "socket")}.get(value, value)
+    (tmp_path / "readable.pw").write_text("pw\n")
+    (tmp_path / "readable.pw").chmod(0o644)
+    (tmp_path / "open").mkdir(mode=0o755)
+    (tmp_path / "open").chmod(0o755)
+    conf = home / "spamnb" / "config.toml"
+    lines = write(conf, {("model", "path"): str(compiled), (table, key): value})
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    for _ in range(2):
+        proc = subprocess.run(SPAMNB + ["filter"], input=MESSAGE, capture_output=True, timeout=120)
+        assert proc.returncode in (0, 1, 2), proc.stderr
+        assert b"X-Spam-Status: " in proc.stdout and proc.stdout.endswith(MESSAGE.split(b"\n\n", 1)[1])
+        assert proc.stderr == b"", proc.stderr
+    where = f"{conf}:{lines[(table, key)]}: [{table}] {key}"
+    res = CliRunner().invoke(main, ["config", "--check"])
+    assert res.exit_code == 2 and where in res.stderr, res.stderr
+    taker = {"imap": ["imap", "filter", "--dry-run"], "serve": ["serve"]}[table]
+    res = CliRunner().invoke(main, taker)
+    assert res.exit_code == 2 and where in res.stderr, res.stderr
