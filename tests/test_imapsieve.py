@@ -275,6 +275,37 @@ def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
     assert (folder / "report-ham.sieve").read_text() == "# the admin's own\n"
 
 
+def test_setup_imapsieve_refuses_a_folder_or_file_others_could_have_written(tmp_path):
+    """Dovecot runs the pipe program as every mail user: a folder others may write to (sticky
+    too), or a file there another user owns or may write, is refused in one line and nothing
+    is written or kept from it."""
+    from test_e2e import SPAMNB
+
+    def setup(folder):
+        return subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], capture_output=True, text=True,
+                              timeout=120)
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    proc = setup(shared)
+    assert proc.returncode == 1 and "writable by nobody else" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and list(shared.iterdir()) == []
+    folder = tmp_path / "sieve-spamnb"
+    folder.mkdir(mode=0o755)
+    planted = folder / imapsieve.PIPE
+    planted.write_text("#!/bin/sh\nid > /tmp/pwned\n")
+    planted.chmod(0o777)
+    proc = setup(folder)
+    assert proc.returncode == 1 and f"{planted} is owned by uid" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [imapsieve.PIPE]
+    if os.geteuid() == 0:
+        planted.chmod(0o755)
+        os.chown(planted, 65534, 65534)
+        proc = setup(folder)
+        assert proc.returncode == 1 and "owned by uid 65534" in proc.stderr, proc.stderr
+
+
 def test_the_docs_show_the_settings_as_shipped():
     """docs/delivery.md's block of settings is the shipped file's, comments and blank lines aside."""
     doc = (ROOT / "docs" / "delivery.md").read_text()
