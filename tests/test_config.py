@@ -266,6 +266,13 @@ def test_spamd_takes_the_decision_and_rereads_it_on_sighup(system_file, compiled
         write(system_file, "")
         assert run("config", "reload", "--pidfile", tmp_path / "pid").returncode == 0
         assert until(lambda: spamc_says(port, a_spam) == 1)
+        # a bad key of another command's (imap's) is no reason to keep the old decision
+        write(system_file, ALL_UNSURE + "[imap]\nport = 'x'\n")
+        proc.send_signal(signal.SIGHUP)
+        assert until(lambda: spamc_says(port, a_spam) == 0), "a bad [imap] key stopped serve's reload"
+        write(system_file, "")
+        proc.send_signal(signal.SIGHUP)
+        assert until(lambda: spamc_says(port, a_spam) == 1)
         # a broken file keeps the decision in force
         write(system_file, "[decision]\nspam_cutoff = 'high'\n")
         proc.send_signal(signal.SIGHUP)
