@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -260,3 +261,27 @@ def test_serve_refuses_to_start_when_its_listeners_need_more_descriptors_than_it
     errors = [line for line in proc.stderr.splitlines() if line.startswith(b"spamnb: error")]
     assert len(errors) == 1 and b"Traceback" not in proc.stderr, proc.stderr
     assert b"needs 228 file descriptors, but may open only 150" in errors[0]  # 128 + 2 + 32 + 2 + 2 x 32
+
+
+def test_serve_raises_its_soft_limit_to_what_its_listeners_may_hold(compiled, tmp_path):
+    """Under a soft limit lower than its listeners' bounds and a hard one that allows them, serve
+    raises the soft limit at start (so that no listener's flood takes the others' descriptors)."""
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (150, 1024))
+
+    sock = tmp_path / "run" / "s"
+    proc = subprocess.Popen([*SPAMNB, "serve", "--socket", str(sock), "--model", str(compiled), "--no-history",
+                             "--spamd", str(free_port())], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=low)
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft = int(next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3])
+        assert soft == 228  # 128 + the private socket's 2 + 32, spamd's 2 + 2 x 32
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1]
+    assert b"file descriptor limit raised from 150 to 228" in err, err
