@@ -310,6 +310,7 @@ def password_file(tmp_path):
     ("redis://spamnb:s3cret-pw@store.example/0", "give the password with ?password_file=PATH"),
     ("redis://store.example/0?password=s3cret-pw", "give the password with ?password_file=PATH"),
     ("rediss://store.example/0?prefix=p:&Password=s3cret-pw", "give the password with ?password_file=PATH"),
+    ("rediss://store.example/0?ssl_password=s3cret-pw", "give the password with ?password_file=PATH"),
     ("redis://store.example:99999/0", "the port must be a number from 1 to 65535"),
     ("redis://store.example/zero", "the database must be a number"),
     ("redis://store.example/0?prefix=a*b:", "prefix must be"),
@@ -381,6 +382,7 @@ def test_the_store_reads_its_password_file_only_when_private(tmp_path, password_
     ("redis://h/0?PASSWORD=pw2#x", "redis://h/0?password=***#x"),
     ("unix://:pw1@/run/redis.sock?db=1&password=pw2", "unix://:***@/run/redis.sock?db=1&password=***"),
     ("redis://user@h/0?password_file=/p", "redis://user@h/0?password_file=/p"),
+    ("rediss://h/0?ssl_keyfile=/k&SSL_Password=k3y", "rediss://h/0?ssl_keyfile=/k&ssl_password=***"),
 ])
 def test_redact_hides_the_password_of_the_user_part_and_of_the_query(url, shown):
     assert checks.redact(url) == shown
