@@ -349,3 +349,22 @@ def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path,
         if server is not None:
             server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_pipe_program_runs_spamnb_at_a_path_with_a_quote_and_a_space(tmp_path):
+    """The pipe program names spamnb by the full path setup was run from, whatever it holds:
+    here a space and a quote, which must reach spamnb as one word (no shell syntax error,
+    no other command run)."""
+    odd = tmp_path / "o'brien's tools"
+    odd.mkdir()
+    fake = odd / "spamnb"
+    said = tmp_path / "args"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{said}'\n")
+    fake.chmod(0o755)
+    program = tmp_path / imapsieve.PIPE
+    program.write_text(imapsieve.pipe_program(str(fake)))
+    program.chmod(0o755)
+    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    args = said.read_text().splitlines()
+    assert args[:1] == ["learn"] and args[1] == "--spam" and len(args) == 3, args

@@ -32,6 +32,7 @@ contrib/dovecot/ holds these files as :func:`files` writes them for
 from __future__ import annotations
 
 import os
+import shlex
 
 #: Where the contrib copies (and docs/delivery.md) put the files.
 DEFAULT_DIR = "/etc/dovecot/sieve-spamnb"
@@ -81,7 +82,7 @@ def pipe_program(spamnb: str) -> str:
 # spamnb-learn`, or the mail log), a failure to stderr, which is Dovecot's log.
 # The message goes through a private temporary file, so that `spamnb learn`
 # takes its fast path (no numpy: a journal append).
-SPAMNB='{spamnb}'
+SPAMNB={shlex.quote(spamnb)}
 PATH=/usr/local/bin:/usr/bin:/bin
 export PATH
 case "$1" in
