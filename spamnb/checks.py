@@ -304,7 +304,8 @@ PASSWORD_IN_URL = ("give the password with ?password_file=PATH, not in the URL (
 
 def redact(url):
     """``url`` with the password of its user part and of its query (``password=``,
-    ``ssl_password=``: :func:`is_secret`) replaced by ``***``: what every message and log line shows of a store URL."""
+    ``ssl_password=``: :func:`is_secret`) replaced by ``***``: what every message and
+    log line shows of a store URL."""
     if not isinstance(url, str):
         return url
     from urllib.parse import unquote
