@@ -309,8 +309,9 @@ PASSWORD_IN_URL = ("give the password with ?password_file=PATH, not in the URL (
 
 
 def redact(url):
-    """``url`` with the password of its user part and of its query (``password=``)
-    replaced by ``***``: what every message and log line shows of a store URL."""
+    """``url`` with the password of its user part and of its query (``password=``,
+    ``ssl_password=``: :func:`is_secret`) replaced by ``***``: what every message and
+    log line shows of a store URL."""
     if not isinstance(url, str):
         return url
     from urllib.parse import unquote
@@ -328,9 +329,16 @@ def redact(url):
                 user = user.split(":", 1)[0] + ":***"
             head = scheme + colons + user + at + host + slash + path
     if sep:
-        query = "&".join("password=***" if unquote(p.partition("=")[0]).strip().lower() == "password" else p
+        query = "&".join(unquote(p.partition("=")[0]).strip().lower() + "=***"
+                         if is_secret(unquote(p.partition("=")[0])) else p
                          for p in query.split("&"))
     return head + sep + query + hash_ + fragment
+
+
+def is_secret(name):
+    """Whether a store URL's query parameter ``name`` holds a secret: ``password``, and
+    redis-py's ``ssl_password`` (the passphrase of the client's key), in any case."""
+    return name.strip().lower().endswith("password")
 
 
 def is_store_url(text):
@@ -364,7 +372,7 @@ def store_url_parts(url):
     except ValueError:
         raise ValueError(f"{redact(url)}: the port must be a number from 1 to 65535") from None
     query = parse_qs(parts.query, keep_blank_values=True)
-    if parts.password or any(k.strip().lower() == "password" for k in query):
+    if parts.password or any(is_secret(k) for k in query):
         raise ValueError(f"{redact(url)}: {PASSWORD_IN_URL}")
     if sentinel:
         sentinel_group(parts, query, redact(url))

@@ -581,7 +581,8 @@ class SpamModel:
         ``"presence"``; sums of each message's normalised weight with the ``-l2`` features),
         messages the learned messages holding it, and weight its log-odds (what a message
         holding it once, and nothing else, scores beyond the prior: :meth:`linear_weights`'
-        weight of that token alone)."""
+        weight of that token alone). With hashed features, a token's row is its column's,
+        shared with the tokens hashed there, and a column no learned message holds is no row."""
         import scipy.sparse as sp
 
         from spamnb.mail.tokennames import lookups
@@ -589,7 +590,8 @@ class SpamModel:
         listed = type(self.vocabulary) is Vocabulary  # hashed columns have no names to look through
         tokens = lookups(word, self.vocabulary.tokens() if listed and ":" not in word else None)
         found = [(tok, self.vocabulary.index(tok)) for tok in dict.fromkeys(tokens)]
-        found = [(tok, i) for tok, i in found if i is not None]
+        # a hashed vocabulary gives every token a column: one no learned message holds is not known
+        found = [(tok, i) for tok, i in found if i is not None and (listed or self.doc_freq[i] > 0)]
         if not found:
             return []
         n, cols = len(self.vocabulary), np.array([i for _, i in found])

@@ -310,6 +310,7 @@ def password_file(tmp_path):
     ("redis://spamnb:s3cret-pw@store.example/0", "give the password with ?password_file=PATH"),
     ("redis://store.example/0?password=s3cret-pw", "give the password with ?password_file=PATH"),
     ("rediss://store.example/0?prefix=p:&Password=s3cret-pw", "give the password with ?password_file=PATH"),
+    ("rediss://store.example/0?ssl_password=s3cret-pw", "give the password with ?password_file=PATH"),
     ("redis://store.example:99999/0", "the port must be a number from 1 to 65535"),
     ("redis://store.example/zero", "the database must be a number"),
     ("redis://store.example/0?prefix=a*b:", "prefix must be"),
@@ -381,6 +382,7 @@ def test_the_store_reads_its_password_file_only_when_private(tmp_path, password_
     ("redis://h/0?PASSWORD=pw2#x", "redis://h/0?password=***#x"),
     ("unix://:pw1@/run/redis.sock?db=1&password=pw2", "unix://:***@/run/redis.sock?db=1&password=***"),
     ("redis://user@h/0?password_file=/p", "redis://user@h/0?password_file=/p"),
+    ("rediss://h/0?ssl_keyfile=/k&SSL_Password=k3y", "rediss://h/0?ssl_keyfile=/k&ssl_password=***"),
 ])
 def test_redact_hides_the_password_of_the_user_part_and_of_the_query(url, shown):
     assert checks.redact(url) == shown
@@ -460,3 +462,39 @@ def test_every_command_that_takes_a_key_is_a_command():
     for (table, key) in KEYS:
         assert targets(main, table, key), (table, key)
         assert command_of(table, key) in known
+
+
+# -- a key's check stops only the commands that take it ---------------------------------------------
+
+
+@pytest.mark.parametrize("table, key, value", [
+    ("imap", "password_file", "readable"),  # readable by others: imap's key only
+    ("imap", "port", "993"),  # of the wrong type
+    ("serve", "socket", "open"),  # filter asks a server there only when private, else filters itself
+])
+def test_a_bad_key_of_another_command_in_the_user_file_never_stops_filter(tmp_path, compiled, monkeypatch,
+                                                                          table, key, value):
+    """The real `spamnb filter` (fast path, then click's) filters with a user file holding a bad key
+    it does not take: the mail is scored, not passed through (exit 3), twice (no cache of a bad
+    file); `config --check` still reports the key, and the command that takes it refuses it."""
+    home = tmp_path / "config"
+    (home / "spamnb").mkdir(parents=True, mode=0o700)
+    value = {"readable": str(tmp_path / "readable.pw"), "open": str(tmp_path / "open" / "socket")}.get(value, value)
+    (tmp_path / "readable.pw").write_text("pw\n")
+    (tmp_path / "readable.pw").chmod(0o644)
+    (tmp_path / "open").mkdir(mode=0o755)
+    (tmp_path / "open").chmod(0o755)
+    conf = home / "spamnb" / "config.toml"
+    lines = write(conf, {("model", "path"): str(compiled), (table, key): value})
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    for _ in range(2):
+        proc = subprocess.run(SPAMNB + ["filter"], input=MESSAGE, capture_output=True, timeout=120)
+        assert proc.returncode in (0, 1, 2), proc.stderr
+        assert b"X-Spam-Status: " in proc.stdout and proc.stdout.endswith(MESSAGE.split(b"\n\n", 1)[1])
+        assert proc.stderr == b"", proc.stderr
+    where = f"{conf}:{lines[(table, key)]}: [{table}] {key}"
+    res = CliRunner().invoke(main, ["config", "--check"])
+    assert res.exit_code == 2 and where in res.stderr, res.stderr
+    taker = {"imap": ["imap", "filter", "--dry-run"], "serve": ["serve"]}[table]
+    res = CliRunner().invoke(main, taker)
+    assert res.exit_code == 2 and where in res.stderr, res.stderr

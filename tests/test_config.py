@@ -115,27 +115,29 @@ def test_the_imap_file_is_read_as_the_imap_table(user_file, tmp_path):
 # -- checks -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, line, words", [
-    ("[serve]\nmax_bytes = 5\nmax_conections = 3\n", 3, "unknown key 'max_conections' in [serve]"),
-    ("[servve]\nmax_bytes = 5\n", 1, "unknown table [servve]"),
-    ("[serve]\n\ntimeout = 'ten'\n", 3, "[serve] timeout: must be a number, got 'ten'"),
-    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: 0 is not in the range x>=1"),
-    ("[spamd]\nallow_tell = 'yes'\n", 2, "[spamd] allow_tell: must be true or false"),
-    ("[log]\nformat = 'xml'\n", 2, "[log] format: 'xml' is not one of 'text', 'json'"),
-    ("[decision]\nspam_cutoff = 0.2\nham_cutoff = 0.5\n", 3, "need 0 <= ham_cutoff <= spam_cutoff <= 1"),
-    ("[decision]\nspam_cutoff = 0.99\ncost_fp = 5\n", 3, "either costs or cut-offs"),
-    ("[serve\n", 1, "Expected ']'"),
+@pytest.mark.parametrize("text, line, words, command", [
+    ("[serve]\nmax_bytes = 5\nmax_conections = 3\n", 3, "unknown key 'max_conections' in [serve]", "info"),
+    ("[servve]\nmax_bytes = 5\n", 1, "unknown table [servve]", "info"),
+    ("[serve]\n\ntimeout = 'ten'\n", 3, "[serve] timeout: must be a number, got 'ten'", "serve"),
+    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: 0 is not in the range x>=1", "serve"),
+    ("[spamd]\nallow_tell = 'yes'\n", 2, "[spamd] allow_tell: must be true or false", "serve"),
+    ("[log]\nformat = 'xml'\n", 2, "[log] format: 'xml' is not one of 'text', 'json'", "serve"),
+    ("[decision]\nspam_cutoff = 0.2\nham_cutoff = 0.5\n", 3, "need 0 <= ham_cutoff <= spam_cutoff <= 1",
+     "classify"),
+    ("[decision]\nspam_cutoff = 0.99\ncost_fp = 5\n", 3, "either costs or cut-offs", "classify"),
+    ("[serve\n", 1, "Expected ']'", "info"),
 ])
-def test_check_names_file_and_line(tmp_path, text, line, words):
+def test_check_names_file_and_line(tmp_path, text, line, words, command):
     bad = write(tmp_path / "bad.toml", text)
     res = run("config", "--check", bad)
     err = res.stderr.decode()
     assert res.returncode == 2, err
     assert f"{bad}:{line}: " in err and words in err, err
-    # the same file as the system file: every command refuses it, naming it
+    # the same file as the system file: a command that takes the key (any command, for an unknown key
+    # or a file that is no TOML) refuses it, naming it
     res = run("config", "--check", env={"SPAMNB_SYSTEM_CONFIG": str(bad)})
     assert res.returncode == 2 and f"{bad}:{line}: " in res.stderr.decode()
-    res = run("info", env={"SPAMNB_SYSTEM_CONFIG": str(bad)})
+    res = run(command, env={"SPAMNB_SYSTEM_CONFIG": str(bad)})
     assert res.returncode == 2 and f"{bad}:{line}: " in res.stderr.decode()
 
 
@@ -263,6 +265,13 @@ def test_spamd_takes_the_decision_and_rereads_it_on_sighup(system_file, compiled
         assert until(lambda: spamc_says(port, a_spam) == 0)
         write(system_file, "")
         assert run("config", "reload", "--pidfile", tmp_path / "pid").returncode == 0
+        assert until(lambda: spamc_says(port, a_spam) == 1)
+        # a bad key of another command's (imap's) is no reason to keep the old decision
+        write(system_file, ALL_UNSURE + "[imap]\nport = 'x'\n")
+        proc.send_signal(signal.SIGHUP)
+        assert until(lambda: spamc_says(port, a_spam) == 0), "a bad [imap] key stopped serve's reload"
+        write(system_file, "")
+        proc.send_signal(signal.SIGHUP)
         assert until(lambda: spamc_says(port, a_spam) == 1)
         # a broken file keeps the decision in force
         write(system_file, "[decision]\nspam_cutoff = 'high'\n")

@@ -98,3 +98,15 @@ def test_a_plain_word_is_looked_up_in_its_namespaces():
 def test_a_clue_shows_the_probability_it_pushes_towards():
     assert leaning(math.log(9)) == "90% spam" and leaning(-math.log(9)) == "90% ham"
     assert leaning(50) == ">99% spam" and leaning(-1e9) == ">99% ham"
+
+
+def test_word_lookup_in_a_hashed_model_knows_only_columns_learned_messages_hold():
+    """A hashed vocabulary has a column for every token: a word no learned message held is
+    not in the model, not a row of zero counts."""
+    from spamnb.model import SpamModel
+
+    model = SpamModel(hash_features=1 << 20)
+    model.learn([(b"Subject: hi\n\nhello cheap pills\n", "spam"), (b"Subject: lunch\n\nmeeting at noon\n", "ham")])
+    assert model.lookup("zzqqxxneverseen") == []
+    rows = model.lookup("pills")
+    assert [r["token"] for r in rows] == ["pills"] and rows[0]["spam"] > 0 and rows[0]["messages"] == 1

@@ -275,6 +275,37 @@ def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
     assert (folder / "report-ham.sieve").read_text() == "# the admin's own\n"
 
 
+def test_setup_imapsieve_refuses_a_folder_or_file_others_could_have_written(tmp_path):
+    """Dovecot runs the pipe program as every mail user: a folder others may write to (sticky
+    too), or a file there another user owns or may write, is refused in one line and nothing
+    is written or kept from it."""
+    from test_e2e import SPAMNB
+
+    def setup(folder):
+        return subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], capture_output=True, text=True,
+                              timeout=120)
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    proc = setup(shared)
+    assert proc.returncode == 1 and "writable by nobody else" in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and list(shared.iterdir()) == []
+    folder = tmp_path / "sieve-spamnb"
+    folder.mkdir(mode=0o755)
+    planted = folder / imapsieve.PIPE
+    planted.write_text("#!/bin/sh\nid > /tmp/pwned\n")
+    planted.chmod(0o777)
+    proc = setup(folder)
+    assert proc.returncode == 1 and f"{planted} is owned by uid" in proc.stderr, proc.stderr
+    assert sorted(p.name for p in folder.iterdir()) == [imapsieve.PIPE]
+    if os.geteuid() == 0:
+        planted.chmod(0o755)
+        os.chown(planted, 65534, 65534)
+        proc = setup(folder)
+        assert proc.returncode == 1 and "owned by uid 65534" in proc.stderr, proc.stderr
+
+
 def test_the_docs_show_the_settings_as_shipped():
     """docs/delivery.md's block of settings is the shipped file's, comments and blank lines aside."""
     doc = (ROOT / "docs" / "delivery.md").read_text()
@@ -318,3 +349,22 @@ def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path,
         if server is not None:
             server.stop()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_the_pipe_program_runs_spamnb_at_a_path_with_a_quote_and_a_space(tmp_path):
+    """The pipe program names spamnb by the full path setup was run from, whatever it holds:
+    here a space and a quote, which must reach spamnb as one word (no shell syntax error,
+    no other command run)."""
+    odd = tmp_path / "o'brien's tools"
+    odd.mkdir()
+    fake = odd / "spamnb"
+    said = tmp_path / "args"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{said}'\n")
+    fake.chmod(0o755)
+    program = tmp_path / imapsieve.PIPE
+    program.write_text(imapsieve.pipe_program(str(fake)))
+    program.chmod(0o755)
+    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", capture_output=True, timeout=60)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    args = said.read_text().splitlines()
+    assert args[:1] == ["learn"] and args[1] == "--spam" and len(args) == 3, args

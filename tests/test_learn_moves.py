@@ -211,6 +211,24 @@ def test_moves_out_of_the_unsure_folder(box):
     assert box.counts() == (ham0 + 1, spam0 + 1)
 
 
+def test_out_of_junk_into_an_unsure_folder_of_another_name_teaches_nothing(box):
+    """--unsure-folder names the folder whatever its name (here .Other, which setup's roles
+    take for kept mail): out of Junk into it is still no decision, out of it into INBOX ham."""
+    a, b = sample("ham", 2)
+    box.deliver(".Junk", a)
+    box.deliver(".Other", b)
+    assert box.run("--unsure-folder", ".Other")[0] == 0
+    counts = box.counts()
+    box.rename(a, ".Other")
+    code, err = box.run("--unsure-folder", ".Other")
+    assert code == 0 and "learned 0 as spam and 0 as ham" in err, err
+    assert box.known(a) is None and box.counts() == counts
+    box.rename(b, "INBOX")
+    code, err = box.run("--unsure-folder", ".Other")
+    assert code == 0 and "moved from .Other to INBOX: learning it as ham" in err, err
+    assert box.known(b) == HAM
+
+
 def test_dry_run_learns_and_records_nothing(box):
     a = sample("ham", 1)[0]
     box.deliver("INBOX", a)

@@ -204,3 +204,13 @@ def test_concurrent_filter_u_through_the_server_loses_nothing(serving, sock_path
     from spamnb.mail.identity import message_key
 
     assert sum(model.known(message_key(raw), raw) is not None for raw in msgs) == learned
+
+
+def test_a_message_file_is_read_no_further_than_its_limit_whatever_its_size_said():
+    """The size is looked at first, but a file can grow after (a delivery still writing) or
+    say 0 (/proc's): what is read stops one byte past the limit and the file is refused."""
+    from spamnb.delivery.fastlearn import read_regular
+
+    status = "/proc/self/status"  # a regular file of size 0 that holds about a kilobyte
+    assert os.stat(status).st_size == 0 and len(read_regular(status, 1 << 20)) > 100
+    assert read_regular(status, 100) is None

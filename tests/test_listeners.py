@@ -13,6 +13,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -189,25 +190,28 @@ def test_metrics_refuse_beyond_their_bound_at_once_and_cut_a_dripping_client():
             assert extra.recv(100).startswith(b"HTTP/1.0 503 ")
         assert time.monotonic() - start < 1.5  # at once, not when the held ones are cut (3 s)
         # a client sending a byte now and then, each within the read timeout: cut at the deadline
-        drip = socket.create_connection(("127.0.0.1", port), timeout=5)
-        for c in held:
+        for c in held:  # first, so that the dripping client is served, not refused at the bound
             c.close()
+        held = []
+        time.sleep(0.5)
+        drip = socket.create_connection(("127.0.0.1", port), timeout=5)
         held = [drip]
-        time.sleep(0.3)
-        start = time.monotonic()
+        start, got = time.monotonic(), b""
         try:
             for ch in b"GET /metrics HTTP/1.1\r\nX-A: " + b"a" * 80:
                 drip.sendall(bytes([ch]))
                 time.sleep(0.1)
         except OSError:
             pass
+        cut = time.monotonic() - start
         drip.settimeout(5)
         try:
-            while drip.recv(100):
-                pass
+            while chunk := drip.recv(100):
+                got += chunk
         except OSError:
             pass
-        assert time.monotonic() - start < 6  # the 3 s deadline (and a poll), not the 10 s of dripping
+        assert not got.startswith(b"HTTP/1.0 503"), got  # served, then cut: not refused at the bound
+        assert cut < 6  # the 3 s deadline (and a poll), not the 10 s of dripping
         assert _metrics_answer(port)
         assert any("too many connections" in line for line in log), log
     finally:
@@ -257,3 +261,27 @@ def test_serve_refuses_to_start_when_its_listeners_need_more_descriptors_than_it
     errors = [line for line in proc.stderr.splitlines() if line.startswith(b"spamnb: error")]
     assert len(errors) == 1 and b"Traceback" not in proc.stderr, proc.stderr
     assert b"needs 228 file descriptors, but may open only 150" in errors[0]  # 128 + 2 + 32 + 2 + 2 x 32
+
+
+def test_serve_raises_its_soft_limit_to_what_its_listeners_may_hold(compiled, tmp_path):
+    """Under a soft limit lower than its listeners' bounds and a hard one that allows them, serve
+    raises the soft limit at start (so that no listener's flood takes the others' descriptors)."""
+    def low():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (150, 1024))
+
+    sock = tmp_path / "run" / "s"
+    proc = subprocess.Popen([*SPAMNB, "serve", "--socket", str(sock), "--model", str(compiled), "--no-history",
+                             "--spamd", str(free_port())], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            preexec_fn=low)
+    try:
+        deadline = time.monotonic() + 60
+        while not sock.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        limits = Path(f"/proc/{proc.pid}/limits").read_text()
+        soft = int(next(line for line in limits.splitlines() if line.startswith("Max open files")).split()[3])
+        assert soft == 228  # 128 + the private socket's 2 + 32, spamd's 2 + 2 x 32
+    finally:
+        proc.terminate()
+        err = proc.communicate(timeout=30)[1]
+    assert b"file descriptor limit raised from 150 to 228" in err, err

@@ -387,6 +387,40 @@ def test_many_idle_connections_do_not_take_the_page_from_its_owner(compiled, tmp
     assert "Traceback" not in web.log, web.log[-2000:]
 
 
+def test_a_flood_never_closes_a_connection_that_made_a_request_with_the_key(compiled, tmp_path):
+    """At the bound, a new connection closes the oldest one that has not made a request with the
+    page's key: the owner's, older than the flood but already past the key (its form still on
+    its way), is served."""
+    import socket
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2], unsure={0})
+    web = WebHere(compiled, hist)
+    srv = web.server
+    srv.max_connections = 3
+    host, port = srv.server_address[:2]
+    form = f"csrf={srv.csrf}&label=spam&back=/unsure".encode()
+    flood = []
+    try:
+        owner = socket.create_connection((host, port), timeout=20)
+        owner.sendall(f"POST {srv.root}/learn HTTP/1.1\r\nHost: x\r\nContent-Length: {len(form)}\r\n\r\n".encode()
+                      + form[:5])
+        deadline = time.monotonic() + 10
+        while not any(srv.open.values()):  # its request line read, the key found: it is the owner's
+            assert time.monotonic() < deadline, "the owner's request was not read"
+            time.sleep(0.01)
+        for _ in range(2 * srv.max_connections):
+            flood.append(socket.create_connection((host, port), timeout=5))
+            time.sleep(0.05)  # each accepted in turn: every one beyond the bound closes the oldest idle one
+        owner.sendall(form[5:])
+        answer = owner.recv(1000)
+        assert answer.startswith(b"HTTP/1.0 303") and f"Location: {srv.root}/unsure".encode() in answer, answer
+    finally:
+        for sock in flood:
+            sock.close()
+        web.stop()
+
+
 def test_a_connection_from_outside_allow_is_closed_before_a_byte_is_read(compiled, tmp_path):
     import ipaddress
     import socket

@@ -6,7 +6,7 @@ default are its option's (a ``click.IntRange`` is the range a file's value
 is checked against, ``multiple`` options take a TOML array, flags a boolean),
 so an option and its key cannot drift apart; a value then passes the key's
 check in :data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`),
-the function the command applies at start. A file's values reach the commands
+the function the commands that take the key apply at start (:func:`applies`). A file's values reach the commands
 as click's ``default_map`` (:func:`default_map`), below the command line; the
 files and their order are :mod:`spamnb.storage.settings`'.
 
@@ -130,9 +130,31 @@ def _one(param, value):
         raise ValueError(exc.message.rstrip(".")) from None
 
 
-def problems(group, layers):
+#: Keys whose check at start (:data:`spamnb.checks.CHECKS`) is made by fewer of the commands
+#: that take them: ``filter`` asks a server only on a socket in a private folder, and
+#: filters the message itself otherwise.
+CHECKED_BY = {("serve", "socket"): ("serve",)}
+
+
+def _under(path, command):
+    return path == command or path.startswith(command + " ")
+
+
+def applies(group, table, key, command):
+    """Whether the key's value is checked when ``command`` runs (a command's first word:
+    ``"imap"`` for ``imap train`` and ``imap filter``): only a command that takes the key
+    refuses its bad value, so a bad ``[imap]`` key never stops ``filter`` from filtering.
+    Every key when ``command`` is None (``config --check``)."""
+    if command is None:
+        return True
+    only = CHECKED_BY.get((table, key))
+    return any(_under(path, command) and (only is None or path in only) for path, _ in targets(group, table, key))
+
+
+def problems(group, layers, command=None):
     """``[(path, line, text)]`` of every key of ``layers`` that is unknown, of a wrong type or out of range,
-    and of a ``[decision]`` table that makes no decision."""
+    and of a ``[decision]`` table that makes no decision; with ``command``, of the keys that
+    command takes only (:func:`applies`), unknown keys and tables always."""
     from spamnb import verdict
 
     out = []
@@ -147,7 +169,7 @@ def problems(group, layers):
         elif (table, key) not in KEYS:
             known = ", ".join(k for t, k in KEYS if t == table)
             out.append((path, line, f"unknown key {key!r} in [{table}] (known: {known})"))
-        else:
+        elif applies(group, table, key, command):
             try:
                 value = check_value(targets(group, table, key)[0][1], value)
                 if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
@@ -157,12 +179,12 @@ def problems(group, layers):
     if not out:
         for keys, check in checks.TOGETHER:
             first = layers.where(*keys[0])
-            if first is not None:
+            if first is not None and applies(group, *keys[0], command):
                 try:
                     check(first[0], *(layers.get(*k) for k in keys[1:]))
                 except ValueError as exc:
                     out.append((first[2], first[3], f"[{keys[0][0]}] {keys[0][1]}: {exc}"))
-    if not out:
+    if not out and applies(group, "decision", DECISION_OPTIONS[0], command):
         try:
             verdict.cutoffs_from((0.5, 0.95), *settings.decision_of(layers))
         except (verdict.DecisionError, TypeError) as exc:
@@ -177,10 +199,12 @@ def describe(problem):
     return f"{path}:{line}: {text}" if line else f"{path}: {text}"
 
 
-def default_map(group, layers):
+def default_map(group, layers, command=None):
     """click's ``default_map`` of the files' values (checked first: ConfigError for
-    the first problem). A key whose environment variable is set is left to it."""
-    found = problems(group, layers)
+    the first problem; with ``command``, of the keys it takes, :func:`applies`). A key
+    whose environment variable is set is left to it, and one another command takes
+    whose value is not of its type is left out."""
+    found = problems(group, layers, command)
     if found:
         raise settings.ConfigError(describe(found[0]))
     out = {}
@@ -189,10 +213,14 @@ def default_map(group, layers):
         if where is None or where[1] == settings.ENVIRONMENT:
             continue
         for path, param in targets(group, table, key):
+            try:
+                value = check_value(param, where[0])
+            except ValueError:  # not this command's key (checked above otherwise): it never reads it
+                continue
             node = out
             for part in path.split():
                 node = node.setdefault(part, {})
-            node[param.name] = check_value(param, where[0])
+            node[param.name] = value
     return out
 
 
@@ -202,9 +230,9 @@ def load(ctx, named):
     try:
         stamped = settings.stamps(named=named)
         layers = settings.Layers.load(named=named)
-        ctx.default_map = default_map(ctx.command, layers)
-        if named is None and layers.layers and settings.read_cache() is None:
-            settings.write_cache(layers, stamped)  # checked: the fast filter path may use them
+        ctx.default_map = default_map(ctx.command, layers, ctx.invoked_subcommand)
+        if named is None and layers.layers and settings.read_cache() is None and not problems(ctx.command, layers):
+            settings.write_cache(layers, stamped)  # every key checked: the fast paths may use any of them
     except settings.ConfigError as exc:
         if ctx.invoked_subcommand == "filter":
             pass_through(str(exc))

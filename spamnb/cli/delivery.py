@@ -307,7 +307,9 @@ def reread_decision(ctx):
     layers = settings.Layers.load(named=root.params.get("config_file"))
     from spamnb.cli.config import default_map
 
-    fresh = default_map(root.command, layers)  # checks the files: ConfigError keeps the old decision
+    # checks the files' keys this command takes (a bad [imap] key is not serve's): ConfigError keeps
+    # the old decision
+    fresh = default_map(root.command, layers, ctx.command_path.split()[1])
     for part in ctx.command_path.split()[1:]:
         fresh = fresh.get(part, {})
     out = []

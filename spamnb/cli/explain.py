@@ -69,9 +69,8 @@ def explain(message, model_path, store, allow_insecure_model, count, words):
 
 def explain_words(model, words):
     """``explain --word``: a table of what ``model`` knows of each of ``words``."""
-    import math
-
     from spamnb.mail.tokennames import describe
+    from spamnb.storage.scorer import sigmoid
 
     click.echo(f"{'ham':>10} {'spam':>10} {'messages':>9} {'log-odds':>9} {'P(spam)':>8}  token")
     for word in words:
@@ -79,7 +78,7 @@ def explain_words(model, words):
         if not rows:
             click.echo(f"{'':>10} {'':>10} {'':>9} {'':>9} {'':>8}  {word}: not in the model")
         for r in rows:
-            p = 1 / (1 + math.exp(-min(max(r["weight"], -700), 700))) if math.isfinite(r["weight"]) else float("nan")
+            p = sigmoid(r["weight"])
             click.echo(f"{r['ham']:>10.3f} {r['spam']:>10.3f} {r['messages']:>9} {r['weight']:>+9.3f} {p:>8.4f}"
                        f"  {r['token']}  ({describe(r['token'])})")
     counts = {"presence": "messages holding it", "counts": "its occurrences"}.get(

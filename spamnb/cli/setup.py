@@ -275,7 +275,11 @@ def _imapsieve(lib, folder):
     from spamnb.delivery import imapsieve
 
     spamnb = lib.command_path(sys.argv[0], sys.executable)
-    for path, written in imapsieve.install(folder, spamnb):
+    try:
+        done = imapsieve.install(folder, spamnb)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    for path, written in done:
         click.echo(f"wrote {path}" if written else f"{path} exists: left as it is")
     folder = os.path.abspath(folder)
     click.echo(f"""

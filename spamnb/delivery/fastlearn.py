@@ -112,7 +112,8 @@ def read_regular(path, limit):
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return None
         with os.fdopen(fd, "rb", closefd=False) as f:
-            return f.read()
+            raw = f.read(limit + 1)  # a file that grew since fstat (or says size 0, as /proc's) is still bounded
+        return raw if len(raw) <= limit else None
     except OSError:
         return None
     finally:

@@ -32,6 +32,7 @@ contrib/dovecot/ holds these files as :func:`files` writes them for
 from __future__ import annotations
 
 import os
+import shlex
 
 #: Where the contrib copies (and docs/delivery.md) put the files.
 DEFAULT_DIR = "/etc/dovecot/sieve-spamnb"
@@ -81,7 +82,7 @@ def pipe_program(spamnb: str) -> str:
 # spamnb-learn`, or the mail log), a failure to stderr, which is Dovecot's log.
 # The message goes through a private temporary file, so that `spamnb learn`
 # takes its fast path (no numpy: a journal append).
-SPAMNB='{spamnb}'
+SPAMNB={shlex.quote(spamnb)}
 PATH=/usr/local/bin:/usr/bin:/bin
 export PATH
 case "$1" in
@@ -156,9 +157,20 @@ def files(spamnb: str, folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: st
 
 def install(folder: str, spamnb: str, junk: str = "Junk") -> list:
     """Write :func:`files` into ``folder`` (made 0755 when missing): ``[(path, written)]``,
-    written False where a file was there already (never replaced: an admin's edits stay)."""
+    written False where a file was there already (never replaced: an admin's edits stay).
+
+    Dovecot runs what is in ``folder`` as every mail user (``sieve_pipe_bin_dir``), and
+    compiles the scripts beside them: ValueError, and nothing written, when the folder
+    or a file kept there is not ours or root's, or others may write to it (a sticky
+    folder too: they could create a file there before we or ``sievec`` do)."""
     folder = os.path.abspath(folder)
     os.makedirs(folder, mode=0o755, exist_ok=True)
+    _check_safe(folder, os.stat(folder))
+    for name in files(spamnb, folder, junk):
+        try:
+            _check_safe(os.path.join(folder, name), os.lstat(os.path.join(folder, name)))
+        except FileNotFoundError:
+            continue
     done = []
     for name, (mode, text) in files(spamnb, folder, junk).items():
         path = os.path.join(folder, name)
@@ -172,3 +184,16 @@ def install(folder: str, spamnb: str, junk: str = "Junk") -> list:
             f.write(text)
         done.append((path, True))
     return done
+
+
+def _check_safe(path, st):
+    """ValueError unless ``path`` (its ``st``, a link not followed) is a folder or a regular
+    file of ours or root's that nobody else may write to."""
+    import stat
+
+    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+        raise ValueError(f"{path} is neither a folder nor a regular file")
+    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
+        raise ValueError(f"{path} is owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: Dovecot "
+                         "runs what is there as every mail user, so it must be yours or root's and writable by "
+                         "nobody else (chown root, chmod go-w)")

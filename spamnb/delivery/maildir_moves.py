@@ -9,8 +9,9 @@ a systemd timer, this compares the Maildir with what the last run saw
   learn --spam``, which forgets it as ham if it was learned so);
 * a message that left Junk (or the folder unsure mail is filed in) for a folder
   of kept mail as **ham** (which forgets it as spam). Out of Junk into a trash
-  folder, or another junk folder, teaches nothing: deleting spam is no verdict
-  on it (the folders' roles are setup's, :func:`spamnb.delivery.setup.role_of`);
+  folder, another junk folder or the unsure folder (whatever its name) teaches
+  nothing: deleting spam is no verdict on it, and filing it as unsure no decision
+  (the folders' roles are setup's, :func:`spamnb.delivery.setup.role_of`);
 * a move between two other folders, and a copy (the original is still where it
   was), teach nothing.
 
@@ -210,7 +211,7 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | N
         label = None
         if dst == junk and src != junk:
             label = "spam"
-        elif src in (junk, unsure) and dst != junk and role_of(dst) == "ham":
+        elif src in (junk, unsure) and dst not in (junk, unsure) and role_of(dst) == "ham":
             label = "ham"
         raw = raw_of(name) if label is not None else None
         if raw is not None:

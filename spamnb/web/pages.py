@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import datetime
 import html
-import math
 from urllib.parse import urlencode
 
 from spamnb.mail.tokennames import describe
+from spamnb.storage.scorer import sigmoid
 from spamnb.web import charts
 from spamnb.web.data import PAGE, logit
 
@@ -50,7 +50,7 @@ def verdict_badge(label, score=None):
 def leaning(logodds) -> str:
     """Where a clue's contribution (log-odds) pushes, as the probability it alone would give
     from even odds: ``+2.2`` -> "90% spam", ``-4.6`` -> "99% ham"."""
-    p = 1 / (1 + math.exp(-min(max(logodds, -700), 700)))
+    p = sigmoid(logodds)
     side, p = ("spam", p) if logodds > 0 else ("ham", 1 - p)
     shown = f"{100 * p:.0f}%" if p < 0.995 else ">99%"
     return f"{shown} {side}"
