@@ -5,11 +5,16 @@ tools/benchmarks/bench_store.py ``--sentinel`` run a store in."""
 
 from __future__ import annotations
 
+import argparse
 import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
-from tools.harnesses.exim_spamd import free_port
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
+
+from tools.harnesses.exim_spamd import free_port  # noqa: E402
 
 SERVICE = "spamnb"
 
@@ -93,3 +98,26 @@ class Group:
                 proc.terminate()
         for proc in self.procs.values():
             proc.wait(20)
+
+
+def main(argv=None):
+    """Start a group, print the store URL that names it, and keep it until Ctrl-C."""
+    ap = argparse.ArgumentParser(description="A Redis Sentinel group on private 127.0.0.1 ports, for trying "
+                                             "`spamnb serve --store redis+sentinel://...` by hand.")
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--sentinels", type=int, default=1)
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="spamnb-sentinel-") as folder:
+        group = Group(Path(folder), replicas=args.replicas, sentinels=args.sentinels)
+        try:
+            print(group.url(prefix="spamnb:"), flush=True)
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            group.stop()
+
+
+if __name__ == "__main__":
+    main()
