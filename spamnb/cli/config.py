@@ -275,6 +275,15 @@ def config(ctx, check_, command_line):
             value, source, path, line = where
             at = f"{path}:{line}" if line else path
             click.echo(f"{key} = {_toml(value)}  # {source} {at}")
+    _notes(layers)
+
+
+def _notes(layers, given=()):
+    """Which model location wins and why; whether ``[decision]`` overrides stored cut-offs."""
+    click.echo("\n# " + settings.location(layers, [f for f in given if f in ("--model", "--store")]))
+    note = settings.decision_note(layers, [f for f in given if f.lstrip("-").replace("-", "_") in DECISION_OPTIONS])
+    if note:
+        click.echo(f"# {note}")
 
 
 def _show_command(group, layers, command_line):
@@ -318,6 +327,9 @@ def _show_command(group, layers, command_line):
             click.echo(f"# {key}: unset ({said})")
         else:
             click.echo(f"{key} = {_toml(list(value) if isinstance(value, tuple) else value)}  # {said}")
+    given = [p.opts[0] for p in cmd.params if isinstance(p, click.Option)
+             and sub.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    _notes(layers, given)
 
 
 @config.command("reload")

@@ -127,6 +127,21 @@ def cutoffs(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutof
         raise click.UsageError(str(exc)) from None
 
 
+def decision_note():
+    """Say on stderr when a configured ``[decision]`` overrides the model's stored cut-offs
+    (for ``cutoffs`` and ``info``, which show the stored ones)."""
+    from spamnb.storage import settings
+
+    ctx = click.get_current_context(silent=True)
+    named = ctx.find_root().params.get("config_file") if ctx is not None else None
+    try:
+        note = settings.decision_note(settings.Layers.load(named=named))
+    except settings.ConfigError:
+        return
+    if note:
+        notice(f"note: {note}, for classify, sort, evaluate, filter, serve and imap filter")
+
+
 def skipper(counter):
     """An on_error callback that reports a skipped message and counts it in ``counter[0]``."""
     def on_error(source, exc):

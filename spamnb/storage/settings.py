@@ -301,20 +301,36 @@ def _flag_of(rows, name):
     return rows[name][-1].flags[0] if name in rows else None
 
 
-def location(resolved):
-    """One line saying which model location a command uses and why, from :func:`resolve`'s
-    answer: ``--model (option) replaces [store] url from FILE:LINE``."""
-    model, store = resolved.get("model_path"), resolved.get("store")
-    if model is None or store is None:
+def _naming(layers, names, given=()):
+    """Who names any of the settings ``names``, the most specific first: ``[text]``."""
+    out = [f"{table_flag} (option)" for table_flag in given]
+    rows = [r for r in _table.TABLE if r.name in names and r.table and r.table != "imap"]
+    for source, path, found in layers._sources():
+        for r in rows:
+            if (r.table, r.key) in found:
+                line = found[(r.table, r.key)][1]
+                out.append(f"${r.env} (environment)" if path is None else
+                           f"[{r.table}] {r.key} from {path}" + (f":{line}" if line else ""))
+    return out
+
+
+def location(layers, given=()):
+    """One line saying where the model a command uses is, and why: ``given``, the
+    location's options on its command line (``["--model"]``). E.g. ``--model (option)
+    replaces [store] url from /etc/spamnb/spamnb.toml:3``."""
+    named = _naming(layers, _table.LOCATION, given)
+    if not named:
+        return ("where the model is: the default search ($XDG_DATA_HOME/spamnb/model.joblib, "
+                "else the default model): no option, variable or file names it")
+    return f"where the model is: {named[0]}" + (f" replaces {'; '.join(named[1:])}" if named[1:] else "")
+
+
+def decision_note(layers, given=()):
+    """One line saying that a configured decision overrides the model's stored cut-offs, or None."""
+    named = _naming(layers, _table.DECISION, given)
+    if not named:
         return None
-    chosen = store if store.value else model
-    if not chosen.value:
-        return "the model: the default search (no option, variable or file names it)"
-    said = {OPTION: "option", ENVIRONMENT: "environment", DEFAULT: "default"}.get(chosen.source, chosen.source)
-    what = "--store" if chosen is store else "--model"
-    key = "[store] url" if chosen is store else "[model] path"
-    name = chosen.where if chosen.source in (OPTION, ENVIRONMENT) else f"{key} from {chosen.where}"
-    return f"the model: {name} ({said}; {what})"
+    return f"the decision of {named[0]} overrides the model's stored cut-offs"
 
 
 # -- the fast filter path's cache ----------------------------------------------------------
