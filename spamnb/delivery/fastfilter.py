@@ -108,10 +108,11 @@ def via_server(sock_path, raw, path, is_default, opts, facts=None):
 
     if not wire.private_socket_dir(sock_path):
         raise Fallback("no private server socket")
-    learn = opts["learn_"] and not is_default
-    request = wire.encode_request(os.path.abspath(path), model_name(path, is_default),
-                                  [opts[k] for k in DECISION_OPTIONS], raw,
-                                  allow_insecure=opts["allow_insecure_model"], learn=learn)
+    from spamnb.options import TRAVELS
+
+    values = {name: opts.get(name) for name in TRAVELS}  # the settings that travel, from the table
+    learn = values["learn_"] = bool(values.get("learn_")) and not is_default  # the default model learns nothing
+    request = wire.encode_settings(os.path.abspath(path), model_name(path, is_default), raw, values)
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         s.settimeout(SOCKET_TIMEOUT)
