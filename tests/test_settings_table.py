@@ -76,11 +76,26 @@ def test_the_fast_path_parses_every_filter_option_of_the_table():
 
 
 def test_the_wire_carries_the_rows_that_travel():
-    """The request's fields: the decision values, the insecure-model flag and learning."""
-    assert options.TRAVELS == (*options.DECISION, "allow_insecure_model", "learn_") or \
-        set(options.TRAVELS) == {*options.DECISION, "allow_insecure_model", "learn_"}
-    assert "float64[5] decision values" in wire.__doc__ and len(options.DECISION) == 5
-    assert "1: allow insecure model, 2: learn" in wire.__doc__
+    """Every setting that travels goes through the wire's own encoder and decoder: a
+    request with each of them set (to a value of its own) decodes to the same values,
+    and one with none of them to none."""
+    import socket
+
+    assert set(wire.FIELDS) == set(options.TRAVELS)
+    given = {name: (True if options.rows_of("filter")[name].kind == "bool" else 0.125 * (i + 1))
+             for i, name in enumerate(options.TRAVELS)}
+    for values in (given, {}):
+        a, b = socket.socketpair()
+        with a, b:
+            wire.send_all(a, wire.encode_settings("/m/model.joblib", "model", b"Subject: x\n\nbody", values))
+            header, n = wire.read_request_head(b, 1 << 20)
+            assert wire.recv_exact(b, n) == b"Subject: x\n\nbody"
+        decoded = wire.settings_of(header)
+        assert set(decoded) == set(options.TRAVELS)
+        for name in options.TRAVELS:
+            assert decoded[name] == values.get(name, False if isinstance(given[name], bool) else None), name
+    with pytest.raises(ValueError, match="evidence"):
+        wire.encode_settings("/m", "m", b"", {"evidence": 3})
 
 
 def test_the_man_pages_show_every_option_of_the_table():
@@ -96,3 +111,16 @@ def test_the_man_pages_show_every_option_of_the_table():
                 if page.exists():
                     assert r.flags[0].replace("-", "\\-") in page.read_text() or r.flags[0] in page.read_text(), \
                         (page, r)
+
+
+@pytest.mark.parametrize("row", [r for r in options.TABLE if r.low is not None or r.high is not None], ids=repr)
+def test_a_rows_bounds_are_its_checks(row):
+    """The command line's bounds (click's range) are the ones a file's value meets."""
+    check = checks.CHECKS[row.check]
+    step = 1 if row.kind == "int" else 0.01
+    for bound, outside in ((row.low, -step), (row.high, step)):
+        if bound is None:
+            continue
+        check(bound)
+        with pytest.raises(ValueError):
+            check(bound + outside)

@@ -17,17 +17,28 @@ from spamnb import verdict
 from spamnb.verdict import deliver_unchanged
 
 
-_CLICK_TYPES = {"int": click.INT, "float": click.FLOAT, "path": click.Path(dir_okay=False), "str": None}
+def _click_type(row):
+    """The click type of a row's kind, bounds and existence."""
+    if row.kind == "choice":
+        return click.Choice(row.choices)
+    if row.kind in ("path", "folder"):
+        folder = row.kind == "folder"
+        return click.Path(dir_okay=folder, file_okay=not folder, exists=row.exists)
+    if row.kind in ("int", "float"):
+        if row.low is None and row.high is None:
+            return click.INT if row.kind == "int" else click.FLOAT
+        return (click.IntRange if row.kind == "int" else click.FloatRange)(min=row.low, max=row.high)
+    return None
 
 
-def option(name, table="", **changes):
+def option(name, table="", command=None, **changes):
     """The click option of the setting ``name`` (its row of :data:`spamnb.options.TABLE`;
     ``table`` picks one of a name's rows by its configuration table): its spellings,
-    kind, default and help, and the callback that keeps its unit whole
-    (:func:`_unit_default`). ``changes``: click arguments a command sets otherwise
-    (a range, a help text of its own)."""
+    kind, bounds, default and help (``command``'s, when the row has one per command),
+    and the callback that keeps its unit whole (:func:`_unit_default`). ``changes``:
+    click arguments a command sets otherwise (a default of its own)."""
     row = next(r for r in table_.TABLE if r.name == name and (not table or r.table == table))
-    kw = {"help": row.help or None, "metavar": row.metavar}
+    kw = {"help": row.help_for(command) or None, "metavar": row.metavar}
     if row.kind == "bool":
         flags = [f"{row.flags[0]}/{row.off}"] if row.off else list(row.flags)
         if row.off:
@@ -36,7 +47,7 @@ def option(name, table="", **changes):
             kw["is_flag"] = True
     else:
         flags = list(row.flags)
-        kw["type"] = click.Choice(row.choices) if row.kind == "choice" else _CLICK_TYPES.get(row.kind)
+        kw["type"] = _click_type(row)
         kw["multiple"] = row.kind == "list"
         if row.default is not None:
             kw.update(default=row.default, show_default=True)
@@ -47,6 +58,17 @@ def option(name, table="", **changes):
     if row.kind == "bool" and not row.off:
         kw.pop("default", None)
     return click.option(*flags, name, **kw)
+
+
+def options(*names, command=None):
+    """A decorator adding the options of ``names`` (rows of the table), in that order in
+    ``--help``; ``(name, table)`` picks a row by its configuration table."""
+    def add(f):
+        for name in reversed(names):
+            name, table = (name, "") if isinstance(name, str) else name
+            f = option(name, table, command=command)(f)
+        return f
+    return add
 
 
 def _unit_default(ctx, param, value):
@@ -72,10 +94,28 @@ def _unit_default(ctx, param, value):
     return value
 
 
+def resolved(ctx, names=None):
+    """``{name: Setting}`` of the running command's settings from the one resolver
+    (:func:`spamnb.storage.settings.resolve`): its command-line options, then the
+    environment, the files (the global ``--config`` too), the defaults; ``names``: only
+    these. A configuration the resolver refuses is a one-line error."""
+    from click.core import ParameterSource
+
+    from spamnb.storage import settings
+
+    root = ctx.find_root()
+    command = " ".join(ctx.command_path.split()[1:])
+    given = {n: v for n, v in ctx.params.items() if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    try:
+        return settings.resolve(command, given, named=root.params.get("config_file"), names=names)
+    except settings.ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:  # options that exclude each other
+        raise click.UsageError(str(exc)) from None
+
+
 def model_options(f):
-    f = option("allow_insecure_model")(f)
-    f = option("model_path", "model")(f)
-    return store_option(f)
+    return options("store", ("model_path", "model"), "allow_insecure_model")(f)
 
 
 def store_option(f):
@@ -91,8 +131,7 @@ def history_options(f):
     def command(history, no_history, **kwargs):
         return f(history=False if no_history else history, **kwargs)
 
-    command = option("no_history")(command)
-    return option("history")(command)
+    return options("history", "no_history")(command)
 
 
 def decision_options(f):

@@ -13,11 +13,11 @@ read in this order, a later one overriding an earlier one key by key:
 5. the environment variables spamnb read before it had files (:data:`ENV`);
 6. command-line options.
 
-This module reads and merges files 2-4 and knows 5; which keys exist and what
-type each has is the command line's (:mod:`spamnb.cli.config` builds it from
-the click options). The fast filter path reads the ``[decision]``,
-``[model]``, ``[serve]`` and ``[filter]`` values here too, so every way of
-answering applies the same cut-offs. ``os`` only at import; ``tomllib`` is
+This module reads the files 2-4, knows 5, and orders all six in the one
+resolver, :func:`resolve`, which every entrance calls (the fast paths too, so
+every way of answering applies the same settings). Which keys exist and what
+type each has is :data:`spamnb.options.TABLE`'s; their checks are
+:data:`spamnb.checks.CHECKS`. ``os`` only at import; ``tomllib`` is
 imported only when a file is there.
 
 A configuration file follows the trust rules of a model file
@@ -246,7 +246,7 @@ class Setting(tuple):
     where = property(lambda self: self[2])
 
 
-def resolve(command, given=None, env=os.environ, named=None, layers=None):
+def resolve(command, given=None, env=os.environ, named=None, layers=None, names=None):
     """``{name: Setting}`` of every setting ``command`` (a command path: ``"filter"``,
     ``"imap filter"``) takes, as it will use it: ``given`` (the options on its command
     line, ``{name: value}``), then the environment, then ``--config``/``$SPAMNB_CONFIG``,
@@ -255,8 +255,11 @@ def resolve(command, given=None, env=os.environ, named=None, layers=None):
     option of the decision sets the whole decision; ``--model`` replaces a file's
     ``[store] url``. ValueError for options that exclude each other, ConfigError
     (``FILE:LINE: ...``) for a layer naming two places for the model or a value of a
-    wrong type. Every entrance calls it (the click commands through
-    :func:`spamnb.cli.config.default_map`, which it checks)."""
+    wrong type. ``names``: only these settings (a running server's decision). Every
+    entrance calls it: the fast paths, spamd for a user's own file, a server
+    rereading its files, ``web``, ``setup`` and ``config`` directly
+    (:func:`spamnb.cli.options.resolved`); the click commands' options get the same
+    values through :func:`spamnb.cli.config.default_map`, which a test holds to it."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
     _table.exclusive(given)
     if layers is None:
@@ -267,7 +270,7 @@ def resolve(command, given=None, env=os.environ, named=None, layers=None):
         raise ConfigError(f"{path}:{line}: {text}" if line else f"{path}: {text}")
     rows = {}
     for r in _table.TABLE:
-        if r.takes(command):
+        if r.takes(command) and (names is None or r.name in names):
             rows.setdefault(r.name, []).insert(0, r)  # the command's own table's key first
     out = {}
     for name, choices in rows.items():
@@ -326,19 +329,36 @@ def location(layers, given=()):
 
 
 def decision_note(layers, given=()):
-    """One line saying that a configured decision overrides the model's stored cut-offs, or None."""
-    named = _naming(layers, _table.DECISION, given)
-    if not named:
+    """One line saying that a configured decision overrides the model's stored cut-offs,
+    or None. The decision is one unit: the line names every key of the one layer that
+    supplies it (``given``: the decision options on the command line, ``["--spam-cutoff"]``),
+    and the less specific layers whose decision keys it sets aside."""
+    rows = [r for r in _table.TABLE if r.name in _table.DECISION and r.table == "decision"]
+    said = []
+    if given:
+        said.append(f"{', '.join(given)} (options)")
+    for source, path, found in layers._sources():
+        keys = [(r, found[(r.table, r.key)]) for r in rows if (r.table, r.key) in found]
+        if not keys:
+            continue
+        at = min((line for _, (_, line) in keys if line), default=None)
+        head = getattr(found, "lines", {}).get(("decision", None))
+        at = head if head and (at is None or head < at) else at
+        what = ", ".join(f"{r.key} = {value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool)
+                         else f"{r.key} = {value!r}" for r, (value, _) in keys)
+        said.append(f"[decision] {what} from {path}" + (f":{at}" if at else ""))
+    if not said:
         return None
-    return f"the decision of {named[0]} overrides the model's stored cut-offs"
+    aside = f"; it sets aside {'; '.join(said[1:])}" if said[1:] else ""
+    return f"the decision of {said[0]}, as one unit, overrides the model's stored cut-offs{aside}"
 
 
 # -- the fast filter path's cache ----------------------------------------------------------
 #
 # `spamnb filter` runs once per delivery. Importing tomllib (with `typing` and `re`)
 # and parsing costs it about a third more CPU through the server (measured with
-# /usr/bin/time beside a run without a file), and checking every key is the command
-# line's (the click options). So a click command that has read and checked the
+# /usr/bin/time beside a run without a file), and checking every key is the click
+# command's (:func:`spamnb.cli.config.problems`). So a click command that has read and checked the
 # files keeps them in a marshal file (:func:`write_cache`), valid while every file,
 # and its folder, has the same identity, owner and mode as when it was read (a chmod
 # that makes one untrusted changes its ctime); the fast path reads only that
