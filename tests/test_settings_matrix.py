@@ -1,6 +1,7 @@
 """Every entrance resolves settings the same way: over the configuration layers (system
 file, user file, --config / $SPAMNB_CONFIG, environment, option) and the entrances
-(filter's fast path, its click path, through the server, spamd, learn), each uses the
+(filter's fast path, its click path, through the server, spamd, imap filter against a
+private Dovecot, learn), each uses the
 same model location, decision and history, and gives the same bytes for one message.
 
 The layer under test names the right model, a decision under which every message is
@@ -114,6 +115,35 @@ def test_spamd_resolves_the_same(layered, a_spam, tmp_path):
         proc.stdout.close()
         proc.stderr.close()
     assert count(history) >= 1  # recorded in the layer's history
+
+
+def verdicts(history):
+    """``[(via, verdict, p)]`` of what a history recorded, in order."""
+    with sqlite3.connect(history) as db:
+        return [(via, v, round(p, 9)) for via, v, p in db.execute("SELECT via, verdict, p FROM verdicts ORDER BY id")]
+
+
+@pytest.mark.parametrize("layered", LAYERS, indirect=True)
+def test_imap_filter_resolves_the_same(layered, a_spam, tmp_path, make_dovecot):
+    """``imap filter`` against a private Dovecot: the layer's model, decision (unsure:
+    the message stays in INBOX, byte for byte) and history, as ``filter`` decides."""
+    options, env, history = layered
+    d = make_dovecot()
+    d.append("INBOX", a_spam)
+    before = sorted(d.fetch_all("INBOX").values())
+    pw = tmp_path / "pw"
+    pw.write_text(d.password + "\n")
+    pw.chmod(0o600)
+    res = run("imap", "filter", "--host", d.host, "--port", d.port, "--user", d.user, "--password-file", pw,
+              "--security", "none", *options, env=env)
+    assert res.returncode == 0, res.stderr
+    assert sorted(d.fetch_all("INBOX").values()) == before  # unsure: left where it was, the same bytes
+    fast = run("filter", *options, input=a_spam, env=env)
+    assert fast.returncode == 2, fast.stderr
+    (via_imap, imap_verdict, imap_p), (via_filter, filter_verdict, filter_p) = verdicts(history)
+    assert (via_imap, via_filter) == ("imap", "filter")
+    assert imap_verdict == filter_verdict == "unsure"  # the layer's decision, in the layer's history
+    assert imap_p == pytest.approx(filter_p, abs=1e-6)  # the layer's model
 
 
 @pytest.mark.parametrize("layered", LAYERS, indirect=True)
