@@ -307,18 +307,31 @@ def test_a_users_own_decision_overrides_the_sites_for_spamd(compiled, a_spam, tm
 
 
 def test_decision_keys_reach_every_deciding_command_but_train():
+    """The value each click command runs with is the one resolver's (options.settled)."""
+    import click
+
     from spamnb.cli import main
-    from spamnb.cli.config import DECIDING, default_map
+    from spamnb.cli.config import DECIDING, commands
+    from spamnb.cli.options import LAYERS, settled
     from spamnb.storage import settings
 
     layers = settings.Layers([(settings.SYSTEM, "f", {"decision": {"spam_cutoff": 0.99}}, {})], env={})
-    found = default_map(main, layers)
+
+    def runs_with(path):
+        root = click.Context(main, info_name="spamnb")
+        root.params, root.meta[LAYERS] = {"config_file": None}, layers
+        parent = root
+        for word in path.split()[:-1]:
+            parent = click.Context(main.commands[word], info_name=word, parent=parent)
+        cmd = commands(main)[path]
+        ctx = click.Context(cmd, info_name=path.split()[-1], parent=parent)
+        ctx.params = {p.name: p.get_default(ctx) for p in cmd.params}
+        with ctx:
+            return settled(ctx)
+
     for path in DECIDING:
-        node = found
-        for part in path.split():
-            node = node[part]
-        assert node["spam_cutoff"] == 0.99, path
-    assert "train" not in found and "train" not in found["imap"]
+        assert runs_with(path)["spam_cutoff"] == 0.99, path
+    assert runs_with("train")["spam_cutoff"] != 0.99 and "spam_cutoff" not in runs_with("imap train")
 
 
 def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_file, compiled, a_spam):

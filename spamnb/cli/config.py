@@ -4,9 +4,9 @@
 parameter it sets and the commands that have it. A file's value has its row's kind
 (:func:`spamnb.options.convert`), then passes the key's check in
 :data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`), the function the
-commands that take the key apply at start (:func:`applies`). A file's values reach the
-commands as click's ``default_map`` (:func:`default_map`), below the command line;
-the layers, their order and the units are :func:`spamnb.storage.settings.resolve`'s.
+commands that take the key apply at start (:func:`applies`). A command's values come
+from :func:`spamnb.storage.settings.resolve`, once per run
+(:func:`spamnb.cli.options.take_settings`): the layers, their order and the units.
 
 To add a key: one row in :mod:`spamnb.options`.
 """
@@ -20,7 +20,7 @@ import click
 
 from spamnb import checks
 from spamnb import options as table_
-from spamnb.cli.options import pass_through
+from spamnb.cli.options import LAYERS, pass_through
 from spamnb.options import DECIDING, EVERY, IMAP, LOGGING, METRICS  # noqa: F401 - the commands' groups
 from spamnb.storage import settings
 from spamnb.verdict import DECISION_OPTIONS
@@ -116,7 +116,9 @@ def problems(group, layers, command=None):
                     out.append((first[2], first[3], f"[{keys[0][0]}] {keys[0][1]}: {exc}"))
     if not out and applies(group, "decision", DECISION_OPTIONS[0], command):
         try:
-            verdict.cutoffs_from((0.5, 0.95), *settings.decision_of(layers))
+            verdict.cutoffs_from((0.5, 0.95), *settings.decision(layers))
+        except settings.ConfigError:  # a value of a wrong type, a conflict: reported above
+            pass
         except (verdict.DecisionError, TypeError) as exc:
             found = [w for k in DECISION_OPTIONS if (w := layers.where("decision", k))]
             path, line = max(((w[2], w[3] or 0) for w in found), key=lambda w: w[1], default=("?", None))
@@ -129,38 +131,17 @@ def describe(problem):
     return f"{path}:{line}: {text}" if line else f"{path}: {text}"
 
 
-def default_map(group, layers, command=None):
-    """click's ``default_map`` of the files' values (checked first: ConfigError for
-    the first problem; with ``command``, of the keys it takes, :func:`applies`). A key
-    whose environment variable is set is left to it, and one another command takes
-    whose value is not of its type is left out."""
-    found = problems(group, layers, command)
-    if found:
-        raise settings.ConfigError(describe(found[0]))
-    out = {}
-    for (table, key) in KEYS:
-        where = layers.where(table, key)
-        if where is None or where[1] == settings.ENVIRONMENT:
-            continue
-        try:
-            value = table_.convert(table_.BY_KEY[(table, key)], where[0])
-        except ValueError:  # not this command's key (checked above otherwise): it never reads it
-            continue
-        for path, param in targets(group, table, key):
-            node = out
-            for part in path.split():
-                node = node.setdefault(part, {})
-            node[param.name] = value
-    return out
-
-
 def load(ctx, named):
-    """Read the files and give the commands their values; a broken file is an error
-    (for ``filter``: the message passes through, as for any other error)."""
+    """Read the files and check the keys the command takes (a broken file is an error;
+    for ``filter``: the message passes through, as for any other error), for the one
+    resolver to give the command its values (:func:`spamnb.cli.options.take_settings`)."""
     try:
         stamped = settings.stamps(named=named)
         layers = settings.Layers.load(named=named)
-        ctx.default_map = default_map(ctx.command, layers, ctx.invoked_subcommand)
+        found = problems(ctx.command, layers, ctx.invoked_subcommand)
+        if found:
+            raise settings.ConfigError(describe(found[0]))
+        ctx.meta[LAYERS] = layers  # the one resolver's layers for the command (options.resolved)
         if named is None and layers.layers and settings.read_cache() is None and not problems(ctx.command, layers):
             settings.write_cache(layers, stamped)  # every key checked: the fast paths may use any of them
     except settings.ConfigError as exc:
@@ -294,7 +275,7 @@ def _show_command(group, layers, command_line):
     from click.core import ParameterSource
 
     words = shlex.split(command_line)
-    ctx = click.Context(group, info_name="spamnb", default_map=default_map(group, layers))
+    ctx = click.Context(group, info_name="spamnb")
     cmd, path = group, []
     while isinstance(cmd, click.Group) and words and words[0] in cmd.commands:
         path.append(words.pop(0))
@@ -306,20 +287,28 @@ def _show_command(group, layers, command_line):
     # click.Command's own parsing: filter's would deliver standard input on a bad option
     sub = click.Command.make_context(cmd, path[-1], words, parent=ctx)
     here = " ".join(path)
+    options = {n: v for n, v in sub.params.items() if sub.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    try:  # the values the command will use: the one resolver's
+        found = settings.resolve(here, options, env=layers.env, layers=layers)
+    except settings.ConfigError as exc:
+        raise ConfigProblem(str(exc)) from None
+    except ValueError as exc:  # options that exclude each other
+        raise click.UsageError(f"--command {command_line!r}: {exc}") from None
     table = None
     for (t, key) in KEYS:
-        found = [p for p_path, p in targets(group, t, key) if p_path == here]
-        if not found:
+        params = [p for p_path, p in targets(group, t, key) if p_path == here]
+        if not params:
             continue
         if t != table:
             click.echo(f"\n[{t}]")
             table = t
-        name = found[0].name
-        value, source = sub.params.get(name), sub.get_parameter_source(name)
-        where = layers.where(t, key)
-        if source == ParameterSource.COMMANDLINE:
+        name = params[0].name
+        value, setting, where = sub.params.get(name), found.get(name), layers.where(t, key)
+        if name in options:
             said = "option"
-        elif where is not None and (source == ParameterSource.DEFAULT_MAP or where[1] == settings.ENVIRONMENT):
+        elif setting is not None and setting.source == settings.OPTION:  # another option of its unit
+            value, said = None, f"{setting.where} (option) replaces it"
+        elif where is not None:
             value, said = where[0], f"{where[1]} {where[2]}" + (f":{where[3]}" if where[3] else "")
         else:
             said = "default"

@@ -34,9 +34,9 @@ def _click_type(row):
 def option(name, table="", command=None, **changes):
     """The click option of the setting ``name`` (its row of :data:`spamnb.options.TABLE`;
     ``table`` picks one of a name's rows by its configuration table): its spellings,
-    kind, bounds, default and help (``command``'s, when the row has one per command),
-    and the callback that keeps its unit whole (:func:`_unit_default`). ``changes``:
-    click arguments a command sets otherwise (a default of its own)."""
+    kind, bounds, default and help (``command``'s, when the row has one per command).
+    ``changes``: click arguments a command sets otherwise (a default of its own). The
+    value a command uses is the one resolver's (:func:`take_settings`)."""
     row = next(r for r in table_.TABLE if r.name == name and (not table or r.table == table))
     kw = {"help": row.help_for(command) or None, "metavar": row.metavar}
     if row.kind == "bool":
@@ -51,8 +51,6 @@ def option(name, table="", command=None, **changes):
         kw["multiple"] = row.kind == "list"
         if row.default is not None:
             kw.update(default=row.default, show_default=True)
-    if table_.unit_of(name):
-        kw["callback"] = _unit_default
     kw.update(changes)
     kw = {k: v for k, v in kw.items() if v is not None or k == "default"}
     if row.kind == "bool" and not row.off:
@@ -71,47 +69,69 @@ def options(*names, command=None):
     return add
 
 
-def _unit_default(ctx, param, value):
-    """A unit (:data:`spamnb.options.UNITS`: the decision, where the model is, the history)
-    comes whole from one layer: a configuration file's value steps aside for another
-    option of its unit on the command line (click processes those first), so `--cost-fp
-    20` over a file's spam_cutoff is not "costs and cut-offs both", nor `--model` over a
-    file's `[store] url` "--model and --store both". Two options of a unit that exclude
-    each other on one command line are a usage error (:func:`spamnb.options.exclusive`),
-    raised while parsing: filter passes the mail through it."""
-    from click.core import ParameterSource
-
-    unit = table_.unit_of(param.name)
-    given = {n: ctx.params.get(n) for n in unit
-             if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
-    if ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE:
-        try:
-            table_.exclusive({**given, param.name: value})
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
-    elif ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and given:
-        return False if isinstance(value, bool) else None
-    return value
+#: ``ctx.meta`` keys: the configuration's layers the group read and checked
+#: (:func:`spamnb.cli.config.load`), and the running command's resolved settings.
+LAYERS, RESOLVED = "spamnb.layers", "spamnb.resolved"
 
 
 def resolved(ctx, names=None):
     """``{name: Setting}`` of the running command's settings from the one resolver
-    (:func:`spamnb.storage.settings.resolve`): its command-line options, then the
-    environment, the files (the global ``--config`` too), the defaults; ``names``: only
-    these. A configuration the resolver refuses is a one-line error."""
+    (:func:`spamnb.storage.settings.resolve`), called once per command: its
+    command-line options (``ctx.get_parameter_source`` tells them from defaults), then
+    the environment, the files (the global ``--config`` too), the defaults; ``names``:
+    only these. A configuration the resolver refuses is a one-line error; options that
+    exclude each other (``--model`` and ``--store``) a usage error."""
     from click.core import ParameterSource
 
     from spamnb.storage import settings
 
-    root = ctx.find_root()
-    command = " ".join(ctx.command_path.split()[1:])
-    given = {n: v for n, v in ctx.params.items() if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
-    try:
-        return settings.resolve(command, given, named=root.params.get("config_file"), names=names)
-    except settings.ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
-    except ValueError as exc:  # options that exclude each other
-        raise click.UsageError(str(exc)) from None
+    if RESOLVED not in ctx.meta or ctx.meta[RESOLVED][0] is not ctx:
+        root = ctx.find_root()
+        command = " ".join(ctx.command_path.split()[1:])
+        given = {n: v for n, v in ctx.params.items()
+                 if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+        try:
+            found = settings.resolve(command, given, named=root.params.get("config_file"),
+                                     layers=root.meta.get(LAYERS))
+        except settings.ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:  # options that exclude each other
+            raise click.UsageError(str(exc), ctx=ctx) from None
+        ctx.meta[RESOLVED] = (ctx, found)
+    found = ctx.meta[RESOLVED][1]
+    return found if names is None else {n: found[n] for n in names if n in found}
+
+
+def settled(ctx):
+    """The running command's parameters as it uses them: what the one resolver
+    (:func:`resolved`) took from the configuration files in place of click's defaults.
+    Options on the command line are the resolver's first layer, and the defaults are
+    the commands' own (``serve`` logs by default, ``filter`` does not); the
+    environment's variables are read where they are used (the model's, the store's,
+    the socket's: :mod:`spamnb.storage.locate`), after the resolver has let them set
+    aside a file's unit (``$SPAMNB_STORE`` over a file's ``[model] path``)."""
+    from spamnb.storage import settings
+
+    out = dict(ctx.params)
+    for name, setting in resolved(ctx).items():
+        if name in out and setting.source not in (settings.OPTION, settings.ENVIRONMENT, settings.DEFAULT):
+            out[name] = tuple(setting.value) if isinstance(setting.value, list) else setting.value
+    return out
+
+
+def take_settings(command):
+    """Make ``command`` (a click command) run with :func:`settled` parameters: the one
+    place a command's options meet the environment and the configuration files."""
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        ctx = click.get_current_context()
+        ctx.params = settled(ctx)
+        return callback(*args, **{k: ctx.params[k] if k in ctx.params else v for k, v in kwargs.items()})
+
+    command.callback = run
+    return command
 
 
 def model_options(f):
@@ -412,8 +432,9 @@ def pass_through(reason):
     0 with ``--exit-zero`` on the command line or in the configuration that was read."""
     ctx = click.get_current_context(silent=True)
     root = ctx.find_root() if ctx is not None else None
+    layers = root.meta.get(LAYERS) if root is not None else None
     exit_zero = root is not None and bool(
-        root.meta.get(EXIT_ZERO_GIVEN) or ((root.default_map or {}).get("filter") or {}).get("exit_zero"))
+        root.meta.get(EXIT_ZERO_GIVEN) or (layers is not None and layers.get("filter", "exit_zero")))
     try:
         raw = sys.stdin.buffer.read()
     except (OSError, ValueError):

@@ -257,9 +257,8 @@ def resolve(command, given=None, env=os.environ, named=None, layers=None, names=
     (``FILE:LINE: ...``) for a layer naming two places for the model or a value of a
     wrong type. ``names``: only these settings (a running server's decision). Every
     entrance calls it: the fast paths, spamd for a user's own file, a server
-    rereading its files, ``web``, ``setup`` and ``config`` directly
-    (:func:`spamnb.cli.options.resolved`); the click commands' options get the same
-    values through :func:`spamnb.cli.config.default_map`, which a test holds to it."""
+    rereading its files, ``setup`` and ``config`` directly, and every click command
+    once per run (:func:`spamnb.cli.options.take_settings`)."""
     given = {k: v for k, v in (given or {}).items() if v is not None}
     _table.exclusive(given)
     if layers is None:
@@ -432,9 +431,12 @@ def write_cache(layers, stamped, env=os.environ):
         pass
 
 
-def decision_of(layers) -> list:
-    """The ``[decision]`` values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
-    None where no file sets them (:func:`spamnb.verdict.cutoffs_from`'s order)."""
+def decision(layers) -> list:
+    """The decision the files give the deciding commands, as the one resolver gives it
+    (:func:`resolve`: one unit, from the most specific layer naming any of it):
+    ``[cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff]``, None where unset
+    (:func:`spamnb.verdict.cutoffs_from`'s order). ConfigError as :func:`resolve`'s."""
     from spamnb.verdict import DECISION_OPTIONS
 
-    return [layers.get("decision", k) for k in DECISION_OPTIONS]
+    found = resolve(_table.DECIDING[0], env=layers.env, layers=layers, names=DECISION_OPTIONS)
+    return [found[n].value for n in DECISION_OPTIONS]
