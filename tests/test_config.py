@@ -112,6 +112,17 @@ def test_the_imap_file_is_read_as_the_imap_table(user_file, tmp_path):
     assert "is read as the [imap] table" in res.stderr.decode()
 
 
+def test_the_imap_file_keys_the_check_passes_are_the_imap_commands_too(user_file):
+    """imap.toml's values come only through the layers: a key `config --check` passes
+    (interval, learn_verdicts) is one `imap filter` takes, not an unknown key."""
+    write(user_file.parent / "imap.toml", 'host = "mail.example.org"\nuser = "me"\ninterval = 60\n'
+                                          'learn_verdicts = false\n', mode=0o600)
+    assert run("config", "--check").returncode == 0
+    res = run("imap", "filter", "--dry-run", "--password-file", "/nonexistent")
+    assert res.returncode == 1 and "unknown key" not in res.stderr.decode(), res.stderr
+    assert "/nonexistent" in res.stderr.decode()
+
+
 # -- checks -----------------------------------------------------------------------------
 
 

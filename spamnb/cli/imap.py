@@ -30,17 +30,37 @@ def account_options(f):
 
 
 def _settings(config_path, extra, kw):
+    """The account's settings: the options and the configuration's ``[imap]`` keys (the
+    older imap.toml's too), as the one resolver gave them to the command; below them the
+    keys of the file of this command's own ``--config FILE``."""
     from spamnb.delivery import imap
-    from spamnb.storage.locate import imap_config_path
 
-    path = config_path or imap_config_path()
     options = {k: kw.pop(k) for k in _SETTING_KEYS}
     options.update(extra)
     options["model"] = kw.pop("model_path")
     try:
-        return imap.settings_from(imap.read_config(path, explicit=config_path is not None), options)
+        if config_path is not None:  # one run's file, named by an option: read here, below the rest
+            return imap.settings_from(imap.read_config(config_path, explicit=True), options)
+        _private_imap_file()
+        return imap.settings_from({}, options)
     except imap.ImapError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _private_imap_file():
+    """The older imap.toml may say how to get the password: its values come through the
+    configuration's layers, and the imap commands refuse it unless it is private (mode 0600),
+    as they refuse a password file."""
+    from spamnb.delivery import imap
+    from spamnb.storage.locate import imap_config_path
+
+    path = imap_config_path()
+    try:
+        imap.open_private(path, path, "config file").close()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise imap.ImapError(f"cannot read config file {path}: {exc.strerror or exc}") from None
 
 
 @click.group()
