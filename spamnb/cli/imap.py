@@ -246,6 +246,13 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
         return shared[0]
 
     def judge(raw):
+        try:
+            return _judge(raw)
+        except Exception as exc:  # the message stays where it is, unfiltered (Filter's boundary): its line
+            rec.error("failed", f"{exc.__class__.__name__}: {exc}", via="imap", unscanned=True, raw=raw, user=user)
+            raise
+
+    def _judge(raw):
         start = time.perf_counter()
         backend = current()
         d = decide(backend.view(), raw, decision)

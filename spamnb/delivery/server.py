@@ -97,12 +97,15 @@ class _Handler(socketserver.BaseRequestHandler):
             header, blen = wire.read_request_head(conn, srv.max_bytes, deadline)
         except (OSError, ValueError, wire.WireError) as exc:
             srv.log(f"request refused: {exc}")
+            if not str(exc).startswith("connection closed after 0 "):  # a connection that sent nothing: no message
+                srv.recorder.error("refused", str(exc), via="socket")
             self._reply(wire.DECLINED, reason=str(exc))
             return
         try:
             raw = wire.recv_exact(conn, blen, deadline)
         except (OSError, wire.WireError) as exc:
             srv.log(f"request dropped: {exc}")
+            srv.recorder.error("dropped", str(exc), via="socket", size=blen)
             self._reply(wire.DECLINED, reason=str(exc))
             return
         self._reply(*self._answer(header, raw))
@@ -113,7 +116,7 @@ class _Handler(socketserver.BaseRequestHandler):
         start = time.perf_counter()
 
         def fail(reason, exc):  # the delivery paths' boundary: decline, the client does it itself
-            srv.recorder.error("declined", reason, via="socket")
+            srv.recorder.error("declined", reason, via="socket", raw=raw)
             return wire.DECLINED, None, 0, b"", reason
 
         with Boundary(fail) as boundary:
@@ -200,7 +203,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
     def process_request(self, request, client_address):
         if not self.slots.acquire(blocking=False):
             if self.waiting is None or not self.waiting.acquire(blocking=False):
-                self._refuse(request)
+                self._refuse(request, client_address)
                 return
             with self._guard:
                 self._waiters.add(request)  # it waits in its own thread, never in the accept loop
@@ -223,7 +226,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             got = self.slots.acquire(timeout=self.slot_wait)
             self._release(request)
             if not got:
-                self._refuse(request)
+                self._refuse(request, client_address)
                 return
         if self.deadline_s is not None:
             with self._guard:
@@ -249,10 +252,11 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             except OSError:
                 pass
 
-    def _refuse(self, request):
+    def _refuse(self, request, client_address=None):
         self.refused += 1
         if self.refused % 100 == 1:  # a flood is one line per hundred, not one per connection
             self.log(f"too many connections: closed at once, unserved ({self.refused} so far)")
+        self.unserved(client_address)
         if self.busy:
             try:
                 request.setblocking(False)
@@ -268,6 +272,9 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 self._shed()
             raise
+
+    def unserved(self, client_address):
+        """A connection refused for being beyond the bound (its event line, where the listener has one)."""
 
     def _shed(self):
         """No descriptor left for a connection: take the next one with the spare, close it."""
@@ -342,6 +349,9 @@ class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
         finally:
             os.umask(old)
         os.chmod(sock_path, 0o600)
+
+    def unserved(self, client_address):
+        self.recorder.error("busy", "too many connections: the client filters the message itself", via="socket")
 
     def remove_socket(self):
         try:
