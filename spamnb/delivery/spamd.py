@@ -231,9 +231,10 @@ def parse_request_line(line: bytes) -> tuple[str, tuple[int, int]]:
     return m.group(1).decode(), (int(m.group(2)), int(m.group(3)))
 
 
-def parse_headers(reader: _Reader) -> dict:
-    """The request's headers (names as sent; spamd's are case-sensitive) up to the blank line."""
-    headers = {}
+def parse_headers(reader: _Reader, into=None) -> dict:
+    """The request's headers (names as sent; spamd's are case-sensitive) up to the blank line;
+    ``into``: the dict to read them into (what was read stays there when one is refused)."""
+    headers = {} if into is None else into
     for _ in range(MAX_HEADERS + 1):
         line = reader.line()
         if not line.endswith(b"\n"):
@@ -669,7 +670,8 @@ class _Handler(socketserver.BaseRequestHandler):
         unscanned = method in SCANNING or (method is None and facts.get("sent", False))
         srv.models.recorder.error(kind, text, via="spamd", unscanned=unscanned,
                                   raw=raw[:MAX_HEADER_BLOCK] if raw is not None else None, size=size,
-                                  user=facts.get("user"), raddr=facts.get("raddr"), mid=facts.get("mid"))
+                                  user=facts.get("headers", {}).get("User"), raddr=facts.get("raddr"),
+                                  mid=facts.get("mid"))
 
     def _request(self, reader) -> bytes | None:
         srv = self.server
@@ -683,12 +685,11 @@ class _Handler(socketserver.BaseRequestHandler):
             if version >= (1, 5):  # 1.5 clients send a (usually empty) header block here too
                 parse_headers(reader)
         elif version > (1, 0) or method == "TELL":  # 1.0 requests have no headers: the message follows
-            headers = parse_headers(reader)
+            headers = parse_headers(reader, facts.setdefault("headers", {}))
         if method == "PING":
             return b"SPAMD/1.5 0 PONG\r\n"
         if method == "SKIP":
             return None
-        facts["user"] = headers.get("User")
         length = headers.get("Content-length")
         length = int(length) if length is not None else None
         facts["size"] = length
