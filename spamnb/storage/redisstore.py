@@ -395,8 +395,9 @@ class RedisBackend(Backend):
         self.wait = wait
         # one record for the store's client, shared by its users' backends
         self._reach = reach if reach is not None else _Reach()
-        # a user's model is made at their first learn (from ``create()``); the store's own
-        # only by push or train, so that a store restarted empty says so instead
+        # a user's model is made at their first learn (from ``create()``); the store's own by push
+        # or train, and again by a learn given ``create()`` (spamd's TELL) once emptied: scanning
+        # an empty store says so, it never starts a model
         self.user = user
         self.prefix = prefix.encode() if isinstance(prefix, str) else prefix
         self.name = name or f"redis store {prefix}"
