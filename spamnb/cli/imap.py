@@ -175,7 +175,10 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
 
         def one_pass(client):
             # the state as on disk: a pass that failed half-way is redone from its last save
-            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run).run()
+            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run,
+                             unscanned=lambda size: rec.error("too_big", f"over {lib.MAX_MESSAGE} bytes: left "
+                                                              "where it is", via="imap", unscanned=True, size=size,
+                                                              user=s.user)).run()
             say(out.summary())
             return out
 
