@@ -72,9 +72,10 @@ def tally(lines, since=None):
             if mid:
                 filed[mid] = ev.get("verdict")
         elif kind == "error":
-            errors[(ev.get("via") or "-", ev.get("kind") or "-")] += 1
+            n = int(ev["count"]) if str(ev.get("count", "")).isdigit() else 1  # a flood's line stands for many
+            errors[(ev.get("via") or "-", ev.get("kind") or "-")] += n
             if ev.get("mail") == UNSCANNED:
-                unscanned[ev.get("via") or "-"] += 1
+                unscanned[ev.get("via") or "-"] += n
         elif kind == "forget":
             forgotten[(ev.get("class"), ev.get("source"))] += 1
             if mid in taught:

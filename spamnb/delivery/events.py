@@ -238,19 +238,21 @@ class Recorder:
                        "mid": mid or "-"})
 
     def error(self, kind, text=None, *, via=None, unscanned=False, raw=None, mid=None, size=None, user=None,
-              raddr=None):
+              raddr=None, count=1):
         """An error a client or the model caused (``kind``: a short word), for the
         message ``raw`` (or of ``size`` bytes and Message-ID ``mid``) where there is
-        one; ``unscanned``: the mail went on without a verdict."""
+        one; ``unscanned``: the mail went on without a verdict. ``count``: the line
+        stands for that many (connections refused in a flood, one line a second)."""
         if self.metrics is not None:
-            self.metrics.error(kind)
+            self.metrics.error(kind, count)
         if self.lines:
             if mid is None and raw is not None:
                 mid = message_id(raw)
             if size is None and raw is not None:
                 size = len(raw)
             self.emit({"event": "error", "via": via, "kind": kind, "mail": UNSCANNED if unscanned else None,
-                       "size": size, "user": user, "raddr": raddr, "mid": mid, "text": text})
+                       "count": count if count != 1 else None, "size": size, "user": user, "raddr": raddr,
+                       "mid": mid, "text": text})
 
     def answered(self, seconds):
         """A spamd request answered (or refused) ``seconds`` after it was accepted."""

@@ -140,8 +140,8 @@ class Metrics:
     def forgotten(self, label, source):
         self._forgotten.labels(label, source).inc()
 
-    def error(self, kind):
-        self.errors.labels(kind).inc()
+    def error(self, kind, count=1):
+        self.errors.labels(kind).inc(count)
 
     def answered(self, seconds):
         self.answer.observe(seconds)

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import signal
 import socket
@@ -189,6 +190,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         self._open = {}  # connection -> the time it must be shut down by (with a deadline)
         self._guard = threading.Lock()
         self.refused = 0
+        self._tallies = {}  # kind -> [when its last line was written, connections not yet in a line]
 
     _spare = -1  # the spare descriptor, opened once listening
 
@@ -241,9 +243,11 @@ class BoundedThreads(socketserver.ThreadingMixIn):
     def service_actions(self):
         """Between accepts (every poll interval): shut down the connections past their deadline."""
         super().service_actions()
+        now = time.monotonic()
+        if self._tallies:
+            self._flush_tallies(now)
         if not self._open:
             return
-        now = time.monotonic()
         with self._guard:
             late = [conn for conn, end in self._open.items() if end <= now]
         for conn in late:
@@ -256,7 +260,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         self.refused += 1
         if self.refused % 100 == 1:  # a flood is one line per hundred, not one per connection
             self.log(f"too many connections: closed at once, unserved ({self.refused} so far)")
-        self.unserved(client_address)
+        self.tally_unserved("busy", client_address)
         if self.busy:
             try:
                 request.setblocking(False)
@@ -273,8 +277,37 @@ class BoundedThreads(socketserver.ThreadingMixIn):
                 self._shed()
             raise
 
-    def unserved(self, client_address):
-        """A connection refused for being beyond the bound (its event line, where the listener has one)."""
+    #: Seconds between two event lines of refused connections of one kind: a flood is a line a
+    #: second with its count (``count=``), so that writing them never slows the accept loop.
+    TALLY_SECONDS = 1.0
+
+    def tally_unserved(self, kind, client_address):
+        """A connection refused unread (``kind``: ``busy`` beyond the bound, ``not_allowed``):
+        its own event line (:meth:`unserved`), unless one of that kind was written less than
+        :data:`TALLY_SECONDS` ago; then it is counted into the next, which
+        :meth:`service_actions` writes."""
+        now = time.monotonic()
+        with self._guard:
+            tally = self._tallies.setdefault(kind, [-math.inf, 0])
+            if now - tally[0] < self.TALLY_SECONDS or tally[1]:
+                tally[1] += 1
+                return
+            tally[0] = now
+        self.unserved(kind, client_address, 1)
+
+    def _flush_tallies(self, now):
+        due = []
+        with self._guard:
+            for kind, tally in self._tallies.items():
+                if tally[1] and now - tally[0] >= self.TALLY_SECONDS:
+                    due.append((kind, tally[1]))
+                    tally[:] = [now, 0]
+        for kind, count in due:
+            self.unserved(kind, None, count)
+
+    def unserved(self, kind, client_address, count):
+        """``count`` connections refused unread (``kind``; ``client_address``: the one's,
+        None for a count): their event line, where the listener has one."""
 
     def _shed(self):
         """No descriptor left for a connection: take the next one with the spare, close it."""
@@ -294,6 +327,8 @@ class BoundedThreads(socketserver.ThreadingMixIn):
 
     def server_close(self):
         super().server_close()
+        if self._tallies:
+            self._flush_tallies(math.inf)  # the refusals not yet in a line
         if self._spare >= 0:
             os.close(self._spare)
             self._spare = -1
@@ -350,8 +385,9 @@ class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
             os.umask(old)
         os.chmod(sock_path, 0o600)
 
-    def unserved(self, client_address):
-        self.recorder.error("busy", "too many connections: the client filters the message itself", via="socket")
+    def unserved(self, kind, client_address, count):
+        self.recorder.error(kind, "too many connections: the client filters the message itself", via="socket",
+                            count=count)
 
     def remove_socket(self):
         try:

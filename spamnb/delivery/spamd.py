@@ -852,10 +852,14 @@ class _SpamdServer(BoundedThreads):
         """The connecting process's user; None where the socket cannot say (TCP)."""
         return None
 
-    def unserved(self, client_address):
-        """Beyond ``--max-connections`` (and the wait): answered EX_TEMPFAIL, spamc passes the mail."""
-        self.models.recorder.error("ex_tempfail", "too many connections", via="spamd", unscanned=True,
-                                   raddr=client_ip(client_address))
+    def unserved(self, kind, client_address, count):
+        """Beyond ``--max-connections`` (and the wait): answered EX_TEMPFAIL; outside ``--allow``:
+        closed unread. spamc passes the mail either way."""
+        busy = kind == "busy"
+        self.models.recorder.error("ex_tempfail" if busy else kind,
+                                   "too many connections" if busy else "not in --allow: closed unread",
+                                   via="spamd", unscanned=True, count=count,
+                                   raddr=client_ip(client_address) if client_address else None)
 
 
 class TCPServer(_SpamdServer, socketserver.TCPServer):
@@ -871,8 +875,7 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
         if client_allowed(client_address, self.allowed):
             return True
         self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
-        self.models.recorder.error("not_allowed", "not in --allow: closed unread", via="spamd", unscanned=True,
-                                   raddr=client_ip(client_address))
+        self.tally_unserved("not_allowed", client_address)
         return False
 
     def close(self):
