@@ -119,9 +119,9 @@ def test_the_imap_file_is_read_as_the_imap_table(user_file, tmp_path):
     ("[serve]\nmax_bytes = 5\nmax_conections = 3\n", 3, "unknown key 'max_conections' in [serve]", "info"),
     ("[servve]\nmax_bytes = 5\n", 1, "unknown table [servve]", "info"),
     ("[serve]\n\ntimeout = 'ten'\n", 3, "[serve] timeout: must be a number, got 'ten'", "serve"),
-    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: 0 is not in the range x>=1", "serve"),
+    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: must be at least 1, got 0", "serve"),
     ("[spamd]\nallow_tell = 'yes'\n", 2, "[spamd] allow_tell: must be true or false", "serve"),
-    ("[log]\nformat = 'xml'\n", 2, "[log] format: 'xml' is not one of 'text', 'json'", "serve"),
+    ("[log]\nformat = 'xml'\n", 2, "[log] format: must be one of 'text', 'json', got 'xml'", "serve"),
     ("[decision]\nspam_cutoff = 0.2\nham_cutoff = 0.5\n", 3, "need 0 <= ham_cutoff <= spam_cutoff <= 1",
      "classify"),
     ("[decision]\nspam_cutoff = 0.99\ncost_fp = 5\n", 3, "either costs or cut-offs", "classify"),
@@ -207,7 +207,7 @@ def test_decision_applies_through_the_server(system_file, compiled, a_spam, tmp_
         # the server's answer, asked by the fast client, which sends the files' decision
         from spamnb.delivery import fastfilter
 
-        opts = fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+        opts = fastfilter.settings_of(["--model", str(compiled)])
         out, label = fastfilter.via_server(sock, a_spam, str(compiled), False, opts)
         assert label == "unsure" and b"tests=SPAMNB_UNSURE" in out
         res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)  # the fast path
@@ -326,7 +326,7 @@ def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_fi
     from spamnb.storage import settings
 
     def opts():
-        return fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+        return fastfilter.settings_of(["--model", str(compiled)])
 
     def delivered():
         """(filtered, passed through): exit 0-2 with the verdict's headers, or exit 3 unchanged."""

@@ -1,16 +1,14 @@
-"""``spamnb config``: the configuration file's keys, built from the commands' own options.
+"""``spamnb config``: the configuration file's keys, from the table of settings.
 
-:data:`KEYS` is the one table of keys: ``(table, key)`` -> the click
-parameter it sets and the commands that have it. A key's type, range and
-default are its option's (a ``click.IntRange`` is the range a file's value
-is checked against, ``multiple`` options take a TOML array, flags a boolean),
-so an option and its key cannot drift apart; a value then passes the key's
-check in :data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`),
-the function the commands that take the key apply at start (:func:`applies`). A file's values reach the commands
-as click's ``default_map`` (:func:`default_map`), below the command line; the
-files and their order are :mod:`spamnb.storage.settings`'.
+:data:`KEYS` is :data:`spamnb.options.TABLE`'s keys: ``(table, key)`` -> the click
+parameter it sets and the commands that have it. A file's value has its row's kind
+(:func:`spamnb.options.convert`), then passes the key's check in
+:data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`), the function the
+commands that take the key apply at start (:func:`applies`). A file's values reach the
+commands as click's ``default_map`` (:func:`default_map`), below the command line;
+the layers, their order and the units are :func:`spamnb.storage.settings.resolve`'s.
 
-To add a key: add its option to the command, then one line here.
+To add a key: one row in :mod:`spamnb.options`.
 """
 
 from __future__ import annotations
@@ -21,52 +19,14 @@ import sys
 import click
 
 from spamnb import checks
+from spamnb import options as table_
 from spamnb.cli.options import pass_through
+from spamnb.options import DECIDING, EVERY, IMAP, LOGGING, METRICS  # noqa: F401 - the commands' groups
 from spamnb.storage import settings
 from spamnb.verdict import DECISION_OPTIONS
 
-#: Commands the ``[decision]`` keys override the model's cut-offs for (``train`` is
-#: left out on purpose: its decision options are the cut-offs it stores).
-DECIDING = ("classify", "sort", "evaluate", "filter", "serve", "imap filter")
-IMAP = ("imap train", "imap filter")
-EVERY = "*"  # every command that has the parameter
-LOGGING = ("serve", "filter", "imap filter")
-METRICS = ("serve", "imap filter")
-
-#: (table, key) -> (parameter name, commands). One line per key.
-KEYS = {
-    ("model", "path"): ("model_path", EVERY),
-    ("model", "allow_insecure"): ("allow_insecure_model", EVERY),
-    ("store", "url"): ("store", EVERY),
-    **{("decision", name): (name, DECIDING) for name in DECISION_OPTIONS},
-    ("serve", "socket"): ("socket_path", ("serve", "filter")),
-    ("serve", "max_bytes"): ("max_bytes", ("serve",)),
-    ("serve", "timeout"): ("timeout", ("serve",)),
-    ("serve", "max_connections"): ("max_connections", ("serve",)),
-    ("serve", "pidfile"): ("pidfile", ("serve",)),
-    ("spamd", "listen"): ("spamd_addresses", ("serve",)),
-    ("spamd", "allow"): ("allow", ("serve",)),
-    ("spamd", "user_models"): ("user_models", ("serve",)),
-    ("spamd", "store_users"): ("store_users", ("serve",)),
-    ("spamd", "allow_tell"): ("allow_tell", ("serve",)),
-    ("spamd", "socket_mode"): ("spamd_socket_mode", ("serve",)),
-    ("filter", "exit_zero"): ("exit_zero", ("filter",)),
-    ("filter", "learn"): ("learn_", ("filter",)),
-    ("filter", "evidence"): ("evidence", ("filter",)),
-    ("log", "messages"): ("log_messages", LOGGING),
-    ("log", "format"): ("log_format", LOGGING),
-    ("log", "to"): ("log_to", LOGGING),
-    ("metrics", "listen"): ("metrics_address", METRICS),
-    ("metrics", "allow"): ("metrics_allow", METRICS),
-    ("history", "path"): ("history", ("serve", "filter", "imap filter", "web", "learn", "forget")),
-    **{("imap", name): (name, IMAP) for name in ("host", "port", "user", "password_file", "password_command",
-                                                  "security", "cafile", "force_plaintext")},
-    ("imap", "model"): ("model_path", IMAP),  # imap.toml's own key for the model
-    ("imap", "ham"): ("ham", ("imap train",)),
-    ("imap", "spam"): ("spam", ("imap train",)),
-    **{("imap", name): (name, ("imap filter",)) for name in ("folder", "junk", "unsure_folder", "interval",
-                                                             "learn_verdicts")},
-}
+#: (table, key) -> (parameter name, commands): the keys of :data:`spamnb.options.TABLE`.
+KEYS = {(r.table, r.key): (r.name, r.commands) for r in table_.TABLE if r.table}
 
 
 def commands(group):
@@ -91,43 +51,13 @@ def targets(group, table, key):
     return out
 
 
-def _kind(param):
-    """``(python types, words)`` a file's value for ``param`` must be."""
-    t = param.type
-    if getattr(param, "is_flag", False) or isinstance(t, click.types.BoolParamType):
-        return bool, "true or false"
-    if isinstance(t, click.types.IntParamType):  # IntRange too
-        return int, "an integer"
-    if isinstance(t, click.types.FloatParamType):
-        return (int, float), "a number"
-    return str, "a string"
-
-
-def check_value(param, value):
-    """A file's ``value`` for ``param`` as the command takes it; ValueError saying
-    what is wrong (type, range, choice)."""
-    if param.multiple:
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list):
-            raise ValueError(f"must be a list, got {value!r}")
-        return [_one(param, v) for v in items]
-    return _one(param, value)
-
-
-def _one(param, value):
-    types, what = _kind(param)
-    if types is int:
-        checks.integer(value)  # `true` is no integer, although Python's bool is an int
-    elif types is not str and types is not bool:
-        checks.number(value)
-    elif isinstance(value, bool) != (types is bool) or not isinstance(value, types):
-        raise ValueError(f"must be {what}, got {value!r}")
-    if types is bool:
-        return value
-    try:
-        return param.type.convert(value, None, None)
-    except click.BadParameter as exc:
-        raise ValueError(exc.message.rstrip(".")) from None
+def check_value(table, key, value):
+    """A file's ``value`` for a key as the command takes it; ValueError saying what is
+    wrong (type, choice: :func:`spamnb.options.convert`; range, format: the key's check)."""
+    value = table_.convert(table_.BY_KEY[(table, key)], value)
+    if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
+        checks.CHECKS[(table, key)](value)
+    return value
 
 
 #: Keys whose check at start (:data:`spamnb.checks.CHECKS`) is made by fewer of the commands
@@ -171,11 +101,11 @@ def problems(group, layers, command=None):
             out.append((path, line, f"unknown key {key!r} in [{table}] (known: {known})"))
         elif applies(group, table, key, command):
             try:
-                value = check_value(targets(group, table, key)[0][1], value)
-                if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
-                    checks.CHECKS[(table, key)](value)
+                check_value(table, key, value)
             except ValueError as exc:
                 out.append((path, line, f"[{table}] {key}: {exc}"))
+    if not out and (command is None or applies(group, "model", "path", command)):
+        out += layers.conflicts()  # two places for the model in one layer
     if not out:
         for keys, check in checks.TOGETHER:
             first = layers.where(*keys[0])
@@ -212,11 +142,11 @@ def default_map(group, layers, command=None):
         where = layers.where(table, key)
         if where is None or where[1] == settings.ENVIRONMENT:
             continue
+        try:
+            value = table_.convert(table_.BY_KEY[(table, key)], where[0])
+        except ValueError:  # not this command's key (checked above otherwise): it never reads it
+            continue
         for path, param in targets(group, table, key):
-            try:
-                value = check_value(param, where[0])
-            except ValueError:  # not this command's key (checked above otherwise): it never reads it
-                continue
             node = out
             for part in path.split():
                 node = node.setdefault(part, {})
@@ -345,6 +275,15 @@ def config(ctx, check_, command_line):
             value, source, path, line = where
             at = f"{path}:{line}" if line else path
             click.echo(f"{key} = {_toml(value)}  # {source} {at}")
+    _notes(layers)
+
+
+def _notes(layers, given=()):
+    """Which model location wins and why; whether ``[decision]`` overrides stored cut-offs."""
+    click.echo("\n# " + settings.location(layers, [f for f in given if f in ("--model", "--store")]))
+    note = settings.decision_note(layers, [f for f in given if f.lstrip("-").replace("-", "_") in DECISION_OPTIONS])
+    if note:
+        click.echo(f"# {note}")
 
 
 def _show_command(group, layers, command_line):
@@ -388,6 +327,9 @@ def _show_command(group, layers, command_line):
             click.echo(f"# {key}: unset ({said})")
         else:
             click.echo(f"{key} = {_toml(list(value) if isinstance(value, tuple) else value)}  # {said}")
+    given = [p.opts[0] for p in cmd.params if isinstance(p, click.Option)
+             and sub.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    _notes(layers, given)
 
 
 @config.command("reload")

@@ -8,7 +8,7 @@ import sys
 import click
 
 from spamnb.cli.options import (decision_options, history_options, log_options, metrics_from, metrics_options,
-                                notice, recorder, run_alone, store_option)
+                                notice, options, recorder, run_alone, store_option)
 from spamnb.storage.locate import history_path
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
@@ -21,21 +21,8 @@ def account_options(f):
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="Config file (default $XDG_CONFIG_HOME/spamnb/imap.toml, ~/.config/... when unset; "
                           "mode 0600): the keys below, so that you type none of them twice."),
-        click.option("--host", help="IMAP server."),
-        click.option("--port", type=click.IntRange(1, 65535), help="Port (default 993 with tls, else 143)."),
-        click.option("--user", help="Login name."),
-        click.option("--password-file", type=click.Path(dir_okay=False),
-                     help="A file whose first line is the password."),
-        click.option("--password-command", metavar="CMD",
-                     help="A command that prints the password (e.g. 'pass show mail/imap')."),
-        click.option("--security", type=click.Choice(["tls", "starttls", "none"]), default=None,
-                     help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
-        click.option("--cafile", type=click.Path(dir_okay=False, exists=True),
-                     help="CA certificates to trust for the server's certificate (a self-signed one)."),
-        click.option("--force-plaintext", is_flag=True, default=None,
-                     help="Allow --security none to a host other than 127.0.0.1."),
-        click.option("--model", "model_path", type=click.Path(dir_okay=False),
-                     help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib)."),
+        options("host", "port", "user", "password_file", "password_command", "security", "cafile",
+                "force_plaintext", ("model_path", "imap")),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -69,8 +56,7 @@ def imap():
 
 
 @imap.command("train")
-@click.option("--ham", multiple=True, metavar="FOLDER", help="A folder of ham (repeatable).")
-@click.option("--spam", multiple=True, metavar="FOLDER", help="A folder of spam (repeatable).")
+@options("ham", "spam")
 @account_options
 def train(ham, spam, config_path, store, **kw):
     """Train a new model from IMAP folders (read-only: no flag changes).
@@ -114,18 +100,10 @@ def train(ham, spam, config_path, store, **kw):
 
 
 @imap.command("filter")
-@click.option("--folder", default=None, help="The folder to filter (default INBOX).")
-@click.option("--junk", default=None, help="Where spam goes (default: the folder with the \\Junk special use, "
-                                           "else Junk; made when missing).")
-@click.option("--unsure-folder", default=None, help="Move unsure mail here too (default: it stays, unflagged).")
+@options("folder", "junk", "unsure_folder")
 @click.option("--watch", is_flag=True, help="Keep going: IDLE on the folder, a pass whenever mail arrives "
                                             "and every --interval seconds; reconnect after a drop.")
-@click.option("--interval", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="With --watch: seconds between passes when nothing arrives (your moves into and out of "
-                   "Junk are seen at the next pass).")
-@click.option("--learn-verdicts/--no-learn-verdicts", default=True, show_default=True,
-              help="Also learn its own verdicts near the decision, as `spamnb filter -u` does (with a model "
-                   "of your own); your corrections are learned either way.")
+@options("interval", "learn_verdicts")
 @click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
 @history_options
 @account_options

@@ -12,86 +12,131 @@ import sys
 
 import click
 
+from spamnb import options as table_
 from spamnb import verdict
 from spamnb.verdict import deliver_unchanged
 
 
+def _click_type(row):
+    """The click type of a row's kind, bounds and existence."""
+    if row.kind == "choice":
+        return click.Choice(row.choices)
+    if row.kind in ("path", "folder"):
+        folder = row.kind == "folder"
+        return click.Path(dir_okay=folder, file_okay=not folder, exists=row.exists)
+    if row.kind in ("int", "float"):
+        if row.low is None and row.high is None:
+            return click.INT if row.kind == "int" else click.FLOAT
+        return (click.IntRange if row.kind == "int" else click.FloatRange)(min=row.low, max=row.high)
+    return None
+
+
+def option(name, table="", command=None, **changes):
+    """The click option of the setting ``name`` (its row of :data:`spamnb.options.TABLE`;
+    ``table`` picks one of a name's rows by its configuration table): its spellings,
+    kind, bounds, default and help (``command``'s, when the row has one per command),
+    and the callback that keeps its unit whole (:func:`_unit_default`). ``changes``:
+    click arguments a command sets otherwise (a default of its own)."""
+    row = next(r for r in table_.TABLE if r.name == name and (not table or r.table == table))
+    kw = {"help": row.help_for(command) or None, "metavar": row.metavar}
+    if row.kind == "bool":
+        flags = [f"{row.flags[0]}/{row.off}"] if row.off else list(row.flags)
+        if row.off:
+            kw.update(default=row.default, show_default=True)
+        else:
+            kw["is_flag"] = True
+    else:
+        flags = list(row.flags)
+        kw["type"] = _click_type(row)
+        kw["multiple"] = row.kind == "list"
+        if row.default is not None:
+            kw.update(default=row.default, show_default=True)
+    if table_.unit_of(name):
+        kw["callback"] = _unit_default
+    kw.update(changes)
+    kw = {k: v for k, v in kw.items() if v is not None or k == "default"}
+    if row.kind == "bool" and not row.off:
+        kw.pop("default", None)
+    return click.option(*flags, name, **kw)
+
+
+def options(*names, command=None):
+    """A decorator adding the options of ``names`` (rows of the table), in that order in
+    ``--help``; ``(name, table)`` picks a row by its configuration table."""
+    def add(f):
+        for name in reversed(names):
+            name, table = (name, "") if isinstance(name, str) else name
+            f = option(name, table, command=command)(f)
+        return f
+    return add
+
+
+def _unit_default(ctx, param, value):
+    """A unit (:data:`spamnb.options.UNITS`: the decision, where the model is, the history)
+    comes whole from one layer: a configuration file's value steps aside for another
+    option of its unit on the command line (click processes those first), so `--cost-fp
+    20` over a file's spam_cutoff is not "costs and cut-offs both", nor `--model` over a
+    file's `[store] url` "--model and --store both". Two options of a unit that exclude
+    each other on one command line are a usage error (:func:`spamnb.options.exclusive`),
+    raised while parsing: filter passes the mail through it."""
+    from click.core import ParameterSource
+
+    unit = table_.unit_of(param.name)
+    given = {n: ctx.params.get(n) for n in unit
+             if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    if ctx.get_parameter_source(param.name) == ParameterSource.COMMANDLINE:
+        try:
+            table_.exclusive({**given, param.name: value})
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    elif ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and given:
+        return False if isinstance(value, bool) else None
+    return value
+
+
+def resolved(ctx, names=None):
+    """``{name: Setting}`` of the running command's settings from the one resolver
+    (:func:`spamnb.storage.settings.resolve`): its command-line options, then the
+    environment, the files (the global ``--config`` too), the defaults; ``names``: only
+    these. A configuration the resolver refuses is a one-line error."""
+    from click.core import ParameterSource
+
+    from spamnb.storage import settings
+
+    root = ctx.find_root()
+    command = " ".join(ctx.command_path.split()[1:])
+    given = {n: v for n, v in ctx.params.items() if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    try:
+        return settings.resolve(command, given, named=root.params.get("config_file"), names=names)
+    except settings.ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    except ValueError as exc:  # options that exclude each other
+        raise click.UsageError(str(exc)) from None
+
+
 def model_options(f):
-    f = click.option("--allow-insecure-model", is_flag=True,
-                     help="Load a model file that other users can write (administrators only: "
-                          "a model file is code).")(f)
-    f = click.option("--model", "model_path", type=click.Path(dir_okay=False), callback=_where_default,
-                     help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")(f)
-    return store_option(f)
+    return options("store", ("model_path", "model"), "allow_insecure_model")(f)
 
 
 def store_option(f):
-    return click.option("--store", metavar="URL", callback=_where_default,
-                        help="Keep the model in a store shared by several hosts instead of a file: "
-                             "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
-                             "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
-                             "(default $SPAMNB_STORE; docs/many-hosts.md).")(f)
-
-
-def _where_default(ctx, param, value):
-    """Where the model is, --model or --store, is one choice: a configuration file's
-    ``[model] path`` or ``[store] url`` steps aside for the other option given on
-    the command line (click processes those first)."""
-    from click.core import ParameterSource
-
-    other = "store" if param.name == "model_path" else "model_path"
-    if ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and \
-            ctx.get_parameter_source(other) == ParameterSource.COMMANDLINE:
-        return None
-    return value
-
-
-def _decision_default(ctx, param, value):
-    """The decision is one unit: a configuration file's decision keys step aside for
-    any decision option on the command line (click processes those first), so
-    `--cost-fp 20` over a file's spam_cutoff is not "costs and cut-offs both"."""
-    from click.core import ParameterSource
-
-    if ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and any(
-            ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in verdict.DECISION_OPTIONS):
-        return None
-    return value
+    return option("store")(f)
 
 
 def history_options(f):
-    """``--history FILE`` / ``--no-history``, passed on as ``history``: a path,
-    False for none, None for the default beside the model
+    """``--history FILE`` / ``--no-history`` (``[history] path`` / ``off``), passed on as
+    ``history``: a path, False for none, None for the default beside the model
     (:func:`spamnb.storage.locate.history_path`)."""
-
-    def exclusive(ctx, param, value):  # while parsing: filter passes the mail through a usage error
-        from click.core import ParameterSource
-
-        other = "no_history" if param.name == "history" else "history"
-        given = [ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in (param.name, other)]
-        if value and ctx.params.get(other) and all(given):  # a configuration file's path yields to --no-history
-            raise click.UsageError("give --history FILE or --no-history, not both")
-        return value
 
     @functools.wraps(f)
     def command(history, no_history, **kwargs):
         return f(history=False if no_history else history, **kwargs)
 
-    command = click.option("--no-history", is_flag=True, callback=exclusive,
-                           help="Record nothing in the history.")(command)
-    return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-                        callback=exclusive, help="Record each verdict in this SQLite file (default "
-                        "MODEL.history.sqlite, beside the model; `spamnb web` shows it).")(command)
+    return options("history", "no_history")(command)
 
 
 def decision_options(f):
-    for name, text in [
-        ("--ham-cutoff", "Decide ham when P(spam|x) <= this."),
-        ("--spam-cutoff", "Decide spam when P(spam|x) > this."),
-        ("--cost-unsure", "Loss of holding a message as unsure."),
-        ("--cost-fn", "Loss of letting a spam through (default 1)."),
-        ("--cost-fp", "Loss of filing a ham as spam (default 10)."),
-    ]:
-        f = click.option(name, type=float, help=text, callback=_decision_default)(f)
+    for name in reversed(verdict.DECISION_OPTIONS):
+        f = option(name)(f)
     return f
 
 
@@ -119,6 +164,21 @@ def cutoffs(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutof
                                              spam_cutoff, ham_cutoff))
     except verdict.DecisionError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def decision_note():
+    """Say on stderr when a configured ``[decision]`` overrides the model's stored cut-offs
+    (for ``cutoffs`` and ``info``, which show the stored ones)."""
+    from spamnb.storage import settings
+
+    ctx = click.get_current_context(silent=True)
+    named = ctx.find_root().params.get("config_file") if ctx is not None else None
+    try:
+        note = settings.decision_note(settings.Layers.load(named=named))
+    except settings.ConfigError:
+        return
+    if note:
+        notice(f"note: {note}, for classify, sort, evaluate, filter, serve and imap filter")
 
 
 def skipper(counter):
@@ -291,30 +351,16 @@ def log_options(default_on):
     """``--log-messages``, ``--log-format``, ``--log-to``: a line per message
     (:mod:`spamnb.delivery.events`); on by default for servers, asked for by ``filter``."""
     def add(f):
-        opts = [
-            click.option("--log-messages/--no-log-messages", default=default_on, show_default=True,
-                         help="Write one line per message: time, verdict, score, cut-offs, size, "
-                              "milliseconds, user, Message-ID, whether it was learned."),
-            click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-                         help="text: key=value pairs (grep verdict=spam); json: one object a line."),
-            click.option("--log-to", type=click.Choice(["stderr", "syslog"]), default="stderr", show_default=True,
-                         help="stderr (journald keeps it under systemd) or syslog (facility mail)."),
-        ]
-        for opt in reversed(opts):
-            f = opt(f)
-        return f
+        for name in ("log_to", "log_format"):
+            f = option(name)(f)
+        return option("log_messages", default=default_on)(f)
     return add
 
 
 def metrics_options(f):
     """``--metrics HOST:PORT`` and who may scrape it (:mod:`spamnb.delivery.metrics`)."""
-    f = click.option("--metrics-allow", multiple=True, metavar="CIDR",
-                     help="Networks whose clients may read --metrics besides this machine (repeatable); "
-                          "needed to listen on an address other than loopback.")(f)
-    f = click.option("--metrics", "metrics_address", metavar="HOST:PORT",
-                     help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: on 127.0.0.1; "
-                          "needs the metrics extra: pip install 'spamnb[metrics]').")(f)
-    return f
+    f = option("metrics_allow")(f)
+    return option("metrics_address")(f)
 
 
 def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=notice):

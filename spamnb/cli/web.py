@@ -6,20 +6,15 @@ import os
 
 import click
 
-from spamnb.cli.options import model_options, notice
+from spamnb.cli.options import model_options, notice, options, resolved
 
 
 @click.command()
 @model_options
-@click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="The history to show (default MODEL.history.sqlite, beside the model).")
-@click.option("--listen", default="127.0.0.1:8783", show_default=True, metavar="HOST:PORT",
-              help="Where to listen (a PORT alone is on 127.0.0.1; port 0 picks a free one).")
-@click.option("--allow", multiple=True, metavar="CIDR",
-              help="Networks whose browsers may connect besides this machine (repeatable); needed to "
-                   "listen on an address other than loopback. They still need the token.")
+@options("history", "listen", ("allow", "web"), command="web")
 @click.option("--verbose", "-v", is_flag=True, help="Log each request (its path, never the token).")
-def web(model_path, store, allow_insecure_model, history, listen, allow, verbose):
+@click.pass_context
+def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, verbose):
     """Show what the filter did and correct it, in your browser.
 
     Pages: Unsure mail (with Spam / Ham buttons that learn the message, as
@@ -52,6 +47,11 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
 
     from spamnb import checks
 
+    # the one resolver's values (the options' are its too): where the model is comes whole from one layer
+    s = resolved(ctx, ("model_path", "store", "allow_insecure_model", "history", "listen", "allow"))
+    model_path, store, history, listen, allow = (s[n].value for n in ("model_path", "store", "history", "listen",
+                                                                        "allow"))
+    allow_insecure_model, allow = bool(s["allow_insecure_model"].value), allow or ()
     try:
         nets = checks.networks(allow)
     except ValueError as exc:

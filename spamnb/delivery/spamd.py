@@ -393,10 +393,10 @@ class Models:
         from spamnb.storage import settings
 
         try:
+            # the one resolver over the user's own file alone: the decision as a unit, its values numbers
             layers = settings.Layers([(settings.USER, conf, *settings.read(conf))], env={})
-            decision = tuple(settings.decision_of(layers))
-            if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in decision):
-                raise ValueError("[decision] values must be numbers")
+            found = settings.resolve("serve", env={}, layers=layers, names=verdict.DECISION_OPTIONS)
+            decision = tuple(found[n].value for n in verdict.DECISION_OPTIONS)
             verdict.cutoffs_from((0.5, 0.95), *decision)
         except (ValueError, TypeError) as exc:  # settings.ConfigError and verdict.DecisionError are ValueErrors
             self.log(f"spamd: {conf}: {exc}; the site's decision applies")
