@@ -435,7 +435,7 @@ def main(args, load_cli, env=os.environ):
         if raw is None:  # failed before the message was read: read it now
             raw = _read_stdin() or b""
         opts = got.get("opts")
-        if opts is not None and opts["log"]:
+        if opts is not None and opts.get("log_messages"):
             log_failure(opts, reason, raw)
         code = deliver_unchanged(raw, reason, got["exit_zero"])
         _write_and_exit(b"", code)
