@@ -327,7 +327,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
 
     def server_close(self):
         super().server_close()
-        if self._tallies:
+        if getattr(self, "_tallies", None):  # (none when it closes before it was configured)
             self._flush_tallies(math.inf)  # the refusals not yet in a line
         if self._spare >= 0:
             os.close(self._spare)
