@@ -87,6 +87,12 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     got = {"raw": b""}
 
     def fail(reason, exc):
+        if log_messages:  # the message goes on unscanned: its line says so
+            try:
+                recorder(True, log_format, log_to).error("failed", reason, via="filter", unscanned=True,
+                                                         raw=got["raw"], user=_login())
+            except Exception as exc2:  # noqa: BLE001 - a log line never costs a delivery
+                click.echo(f"spamnb: warning: no log line: {exc2}", err=True)
         return deliver_unchanged(got["raw"], reason, exit_zero)
 
     with Boundary(fail, interrupts=True) as boundary:

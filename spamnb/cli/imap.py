@@ -173,7 +173,10 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
 
         def one_pass(client):
             # the state as on disk: a pass that failed half-way is redone from its last save
-            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run).run()
+            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run,
+                             unscanned=lambda size: rec.error("too_big", f"over {lib.MAX_MESSAGE} bytes: left "
+                                                              "where it is", via="imap", unscanned=True, size=size,
+                                                              user=s.user)).run()
             say(out.summary())
             return out
 
@@ -244,6 +247,13 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
         return shared[0]
 
     def judge(raw):
+        try:
+            return _judge(raw)
+        except Exception as exc:  # the message stays where it is, unfiltered (Filter's boundary): its line
+            rec.error("failed", f"{exc.__class__.__name__}: {exc}", via="imap", unscanned=True, raw=raw, user=user)
+            raise
+
+    def _judge(raw):
         start = time.perf_counter()
         backend = current()
         d = decide(backend.view(), raw, decision)

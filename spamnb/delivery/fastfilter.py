@@ -434,6 +434,9 @@ def main(args, load_cli, env=os.environ):
         raw = got["raw"]
         if raw is None:  # failed before the message was read: read it now
             raw = _read_stdin() or b""
+        opts = got.get("opts")
+        if opts is not None and opts.get("log_messages"):
+            log_failure(opts, reason, raw)
         code = deliver_unchanged(raw, reason, got["exit_zero"])
         _write_and_exit(b"", code)
 
@@ -448,6 +451,7 @@ def _filter(args, load_cli, env, got):
         full_path(load_cli, args)
         return
     got["exit_zero"] = opts["exit_zero"]
+    got["opts"] = opts
     start = time.perf_counter()
     raw = got["raw"] = _read_stdin()
     if raw is None:
@@ -477,6 +481,19 @@ def _filter(args, load_cli, env, got):
     if facts:
         log_line(opts, label, facts, raw, time.perf_counter() - start)
     _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+
+
+def log_failure(opts, reason, raw):
+    """``filter --log-messages``' line for a message delivered unchanged, unscanned."""
+    try:
+        import pwd
+
+        from spamnb.delivery.events import Recorder
+
+        Recorder(fmt=opts["log_format"] or "text", to=opts["log_to"] or "stderr").error(
+            "failed", reason, via="filter", unscanned=True, raw=raw, user=pwd.getpwuid(os.geteuid()).pw_name)
+    except Exception as exc:  # noqa: BLE001 - a log line never costs a delivery
+        sys.stderr.write(f"spamnb: warning: no log line: {exc}\n")
 
 
 def log_line(opts, label, facts, raw, seconds):
