@@ -58,29 +58,77 @@ def _decision_default(ctx, param, value):
     return value
 
 
+class _InStore:
+    """The ``history`` of :func:`history_options` when it lives in the model's store."""
+
+    def __repr__(self):
+        return "IN_STORE"
+
+
+IN_STORE = _InStore()
+_HISTORY_NAMES = {"history": "--history FILE", "history_store": "--history-store", "no_history": "--no-history"}
+
+
 def history_options(f):
-    """``--history FILE`` / ``--no-history``, passed on as ``history``: a path,
-    False for none, None for the default beside the model
-    (:func:`spamnb.storage.locate.history_path`)."""
+    """``--history FILE`` / ``--history-store`` / ``--no-history``, passed on as ``history``:
+    a path, :data:`IN_STORE`, False for none, None for the default beside the model
+    (:func:`history_of`). The command line's choice beats a configuration file's."""
 
     def exclusive(ctx, param, value):  # while parsing: filter passes the mail through a usage error
         from click.core import ParameterSource
 
-        other = "no_history" if param.name == "history" else "history"
-        given = [ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in (param.name, other)]
-        if value and ctx.params.get(other) and all(given):  # a configuration file's path yields to --no-history
-            raise click.UsageError("give --history FILE or --no-history, not both")
+        for other in _HISTORY_NAMES:
+            given = [ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in (param.name, other)]
+            if other != param.name and value and ctx.params.get(other) and all(given):
+                a, b = sorted((param.name, other), key=list(_HISTORY_NAMES).index)
+                raise click.UsageError(f"give {_HISTORY_NAMES[a]} or {_HISTORY_NAMES[b]}, not both")
         return value
 
     @functools.wraps(f)
-    def command(history, no_history, **kwargs):
-        return f(history=False if no_history else history, **kwargs)
+    def command(history, no_history, history_store, **kwargs):
+        from click.core import ParameterSource
+
+        if no_history:  # a configuration file's path or store yields to --no-history
+            return f(history=False, **kwargs)
+        if history_store and history:  # one from the command line, the other from a file: the command line's
+            ctx = click.get_current_context()
+            if ctx.get_parameter_source("history") == ParameterSource.COMMANDLINE:
+                history_store = False
+        return f(history=IN_STORE if history_store else history, **kwargs)
 
     command = click.option("--no-history", is_flag=True, callback=exclusive,
                            help="Record nothing in the history.")(command)
+    command = click.option("--history-store", is_flag=True, callback=exclusive,
+                           help="Record each verdict in the model's store (--store URL), where `spamnb web "
+                                "--store URL` shows every host's: one history for a site.")(command)
     return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
                         callback=exclusive, help="Record each verdict in this SQLite file (default "
                         "MODEL.history.sqlite, beside the model; `spamnb web` shows it).")(command)
+
+
+def history_of(history, backend=None, *, url=None, model_path=None):
+    """Where a command records its verdicts: a file's path
+    (:func:`spamnb.storage.locate.history_path`), the store's history
+    (:class:`spamnb.storage.redishistory.RedisHistory`, for :data:`IN_STORE`: the store of
+    ``backend``, else of ``url``), or None."""
+    from spamnb.storage.locate import history_path
+
+    if history is not IN_STORE:
+        return history_path(history, backend.path if backend is not None else model_path)
+    from spamnb.storage.redisstore import RedisBackend
+    from spamnb.storage.store import ModelError
+
+    if backend is None and url:
+        try:
+            backend = RedisBackend.from_url(url)
+        except ModelError as exc:
+            raise click.ClickException(str(exc)) from None
+    if not isinstance(backend, RedisBackend):
+        raise click.UsageError("--history-store ([history] store) keeps the history in the model's store: "
+                               "give --store URL ([store] url)")
+    from spamnb.storage.redishistory import RedisHistory
+
+    return RedisHistory(backend)
 
 
 def decision_options(f):
@@ -320,13 +368,17 @@ def metrics_options(f):
 def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=notice):
     """The :class:`spamnb.delivery.events.Recorder` of the log options; ``history``:
     the history file it also records each message in
-    (:func:`spamnb.storage.locate.history_path`; None: none). A history that cannot
-    be used is said to ``log``, and the command goes on without it: deliveries
-    matter more than their record. Close it at the end."""
+    (:func:`spamnb.storage.locate.history_path`; None: none), or the store's
+    (:func:`history_of`). A history that cannot be used is said to ``log``, and the
+    command goes on without it: deliveries matter more than their record. Close it at the end."""
     from spamnb.delivery.events import Recorder
 
     kept = None
-    if history:
+    if history and not isinstance(history, (str, os.PathLike)):  # the store's: its writer says what fails
+        from spamnb.storage import redishistory
+
+        kept = redishistory.Recorder(history, log)
+    elif history:
         import sqlite3
 
         from spamnb.storage import history as hist

@@ -70,14 +70,15 @@ def with_config(opts, env=os.environ):
     """``opts`` with the configuration files' values where the command line gave
     none, from the files as the click command last read and checked them
     (:func:`spamnb.storage.settings.read_cache`), or None when only the click command can
-    answer (files changed since, or broken; a key this path does not handle: evidence).
+    answer (files changed since, or broken; a key this path does not handle: evidence,
+    a history in the store).
     The decision is one unit: any decision option on the command line sets it."""
     from spamnb.storage import settings
 
     layers = settings.checked_layers(env)  # no files, the usual case: a few stats, no TOML parser
     if layers is None:  # files the click command has not read and checked yet: it does, once
         return None
-    if layers.get("filter", "evidence"):
+    if layers.get("filter", "evidence") or layers.get("history", "store"):
         return None
     out = dict(opts)
     for key in _LOG_CHOICES:
