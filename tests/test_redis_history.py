@@ -281,3 +281,21 @@ def test_malformed_history_keys_are_one_line_on_the_page_in_web_and_in_serve(url
     text = log.read_text()
     assert "Traceback" not in text and "WRONGTYPE" in text, text
     assert len(re.findall("not written", text)) == 1
+
+
+def test_learn_and_forget_through_the_store_mark_the_row_in_its_history(url, model_file, tmp_path):
+    from conftest import SAMPLE_MAILDIR
+
+    pushed(url, model_file)
+    path = sorted((SAMPLE_MAILDIR / "cur").iterdir())[0]
+    r = run("filter", "--store", url, "--history-store", input=path.read_bytes())
+    assert b"X-Spam-Status" in r.stdout, r.stderr
+    hist = history_of(url)
+    row = hist.rows(hist.ids())[0]
+    label = "ham" if row["verdict"] == "spam" else "spam"
+    r = run("learn", f"--{label}", "--store", url, "--history-store", path)
+    assert r.returncode == 0, r.stderr
+    assert hist.rows([row["id"]])[0]["corrected"] == label
+    r = run("forget", f"--{label}", "--store", url, "--history-store", path)
+    assert r.returncode == 0, r.stderr
+    assert hist.rows([row["id"]])[0]["corrected"] is None

@@ -59,7 +59,7 @@ KEYS = {
     ("metrics", "listen"): ("metrics_address", METRICS),
     ("metrics", "allow"): ("metrics_allow", METRICS),
     ("history", "path"): ("history", ("serve", "filter", "imap filter", "web", "learn", "forget")),
-    ("history", "store"): ("history_store", ("serve", "filter", "imap filter")),
+    ("history", "store"): ("history_store", ("serve", "filter", "imap filter", "learn", "forget")),
     **{("imap", name): (name, IMAP) for name in ("host", "port", "user", "password_file", "password_command",
                                                   "security", "cafile", "force_plaintext")},
     ("imap", "model"): ("model_path", IMAP),  # imap.toml's own key for the model
