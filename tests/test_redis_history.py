@@ -299,3 +299,28 @@ def test_learn_and_forget_through_the_store_mark_the_row_in_its_history(url, mod
     r = run("forget", f"--{label}", "--store", url, "--history-store", path)
     assert r.returncode == 0, r.stderr
     assert hist.rows([row["id"]])[0]["corrected"] is None
+
+
+def test_a_record_is_one_script_call_and_a_flushed_server_gets_the_scripts_again(server, url, model_file):
+    """What reaches Redis from the client: one EVALSHA per record (a burst in one pipeline), no
+    SCRIPT EXISTS; after SCRIPT FLUSH (a restarted server) the scripts are loaded and sent again."""
+    pushed(url, model_file)
+    hist = history_of(url)
+    c = server.client()
+    inner = ("incr", "hset", "zadd", "hget", "hdel", "hexists", "zrem", "zrangebyscore", "zcard", "zrange", "expire")
+
+    def client_calls():
+        stats = c.info("commandstats")
+        c.config_resetstat()
+        return {k[8:]: v["calls"] for k, v in stats.items() if k[8:] not in inner + ("info", "config|resetstat")}
+
+    hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in messages(1)])
+    client_calls()
+    msgs = messages(5, "burst")
+    hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in msgs], [(msgs[0], "spam", None, False)])
+    assert client_calls() == {"evalsha": 6}
+    c.script_flush()
+    client_calls()
+    hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in messages(2, "again")])
+    assert client_calls() == {"evalsha": 4, "script|load": 2}
+    assert hist.count() == 8

@@ -220,18 +220,31 @@ class RedisHistory:
         """Write ``records`` (:func:`spamnb.storage.history.row`'s) and ``corrections``
         (``(raw, label, user, undo)``) in one round trip; StoreUnavailable when the store fails."""
         now = time.time()
-        pipe = self.client.pipeline(transaction=False)
-        n = 0
-        for cols, body in records:
-            self._record(keys=self.keys, args=self._record_args(cols, body, now), client=pipe)
-            n += 1
+        calls = [(self._record.sha, self._record_args(cols, body, now)) for cols, body in records]
         for c in corrections:
             args = self._corr_args(*c, now)
             if args is not None:
-                self._correct(keys=self.keys, args=args, client=pipe)
-                n += 1
-        if n:
-            self._call("record the history", pipe.execute)
+                calls.append((self._correct.sha, args))
+        if calls:
+            self._call("record the history", self._send, calls)
+
+    def _send(self, calls):
+        """EVALSHA each of ``calls`` in one pipeline; the scripts loaded and sent again when the
+        server lacks them (restarted, flushed). Not redis-py's pipelined Script, which asks
+        SCRIPT EXISTS first: a round trip more, and a command the documented ACL user lacks."""
+        from spamnb.storage.redisstore import _redis
+
+        for attempt in (0, 1):
+            pipe = self.client.pipeline(transaction=False)
+            for sha, args in calls:
+                pipe.evalsha(sha, len(self.keys), *self.keys, *args)
+            try:
+                return pipe.execute()
+            except _redis().exceptions.NoScriptError:
+                if attempt:
+                    raise
+                self.client.script_load(RECORD)
+                self.client.script_load(CORRECT)
 
     def record(self, raw, label, score, p, **kw):
         """Record one verdict now (``filter --store``): one round trip."""
@@ -385,6 +398,7 @@ class Recorder:
                 self.failing = True
             if stop:
                 return
+            time.sleep(sqlhist.LINGER)  # let a burst gather: one round trip for many records
 
     def close(self, wait=5.0):
         """Write what is queued (at most ``wait`` seconds)."""
