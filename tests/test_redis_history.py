@@ -199,6 +199,7 @@ def test_the_history_is_bounded_by_count_and_age(url, model_file):
     rows = hist.rows(hist.ids())
     assert [r["subject"] for r in rows] == [f"note {i}" for i in range(8, 2, -1)]  # the newest 6
     assert {r["subject"] for r in rows if r["kept"]} == {"note 8", "note 7"}  # keep_recent; note 2 went with its row
+    assert hist.client.hlen(hist.k["mid"]) == 2 * 6  # a dropped row's Message-ID keys go with it
     client = hist.client
     for key in hist.keys:
         if client.exists(key):
@@ -324,3 +325,25 @@ def test_a_record_is_one_script_call_and_a_flushed_server_gets_the_scripts_again
     hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in messages(2, "again")])
     assert client_calls() == {"evalsha": 4, "script|load": 2}
     assert hist.count() == 8
+
+
+def test_imap_filter_records_into_the_store(url, model_file, dovecot, tmp_path):
+    """``imap filter --store --history-store`` against a real Dovecot: a row per message it
+    classified, of its login, in the store's history."""
+    from click.testing import CliRunner
+
+    from spamnb.cli import main
+
+    pushed(url, model_file)
+    for raw in sample_messages()[:3]:
+        dovecot.append("INBOX", raw)
+    pw = tmp_path / "pw"
+    pw.write_text(dovecot.password + "\n")
+    pw.chmod(0o600)
+    res = CliRunner().invoke(main, ["imap", "filter", "--host", dovecot.host, "--port", str(dovecot.port),
+                                    "--user", dovecot.user, "--password-file", str(pw), "--security", "none",
+                                    "--store", url, "--no-learn-verdicts", "--history-store"])
+    assert res.exit_code == 0 and "classified 3" in res.stderr, res.stderr
+    hist = history_of(url)
+    rows = hist.rows(hist.ids())
+    assert [(r["via"], r["user"]) for r in rows] == [("imap", dovecot.user)] * 3

@@ -78,7 +78,8 @@ local function drop(ids)
     if text then
       local ok, r = pcall(cjson.decode, text)
       if ok and type(r) == 'table' and type(r.message_id) == 'string' and r.message_id ~= '' then
-        for _, key in ipairs({(type(r.user) == 'string' and r.user or '') .. '\n' .. r.message_id, '\n' .. r.message_id}) do
+        local user = type(r.user) == 'string' and r.user or ''
+        for _, key in ipairs({user .. '\n' .. r.message_id, '\n' .. r.message_id}) do
           if redis.call('HGET', K.mid, key) == old then redis.call('HDEL', K.mid, key) end
         end
       end
@@ -205,7 +206,7 @@ class RedisHistory:
         cols["host"] = self.host
         mid, user = cols.get("message_id") or "", cols.get("user") or ""
         max_rows, row_days, keep_recent, body_days = self.bounds
-        keys = [f"{user}\n{mid}".encode("utf-8", "replace"), f"\n{mid}".encode("utf-8", "replace")] if mid else [b"", b""]
+        keys = [f"{who}\n{mid}".encode("utf-8", "replace") for who in (user, "")] if mid else [b"", b""]
         return [json.dumps(cols, allow_nan=False), body or b"", int(body is not None), cols["verdict"], *keys,
                 repr(float(cols["t"])), repr(now), max_rows, row_days, keep_recent, body_days]
 
