@@ -347,3 +347,41 @@ def test_imap_filter_records_into_the_store(url, model_file, dovecot, tmp_path):
     hist = history_of(url)
     rows = hist.rows(hist.ids())
     assert [(r["via"], r["user"]) for r in rows] == [("imap", dovecot.user)] * 3
+
+
+def test_every_page_of_web_store_reads_the_store(url, model_file):
+    """Unsure, History (a search by text, by verdict, by date), a message, Overview and Model
+    over the store; learning an unsure message there takes it out of the queue and teaches the
+    store's model."""
+    from spamnb.delivery.hook import decide
+
+    backend = pushed(url, model_file)
+    hist = history_of(url)
+    a, b = sample_messages()[:2]
+    unsure = b"From: u@example.org\nSubject: which one\nMessage-ID: <u1@ex>\n\n" + b
+    hist.write([sqlhist.row(a, "ham", -9.0, 0.001, via="spamd"), sqlhist.row(unsure, "unsure", 0.2, 0.55, via="spamd")])
+    before = decide(backend.view(), unsure).score
+    web = Web(None, None, where=["--store", url])
+    try:
+        status, _, page = web.get("/unsure")
+        assert status == 200 and "which one" in page
+        today = time.strftime("%Y-%m-%d")
+        for query, shown, hidden in (("q=WHICH", "which one", None), ("verdict=ham", None, "which one"),
+                                     (f"since={today}&until={today}", "which one", None),
+                                     ("until=2001-01-01", None, "which one")):
+            status, _, found = web.get(f"/history?{query}")
+            assert status == 200, found
+            assert shown is None or shown in found
+            assert hidden is None or hidden not in found
+        status, _, text = web.get("/message/2")
+        assert status == 200 and "which one" in text
+        for path, word in (("/overview", "Overview"), ("/model", "in the store: 2 verdicts")):
+            status, _, text = web.get(path)
+            assert status == 200 and word in text, text[-2000:]
+        status, _, _ = web.get("/learn", data=f"id=2&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
+        assert status == 303
+        assert hist.count("queue") == 0 and hist.rows([2])[0]["corrected"] == "spam"
+    finally:
+        web.stop()
+    assert decide(backend.view(), unsure).score > before
+    assert "Traceback" not in web.log
