@@ -104,7 +104,7 @@ TYPE_ONLY = {
     ("imap", "spam"): "IMAP folder names",
     **{key: "true or false" for key in [("model", "allow_insecure"), ("spamd", "store_users"), ("spamd", "allow_tell"),
                                         ("filter", "exit_zero"), ("filter", "learn"), ("log", "messages"),
-                                        ("imap", "force_plaintext"), ("imap", "learn_verdicts")]},
+                                        ("imap", "force_plaintext"), ("imap", "learn_verdicts"), ("history", "store")]},
 }
 
 
