@@ -233,7 +233,7 @@ class RedisHistory:
         """EVALSHA each of ``calls`` in one pipeline; the scripts loaded and sent again when the
         server lacks them (restarted, flushed). Not redis-py's pipelined Script, which asks
         SCRIPT EXISTS first: a round trip more, and a command the documented ACL user lacks."""
-        from spamnb.storage.redisstore import _redis
+        import redis  # there: a RedisBackend was made
 
         for attempt in (0, 1):
             pipe = self.client.pipeline(transaction=False)
@@ -241,7 +241,7 @@ class RedisHistory:
                 pipe.evalsha(sha, len(self.keys), *self.keys, *args)
             try:
                 return pipe.execute()
-            except _redis().exceptions.NoScriptError:
+            except redis.exceptions.NoScriptError:
                 if attempt:
                     raise
                 self.client.script_load(RECORD)
