@@ -11,7 +11,9 @@
 # spam= ACL test), prometheus (Debian's prometheus, with promtool: it scrapes a
 # running spamnb serve --metrics in tests/test_prometheus.py), redis-server (the
 # store tests start a private one on a Unix socket in a temporary folder, and one with
-# TLS on a port of 127.0.0.1), openssl (makes that server's throwaway CA), chromium and
+# TLS on a port of 127.0.0.1), redis-sentinel (tests/test_redis_sentinel.py runs a
+# primary, a replica and three Sentinels and kills the primary), dovecot-sieve (Pigeonhole:
+# the IMAPSieve tests and sievec, which compiles the shipped Sieve recipes), openssl (makes that server's throwaway CA), chromium and
 # chromium-driver (the `spamnb web` tests drive Debian's headless Chromium with
 # selenium; nothing downloads a browser). Missing ones are installed when we are
 # root and apt-get is there, except one whose install would remove another package
@@ -25,7 +27,8 @@ missing_tools() {  # "command:package" pairs whose command is neither on PATH no
     local pair
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
                 exim4:exim4-daemon-heavy prometheus:prometheus promtool:prometheus \
-                redis-server:redis-server openssl:openssl chromium:chromium chromedriver:chromium-driver; do
+                redis-server:redis-server redis-sentinel:redis-sentinel sievec:dovecot-sieve openssl:openssl \
+                chromium:chromium chromedriver:chromium-driver; do
         # dovecot and exim4 are daemons in /usr/sbin, off a user's PATH (their tests look there too)
         PATH="$PATH:$SBIN" command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done

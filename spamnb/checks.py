@@ -190,6 +190,13 @@ def private_folder(folder):
     return folder
 
 
+def existing_folder(path):
+    """A folder that is there (``--user-models``: the users' models are looked up in it)."""
+    if not isinstance(path, str) or not os.path.isdir(path):
+        raise ValueError(f"{path}: no such folder")
+    return path
+
+
 def _if_there(path, fine, problem):
     """``path``; ValueError ``problem`` when something is there (a link not followed)
     whose mode ``fine(mode)`` refuses."""
@@ -486,12 +493,16 @@ CHECKS = {
     ("spamd", "listen"): each(listen_address),
     ("spamd", "allow"): networks,
     ("spamd", "socket_mode"): socket_mode,
+    ("spamd", "user_models"): existing_folder,
+    ("spamd", "max_bytes"): at_least(1),
     ("filter", "evidence"): at_least(0),
     ("log", "format"): one_of("text", "json"),
     ("log", "to"): one_of("stderr", "syslog"),
     ("metrics", "listen"): tcp_address,
     ("metrics", "allow"): networks,
     ("history", "path"): history_file,
+    ("web", "listen"): lambda text: tcp_address(text, any_port=True),
+    ("web", "allow"): networks,
     ("imap", "host"): host,
     ("imap", "port"): port,
     ("imap", "security"): one_of(*IMAP_SECURITY),
@@ -501,9 +512,12 @@ CHECKS = {
 }
 
 
-def _exposed(allow, tcp_only):
+def _exposed(allow, tcp_only, any_port=False):
     def check(listen, allowed):
-        listening(listen, networks(allowed or ()), allow, tcp_only)
+        if any_port:
+            exposure(tcp_address(listen, any_port=True)[0], networks(allowed or ()), allow)
+        else:
+            listening(listen, networks(allowed or ()), allow, tcp_only)
     return check
 
 
@@ -512,5 +526,6 @@ def _exposed(allow, tcp_only):
 TOGETHER = [
     ((("spamd", "listen"), ("spamd", "allow")), _exposed('[spamd] allow (e.g. allow = ["192.0.2.0/24"])', False)),
     ((("metrics", "listen"), ("metrics", "allow")), _exposed("[metrics] allow (the Prometheus server's address)", True)),
+    ((("web", "listen"), ("web", "allow")), _exposed('[web] allow (e.g. allow = ["192.0.2.0/24"])', True, True)),
     ((("imap", "security"), ("imap", "host"), ("imap", "force_plaintext")), plaintext),
 ]

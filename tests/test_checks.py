@@ -23,7 +23,8 @@ from click.testing import CliRunner
 
 from spamnb import checks
 from spamnb.cli import main
-from spamnb.cli.config import KEYS, _kind, commands, targets
+from spamnb.cli.config import KEYS, commands, targets
+from spamnb.options import BY_KEY
 from spamnb.storage import settings
 from test_e2e import SPAMNB
 from test_fastpath import compiled  # noqa: F401 (a fixture)
@@ -71,6 +72,9 @@ def bad_values(tmp_path):
         ("spamd", "allow"): ["10.0.0.0/33"],
         ("spamd", "user_models"): str(tmp_path / "missing"),
         ("spamd", "socket_mode"): "999",
+        ("spamd", "max_bytes"): 0,
+        ("web", "listen"): "nowhere",
+        ("web", "allow"): ["10.0.0.0/33"],
         ("decision", "cost_fp"): -1,
         ("decision", "cost_fn"): 0,
         ("decision", "cost_unsure"): -1,
@@ -103,6 +107,7 @@ TYPE_ONLY = {
     ("imap", "ham"): "IMAP folder names",
     ("imap", "spam"): "IMAP folder names",
     **{key: "true or false" for key in [("model", "allow_insecure"), ("spamd", "store_users"), ("spamd", "allow_tell"),
+                                        ("spamd", "allow_tell_served"), ("history", "off"),
                                         ("filter", "exit_zero"), ("filter", "learn"), ("log", "messages"),
                                         ("imap", "force_plaintext"), ("imap", "learn_verdicts"), ("history", "store")]},
 }
@@ -117,10 +122,9 @@ def test_every_key_has_a_bad_value_or_a_reason_why_not(tmp_path):
 
 def wrong_type(table, key):
     """A value of the wrong type for a key: the fallback of a key with no value of its own above."""
-    param = targets(main, table, key)[0][1]
-    types, _ = _kind(param)
-    value = {bool: "yes", int: True, str: 5}.get(types, "ten")
-    return [value] if param.multiple else value
+    kind = BY_KEY[(table, key)].kind
+    value = {"bool": "yes", "int": True, "float": "ten"}.get(kind, 5)
+    return [value] if kind == "list" else value
 
 
 #: Rules on two keys at once, each a file and the key its error names.
@@ -448,7 +452,7 @@ def test_a_cache_file_others_could_write_is_never_read(tmp_path, how):
 
 
 @pytest.mark.parametrize("table, key", [(t, k) for (t, k) in KEYS
-                                        if any(_kind(p)[0] is int for _, p in targets(main, t, k))])
+                                        if BY_KEY[(t, k)].kind == "int"])
 def test_true_is_no_integer(tmp_path, table, key):
     """``true`` for an integer key is refused, although Python's bool is an int (and 1 in range)."""
     conf = tmp_path / "c.toml"

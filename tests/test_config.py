@@ -112,6 +112,17 @@ def test_the_imap_file_is_read_as_the_imap_table(user_file, tmp_path):
     assert "is read as the [imap] table" in res.stderr.decode()
 
 
+def test_the_imap_file_keys_the_check_passes_are_the_imap_commands_too(user_file):
+    """imap.toml's values come only through the layers: a key `config --check` passes
+    (interval, learn_verdicts) is one `imap filter` takes, not an unknown key."""
+    write(user_file.parent / "imap.toml", 'host = "mail.example.org"\nuser = "me"\ninterval = 60\n'
+                                          'learn_verdicts = false\n', mode=0o600)
+    assert run("config", "--check").returncode == 0
+    res = run("imap", "filter", "--dry-run", "--password-file", "/nonexistent")
+    assert res.returncode == 1 and "unknown key" not in res.stderr.decode(), res.stderr
+    assert "/nonexistent" in res.stderr.decode()
+
+
 # -- checks -----------------------------------------------------------------------------
 
 
@@ -119,9 +130,9 @@ def test_the_imap_file_is_read_as_the_imap_table(user_file, tmp_path):
     ("[serve]\nmax_bytes = 5\nmax_conections = 3\n", 3, "unknown key 'max_conections' in [serve]", "info"),
     ("[servve]\nmax_bytes = 5\n", 1, "unknown table [servve]", "info"),
     ("[serve]\n\ntimeout = 'ten'\n", 3, "[serve] timeout: must be a number, got 'ten'", "serve"),
-    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: 0 is not in the range x>=1", "serve"),
+    ("[serve]\nmax_connections = 0\n", 2, "[serve] max_connections: must be at least 1, got 0", "serve"),
     ("[spamd]\nallow_tell = 'yes'\n", 2, "[spamd] allow_tell: must be true or false", "serve"),
-    ("[log]\nformat = 'xml'\n", 2, "[log] format: 'xml' is not one of 'text', 'json'", "serve"),
+    ("[log]\nformat = 'xml'\n", 2, "[log] format: must be one of 'text', 'json', got 'xml'", "serve"),
     ("[decision]\nspam_cutoff = 0.2\nham_cutoff = 0.5\n", 3, "need 0 <= ham_cutoff <= spam_cutoff <= 1",
      "classify"),
     ("[decision]\nspam_cutoff = 0.99\ncost_fp = 5\n", 3, "either costs or cut-offs", "classify"),
@@ -207,7 +218,7 @@ def test_decision_applies_through_the_server(system_file, compiled, a_spam, tmp_
         # the server's answer, asked by the fast client, which sends the files' decision
         from spamnb.delivery import fastfilter
 
-        opts = fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+        opts = fastfilter.settings_of(["--model", str(compiled)])
         out, label = fastfilter.via_server(sock, a_spam, str(compiled), False, opts)
         assert label == "unsure" and b"tests=SPAMNB_UNSURE" in out
         res = run("filter", "--model", compiled, "--socket", sock, input=a_spam)  # the fast path
@@ -307,18 +318,31 @@ def test_a_users_own_decision_overrides_the_sites_for_spamd(compiled, a_spam, tm
 
 
 def test_decision_keys_reach_every_deciding_command_but_train():
+    """The value each click command runs with is the one resolver's (options.settled)."""
+    import click
+
     from spamnb.cli import main
-    from spamnb.cli.config import DECIDING, default_map
+    from spamnb.cli.config import DECIDING, commands
+    from spamnb.cli.options import LAYERS, settled
     from spamnb.storage import settings
 
     layers = settings.Layers([(settings.SYSTEM, "f", {"decision": {"spam_cutoff": 0.99}}, {})], env={})
-    found = default_map(main, layers)
+
+    def runs_with(path):
+        root = click.Context(main, info_name="spamnb")
+        root.params, root.meta[LAYERS] = {"config_file": None}, layers
+        parent = root
+        for word in path.split()[:-1]:
+            parent = click.Context(main.commands[word], info_name=word, parent=parent)
+        cmd = commands(main)[path]
+        ctx = click.Context(cmd, info_name=path.split()[-1], parent=parent)
+        ctx.params = {p.name: p.get_default(ctx) for p in cmd.params}
+        with ctx:
+            return settled(ctx)
+
     for path in DECIDING:
-        node = found
-        for part in path.split():
-            node = node[part]
-        assert node["spam_cutoff"] == 0.99, path
-    assert "train" not in found and "train" not in found["imap"]
+        assert runs_with(path)["spam_cutoff"] == 0.99, path
+    assert runs_with("train")["spam_cutoff"] != 0.99 and "spam_cutoff" not in runs_with("imap train")
 
 
 def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_file, compiled, a_spam):
@@ -326,7 +350,7 @@ def test_the_fast_path_uses_files_only_as_the_click_command_checked_them(user_fi
     from spamnb.storage import settings
 
     def opts():
-        return fastfilter.with_config(fastfilter.parse_args(["--model", str(compiled)]))
+        return fastfilter.settings_of(["--model", str(compiled)])
 
     def delivered():
         """(filtered, passed through): exit 0-2 with the verdict's headers, or exit 3 unchanged."""

@@ -155,7 +155,13 @@ def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):
     (tmp_path / "lib" / "users").mkdir(parents=True, mode=0o700)
     save_model(trained_model, tmp_path / "lib" / "model.joblib")
     (tmp_path / "run" / lines["RuntimeDirectory"]).mkdir(parents=True, mode=0o700)
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    assert "--model" not in argv  # where the model is: the configuration's, as the unit's comment says
+    system = tmp_path / "etc" / "spamnb.toml"
+    system.parent.mkdir(mode=0o755)
+    system.write_text(f'[model]\npath = "{tmp_path / "lib" / "model.joblib"}"\n')
+    system.chmod(0o644)
+    env = {**os.environ, "SPAMNB_SYSTEM_CONFIG": str(system)}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                             preexec_fn=lambda: os.umask(0o077))
     try:
         deadline = time.monotonic() + 60

@@ -1350,7 +1350,10 @@ def _needs(unit, user="alice"):
     for flag, value in zip(argv, argv[1:]):
         if flag.startswith("--"):
             opts.setdefault(flag, []).append(value)
-    home = {"HOME": f"/home/{user}"}
+    # a unit names no --model: where the model is comes from the configuration, else the
+    # default search in the home of the unit's user (the system user's: /var/lib/spamnb)
+    runs_as = unit_settings(unit).get("User", ["%i"])[-1]
+    home = {"HOME": f"/home/{user}" if runs_as == "%i" else f"/var/lib/{runs_as}"}
     writes = [os.path.dirname(opts.get("--model", [locate.default_model_path(home)])[0])]
     if "--model" not in opts:  # the default model, built at the first start
         writes.append(os.path.dirname(locate.default_cache_path(home)))

@@ -21,7 +21,7 @@ from click.testing import CliRunner
 
 from conftest import gold_labels, SAMPLE_MAILDIR, strip_from_line
 from spamnb.cli import main
-from spamnb.delivery import imap
+from spamnb.delivery import events, imap
 from spamnb.mail.identity import message_key
 from spamnb.storage.modelfile import load_model, save_model
 from test_e2e import SPAMNB
@@ -316,6 +316,8 @@ def test_large_messages_stay_unread_and_memory_is_bounded_per_round_trip(dovecot
     code, err = run(dovecot, tmp_path, "filter", model=model)
     assert code == 0, err
     assert f"INBOX {uid}: " in err and "left as it is" in err
+    (line,) = [ev for text in err.splitlines() if (ev := events.parse(text)) and ev["event"] == "error"]
+    assert (line["kind"], line["via"], line["mail"]) == ("too_big", "imap", "unscanned") and int(line["size"]) > 200_000
     assert "classified 10 (5 spam, 5 ham, 0 unsure), moved 5" in err
     assert message_key(big) in keys_in(dovecot, "INBOX")
 

@@ -18,6 +18,7 @@ import pytest
 
 from spamnb.delivery import metrics
 from test_config import free_port, run, until
+from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
 from test_server import start_server
 from test_spamd import request
@@ -67,6 +68,9 @@ def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
         assert sum(v for k, v in sent.items() if 'via="socket"' in k) == 3
         assert "spamnb_scan_seconds_bucket" in page and "spamnb_model_tokens " in page
         assert 'spamnb_model_messages{class="spam"}' in page and "spamnb_journal_bytes " in page
+        assert "spamnb_spamd_answer_seconds_count 12.0" in page  # every spamd request, none of the socket's
+        assert 'spamnb_forgotten_total{class="ham",source="tell"} 0.0' in page
+        assert "spamnb_store_up" not in page  # a model file has no store
         lint = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(), capture_output=True, timeout=60)
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
@@ -120,8 +124,99 @@ def test_counts_follow_the_recorder():
     rec.message("spamd", "spam", 9.0, 0.99, (0.5, 0.95), 10, 0.002, learned="spam")
     rec.learned("ham", "tell")
     rec.error("ex_protocol")
+    rec.forgotten("spam", "tell")
+    rec.answered(0.003)
     page = m.page()[0].decode()
+    assert 'spamnb_forgotten_total{class="spam",source="tell"} 1.0' in page
+    assert "spamnb_spamd_answer_seconds_count 1.0" in page
     assert 'spamnb_messages_total{verdict="spam",via="spamd"} 1.0' in page
     assert 'spamnb_learned_total{class="spam",source="filter-u"} 1.0' in page
     assert 'spamnb_learned_total{class="ham",source="tell"} 1.0' in page
     assert 'spamnb_errors_total{kind="ex_protocol"} 1.0' in page
+
+
+@needs
+def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_model_file, tmp_path):
+    """``serve --store --spamd --metrics`` with a real redis-server: the model's size is the
+    store's (as pushed, and one more ham after a TELL), learns and forgets count by source,
+    the spamd answer time is a histogram, and the store gauge reads 1, then 0 once Redis
+    stops (Prometheus sees both); promtool accepts the page."""
+    from spamnb.storage.filestore import FileBackend
+    from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis, sample_messages
+
+    if REDIS_SERVER is None or redis is None or shutil.which("spamc") is None:
+        pytest.skip("redis-server, the redis package or spamc is missing")
+    srv = RedisServer(tmp_path)
+    url = srv.url(prefix="site:")
+    pushed(url, trained_model_file)
+    model = FileBackend(str(trained_model_file)).model()
+    port, mport, pport = free_port(), free_port(), free_port()
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "socket"), "--store", url,
+                                      "--spamd", str(port), "--allow-tell-served", "--metrics", f"127.0.0.1:{mport}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    prom = None
+
+    def spamc(raw, *args):
+        return subprocess.run([shutil.which("spamc"), "-d", "127.0.0.1", "-p", str(port), "-t", "30", *args],
+                              input=raw, capture_output=True, timeout=60)
+
+    def value(page, name):
+        found = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + " ")]
+        return found[0] if found else None
+
+    try:
+        raws = sample_messages()[:5]
+        for raw in raws:
+            assert until(lambda: spamc(raw, "-c").stdout[:3] != b"0/0", 30)
+        page = get(f"http://127.0.0.1:{mport}/metrics").decode()
+        ham, spam = (int(x) for x in model.estimator.class_count_)  # what the decision reads
+        assert value(page, "spamnb_model_tokens") == len(model.vocabulary)  # as pushed
+        assert value(page, 'spamnb_model_messages{class="ham"}') == ham
+        assert spamc(raws[0], "-L", "ham").returncode == 0
+        assert spamc(raws[1], "-L", "spam").returncode == 0
+        assert spamc(raws[1], "-L", "forget").returncode == 0
+        page = get(f"http://127.0.0.1:{mport}/metrics").decode()
+        assert value(page, "spamnb_store_up") == 1.0
+        assert 0 <= value(page, "spamnb_store_success_age_seconds") < 30
+        assert value(page, "spamnb_model_tokens") >= len(model.vocabulary)
+        assert value(page, 'spamnb_model_messages{class="ham"}') == ham + 1
+        assert value(page, 'spamnb_model_messages{class="spam"}') == spam
+        assert value(page, 'spamnb_learned_total{class="ham",source="tell"}') == 1
+        assert value(page, 'spamnb_learned_total{class="spam",source="tell"}') == 1
+        assert value(page, 'spamnb_forgotten_total{class="spam",source="tell"}') == 1
+        assert value(page, "spamnb_spamd_answer_seconds_count") >= 8
+        assert "spamnb_journal_bytes" not in page  # a store has no journal
+        lint = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(), capture_output=True, timeout=60)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+
+        conf = tmp_path / "prometheus.yml"
+        conf.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
+                        f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n")
+        prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                                 f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+
+        def query(q):
+            try:
+                data = json.loads(get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q})))
+            except OSError:
+                return None
+            result = data["data"]["result"] if data.get("status") == "success" else None
+            return float(result[0]["value"][1]) if result else None
+
+        assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 1, 60)
+        assert query('sum(spamnb_forgotten_total{source="tell"})') == 1
+        assert query('spamnb_model_messages{class="ham"}') == ham + 1
+        srv.stop()
+        assert spamc(raws[2], "-c").stdout.startswith(b"0/0")  # passed unscanned
+        assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 0, 60)
+        assert until(lambda: (query('spamnb_store_success_age_seconds{job="spamnb"}') or 0) >= 1, 60)
+        assert query('spamnb_errors_total{kind="ex_ioerr"}') >= 1
+    finally:
+        if prom is not None:
+            prom.terminate()
+            prom.wait(30)
+        proc.terminate()
+        proc.wait(10)
+        if srv.proc.poll() is None:
+            srv.stop()

@@ -181,6 +181,16 @@ def test_a_configuration_files_history_store_records_in_the_store(url, model_fil
     assert history_of(url).count() == 1
     r = subprocess.run(SPAMNB + ["filter", "--no-history"], input=raw, capture_output=True, env=env, timeout=120)
     assert b"X-Spam-Status" in r.stdout and history_of(url).count() == 1
+    # one unit: the command line's --history FILE replaces the file's store = true
+    r = subprocess.run(SPAMNB + ["filter", "--history", str(tmp_path / "h.sqlite")], input=raw, capture_output=True,
+                       env=env, timeout=120)
+    assert b"X-Spam-Status" in r.stdout and history_of(url).count() == 1, r.stderr
+    assert sqlhist.open_db(str(tmp_path / "h.sqlite")).execute("SELECT count(*) FROM verdicts").fetchone()[0] == 1
+    # a file and the store in one layer: an error naming its line, as config --check says too
+    (config / "config.toml").write_text(f'[store]\nurl = "{url}"\n[history]\nstore = true\npath = "/tmp/h"\n')
+    r = subprocess.run(SPAMNB + ["config", "--check"], capture_output=True, env=env, timeout=120)
+    assert r.returncode == 2 and b"config.toml:5" in r.stderr + r.stdout and b"Traceback" not in r.stderr, r
+    assert b"[history] path and [history] store both say the history" in r.stderr + r.stdout
 
 
 def test_the_history_is_bounded_by_count_and_age(url, model_file):

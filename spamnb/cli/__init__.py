@@ -18,7 +18,8 @@ import sys
 import click
 
 from spamnb._version import __version__
-from spamnb.cli.options import EXIT_ZERO_GIVEN, pass_through
+from spamnb.cli.options import EXIT_ZERO_GIVEN, pass_through, take_settings
+from spamnb.options import TABLE
 from spamnb.verdict import failure_reason
 from spamnb.cli import (config, delivery, evaluate, explain, imap, learning, mailbox, remote, setup, stats, train,
                         web)
@@ -125,3 +126,9 @@ for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.lear
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
                  explain.tokens, imap.imap, config.config, stats.stats, remote.store, web.web, setup.setup):
     main.add_command(_command)
+
+# every command that takes a setting runs with the one resolver's values (options.take_settings)
+for _path, _command in config.commands(main).items():
+    _names = {p.name for p in _command.params}
+    if any(r.name in _names and r.takes(_path) for r in TABLE):
+        take_settings(_command)

@@ -1,16 +1,14 @@
-"""``spamnb config``: the configuration file's keys, built from the commands' own options.
+"""``spamnb config``: the configuration file's keys, from the table of settings.
 
-:data:`KEYS` is the one table of keys: ``(table, key)`` -> the click
-parameter it sets and the commands that have it. A key's type, range and
-default are its option's (a ``click.IntRange`` is the range a file's value
-is checked against, ``multiple`` options take a TOML array, flags a boolean),
-so an option and its key cannot drift apart; a value then passes the key's
-check in :data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`),
-the function the commands that take the key apply at start (:func:`applies`). A file's values reach the commands
-as click's ``default_map`` (:func:`default_map`), below the command line; the
-files and their order are :mod:`spamnb.storage.settings`'.
+:data:`KEYS` is :data:`spamnb.options.TABLE`'s keys: ``(table, key)`` -> the click
+parameter it sets and the commands that have it. A file's value has its row's kind
+(:func:`spamnb.options.convert`), then passes the key's check in
+:data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`), the function the
+commands that take the key apply at start (:func:`applies`). A command's values come
+from :func:`spamnb.storage.settings.resolve`, once per run
+(:func:`spamnb.cli.options.take_settings`): the layers, their order and the units.
 
-To add a key: add its option to the command, then one line here.
+To add a key: one row in :mod:`spamnb.options`.
 """
 
 from __future__ import annotations
@@ -21,53 +19,14 @@ import sys
 import click
 
 from spamnb import checks
-from spamnb.cli.options import pass_through
+from spamnb import options as table_
+from spamnb.cli.options import LAYERS, pass_through
+from spamnb.options import DECIDING, EVERY, IMAP, LOGGING, METRICS  # noqa: F401 - the commands' groups
 from spamnb.storage import settings
 from spamnb.verdict import DECISION_OPTIONS
 
-#: Commands the ``[decision]`` keys override the model's cut-offs for (``train`` is
-#: left out on purpose: its decision options are the cut-offs it stores).
-DECIDING = ("classify", "sort", "evaluate", "filter", "serve", "imap filter")
-IMAP = ("imap train", "imap filter")
-EVERY = "*"  # every command that has the parameter
-LOGGING = ("serve", "filter", "imap filter")
-METRICS = ("serve", "imap filter")
-
-#: (table, key) -> (parameter name, commands). One line per key.
-KEYS = {
-    ("model", "path"): ("model_path", EVERY),
-    ("model", "allow_insecure"): ("allow_insecure_model", EVERY),
-    ("store", "url"): ("store", EVERY),
-    **{("decision", name): (name, DECIDING) for name in DECISION_OPTIONS},
-    ("serve", "socket"): ("socket_path", ("serve", "filter")),
-    ("serve", "max_bytes"): ("max_bytes", ("serve",)),
-    ("serve", "timeout"): ("timeout", ("serve",)),
-    ("serve", "max_connections"): ("max_connections", ("serve",)),
-    ("serve", "pidfile"): ("pidfile", ("serve",)),
-    ("spamd", "listen"): ("spamd_addresses", ("serve",)),
-    ("spamd", "allow"): ("allow", ("serve",)),
-    ("spamd", "user_models"): ("user_models", ("serve",)),
-    ("spamd", "store_users"): ("store_users", ("serve",)),
-    ("spamd", "allow_tell"): ("allow_tell", ("serve",)),
-    ("spamd", "socket_mode"): ("spamd_socket_mode", ("serve",)),
-    ("filter", "exit_zero"): ("exit_zero", ("filter",)),
-    ("filter", "learn"): ("learn_", ("filter",)),
-    ("filter", "evidence"): ("evidence", ("filter",)),
-    ("log", "messages"): ("log_messages", LOGGING),
-    ("log", "format"): ("log_format", LOGGING),
-    ("log", "to"): ("log_to", LOGGING),
-    ("metrics", "listen"): ("metrics_address", METRICS),
-    ("metrics", "allow"): ("metrics_allow", METRICS),
-    ("history", "path"): ("history", ("serve", "filter", "imap filter", "web", "learn", "forget")),
-    ("history", "store"): ("history_store", ("serve", "filter", "imap filter", "learn", "forget")),
-    **{("imap", name): (name, IMAP) for name in ("host", "port", "user", "password_file", "password_command",
-                                                  "security", "cafile", "force_plaintext")},
-    ("imap", "model"): ("model_path", IMAP),  # imap.toml's own key for the model
-    ("imap", "ham"): ("ham", ("imap train",)),
-    ("imap", "spam"): ("spam", ("imap train",)),
-    **{("imap", name): (name, ("imap filter",)) for name in ("folder", "junk", "unsure_folder", "interval",
-                                                             "learn_verdicts")},
-}
+#: (table, key) -> (parameter name, commands): the keys of :data:`spamnb.options.TABLE`.
+KEYS = {(r.table, r.key): (r.name, r.commands) for r in table_.TABLE if r.table}
 
 
 def commands(group):
@@ -92,43 +51,13 @@ def targets(group, table, key):
     return out
 
 
-def _kind(param):
-    """``(python types, words)`` a file's value for ``param`` must be."""
-    t = param.type
-    if getattr(param, "is_flag", False) or isinstance(t, click.types.BoolParamType):
-        return bool, "true or false"
-    if isinstance(t, click.types.IntParamType):  # IntRange too
-        return int, "an integer"
-    if isinstance(t, click.types.FloatParamType):
-        return (int, float), "a number"
-    return str, "a string"
-
-
-def check_value(param, value):
-    """A file's ``value`` for ``param`` as the command takes it; ValueError saying
-    what is wrong (type, range, choice)."""
-    if param.multiple:
-        items = [value] if isinstance(value, str) else value
-        if not isinstance(items, list):
-            raise ValueError(f"must be a list, got {value!r}")
-        return [_one(param, v) for v in items]
-    return _one(param, value)
-
-
-def _one(param, value):
-    types, what = _kind(param)
-    if types is int:
-        checks.integer(value)  # `true` is no integer, although Python's bool is an int
-    elif types is not str and types is not bool:
-        checks.number(value)
-    elif isinstance(value, bool) != (types is bool) or not isinstance(value, types):
-        raise ValueError(f"must be {what}, got {value!r}")
-    if types is bool:
-        return value
-    try:
-        return param.type.convert(value, None, None)
-    except click.BadParameter as exc:
-        raise ValueError(exc.message.rstrip(".")) from None
+def check_value(table, key, value):
+    """A file's ``value`` for a key as the command takes it; ValueError saying what is
+    wrong (type, choice: :func:`spamnb.options.convert`; range, format: the key's check)."""
+    value = table_.convert(table_.BY_KEY[(table, key)], value)
+    if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
+        checks.CHECKS[(table, key)](value)
+    return value
 
 
 #: Keys whose check at start (:data:`spamnb.checks.CHECKS`) is made by fewer of the commands
@@ -172,11 +101,11 @@ def problems(group, layers, command=None):
             out.append((path, line, f"unknown key {key!r} in [{table}] (known: {known})"))
         elif applies(group, table, key, command):
             try:
-                value = check_value(targets(group, table, key)[0][1], value)
-                if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
-                    checks.CHECKS[(table, key)](value)
+                check_value(table, key, value)
             except ValueError as exc:
                 out.append((path, line, f"[{table}] {key}: {exc}"))
+    if not out and (command is None or applies(group, "model", "path", command)):
+        out += layers.conflicts()  # two places for the model in one layer
     if not out:
         for keys, check in checks.TOGETHER:
             first = layers.where(*keys[0])
@@ -187,7 +116,9 @@ def problems(group, layers, command=None):
                     out.append((first[2], first[3], f"[{keys[0][0]}] {keys[0][1]}: {exc}"))
     if not out and applies(group, "decision", DECISION_OPTIONS[0], command):
         try:
-            verdict.cutoffs_from((0.5, 0.95), *settings.decision_of(layers))
+            verdict.cutoffs_from((0.5, 0.95), *settings.decision(layers))
+        except settings.ConfigError:  # a value of a wrong type, a conflict: reported above
+            pass
         except (verdict.DecisionError, TypeError) as exc:
             found = [w for k in DECISION_OPTIONS if (w := layers.where("decision", k))]
             path, line = max(((w[2], w[3] or 0) for w in found), key=lambda w: w[1], default=("?", None))
@@ -200,38 +131,17 @@ def describe(problem):
     return f"{path}:{line}: {text}" if line else f"{path}: {text}"
 
 
-def default_map(group, layers, command=None):
-    """click's ``default_map`` of the files' values (checked first: ConfigError for
-    the first problem; with ``command``, of the keys it takes, :func:`applies`). A key
-    whose environment variable is set is left to it, and one another command takes
-    whose value is not of its type is left out."""
-    found = problems(group, layers, command)
-    if found:
-        raise settings.ConfigError(describe(found[0]))
-    out = {}
-    for (table, key) in KEYS:
-        where = layers.where(table, key)
-        if where is None or where[1] == settings.ENVIRONMENT:
-            continue
-        for path, param in targets(group, table, key):
-            try:
-                value = check_value(param, where[0])
-            except ValueError:  # not this command's key (checked above otherwise): it never reads it
-                continue
-            node = out
-            for part in path.split():
-                node = node.setdefault(part, {})
-            node[param.name] = value
-    return out
-
-
 def load(ctx, named):
-    """Read the files and give the commands their values; a broken file is an error
-    (for ``filter``: the message passes through, as for any other error)."""
+    """Read the files and check the keys the command takes (a broken file is an error;
+    for ``filter``: the message passes through, as for any other error), for the one
+    resolver to give the command its values (:func:`spamnb.cli.options.take_settings`)."""
     try:
         stamped = settings.stamps(named=named)
         layers = settings.Layers.load(named=named)
-        ctx.default_map = default_map(ctx.command, layers, ctx.invoked_subcommand)
+        found = problems(ctx.command, layers, ctx.invoked_subcommand)
+        if found:
+            raise settings.ConfigError(describe(found[0]))
+        ctx.meta[LAYERS] = layers  # the one resolver's layers for the command (options.resolved)
         if named is None and layers.layers and settings.read_cache() is None and not problems(ctx.command, layers):
             settings.write_cache(layers, stamped)  # every key checked: the fast paths may use any of them
     except settings.ConfigError as exc:
@@ -346,6 +256,15 @@ def config(ctx, check_, command_line):
             value, source, path, line = where
             at = f"{path}:{line}" if line else path
             click.echo(f"{key} = {_toml(value)}  # {source} {at}")
+    _notes(layers)
+
+
+def _notes(layers, given=()):
+    """Which model location wins and why; whether ``[decision]`` overrides stored cut-offs."""
+    click.echo("\n# " + settings.location(layers, [f for f in given if f in ("--model", "--store")]))
+    note = settings.decision_note(layers, [f for f in given if f.lstrip("-").replace("-", "_") in DECISION_OPTIONS])
+    if note:
+        click.echo(f"# {note}")
 
 
 def _show_command(group, layers, command_line):
@@ -356,7 +275,7 @@ def _show_command(group, layers, command_line):
     from click.core import ParameterSource
 
     words = shlex.split(command_line)
-    ctx = click.Context(group, info_name="spamnb", default_map=default_map(group, layers))
+    ctx = click.Context(group, info_name="spamnb")
     cmd, path = group, []
     while isinstance(cmd, click.Group) and words and words[0] in cmd.commands:
         path.append(words.pop(0))
@@ -368,20 +287,28 @@ def _show_command(group, layers, command_line):
     # click.Command's own parsing: filter's would deliver standard input on a bad option
     sub = click.Command.make_context(cmd, path[-1], words, parent=ctx)
     here = " ".join(path)
+    options = {n: v for n, v in sub.params.items() if sub.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    try:  # the values the command will use: the one resolver's
+        found = settings.resolve(here, options, env=layers.env, layers=layers)
+    except settings.ConfigError as exc:
+        raise ConfigProblem(str(exc)) from None
+    except ValueError as exc:  # options that exclude each other
+        raise click.UsageError(f"--command {command_line!r}: {exc}") from None
     table = None
     for (t, key) in KEYS:
-        found = [p for p_path, p in targets(group, t, key) if p_path == here]
-        if not found:
+        params = [p for p_path, p in targets(group, t, key) if p_path == here]
+        if not params:
             continue
         if t != table:
             click.echo(f"\n[{t}]")
             table = t
-        name = found[0].name
-        value, source = sub.params.get(name), sub.get_parameter_source(name)
-        where = layers.where(t, key)
-        if source == ParameterSource.COMMANDLINE:
+        name = params[0].name
+        value, setting, where = sub.params.get(name), found.get(name), layers.where(t, key)
+        if name in options:
             said = "option"
-        elif where is not None and (source == ParameterSource.DEFAULT_MAP or where[1] == settings.ENVIRONMENT):
+        elif setting is not None and setting.source == settings.OPTION:  # another option of its unit
+            value, said = None, f"{setting.where} (option) replaces it"
+        elif where is not None:
             value, said = where[0], f"{where[1]} {where[2]}" + (f":{where[3]}" if where[3] else "")
         else:
             said = "default"
@@ -389,6 +316,9 @@ def _show_command(group, layers, command_line):
             click.echo(f"# {key}: unset ({said})")
         else:
             click.echo(f"{key} = {_toml(list(value) if isinstance(value, tuple) else value)}  # {said}")
+    given = [p.opts[0] for p in cmd.params if isinstance(p, click.Option)
+             and sub.get_parameter_source(p.name) == ParameterSource.COMMANDLINE]
+    _notes(layers, given)
 
 
 @config.command("reload")

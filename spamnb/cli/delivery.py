@@ -9,8 +9,8 @@ import click
 
 from spamnb import verdict
 from spamnb.cli.options import (cutoffs, decision_options, history_of, history_options, log_options, metrics_from,
-                                metrics_options, model_options, notice, open_backend, pass_through, recorder)
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR, LEARN_MARGIN, Boundary, deliver_unchanged, model_name
+                                metrics_options, model_options, notice, open_backend, options, pass_through, recorder)
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR, Boundary, deliver_unchanged, model_name
 
 
 class _FilterCommand(click.Command):
@@ -31,15 +31,7 @@ class _FilterCommand(click.Command):
 
 @click.command("filter", cls=_FilterCommand)
 @model_options
-@click.option("--exit-zero", is_flag=True, help="Exit 0 for any classification (for procmail's :0fw).")
-@click.option("--learn", "-u", "learn_", is_flag=True,
-              help="Also learn the message as what it was classified, when not unsure and scored "
-                   f"within {LEARN_MARGIN:g} log-odds of the cut-off that decided it (a thick threshold).")
-@click.option("--evidence", type=click.IntRange(min=0), default=0, metavar="N",
-              help="Add an X-Spam-Evidence header with the N strongest tokens.")
-@click.option("--socket", "socket_path", metavar="PATH",
-              help="Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
-                   "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there).")
+@options("exit_zero", "learn_", "evidence", "socket_path", command="filter")
 @decision_options
 @log_options(False)
 @history_options
@@ -94,6 +86,12 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     got = {"raw": b""}
 
     def fail(reason, exc):
+        if log_messages:  # the message goes on unscanned: its line says so
+            try:
+                recorder(True, log_format, log_to).error("failed", reason, via="filter", unscanned=True,
+                                                         raw=got["raw"], user=_login())
+            except Exception as exc2:  # noqa: BLE001 - a log line never costs a delivery
+                click.echo(f"spamnb: warning: no log line: {exc2}", err=True)
         return deliver_unchanged(got["raw"], reason, exit_zero)
 
     with Boundary(fail, interrupts=True) as boundary:
@@ -167,45 +165,10 @@ def _login():
 
 
 @click.command()
-@click.option("--socket", "socket_path", metavar="PATH",
-              help="Socket to listen on (default $SPAMNB_SOCKET, else $XDG_RUNTIME_DIR/spamnb/socket, "
-                   "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).")
+@options("socket_path", command="serve")
 @model_options
-@click.option("--max-bytes", type=click.IntRange(min=1), default=64 * 1024 * 1024, show_default=True,
-              help="Refuse messages larger than this (the client then filters them itself).")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Drop a request that has not arrived whole within this many seconds (on every "
-                   "listener; a --metrics connection is closed then, whatever it sent).")
-@click.option("--max-connections", type=click.IntRange(min=1), default=32, show_default=True,
-              help="Requests served at once, per listener; a connection beyond them is closed at once "
-                   "(spamnb filter then filters the message itself). On a --spamd listener as many more "
-                   "wait up to 2 s for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once.")
-@click.option("--pidfile", metavar="PATH",
-              help="Write the server's pid here once it listens (atomically; removed on exit). "
-                   "Refuses to start while a live server holds it.")
-@click.option("--spamd", "spamd_addresses", multiple=True, metavar="ADDRESS",
-              help="Also serve SpamAssassin's spamc/spamd protocol here: HOST:PORT, a PORT on 127.0.0.1, "
-                   "or a Unix socket path (repeatable). For spamc, Exim's spam= ACL, Haraka.")
-@click.option("--allow", multiple=True, metavar="CIDR",
-              help="Networks whose clients may use --spamd on TCP besides this machine (repeatable); "
-                   "needed to listen on an address other than loopback.")
-@click.option("--user-models", type=click.Path(exists=True, file_okay=False), metavar="DIR",
-              help="spamd: the User: header picks DIR/USER/model.joblib when it exists.")
-@click.option("--store-users", is_flag=True,
-              help="spamd, with --store: the User: header picks that user's model in the store when there "
-                   "is one (put there with `spamnb store push MODEL URL --user NAME`).")
-@click.option("--allow-tell", is_flag=True,
-              help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
-                   "model, as spamd's --allow-tell. From this machine User: must be the client's own user "
-                   "(root and the server's user may name anyone).")
-@click.option("--allow-tell-served", is_flag=True,
-              help="spamd: TELL may also change the served model, which scores everyone without a model of "
-                   "their own (implies --allow-tell).")
-@click.option("--spamd-max-bytes", type=click.IntRange(min=1), metavar="BYTES",
-              help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); "
-                   "spamc then passes it through unscanned (spamc's own -s limit is 500 KB by default).")
-@click.option("--spamd-socket-mode", default="0600", show_default=True, metavar="OCTAL",
-              help="Mode of --spamd Unix sockets (0660: the socket's group may connect too).")
+@options("max_bytes", "timeout", "max_connections", "pidfile", "spamd_addresses", ("allow", "spamd"), "user_models",
+         "store_users", "allow_tell", "allow_tell_served", "spamd_max_bytes", "spamd_socket_mode")
 @decision_options
 @log_options(True)
 @metrics_options
@@ -308,27 +271,28 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
 
 
 def reread_decision(ctx):
-    """The decision of a running command after its configuration files changed:
-    the options given on its command line, else the files' [decision] keys now."""
+    """The decision of a running command after its configuration files changed, from
+    the one resolver (:func:`spamnb.storage.settings.resolve`): the options given on
+    its command line, else the environment and the files now. The files' keys this
+    command takes are checked first (a bad ``[imap]`` key is not serve's): an error
+    keeps the decision in force."""
     from click.core import ParameterSource
 
+    from spamnb.cli.config import describe, problems
     from spamnb.storage import settings
 
     root = ctx.find_root()
     layers = settings.Layers.load(named=root.params.get("config_file"))
-    from spamnb.cli.config import default_map
-
-    # checks the files' keys this command takes (a bad [imap] key is not serve's): ConfigError keeps
-    # the old decision
-    fresh = default_map(root.command, layers, ctx.command_path.split()[1])
-    for part in ctx.command_path.split()[1:]:
-        fresh = fresh.get(part, {})
-    out = []
-    for name in verdict.DECISION_OPTIONS:
-        given = ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
-        out.append(ctx.params[name] if given else fresh.get(name))
+    command = " ".join(ctx.command_path.split()[1:])
+    found = problems(root.command, layers, command.split()[0])
+    if found:
+        raise settings.ConfigError(describe(found[0]))
+    given = {n: ctx.params[n] for n in verdict.DECISION_OPTIONS
+             if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    fresh = settings.resolve(command, given, layers=layers, names=verdict.DECISION_OPTIONS)
+    out = tuple(fresh[n].value for n in verdict.DECISION_OPTIONS)
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *out)
-    return tuple(out)
+    return out
 
 
 def _shown(decision):

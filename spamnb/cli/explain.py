@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from spamnb.cli.options import model_options, open_backend
+from spamnb.cli.options import decision_note, model_options, open_backend
 
 
 @click.command()
@@ -121,6 +121,7 @@ def info(model_path, store, allow_insecure_model, rebuild_scorer):
     def when(t):
         return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds") if t else "never"
 
+    decision_note()
     before, after = backend.describe(model)
     rows = [
         *before,

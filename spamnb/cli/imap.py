@@ -8,7 +8,7 @@ import sys
 import click
 
 from spamnb.cli.options import (decision_options, history_of, history_options, log_options, metrics_from,
-                                metrics_options, notice, recorder, run_alone, store_option)
+                                metrics_options, notice, options, recorder, run_alone, store_option)
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -20,21 +20,8 @@ def account_options(f):
         click.option("--config", "config_path", type=click.Path(dir_okay=False),
                      help="Config file (default $XDG_CONFIG_HOME/spamnb/imap.toml, ~/.config/... when unset; "
                           "mode 0600): the keys below, so that you type none of them twice."),
-        click.option("--host", help="IMAP server."),
-        click.option("--port", type=click.IntRange(1, 65535), help="Port (default 993 with tls, else 143)."),
-        click.option("--user", help="Login name."),
-        click.option("--password-file", type=click.Path(dir_okay=False),
-                     help="A file whose first line is the password."),
-        click.option("--password-command", metavar="CMD",
-                     help="A command that prints the password (e.g. 'pass show mail/imap')."),
-        click.option("--security", type=click.Choice(["tls", "starttls", "none"]), default=None,
-                     help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
-        click.option("--cafile", type=click.Path(dir_okay=False, exists=True),
-                     help="CA certificates to trust for the server's certificate (a self-signed one)."),
-        click.option("--force-plaintext", is_flag=True, default=None,
-                     help="Allow --security none to a host other than 127.0.0.1."),
-        click.option("--model", "model_path", type=click.Path(dir_okay=False),
-                     help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib)."),
+        options("host", "port", "user", "password_file", "password_command", "security", "cafile",
+                "force_plaintext", ("model_path", "imap")),
     ]
     for opt in reversed(opts):
         f = opt(f)
@@ -42,17 +29,37 @@ def account_options(f):
 
 
 def _settings(config_path, extra, kw):
+    """The account's settings: the options and the configuration's ``[imap]`` keys (the
+    older imap.toml's too), as the one resolver gave them to the command; below them the
+    keys of the file of this command's own ``--config FILE``."""
     from spamnb.delivery import imap
-    from spamnb.storage.locate import imap_config_path
 
-    path = config_path or imap_config_path()
     options = {k: kw.pop(k) for k in _SETTING_KEYS}
     options.update(extra)
     options["model"] = kw.pop("model_path")
     try:
-        return imap.settings_from(imap.read_config(path, explicit=config_path is not None), options)
+        if config_path is not None:  # one run's file, named by an option: read here, below the rest
+            return imap.settings_from(imap.read_config(config_path, explicit=True), options)
+        _private_imap_file()
+        return imap.settings_from({}, options)
     except imap.ImapError as exc:
         raise click.ClickException(str(exc)) from None
+
+
+def _private_imap_file():
+    """The older imap.toml may say how to get the password: its values come through the
+    configuration's layers, and the imap commands refuse it unless it is private (mode 0600),
+    as they refuse a password file."""
+    from spamnb.delivery import imap
+    from spamnb.storage.locate import imap_config_path
+
+    path = imap_config_path()
+    try:
+        imap.open_private(path, path, "config file").close()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise imap.ImapError(f"cannot read config file {path}: {exc.strerror or exc}") from None
 
 
 @click.group()
@@ -68,8 +75,7 @@ def imap():
 
 
 @imap.command("train")
-@click.option("--ham", multiple=True, metavar="FOLDER", help="A folder of ham (repeatable).")
-@click.option("--spam", multiple=True, metavar="FOLDER", help="A folder of spam (repeatable).")
+@options("ham", "spam")
 @account_options
 def train(ham, spam, config_path, store, **kw):
     """Train a new model from IMAP folders (read-only: no flag changes).
@@ -113,18 +119,10 @@ def train(ham, spam, config_path, store, **kw):
 
 
 @imap.command("filter")
-@click.option("--folder", default=None, help="The folder to filter (default INBOX).")
-@click.option("--junk", default=None, help="Where spam goes (default: the folder with the \\Junk special use, "
-                                           "else Junk; made when missing).")
-@click.option("--unsure-folder", default=None, help="Move unsure mail here too (default: it stays, unflagged).")
+@options("folder", "junk", "unsure_folder")
 @click.option("--watch", is_flag=True, help="Keep going: IDLE on the folder, a pass whenever mail arrives "
                                             "and every --interval seconds; reconnect after a drop.")
-@click.option("--interval", type=click.FloatRange(min=1), default=300.0, show_default=True,
-              help="With --watch: seconds between passes when nothing arrives (your moves into and out of "
-                   "Junk are seen at the next pass).")
-@click.option("--learn-verdicts/--no-learn-verdicts", default=True, show_default=True,
-              help="Also learn its own verdicts near the decision, as `spamnb filter -u` does (with a model "
-                   "of your own); your corrections are learned either way.")
+@options("interval", "learn_verdicts")
 @click.option("--dry-run", is_flag=True, help="Say what it would move and learn; change nothing.")
 @history_options
 @account_options
@@ -176,7 +174,10 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
 
         def one_pass(client):
             # the state as on disk: a pass that failed half-way is redone from its last save
-            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run).run()
+            out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run,
+                             unscanned=lambda size: rec.error("too_big", f"over {lib.MAX_MESSAGE} bytes: left "
+                                                              "where it is", via="imap", unscanned=True, size=size,
+                                                              user=s.user)).run()
             say(out.summary())
             return out
 
@@ -247,6 +248,13 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
         return shared[0]
 
     def judge(raw):
+        try:
+            return _judge(raw)
+        except Exception as exc:  # the message stays where it is, unfiltered (Filter's boundary): its line
+            rec.error("failed", f"{exc.__class__.__name__}: {exc}", via="imap", unscanned=True, raw=raw, user=user)
+            raise
+
+    def _judge(raw):
         start = time.perf_counter()
         backend = current()
         d = decide(backend.view(), raw, decision)

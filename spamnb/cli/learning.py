@@ -7,8 +7,8 @@ import os
 
 import click
 
-from spamnb.cli.options import (cutoffs, decision_options, history_of, history_options, model_options, notice,
-                                open_backend, run_alone, skipper, source_options)
+from spamnb.cli.options import (cutoffs, decision_note, decision_options, history_of, history_options, model_options,
+                                notice, open_backend, run_alone, skipper, source_options)
 
 
 def _learn_options(f):
@@ -214,6 +214,7 @@ def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_uns
             raise click.ClickException(f"no model at {backend.name}")
         cut = cutoffs(backend.view().cutoffs, *given)  # the stored ones (a scorer's are a pair)
         click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({backend.name})")
+        decision_note()
         return
     if backend.is_default:
         raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "

@@ -12,50 +12,134 @@ import sys
 
 import click
 
+from spamnb import options as table_
 from spamnb import verdict
 from spamnb.verdict import deliver_unchanged
 
 
+def _click_type(row):
+    """The click type of a row's kind, bounds and existence."""
+    if row.kind == "choice":
+        return click.Choice(row.choices)
+    if row.kind in ("path", "folder"):
+        folder = row.kind == "folder"
+        return click.Path(dir_okay=folder, file_okay=not folder, exists=row.exists)
+    if row.kind in ("int", "float"):
+        if row.low is None and row.high is None:
+            return click.INT if row.kind == "int" else click.FLOAT
+        return (click.IntRange if row.kind == "int" else click.FloatRange)(min=row.low, max=row.high)
+    return None
+
+
+def option(name, table="", command=None, **changes):
+    """The click option of the setting ``name`` (its row of :data:`spamnb.options.TABLE`;
+    ``table`` picks one of a name's rows by its configuration table): its spellings,
+    kind, bounds, default and help (``command``'s, when the row has one per command).
+    ``changes``: click arguments a command sets otherwise (a default of its own). The
+    value a command uses is the one resolver's (:func:`take_settings`)."""
+    row = next(r for r in table_.TABLE if r.name == name and (not table or r.table == table))
+    kw = {"help": row.help_for(command) or None, "metavar": row.metavar}
+    if row.kind == "bool":
+        flags = [f"{row.flags[0]}/{row.off}"] if row.off else list(row.flags)
+        if row.off:
+            kw.update(default=row.default, show_default=True)
+        else:
+            kw["is_flag"] = True
+    else:
+        flags = list(row.flags)
+        kw["type"] = _click_type(row)
+        kw["multiple"] = row.kind == "list"
+        if row.default is not None:
+            kw.update(default=row.default, show_default=True)
+    kw.update(changes)
+    kw = {k: v for k, v in kw.items() if v is not None or k == "default"}
+    if row.kind == "bool" and not row.off:
+        kw.pop("default", None)
+    return click.option(*flags, name, **kw)
+
+
+def options(*names, command=None):
+    """A decorator adding the options of ``names`` (rows of the table), in that order in
+    ``--help``; ``(name, table)`` picks a row by its configuration table."""
+    def add(f):
+        for name in reversed(names):
+            name, table = (name, "") if isinstance(name, str) else name
+            f = option(name, table, command=command)(f)
+        return f
+    return add
+
+
+#: ``ctx.meta`` keys: the configuration's layers the group read and checked
+#: (:func:`spamnb.cli.config.load`), and the running command's resolved settings.
+LAYERS, RESOLVED = "spamnb.layers", "spamnb.resolved"
+
+
+def resolved(ctx, names=None):
+    """``{name: Setting}`` of the running command's settings from the one resolver
+    (:func:`spamnb.storage.settings.resolve`), called once per command: its
+    command-line options (``ctx.get_parameter_source`` tells them from defaults), then
+    the environment, the files (the global ``--config`` too), the defaults; ``names``:
+    only these. A configuration the resolver refuses is a one-line error; options that
+    exclude each other (``--model`` and ``--store``) a usage error."""
+    from click.core import ParameterSource
+
+    from spamnb.storage import settings
+
+    if RESOLVED not in ctx.meta or ctx.meta[RESOLVED][0] is not ctx:
+        root = ctx.find_root()
+        command = " ".join(ctx.command_path.split()[1:])
+        given = {n: v for n, v in ctx.params.items()
+                 if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+        try:
+            found = settings.resolve(command, given, named=root.params.get("config_file"),
+                                     layers=root.meta.get(LAYERS))
+        except settings.ConfigError as exc:
+            raise click.ClickException(str(exc)) from None
+        except ValueError as exc:  # options that exclude each other
+            raise click.UsageError(str(exc), ctx=ctx) from None
+        ctx.meta[RESOLVED] = (ctx, found)
+    found = ctx.meta[RESOLVED][1]
+    return found if names is None else {n: found[n] for n in names if n in found}
+
+
+def settled(ctx):
+    """The running command's parameters as it uses them: what the one resolver
+    (:func:`resolved`) took from the configuration files in place of click's defaults.
+    Options on the command line are the resolver's first layer, and the defaults are
+    the commands' own (``serve`` logs by default, ``filter`` does not); the
+    environment's variables are read where they are used (the model's, the store's,
+    the socket's: :mod:`spamnb.storage.locate`), after the resolver has let them set
+    aside a file's unit (``$SPAMNB_STORE`` over a file's ``[model] path``)."""
+    from spamnb.storage import settings
+
+    out = dict(ctx.params)
+    for name, setting in resolved(ctx).items():
+        if name in out and setting.source not in (settings.OPTION, settings.ENVIRONMENT, settings.DEFAULT):
+            out[name] = tuple(setting.value) if isinstance(setting.value, list) else setting.value
+    return out
+
+
+def take_settings(command):
+    """Make ``command`` (a click command) run with :func:`settled` parameters: the one
+    place a command's options meet the environment and the configuration files."""
+    callback = command.callback
+
+    @functools.wraps(callback)
+    def run(*args, **kwargs):
+        ctx = click.get_current_context()
+        ctx.params = settled(ctx)
+        return callback(*args, **{k: ctx.params[k] if k in ctx.params else v for k, v in kwargs.items()})
+
+    command.callback = run
+    return command
+
+
 def model_options(f):
-    f = click.option("--allow-insecure-model", is_flag=True,
-                     help="Load a model file that other users can write (administrators only: "
-                          "a model file is code).")(f)
-    f = click.option("--model", "model_path", type=click.Path(dir_okay=False), callback=_where_default,
-                     help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")(f)
-    return store_option(f)
+    return options("store", ("model_path", "model"), "allow_insecure_model")(f)
 
 
 def store_option(f):
-    return click.option("--store", metavar="URL", callback=_where_default,
-                        help="Keep the model in a store shared by several hosts instead of a file: "
-                             "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
-                             "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
-                             "(default $SPAMNB_STORE; docs/many-hosts.md).")(f)
-
-
-def _where_default(ctx, param, value):
-    """Where the model is, --model or --store, is one choice: a configuration file's
-    ``[model] path`` or ``[store] url`` steps aside for the other option given on
-    the command line (click processes those first)."""
-    from click.core import ParameterSource
-
-    other = "store" if param.name == "model_path" else "model_path"
-    if ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and \
-            ctx.get_parameter_source(other) == ParameterSource.COMMANDLINE:
-        return None
-    return value
-
-
-def _decision_default(ctx, param, value):
-    """The decision is one unit: a configuration file's decision keys step aside for
-    any decision option on the command line (click processes those first), so
-    `--cost-fp 20` over a file's spam_cutoff is not "costs and cut-offs both"."""
-    from click.core import ParameterSource
-
-    if ctx.get_parameter_source(param.name) == ParameterSource.DEFAULT_MAP and any(
-            ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in verdict.DECISION_OPTIONS):
-        return None
-    return value
+    return option("store")(f)
 
 
 class _InStore:
@@ -66,44 +150,23 @@ class _InStore:
 
 
 IN_STORE = _InStore()
-_HISTORY_NAMES = {"history": "--history FILE", "history_store": "--history-store", "no_history": "--no-history"}
 
 
 def history_options(f):
-    """``--history FILE`` / ``--history-store`` / ``--no-history``, passed on as ``history``:
-    a path, :data:`IN_STORE`, False for none, None for the default beside the model
-    (:func:`history_of`). The command line's choice beats a configuration file's."""
-
-    def exclusive(ctx, param, value):  # while parsing: filter passes the mail through a usage error
-        from click.core import ParameterSource
-
-        for other in _HISTORY_NAMES:
-            given = [ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE for n in (param.name, other)]
-            if other != param.name and value and ctx.params.get(other) and all(given):
-                a, b = sorted((param.name, other), key=list(_HISTORY_NAMES).index)
-                raise click.UsageError(f"give {_HISTORY_NAMES[a]} or {_HISTORY_NAMES[b]}, not both")
-        return value
+    """``--history FILE`` / ``--history-store`` / ``--no-history`` (``[history] path`` /
+    ``store`` / ``off``), passed on as ``history``: a path, :data:`IN_STORE`, False for
+    none, None for the default beside the model (:func:`history_of`). The three are one
+    unit of the resolver: the most specific layer naming any of them chooses."""
 
     @functools.wraps(f)
     def command(history, no_history, history_store, **kwargs):
-        from click.core import ParameterSource
+        if no_history:
+            history = False
+        elif history_store:
+            history = IN_STORE
+        return f(history=history, **kwargs)
 
-        if no_history:  # a configuration file's path or store yields to --no-history
-            return f(history=False, **kwargs)
-        if history_store and history:  # one from the command line, the other from a file: the command line's
-            ctx = click.get_current_context()
-            if ctx.get_parameter_source("history") == ParameterSource.COMMANDLINE:
-                history_store = False
-        return f(history=IN_STORE if history_store else history, **kwargs)
-
-    command = click.option("--no-history", is_flag=True, callback=exclusive,
-                           help="Record nothing in the history.")(command)
-    command = click.option("--history-store", is_flag=True, callback=exclusive,
-                           help="Record each verdict in the model's store (--store URL), where `spamnb web "
-                                "--store URL` shows every host's: one history for a site.")(command)
-    return click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-                        callback=exclusive, help="Record each verdict in this SQLite file (default "
-                        "MODEL.history.sqlite, beside the model; `spamnb web` shows it).")(command)
+    return options("history", "history_store", "no_history")(command)
 
 
 def history_of(history, backend=None, *, url=None, model_path=None):
@@ -132,14 +195,8 @@ def history_of(history, backend=None, *, url=None, model_path=None):
 
 
 def decision_options(f):
-    for name, text in [
-        ("--ham-cutoff", "Decide ham when P(spam|x) <= this."),
-        ("--spam-cutoff", "Decide spam when P(spam|x) > this."),
-        ("--cost-unsure", "Loss of holding a message as unsure."),
-        ("--cost-fn", "Loss of letting a spam through (default 1)."),
-        ("--cost-fp", "Loss of filing a ham as spam (default 10)."),
-    ]:
-        f = click.option(name, type=float, help=text, callback=_decision_default)(f)
+    for name in reversed(verdict.DECISION_OPTIONS):
+        f = option(name)(f)
     return f
 
 
@@ -167,6 +224,21 @@ def cutoffs(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutof
                                              spam_cutoff, ham_cutoff))
     except verdict.DecisionError as exc:
         raise click.UsageError(str(exc)) from None
+
+
+def decision_note():
+    """Say on stderr when a configured ``[decision]`` overrides the model's stored cut-offs
+    (for ``cutoffs`` and ``info``, which show the stored ones)."""
+    from spamnb.storage import settings
+
+    ctx = click.get_current_context(silent=True)
+    named = ctx.find_root().params.get("config_file") if ctx is not None else None
+    try:
+        note = settings.decision_note(settings.Layers.load(named=named))
+    except settings.ConfigError:
+        return
+    if note:
+        notice(f"note: {note}, for classify, sort, evaluate, filter, serve and imap filter")
 
 
 def skipper(counter):
@@ -339,30 +411,16 @@ def log_options(default_on):
     """``--log-messages``, ``--log-format``, ``--log-to``: a line per message
     (:mod:`spamnb.delivery.events`); on by default for servers, asked for by ``filter``."""
     def add(f):
-        opts = [
-            click.option("--log-messages/--no-log-messages", default=default_on, show_default=True,
-                         help="Write one line per message: time, verdict, score, cut-offs, size, "
-                              "milliseconds, user, Message-ID, whether it was learned."),
-            click.option("--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
-                         help="text: key=value pairs (grep verdict=spam); json: one object a line."),
-            click.option("--log-to", type=click.Choice(["stderr", "syslog"]), default="stderr", show_default=True,
-                         help="stderr (journald keeps it under systemd) or syslog (facility mail)."),
-        ]
-        for opt in reversed(opts):
-            f = opt(f)
-        return f
+        for name in ("log_to", "log_format"):
+            f = option(name)(f)
+        return option("log_messages", default=default_on)(f)
     return add
 
 
 def metrics_options(f):
     """``--metrics HOST:PORT`` and who may scrape it (:mod:`spamnb.delivery.metrics`)."""
-    f = click.option("--metrics-allow", multiple=True, metavar="CIDR",
-                     help="Networks whose clients may read --metrics besides this machine (repeatable); "
-                          "needed to listen on an address other than loopback.")(f)
-    f = click.option("--metrics", "metrics_address", metavar="HOST:PORT",
-                     help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: on 127.0.0.1; "
-                          "needs the metrics extra: pip install 'spamnb[metrics]').")(f)
-    return f
+    f = option("metrics_allow")(f)
+    return option("metrics_address")(f)
 
 
 def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=notice):
@@ -418,8 +476,9 @@ def pass_through(reason):
     0 with ``--exit-zero`` on the command line or in the configuration that was read."""
     ctx = click.get_current_context(silent=True)
     root = ctx.find_root() if ctx is not None else None
+    layers = root.meta.get(LAYERS) if root is not None else None
     exit_zero = root is not None and bool(
-        root.meta.get(EXIT_ZERO_GIVEN) or ((root.default_map or {}).get("filter") or {}).get("exit_zero"))
+        root.meta.get(EXIT_ZERO_GIVEN) or (layers is not None and layers.get("filter", "exit_zero")))
     try:
         raw = sys.stdin.buffer.read()
     except (OSError, ValueError):

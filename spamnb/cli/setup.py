@@ -11,7 +11,7 @@ import time
 
 import click
 
-from spamnb.cli.options import notice
+from spamnb.cli.options import notice, option
 
 READ_ONLY = "spamnb setup only reads your mail: it never moves, deletes or changes a message."
 
@@ -69,8 +69,7 @@ def _finite(ctx, param, value):
 @click.option("--min-age", "young_days", type=click.FloatRange(min=0), metavar="DAYS", callback=_finite,
               help="Learn kept mail as ham only when it arrived at least DAYS days ago (default 3: newer mail "
                    "may not be read, let alone sorted yet); 0 learns it all.")
-@click.option("--model", "model_path", type=click.Path(dir_okay=False),
-              help="Where to save the model (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).")
+@option("model_path", "model", command="setup")
 @click.option("--imapsieve", "imapsieve_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="For a Dovecot server's administrator: write the IMAPSieve scripts and settings that learn "
                    "each user's moves into and out of Junk into DIR (e.g. /etc/dovecot/sieve-spamnb; files "
@@ -166,8 +165,15 @@ def setup(ctx, yes, delivery, install, no_unsure, young_days, model_path, imapsi
 
 
 def _imap_setting(ctx, command, key):
-    """A setting of ``spamnb imap COMMAND`` from the configuration files (imap.toml), or None."""
-    return ((ctx.find_root().default_map or {}).get("imap", {}).get(command, {}) or {}).get(key)
+    """A setting of ``spamnb imap COMMAND`` from the configuration (imap.toml too), as the
+    one resolver gives it to that command (:func:`spamnb.storage.settings.resolve`), or None."""
+    from spamnb.storage import settings
+
+    try:
+        return settings.resolve(f"imap {command}", named=ctx.find_root().params.get("config_file"),
+                                names=(key,))[key].value
+    except ValueError:  # a file the imap command will refuse with FILE:LINE: nothing to propose from
+        return None
 
 
 def _learn(proposal, lib, SpamModel, modelfile, own_backend, model_path, yes, ask) -> bool:

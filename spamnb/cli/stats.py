@@ -38,11 +38,19 @@ def _epoch(ts):
 
 
 def tally(lines, since=None):
-    """The counts of the event lines (:func:`spamnb.delivery.events.parse`) at or after ``since``."""
-    from spamnb.delivery.events import parse
+    """The counts of the event lines (:func:`spamnb.delivery.events.parse`) at or after ``since``.
 
-    verdicts, vias, learned, corrections = Counter(), Counter(), Counter(), Counter()
+    A correction is counted once per message (by its Message-ID): the class the
+    user taught last against the verdict it was filed with. A forget is never a
+    correction, and takes back the message's (a message taught, forgotten and taught
+    again, on whichever hosts, is one correction); a message taught twice the same
+    way is one. Lines without a Message-ID count each."""
+    from spamnb.delivery.events import UNSCANNED, parse
+
+    verdicts, vias, learned, forgotten = Counter(), Counter(), Counter(), Counter()
+    errors, unscanned, corrections = Counter(), Counter(), Counter()
     filed = {}  # Message-ID -> the verdict it got, to tell a correction from agreement
+    taught = {}  # Message-ID -> [the class it was filed as (None: unknown), the class taught now or None]
     first = last = None
     for line in lines:
         ev = parse(line)
@@ -54,23 +62,45 @@ def tally(lines, since=None):
         first = ev.get("ts") if first is None else first
         last = ev.get("ts")
         mid = ev.get("mid")
-        if ev["event"] == "message":
+        mid = mid if mid and mid != "-" else None
+        kind = ev["event"]
+        if kind == "message":
             verdicts[ev.get("verdict")] += 1
             vias[ev.get("via")] += 1
             if ev.get("learned") not in (None, "no"):
                 learned[(ev["learned"], ev.get("why") or "filter-u")] += 1
-            if mid and mid != "-":
+            if mid:
                 filed[mid] = ev.get("verdict")
-        elif ev["event"] == "learn":
+        elif kind == "error":
+            n = int(ev["count"]) if str(ev.get("count", "")).isdigit() else 1  # a flood's line stands for many
+            errors[(ev.get("via") or "-", ev.get("kind") or "-")] += n
+            if ev.get("mail") == UNSCANNED:
+                unscanned[ev.get("via") or "-"] += n
+        elif kind == "forget":
+            forgotten[(ev.get("class"), ev.get("source"))] += 1
+            if mid in taught:
+                taught[mid][1] = None
+        elif kind == "learn":
             cls = ev.get("class")
             learned[(cls, ev.get("source"))] += 1
-            was = ev.get("was") or (filed.get(mid) if mid and mid != "-" else None)
+            was = filed.get(mid) if mid else None
+            if was is None:
+                was = ev.get("was")
             if was is None and ev.get("source") == "imap":  # a move into or out of Junk is a correction
                 was = "ham" if cls == "spam" else "spam"
-            if was and was != cls:
-                corrections[(was, cls)] += 1
-    return {"verdicts": verdicts, "vias": vias, "learned": learned, "corrections": corrections,
-            "first": first, "last": last}
+            if mid is None:
+                if was and was != cls:
+                    corrections[(was, cls)] += 1
+                continue
+            state = taught.setdefault(mid, [None, None])
+            if state[0] is None:
+                state[0] = was
+            state[1] = cls
+    for was, cls in taught.values():
+        if was and cls and was != cls:
+            corrections[(was, cls)] += 1
+    return {"verdicts": verdicts, "vias": vias, "learned": learned, "forgotten": forgotten,
+            "corrections": corrections, "errors": errors, "unscanned": unscanned, "first": first, "last": last}
 
 
 @click.command()
@@ -86,9 +116,14 @@ def stats(logs, since):
       journalctl -u spamnb@alice --since today -o cat | spamnb stats
       spamnb stats --since 7d /var/log/mail.log
 
-    Prints messages by verdict and by way in, messages learned by class and
-    who taught them, and the corrections (a message learned as the other class
-    than it was filed as: spam moved to ham is a false positive) with the rates.
+    Prints messages by verdict and by way in, the mail that went on unscanned
+    (an error line with mail=unscanned: spamc passed it through, the filter
+    delivered it unchanged, IMAP left it where it was) and the errors by kind,
+    messages learned and forgotten by class and who taught them, and the
+    corrections (a message learned as the other class than it was filed as:
+    spam moved to ham is a false positive) with the rates. A correction counts
+    once per message, its last teaching: a forget is never one, and a message
+    taught, forgotten (on any host) and taught again is one.
     """
     start = _since(since)
     streams = []
@@ -101,7 +136,7 @@ def stats(logs, since):
             if s is not sys.stdin:
                 s.close()
     total = sum(t["verdicts"].values())
-    if not total and not t["learned"]:
+    if not total and not t["learned"] and not t["errors"] and not t["forgotten"]:
         click.echo("no spamnb event lines in the input")
         return
     click.echo(f"from {t['first']} to {t['last']}")
@@ -110,8 +145,17 @@ def stats(logs, since):
         n = t["verdicts"][v]
         click.echo(f"  {v:<7} {n:>8}  {100 * n / total if total else 0:6.2f}%")
     click.echo("by way in: " + (", ".join(f"{k} {n}" for k, n in sorted(t["vias"].items())) or "none"))
+    passed = sum(t["unscanned"].values())
+    click.echo(f"passed unscanned: {passed}"
+               + (" (" + ", ".join(f"{k} {n}" for k, n in sorted(t["unscanned"].items())) + ")" if passed else ""))
+    click.echo(f"errors: {sum(t['errors'].values())}")
+    for (via, kind), n in sorted(t["errors"].items()):
+        click.echo(f"  {kind:<12} via {via:<7} {n:>8}")
     click.echo("learned:")
     for (cls, source), n in sorted(t["learned"].items()):
+        click.echo(f"  {cls:<5} from {source:<9} {n:>8}")
+    click.echo("forgotten:")
+    for (cls, source), n in sorted(t["forgotten"].items(), key=lambda kv: (str(kv[0][0]), str(kv[0][1]))):
         click.echo(f"  {cls:<5} from {source:<9} {n:>8}")
     click.echo("corrections:")
     click.echo(f"  spam moved to ham (false positives): {t['corrections'][('spam', 'ham')]}"

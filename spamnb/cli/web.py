@@ -6,21 +6,15 @@ import os
 
 import click
 
-from spamnb.cli.options import model_options, notice
+from spamnb.cli.options import model_options, notice, options, resolved
 
 
 @click.command()
 @model_options
-@click.option("--history", type=click.Path(dir_okay=False), default=None, metavar="FILE",
-              help="The history to show (default MODEL.history.sqlite, beside the model; with --store, the "
-                   "store's: every host's verdicts).")
-@click.option("--listen", default="127.0.0.1:8783", show_default=True, metavar="HOST:PORT",
-              help="Where to listen (a PORT alone is on 127.0.0.1; port 0 picks a free one).")
-@click.option("--allow", multiple=True, metavar="CIDR",
-              help="Networks whose browsers may connect besides this machine (repeatable); needed to "
-                   "listen on an address other than loopback. They still need the token.")
+@options("history", "listen", ("allow", "web"), command="web")
 @click.option("--verbose", "-v", is_flag=True, help="Log each request (its path, never the token).")
-def web(model_path, store, allow_insecure_model, history, listen, allow, verbose):
+@click.pass_context
+def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, verbose):
     """Show what the filter did and correct it, in your browser.
 
     Pages: Unsure mail (with Spam / Ham buttons that learn the message, as
@@ -49,8 +43,12 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
     from spamnb.web.data import Site
 
     from spamnb import checks
-    from spamnb.storage.where import STORE_ENV
 
+    # the one resolver's values (the options' are its too): where the model is comes whole from one layer
+    s = resolved(ctx, ("model_path", "store", "allow_insecure_model", "history", "listen", "allow"))
+    model_path, store, history, listen, allow = (s[n].value for n in ("model_path", "store", "history", "listen",
+                                                                        "allow"))
+    allow_insecure_model, allow = bool(s["allow_insecure_model"].value), allow or ()
     try:
         nets = checks.networks(allow)
     except ValueError as exc:
@@ -60,8 +58,8 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
         checks.exposure(where[0], nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)")
     except ValueError as exc:
         raise click.UsageError(f"--listen {exc}") from None
-    if store or (model_path is None and os.environ.get(STORE_ENV)):
-        _serve_store(store or os.environ[STORE_ENV], history, where, nets, listen, verbose)
+    if store:  # the resolver's: an option, $SPAMNB_STORE or a file's [store] url, when the model is there
+        _serve_store(store, s["history"], where, nets, listen, verbose)
         return
     path, is_default = resolve(model_path)
     if not path.exists():
@@ -82,8 +80,9 @@ def web(model_path, store, allow_insecure_model, history, listen, allow, verbose
 
 
 def _serve_store(url, history, where, nets, listen, verbose):
-    """The page over the store's model and its history (every host's verdicts)."""
-    from click.core import ParameterSource
+    """The page over the store's model and its history (every host's verdicts);
+    ``history``: the resolver's setting of ``--history``."""
+    from spamnb.storage import settings
 
     from spamnb.delivery import spamd
     from spamnb.storage.history import HistoryError
@@ -93,7 +92,7 @@ def _serve_store(url, history, where, nets, listen, verbose):
     from spamnb.web.app import WebServer
     from spamnb.web.storesite import StoreSite
 
-    if history and click.get_current_context().get_parameter_source("history") == ParameterSource.COMMANDLINE:
+    if history.value and history.source == settings.OPTION:
         raise click.UsageError("with --store the page shows the store's history: --history FILE is for a model file")
     try:
         backend = RedisBackend.from_url(url)

@@ -13,7 +13,18 @@ The line, ``text`` form (spamd's ``key=value`` style, for grep and awk)::
     ts=2026-12-02T02:34:48.123Z event=message via=spamd verdict=spam score=9.00 p=0.999877
       cutoff=0.5/0.95 size=1098 ms=3.1 user=alice mid=<x@example.org> learned=no
 
-(one line), or one JSON object a line with ``json``. Values that come from the
+(one line), or one JSON object a line with ``json``. Every message has one
+line, the ones that were not scanned too: an ``event=error`` line with the
+reason (``kind=``), and ``mail=unscanned`` when the mail went on unscanned
+(spamc passes it through, the filter delivers it unchanged, IMAP leaves it
+where it is)::
+
+    ts=... event=error via=spamd kind=ex_ioerr mail=unscanned size=1098 user=alice
+      raddr=192.0.2.7 mid=<x@example.org> text="cannot read the model: ..."
+
+``raddr`` is the client's IP address (spamd over TCP); spamd's ``rhost``, the
+name of that address, is not written: it would cost a DNS lookup per message.
+``learn`` and ``forget`` lines say who taught (``source=``) what (``class=``). Values that come from the
 message or the client (Message-ID, user, folder) are escaped
 (:func:`quote`): no line break, no control or non-ASCII character and no ``=``
 survive, so a message cannot end its line or write a ``verdict=`` of its own.
@@ -36,6 +47,8 @@ DESTINATIONS = ("stderr", "syslog")
 #: Where a message came in (``via=``) and who taught a learned one (``source=``).
 VIA = ("socket", "spamd", "imap", "filter")
 SOURCES = ("filter-u", "tell", "imap", "cli")
+#: ``mail=`` of an error line after which the mail went on without a verdict.
+UNSCANNED = "unscanned"
 #: Characters a value may have and stay bare: printable ASCII but space, quote, backslash and ``=``.
 _PLAIN = frozenset(chr(c) for c in range(33, 127)) - set('"\\=')
 #: A Message-ID longer than this is cut (a header can be any length; a log line should not).
@@ -114,6 +127,24 @@ def parse(line: str) -> dict | None:
     return out if "event" in out else None
 
 
+#: Where syslog(3) sends its lines (glibc's _PATH_LOG).
+SYSLOG_SOCKET = "/dev/log"
+
+
+def syslog_there(path=None) -> bool:
+    """Whether a syslog daemon (or journald) listens on :data:`SYSLOG_SOCKET`."""
+    import socket
+
+    for kind in (socket.SOCK_DGRAM, socket.SOCK_STREAM):  # syslog(3) tries both
+        try:
+            with socket.socket(socket.AF_UNIX, kind) as s:
+                s.connect(path or SYSLOG_SOCKET)
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def now_iso(t=None) -> str:
     t = time.time() if t is None else t
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
@@ -133,11 +164,16 @@ class Recorder:
         self._lock = threading.Lock()
         if write is not None:
             self._write = write
-        elif to == "syslog":
+        elif to == "syslog" and syslog_there():
             import syslog
 
             syslog.openlog("spamnb", syslog.LOG_PID, syslog.LOG_MAIL)
             self._write = lambda line: syslog.syslog(syslog.LOG_INFO, line)
+        elif to == "syslog":  # syslog(3) would drop every line without a word
+            if lines:
+                sys.stderr.write(f"spamnb: warning: --log-to syslog: nothing listens on {SYSLOG_SOCKET}; "
+                                 f"the lines go to stderr\n")
+            self._write = self._stderr
         else:
             self._write = self._stderr
 
@@ -152,7 +188,7 @@ class Recorder:
             self._write(line)
 
     def message(self, via, label, score, p, cutoffs, size, seconds, *, raw=None, mid=None, user=None,
-                learned=None, why=None, folder=None):
+                learned=None, why=None, folder=None, raddr=None):
         """One message's verdict; ``learned`` the class it was learned as (None: not learned);
         ``folder``: where it was filed. Only the fast filter's line for a message the
         server answered has ``learned`` "?" (by the server's rule) and no ``cutoffs``,
@@ -171,10 +207,10 @@ class Recorder:
             mid = message_id(raw)
         self.emit({"event": "message", "via": via, "verdict": label, "score": f"{score:.2f}",
                    "p": f"{p:.6f}", "cutoff": f"{cutoffs[0]:g}/{cutoffs[1]:g}" if cutoffs else None,
-                   "size": size, "ms": f"{seconds * 1000:.1f}", "user": user, "folder": folder,
+                   "size": size, "ms": f"{seconds * 1000:.1f}", "user": user, "raddr": raddr, "folder": folder,
                    "mid": mid or "-", "learned": learned or "no", "why": why if learned and learned != "?" else None})
 
-    def learned(self, label, source, *, raw=None, mid=None, user=None, was=None):
+    def learned(self, label, source, *, raw=None, mid=None, user=None, was=None, raddr=None):
         """A message learned by the user's hand (``source``: TELL, an IMAP move, the
         command line); ``was``: the class it was filed as before, for a correction."""
         if self.metrics is not None:
@@ -186,23 +222,42 @@ class Recorder:
         if mid is None and raw is not None:
             mid = message_id(raw)
         self.emit({"event": "learn", "class": label, "source": source, "was": was, "user": user,
-                   "mid": mid or "-"})
+                   "raddr": raddr, "mid": mid or "-"})
 
-    def forgotten(self, label, source, *, raw=None, user=None):
+    def forgotten(self, label, source, *, raw=None, mid=None, user=None, raddr=None):
         """A message the user took back (``source``: TELL ``Remove:``): learned as
         ``label`` no more, so a correction to ``label`` in the history stands no more."""
+        if self.metrics is not None:
+            self.metrics.forgotten(label, source)
         if self.history is not None and raw is not None:
             self.history.correct(raw, label, user=user, undo=True)
         if self.lines:
-            self.emit({"event": "forget", "class": label, "source": source, "user": user,
-                       "mid": (message_id(raw) if raw is not None else None) or "-"})
+            if mid is None and raw is not None:
+                mid = message_id(raw)
+            self.emit({"event": "forget", "class": label, "source": source, "user": user, "raddr": raddr,
+                       "mid": mid or "-"})
 
-    def error(self, kind, text=None, *, via=None):
-        """An error a client or the model caused (``kind``: a short word)."""
+    def error(self, kind, text=None, *, via=None, unscanned=False, raw=None, mid=None, size=None, user=None,
+              raddr=None, count=1):
+        """An error a client or the model caused (``kind``: a short word), for the
+        message ``raw`` (or of ``size`` bytes and Message-ID ``mid``) where there is
+        one; ``unscanned``: the mail went on without a verdict. ``count``: the line
+        stands for that many (connections refused in a flood, one line a second)."""
         if self.metrics is not None:
-            self.metrics.error(kind)
+            self.metrics.error(kind, count)
         if self.lines:
-            self.emit({"event": "error", "via": via, "kind": kind, "text": text})
+            if mid is None and raw is not None:
+                mid = message_id(raw)
+            if size is None and raw is not None:
+                size = len(raw)
+            self.emit({"event": "error", "via": via, "kind": kind, "mail": UNSCANNED if unscanned else None,
+                       "count": count if count != 1 else None, "size": size, "user": user, "raddr": raddr,
+                       "mid": mid, "text": text})
+
+    def answered(self, seconds):
+        """A spamd request answered (or refused) ``seconds`` after it was accepted."""
+        if self.metrics is not None:
+            self.metrics.answered(seconds)
 
     def close(self):
         """Write what the history has queued, and close it."""

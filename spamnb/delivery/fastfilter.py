@@ -52,98 +52,48 @@ from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Boundary, 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
 
-_VALUE_OPTIONS = {"--model": "model", "--store": "store", "--socket": "socket", "--history": "history",
-                  "--ham-cutoff": "ham_cutoff",
-                  "--spam-cutoff": "spam_cutoff", "--cost-unsure": "cost_unsure",
-                  "--cost-fn": "cost_fn", "--cost-fp": "cost_fp", "--log-format": "log_format",
-                  "--log-to": "log_to"}
-_FLAGS = {"--exit-zero": "exit_zero", "--allow-insecure-model": "allow_insecure", "--learn": "learn", "-u": "learn",
-          "--log-messages": "log", "--no-history": "no_history"}
-_LOG_CHOICES = {"log_format": ("text", "json"), "log_to": ("stderr", "syslog")}
-_FLOATS = DECISION_OPTIONS
-
-
-#: Configuration keys the fast path applies, and the option each stands for.
-_CONFIG_FLAGS = {("filter", "exit_zero"): "exit_zero", ("filter", "learn"): "learn",
-                 ("model", "allow_insecure"): "allow_insecure", ("log", "messages"): "log"}
-def with_config(opts, env=os.environ):
-    """``opts`` with the configuration files' values where the command line gave
-    none, from the files as the click command last read and checked them
-    (:func:`spamnb.storage.settings.read_cache`), or None when only the click command can
-    answer (files changed since, or broken; a key this path does not handle: evidence,
-    a history in the store).
-    The decision is one unit: any decision option on the command line sets it."""
-    from spamnb.storage import settings
-
-    layers = settings.checked_layers(env)  # no files, the usual case: a few stats, no TOML parser
-    if layers is None:  # files the click command has not read and checked yet: it does, once
-        return None
-    if layers.get("filter", "evidence") or layers.get("history", "store"):
-        return None
-    out = dict(opts)
-    for key in _LOG_CHOICES:
-        value = layers.get("log", key[4:])
-        if value is not None and value not in _LOG_CHOICES[key]:
-            return None
-        out[key] = out[key] or value
-    if all(opts[k] is None for k in DECISION_OPTIONS):
-        for k, value in zip(DECISION_OPTIONS, settings.decision_of(layers)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
-                return None
-            out[k] = None if value is None else float(value)
-    found = settings.strings(layers, {**settings.MODEL_PATHS, ("serve", "socket"): "socket"})
-    if found is None:
-        return None
-    for name, value in found.items():
-        if out[name] is None:
-            out[name] = value
-    if opts["model"] is not None or opts["store"] is not None:  # the command line's choice of the two wins
-        out["model"], out["store"] = opts["model"], opts["store"]
-    for (table, key), name in _CONFIG_FLAGS.items():
-        value = layers.get(table, key)
-        if value is not None and not isinstance(value, bool):
-            return None
-        out[name] = out[name] or bool(value)
-    return out
+#: The settings this path implements; a command line or configuration that sets any
+#: other of ``filter``'s (``--evidence``) goes to the click command.
+FAST = frozenset(("model_path", "store", "allow_insecure_model", "socket_path", "exit_zero", "learn_",
+                  "log_messages", "log_format", "log_to", "history", "no_history", *DECISION_OPTIONS))
 
 
 def parse_args(args):
-    """The options of a ``filter`` command line, or None when the fast path does
-    not handle it (another option, a repeated one, an argument, ``--help``...)."""
-    opts = {"model": None, "store": None, "socket": None, "exit_zero": False, "allow_insecure": False,
-            "learn": False, "log": False, "log_format": None, "log_to": None, "history": None, "no_history": False,
-            **{k: None for k in _FLOATS}}
-    seen = set()
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        name, eq, value = arg.partition("=")
-        if name in _VALUE_OPTIONS:
-            if not eq:
-                if i + 1 >= len(args):
-                    return None
-                i += 1
-                value = args[i]
-            key = _VALUE_OPTIONS[name]
-        elif arg in _FLAGS:
-            key, value = _FLAGS[arg], True
-        else:
-            return None
-        if key in seen:
-            return None
-        seen.add(key)
-        if key in _FLOATS:
-            try:
-                value = float(value)  # what click's FLOAT type does
-            except ValueError:
-                return None
-        if key in _LOG_CHOICES and value not in _LOG_CHOICES[key]:
-            return None  # click says what is wrong
-        opts[key] = value
-        i += 1
-    if opts["history"] is not None and opts["no_history"]:
-        return None  # the click command says what is wrong
-    return opts
+    """The settings of a ``filter`` command line alone (no files, no environment), or None
+    when this path does not handle it: :func:`settings_of` over nothing else."""
+    from spamnb.storage import settings
+
+    return settings_of(args, {}, settings.Layers([], {}))
+
+
+def settings_of(args, env=os.environ, layers=None):
+    """``{name: value}`` of every setting of a ``filter`` command line, from the options
+    (:func:`spamnb.options.parse`) and the configuration as the click command last read
+    and checked it (:func:`spamnb.storage.settings.read_cache`), ordered by the one
+    resolver (:func:`spamnb.storage.settings.resolve`); None when only the click command
+    can answer: an option or value this path does not handle, options that exclude each
+    other, files changed since, a setting only the click command applies."""
+    from spamnb import options
+    from spamnb.storage import settings
+
+    try:
+        given = options.parse(args, "filter")
+    except (LookupError, ValueError):  # the click command says what is wrong
+        return None
+    if any(name not in FAST for name in given):
+        return None
+    if layers is None:
+        layers = settings.checked_layers(env)  # no files, the usual case: a few stats, no TOML parser
+    if layers is None:  # files the click command has not read and checked yet: it does, once
+        return None
+    try:
+        resolved = settings.resolve("filter", given, env, layers=layers)
+    except ValueError:  # two places for the model in one layer...: the click command says so
+        return None
+    rows = options.rows_of("filter")
+    if any(name not in FAST and s.value != rows[name].default for name, s in resolved.items()):
+        return None
+    return {name: s.value for name, s in resolved.items()}
 
 
 # -- the two fast ways ---------------------------------------------------------------
@@ -158,10 +108,11 @@ def via_server(sock_path, raw, path, is_default, opts, facts=None):
 
     if not wire.private_socket_dir(sock_path):
         raise Fallback("no private server socket")
-    learn = opts["learn"] and not is_default
-    request = wire.encode_request(os.path.abspath(path), model_name(path, is_default),
-                                  [opts[k] for k in DECISION_OPTIONS], raw,
-                                  allow_insecure=opts["allow_insecure"], learn=learn)
+    from spamnb.options import TRAVELS
+
+    values = {name: opts.get(name) for name in TRAVELS}  # the settings that travel, from the table
+    learn = values["learn_"] = bool(values.get("learn_")) and not is_default  # the default model learns nothing
+    request = wire.encode_settings(os.path.abspath(path), model_name(path, is_default), raw, values)
     s = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     try:
         s.settimeout(SOCKET_TIMEOUT)
@@ -231,7 +182,7 @@ def cold(raw, path, is_default, opts, facts=None):
     from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, token_hash
     from spamnb.storage.store import ModelError
 
-    allow = opts["allow_insecure"]
+    allow = opts["allow_insecure_model"]
     opened = None
     try:
         opened = journal.open_journal(path, allow_insecure=allow)  # before the snapshot: see open_journal
@@ -253,7 +204,7 @@ def cold(raw, path, is_default, opts, facts=None):
     finally:
         if opened:
             os.close(opened[0])
-    learned = opts["learn"] and learns and not is_default and learn_here(path, raw, label, toks, allow)
+    learned = opts["learn_"] and learns and not is_default and learn_here(path, raw, label, toks, allow)
     remember(opts, path, raw, d, learned)
     if facts is not None:
         facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=label if learned else None)
@@ -263,7 +214,7 @@ def cold(raw, path, is_default, opts, facts=None):
 def remember(opts, model_path, raw, d, learned=False):
     """Record the verdict ``d`` in the history of :func:`spamnb.storage.locate.history_path`
     (``model_path``: None for a store's model): a failure is a note on stderr."""
-    where = locate.history_path(False if opts["no_history"] else opts["history"], model_path)
+    where = locate.history_path(False if opts["no_history"] else opts["history"], model_path)  # the history unit
     if where is None:
         return
     from spamnb.storage import history
@@ -360,8 +311,8 @@ def with_model(raw, opts, kind, env=os.environ, facts=None):
         from spamnb.delivery.hook import filter_verdict
         from spamnb.storage.modelfile import load_and_compile
 
-        path, is_default = locate.resolve_model(opts["model"], env)
-        model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure"])
+        path, is_default = locate.resolve_model(opts["model_path"], env)
+        model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure_model"])
         if note:
             sys.stderr.write(f"spamnb filter: {note}\n")
         kept, pos, block, d = filter_verdict(model, raw, model_name(path, is_default),
@@ -378,12 +329,12 @@ def with_model(raw, opts, kind, env=os.environ, facts=None):
 
 
 def socket_path(opts, env=os.environ):
-    return opts["socket"] if opts["socket"] else locate.default_socket_path(env)
+    return opts["socket_path"] if opts["socket_path"] else locate.default_socket_path(env)
 
 
 def answer(raw, opts, env=os.environ, facts=None):
     """``(output, label)`` from the server or the scorer; Fallback when neither can."""
-    path, is_default = locate.resolve_model(opts["model"], env)
+    path, is_default = locate.resolve_model(opts["model_path"], env)
     sock = socket_path(opts, env)
     result = None
     if os.path.exists(sock):
@@ -413,7 +364,7 @@ def via_store(raw, url, opts, facts=None):
     toks = message_tokens(view, raw)
     kept, pos, block, d = filter_verdict(view, raw, model_name(backend.short_name, False),
                                          [opts[k] for k in DECISION_OPTIONS], toks=toks)
-    learned = opts["learn"] and d.learns
+    learned = opts["learn_"] and d.learns
     if learned:
         try:
             backend.learn([(raw, d.label, toks)])
@@ -483,6 +434,9 @@ def main(args, load_cli, env=os.environ):
         raw = got["raw"]
         if raw is None:  # failed before the message was read: read it now
             raw = _read_stdin() or b""
+        opts = got.get("opts")
+        if opts is not None and opts.get("log_messages"):
+            log_failure(opts, reason, raw)
         code = deliver_unchanged(raw, reason, got["exit_zero"])
         _write_and_exit(b"", code)
 
@@ -492,24 +446,20 @@ def main(args, load_cli, env=os.environ):
 
 def _filter(args, load_cli, env, got):
     """:func:`main`'s work; ``got`` receives the message and the ``--exit-zero`` in force."""
-    opts = parse_args(args)
-    if opts is not None:
-        opts = with_config(opts, env)
+    opts = settings_of(args, env)
     if opts is None:
         full_path(load_cli, args)
         return
     got["exit_zero"] = opts["exit_zero"]
+    got["opts"] = opts
     start = time.perf_counter()
     raw = got["raw"] = _read_stdin()
     if raw is None:
         full_path(load_cli, args)
         return
-    facts = {} if opts["log"] else None
-    url = opts["store"] or (env.get("SPAMNB_STORE") if opts["model"] is None else None)
+    facts = {} if opts["log_messages"] else None
+    url = opts["store"]  # the resolver's choice: --model and --store never both
     if url:
-        if opts["model"] is not None:
-            full_path(load_cli, args, raw)  # both: it says what is wrong
-            return
         out, label = via_store(raw, url, opts, facts)
         if facts:
             log_line(opts, label, facts, raw, time.perf_counter() - start)
@@ -517,7 +467,7 @@ def _filter(args, load_cli, env, got):
     try:
         out, label = answer(raw, opts, env, facts)
     except NoScorer as exc:
-        if opts["learn"]:  # the click command loads the model, learns, and saves its scorer
+        if opts["learn_"]:  # the click command loads the model, learns, and saves its scorer
             full_path(load_cli, args, raw)
             return
         result = with_model(raw, opts, exc.kind, env, facts)
@@ -531,6 +481,19 @@ def _filter(args, load_cli, env, got):
     if facts:
         log_line(opts, label, facts, raw, time.perf_counter() - start)
     _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+
+
+def log_failure(opts, reason, raw):
+    """``filter --log-messages``' line for a message delivered unchanged, unscanned."""
+    try:
+        import pwd
+
+        from spamnb.delivery.events import Recorder
+
+        Recorder(fmt=opts["log_format"] or "text", to=opts["log_to"] or "stderr").error(
+            "failed", reason, via="filter", unscanned=True, raw=raw, user=pwd.getpwuid(os.geteuid()).pw_name)
+    except Exception as exc:  # noqa: BLE001 - a log line never costs a delivery
+        sys.stderr.write(f"spamnb: warning: no log line: {exc}\n")
 
 
 def log_line(opts, label, facts, raw, seconds):

@@ -138,27 +138,34 @@ def _only_message(path):
         return None
 
 
-def configured(env=os.environ):
-    """``{"model": ..., "store": ..., "history": ...}`` of the configuration files (the
-    keys they set), or None when only the click command can answer
-    (:func:`spamnb.storage.settings.checked_layers`)."""
+def configured(command, model=None, env=os.environ):
+    """``{"model": ..., "store": ..., "history": ...}`` of the command line's ``--model``, the
+    environment and the configuration files, as the one resolver orders them
+    (:func:`spamnb.storage.settings.resolve`), or None when only the click command can
+    answer (:func:`spamnb.storage.settings.checked_layers`, or a layer it must refuse)."""
     from spamnb.storage import settings
 
     layers = settings.checked_layers(env)
-    return None if layers is None else settings.strings(layers, settings.MODEL_PATHS)
+    if layers is None:
+        return None
+    try:
+        found = settings.resolve(command, {"model_path": model}, env, layers=layers)
+    except ValueError:
+        return None
+    history = False if found["no_history"].value else found["history"].value
+    return {"model": found["model_path"].value, "store": found["store"].value, "history": history}
 
 
 def main(command, args, load_cli, env=os.environ):
     """``spamnb learn|forget ARGS``: through the journal when it can, else the click command."""
     parsed = parse_args(args)
-    config = configured(env) if parsed is not None else None
-    store = env.get("SPAMNB_STORE") or (config or {}).get("store")
-    if config is not None and (parsed[1] is not None or not store):  # a store: click
-        label, model, files = parsed
-        path, is_default = locate.resolve_model(model or config.get("model"), env)
+    config = configured(command, parsed[1], env) if parsed is not None else None
+    if config is not None and not config["store"]:  # a store: click
+        label, _, files = parsed
+        path, is_default = locate.resolve_model(config["model"], env)
         raws = None if is_default or not os.path.isfile(path) else [_read_single(f) for f in files]
         if raws is not None and all(r is not None for r in raws):
-            code = _update(command, path, label, raws, config.get("history"))
+            code = _update(command, path, label, raws, config["history"])
             if code is not None:
                 sys.stderr.flush()
                 sys.exit(code)

@@ -2,8 +2,11 @@
 
 ``spamnb filter`` reads one message and writes it back with the header lines
 of :func:`spamnb.verdict.header_lines` added at the end of its header block.
-:func:`filter_message` is what every way of answering (the click command, the
-cold path, the server) calls, so all write the same bytes for the same model.
+:func:`filter_verdict` is what every way ``spamnb filter`` answers calls (the click
+command, the fast path's scorer, model and store, the server), and :func:`decide`
+what the spamd protocol, ``imap filter`` and ``spamnb web`` decide with, so all
+decide alike and write the same bytes for the same model. :func:`filter_message`
+puts one output together in one piece, for the library and the tests.
 
 Verdict fields already in the header block (a sender's forged ``X-Spam-Flag:
 YES`` or ``X-Spam-Status: No``, an earlier filter's: :data:`spamnb.verdict.VERDICT_FIELDS`)

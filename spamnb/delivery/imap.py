@@ -421,7 +421,8 @@ class Filter:
     ``say(line)`` reports each action.
     """
 
-    def __init__(self, client, settings: Settings, state: State, judge, learn, say, *, dry_run=False):
+    def __init__(self, client, settings: Settings, state: State, judge, learn, say, *, dry_run=False,
+                 unscanned=None):
         self.client = client
         self.s = settings
         self.state = state
@@ -430,6 +431,8 @@ class Filter:
         self.judge = judge
         self.learn = learn
         self.say = say
+        #: ``unscanned(size)``: a message left where it is unjudged, too large to fetch (its log line)
+        self.unscanned = unscanned
         self.dry_run = dry_run
         self.out = Outcome()
         caps = {c.upper() for c in client.capabilities()}
@@ -532,7 +535,7 @@ class Filter:
         for start in range(0, len(uids), BATCH):
             batch = uids[start:start + BATCH]
             new, back, flags = [], [], {}
-            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(name), flags=flags):
+            for uid, raw in fetch_raw(self.client, batch, too_large=self._too_large(name, judged=True), flags=flags):
                 key = message_key(raw).hex()
                 rec = self.msgs.get(key)
                 if rec is None:
@@ -641,8 +644,12 @@ class Filter:
         rec.pop("pending", None)
         rec.pop("copied", None)
 
-    def _too_large(self, folder):
-        return lambda uid, size: self.say(f"{folder} {uid}: {size} bytes, over {MAX_MESSAGE}: left as it is")
+    def _too_large(self, folder, judged=False):
+        def said(uid, size):
+            self.say(f"{folder} {uid}: {size} bytes, over {MAX_MESSAGE}: left as it is")
+            if judged and self.unscanned is not None:
+                self.unscanned(size)
+        return said
 
     # -- actions (nothing with dry_run) -------------------------------------------
 

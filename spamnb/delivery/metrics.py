@@ -2,8 +2,9 @@
 
 The counts are what :class:`spamnb.delivery.events.Recorder` sees (the same
 events as the log lines); the model's size is read from the served model when
-Prometheus scrapes (a model file's: with ``--store`` the model's size is Redis'
-own to report, and the three model gauges are left out). The exposition is
+Prometheus scrapes: a model file's from the model held in memory, a store's from
+its totals (one ``HGET`` per scrape, which also tells the store gauges whether it
+answers; a store that cannot answer leaves the size out of that scrape). The exposition is
 ``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets and
 ``_created`` series, content negotiation and OpenMetrics are its job, kept up to
 date with Prometheus by the Prometheus project itself; the HTTP listener is
@@ -14,11 +15,19 @@ Metrics::
 
     spamnb_messages_total{verdict,via}     messages answered (via: socket, spamd, imap, filter)
     spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
+    spamnb_forgotten_total{class,source}   messages forgotten (source: tell)
     spamnb_errors_total{kind}              errors (a spamd error code in lower case, declined, ...)
-    spamnb_scan_seconds                    histogram of the time to answer one message
-    spamnb_model_tokens                    tokens the served model knows (its snapshot)
+    spamnb_scan_seconds                    histogram of the time to score one message
+    spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
+    spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
     spamnb_model_messages{class}           messages the served model learned, by class
-    spamnb_journal_bytes                   size of the model's journal (changes not yet compacted)
+    spamnb_journal_bytes                   size of the model's journal (a file: changes not yet compacted)
+    spamnb_store_up                        1 when the store answered its last request, else 0 (a store)
+    spamnb_store_success_age_seconds       seconds since the store last answered (a store)
+
+``source`` of a learn: ``filter-u`` (``filter -u`` answered by the server's socket,
+or by itself), ``tell`` (spamd ``TELL``, ``spamc -L``), ``imap`` (a move
+``imap filter`` saw), ``cli`` (``spamnb learn``, which keeps no metrics).
 """
 
 from __future__ import annotations
@@ -68,6 +77,21 @@ def model_size(model):
     return len(model.vocabulary), tuple(int(x) for x in model.messages)
 
 
+def store_size(backend):
+    """``(tokens, (ham messages, spam messages))`` of a store's model, asked of the store
+    now (:meth:`spamnb.storage.redisstore.RedisBackend.size`); None for a model file,
+    or a store that cannot answer."""
+    from spamnb.storage.store import ModelError
+
+    size = getattr(backend, "size", None)
+    if size is None:
+        return None
+    try:
+        return size()
+    except ModelError:  # said by the gauges: the store is down, or holds no model now
+        return None
+
+
 class Metrics:
     """The counters, and :meth:`listener` to serve them beside a model."""
 
@@ -90,14 +114,19 @@ class Metrics:
         self._learned = pc.Counter("spamnb_learned", "Messages learned, by class and by who taught it",
                                    ["class", "source"], registry=self.registry)
         self.errors = pc.Counter("spamnb_errors", "Errors, by kind", ["kind"], registry=self.registry)
-        self.scan = pc.Histogram("spamnb_scan_seconds", "Seconds to answer one message", buckets=BUCKETS,
+        self._forgotten = pc.Counter("spamnb_forgotten", "Messages forgotten, by class and by who took them "
+                                     "back", ["class", "source"], registry=self.registry)
+        self.scan = pc.Histogram("spamnb_scan_seconds", "Seconds to score one message", buckets=BUCKETS,
                                  registry=self.registry)
+        self.answer = pc.Histogram("spamnb_spamd_answer_seconds", "Seconds from accepting a spamd request to "
+                                   "its answer", buckets=BUCKETS, registry=self.registry)
         for v in ACTIONS:
             for way in VIA:
                 self.messages.labels(v, way)
         for c in LABELS:
             for s in SOURCES:
                 self._learned.labels(c, s)
+                self._forgotten.labels(c, s)
         self.backend = None
         self.registry.register(_ModelCollector(self))
 
@@ -108,8 +137,14 @@ class Metrics:
     def learned(self, label, source):
         self._learned.labels(label, source).inc()
 
-    def error(self, kind):
-        self.errors.labels(kind).inc()
+    def forgotten(self, label, source):
+        self._forgotten.labels(label, source).inc()
+
+    def error(self, kind, count=1):
+        self.errors.labels(kind).inc(count)
+
+    def answered(self, seconds):
+        self.answer.observe(seconds)
 
     def page(self, accept=None):
         """``(body, content type)`` of a scrape (OpenMetrics when the scraper asks for it)."""
@@ -138,19 +173,35 @@ class _ModelCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
+        import time
+
         backend = self.metrics.backend
-        model = backend.loaded() if backend is not None else None
-        if model is None:
+        if backend is None:
             return
-        tokens, messages = model_size(model)
-        yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows (its snapshot)", tokens)
-        g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
-                              labels=["class"])
-        for label, n in zip(LABELS, messages):
-            g.add_metric([label], n)
-        yield g
-        yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
-                                backend.pending_bytes())
+        size = store_size(backend)
+        if size is None:
+            model = backend.loaded()
+            size = model_size(model) if model is not None else None
+        if size is not None:
+            tokens, messages = size
+            yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows", tokens)
+            g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
+                                  labels=["class"])
+            for label, n in zip(LABELS, messages):
+                g.add_metric([label], n)
+            yield g
+        if backend.path is not None:
+            yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
+                                    backend.pending_bytes())
+            return
+        up = backend.reachable()
+        if up is not None:
+            yield GaugeMetricFamily("spamnb_store_up", "1 when the store answered its last request, else 0",
+                                    1 if up else 0)
+        when = backend.last_success()
+        if when is not None:
+            yield GaugeMetricFamily("spamnb_store_success_age_seconds", "Seconds since the store last answered",
+                                    max(0.0, time.time() - when))
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -56,6 +56,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import math
 import os
 import signal
 import socket
@@ -97,12 +98,15 @@ class _Handler(socketserver.BaseRequestHandler):
             header, blen = wire.read_request_head(conn, srv.max_bytes, deadline)
         except (OSError, ValueError, wire.WireError) as exc:
             srv.log(f"request refused: {exc}")
+            if not str(exc).startswith("connection closed after 0 "):  # a connection that sent nothing: no message
+                srv.recorder.error("refused", str(exc), via="socket")
             self._reply(wire.DECLINED, reason=str(exc))
             return
         try:
             raw = wire.recv_exact(conn, blen, deadline)
         except (OSError, wire.WireError) as exc:
             srv.log(f"request dropped: {exc}")
+            srv.recorder.error("dropped", str(exc), via="socket", size=blen)
             self._reply(wire.DECLINED, reason=str(exc))
             return
         self._reply(*self._answer(header, raw))
@@ -113,7 +117,7 @@ class _Handler(socketserver.BaseRequestHandler):
         start = time.perf_counter()
 
         def fail(reason, exc):  # the delivery paths' boundary: decline, the client does it itself
-            srv.recorder.error("declined", reason, via="socket")
+            srv.recorder.error("declined", reason, via="socket", raw=raw)
             return wire.DECLINED, None, 0, b"", reason
 
         with Boundary(fail) as boundary:
@@ -186,6 +190,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         self._open = {}  # connection -> the time it must be shut down by (with a deadline)
         self._guard = threading.Lock()
         self.refused = 0
+        self._tallies = {}  # kind -> [when its last line was written, connections not yet in a line]
 
     _spare = -1  # the spare descriptor, opened once listening
 
@@ -200,7 +205,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
     def process_request(self, request, client_address):
         if not self.slots.acquire(blocking=False):
             if self.waiting is None or not self.waiting.acquire(blocking=False):
-                self._refuse(request)
+                self._refuse(request, client_address)
                 return
             with self._guard:
                 self._waiters.add(request)  # it waits in its own thread, never in the accept loop
@@ -223,7 +228,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             got = self.slots.acquire(timeout=self.slot_wait)
             self._release(request)
             if not got:
-                self._refuse(request)
+                self._refuse(request, client_address)
                 return
         if self.deadline_s is not None:
             with self._guard:
@@ -238,9 +243,11 @@ class BoundedThreads(socketserver.ThreadingMixIn):
     def service_actions(self):
         """Between accepts (every poll interval): shut down the connections past their deadline."""
         super().service_actions()
+        now = time.monotonic()
+        if self._tallies:
+            self._flush_tallies(now)
         if not self._open:
             return
-        now = time.monotonic()
         with self._guard:
             late = [conn for conn, end in self._open.items() if end <= now]
         for conn in late:
@@ -249,10 +256,11 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             except OSError:
                 pass
 
-    def _refuse(self, request):
+    def _refuse(self, request, client_address=None):
         self.refused += 1
         if self.refused % 100 == 1:  # a flood is one line per hundred, not one per connection
             self.log(f"too many connections: closed at once, unserved ({self.refused} so far)")
+        self.tally_unserved("busy", client_address)
         if self.busy:
             try:
                 request.setblocking(False)
@@ -268,6 +276,38 @@ class BoundedThreads(socketserver.ThreadingMixIn):
             if exc.errno in (errno.EMFILE, errno.ENFILE):
                 self._shed()
             raise
+
+    #: Seconds between two event lines of refused connections of one kind: a flood is a line a
+    #: second with its count (``count=``), so that writing them never slows the accept loop.
+    TALLY_SECONDS = 1.0
+
+    def tally_unserved(self, kind, client_address):
+        """A connection refused unread (``kind``: ``busy`` beyond the bound, ``not_allowed``):
+        its own event line (:meth:`unserved`), unless one of that kind was written less than
+        :data:`TALLY_SECONDS` ago; then it is counted into the next, which
+        :meth:`service_actions` writes."""
+        now = time.monotonic()
+        with self._guard:
+            tally = self._tallies.setdefault(kind, [-math.inf, 0])
+            if now - tally[0] < self.TALLY_SECONDS or tally[1]:
+                tally[1] += 1
+                return
+            tally[0] = now
+        self.unserved(kind, client_address, 1)
+
+    def _flush_tallies(self, now):
+        due = []
+        with self._guard:
+            for kind, tally in self._tallies.items():
+                if tally[1] and now - tally[0] >= self.TALLY_SECONDS:
+                    due.append((kind, tally[1]))
+                    tally[:] = [now, 0]
+        for kind, count in due:
+            self.unserved(kind, None, count)
+
+    def unserved(self, kind, client_address, count):
+        """``count`` connections refused unread (``kind``; ``client_address``: the one's,
+        None for a count): their event line, where the listener has one."""
 
     def _shed(self):
         """No descriptor left for a connection: take the next one with the spare, close it."""
@@ -287,6 +327,8 @@ class BoundedThreads(socketserver.ThreadingMixIn):
 
     def server_close(self):
         super().server_close()
+        if getattr(self, "_tallies", None):  # (none when it closes before it was configured)
+            self._flush_tallies(math.inf)  # the refusals not yet in a line
         if self._spare >= 0:
             os.close(self._spare)
             self._spare = -1
@@ -342,6 +384,10 @@ class FilterServer(BoundedThreads, socketserver.UnixStreamServer):
         finally:
             os.umask(old)
         os.chmod(sock_path, 0o600)
+
+    def unserved(self, kind, client_address, count):
+        self.recorder.error(kind, "too many connections: the client filters the message itself", via="socket",
+                            count=count)
 
     def remove_socket(self):
         try:

@@ -155,7 +155,13 @@ class SpamdError(Exception):
         self.detail = detail  # for the server's log only: it may name server paths
 
     def logged(self) -> str:
-        return f"{self} ({self.detail})" if self.detail else str(self)
+        """The reply's text and the whole reason, each said once (a reason that starts
+        as the reply does is the reply's text with more detail: it alone)."""
+        if not self.detail:
+            return str(self)
+        if self.detail.startswith(str(self).split(":", 1)[0]):
+            return self.detail
+        return f"{self} ({self.detail})"
 
     def line(self) -> bytes:
         text = " ".join(str(self).split())  # one line, whatever the cause said
@@ -225,9 +231,10 @@ def parse_request_line(line: bytes) -> tuple[str, tuple[int, int]]:
     return m.group(1).decode(), (int(m.group(2)), int(m.group(3)))
 
 
-def parse_headers(reader: _Reader) -> dict:
-    """The request's headers (names as sent; spamd's are case-sensitive) up to the blank line."""
-    headers = {}
+def parse_headers(reader: _Reader, into=None) -> dict:
+    """The request's headers (names as sent; spamd's are case-sensitive) up to the blank line;
+    ``into``: the dict to read them into (what was read stays there when one is refused)."""
+    headers = {} if into is None else into
     for _ in range(MAX_HEADERS + 1):
         line = reader.line()
         if not line.endswith(b"\n"):
@@ -386,10 +393,10 @@ class Models:
         from spamnb.storage import settings
 
         try:
+            # the one resolver over the user's own file alone: the decision as a unit, its values numbers
             layers = settings.Layers([(settings.USER, conf, *settings.read(conf))], env={})
-            decision = tuple(settings.decision_of(layers))
-            if any(v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))) for v in decision):
-                raise ValueError("[decision] values must be numbers")
+            found = settings.resolve("serve", env={}, layers=layers, names=verdict.DECISION_OPTIONS)
+            decision = tuple(found[n].value for n in verdict.DECISION_OPTIONS)
             verdict.cutoffs_from((0.5, 0.95), *decision)
         except (ValueError, TypeError) as exc:  # settings.ConfigError and verdict.DecisionError are ValueErrors
             self.log(f"spamd: {conf}: {exc}; the site's decision applies")
@@ -465,12 +472,13 @@ def judge(model, msg: bytes, n_evidence: int, decision=(None,) * 5):
 
 
 def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None,
-           tell_served=False, peer_uid=None) -> bytes:
+           tell_served=False, peer_uid=None, raddr=None) -> bytes:
     """The reply to one whole request (the message in ``raw``); ``peer_uid``: the
-    connecting process's user on a Unix socket (None over TCP)."""
+    connecting process's user on a Unix socket (None over TCP); ``raddr``: the
+    client's IP address, for the line."""
     if method == "TELL":
         return tell(headers, raw, models, allow_tell=allow_tell, compact=compact, tell_served=tell_served,
-                    peer_uid=peer_uid)
+                    peer_uid=peer_uid, raddr=raddr)
     start = time.perf_counter()
     backend, own = models.for_user(headers.get("User"))
     envelope, msg = envelope_split(raw)
@@ -492,7 +500,7 @@ def answer(method, version, headers, raw, models: Models, *, allow_tell=False, c
             raise unreadable(exc2) from None
     label, p, score, evidence = d.label, d.p, d.score, d.evidence
     models.recorder.message("spamd", label, score, p, d.cutoffs, len(raw), time.perf_counter() - start, raw=msg,
-                            user=headers.get("User"))
+                            user=headers.get("User"), raddr=raddr)
     line = spam_line(label, score, t, method)
     name = verdict.model_name(backend.short_name, backend.is_default)
     if method == "CHECK":
@@ -530,7 +538,8 @@ def _find_header_end(out: bytes):
     return min(ends) if ends else None
 
 
-def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=False, peer_uid=None) -> bytes:
+def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=False, peer_uid=None,
+         raddr=None) -> bytes:
     """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model.
 
     Only the user's own model learns unless ``tell_served``: the served model
@@ -567,7 +576,8 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
     _, msg = envelope_split(raw)
     done, forgot = {}, None
     if set_local:
-        done = _update(backend, [(msg, label, None)], forget=False, compact=compact)
+        # a store emptied meanwhile (a Redis restarted without its data) starts again from the default model
+        done = _update(backend, [(msg, label, None)], forget=False, compact=compact, create=_seed)
     elif remove_local:
         for cls in (label,) if label else ("spam", "ham"):
             try:
@@ -578,10 +588,11 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
     did = []
     if set_local and done.get("learned", 0) + done.get("moved", 0):
         did.append(b"DidSet: local")
-        models.recorder.learned(label, "tell", raw=msg, user=user, was=_other(label) if done.get("moved") else None)
+        models.recorder.learned(label, "tell", raw=msg, user=user, was=_other(label) if done.get("moved") else None,
+                                raddr=raddr)
     if remove_local and done.get("forgotten", 0):
         did.append(b"DidRemove: local")
-        models.recorder.forgotten(forgot, "tell", raw=msg, user=user)
+        models.recorder.forgotten(forgot, "tell", raw=msg, user=user, raddr=raddr)
     return reply(headers=did, length=False)
 
 
@@ -589,11 +600,18 @@ def _other(label):
     return "ham" if label == "spam" else "spam"
 
 
-def _update(backend, items, *, forget, compact):
-    """Learn or forget, as ``spamnb learn`` (upkeep such as a compaction through ``compact``)."""
+def _seed():
+    from spamnb.storage.modelfile import default_seed
+
+    return default_seed()
+
+
+def _update(backend, items, *, forget, compact, create=None):
+    """Learn or forget, as ``spamnb learn`` (upkeep such as a compaction through ``compact``;
+    ``create()``: the model to start from when the store holds none)."""
     try:
         return backend.learn(items, forget=forget, timeout=lock_timeout(LEARN_TIMEOUT), warn=backend.log,
-                             later=compact)
+                             later=compact, create=create)
     except ModelError as exc:  # a busy lock or store is worth retrying; the rest is the model's
         if isinstance(exc, LockTimeout):
             name, text = "EX_TEMPFAIL", "timed out waiting for the model's lock, try again"
@@ -618,7 +636,10 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self):
         srv = self.server
         conn = self.request
-        reader = _Reader(conn, time.monotonic() + srv.timeout_s)
+        start = time.monotonic()
+        reader = _Reader(conn, start + srv.timeout_s)
+        #: what is known of the request so far, for its error line (:meth:`_failed`)
+        self.facts = {"raddr": client_ip(self.client_address)}
 
         def fail(reason, exc):  # the delivery paths' boundary: an error reply, spamc passes the mail
             if not isinstance(exc, SpamdError):  # a bug: one bad message never stops the server
@@ -626,7 +647,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 exc = SpamdError("EX_SOFTWARE", f"internal error: {exc.__class__.__name__}")
             else:
                 srv.log(f"spamd: {exc.logged()}")
-            srv.models.recorder.error(exc.name.lower(), via="spamd")
+            self._failed(exc.name.lower(), str(exc))
             return exc.line()
 
         with Boundary(fail) as boundary:
@@ -635,27 +656,48 @@ class _Handler(socketserver.BaseRequestHandler):
             out = boundary.result
         if out:
             self._send([out], time.monotonic() + srv.timeout_s)
+        srv.models.recorder.answered(time.monotonic() - start)
+
+    def _failed(self, kind, text):
+        """The error line of this request: the mail went on unscanned unless it was a TELL
+        (a learn not done) or no message came at all (PING, SKIP)."""
+        facts = self.facts
+        method = facts.get("method")
+        raw = facts.get("raw")
+        size = facts.get("size") if raw is None else len(raw)
+        srv = self.server
+        # a connection that sent no request (a port check) had no mail; a TELL's was delivered already
+        unscanned = method in SCANNING or (method is None and facts.get("sent", False))
+        srv.models.recorder.error(kind, text, via="spamd", unscanned=unscanned,
+                                  raw=raw[:MAX_HEADER_BLOCK] if raw is not None else None, size=size,
+                                  user=facts.get("headers", {}).get("User"), raddr=facts.get("raddr"),
+                                  mid=facts.get("mid"))
 
     def _request(self, reader) -> bytes | None:
         srv = self.server
-        method, version = parse_request_line(reader.line())
+        facts = self.facts
+        first = reader.line()
+        facts["sent"] = bool(first)
+        method, version = parse_request_line(first)
+        facts["method"] = method
         headers = {}
         if method in ("PING", "SKIP"):
             if version >= (1, 5):  # 1.5 clients send a (usually empty) header block here too
                 parse_headers(reader)
         elif version > (1, 0) or method == "TELL":  # 1.0 requests have no headers: the message follows
-            headers = parse_headers(reader)
+            headers = parse_headers(reader, facts.setdefault("headers", {}))
         if method == "PING":
             return b"SPAMD/1.5 0 PONG\r\n"
         if method == "SKIP":
             return None
         length = headers.get("Content-length")
         length = int(length) if length is not None else None
+        facts["size"] = length
         if length is not None and length > srv.max_length:
             raise too_long(srv.max_length)
         if length is not None and length > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, length)
-        raw = b"".join(reader.chunks(length if length is not None else srv.max_bytes + 1))
+        raw = facts["raw"] = b"".join(reader.chunks(length if length is not None else srv.max_bytes + 1))
         if length is not None and len(raw) != length:
             raise SpamdError("EX_PROTOCOL", f"(Content-Length mismatch: Expected {length} bytes, "
                                             f"got {len(raw)} bytes)")
@@ -667,7 +709,8 @@ class _Handler(socketserver.BaseRequestHandler):
         # on a host with 736 lines there (issue 33; bench_ref.py --only server).
         peer_uid = srv.peer_uid(self.request, self.client_address) if method == "TELL" else None
         return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
-                      compact=srv.compactor.soon, tell_served=srv.tell_served, peer_uid=peer_uid)
+                      compact=srv.compactor.soon, tell_served=srv.tell_served, peer_uid=peer_uid,
+                      raddr=facts["raddr"])
 
     def _unscanned(self, reader, method, version, headers, length, head=b""):
         """A message over the limit: neither scored nor learned. PROCESS streams it
@@ -686,6 +729,19 @@ class _Handler(socketserver.BaseRequestHandler):
         rest = reader.chunks(None if length is None else length - len(head))
         if length is None:
             rest = _at_most(rest, srv.max_length - len(head), srv.max_length)
+        seen = _Seen(head, rest)  # its size and Message-ID, for its line
+        rest = iter(seen)
+        self.facts.pop("raw", None)
+        self.facts["size"] = length
+        try:
+            return self._unscanned_reply(method, version, line, head, rest, srv)
+        finally:
+            if not seen.failed:  # (a failure has its own error line)
+                srv.models.recorder.error("too_big", f"over {srv.max_bytes} bytes (--max-bytes): answered unscanned",
+                                          via="spamd", unscanned=True, size=seen.size, mid=seen.mid(),
+                                          user=headers.get("User"), raddr=self.facts["raddr"])
+
+    def _unscanned_reply(self, method, version, line, head, rest, srv):
         if method == "PROCESS":
             # Read it all before answering: spamc (like most clients) reads nothing until it
             # has sent everything, so echoing while it sends would deadlock once the sockets'
@@ -726,6 +782,39 @@ class _Handler(socketserver.BaseRequestHandler):
             self.server.log(f"spamd: reply not delivered: {exc}")
 
 
+class _Seen:
+    """The pieces of an unscanned message as they pass: its size, and its first bytes
+    for its Message-ID."""
+
+    def __init__(self, head, rest):
+        self.rest = rest  # the pieces after ``head``, which the caller has already
+        self.size = len(head)
+        self.top = head[:65536]
+        self.failed = True  # until every piece went by
+
+    def __iter__(self):
+        for piece in self.rest:
+            yield self._saw(piece)
+        self.failed = False
+
+    def _saw(self, piece):
+        self.size += len(piece)
+        if len(self.top) < 65536:
+            self.top += piece[:65536 - len(self.top)]
+        return piece
+
+    def mid(self):
+        return events.message_id(self.top)
+
+
+def client_ip(client_address):
+    """The client's IP address (``raddr=``); None on a Unix socket."""
+    if isinstance(client_address, tuple) and client_address:
+        ip = str(client_address[0])
+        return ip[7:] if ip.startswith("::ffff:") else ip
+    return None
+
+
 def too_long(cap):
     return SpamdError("EX_DATAERR", f"message over {cap} bytes (the server's --spamd-max-bytes): not scanned")
 
@@ -763,6 +852,15 @@ class _SpamdServer(BoundedThreads):
         """The connecting process's user; None where the socket cannot say (TCP)."""
         return None
 
+    def unserved(self, kind, client_address, count):
+        """Beyond ``--max-connections`` (and the wait): answered EX_TEMPFAIL; outside ``--allow``:
+        closed unread. spamc passes the mail either way."""
+        busy = kind == "busy"
+        self.models.recorder.error("ex_tempfail" if busy else kind,
+                                   "too many connections" if busy else "not in --allow: closed unread",
+                                   via="spamd", unscanned=True, count=count,
+                                   raddr=client_ip(client_address) if client_address else None)
+
 
 class TCPServer(_SpamdServer, socketserver.TCPServer):
     allow_reuse_address = True
@@ -777,6 +875,7 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
         if client_allowed(client_address, self.allowed):
             return True
         self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
+        self.tally_unserved("not_allowed", client_address)
         return False
 
     def close(self):

@@ -39,7 +39,7 @@ import stat
 import struct
 import time  # loaded by the interpreter's own start-up: free here
 
-from spamnb.verdict import EXIT_CODES
+from spamnb.verdict import DECISION_OPTIONS, EXIT_CODES
 
 MAGIC = b"SPNB\x03"
 _REQUEST = struct.Struct("<BBHHQ5d")
@@ -49,6 +49,13 @@ OK, DECLINED = 0, 1
 _LABEL_OF_CODE = {code: label for label, code in EXIT_CODES.items()}
 # SO_PEERCRED's struct ucred: pid, uid, gid.
 _UCRED = struct.Struct("3i")
+
+
+#: Where each setting that travels with a message (the rows of
+#: :data:`spamnb.options.TABLE` with ``travels``, by name) is in a request: a field of
+#: :func:`read_request_head`'s header, and its index in a list field.
+FIELDS = {**{name: ("decision", i) for i, name in enumerate(DECISION_OPTIONS)},
+          "allow_insecure_model": ("allow_insecure", None), "learn_": ("learn", None)}
 
 
 class WireError(Exception):
@@ -86,13 +93,28 @@ def _wait_at_most(sock, deadline):
 def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False,
                    learn=False) -> list[bytes]:
     """The request for ``body``; ``decision`` holds the five decision values or None, in the order of
-    :data:`spamnb.delivery.fastfilter.DECISION`."""
+    :data:`spamnb.verdict.DECISION_OPTIONS` (:func:`encode_settings`: by the settings' names)."""
     path, text = os.fsencode(model), name.encode("utf-8", "surrogatepass")
     mask = sum(1 << i for i, v in enumerate(decision) if v is not None)
     values = [0.0 if v is None else float(v) for v in decision]
     flags = (1 if allow_insecure else 0) | (2 if learn else 0)
     head = _REQUEST.pack(mask, flags, len(path), len(text), len(body), *values)
     return [MAGIC + head + path + text, body]
+
+
+def encode_settings(model: str, name: str, body: bytes, values: dict) -> list[bytes]:
+    """The request for ``body`` with the settings ``values`` (``{name: value}`` of
+    :data:`FIELDS`; one it cannot carry is a ValueError)."""
+    unknown = set(values) - set(FIELDS)
+    if unknown:
+        raise ValueError(f"the request has no field for {', '.join(sorted(unknown))}")
+    return encode_request(model, name, [values.get(n) for n in DECISION_OPTIONS], body,
+                          allow_insecure=bool(values.get("allow_insecure_model")), learn=bool(values.get("learn_")))
+
+
+def settings_of(header: dict) -> dict:
+    """``{name: value}`` of the settings a request's ``header`` carries (:data:`FIELDS`)."""
+    return {name: header[field] if i is None else header[field][i] for name, (field, i) in FIELDS.items()}
 
 
 def read_request_head(sock, max_body: int, deadline: float | None = None) -> tuple[dict, int]:

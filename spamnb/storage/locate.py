@@ -35,6 +35,22 @@ __all__ = ["DEFAULT_RECIPE", "default_model_path", "default_cache_path", "resolv
 DEFAULT_RECIPE = 2
 
 
+_XDG = {"data": ("XDG_DATA_HOME", (".local", "share")), "cache": ("XDG_CACHE_HOME", (".cache",)),
+        "config": ("XDG_CONFIG_HOME", (".config",))}
+
+
+def xdg_home(kind, env=os.environ) -> str:
+    """spamnb's folder of an XDG ``kind`` (data, cache, config): ``$XDG_DATA_HOME/spamnb``
+    when that variable is an absolute path (the XDG spec says to ignore relative ones),
+    else ``~/.local/share/spamnb`` (``~`` from ``$HOME`` in ``env``). The one place of
+    the XDG fallbacks."""
+    var, default = _XDG[kind]
+    base = env.get(var)
+    if not base or not os.path.isabs(base):
+        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), *default)
+    return os.path.join(base, "spamnb")
+
+
 def default_model_path(env=os.environ) -> str:
     """The user's model: ``$SPAMNB_MODEL`` if set and non-empty; else
     ``$XDG_DATA_HOME/spamnb/model.joblib`` if ``XDG_DATA_HOME`` is an absolute
@@ -44,28 +60,18 @@ def default_model_path(env=os.environ) -> str:
     explicit = env.get("SPAMNB_MODEL")
     if explicit:
         return os.path.expanduser(explicit)
-    data_home = env.get("XDG_DATA_HOME")
-    if not data_home or not os.path.isabs(data_home):
-        home = env.get("HOME") or os.path.expanduser("~")
-        data_home = os.path.join(home, ".local", "share")
-    return os.path.join(data_home, "spamnb", "model.joblib")
+    return os.path.join(xdg_home("data", env), "model.joblib")
 
 
 def default_cache_path(env=os.environ) -> str:
     """The cached default model (trained on the shipped corpus on first use)."""
-    base = env.get("XDG_CACHE_HOME")
-    if not base or not os.path.isabs(base):  # the XDG spec: ignore a relative path
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "spamnb", f"default-model-{DEFAULT_RECIPE}.joblib")
+    return os.path.join(xdg_home("cache", env), f"default-model-{DEFAULT_RECIPE}.joblib")
 
 
 def imap_config_path(env=os.environ) -> str:
     """``spamnb imap``'s settings: ``$XDG_CONFIG_HOME/spamnb/imap.toml`` (``~/.config/...``
     when ``XDG_CONFIG_HOME`` is unset or relative)."""
-    base = env.get("XDG_CONFIG_HOME")
-    if not base or not os.path.isabs(base):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
-    return os.path.join(base, "spamnb", "imap.toml")
+    return os.path.join(xdg_home("config", env), "imap.toml")
 
 
 def resolve_model(path, env=os.environ) -> tuple[str, bool]:

@@ -366,6 +366,11 @@ def check_value(h, sp, df) -> None:
         raise ValueError("a token's counts are not finite and non-negative")
 
 
+class StoreEmpty(StoreUnavailable):
+    """The store answers but holds no model (a Redis restarted without its data): a
+    learn given ``create`` makes one; scanning says so."""
+
+
 class _Reach:
     """Whether a store's client reached it the last time it tried, and when it last
     had an answer (what a server's gauge reads: :meth:`RedisBackend.reachable`)."""
@@ -390,8 +395,9 @@ class RedisBackend(Backend):
         self.wait = wait
         # one record for the store's client, shared by its users' backends
         self._reach = reach if reach is not None else _Reach()
-        # a user's model is made at their first learn (from ``create()``); the store's own
-        # only by push or train, so that a store restarted empty says so instead
+        # a user's model is made at their first learn (from ``create()``); the store's own by push
+        # or train, and again by a learn given ``create()`` (spamd's TELL) once emptied: scanning
+        # an empty store says so, it never starts a model
         self.user = user
         self.prefix = prefix.encode() if isinstance(prefix, str) else prefix
         self.name = name or f"redis store {prefix}"
@@ -511,6 +517,9 @@ class RedisBackend(Backend):
                                    f"(learning needs the primary)") from None
         except (redis.exceptions.TimeoutError, TimeoutError):
             raise StoreUnavailable(f"cannot {what}: the store {self.name} did not answer in time") from None
+        except redis.exceptions.AuthenticationError as exc:
+            raise StoreUnavailable(f"cannot {what}: the store {self.name} refused the login ({exc}){self._hint(exc)}") \
+                from None
         except (redis.exceptions.ConnectionError, OSError) as exc:
             raise StoreUnavailable(f"cannot {what}: cannot reach the store {self.name} ({exc}){self._hint(exc)}") \
                 from None
@@ -526,12 +535,22 @@ class RedisBackend(Backend):
     def _hint(self, exc) -> str:
         """What to change in the URL when a connection fails the way a TLS mismatch fails."""
         text = str(exc)
+        if isinstance(exc, _redis().exceptions.AuthenticationError) and not self._names_user():
+            return ("; the URL names no user, so the password was tried for Redis' default user: name the ACL "
+                    "user in it, as unix://USER@/PATH?password_file=FILE or redis://USER@HOST/?password_file=FILE")
         if "CERTIFICATE_VERIFY_FAILED" in text:
             return "; name the CA that signed the server's certificate with ?ssl_ca_certs=FILE"
         # a TLS port closes a connection that speaks plain RESP to it (Redis 7: a reset, no reply)
         if self.name.startswith("redis://") and "connecting to" not in text:
             return "; if that port is Redis' TLS port, use rediss://"
         return ""
+
+    def _names_user(self) -> bool:
+        """Whether the store's URL names the user to log in as (``USER@``)."""
+        try:
+            return bool(urllib.parse.urlsplit(self.name.split("#", 1)[0]).username)
+        except ValueError:
+            return False
 
     def settings(self, refresh=False, *, replica=False) -> Settings:
         """What ``P meta`` says now (kept until ``refresh``); checked: :func:`check_settings`.
@@ -542,7 +561,7 @@ class RedisBackend(Backend):
             epoch, text, rev, buckets = self._call("read the model", client.hmget, self._meta(),
                                                    [b"epoch", b"settings", b"rev", b"buckets"])
             if epoch is None or text is None:
-                raise StoreUnavailable(f"the store {self.name} holds no model: it is empty (a Redis restarted "
+                raise StoreEmpty(f"the store {self.name} holds no model: it is empty (a Redis restarted "
                                        f"without its data?); put one there with `spamnb store push MODEL URL`")
             try:
                 s = check_settings(json.loads(text))
@@ -560,6 +579,18 @@ class RedisBackend(Backend):
 
     def exists(self) -> bool:
         return bool(self._call("read the model", self.client.hexists, self._meta(), b"epoch"))
+
+    def size(self) -> tuple[int, tuple[int, int]]:
+        """``(tokens, (ham messages, spam messages))`` of the model now: its totals, one
+        request (what ``--metrics`` reports); StoreEmpty when there is none."""
+        epoch, counts = self._call("read the model", self.reader.hmget, self._meta(), [b"epoch", b"counts"])
+        if epoch is None or counts is None:
+            raise StoreEmpty(f"the store {self.name} holds no model")
+        try:
+            n_ham, n_spam, _, _, n_tokens = check_counts(COUNTS.unpack(counts))
+        except (ValueError, struct.error) as exc:
+            raise self.malformed(f"counts: {exc}") from None
+        return int(n_tokens), (int(round(n_ham)), int(round(n_spam)))
 
     def tokenizer(self):
         from spamnb.mail.tokenizer import TokenizerConfig
@@ -602,11 +633,20 @@ class RedisBackend(Backend):
     # -- learning ------------------------------------------------------------------
 
     def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
+        if create is not None and self.user and not self.exists():
+            self.replace(create())
+        try:
+            return self._learn_items(items, forget)
+        except StoreEmpty:  # emptied (a Redis restarted without its data): a learn asked for starts it again
+            if create is None or forget:
+                raise
+            self.replace(create())
+            return self._learn_items(items, forget)
+
+    def _learn_items(self, items, forget) -> dict:
         from spamnb.mail.identity import message_key
         from spamnb.mail.tokenizer import tokenize
 
-        if create is not None and self.user and not self.exists():
-            self.replace(create())
         st = self.settings()
         config = self.tokenizer()
         done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}

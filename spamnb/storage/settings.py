@@ -13,11 +13,11 @@ read in this order, a later one overriding an earlier one key by key:
 5. the environment variables spamnb read before it had files (:data:`ENV`);
 6. command-line options.
 
-This module reads and merges files 2-4 and knows 5; which keys exist and what
-type each has is the command line's (:mod:`spamnb.cli.config` builds it from
-the click options). The fast filter path reads the ``[decision]``,
-``[model]``, ``[serve]`` and ``[filter]`` values here too, so every way of
-answering applies the same cut-offs. ``os`` only at import; ``tomllib`` is
+This module reads the files 2-4, knows 5, and orders all six in the one
+resolver, :func:`resolve`, which every entrance calls (the fast paths too, so
+every way of answering applies the same settings). Which keys exist and what
+type each has is :data:`spamnb.options.TABLE`'s; their checks are
+:data:`spamnb.checks.CHECKS`. ``os`` only at import; ``tomllib`` is
 imported only when a file is there.
 
 A configuration file follows the trust rules of a model file
@@ -29,10 +29,14 @@ it, only where to get it.
 
 import os
 
+from spamnb import options as _table
+from spamnb.storage import locate
+
 SYSTEM_FILE = "/etc/spamnb/spamnb.toml"
 
-#: Environment variables that set a key, over every file (as they did before files).
-ENV = {("model", "path"): "SPAMNB_MODEL", ("serve", "socket"): "SPAMNB_SOCKET"}
+#: Environment variables that set a key, over every file (as they did before files):
+#: the ``env`` of the rows of :data:`spamnb.options.TABLE`.
+ENV = {(r.table, r.key): r.env for r in _table.TABLE if r.env}
 
 #: Names of the sources, in the order they override each other.
 DEFAULT, SYSTEM, USER, IMAP_FILE, NAMED, ENVIRONMENT, OPTION = (
@@ -44,10 +48,7 @@ class ConfigError(ValueError):
 
 
 def config_home(env=os.environ) -> str:
-    base = env.get("XDG_CONFIG_HOME")
-    if not base or not os.path.isabs(base):  # the XDG spec: ignore a relative path
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".config")
-    return os.path.join(base, "spamnb")
+    return locate.xdg_home("config", env)
 
 
 def files(env=os.environ, named=None) -> list:
@@ -149,16 +150,44 @@ class Layers:
                 layers.append((source, path, tables, lines))
         return cls(layers, env)
 
-    def where(self, table, key):
-        """``(value, source, path, line)`` of a key, or None when nothing sets it."""
-        var = ENV.get((table, key))
-        if var and self.env.get(var):
-            return self.env[var], ENVIRONMENT, f"${var}", None
+    def _sources(self):
+        """``(source, path, {(table, key): (value, line)})`` of each layer, the most
+        specific first: the environment, then the files from the last read."""
+        env = {k: (self.env[var], None) for k, var in ENV.items() if self.env.get(var)}
+        yield ENVIRONMENT, None, env
         for source, path, tables, lines in reversed(self.layers):
-            t = tables.get(table)
-            if isinstance(t, dict) and key in t:
-                return t[key], source, path, lines.get((table, key))
+            yield source, path, _Keys(tables, lines)
+
+    def where(self, table, key):
+        """``(value, source, path, line)`` of a key, or None when nothing sets it. A key
+        of a unit (:data:`spamnb.options.UNITS`: the decision, where the model is, the
+        history) comes from the most specific layer naming any key of its unit, or
+        from none: a user file's ``[model] path`` replaces a system file's ``[store] url``."""
+        keys = _unit_keys(table, key)
+        for source, path, found in self._sources():
+            if any(k in found for k in keys):
+                if (table, key) not in found:
+                    return None
+                value, line = found[(table, key)]
+                return value, source, (f"${ENV[(table, key)]}" if path is None else path), line
         return None
+
+    def conflicts(self):
+        """``[(path, line, text)]``: a layer naming two places for the model, or a history
+        file and no history (:data:`spamnb.options.EXCLUSIVE`): within one layer, the
+        more specific layers having no say."""
+        out = []
+        for source, path, found in self._sources():
+            for names, _ in _table.EXCLUSIVE:
+                rows = [r for n in names for r in _table.TABLE if r.name == n and r.table
+                        and (r.table, r.key) in found and found[(r.table, r.key)][0] not in (False, None, "")]
+                rows = list({(r.table, r.key): r for r in rows if r.table != "imap"}.values())
+                if len(rows) > 1:
+                    said = " and ".join(f"${r.env}" if path is None else f"[{r.table}] {r.key}" for r in rows)
+                    line = max((found[(r.table, r.key)][1] or 0) for r in rows) or None
+                    what = "where the model is" if "store" in names else "the history"
+                    out.append((path or "the environment", line, f"{said} both say {what}: keep one"))
+        return out
 
     def get(self, table, key, default=None):
         found = self.where(table, key)
@@ -177,12 +206,158 @@ class Layers:
                     yield path, table, key, value, lines.get((table, key)) or at, at
 
 
+class _Keys:
+    """One file's ``{(table, key): (value, line)}``, looked up without copying it."""
+
+    def __init__(self, tables, lines):
+        self.tables, self.lines = tables, lines
+
+    def __contains__(self, tk):
+        t = self.tables.get(tk[0])
+        return isinstance(t, dict) and tk[1] in t
+
+    def __getitem__(self, tk):
+        return self.tables[tk[0]][tk[1]], self.lines.get(tk)
+
+
+def _unit_keys(table, key):
+    row = _table.BY_KEY.get((table, key))
+    unit = _table.unit_of(row.name) if row is not None and row.table != "imap" else None
+    if unit is None:
+        return ((table, key),)
+    return tuple((r.table, r.key) for r in _table.TABLE if r.name in unit and r.table and r.table != "imap")
+
+
+# -- the one resolver ----------------------------------------------------------------------
+
+
+class Setting(tuple):
+    """A value a command uses: ``(value, source, where)``; ``source`` one of the source
+    names (:data:`OPTION`, :data:`ENVIRONMENT`, a file's, :data:`DEFAULT`), ``where``
+    the option, ``$VARIABLE`` or ``FILE:LINE`` that set it (None for a default)."""
+
+    __slots__ = ()
+
+    def __new__(cls, value, source, where=None):
+        return tuple.__new__(cls, (value, source, where))
+
+    value = property(lambda self: self[0])
+    source = property(lambda self: self[1])
+    where = property(lambda self: self[2])
+
+
+def resolve(command, given=None, env=os.environ, named=None, layers=None, names=None):
+    """``{name: Setting}`` of every setting ``command`` (a command path: ``"filter"``,
+    ``"imap filter"``) takes, as it will use it: ``given`` (the options on its command
+    line, ``{name: value}``), then the environment, then ``--config``/``$SPAMNB_CONFIG``,
+    then the user's file, then the system file (``layers``, read when None), then the
+    default. The units of :data:`spamnb.options.UNITS` come whole from one layer: an
+    option of the decision sets the whole decision; ``--model`` replaces a file's
+    ``[store] url``. ValueError for options that exclude each other, ConfigError
+    (``FILE:LINE: ...``) for a layer naming two places for the model or a value of a
+    wrong type. ``names``: only these settings (a running server's decision). Every
+    entrance calls it: the fast paths, spamd for a user's own file, a server
+    rereading its files, ``setup`` and ``config`` directly, and every click command
+    once per run (:func:`spamnb.cli.options.take_settings`)."""
+    given = {k: v for k, v in (given or {}).items() if v is not None}
+    _table.exclusive(given)
+    if layers is None:
+        layers = Layers.load(env, named)
+    found = layers.conflicts()
+    if found:
+        path, line, text = found[0]
+        raise ConfigError(f"{path}:{line}: {text}" if line else f"{path}: {text}")
+    rows = {}
+    for r in _table.TABLE:
+        if r.takes(command) and (names is None or r.name in names):
+            rows.setdefault(r.name, []).insert(0, r)  # the command's own table's key first
+    out = {}
+    for name, choices in rows.items():
+        row = choices[-1]
+        unit = _table.unit_of(name)
+        from_option = [n for n in (unit or (name,)) if n in given]
+        if from_option:
+            flag = _flag_of(rows, from_option[0])
+            out[name] = Setting(given.get(name), OPTION, flag)
+            continue
+        for row in choices:
+            found = layers.where(row.table, row.key) if row.table else None
+            if found is not None:
+                break
+        if found is None:
+            out[name] = Setting(row.default, DEFAULT)
+            continue
+        value, source, path, line = found
+        try:
+            value = _table.convert(row, value)
+        except ValueError as exc:
+            raise ConfigError(f"{path}:{line}: [{row.table}] {row.key}: {exc}" if line else
+                              f"{path}: {exc}") from None
+        if source == ENVIRONMENT and row.kind == "path":
+            value = os.path.expanduser(value)
+        out[name] = Setting(value, source, f"{path}:{line}" if line else path)
+    return out
+
+
+def _flag_of(rows, name):
+    return rows[name][-1].flags[0] if name in rows else None
+
+
+def _naming(layers, names, given=()):
+    """Who names any of the settings ``names``, the most specific first: ``[text]``."""
+    out = [f"{table_flag} (option)" for table_flag in given]
+    rows = [r for r in _table.TABLE if r.name in names and r.table and r.table != "imap"]
+    for source, path, found in layers._sources():
+        for r in rows:
+            if (r.table, r.key) in found:
+                line = found[(r.table, r.key)][1]
+                out.append(f"${r.env} (environment)" if path is None else
+                           f"[{r.table}] {r.key} from {path}" + (f":{line}" if line else ""))
+    return out
+
+
+def location(layers, given=()):
+    """One line saying where the model a command uses is, and why: ``given``, the
+    location's options on its command line (``["--model"]``). E.g. ``--model (option)
+    replaces [store] url from /etc/spamnb/spamnb.toml:3``."""
+    named = _naming(layers, _table.LOCATION, given)
+    if not named:
+        return ("where the model is: the default search ($XDG_DATA_HOME/spamnb/model.joblib, "
+                "else the default model): no option, variable or file names it")
+    return f"where the model is: {named[0]}" + (f" replaces {'; '.join(named[1:])}" if named[1:] else "")
+
+
+def decision_note(layers, given=()):
+    """One line saying that a configured decision overrides the model's stored cut-offs,
+    or None. The decision is one unit: the line names every key of the one layer that
+    supplies it (``given``: the decision options on the command line, ``["--spam-cutoff"]``),
+    and the less specific layers whose decision keys it sets aside."""
+    rows = [r for r in _table.TABLE if r.name in _table.DECISION and r.table == "decision"]
+    said = []
+    if given:
+        said.append(f"{', '.join(given)} (options)")
+    for source, path, found in layers._sources():
+        keys = [(r, found[(r.table, r.key)]) for r in rows if (r.table, r.key) in found]
+        if not keys:
+            continue
+        at = min((line for _, (_, line) in keys if line), default=None)
+        head = getattr(found, "lines", {}).get(("decision", None))
+        at = head if head and (at is None or head < at) else at
+        what = ", ".join(f"{r.key} = {value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool)
+                         else f"{r.key} = {value!r}" for r, (value, _) in keys)
+        said.append(f"[decision] {what} from {path}" + (f":{at}" if at else ""))
+    if not said:
+        return None
+    aside = f"; it sets aside {'; '.join(said[1:])}" if said[1:] else ""
+    return f"the decision of {said[0]}, as one unit, overrides the model's stored cut-offs{aside}"
+
+
 # -- the fast filter path's cache ----------------------------------------------------------
 #
 # `spamnb filter` runs once per delivery. Importing tomllib (with `typing` and `re`)
 # and parsing costs it about a third more CPU through the server (measured with
-# /usr/bin/time beside a run without a file), and checking every key is the command
-# line's (the click options). So a click command that has read and checked the
+# /usr/bin/time beside a run without a file), and checking every key is the click
+# command's (:func:`spamnb.cli.config.problems`). So a click command that has read and checked the
 # files keeps them in a marshal file (:func:`write_cache`), valid while every file,
 # and its folder, has the same identity, owner and mode as when it was read (a chmod
 # that makes one untrusted changes its ctime); the fast path reads only that
@@ -191,10 +366,7 @@ class Layers:
 
 
 def cache_path(env=os.environ) -> str:
-    base = env.get("XDG_CACHE_HOME")
-    if not base or not os.path.isabs(base):
-        base = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "spamnb", "config.cache")
+    return os.path.join(locate.xdg_home("cache", env), "config.cache")
 
 
 def stamps(env=os.environ, named=None):
@@ -240,24 +412,6 @@ def checked_layers(env=os.environ):
     return read_cache(env)
 
 
-#: The configuration keys that say which model and history a command uses, by the
-#: option each stands for: what the fast paths of filter and learn read (:func:`strings`).
-MODEL_PATHS = {("model", "path"): "model", ("store", "url"): "store", ("history", "path"): "history"}
-
-
-def strings(layers, keys):
-    """``{name: value}`` of the keys ``{(table, key): name}`` that ``layers`` set, or None
-    when one of them is not a string (only the click command can say what is wrong)."""
-    out = {}
-    for (table, key), name in keys.items():
-        value = layers.get(table, key)
-        if value is not None:
-            if not isinstance(value, str):
-                return None
-            out[name] = value
-    return out
-
-
 def write_cache(layers, stamped, env=os.environ):
     """Keep ``layers`` (read and checked, the files as ``stamped`` before reading) for the fast path."""
     import marshal
@@ -277,9 +431,12 @@ def write_cache(layers, stamped, env=os.environ):
         pass
 
 
-def decision_of(layers) -> list:
-    """The ``[decision]`` values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
-    None where no file sets them (:func:`spamnb.verdict.cutoffs_from`'s order)."""
+def decision(layers) -> list:
+    """The decision the files give the deciding commands, as the one resolver gives it
+    (:func:`resolve`: one unit, from the most specific layer naming any of it):
+    ``[cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff]``, None where unset
+    (:func:`spamnb.verdict.cutoffs_from`'s order). ConfigError as :func:`resolve`'s."""
     from spamnb.verdict import DECISION_OPTIONS
 
-    return [layers.get("decision", k) for k in DECISION_OPTIONS]
+    found = resolve(_table.DECIDING[0], env=layers.env, layers=layers, names=DECISION_OPTIONS)
+    return [found[n].value for n in DECISION_OPTIONS]

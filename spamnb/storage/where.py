@@ -9,14 +9,20 @@ import os
 from spamnb.storage.backend import Backend
 from spamnb.storage.store import ModelError
 
-STORE_ENV = "SPAMNB_STORE"
+STORE_ENV = "SPAMNB_STORE"  # the env of the store row of spamnb.options.TABLE
 
 
 def store_url(store=None, env=os.environ, model_path=None):
     """The store URL of ``--store``, else of ``$SPAMNB_STORE`` (an empty one is unset)
-    unless an explicit ``--model`` names a file, else None."""
-    if store and model_path is not None:
-        raise ModelError("give --model or --store, not both")
+    unless an explicit ``--model`` names a file, else None: where the model is is one
+    choice (:data:`spamnb.options.LOCATION`), whose layers
+    :func:`spamnb.storage.settings.resolve` has already ordered."""
+    from spamnb import options
+
+    try:
+        options.exclusive({"model_path": model_path, "store": store})
+    except ValueError as exc:
+        raise ModelError(str(exc)) from None
     return store or (env.get(STORE_ENV) if model_path is None else None) or None
 
 

@@ -16,10 +16,18 @@ Measured in one run, two ways (the machine is shared: only ratios of paired runs
    rounds; the ratio of the totals. This
    is the strict form of the budget: the line against the server's own work.
 
+``--metrics``: both servers (and the recorder of (2)) also count the Prometheus
+metrics (``serve --metrics``), as a site runs them. ``--against SPAMNB``: before
+and after a change, the second server is that other build (say the main branch's)
+writing its lines too (and its metrics with ``--metrics``), instead of a silent
+one: (1) is then the ratio this build / that build, alternated message by message,
+and (2) is left out (it runs this build's code only).
+
 Usage::
 
     python3 tools/benchmarks/bench_logging.py                  # 200 messages of the shared SpamAssassin corpus
     python3 tools/benchmarks/bench_logging.py --n 400 --port 17841
+    python3 tools/benchmarks/bench_logging.py --metrics --against /path/to/main/.venv/bin/spamnb
 
 Needs ``spamc`` (Debian: ``apt-get install spamc``).
 """
@@ -48,8 +56,9 @@ from tools.harnesses.exim_spamd import stop  # noqa: E402
 BUDGET = 1.05
 
 
-def in_process(model, paths, log_path, rounds=5):
-    """``(seconds silent, seconds logged)`` of spamd.answer over ``paths``, ``rounds`` times each, alternating."""
+def in_process(model, paths, log_path, rounds=5, metrics=None):
+    """``(seconds silent, seconds logged)`` of spamd.answer over ``paths``, ``rounds`` times each, alternating;
+    ``metrics``: a listen address, to count the metrics as well as write the line."""
     from spamnb.delivery import events, spamd
     from spamnb.storage.filestore import FileBackend
 
@@ -57,8 +66,13 @@ def in_process(model, paths, log_path, rounds=5):
     backend.view()
     raws = [p.read_bytes() for p in paths]
     sink = open(log_path, "a", buffering=1)
+    meter = None
+    if metrics:
+        from spamnb.delivery.metrics import Metrics
+
+        meter = Metrics(metrics)
     models = {"silent": spamd.Models(backend), "logged": spamd.Models(backend, recorder=events.Recorder(
-        write=lambda line: sink.write(line + "\n")))}
+        write=lambda line: sink.write(line + "\n"), metrics=meter))}
     for m in models.values():  # warm up
         for raw in raws[:20]:
             spamd.answer("CHECK", (1, 5), {"User": "alice"}, raw, m)
@@ -80,6 +94,9 @@ def main():
     ap.add_argument("--port", type=int, default=17841, help="the logging server's port; the silent one gets the next")
     ap.add_argument("--spamnb", default=default_spamnb(), help="spamnb console script to measure")
     ap.add_argument("--corpus", default=str(shared_corpora.SPAMASSASSIN), help="a folder with a TREC index")
+    ap.add_argument("--metrics", action="store_true", help="count the Prometheus metrics too (serve --metrics)")
+    ap.add_argument("--against", metavar="SPAMNB", help="the second server is this other build, logging too "
+                                                        "(before/after a change), not a silent one")
     args = ap.parse_args()
     if shutil.which("spamc") is None:
         sys.exit("bench_logging.py: spamc is not installed (apt-get install spamc)")
@@ -98,12 +115,14 @@ def main():
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         logs = {}
         t = time.perf_counter()
-        for name, port in ports.items():
-            flag = "--log-messages" if name == "logged" else "--no-log-messages"
+        for k, (name, port) in enumerate(ports.items()):
+            flag = "--log-messages" if name == "logged" or args.against else "--no-log-messages"
+            extra = ["--metrics", f"127.0.0.1:{args.port + 2 + k}"] if args.metrics else []
             logs[name] = open(tmp / f"{name}.log", "wb")
+            program = args.against if name == "silent" and args.against else args.spamnb
             servers.append(subprocess.Popen(
-                [args.spamnb, "serve", "--model", str(model), "--socket", str(tmp / name / "socket"),
-                 "--spamd", f"127.0.0.1:{port}", flag], stdout=logs[name], stderr=logs[name],
+                [program, "serve", "--model", str(model), "--socket", str(tmp / name / "socket"),
+                 "--spamd", f"127.0.0.1:{port}", flag, *extra], stdout=logs[name], stderr=logs[name],
                 start_new_session=True))
         for (name, port), proc in zip(ports.items(), servers):
             wait_ready(name, proc, port, logs[name], t)
@@ -120,7 +139,15 @@ def main():
                 failures += not answered(code, out)
         lines = sum(1 for line in open(tmp / "logged.log", errors="replace") if " event=message " in line)
         ratios = [a / b for a, b in zip(times["logged"], times["silent"])]
-        silent, logged = in_process(model, paths, tmp / "inproc.log")
+        if args.against:
+            print(f"{len(paths)} messages, load {os.getloadavg()[0]:.2f}; {lines} lines logged by this build; "
+                  f"{failures} unanswered; metrics {'on' if args.metrics else 'off'}")
+            print(f"spamc -c, median ms per message: this build {1000 * statistics.median(times['logged']):.2f}, "
+                  f"{args.against} {1000 * statistics.median(times['silent']):.2f}; "
+                  f"median per-message ratio this/that {statistics.median(ratios):.3f}")
+            return 0 if not failures else 1
+        silent, logged = in_process(model, paths, tmp / "inproc.log",
+                                    metrics=f"127.0.0.1:{args.port + 4}" if args.metrics else None)
         per = len(paths) * 5
         print(f"{len(paths)} messages, load {os.getloadavg()[0]:.2f}; {lines} lines logged; {failures} unanswered")
         print(f"spamc -c, median ms per message: logged {1000 * statistics.median(times['logged']):.2f}, "

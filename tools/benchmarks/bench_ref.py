@@ -31,6 +31,11 @@ counts the waits for a core) and in wall seconds:
                 empty ``--user-models`` folder, or with ``--store`` ``--store-users``);
                 ``--store``: the model is served from a private ``redis-server`` (on a Unix
                 socket in the temporary folder), and the commands it runs are counted.
+* ``filter``    ``spamnb filter --model M < message``, one process per message as a delivery
+                agent runs it, for ``--filter-n`` messages a pass: cold (the fast path, no
+                server) and through each tree's own ``spamnb serve`` (``--socket``), both
+                trees' bytecode compiled first; CPU (all of the process) and wall time a
+                message, and the outputs compared byte for byte.
 * ``imap``      ``spamnb imap filter --dry-run --store URL`` of ``--imap-n`` messages in the
                 INBOX of a private Dovecot (``tests/dovecot.py``) for a login with no model
                 of its own in the store (the shared one judges): the process's CPU and wall
@@ -43,6 +48,7 @@ Usage::
     python3 tools/benchmarks/bench_ref.py --only server --user nobody --store --repeats 5
     python3 tools/benchmarks/bench_ref.py --only imap --imap-n 300 --repeats 5
     python3 tools/benchmarks/bench_ref.py --ref main --only setup --mailbox 3000 --repeats 5
+    python3 tools/benchmarks/bench_ref.py --ref main --only filter --filter-n 40 --repeats 5
 
 Linux only (/proc); the server measure needs ``spamc`` (Debian: ``apt-get install
 spamc``) and says so in one line without it; ``--store`` and ``imap`` need
@@ -73,7 +79,7 @@ from tools.benchmarks.token_hashes import revision_tree  # noqa: E402
 from tools.harnesses.exim_spamd import stop  # noqa: E402
 
 SHIPPED = ROOT / "corpora" / "spamassassin.tar.xz"
-MEASURES = ("train", "classify", "setup", "server", "imap")
+MEASURES = ("train", "classify", "setup", "server", "filter", "imap")
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -294,6 +300,69 @@ def measure_server(trees, repeats, tmp, paths, model, port, user=None, store=Non
     return ok
 
 
+def measure_filter(trees, repeats, tmp, paths, model):
+    """A delivery agent's ``spamnb filter``: one process per message, cold and through the server."""
+    import compileall
+
+    for tree in trees.values():  # neither tree pays for compiling its modules in the runs timed
+        compileall.compile_dir(str(Path(tree) / "spamnb"), quiet=1)
+    home = _folder(tmp / "filter-home")  # no configuration file, no server on the default socket
+    env = {k: str(_folder(home / k)) for k in ("XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR")}
+    env["SPAMNB_SYSTEM_CONFIG"] = str(home / "none.toml")
+    raws = [path.read_bytes() for path in paths]
+    servers, sockets = {}, {}
+    ok = True
+    try:
+        for name, tree in trees.items():
+            sockets[name] = tmp / name / "filter-socket"
+            cmd, base = spamnb(tree, "serve", "--model", model, "--socket", sockets[name], "--no-history",
+                               "--no-log-messages")
+            log = open(tmp / f"{name}-filter-serve.log", "w")
+            servers[name] = subprocess.Popen(cmd, env={**base, **env}, stdout=log, stderr=log, cwd=tree,
+                                             start_new_session=True)
+            t = time.monotonic()
+            while not sockets[name].exists():
+                if servers[name].poll() is not None or time.monotonic() - t > 120:
+                    sys.exit(f"bench_ref.py: {name}'s server did not start (log: {log.name})")
+                time.sleep(0.1)
+        ways = {"cold": lambda name: [], "server": lambda name: ["--socket", sockets[name]]}
+        cpu = {w: {n: [] for n in trees} for w in ways}
+        wall = {w: {n: [] for n in trees} for w in ways}
+        outputs = {w: {} for w in ways}
+
+        def once(name, tree):
+            for way, extra in ways.items():
+                cmd, base = spamnb(tree, "filter", "--model", model, "--no-history", *extra(name))
+                c0, walls, outs = children_cpu(), [], []
+                for raw in raws:
+                    t = time.perf_counter()
+                    proc = subprocess.run(cmd, input=raw, env={**base, **env}, cwd=tree, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE)
+                    walls.append(time.perf_counter() - t)
+                    if proc.returncode not in (0, 1, 2) or proc.stderr:
+                        sys.exit(f"bench_ref.py: {name}'s filter ({way}) failed: {proc.stderr.decode()[-300:]}")
+                    outs.append((proc.returncode, proc.stdout))
+                cpu[way][name].append(1000 * (children_cpu() - c0) / len(raws))
+                wall[way][name].append(1000 * statistics.median(walls))
+                outputs[way][name] = outs
+                print(f"  filter {way} {name}: {cpu[way][name][-1]:.1f} ms CPU, {wall[way][name][-1]:.1f} ms wall "
+                      "a message", file=sys.stderr)
+
+        alternate(repeats, trees, once)
+        for way in ways:
+            report(f"spamnb filter --model M < message, {way}{' (--socket: the tree' + chr(39) + 's spamnb serve)' if way == 'server' else ''}, "
+                   f"per message ({len(raws)} messages a pass, one process each)",
+                   {"CPU": (cpu[way]["reference"], cpu[way]["this tree"]),
+                    "wall (median)": (wall[way]["reference"], wall[way]["this tree"])}, unit="ms")
+            same = outputs[way]["reference"] == outputs[way]["this tree"]
+            ok &= same
+            print(f"\noutputs identical: {same}")
+    finally:
+        for proc in servers.values():
+            stop(proc)
+    return ok
+
+
 def measure_imap(trees, repeats, tmp, paths, store):
     import dovecot
 
@@ -340,13 +409,14 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ref", default="main", help="the git revision to compare with (default: main)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of each tree per measure (alternating)")
-    ap.add_argument("--only", default=",".join(m for m in MEASURES if m != "imap"),
-                    help=f"measures, comma-separated: {', '.join(MEASURES)} (default: all but imap)")
+    ap.add_argument("--only", default=",".join(m for m in MEASURES if m not in ("imap", "filter")),
+                    help=f"measures, comma-separated: {', '.join(MEASURES)} (default: all but filter and imap)")
     ap.add_argument("--n", type=int, default=600, help="messages sent to the servers a pass (spread over the corpus)")
     ap.add_argument("--port", type=int, default=17861, help="the reference server's port; this tree's gets the next")
     ap.add_argument("--user", help="server: spamc -u USER, a user with no model of their own")
     ap.add_argument("--store", action="store_true", help="server: the model in a private redis-server")
     ap.add_argument("--imap-n", type=int, default=300, help="imap: messages in the INBOX (default 300)")
+    ap.add_argument("--filter-n", type=int, default=40, help="filter: messages a pass, a process each (default 40)")
     ap.add_argument("--mailbox", type=int, default=3000,
                     help="messages in setup's Maildir++ (spread over the corpus; default 3000)")
     args = ap.parse_args()
@@ -363,13 +433,13 @@ def main():
         ok = True
         if "train" in only:
             ok &= measure_train(trees, args.repeats, tmp)
-        if {"classify", "setup", "server", "imap"} & set(only):
+        if {"classify", "setup", "server", "filter", "imap"} & set(only):
             folder = _folder(tmp / "all")
             files = extract(SHIPPED, folder)
             if "setup" in only:
                 n = min(args.mailbox, len(files))
                 ok &= measure_setup(trees, args.repeats, tmp, [files[i * len(files) // n] for i in range(n)])
-        if {"classify", "server", "imap"} & set(only):
+        if {"classify", "server", "filter", "imap"} & set(only):
             step = max(1, len(files) // args.n)
             chosen = [path for _, path in files[::step][: args.n]]
             model = tmp / "model.joblib"
@@ -387,6 +457,10 @@ def main():
                 if "server" in only:
                     ok &= measure_server(trees, args.repeats, tmp, chosen, model, args.port, args.user,
                                          store if args.store else None)
+                if "filter" in only:
+                    step = max(1, len(files) // args.filter_n)
+                    ok &= measure_filter(trees, args.repeats, tmp, [p for _, p in files[::step][:args.filter_n]],
+                                         model)
                 if "imap" in only:
                     ok &= measure_imap(trees, args.repeats, tmp, chosen[:args.imap_n], store)
             finally:

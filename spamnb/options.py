@@ -1,0 +1,363 @@
+"""The table of settings: every option a site would set, its configuration key, its type,
+its check, the commands that take it and whether it travels to the filter server.
+
+Everything else is built from :data:`TABLE` or checked against it
+(``tests/test_settings_table.py``): the configuration's keys
+(:data:`spamnb.cli.config.KEYS`), the click options the commands share
+(:func:`spamnb.cli.options.option`), the fast filter path's parser (:func:`parse`),
+the wire fields (:data:`TRAVELS`), the man pages and ``spamnb config``. Which value a
+command uses, from which layer, is :func:`spamnb.storage.settings.resolve`'s.
+
+Standard library only, at the bottom layer: the filter's fast path imports it.
+
+To add a setting: one :class:`Row` here, then its use (the command's parameter;
+for the decision, :mod:`spamnb.verdict`). A value that needs more than its type is
+checked by :data:`spamnb.checks.CHECKS` under the same ``(table, key)``.
+"""
+
+from spamnb.verdict import DECISION_OPTIONS, LEARN_MARGIN
+
+
+class Row:
+    """One setting. ``name``: the commands' parameter; ``flags``: its option spellings
+    (``off``: the spelling that turns a flag off, e.g. ``--no-log-messages``);
+    ``table``/``key``: its configuration key (None: per invocation); ``kind``: str, path,
+    int, float, bool, list or choice (``choices``); ``check``: the ``(table, key)`` of its
+    :data:`spamnb.checks.CHECKS` entry; ``commands``: the command paths that take it
+    (:data:`EVERY`: all that have the parameter); ``travels``: sent with a message to the
+    filter server; ``env``: the environment variable that sets it; ``help``: its help
+    text, or ``{command: text}`` where commands use it differently; ``low``/``high``: the
+    bounds of a number (the command line's; a file's value meets its check, which
+    ``tests/test_settings_table.py`` holds to the same bounds); ``exists``: a path that
+    must be there (kind ``folder``: a folder)."""
+
+    __slots__ = ("name", "flags", "table", "key", "kind", "choices", "check", "commands", "travels", "env",
+                 "help", "default", "metavar", "off", "low", "high", "exists")
+
+    def __init__(self, name, flags, table, key, kind, commands, *, choices=(), check=False, travels=False,
+                 env=None, help="", default=None, metavar=None, off=None, low=None, high=None, exists=False):
+        self.name, self.flags, self.table, self.key, self.kind = name, tuple(flags), table, key, kind
+        self.commands, self.choices, self.travels, self.env = commands, tuple(choices), travels, env
+        self.check = (table, key) if check else None
+        self.help, self.default, self.metavar, self.off = help, default, metavar, off
+        self.low, self.high, self.exists = low, high, exists
+
+    def takes(self, command):
+        """Whether ``command`` (a command path: ``"filter"``, ``"imap filter"``) takes it."""
+        return self.commands == EVERY or command in self.commands
+
+    def help_for(self, command=None):
+        """The help text of the option for ``command``."""
+        if isinstance(self.help, dict):
+            return self.help.get(command) or self.help.get(None, "")
+        return self.help
+
+    def __repr__(self):
+        return f"Row({self.name!r}, [{self.table}] {self.key})"
+
+
+EVERY = "*"
+#: Commands the ``[decision]`` keys override the model's cut-offs for (``train`` is left
+#: out on purpose: its decision options are the cut-offs it stores).
+DECIDING = ("classify", "sort", "evaluate", "filter", "serve", "imap filter")
+IMAP = ("imap train", "imap filter")
+LOGGING = ("serve", "filter", "imap filter")
+METRICS = ("serve", "imap filter")
+HISTORY = ("serve", "filter", "imap filter", "web", "learn", "forget", "learn-moves")
+NO_HISTORY = ("serve", "filter", "imap filter", "learn", "forget", "learn-moves")
+
+_DECISION_HELP = {
+    "ham_cutoff": "Decide ham when P(spam|x) <= this.",
+    "spam_cutoff": "Decide spam when P(spam|x) > this.",
+    "cost_unsure": "Loss of holding a message as unsure.",
+    "cost_fn": "Loss of letting a spam through (default 1).",
+    "cost_fp": "Loss of filing a ham as spam (default 10).",
+}
+
+TABLE = (
+    Row("model_path", ("--model",), "model", "path", "path", EVERY, env="SPAMNB_MODEL",
+        help={None: "Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).",
+              "setup": "Where to save the model (default $SPAMNB_MODEL, else "
+                       "$XDG_DATA_HOME/spamnb/model.joblib)."}),
+    Row("allow_insecure_model", ("--allow-insecure-model",), "model", "allow_insecure", "bool", EVERY,
+        travels=True, help="Load a model file that other users can write (administrators only: "
+                           "a model file is code)."),
+    Row("store", ("--store",), "store", "url", "str", EVERY, check=True, env="SPAMNB_STORE", metavar="URL",
+        help="Keep the model in a store shared by several hosts instead of a file: "
+             "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
+             "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
+             "(default $SPAMNB_STORE; docs/many-hosts.md)."),
+    *(Row(name, ("--" + name.replace("_", "-"),), "decision", name, "float", DECIDING, travels=True,
+          help=_DECISION_HELP[name]) for name in DECISION_OPTIONS),
+    Row("socket_path", ("--socket",), "serve", "socket", "path", ("serve", "filter"), check=True,
+        env="SPAMNB_SOCKET", metavar="PATH",
+        help={"serve": "Socket to listen on (default $SPAMNB_SOCKET, else $XDG_RUNTIME_DIR/spamnb/socket, "
+                       "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).",
+              "filter": "Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
+                        "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there)."}),
+    Row("max_bytes", ("--max-bytes",), "serve", "max_bytes", "int", ("serve",), check=True, default=64 * 1024 * 1024,
+        low=1, help="Refuse messages larger than this (the client then filters them itself)."),
+    Row("timeout", ("--timeout",), "serve", "timeout", "float", ("serve",), check=True, default=10.0, low=0.1,
+        help="Drop a request that has not arrived whole within this many seconds (on every listener; a "
+             "--metrics connection is closed then, whatever it sent)."),
+    Row("max_connections", ("--max-connections",), "serve", "max_connections", "int", ("serve",), check=True,
+        default=32, low=1,
+        help="Requests served at once, per listener; a connection beyond them is closed at once (spamnb "
+             "filter then filters the message itself). On a --spamd listener as many more wait up to 2 s "
+             "for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once."),
+    Row("pidfile", ("--pidfile",), "serve", "pidfile", "path", ("serve",), check=True, metavar="PATH",
+        help="Write the server's pid here once it listens (atomically; removed on exit). Refuses to start "
+             "while a live server holds it."),
+    Row("spamd_addresses", ("--spamd",), "spamd", "listen", "list", ("serve",), check=True, metavar="ADDRESS",
+        help="Also serve SpamAssassin's spamc/spamd protocol here: HOST:PORT, a PORT on 127.0.0.1, or a "
+             "Unix socket path (repeatable). For spamc, Exim's spam= ACL, Haraka."),
+    Row("allow", ("--allow",), "spamd", "allow", "list", ("serve",), check=True, metavar="CIDR",
+        help="Networks whose clients may use --spamd on TCP besides this machine (repeatable); needed to "
+             "listen on an address other than loopback."),
+    Row("user_models", ("--user-models",), "spamd", "user_models", "folder", ("serve",), check=True,
+        metavar="DIR", exists=True, help="spamd: the User: header picks DIR/USER/model.joblib when it exists."),
+    Row("store_users", ("--store-users",), "spamd", "store_users", "bool", ("serve",),
+        help="spamd, with --store: the User: header picks that user's model in the store when there is one "
+             "(put there with `spamnb store push MODEL URL --user NAME`)."),
+    Row("allow_tell", ("--allow-tell",), "spamd", "allow_tell", "bool", ("serve",),
+        help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
+             "model, as spamd's --allow-tell. From this machine User: must be the client's own user (root "
+             "and the server's user may name anyone)."),
+    Row("allow_tell_served", ("--allow-tell-served",), "spamd", "allow_tell_served", "bool", ("serve",),
+        help="spamd: TELL may also change the served model, which scores everyone without a model of their "
+             "own (implies --allow-tell)."),
+    Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",), check=True,
+        metavar="BYTES", low=1,
+        help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); spamc "
+             "then passes it through unscanned (spamc's own -s limit is 500 KB by default)."),
+    Row("spamd_socket_mode", ("--spamd-socket-mode",), "spamd", "socket_mode", "str", ("serve",), check=True,
+        default="0600", metavar="OCTAL",
+        help="Mode of --spamd Unix sockets (0660: the socket's group may connect too)."),
+    Row("exit_zero", ("--exit-zero",), "filter", "exit_zero", "bool", ("filter",),
+        help="Exit 0 for any classification (for procmail's :0fw)."),
+    Row("learn_", ("--learn", "-u"), "filter", "learn", "bool", ("filter",), travels=True,
+        help="Also learn the message as what it was classified, when not unsure and scored within "
+             f"{LEARN_MARGIN:g} log-odds of the cut-off that decided it (a thick threshold)."),
+    Row("evidence", ("--evidence",), "filter", "evidence", "int", ("filter",), check=True, default=0, metavar="N",
+        low=0, help="Add an X-Spam-Evidence header with the N strongest tokens."),
+    Row("log_messages", ("--log-messages",), "log", "messages", "bool", LOGGING, off="--no-log-messages",
+        help="Write one line per message: time, verdict, score, cut-offs, size, milliseconds, user, "
+             "Message-ID, whether it was learned."),
+    Row("log_format", ("--log-format",), "log", "format", "choice", LOGGING, choices=("text", "json"), check=True,
+        default="text", help="text: key=value pairs (grep verdict=spam); json: one object a line."),
+    Row("log_to", ("--log-to",), "log", "to", "choice", LOGGING, choices=("stderr", "syslog"), check=True,
+        default="stderr", help="stderr (journald keeps it under systemd) or syslog (facility mail)."),
+    Row("metrics_address", ("--metrics",), "metrics", "listen", "str", METRICS, check=True, metavar="HOST:PORT",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: on 127.0.0.1; "
+             "needs the metrics extra: pip install 'spamnb[metrics]')."),
+    Row("metrics_allow", ("--metrics-allow",), "metrics", "allow", "list", METRICS, check=True, metavar="CIDR",
+        help="Networks whose clients may read --metrics besides this machine (repeatable); "
+             "needed to listen on an address other than loopback."),
+    Row("history", ("--history",), "history", "path", "path", HISTORY, check=True, metavar="FILE",
+        help={None: "Record each verdict in this SQLite file (default MODEL.history.sqlite, beside the model; "
+                    "`spamnb web` shows it).",
+              "web": "The history to show (default MODEL.history.sqlite, beside the model; with --store, the "
+                     "store's: every host's verdicts)."}),
+    Row("history_store", ("--history-store",), "history", "store", "bool", NO_HISTORY,
+        help="Record each verdict in the model's store (--store URL), where `spamnb web --store URL` shows "
+             "every host's: one history for a site."),
+    Row("no_history", ("--no-history",), "history", "off", "bool", NO_HISTORY,
+        help="Record nothing in the history."),
+    Row("listen", ("--listen",), "web", "listen", "str", ("web",), check=True, default="127.0.0.1:8783",
+        metavar="HOST:PORT", help="Where to listen (a PORT alone is on 127.0.0.1; port 0 picks a free one)."),
+    Row("allow", ("--allow",), "web", "allow", "list", ("web",), check=True, metavar="CIDR",
+        help="Networks whose browsers may connect besides this machine (repeatable); needed to listen on an "
+             "address other than loopback. They still need the token."),
+    Row("host", ("--host",), "imap", "host", "str", IMAP, check=True, help="IMAP server."),
+    Row("port", ("--port",), "imap", "port", "int", IMAP, check=True, low=1, high=65535,
+        help="Port (default 993 with tls, else 143)."),
+    Row("user", ("--user",), "imap", "user", "str", IMAP, help="Login name."),
+    Row("password_file", ("--password-file",), "imap", "password_file", "path", IMAP, check=True,
+        help="A file whose first line is the password."),
+    Row("password_command", ("--password-command",), "imap", "password_command", "str", IMAP, metavar="CMD",
+        help="A command that prints the password (e.g. 'pass show mail/imap')."),
+    Row("security", ("--security",), "imap", "security", "choice", IMAP, choices=("tls", "starttls", "none"),
+        check=True, help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
+    Row("cafile", ("--cafile",), "imap", "cafile", "path", IMAP, check=True, exists=True,
+        help="CA certificates to trust for the server's certificate (a self-signed one)."),
+    Row("force_plaintext", ("--force-plaintext",), "imap", "force_plaintext", "bool", IMAP,
+        help="Allow --security none to a host other than 127.0.0.1."),
+    Row("model_path", ("--model",), "imap", "model", "path", IMAP,  # imap.toml's own key for the model
+        help="Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib)."),
+    Row("ham", ("--ham",), "imap", "ham", "list", ("imap train",), metavar="FOLDER",
+        help="A folder of ham (repeatable)."),
+    Row("spam", ("--spam",), "imap", "spam", "list", ("imap train",), metavar="FOLDER",
+        help="A folder of spam (repeatable)."),
+    Row("folder", ("--folder",), "imap", "folder", "str", ("imap filter",),
+        help="The folder to filter (default INBOX)."),
+    Row("junk", ("--junk",), "imap", "junk", "str", ("imap filter",),
+        help="Where spam goes (default: the folder with the \\Junk special use, else Junk; made when missing)."),
+    Row("unsure_folder", ("--unsure-folder",), "imap", "unsure_folder", "str", ("imap filter",),
+        help="Move unsure mail here too (default: it stays, unflagged)."),
+    Row("interval", ("--interval",), "imap", "interval", "float", ("imap filter",), check=True, default=300.0,
+        low=1, help="With --watch: seconds between passes when nothing arrives (your moves into and out of Junk "
+                    "are seen at the next pass)."),
+    Row("learn_verdicts", ("--learn-verdicts",), "imap", "learn_verdicts", "bool", ("imap filter",),
+        off="--no-learn-verdicts", default=True,
+        help="Also learn its own verdicts near the decision, as `spamnb filter -u` does (with a model of your "
+             "own); your corrections are learned either way."),
+)
+
+#: ``{(table, key): row}``: the configuration's keys.
+BY_KEY = {(r.table, r.key): r for r in TABLE if r.table}
+#: ``{flag: [rows]}``: an option's rows (``--allow`` is serve's and web's).
+BY_FLAG = {}
+for _row in TABLE:
+    for _flag in _row.flags + ((_row.off,) if _row.off else ()):
+        BY_FLAG.setdefault(_flag, []).append(_row)
+del _row, _flag
+
+#: The units: settings a layer gives together or not at all. The most specific layer
+#: (an option, the environment, a file) naming any of them supplies all of them; a
+#: layer naming more than one of :data:`LOCATION` is a conflict.
+DECISION = DECISION_OPTIONS
+LOCATION = ("model_path", "store")
+HISTORY_CHOICE = ("history", "history_store", "no_history")
+UNITS = (DECISION, LOCATION, HISTORY_CHOICE)
+#: Options that exclude each other on one command line: (names, the one-line error).
+EXCLUSIVE = ((("model_path", "store"), "give --model or --store, not both"),
+             (("history", "no_history"), "give --history FILE or --no-history, not both"),
+             (("history", "history_store"), "give --history FILE or --history-store, not both"),
+             (("history_store", "no_history"), "give --history-store or --no-history, not both"))
+#: The settings whose values travel with a message to the filter server (:mod:`spamnb.delivery.wire`).
+TRAVELS = tuple(dict.fromkeys(r.name for r in TABLE if r.travels))
+
+#: Options of the site commands that have no key, and why: each is about one run.
+PER_INVOCATION = {
+    "filter": {},
+    "serve": {},
+    "imap filter": {"--watch": "whether this run keeps watching is the unit's or the shell's choice",
+                    "--dry-run": "a rehearsal of one run",
+                    "--config": "names the file itself"},
+    "imap train": {"--config": "names the file itself"},
+    "web": {"--verbose": "a debugging aid for one run"},
+    "learn": {"--spam": "the label of the messages given", "--ham": "the label of the messages given",
+              "--recursive": "how to read the folders given", "--strict": "how to read the folders given"},
+    "forget": {"--spam": "the label of the messages given", "--ham": "the label of the messages given",
+               "--recursive": "how to read the folders given", "--strict": "how to read the folders given"},
+    "setup": {"--yes": "whether this run asks", "--delivery": "the recipe this run gives",
+              "--install": "whether this run writes the recipe", "--no-unsure-folder": "the recipe this run gives",
+              "--min-age": "which mail this run learns", "--imapsieve": "an administrator's run for a Dovecot server"},
+    "learn-moves": {"--junk": "names a folder of the Maildir given", "--unsure-folder": "names a folder "
+                    "of the Maildir given", "--dry-run": "a rehearsal of one run",
+                    "--quiet": "how much one run says"},
+}
+
+
+def unit_of(name):
+    """The unit (:data:`UNITS`) ``name`` belongs to, or None."""
+    return next((u for u in UNITS if name in u), None)
+
+
+def rows_of(command):
+    """``{name: row}`` of the settings ``command`` takes (a command path). For a name with
+    two keys (``model_path``: ``[model] path`` and ``imap.toml``'s ``[imap] model``), the
+    command's own table's row comes last and wins."""
+    out = {}
+    for r in TABLE:
+        if r.takes(command):
+            out[r.name] = r
+    return out
+
+
+def convert(row, value):
+    """A file's (or the environment's) ``value`` for ``row`` as the command takes it;
+    ValueError saying what is wrong with its type. Ranges and formats are the
+    row's check's (:data:`spamnb.checks.CHECKS`)."""
+    if row.kind == "list":
+        items = [value] if isinstance(value, str) else value
+        if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
+            raise ValueError(f"must be a list of strings, got {value!r}")
+        return list(items)
+    if row.kind == "bool":
+        if not isinstance(value, bool):
+            raise ValueError(f"must be true or false, got {value!r}")
+        return value
+    if row.kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, got {value!r}")
+        return value
+    if row.kind == "float":
+        import math
+
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"must be a number, got {value!r}")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError(f"must be a string, got {value!r}")
+    if row.kind == "choice" and value not in row.choices:
+        raise ValueError(f"must be one of {', '.join(map(repr, row.choices))}, got {value!r}")
+    return value
+
+
+def exclusive(given):
+    """ValueError (the one-line error of :data:`EXCLUSIVE`) when ``given``, the names
+    set on one command line (or in one layer), holds two that exclude each other."""
+    for names, message in EXCLUSIVE:
+        if all(given.get(n) not in (None, False) for n in names):
+            raise ValueError(message)
+
+
+def parse(args, command="filter"):
+    """``{name: value}`` of the options of a ``command`` command line, from the table;
+    ValueError ``--opt VALUE: what is wrong`` for a bad value; LookupError for what the
+    table does not parse (another option, an argument, a repeated option, ``--help``),
+    which only the click command handles."""
+    rows = rows_of(command)
+    flags = {}
+    for r in rows.values():
+        for f in r.flags:
+            flags[f] = (r, True)
+        if r.off:
+            flags[r.off] = (r, False)
+    out = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        name, eq, value = arg.partition("=")
+        if name not in flags or (eq and name.startswith("-") and not name.startswith("--")):
+            raise LookupError(arg)
+        r, on = flags[name]
+        if r.kind == "bool":
+            if eq:
+                raise LookupError(arg)
+            value = on
+        else:
+            if r.kind == "list":
+                raise LookupError(arg)  # repeatable: the click command
+            if not eq:
+                if i + 1 >= len(args):
+                    raise LookupError(arg)
+                i += 1
+                value = args[i]
+            try:
+                value = _from_text(r, value)
+            except ValueError as exc:
+                raise ValueError(f"{name} {value}: {exc}") from None
+        if r.name in out:
+            raise LookupError(arg)
+        out[r.name] = value
+        i += 1
+    exclusive(out)
+    return out
+
+
+def _from_text(row, text):
+    if row.kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError("not an integer") from None
+    if row.kind == "float":
+        try:
+            return float(text)  # what click's FLOAT type does
+        except ValueError:
+            raise ValueError("not a number") from None
+    if row.kind == "choice" and text not in row.choices:
+        raise ValueError(f"must be one of {', '.join(row.choices)}")
+    return text

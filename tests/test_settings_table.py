@@ -1,0 +1,126 @@
+"""The table of settings (spamnb/options.py) against everything built from it or beside
+it: the click options, the configuration's keys, the fast path's parser, the wire
+fields and the man pages. A row changed in one place and not the other fails here."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from spamnb import checks, options
+from spamnb.cli import main
+from spamnb.cli.config import KEYS, commands
+from spamnb.delivery import fastfilter, wire
+
+COMMANDS = commands(main)
+KIND = {"int": click.types.IntParamType, "float": click.types.FloatParamType, "choice": click.Choice,
+        "bool": click.types.BoolParamType}
+
+
+def params(command):
+    return {p.name: p for p in COMMANDS[command].params if isinstance(p, click.Option)}
+
+
+@pytest.mark.parametrize("row", options.TABLE, ids=repr)
+def test_each_row_is_its_commands_option(row):
+    taking = [c for c in COMMANDS if row.takes(c) and row.name in params(c)]
+    assert taking, f"no command takes {row}"
+    if row.commands != options.EVERY:
+        assert set(taking) == set(row.commands), row
+    for command in taking:
+        p = params(command)[row.name]
+        assert tuple(p.opts) == row.flags, (command, row)
+        assert tuple(p.secondary_opts) == ((row.off,) if row.off else ()), (command, row)
+        assert p.multiple == (row.kind == "list"), (command, row)
+        if row.kind in KIND:
+            assert isinstance(p.type, KIND[row.kind]), (command, row, p.type)
+        if row.kind == "choice":
+            assert tuple(p.type.choices) == row.choices
+        if row.default is not None and row.kind != "bool":
+            assert p.default == row.default, (command, row)
+
+
+def test_the_keys_are_the_tables_and_each_check_is_there():
+    assert KEYS == {(r.table, r.key): (r.name, r.commands) for r in options.TABLE if r.table}
+    for r in options.TABLE:
+        assert (r.check is not None) == ((r.table, r.key) in checks.CHECKS), r
+    assert set(checks.CHECKS) <= set(options.BY_KEY)
+
+
+@pytest.mark.parametrize("command", sorted(options.PER_INVOCATION))
+def test_every_option_of_a_site_command_has_a_key_or_a_reason(command):
+    """Every option a site would set has a key; the others are per invocation, with why."""
+    keyed = {f for r in options.TABLE if r.table and r.takes(command) for f in r.flags}
+    for name, p in params(command).items():
+        if name == "help":
+            continue
+        assert p.opts[0] in keyed or p.opts[0] in options.PER_INVOCATION[command], (command, p.opts)
+    for flag, why in options.PER_INVOCATION[command].items():
+        assert why and flag not in keyed
+
+
+def test_the_fast_path_parses_every_filter_option_of_the_table():
+    for r in options.TABLE:
+        if not r.takes("filter"):
+            continue
+        if r.kind == "bool":
+            args = [r.flags[0]]
+        else:
+            args = [r.flags[0], {"int": "3", "float": "0.5", "choice": (r.choices or ("x",))[0]}.get(r.kind, "/x")]
+        assert r.name in options.parse(args, "filter"), r
+        assert (fastfilter.parse_args(args) is None) == (r.name not in fastfilter.FAST), r
+    with pytest.raises(ValueError, match="--spam-cutoff x: not a number"):
+        options.parse(["--spam-cutoff", "x"], "filter")
+    with pytest.raises(ValueError, match="--model or --store"):
+        options.parse(["--model", "m", "--store", "redis://h/0"], "filter")
+
+
+def test_the_wire_carries_the_rows_that_travel():
+    """Every setting that travels goes through the wire's own encoder and decoder: a
+    request with each of them set (to a value of its own) decodes to the same values,
+    and one with none of them to none."""
+    import socket
+
+    assert set(wire.FIELDS) == set(options.TRAVELS)
+    given = {name: (True if options.rows_of("filter")[name].kind == "bool" else 0.125 * (i + 1))
+             for i, name in enumerate(options.TRAVELS)}
+    for values in (given, {}):
+        a, b = socket.socketpair()
+        with a, b:
+            wire.send_all(a, wire.encode_settings("/m/model.joblib", "model", b"Subject: x\n\nbody", values))
+            header, n = wire.read_request_head(b, 1 << 20)
+            assert wire.recv_exact(b, n) == b"Subject: x\n\nbody"
+        decoded = wire.settings_of(header)
+        assert set(decoded) == set(options.TRAVELS)
+        for name in options.TRAVELS:
+            assert decoded[name] == values.get(name, False if isinstance(given[name], bool) else None), name
+    with pytest.raises(ValueError, match="evidence"):
+        wire.encode_settings("/m", "m", b"", {"evidence": 3})
+
+
+def test_the_man_pages_show_every_option_of_the_table():
+    from pathlib import Path
+
+    man = Path(__file__).parent.parent / "man"
+    if not man.is_dir():
+        pytest.skip("no man pages in this tree")
+    for r in options.TABLE:
+        for command in COMMANDS:
+            if r.takes(command) and r.name in params(command):
+                page = man / f"spamnb-{command.replace(' ', '-')}.1"
+                if page.exists():
+                    assert r.flags[0].replace("-", "\\-") in page.read_text() or r.flags[0] in page.read_text(), \
+                        (page, r)
+
+
+@pytest.mark.parametrize("row", [r for r in options.TABLE if r.low is not None or r.high is not None], ids=repr)
+def test_a_rows_bounds_are_its_checks(row):
+    """The command line's bounds (click's range) are the ones a file's value meets."""
+    check = checks.CHECKS[row.check]
+    step = 1 if row.kind == "int" else 0.01
+    for bound, outside in ((row.low, -step), (row.high, step)):
+        if bound is None:
+            continue
+        check(bound)
+        with pytest.raises(ValueError):
+            check(bound + outside)
