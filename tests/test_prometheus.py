@@ -45,6 +45,26 @@ def spamd_check(port, raw):
         return s.recv(4096)
 
 
+def _prometheus(tmp_path, mport, pport):
+    """A real Prometheus scraping ``127.0.0.1:mport`` every second: (its process, a function
+    giving a PromQL query's results, None while it has none)."""
+    conf = tmp_path / "prometheus.yml"
+    conf.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
+                    f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n")
+    prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+    def results(q):
+        try:
+            data = json.loads(get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q})))
+        except OSError:
+            return None
+        return data["data"]["result"] if data.get("status") == "success" else None
+
+    return prom, results
+
+
 @needs
 def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
     port, mport, pport = free_port(), free_port(), free_port()
@@ -74,19 +94,7 @@ def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
         lint = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(), capture_output=True, timeout=60)
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
-        conf = tmp_path / "prometheus.yml"
-        conf.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
-                        f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n")
-        prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
-
-        def query(q):
-            try:
-                data = json.loads(get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q})))
-            except OSError:
-                return None
-            return data["data"]["result"] if data.get("status") == "success" else None
+        prom, query = _prometheus(tmp_path, mport, pport)
 
         def counted():
             result = query('sum by (via) (spamnb_messages_total{job="spamnb"})')
@@ -189,19 +197,10 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
         lint = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(), capture_output=True, timeout=60)
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
-        conf = tmp_path / "prometheus.yml"
-        conf.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
-                        f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n")
-        prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                                 f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        prom, results = _prometheus(tmp_path, mport, pport)
 
         def query(q):
-            try:
-                data = json.loads(get(f"http://127.0.0.1:{pport}/api/v1/query?" + urllib.parse.urlencode({"query": q})))
-            except OSError:
-                return None
-            result = data["data"]["result"] if data.get("status") == "success" else None
+            result = results(q)
             return float(result[0]["value"][1]) if result else None
 
         assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 1, 60)

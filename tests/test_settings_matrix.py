@@ -19,7 +19,8 @@ import subprocess
 
 import pytest
 
-from test_config import SPAMC, a_spam, free_port, needs_spamc, run, spamc_says, until, write  # noqa: F401
+from test_config import (SPAMC, a_spam, free_port, needs_spamc, run, spamc_says, system_file,  # noqa: F401
+                         until, user_file, write)
 from test_fastpath import compiled  # noqa: F401 (a fixture)
 from test_e2e import SPAMNB
 
@@ -180,14 +181,4 @@ def test_two_places_in_one_file_are_refused_with_file_and_line(system_file, a_sp
     assert res.returncode == 2 and f"{system_file}:4: [model] path and [store] url" in res.stderr.decode()
     res = run("filter", input=a_spam)
     assert res.returncode == 3 and res.stdout == a_spam and f"{system_file}:4:" in res.stderr.decode()
-
-
-@pytest.fixture
-def system_file():
-    return write(__import__("pathlib").Path(os.environ["SPAMNB_SYSTEM_CONFIG"]), "")
-
-
-@pytest.fixture
-def user_file():
-    return __import__("pathlib").Path(os.environ["HOME"]) / ".config" / "spamnb" / "config.toml"
 
