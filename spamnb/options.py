@@ -156,7 +156,11 @@ TABLE = (
     Row("history", ("--history",), "history", "path", "path", HISTORY, check=True, metavar="FILE",
         help={None: "Record each verdict in this SQLite file (default MODEL.history.sqlite, beside the model; "
                     "`spamnb web` shows it).",
-              "web": "The history to show (default MODEL.history.sqlite, beside the model)."}),
+              "web": "The history to show (default MODEL.history.sqlite, beside the model; with --store, the "
+                     "store's: every host's verdicts)."}),
+    Row("history_store", ("--history-store",), "history", "store", "bool", NO_HISTORY,
+        help="Record each verdict in the model's store (--store URL), where `spamnb web --store URL` shows "
+             "every host's: one history for a site."),
     Row("no_history", ("--no-history",), "history", "off", "bool", NO_HISTORY,
         help="Record nothing in the history."),
     Row("listen", ("--listen",), "web", "listen", "str", ("web",), check=True, default="127.0.0.1:8783",
@@ -213,11 +217,13 @@ del _row, _flag
 #: layer naming more than one of :data:`LOCATION` is a conflict.
 DECISION = DECISION_OPTIONS
 LOCATION = ("model_path", "store")
-HISTORY_CHOICE = ("history", "no_history")
+HISTORY_CHOICE = ("history", "history_store", "no_history")
 UNITS = (DECISION, LOCATION, HISTORY_CHOICE)
 #: Options that exclude each other on one command line: (names, the one-line error).
 EXCLUSIVE = ((("model_path", "store"), "give --model or --store, not both"),
-             (("history", "no_history"), "give --history FILE or --no-history, not both"))
+             (("history", "no_history"), "give --history FILE or --no-history, not both"),
+             (("history", "history_store"), "give --history FILE or --history-store, not both"),
+             (("history_store", "no_history"), "give --history-store or --no-history, not both"))
 #: The settings whose values travel with a message to the filter server (:mod:`spamnb.delivery.wire`).
 TRAVELS = tuple(dict.fromkeys(r.name for r in TABLE if r.travels))
 

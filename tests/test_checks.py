@@ -109,7 +109,7 @@ TYPE_ONLY = {
     **{key: "true or false" for key in [("model", "allow_insecure"), ("spamd", "store_users"), ("spamd", "allow_tell"),
                                         ("spamd", "allow_tell_served"), ("history", "off"),
                                         ("filter", "exit_zero"), ("filter", "learn"), ("log", "messages"),
-                                        ("imap", "force_plaintext"), ("imap", "learn_verdicts")]},
+                                        ("imap", "force_plaintext"), ("imap", "learn_verdicts"), ("history", "store")]},
 }
 
 

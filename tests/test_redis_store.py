@@ -817,6 +817,19 @@ def test_the_documented_acl_user_can_do_everything_the_store_does(tls_server, tr
         assert r.returncode == 0, (args, r.stderr)
     r = run("store", "pull", url, tmp_path / "pulled.joblib")
     assert r.returncode == 0 and b"acl-pw-1" not in r.stderr, r.stderr
+    # the history in the store: recorded, marked and read (what spamnb web --store reads) as this user
+    from spamnb.storage.redishistory import RedisHistory
+    from spamnb.storage.redisstore import RedisBackend
+
+    r = run("filter", "--store", url, "--history-store", input=spam.read_bytes())
+    assert b"X-Spam-Status" in r.stdout and b"history" not in r.stderr, r.stderr
+    r = run("learn", "--ham", "--store", url, "--history-store", spam)
+    assert r.returncode == 0 and b"history" not in r.stderr, r.stderr
+    hist = RedisHistory(RedisBackend.from_url(url))
+    hist.check()
+    rows = hist.rows(hist.ids(), bodies=True)
+    assert len(rows) == 1 and rows[0]["corrected"] == "ham" and rows[0]["raw"] == spam.read_bytes()
+    assert hist.corrected_ids() == [rows[0]["id"]] and hist.count("queue") == 0
     # and the ACL really binds: another prefix, or a command it was not given, is refused
     r = run("info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))
     assert r.returncode == 1 and b"Traceback" not in r.stderr and b"permission" in r.stderr.lower(), r.stderr

@@ -42,16 +42,17 @@ def fill(path, messages, *, unsure=(), extra=0, t0=None):
 
 
 class Web:
-    """``spamnb web`` in a subprocess; ``url`` is the one it printed (with the token)."""
+    """``spamnb web`` in a subprocess; ``url`` is the one it printed (with the token). ``where``:
+    the options naming what it shows, instead of ``--model MODEL --history HIST``."""
 
-    def __init__(self, model, hist, *extra, max_files=None):
+    def __init__(self, model, hist, *extra, max_files=None, where=None):
         def limit():  # the process's own limit of open files (its soft limit), as a test sets it
             import resource
 
             resource.setrlimit(resource.RLIMIT_NOFILE, (max_files, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
-        self.proc = subprocess.Popen(SPAMNB + ["web", "--model", str(model), "--history", str(hist),
-                                               "--listen", "127.0.0.1:0", *extra],
+        where = where or ["--model", str(model), "--history", str(hist)]  # or ["--store", URL]
+        self.proc = subprocess.Popen(SPAMNB + ["web", *where, "--listen", "127.0.0.1:0", *extra],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      preexec_fn=limit if max_files else None)
         self.lines = []

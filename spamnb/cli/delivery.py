@@ -8,9 +8,8 @@ import sys
 import click
 
 from spamnb import verdict
-from spamnb.cli.options import (cutoffs, decision_options, history_options, log_options, metrics_from,
+from spamnb.cli.options import (cutoffs, decision_options, history_of, history_options, log_options, metrics_from,
                                 metrics_options, model_options, notice, open_backend, options, pass_through, recorder)
-from spamnb.storage.locate import history_path
 from spamnb.verdict import EXIT_CODES, EXIT_ERROR, Boundary, deliver_unchanged, model_name
 
 
@@ -132,8 +131,20 @@ def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evid
             learned = False
     rec.message("filter", label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
                 user=_login(), learned=label if learned else None, why="filter-u")
-    where = history_path(history, backend.path)
-    if where:  # now, not through rec's writer thread: this process ends with the message
+    try:
+        where = history_of(history, backend)
+    except click.ClickException as exc:  # the verdict stands: deliver it, unrecorded
+        notice(f"history not recorded: {exc.format_message()}")
+        where = None
+    if where and not isinstance(where, str):  # the store's history: one round trip
+        from spamnb.storage.store import ModelError
+
+        try:
+            where.record(raw, label, d.score, d.p, via="filter", learned=label if learned else None,
+                         cutoffs=d.cutoffs)
+        except ModelError as exc:
+            notice(f"history not recorded: {exc}")
+    elif where:  # now, not through rec's writer thread: this process ends with the message
         from spamnb.storage.history import record_now
 
         record_now(where, raw, label, d.score, d.p, via="filter", learned=label if learned else None,
@@ -221,7 +232,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
     meter = metrics_from(metrics_address, metrics_allow)
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
-    rec = recorder(log_messages, log_format, log_to, meter, history_path(history, backend.path))
+    rec = recorder(log_messages, log_format, log_to, meter, history_of(history, backend))
     if rec.history is not None:
         notice(f"recording verdicts in {rec.history.path}")
     spamd_models = []

@@ -7,9 +7,8 @@ import sys
 
 import click
 
-from spamnb.cli.options import (decision_options, history_options, log_options, metrics_from, metrics_options,
-                                notice, options, recorder, run_alone, store_option)
-from spamnb.storage.locate import history_path
+from spamnb.cli.options import (decision_options, history_of, history_options, log_options, metrics_from,
+                                metrics_options, notice, options, recorder, run_alone, store_option)
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -156,8 +155,10 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     if metrics_address and not watch:
         raise click.UsageError("--metrics is for --watch")
     meter = metrics_from(metrics_address, metrics_allow)
-    beside = None if store_url(store, os.environ, s.model) else own  # a store's model has no file to sit beside
-    rec = recorder(log_messages, log_format, log_to, meter, None if dry_run else history_path(history, beside))
+    url = store_url(store, os.environ, s.model)
+    beside = None if url else own  # a store's model has no file to sit beside
+    rec = recorder(log_messages, log_format, log_to, meter,
+                   None if dry_run else history_of(history, url=url, model_path=beside))
     listener = None
     try:
         decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)

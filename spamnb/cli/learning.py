@@ -7,9 +7,8 @@ import os
 
 import click
 
-from spamnb.cli.options import (cutoffs, decision_note, decision_options, history_options, model_options, notice, open_backend,
-                                run_alone, skipper, source_options)
-from spamnb.storage.locate import history_path
+from spamnb.cli.options import (cutoffs, decision_note, decision_options, history_of, history_options, model_options,
+                                notice, open_backend, run_alone, skipper, source_options)
 
 
 def _learn_options(f):
@@ -67,18 +66,35 @@ def learn_into_own(messages, label, model_path, store, allow_insecure_model, his
     """Learn ``messages`` (``(raw, label)``) into the user's own model, made from the
     default one at their first learn, and mark their verdicts corrected in the history:
     what `spamnb learn` does with what it read. Returns the backend's counts."""
-    from spamnb.delivery.fastlearn import correct_history
     from spamnb.storage.modelfile import default_seed
     from spamnb.storage.where import own_backend
 
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    marked = history_path(history, backend.path)  # beside the model filter used: its history holds the verdicts
+    marked = history_of(history, backend)  # beside the model filter used: its history holds the verdicts
     if backend.is_default:  # a user's first learn: their own model, seeded with the default one
         backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
         notice(f"creating your model at {backend.name}, starting from the default model")
     done = backend.learn(messages, create=default_seed, warn=notice)
-    correct_history(marked, [raw for raw, _ in messages], label, notice)
+    mark_history(marked, [raw for raw, _ in messages], label)
     return done
+
+
+def mark_history(where, raws, label, forgotten=None):
+    """Mark ``raws``' verdicts corrected to ``label`` (:func:`spamnb.delivery.fastlearn.correct_history`'s
+    rule) in ``where``: a history file, the store's history (:func:`spamnb.cli.options.history_of`), or None.
+    A failure is one line, and the learning stands."""
+    from spamnb.delivery.fastlearn import correct_history
+
+    if where is None or isinstance(where, str):
+        correct_history(where, raws, label, notice, forgotten=forgotten)
+        return
+    from spamnb.storage.store import ModelError
+
+    if forgotten != 0:
+        try:
+            where.write([], [(raw, label, None, forgotten is not None) for raw in raws])
+        except ModelError as exc:
+            notice(f"history: correction not recorded: {exc}")
 
 
 @click.command()
@@ -90,17 +106,17 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     Example:
       spamnb forget --spam message.eml
     """
-    from spamnb.delivery.fastlearn import correct_history, forgot
+    from spamnb.delivery.fastlearn import forgot
 
     if label is None:
         raise click.UsageError("say how the messages were learned: --spam or --ham")
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     if backend.is_default:
         raise click.ClickException("there is no model of yours to forget from")
+    marked = history_of(history, backend)
     messages, _ = _labelled(sources, label, recursive, strict)
     n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
-    correct_history(history_path(history, backend.path), [raw for raw, _ in messages], label, notice,
-                    forgotten=n)
+    mark_history(marked, [raw for raw, _ in messages], label, forgotten=n)
     click.echo(forgot(n, label), err=True)
 
 

@@ -142,16 +142,56 @@ def store_option(f):
     return option("store")(f)
 
 
+class _InStore:
+    """The ``history`` of :func:`history_options` when it lives in the model's store."""
+
+    def __repr__(self):
+        return "IN_STORE"
+
+
+IN_STORE = _InStore()
+
+
 def history_options(f):
-    """``--history FILE`` / ``--no-history`` (``[history] path`` / ``off``), passed on as
-    ``history``: a path, False for none, None for the default beside the model
-    (:func:`spamnb.storage.locate.history_path`)."""
+    """``--history FILE`` / ``--history-store`` / ``--no-history`` (``[history] path`` /
+    ``store`` / ``off``), passed on as ``history``: a path, :data:`IN_STORE`, False for
+    none, None for the default beside the model (:func:`history_of`). The three are one
+    unit of the resolver: the most specific layer naming any of them chooses."""
 
     @functools.wraps(f)
-    def command(history, no_history, **kwargs):
-        return f(history=False if no_history else history, **kwargs)
+    def command(history, no_history, history_store, **kwargs):
+        if no_history:
+            history = False
+        elif history_store:
+            history = IN_STORE
+        return f(history=history, **kwargs)
 
-    return options("history", "no_history")(command)
+    return options("history", "history_store", "no_history")(command)
+
+
+def history_of(history, backend=None, *, url=None, model_path=None):
+    """Where a command records its verdicts: a file's path
+    (:func:`spamnb.storage.locate.history_path`), the store's history
+    (:class:`spamnb.storage.redishistory.RedisHistory`, for :data:`IN_STORE`: the store of
+    ``backend``, else of ``url``), or None."""
+    from spamnb.storage.locate import history_path
+
+    if history is not IN_STORE:
+        return history_path(history, backend.path if backend is not None else model_path)
+    from spamnb.storage.redisstore import RedisBackend
+    from spamnb.storage.store import ModelError
+
+    if backend is None and url:
+        try:
+            backend = RedisBackend.from_url(url)
+        except ModelError as exc:
+            raise click.ClickException(str(exc)) from None
+    if not isinstance(backend, RedisBackend):
+        raise click.UsageError("--history-store ([history] store) keeps the history in the model's store: "
+                               "give --store URL ([store] url)")
+    from spamnb.storage.redishistory import RedisHistory
+
+    return RedisHistory(backend)
 
 
 def decision_options(f):
@@ -386,13 +426,17 @@ def metrics_options(f):
 def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=notice):
     """The :class:`spamnb.delivery.events.Recorder` of the log options; ``history``:
     the history file it also records each message in
-    (:func:`spamnb.storage.locate.history_path`; None: none). A history that cannot
-    be used is said to ``log``, and the command goes on without it: deliveries
-    matter more than their record. Close it at the end."""
+    (:func:`spamnb.storage.locate.history_path`; None: none), or the store's
+    (:func:`history_of`). A history that cannot be used is said to ``log``, and the
+    command goes on without it: deliveries matter more than their record. Close it at the end."""
     from spamnb.delivery.events import Recorder
 
     kept = None
-    if history:
+    if history and not isinstance(history, (str, os.PathLike)):  # the store's: its writer says what fails
+        from spamnb.storage import redishistory
+
+        kept = redishistory.Recorder(history, log)
+    elif history:
         import sqlite3
 
         from spamnb.storage import history as hist

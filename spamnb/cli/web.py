@@ -35,9 +35,6 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
       spamnb web
       spamnb web --listen 192.0.2.10:8783 --allow 192.0.2.0/24
     """
-    import signal
-    import threading
-
     from spamnb.delivery import spamd
     from spamnb.storage.history import HistoryError, open_db
     from spamnb.storage.locate import history_path
@@ -61,8 +58,9 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
         checks.exposure(where[0], nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)")
     except ValueError as exc:
         raise click.UsageError(f"--listen {exc}") from None
-    if store:  # the page learns through a model file's journal; a store's history has no file beside it yet
-        raise click.UsageError("spamnb web shows and corrects a model file's history: give --model, not --store")
+    if store:  # the resolver's: an option, $SPAMNB_STORE or a file's [store] url, when the model is there
+        _serve_store(store, s["history"], where, nets, listen, verbose)
+        return
     path, is_default = resolve(model_path)
     if not path.exists():
         raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
@@ -77,10 +75,48 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
         server = WebServer((where[0], where[1]), site, allowed=spamd.LOOPBACK + nets, verbose=verbose)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    click.echo(f"spamnb web: serving {path} and its history {history}", err=True)
+    _run(server)
+
+
+def _serve_store(url, history, where, nets, listen, verbose):
+    """The page over the store's model and its history (every host's verdicts);
+    ``history``: the resolver's setting of ``--history``."""
+    from spamnb.storage import settings
+
+    from spamnb.delivery import spamd
+    from spamnb.storage.history import HistoryError
+    from spamnb.storage.redishistory import RedisHistory
+    from spamnb.storage.redisstore import RedisBackend
+    from spamnb.storage.store import ModelError
+    from spamnb.web.app import WebServer
+    from spamnb.web.storesite import StoreSite
+
+    if history.value and history.source == settings.OPTION:
+        raise click.UsageError("with --store the page shows the store's history: --history FILE is for a model file")
+    try:
+        backend = RedisBackend.from_url(url)
+        backend.settings()  # a store that is empty, unreachable or malformed: said now, not on the page
+        hist = RedisHistory(backend)
+        hist.check()
+    except (ModelError, HistoryError) as exc:
+        raise click.ClickException(str(exc)) from None
+    site = StoreSite(backend, log=notice, hist=hist)
+    try:
+        server = WebServer((where[0], where[1]), site, allowed=spamd.LOOPBACK + nets, verbose=verbose)
+    except OSError as exc:
+        raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
+    click.echo(f"spamnb web: serving the store {backend.name} and its history (every host's verdicts)", err=True)
+    _run(server)
+
+
+def _run(server):
+    import signal
+    import threading
+
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
-    click.echo(f"spamnb web: serving {path} and its history {history}", err=True)
     click.echo(f"spamnb web: open {server.url()}", err=True)
     try:
         while not stop.wait(1.0):

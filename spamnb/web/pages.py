@@ -152,6 +152,7 @@ def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
             f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
             f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
             f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
+            f'{" on " + e(r["host"]) if r.get("host") else ""}'
             f'<div class="muted">{e(r["user"])}</div></td><td>{state}</td><td class="act">{act}</td></tr>')
     table = (f'<table class="list history"><thead><tr><th>Date</th><th>Verdict</th><th>Message</th><th>Via</th>'
              f'<th>Learned</th><th></th></tr></thead><tbody>{"".join(items)}</tbody></table>') if rows else \
@@ -164,7 +165,7 @@ def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
 def message_page(row, raw, clues, csrf, flash="", *, root=""):
     facts = [("Date", when(row["t"])), ("From", row["sender"]), ("Subject", row["subject"]),
              ("Message-ID", row["message_id"]), ("User", row["user"]), ("Size", f'{row["size"]} bytes'),
-             ("Via", row["via"]), ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
+             ("Via", row["via"]), ("Host", row.get("host")), ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
              ("Corrected to", row["corrected"])]  # on this page, by an IMAP move, TELL or spamnb learn
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if v)
     back = f"/message/{row['id']}"

@@ -20,10 +20,18 @@ per-message ratios.
 The rows recorded are counted at the end (every message of every round of
 the "on" server, none of the other).
 
+With ``--store`` the two servers share a Redis store instead (a private
+``redis-server`` on a Unix socket, started here; the model pushed into it): one
+records its history in the store (``--history-store``), the other none; the
+spamd protocol only (``spamnb filter`` asks a store itself, not the server).
+Each round's pass is also timed per message by the spread of the per-round
+ratios (their quartiles), printed beside the median.
+
 Usage::
 
     python3 tools/benchmarks/bench_history.py              # 15 rounds
     python3 tools/benchmarks/bench_history.py --rounds 30 --model M.joblib
+    python3 tools/benchmarks/bench_history.py --store --rounds 40 --cold 0
 
 Without ``--model`` a model is trained on the shipped corpus first (about 30 s,
 not timed).
@@ -59,6 +67,33 @@ def via_wire(sock, model, raw):
     fastfilter.via_server(str(sock), raw, str(model), False, opts)
 
 
+def start_redis(tmp, model):
+    """A private redis-server on a Unix socket in ``tmp`` with ``model`` pushed into it:
+    ``(process, store URL)``."""
+    import shutil
+
+    from spamnb.storage.filestore import FileBackend
+    from spamnb.storage.redisstore import RedisBackend
+
+    server = shutil.which("redis-server")
+    if server is None:
+        raise SystemExit("bench_history.py: --store needs redis-server (apt-get install redis-server)")
+    sock = tmp / "redis.sock"
+    proc = subprocess.Popen([server, "--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700",
+                             "--save", "", "--appendonly", "no", "--dir", str(tmp)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"unix://{sock}?prefix=bench:"
+    deadline = time.monotonic() + 20
+    while not sock.exists():
+        if time.monotonic() > deadline:
+            proc.terminate()
+            raise SystemExit("bench_history.py: redis-server did not start")
+        time.sleep(0.05)
+    time.sleep(0.2)
+    RedisBackend.from_url(url).replace(FileBackend(model).model())
+    return proc, url
+
+
 def one_pass(send, messages):
     t = time.perf_counter()
     for raw in messages:
@@ -73,7 +108,11 @@ def main():
                     help="also time N messages through `spamnb filter` without a server, one process each "
                          "(its history written by the process itself; 0: skip)")
     ap.add_argument("--model", type=Path, help="a trained model (default: train one on the shipped corpus)")
+    ap.add_argument("--store", action="store_true",
+                    help="the history in a Redis store (a private redis-server) against none, spamd only")
     args = ap.parse_args()
+    if args.store:
+        args.cold = 0
     if args.model and not args.model.is_file():
         raise SystemExit(f"bench_history.py: --model {args.model}: no such file")
     # the bytecode an installed package has: under PYTHONDONTWRITEBYTECODE each process would compile
@@ -97,17 +136,26 @@ def main():
         for name in ("on", "off"):
             (tmp / name).mkdir()
         procs, note = [], lambda line: print(line, file=sys.stderr)
+        protos = ("spamd",) if args.store else ("filter", "spamd")
         try:  # each server's socket is DIR/run/sock, its log DIR/serve.log
-            procs.append(start_serve(spamnb_cmd(), model, tmp / "on", on_port, note))
-            procs.append(start_serve(spamnb_cmd(), model, tmp / "off", off_port, note, ["--no-history"]))
+            if args.store:
+                redis_proc, url = start_redis(tmp, model)
+                procs.append(redis_proc)
+                on, off = ["--store", url, "--history-store"], ["--store", url, "--no-history"]
+                served = None
+            else:
+                on, off, served = [], ["--no-history"], model
+            procs.insert(0, start_serve(spamnb_cmd(), served, tmp / "on", on_port, note, on))
+            procs.insert(0, start_serve(spamnb_cmd(), served, tmp / "off", off_port, note, off))
             servers = {"on": (tmp / "on" / "run" / "sock", on_port), "off": (tmp / "off" / "run" / "sock", off_port)}
             for sock, port in servers.values():  # warm up: the model's pages, the history's file
-                one_pass(lambda raw: via_wire(sock, model, raw), messages[:10])
+                if not args.store:
+                    one_pass(lambda raw: via_wire(sock, model, raw), messages[:10])
                 one_pass(lambda raw: spamd_check(port, raw), messages[:10])
-            times = {(proto, name): [] for proto in ("filter", "spamd") for name in servers}
+            times = {(proto, name): [] for proto in protos for name in servers}
             for r in range(args.rounds):
                 order = ["on", "off"] if r % 2 == 0 else ["off", "on"]
-                for proto in ("filter", "spamd"):
+                for proto in protos:
                     for name in order:
                         sock, port = servers[name]
                         send = ((lambda raw: via_wire(sock, model, raw)) if proto == "filter"
@@ -116,7 +164,7 @@ def main():
         except RuntimeError as e:  # a server that did not start, or a spamd reply without a verdict
             raise SystemExit(f"bench_history.py: {e}") from None
         finally:
-            for proc in procs:
+            for proc in procs[:2] if args.store else procs:
                 stop(proc, timeout=60)  # the history's last rows written before they are counted
         cold_env = {**os.environ, "SPAMNB_SOCKET": str(tmp / "no-server" / "socket")}
         flags = {"on": ["--history", str(tmp / "cold.sqlite")], "off": ["--no-history"]}
@@ -126,20 +174,33 @@ def main():
                     times.setdefault(("cold", name), []).append(one_pass(
                         lambda raw: subprocess.run(spamnb_cmd() + ["filter", "--model", str(model), *flags[name]],
                                                    input=raw, stdout=subprocess.DEVNULL, env=cold_env), [raw]))
-        db = sqlite3.connect(str(model) + ".history.sqlite")
-        recorded = db.execute("SELECT count(*) FROM verdicts").fetchone()[0]
-        db.close()
-    expected = 2 * len(messages) * args.rounds + 2 * 10  # and the warm-up's
+        if args.store:
+            from spamnb.storage.redishistory import RedisHistory
+            from spamnb.storage.redisstore import RedisBackend
+
+            recorded = RedisHistory(RedisBackend.from_url(url)).count()
+            stop(procs[2])
+        else:
+            db = sqlite3.connect(str(model) + ".history.sqlite")
+            recorded = db.execute("SELECT count(*) FROM verdicts").fetchone()[0]
+            db.close()
+    expected = len(protos) * len(messages) * args.rounds + len(protos) * 10  # and the warm-up's
     print(f"{len(messages)} messages x {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
-    print(f"{'protocol':<8} {'history off':>12} {'history on':>12} {'on/off (median of pairs)':>27}")
+    print(f"history {'in the store (--history-store)' if args.store else 'in MODEL.history.sqlite'}")
+    print(f"{'protocol':<8} {'history off':>12} {'history on':>12} {'on/off (median of pairs)':>27} "
+          f"{'quartiles':>15} {'median +-':>10}")
     worst = 0.0
-    for proto in ("filter", "spamd", "cold")[:3 if args.cold else 2]:
+    for proto in (*protos, "cold")[:len(protos) + (1 if args.cold else 0)]:
         off_t, on_t = times[(proto, "off")], times[(proto, "on")]
-        ratio = statistics.median(a / b for a, b in zip(on_t, off_t))  # per round; cold: per message
+        ratios = [a / b for a, b in zip(on_t, off_t)]  # per round; cold: per message
+        ratio = statistics.median(ratios)
+        q = statistics.quantiles(ratios, n=4) if len(ratios) > 1 else [ratio] * 3
+        # the median's own noise: 1.2533 sigma / sqrt(n), sigma estimated from the quartiles (IQR / 1.349)
+        noise = 1.2533 * (q[2] - q[0]) / 1.349 / len(ratios) ** 0.5
         if proto != "cold":  # the goal is the server's; the cold line is for information
             worst = max(worst, ratio)
         print(f"{proto:<8} {statistics.median(off_t) * 1e3:>9.2f} ms {statistics.median(on_t) * 1e3:>9.2f} ms "
-              f"{ratio:>27.3f}")
+              f"{ratio:>27.3f} {q[0]:>7.3f}-{q[2]:<7.3f} {noise:>10.3f}")
     print(f"rows recorded by the 'on' server: {recorded} of {expected} sent to it")
     print(f"goal (serve, both protocols): at most 1.10 -> {'met' if worst <= 1.10 else 'NOT met'} "
           f"(worst {worst:.3f})")
