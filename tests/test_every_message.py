@@ -60,10 +60,14 @@ def test_refused_and_failed_messages_each_get_a_line_with_what_is_known(compiled
         with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
             s.sendall(b"CHECK SPAMC/1.5\r\nUser: bob\r\nContent-length: nine\r\n\r\nhello")
             assert b"76 Bad header line" in s.recv(4096)
+        res = run("filter", "--model", compiled, "--socket", str(tmp_path / "run" / "socket"), input=big)
+        assert res.returncode in (0, 1, 2) and b"X-Spam-Status:" in res.stdout  # refused: the filter judged it
     finally:
         lines = stop(proc)
     errors = {ev["kind"]: ev for ev in lines if ev["event"] == "error"}
-    assert set(errors) == {"too_big", "ex_dataerr", "ex_protocol"}, lines
+    assert set(errors) == {"too_big", "ex_dataerr", "ex_protocol", "refused"}, lines
+    assert errors["refused"]["via"] == "socket" and int(errors["refused"]["size"]) == len(big)
+    assert "mail" not in errors["refused"]  # the filter judges it: not unscanned
     too_big = errors["too_big"]
     assert too_big["mail"] == "unscanned" and int(too_big["size"]) == len(big) and too_big["user"] == "alice"
     assert too_big["raddr"] == "127.0.0.1" and too_big["mid"] == "<big@example.org>"
@@ -74,7 +78,7 @@ def test_refused_and_failed_messages_each_get_a_line_with_what_is_known(compiled
     log = tmp_path / "log"
     log.write_text("\n".join(events.format_line(ev) for ev in lines) + "\n")
     out = run("stats", log).stdout.decode()
-    assert "passed unscanned: 3 (spamd 3)" in out and "errors: 3" in out
+    assert "passed unscanned: 3 (spamd 3)" in out and "errors: 4" in out
     assert "too_big      via spamd          1" in out
 
 

@@ -99,7 +99,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except (OSError, ValueError, wire.WireError) as exc:
             srv.log(f"request refused: {exc}")
             if not str(exc).startswith("connection closed after 0 "):  # a connection that sent nothing: no message
-                srv.recorder.error("refused", str(exc), via="socket")
+                srv.recorder.error("refused", str(exc), via="socket", size=getattr(exc, "size", None))
             self._reply(wire.DECLINED, reason=str(exc))
             return
         try:

@@ -62,6 +62,14 @@ class WireError(Exception):
     """A malformed, truncated or oversized message on the socket."""
 
 
+class TooLarge(WireError):
+    """A request announcing a message over the server's limit; ``size``: its length."""
+
+    def __init__(self, text, size):
+        super().__init__(text)
+        self.size = size
+
+
 def recv_exact(sock, n: int, deadline: float | None = None) -> bytes:
     """Exactly ``n`` bytes from ``sock``; WireError if the peer closes first, or
     when ``deadline`` (a ``time.monotonic()`` value) passes first.
@@ -124,7 +132,7 @@ def read_request_head(sock, max_body: int, deadline: float | None = None) -> tup
         raise WireError("not a spamnb request")
     mask, flags, plen, nlen, blen, *values = _REQUEST.unpack(pre[len(MAGIC):])
     if blen > max_body:
-        raise WireError(f"message of {blen} bytes is over the server's limit of {max_body}")
+        raise TooLarge(f"message of {blen} bytes is over the server's limit of {max_body}", blen)
     rest = recv_exact(sock, plen + nlen, deadline)
     header = {"model": os.fsdecode(rest[:plen]), "name": rest[plen:].decode("utf-8", "surrogatepass"),
               "allow_insecure": bool(flags & 1), "learn": bool(flags & 2),
