@@ -420,24 +420,30 @@ class Recorder:
             if self.dropped % 100 == 1:
                 self.log(f"history: the writer is behind, {self.dropped} record(s) dropped")
 
+    def _batch(self):
+        """What is queued, up to 100 items (waiting for the first): ``(rows, corrections,
+        stop)``; ``stop`` when :meth:`close` asked to end after them."""
+        item = self.queue.get()
+        batch = [item]
+        while item is not None and len(batch) < 100:
+            try:
+                item = self.queue.get_nowait()
+            except Exception:  # noqa: BLE001 - queue.Empty: write what we have
+                break
+            batch.append(item)
+        items = [i for i in batch if i is not None]
+        records = [row(raw, label, score, p, **kw) for kind, (raw, label, score, p, kw) in
+                   ((k, v) for k, v in items if k == "verdict")]  # add()'s
+        corrections = [v for k, v in items if k == "correction"]  # correct()'s
+        return records, corrections, batch[-1] is None
+
     def _run(self):
         import sqlite3
 
         while True:
-            item = self.queue.get()
-            batch = [item]
-            while item is not None and len(batch) < 100:
-                try:
-                    item = self.queue.get_nowait()
-                except Exception:  # noqa: BLE001 - queue.Empty: write what we have
-                    break
-                batch.append(item)
-            stop = batch[-1] is None
-            records = [i[1] for i in batch if i is not None and i[0] == "verdict"]  # add()'s
-            corrections = [i[1] for i in batch if i is not None and i[0] == "correction"]  # correct()'s
+            records, corrections, stop = self._batch()
             try:
-                write(self.db, [row(raw, label, score, p, **kw) for raw, label, score, p, kw in records],
-                      corrections=corrections)
+                write(self.db, records, corrections=corrections)
             except (sqlite3.Error, OSError) as exc:
                 self.log(f"history: {len(records) + len(corrections)} record(s) not written: {exc}")
             if stop:

@@ -372,23 +372,13 @@ class Recorder:
     add = sqlhist.Recorder.add
     correct = sqlhist.Recorder.correct
     _put = sqlhist.Recorder._put
+    _batch = sqlhist.Recorder._batch
 
     def _run(self):
         while True:
-            item = self.queue.get()
-            batch = [item]
-            while item is not None and len(batch) < 100:
-                try:
-                    item = self.queue.get_nowait()
-                except Exception:  # noqa: BLE001 - queue.Empty: write what we have
-                    break
-                batch.append(item)
-            stop = batch[-1] is None
-            records = [i[1] for i in batch if i is not None and i[0] == "verdict"]
-            corrections = [i[1] for i in batch if i is not None and i[0] == "correction"]
+            records, corrections, stop = self._batch()
             try:
-                self.hist.write([sqlhist.row(raw, label, score, p, **kw) for raw, label, score, p, kw in records],
-                                corrections)
+                self.hist.write(records, corrections)
                 if self.failing:
                     self.log("history: the store records again")
                 self.failing = False
