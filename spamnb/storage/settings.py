@@ -1,8 +1,8 @@
 """Configuration files: where they are, who may write them, what they say, and which one wins.
 
 One TOML file format (``tomllib``) in tables (``[model]``, ``[decision]``,
-``[serve]``, ``[spamd]``, ``[filter]``, ``[imap]``, ``[log]``, ``[metrics]``),
-read in this order, a later one overriding an earlier one key by key:
+``[filter]`` and the others: each row of :data:`spamnb.options.TABLE` names its
+table), read in this order, a later one overriding an earlier one key by key:
 
 1. built-in defaults (the commands' own);
 2. the system file ``/etc/spamnb/spamnb.toml`` (``$SPAMNB_SYSTEM_CONFIG`` names
