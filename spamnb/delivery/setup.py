@@ -11,8 +11,8 @@ recipe file that did not exist.
 Why the user's own mail and not the default model: with 30 of a user's ham and
 10 of their spam, a model of their own left none of their next 300 ham unsure
 and caught 84-89% of new spam, where the default model (2002 mail) caught 41%
-of today's spam (issue 32's figures). Below those counts (:data:`MIN_HAM`,
-:data:`MIN_SPAM`) setup trains nothing and keeps the default model.
+of today's spam (measured on mail nobody here tuned on). Below those counts
+(:data:`MIN_HAM`, :data:`MIN_SPAM`) setup trains nothing and keeps the default model.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from dataclasses import dataclass, field
 
 from spamnb.mail import sources
 
-#: Fewest sorted messages setup trains on: the counts behind issue 32's figures
+#: Fewest sorted messages setup trains on: the counts behind the figures above
 #: (30 ham + 10 spam of a user's own beat the default model on their later mail).
 MIN_HAM = 30
 MIN_SPAM = 10
-#: Sorted mail from which a user's first day held issue 32's target (at most 1% of their
+#: Sorted mail from which a user's first day held the first-day target (at most 1% of their
 #: ham unsure or spam, 95% of spam caught) in every window after their first 100 messages
 #: (docs/accuracy.md, "The first day after spamnb setup"). Below it setup still trains (the
 #: target held on average from 30 + 10, with corrections made at once) and says so.
