@@ -12,7 +12,7 @@ paired runs mean much):
 * ``spamnb server``   the same with ``spamnb serve`` running (client start included)
 
 and batch throughput: ``spamnb classify MAILDIR --jobs 1|2`` and
-``bogofilter -B`` over the same messages. The issue's budgets (80 ms cold, 15 ms
+``bogofilter -B`` over the same messages. The budgets (80 ms cold, 15 ms
 through the server, set where bogofilter took 1.7 ms) are checked as ratios to
 bogofilter in the same run.
 

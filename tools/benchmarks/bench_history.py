@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What recording the history costs a delivery through ``spamnb serve`` (issue 31).
+"""What recording the history costs a delivery through ``spamnb serve``.
 
 Two servers on the same model, one with its history (``MODEL.history.sqlite``,
 the default) and one with ``--no-history``, each on its own private socket

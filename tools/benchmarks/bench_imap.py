@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """``spamnb imap`` against the same work on a maildir: training, one filter pass, round trips.
 
-Issue 19's figures, measured in one run against a private Dovecot on 127.0.0.1
+Measured in one run against a private Dovecot on 127.0.0.1
 (``tests/dovecot.py``; plaintext IMAP, no TLS) and, for comparison, the same
 messages in maildirs on the same disk:
 

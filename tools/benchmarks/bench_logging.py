@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the line per message costs the server (issue 29: at most 5% of its per-message time).
+"""What the line per message costs the server (the budget: at most 5% of its per-message time).
 
 Measured in one run, two ways (the machine is shared: only ratios of paired runs mean much):
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """This tree against another revision: ``train``, ``classify`` of a folder, the server per message.
 
-A speed change (issue 33: the tokenizer and the training pipeline) must show where
+A speed change (to the tokenizer or the training pipeline) must show where
 users meet it. Each measure runs this tree's ``spamnb`` and a reference revision's
 (its ``spamnb`` package taken out of git into a temporary folder and run by the same
 interpreter and libraries, ``python -m spamnb`` with ``PYTHONPATH`` set), alternating

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""``spamc -c`` through ``spamnb serve --spamd`` against SpamAssassin's ``spamd -L`` (issue 18).
+"""``spamc -c`` through ``spamnb serve --spamd`` against SpamAssassin's ``spamd -L``.
 
 What a Postfix or procmail setup runs: a new ``spamc -c`` process per message,
 the message on stdin, ``SCORE/THRESHOLD`` and exit status 1 (spam) or 0 (not)
@@ -17,7 +17,7 @@ Measured in one run (the machine is shared: only ratios of paired runs mean much
    process each, interleaved message by message (which server goes first
    alternates), after untimed warm-up messages (two per client, concurrently). Median and p90 ms per
    message, and the median of the per-message ratios spamnb/spamd (the
-   issue's target: at most 0.1).
+   target: at most 0.1).
 2. throughput: ``--concurrency`` threads each running ``spamc -c`` over its
    share of the messages, one pass per server in the order spamnb, spamd,
    spamd, spamnb (so a drift in load hits both); messages per second over the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The Redis store against the model file, through ``spamc`` (issue 30, docs/many-hosts.md).
+"""The Redis store against the model file, through ``spamc`` (docs/many-hosts.md).
 
 Two ``spamnb serve --spamd`` servers on loopback answer the same messages: one
 with the model file (``--model``), one with the same model pushed to a private
@@ -10,7 +10,7 @@ shared: the ratios of paired runs are the figures):
 1. latency: each message of the shipped held-out maildir (corpora/sample-maildir)
    sent once to each server by a ``spamc -c`` process, interleaved (which server
    goes first alternates); median ms and the median per-message ratio store/file
-   (the issue's goal: at most 1.5);
+   (the goal: at most 1.5);
 2. throughput: ``--concurrency`` (8) threads running ``spamc -c`` over the
    messages, a pass per server in the order file, store, store, file; messages
    per second and the ratio store/file;

@@ -110,7 +110,7 @@ def shippable(raw):
 
 def write_archive(out_path, name, folder, entries, cut=None):
     index = "".join(f"{label} {rel}\n" for label, rel in entries).encode()
-    # xz, not gzip, though `spamnb train --index` pays for it (issue 33): the shipped
+    # xz, not gzip, though `spamnb train --index` pays for it: the shipped
     # archive (36.8 MB as tar) is 5.0 MB as xz -9 and 8.6 MB as gzip -9 (+72% in the
     # wheel); decompressing it costs 0.50-0.53 CPU s against gzip's 0.16-0.18 (bz2:
     # 6.8 MB, 2.1 s), 0.35 s of a train of 8-9 CPU s. Reading the tar stream in larger

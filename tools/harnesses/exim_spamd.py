@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Exim's ``spam =`` ACL condition against ``spamnb serve --spamd``, end to end.
 
-Issue 18: a real Exim (Debian's ``exim4-daemon-heavy``, built with content
+A real Exim (Debian's ``exim4-daemon-heavy``, built with content
 scanning) with ``spamd_address`` pointing at spamnb, a ham and a spam sent to
 it through an SMTP session, and the ham delivered to a local maildir with the
 headers Exim wrote from spamnb's verdict. Everything lives in a temporary

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """spamass-milter in front of a real Postfix, against ``spamnb serve --spamd``, end to end.
 
-Issue 27: Debian's spamass-milter 0.4 (the milter that runs ``spamc`` for each
+Debian's spamass-milter 0.4 (the milter that runs ``spamc`` for each
 message at the end of DATA and acts on the ``X-Spam-*`` headers of its answer)
 in a private Postfix instance (:mod:`postfix_spamc`'s, with ``smtpd_milters``
 instead of a content filter), spamc pointed at spamnb. Four milter settings,

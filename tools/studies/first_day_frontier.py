@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Is the first-day target a cut-off away? Unfamiliar ham against unfamiliar spam.
 
-Issue 17 asks that a new user's model leave at most 5% of unfamiliar ham unsure
-or spam *and* catch far more than 45% of unfamiliar spam. Any lever that makes
+The first-day target: a new user's model leaves at most 5% of unfamiliar ham unsure
+or spam *and* catches far more than 45% of unfamiliar spam. Any lever that makes
 the model judge unfamiliar mail more kindly (a prior, a cut-off, evidence
 shrunk towards the prior) files more unfamiliar ham as ham and catches less
 unfamiliar spam; the question is whether one moves that trade or only slides

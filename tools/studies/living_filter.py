@@ -45,7 +45,7 @@ of a new user who gets business mail::
         --corpus ../shared/corpora/enron-ham-dev --corpus ../shared/corpora/spamassassin \\
         --only '/farmer-d/|/spam_2\\.' --limit 3000
 
-``--start setup`` is the first day after ``spamnb setup`` (issue 32): setup's own
+``--start setup`` is the first day after ``spamnb setup``: setup's own
 code (:mod:`spamnb.delivery.setup`'s ``propose``, screened by the default model,
 and ``train``) learns an INBOX of the owner's ``--setup-ham`` earliest ham
 (enron-ham-dev, one ``--owner``) and a ``.Junk`` of the ``--setup-spam`` earliest
@@ -182,7 +182,7 @@ def living(messages, rule, delay=0, make=SpamModel):
 #: classes apart; a stream that learns its spam keeps these fields only, of both classes.
 README_FIELDS = (b"subject", b"from", b"content-type", b"content-transfer-encoding")
 FIRST_DAY_WINDOWS = [(0, 100), (100, 300), (300, 600), (600, 1000)]
-#: Issue 32's target after the first 100 messages: at most 1% of ham unsure or spam,
+#: The first-day target after the first 100 messages: at most 1% of ham unsure or spam,
 #: at least 95% of spam caught (filed spam).
 TARGET_AFTER, TARGET_HAM_PCT, TARGET_CAUGHT_PCT = 100, 1.0, 95.0
 
@@ -289,7 +289,7 @@ def first_day_rows(runs, wins):
 
 
 def target_met(rows_after):
-    """Whether the pooled rates after the first 100 meet issue 32's target: ``(ham ok, spam ok)``."""
+    """Whether the pooled rates after the first 100 meet the first-day target: ``(ham ok, spam ok)``."""
     ham, caught, _ = rows_after
     return 100.0 * ham[3] / max(ham[4], 1) <= TARGET_HAM_PCT, 100.0 * caught[3] / max(caught[4], 1) >= TARGET_CAUGHT_PCT
 
@@ -382,7 +382,7 @@ def main():
     first.add_argument("--spam-share", type=float, default=0.5, help="the share of spam in the later stream")
     first.add_argument("--order", choices=("date", "shuffled"), default="date",
                        help="each class of the later stream in date order or shuffled by the order's seed")
-    first.add_argument("--check", action="store_true", help="exit 1 when issue 32's target is not met")
+    first.add_argument("--check", action="store_true", help="exit 1 when the first-day target is not met")
     args = ap.parse_args()
     try:
         only = re.compile(args.only) if args.only else None

@@ -118,7 +118,7 @@ LATER = re.compile(r"/(easy_ham_2|spam_2)\.\d")  # its 2003-2005 ones
 
 _HAM_P, _SPAM_P = cutoffs_from_costs(*DEFAULT_COSTS)  # the default cut-offs: P(spam) 0.5 and 0.95
 SPAM_CUT = math.log(_SPAM_P / (1 - _SPAM_P))  # as log-odds (log 19); ham below 0
-TARGET = 0.05  # at most 5% of unfamiliar ham unsure or spam (issues 17 and 32)
+TARGET = 0.05  # at most 5% of unfamiliar ham unsure or spam (the first-day target)
 MODERN_HELD = re.compile(r"/pot-[^/]*$")  # modern-spam-dev's non-commercial part: judged, never trained on
 
 
