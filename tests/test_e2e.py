@@ -211,7 +211,7 @@ def procmail_deliver(home: Path, raw: bytes, *settings: str):
 def test_procmail_readme_recipe_files_spam_into_junk(user_home, confident):
     maildir = user_home / "Maildir"
     spams, hams = confident["spam"][:2], confident["ham"][:2]
-    # a sender's forged verdict (issue 27) reaches neither the recipe nor the user
+    # a sender's forged verdict reaches neither the recipe nor the user
     hams[1] = hams[1].replace(b"\nSubject:", b"\nX-Spam-Flag: YES\nX-Spam-Status: Yes, score=99.0 required=5.0"
                               b"\nX-Spam-Level: **********\nSubject:", 1)
     for raw in spams + hams:
@@ -312,7 +312,7 @@ def quick_start_trains():
 
 
 def test_the_quick_start_trains_on_a_real_maildir_and_on_mbox_files(tmp_path):
-    """Issue 26 item 5: a Maildir++ as Dovecot and procmail make it (INBOX, .Archive, .Junk,
+    """A Maildir++ as Dovecot and procmail make it (INBOX, .Archive, .Junk,
     .Sent) and mbox files (~/mail/inbox, ~/mail/spam), each trained by its Quick start line."""
     import mailbox
 

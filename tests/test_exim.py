@@ -1,4 +1,4 @@
-"""Exim's ``spam =`` ACL condition against ``spamnb serve --spamd`` (issue 18).
+"""Exim's ``spam =`` ACL condition against ``spamnb serve --spamd``.
 
 Runs the core of ``tools/harnesses/exim_spamd.py`` with the small test model: a real
 Exim (Debian's ``exim4-daemon-heavy``) with a private ``-C`` configuration,

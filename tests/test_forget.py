@@ -1,4 +1,4 @@
-"""``forget`` undoes ``learn`` exactly, on every path (issue 26 item 2).
+"""``forget`` undoes ``learn`` exactly, on every path.
 
 Learning a message with tokens the model has never seen adds them to the
 vocabulary, and |V| is in every smoothed estimate (the multinomial's

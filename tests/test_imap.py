@@ -520,7 +520,7 @@ def test_watch_files_new_mail_as_it_arrives_and_survives_a_dropped_connection(do
 def test_the_delivery_filters_filing_in_junk_is_not_a_correction(dovecot, model, tmp_path):
     """procmail's recipe (`spamnb filter -u`, then X-Spam-Flag: YES -> .Junk) and the
     IMAP filter on one mailbox learn what the recipe alone learns; only the user's
-    move back of a misfiled ham is a correction (issue 26 item 1)."""
+    move back of a misfiled ham is a correction."""
     from spamnb.delivery.hook import add_headers
     from spamnb.verdict import header_lines
 

@@ -1,4 +1,4 @@
-"""The README's Quick start install has the default model (issue 26 item 4).
+"""The README's Quick start install has the default model.
 
 ``pip install .`` into a fresh venv, a fresh HOME with no model and no
 ``$SPAMNB_CORPUS``: the installed package carries the corpus the default model

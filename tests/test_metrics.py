@@ -141,7 +141,7 @@ def test_confusion_boundaries_and_two_state():
     # ham_cutoff == spam_cutoff: two-state, ham up to the cut-off, spam above it
     assert confusion_at_cutoffs(y, p, 0.7, 0.7) == Confusion(1, 0, 1, 1, 0, 1)
     assert confusion_at_cutoffs(y, p, 0.46, 0.46) == Confusion(1, 0, 1, 1, 0, 1)
-    # the case: cut-offs (0.5, 1.0), P = 1.0 is unsure in the filter, so here too
+    # cut-offs (0.5, 1.0): P = 1.0 is unsure in the filter, so here too
     assert confusion_at_cutoffs([0, 1], [0.5, 1.0], 0.5, 1.0) == Confusion(1, 0, 0, 0, 1, 0)
     # no known token: unsure whatever P says
     assert confusion_at_cutoffs(y, p, 0.7, 0.7, known=[0, 3, 0, 1]) == Confusion(0, 1, 1, 0, 1, 1)

@@ -1,4 +1,4 @@
-"""spamass-milter in front of a real Postfix, against ``spamnb serve --spamd`` (issue 27).
+"""spamass-milter in front of a real Postfix, against ``spamnb serve --spamd``.
 
 Runs ``tools/harnesses/postfix_milter.py``'s exchange with the small test model: with
 ``-r -1`` and ``-r 3`` the spam is refused at SMTP time and the ham (also one

@@ -499,7 +499,7 @@ def test_concurrent_learn_loses_nothing(model_file, tmp_path):
 
 @pytest.mark.slow
 def test_concurrent_learn_loses_nothing_8x200(model_file, tmp_path):
-    """The issue's figure: 8 processes each learning 200 messages (4 learns of 50)."""
+    """docs/promises.md's figure: 8 processes each learning 200 messages (4 learns of 50)."""
     _concurrent_learn(model_file, tmp_path, workers=8, batches=4, per_batch=50)
 
 

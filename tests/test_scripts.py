@@ -238,7 +238,7 @@ def test_main_sh_ends_with_the_comparison_against_the_gold_labels(trained_model_
 
 
 def test_test_sh_finds_the_daemons_in_sbin_off_a_users_path(tmp_path):
-    """Issue 26 item 6: dovecot and exim4 install to /usr/sbin, not on a user's PATH."""
+    """dovecot and exim4 install to /usr/sbin, not on a user's PATH."""
     err, calls, _ = run_test_sh(tmp_path, uid=1000, have=all_but("dovecot", "exim4"), sbin=("dovecot", "exim4"))
     assert calls == [] and err == ""
     assert "SBIN:-/usr/sbin:/sbin" in (ROOT / "scripts" / "test.sh").read_text()  # where they are, by default
@@ -246,7 +246,7 @@ def test_test_sh_finds_the_daemons_in_sbin_off_a_users_path(tmp_path):
 
 @pytest.mark.slow
 def test_the_docs_classify_example_is_what_classify_prints(tmp_path):
-    """Issue 26 item 10: the `classify` example of docs/cli.md, run as it is written, on the
+    """The `classify` example of docs/cli.md, run as it is written, on the
     model its `train --index corpora/spamassassin.tar.xz` line makes (about a minute):
     the same header, first row and summary (all but the rate, which is the machine's)."""
     import re

@@ -1,4 +1,4 @@
-"""``spamnb setup`` walked as a new user would (issue 32, item 4).
+"""``spamnb setup`` walked as a new user would.
 
 A made Maildir++ in a fresh HOME (shipped sample mail, with the times a real
 mailbox has), setup run as a non-root user (a throwaway one made with ``useradd``
