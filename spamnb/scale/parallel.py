@@ -228,7 +228,7 @@ def plan(ham=(), spam=(), index=(), *, recursive=False, strict=False, on_error=N
          size: int = SHARD_SIZE, trust_index: bool = False) -> ShardPlan:
     """The shards of the messages ``--ham``/``--spam``/``--index`` name.
 
-    The messages, and their order, are those of :func:`spamnb.cli.labelled`
+    The messages, and their order, are those of :func:`spamnb.cli.options.labelled`
     (ham sources, spam sources, then index files). Every source is checked
     here, before any mail is read, so a typo fails at once. Message files
     become paths (read by the workers); other kinds are read here.
