@@ -192,7 +192,7 @@ def prune(model_path, store, allow_insecure_model, older_than, max_messages, max
 @click.command("cutoffs")
 @model_options
 @decision_options
-def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+def cutoffs_(model_path, store, allow_insecure_model, decision):
     """Show or set the model's stored cut-offs, in place (no retraining).
 
     Every command decides with the cut-offs stored in the model unless given
@@ -208,18 +208,17 @@ def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_uns
       spamnb cutoffs --cost-fp 20 --cost-unsure 0.5 --model /var/lib/spamnb/model.joblib
     """
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    given = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-    if all(v is None for v in given):
+    if not decision:
         if not backend.exists():
             raise click.ClickException(f"no model at {backend.name}")
-        cut = cutoffs(backend.view().cutoffs, *given)  # the stored ones (a scorer's are a pair)
+        cut = cutoffs(backend.view().cutoffs, decision)  # the stored ones (a scorer's are a pair)
         click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({backend.name})")
         decision_note()
         return
     if backend.is_default:
         raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "
                                    "of a model of yours (--model), or give them to each command")
-    old, new = backend.set_cutoffs(lambda old: cutoffs(old, *given))
+    old, new = backend.set_cutoffs(lambda old: cutoffs(old, decision))
     click.echo(f"cut-offs of {backend.name}: ham <= {old.ham_cutoff:.6g} -> {new.ham_cutoff:.6g}, "
                f"spam > {old.spam_cutoff:.6g} -> {new.spam_cutoff:.6g}", err=True)
 

@@ -384,6 +384,20 @@ def record_now(path, raw, label, score, p, *, log, leave_open=False, **kw):
         log(f"history not recorded: {exc}")
 
 
+class Now:
+    """A filter process's history: :meth:`add` records its one verdict at once
+    (:func:`record_now`), as the server's :class:`Recorder` queues one."""
+
+    def __init__(self, path, log, leave_open=False):
+        self.path, self.log, self.leave_open = path, log, leave_open
+
+    def add(self, raw, label, score, p, **kw):
+        record_now(self.path, raw, label, score, p, log=self.log, leave_open=self.leave_open, **kw)
+
+    def close(self):
+        pass
+
+
 class Recorder:
     """The server's recorder: :meth:`add` queues a record and returns at once; a
     writer thread writes what is queued in one transaction at a time."""

@@ -350,6 +350,24 @@ class RedisHistory:
         return [self._id(v) for v in self._call("read the history", self.client.hkeys, self.k["fix"])]
 
 
+class Now:
+    """A filter process's history in the store: :meth:`add` records its one verdict at
+    once (one round trip); a store that fails is a note to ``log``, the delivery goes on."""
+
+    def __init__(self, hist: RedisHistory, log):
+        self.hist, self.log = hist, log
+        self.path = hist.path
+
+    def add(self, raw, label, score, p, **kw):
+        try:
+            self.hist.record(raw, label, score, p, **kw)
+        except ModelError as exc:
+            self.log(f"history not recorded: {exc}")
+
+    def close(self):
+        pass
+
+
 class Recorder:
     """A server's recorder into the store: :meth:`add` and :meth:`correct` queue and return at
     once, as :class:`spamnb.storage.history.Recorder`'s; a writer thread sends what is queued
