@@ -283,13 +283,15 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=MODELS_OWN, rec=N
         return default_seed() if shared.is_default else shared.model()
 
     def learn(items):
-        mine.learn(items, create=seed, warn=notice)
+        """The pass's batch: its own verdicts (learned, not corrections) and the user's moves."""
+        verdicts, moves = [], []
         for raw, label in items:
             digest = hashlib.sha256(raw).digest()
-            if digest in own:
-                own.discard(digest)
-            else:
-                rec.learned(label, "imap", raw=raw, user=user)
+            (verdicts if digest in own else moves).append((raw, label))
+            own.discard(digest)
+        for batch, recorder in ((verdicts, None), (moves, rec)):
+            if batch:
+                pipeline.learn(mine, batch, via="imap", recorder=recorder, user=user, create=seed, warn=notice)
 
     return judge, learn
 

@@ -1,7 +1,7 @@
 """One message through the filter, whatever door it came in by.
 
 Every entrance that filters a message calls :func:`filter_one`, and every one that
-learns or forgets a message the user sorted calls :func:`learn_one`; each entrance
+learns or forgets messages the user sorted calls :func:`learn`; each entrance
 only translates its own protocol to and from them::
 
     door                 the model (a source)               what it hands back
@@ -10,7 +10,7 @@ only translates its own protocol to and from them::
     the filter server    the resident Backend                where the verdict goes, over the wire
     spamd                the user's Backend, else the site's  the Spam: line, or the message
     imap filter          the user's Backend                  a label: where the message moves
-    learn, forget, TELL, learn-moves, IMAPSieve, the page's buttons: learn_one
+    learn, forget, TELL, learn-moves, IMAPSieve, imap's moves, the page's buttons: learn
 
 One message is: read the model (:meth:`Source.read`), decide
 (:func:`spamnb.delivery.hook.decide`, the decision carried whole as a
@@ -177,28 +177,38 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
     return Outcome(d, kept, pos, block, learned, why_not, name)
 
 
-def learn_one(backend, raw, label, *, via, forget=False, recorder=None, user=None, raddr=None, was=None,
-              create=None, timeout=None, warn=None, later=None, toks=None):
-    """Learn (or, with ``forget``, forget) one message the user sorted as ``label`` in
-    ``backend``'s model, and record it (the line, the metrics, the history's correction).
-    The counts of :meth:`spamnb.storage.backend.Backend.learn` (``learned``, ``moved``,
-    ``forgotten``...): a message already learned so changes nothing and records
-    nothing. ``was``: the class it was filed as, when the door knows it. Errors are
-    raised (the door says them its way)."""
-    done = backend.learn([(raw, label, toks)], forget=forget, create=create, timeout=timeout, warn=warn,
-                         later=later)
-    if recorder is not None:
-        if forget and done.get("forgotten", 0):
-            recorder.forgotten(label, via, raw=raw, user=user, raddr=raddr)
-        elif not forget and done.get("learned", 0) + done.get("moved", 0):
-            if was is None and done.get("moved"):
-                was = "ham" if label == "spam" else "spam"
+def learn(store, items, *, via, forget=False, recorder=None, user=None, raddr=None, create=None, timeout=None,
+          warn=None, later=None) -> dict:
+    """Learn (or, with ``forget``, forget) messages the user sorted, ``(raw, label)``
+    items, in ``store``'s model (a :class:`spamnb.storage.backend.Backend`, or anything
+    with its ``learn``), and record them: each one's line, its count in the metrics and its
+    correction in the history, through ``recorder`` (``via``: the door, the line's
+    ``source=``). What every door that learns calls: ``learn``, ``forget``, their fast
+    path, ``learn-moves`` and the IMAPSieve pipe program (through ``learn``), spamd's
+    TELL, ``imap filter``'s moves, the page's buttons.
+
+    A batch that changed nothing (every message already learned so; nothing to forget)
+    records nothing: a correction is marked only when the model learned one. Returns the
+    counts of :meth:`spamnb.storage.backend.Backend.learn`; errors are raised (each door
+    says them its way) and nothing is recorded then."""
+    items = [(raw, label, None) for raw, label, *_ in items]
+    done = store.learn(items, forget=forget, create=create, timeout=timeout, warn=warn, later=later)
+    if recorder is None:
+        return done
+    if forget:
+        if done.get("forgotten", 0):
+            for raw, label, _ in items:
+                recorder.forgotten(label, via, raw=raw, user=user, raddr=raddr)
+    elif done.get("learned", 0) + done.get("moved", 0):
+        for raw, label, _ in items:
+            was = ("ham" if label == "spam" else "spam") if done.get("moved") and len(items) == 1 else None
             recorder.learned(label, via, raw=raw, user=user, was=was, raddr=raddr)
     return done
 
 
 class HistoryOnly:
-    """The recorder of a filter process that writes no line: the verdict goes to the
+    """The recorder of a process that writes no line (``filter`` without
+    ``--log-messages``, ``learn``, ``forget``): verdicts and corrections go to the
     history alone (``history``: anything with the ``add`` of
     :class:`spamnb.storage.history.Recorder`), without the cost of importing the line's
     writer on every delivery."""
@@ -213,6 +223,14 @@ class HistoryOnly:
         if self.history is not None and raw is not None:
             self.history.add(raw, label, score, p, via=via, user=user, dest=folder, learned=learned,
                              cutoffs=cutoffs)
+
+    def learned(self, label, source, *, raw=None, user=None, **_):
+        if self.history is not None and raw is not None:
+            self.history.correct(raw, label, user=user)
+
+    def forgotten(self, label, source, *, raw=None, user=None, **_):
+        if self.history is not None and raw is not None:
+            self.history.correct(raw, label, user=user, undo=True)
 
     def error(self, *args, **kwargs):
         pass

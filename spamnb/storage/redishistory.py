@@ -351,12 +351,15 @@ class RedisHistory:
 
 
 class Now:
-    """A filter process's history in the store: :meth:`add` records its one verdict at
-    once (one round trip); a store that fails is a note to ``log``, the delivery goes on."""
+    """The store's history for a process that handles one message or one batch, as
+    :class:`spamnb.storage.history.Now`: a verdict at once (one round trip), the
+    corrections in one round trip at :meth:`close`. A store that fails is a note to
+    ``log``: the delivery, or the learning, stands."""
 
     def __init__(self, hist: RedisHistory, log):
         self.hist, self.log = hist, log
         self.path = hist.path
+        self.corrections = []
 
     def add(self, raw, label, score, p, **kw):
         try:
@@ -364,8 +367,16 @@ class Now:
         except ModelError as exc:
             self.log(f"history not recorded: {exc}")
 
+    def correct(self, raw, label, user=None, undo=False):
+        self.corrections.append((raw, label, user, undo))
+
     def close(self):
-        pass
+        done, self.corrections = self.corrections, []
+        if done:
+            try:
+                self.hist.write([], done)
+            except ModelError as exc:
+                self.log(f"history: correction not recorded: {exc}")
 
 
 class Recorder:
