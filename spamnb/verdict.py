@@ -141,6 +141,71 @@ def cutoffs_from(model_cutoffs, cost_fp=None, cost_fn=None, cost_unsure=None,
     return check_cutoffs(model_ham, model_spam)
 
 
+class Decision:
+    """The decision options as one value: what a command, the wire, spamd's per-user
+    ``[decision]`` and the one pipeline carry whole, resolved once (the table's
+    :data:`DECISION_OPTIONS`, None where not given: the model's cut-offs then).
+
+    Adding a decision option is its row in :data:`spamnb.options.TABLE`, its name in
+    :data:`DECISION_OPTIONS` and its part of :func:`cutoffs_from`: everything that
+    carries a decision carries this value, by the names of that one list."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values=(), **given):
+        """``Decision((v, ...))`` in the order of :data:`DECISION_OPTIONS`, or
+        ``Decision(spam_cutoff=0.9)`` by name."""
+        unknown = set(given) - set(DECISION_OPTIONS)
+        if unknown:
+            raise TypeError(f"not a decision option: {', '.join(sorted(unknown))}")
+        values = tuple(values) or tuple(given.get(n) for n in DECISION_OPTIONS)
+        if len(values) > len(DECISION_OPTIONS):
+            raise TypeError(f"a decision has {len(DECISION_OPTIONS)} values, got {len(values)}")
+        #: the values in the order of :data:`DECISION_OPTIONS`, None where not given
+        self.values = values + (None,) * (len(DECISION_OPTIONS) - len(values))
+
+    @classmethod
+    def of(cls, settings):
+        """The decision of ``settings``, a mapping with (some of) the options' names;
+        other names are not the decision's and are left alone."""
+        return cls(settings.get(name) for name in DECISION_OPTIONS)
+
+    def given(self):
+        """``{name: value}`` of the options given."""
+        return {n: v for n, v in zip(DECISION_OPTIONS, self.values) if v is not None}
+
+    def cutoffs(self, model_cutoffs):
+        """The ``(ham, spam)`` cut-offs this decision applies over a model's
+        (:func:`cutoffs_from`); DecisionError for values that make no decision."""
+        return cutoffs_from(model_cutoffs, **self.given())
+
+    def check(self):
+        """DecisionError now for values that make no decision (costs and cut-offs
+        together, cut-offs out of order, a cost that is not one); returns self."""
+        self.cutoffs(cutoffs_from_costs(*DEFAULT_COSTS))
+        return self
+
+    def __bool__(self):
+        return any(v is not None for v in self.values)
+
+    def __eq__(self, other):
+        return isinstance(other, Decision) and self.values == other.values
+
+    def __hash__(self):
+        return hash(self.values)
+
+    def __repr__(self):
+        return f"Decision({self.shown()})"
+
+    def shown(self):
+        """The options given, as a line says them, or that the model's cut-offs apply."""
+        return ", ".join(f"{k}={v:g}" for k, v in self.given().items()) or "the model's cut-offs"
+
+
+#: No decision option given: every model's own cut-offs.
+MODELS_OWN = Decision()
+
+
 def evidence(known, class_counts):
     """How many of a message's tokens are evidence: ``known`` (tokens the model
     knows), or 0 while the model has not learned both classes. Until then its

@@ -298,3 +298,13 @@ def make_dovecot():
 def dovecot(make_dovecot):
     """A private Dovecot serving ``alice``/``secret`` on 127.0.0.1, stopped after the test."""
     return make_dovecot()
+
+
+def filter_message(model, raw: bytes, name: str, decision=None):
+    """``(output, label, learns)``: what ``spamnb filter`` writes for ``raw`` under ``model``
+    (a model or a compiled scorer), through the one pipeline every door filters with."""
+    from spamnb.delivery import pipeline
+    from spamnb.verdict import MODELS_OWN
+
+    out = pipeline.filter_one(raw, pipeline.ModelSource(model, name), via="filter", decision=decision or MODELS_OWN)
+    return out.message(), out.label, out.decided.learns

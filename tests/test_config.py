@@ -15,6 +15,7 @@ import pytest
 
 from spamnb.delivery import spamd
 from spamnb.storage.scorer import fresh_scorer
+from spamnb.verdict import Decision
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
 from test_server import start_server
@@ -204,7 +205,7 @@ def test_decision_overrides_the_model_on_every_local_path(system_file, compiled,
     # imap filter's judge
     from spamnb.cli.imap import _judge_and_learn
 
-    judge, _ = _judge_and_learn(str(compiled), decision=(None, None, None, 1.0, 0.0))
+    judge, _ = _judge_and_learn(str(compiled), decision=Decision(spam_cutoff=1.0, ham_cutoff=0.0))
     assert judge(a_spam)[0] == "unsure"
 
 
@@ -306,7 +307,7 @@ def test_a_users_own_decision_overrides_the_sites_for_spamd(compiled, a_spam, tm
     write(users / "bob" / "config.toml", "[decision]\nspam_cutoff = 'x'\n")  # broken: the site's applies
     served = Served(compiled, user_models=str(users))
     try:
-        served.models.decision = (None, None, None, 0.9, None)
+        served.models.decision = Decision(spam_cutoff=0.9)
         assert b"Spam: False" in served.ask(request("CHECK", a_spam, User="alice"))
         assert b"Spam: True ; " in served.ask(request("CHECK", a_spam, User="bob"))
         assert b"Spam: True ; " in served.ask(request("CHECK", a_spam))

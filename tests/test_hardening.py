@@ -28,9 +28,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from conftest import learnable_cutoffs, sample_message
+from conftest import filter_message, learnable_cutoffs, sample_message
 from spamnb.delivery import fastfilter, wire
-from spamnb.delivery.hook import add_headers, filter_message, replace_verdicts
+from spamnb.delivery.hook import add_headers, replace_verdicts
 from spamnb.mail.tokenizer import tokenize
 from spamnb.storage import locate
 from spamnb.storage.modelfile import load_model, save_model
@@ -300,7 +300,7 @@ def test_the_client_ignores_an_answer_that_is_not_a_verdict(tmp_path, compiled, 
         with pytest.raises(Fallback, match="not a verdict"):
             fastfilter.via_server(str(sock), raw, str(compiled), False, opts)
         res = filter_cmd(raw, "--model", str(compiled), "--socket", str(sock))
-        want, want_label, _ = filter_message(load_model(compiled), raw, "model.joblib", [None] * 5)
+        want, want_label, _ = filter_message(load_model(compiled), raw, "model.joblib")
         assert (res.stdout, res.returncode) == (want, {"spam": 0, "ham": 1, "unsure": 2}[want_label])
     finally:
         srv.close()
@@ -491,7 +491,7 @@ def test_idle_connections_cost_neither_memory_nor_threads(compiled, tmp_path):
     conns = []
     try:
         threads0, rss0 = _server_status(proc.pid)
-        head = wire.encode_request(str(compiled), "m", [None] * 5, b"x" * (64 * 1024 * 1024 - 1))[0]
+        head = wire.encode_request(str(compiled), "m", None, b"x" * (64 * 1024 * 1024 - 1))[0]
         closed = 0
         for i in range(60):  # each announces a 64 MB message, then sends nothing more
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

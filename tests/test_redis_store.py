@@ -823,12 +823,13 @@ def test_the_documented_acl_user_can_do_everything_the_store_does(tls_server, tr
 
     r = run("filter", "--store", url, "--history-store", input=spam.read_bytes())
     assert b"X-Spam-Status" in r.stdout and b"history" not in r.stderr, r.stderr
-    r = run("learn", "--ham", "--store", url, "--history-store", spam)
+    # learned as ham above: learning it as spam moves it, a correction the history marks
+    r = run("learn", "--spam", "--store", url, "--history-store", spam)
     assert r.returncode == 0 and b"history" not in r.stderr, r.stderr
     hist = RedisHistory(RedisBackend.from_url(url))
     hist.check()
     rows = hist.rows(hist.ids(), bodies=True)
-    assert len(rows) == 1 and rows[0]["corrected"] == "ham" and rows[0]["raw"] == spam.read_bytes()
+    assert len(rows) == 1 and rows[0]["corrected"] == "spam" and rows[0]["raw"] == spam.read_bytes()
     assert hist.corrected_ids() == [rows[0]["id"]] and hist.count("queue") == 0
     # and the ACL really binds: another prefix, or a command it was not given, is refused
     r = run("info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))

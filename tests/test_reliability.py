@@ -38,7 +38,8 @@ from spamnb.delivery import fastfilter
 from spamnb.mail import mime
 from spamnb.mail.mime import looks_like_mail
 from spamnb.storage import scorer
-from spamnb.delivery.hook import filter_message, verdict_place
+from conftest import filter_message
+from spamnb.delivery.hook import verdict_place
 from spamnb.verdict import may_hold_verdicts
 from spamnb.storage.modelfile import load_model, save_model
 from spamnb.mail.tokenizer import DEFAULT_CONFIG, tokenize
@@ -167,8 +168,8 @@ def test_fuzz_corpus_fast_and_full_filters_agree(trained_model, compiled, fuzz_i
     """In process, every kind: the scorer's bytes are the full model's bytes."""
     sc = scorer.load_scorer(scorer.scorer_path(compiled))
     for name, raw in fuzz_inputs.items():
-        full = filter_message(trained_model, raw, "m", [None] * 5)
-        assert filter_message(sc, raw, "m", [None] * 5) == full, name
+        full = filter_message(trained_model, raw, "m", None)
+        assert filter_message(sc, raw, "m", None) == full, name
         added_block(raw, full[0], {"spam": 0, "ham": 1, "unsure": 2}[full[1]])
 
 
@@ -260,7 +261,7 @@ def both_scorers(trained_model, compiled):
 def test_filter_functions_only_add_headers(both_scorers, raw):
     """The fast path's render and the full model's filter: same bytes, only our headers added."""
     model, sc = both_scorers
-    decision = [None] * 5
+    decision = None
     fast_out, fast_label, fast_learns = filter_message(sc, raw, "m", decision)
     full_out, full_label, full_learns = filter_message(model, raw, "m", decision)
     added_block(raw, full_out, {"spam": 0, "ham": 1, "unsure": 2}[full_label])
@@ -734,7 +735,7 @@ def test_server_path_fuzz_and_garbage(serving, compiled, fuzz_inputs, big_inputs
         assert (out, label) == fastfilter.cold(raw, str(compiled), False, opts), name
     # Garbage, an absurd length, a truncated request: declined or dropped, server unharmed.
     for junk in [b"GET / HTTP/1.0\r\n\r\n", wire.MAGIC + b"\xff" * 60, b"\x00" * 3,
-                 b"".join(wire.encode_request(str(compiled), "m", [None] * 5, b"x" * 100))[:-50]]:
+                 b"".join(wire.encode_request(str(compiled), "m", None, b"x" * 100))[:-50]]:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
             s.settimeout(10)
             s.connect(sock)

@@ -219,7 +219,7 @@ def test_a_client_dripping_bytes_is_dropped_at_the_deadline(serving, sock_path, 
     """The time limit is for the whole request: a byte every 0.1 s never lets one receive
     time out, and still the server gives up 0.5 s after the request began."""
     raw = sample_message("ham", 0).read_bytes()
-    request = b"".join(wire.encode_request(str(compiled), "model", [None] * 5, raw))
+    request = b"".join(wire.encode_request(str(compiled), "model", None, raw))
     drip = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     drip.connect(sock_path)
     start = time.monotonic()
@@ -295,7 +295,7 @@ def test_connections_from_other_users_are_refused(compiled, sock_path, monkeypat
             s.settimeout(10)
             s.connect(sock_path)
             try:
-                wire.send_all(s, wire.encode_request(str(compiled), "model.joblib", [None] * 5, raw))
+                wire.send_all(s, wire.encode_request(str(compiled), "model.joblib", None, raw))
                 reply = s.recv(100)
             except (BrokenPipeError, ConnectionResetError):  # closed before or with our request unread
                 reply = b""

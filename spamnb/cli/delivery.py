@@ -7,10 +7,9 @@ import sys
 
 import click
 
-from spamnb import verdict
-from spamnb.cli.options import (cutoffs, decision_options, history_of, history_options, log_options, metrics_from,
+from spamnb.cli.options import (checked, decision_options, history_of, history_options, log_options, metrics_from,
                                 metrics_options, model_options, notice, open_backend, options, pass_through, recorder)
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR, Boundary, deliver_unchanged, model_name
+from spamnb.verdict import EXIT_CODES, EXIT_ERROR
 
 
 class _FilterCommand(click.Command):
@@ -36,7 +35,7 @@ class _FilterCommand(click.Command):
 @log_options(False)
 @history_options
 def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence, socket_path,
-            cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, history):
+            decision, log_messages, log_format, log_to, history):
     """Filter one message from standard input to standard output.
 
     Adds X-Spam-Flag: YES (spam only) and X-Spam-Status: Yes|No, score=S
@@ -83,22 +82,16 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
       }
       to "$HOME/Maildir/"
     """
-    got = {"raw": b""}
+    from spamnb.delivery import fastfilter, pipeline
 
-    def fail(reason, exc):
-        if log_messages:  # the message goes on unscanned: its line says so
-            try:
-                recorder(True, log_format, log_to).error("failed", reason, via="filter", unscanned=True,
-                                                         raw=got["raw"], user=_login())
-            except Exception as exc2:  # noqa: BLE001 - a log line never costs a delivery
-                click.echo(f"spamnb: warning: no log line: {exc2}", err=True)
-        return deliver_unchanged(got["raw"], reason, exit_zero)
-
-    with Boundary(fail, interrupts=True) as boundary:
+    opts = {"learn_": learn_, "evidence": evidence, "log_messages": log_messages, "log_format": log_format,
+            "log_to": log_to, **decision.given()}
+    got = {"raw": None, "exit_zero": exit_zero, "opts": opts}
+    with fastfilter.filter_boundary(got, note=notice) as boundary:  # the same boundary as the fast path's
         raw = got["raw"] = sys.stdin.buffer.read()
-        out, label = _filter_message(raw, model_path, store, allow_insecure_model, learn_, evidence,
-                                     (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff),
-                                     recorder(log_messages, log_format, log_to), history)
+        backend = open_backend(model_path, store, allow_insecure_model)
+        out, label = fastfilter.filter_here(raw, pipeline.BackendSource(backend, warn=notice), opts,
+                                            fastfilter.recorder_for(opts, _history(history, backend)))
     if boundary.result is not None:
         sys.exit(boundary.result)
     code = 0 if exit_zero else EXIT_CODES[label]
@@ -110,55 +103,24 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
     sys.exit(code)
 
 
-def _filter_message(raw, model_path, store, allow_insecure_model, learn_, n_evidence, decision, rec, history=None):
-    import time
-
-    from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, not_learned
-
-    start = time.perf_counter()
-    backend = open_backend(model_path, store, allow_insecure_model)
-    kept, pos, block, d = filter_verdict(backend.view(), raw, model_name(backend.short_name, backend.is_default),
-                                         decision, n_evidence)
-    out, label, learns = kept[:pos] + block + kept[pos:], d.label, d.learns
-    learned = learn_ and learns and not backend.is_default
-    if learned:
-        from spamnb.storage.store import ModelError, lock_timeout
-
-        try:
-            backend.learn([(raw, label, None)], timeout=lock_timeout(LEARN_TIMEOUT), warn=notice)
-        except ModelError as exc:  # the verdict stands: deliver it, unlearned
-            click.echo(not_learned(exc), err=True)
-            learned = False
-    rec.message("filter", label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
-                user=_login(), learned=label if learned else None, why="filter-u")
+def _history(history, backend):
+    """Where ``filter`` records its verdict now (the history unit, :func:`history_of`):
+    a writer of the file or of the store's history, None for none. A history that
+    cannot be used is a note: the verdict stands, delivered unrecorded."""
     try:
         where = history_of(history, backend)
-    except click.ClickException as exc:  # the verdict stands: deliver it, unrecorded
+    except click.ClickException as exc:
         notice(f"history not recorded: {exc.format_message()}")
-        where = None
+        return None
     if where and not isinstance(where, str):  # the store's history: one round trip
-        from spamnb.storage.store import ModelError
+        from spamnb.storage import redishistory
 
-        try:
-            where.record(raw, label, d.score, d.p, via="filter", learned=label if learned else None,
-                         cutoffs=d.cutoffs)
-        except ModelError as exc:
-            notice(f"history not recorded: {exc}")
-    elif where:  # now, not through rec's writer thread: this process ends with the message
-        from spamnb.storage.history import record_now
+        return redishistory.Now(where, notice)
+    if where:  # now, not through a writer thread: this process ends with the message
+        from spamnb.storage.history import Now
 
-        record_now(where, raw, label, d.score, d.p, via="filter", learned=label if learned else None,
-                   cutoffs=d.cutoffs, log=notice)
-    return out, label
-
-
-def _login():
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
+        return Now(where, notice)
+    return None
 
 
 # -- serve -----------------------------------------------------------------------
@@ -176,8 +138,7 @@ def _login():
 @click.pass_context
 def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
           spamd_addresses, allow, user_models, store_users, allow_tell, allow_tell_served, spamd_max_bytes,
-          spamd_socket_mode, cost_fp, cost_fn, cost_unsure,
-          spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
+          spamd_socket_mode, decision, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -228,8 +189,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
             check_listening(spamd_addresses, allow)
         except ValueError as exc:
             raise click.UsageError(str(exc)) from None
-    decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-    cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *decision)  # a bad decision: a usage error now
+    checked(decision)  # a bad decision: a usage error now
     meter = metrics_from(metrics_address, metrics_allow)
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
     rec = recorder(log_messages, log_format, log_to, meter, history_of(history, backend))
@@ -253,8 +213,8 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     def reload():
         new = reread_decision(ctx)
         for models in spamd_models:
-            models.decision = new  # one assignment: a request in flight keeps the tuple it read
-        return f"configuration reread; decision {_shown(new)}"
+            models.decision = new  # one assignment: a request in flight keeps the decision it read
+        return f"configuration reread; decision {new.shown()}"
 
     try:
         run_server(socket_path or default_socket_path(), backend, max_bytes=max_bytes, timeout=timeout,
@@ -280,6 +240,7 @@ def reread_decision(ctx):
 
     from spamnb.cli.config import describe, problems
     from spamnb.storage import settings
+    from spamnb.verdict import DECISION_OPTIONS, Decision
 
     root = ctx.find_root()
     layers = settings.Layers.load(named=root.params.get("config_file"))
@@ -287,14 +248,6 @@ def reread_decision(ctx):
     found = problems(root.command, layers, command.split()[0])
     if found:
         raise settings.ConfigError(describe(found[0]))
-    given = {n: ctx.params[n] for n in verdict.DECISION_OPTIONS
-             if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
-    fresh = settings.resolve(command, given, layers=layers, names=verdict.DECISION_OPTIONS)
-    out = tuple(fresh[n].value for n in verdict.DECISION_OPTIONS)
-    cutoffs(verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS), *out)
-    return out
-
-
-def _shown(decision):
-    given = [f"{k}={v:g}" for k, v in zip(verdict.DECISION_OPTIONS, decision) if v is not None]
-    return ", ".join(given) or "the model's cut-offs"
+    given = {n: ctx.params[n] for n in DECISION_OPTIONS if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
+    fresh = settings.resolve(command, given, layers=layers, names=DECISION_OPTIONS)
+    return checked(Decision.of({n: s.value for n, s in fresh.items()}))

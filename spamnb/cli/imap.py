@@ -9,6 +9,7 @@ import click
 
 from spamnb.cli.options import (decision_options, history_of, history_options, log_options, metrics_from,
                                 metrics_options, notice, options, recorder, run_alone, store_option)
+from spamnb.verdict import MODELS_OWN
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
                  "force_plaintext")
@@ -129,9 +130,8 @@ def train(ham, spam, config_path, store, **kw):
 @decision_options
 @log_options(True)
 @metrics_options
-def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, store, cost_fp,
-            cost_fn, cost_unsure, spam_cutoff, ham_cutoff, log_messages, log_format, log_to, metrics_address,
-            metrics_allow, history, **kw):
+def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_run, config_path, store, decision,
+            log_messages, log_format, log_to, metrics_address, metrics_allow, history, **kw):
     """Classify new messages, move spam to Junk, learn from your moves.
 
     Each pass: a message you moved into Junk is learned as spam; one spamnb
@@ -161,7 +161,6 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
                    None if dry_run else history_of(history, url=url, model_path=beside))
     listener = None
     try:
-        decision = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
         folders = {"spam": s.junk or "Junk", "unsure": s.unsure_folder}
         judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user, store,
                                         lambda label: folders.get(label) or s.folder)
@@ -177,7 +176,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
             out = lib.Filter(client, s, lib.State.load(state_path), judge, learn, say, dry_run=dry_run,
                              unscanned=lambda size: rec.error("too_big", f"over {lib.MAX_MESSAGE} bytes: left "
                                                               "where it is", via="imap", unscanned=True, size=size,
-                                                              user=s.user)).run()
+                                                              user=s.user), recorder=rec).run()
             say(out.summary())
             return out
 
@@ -209,21 +208,46 @@ def _user_store(backend, user):
     return backend.for_user(user) if backend.per_user and user else backend
 
 
-def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=None, user=None, store=None,
+class _Account:
+    """The IMAP door's model (a :class:`spamnb.delivery.pipeline.Source`): the user's
+    own once there is one, else the shared one (:func:`_judge_and_learn`'s ``current``).
+    A verdict ``filter -u``'s rule learns is learned with the pass's moves, in one batch
+    (:class:`spamnb.delivery.imap.Filter`): :meth:`learn` remembers it for that."""
+
+    name = ""
+    learns = False
+
+    def __init__(self, current, learn_verdicts, own):
+        self.current, self.learn_verdicts, self.own = current, learn_verdicts, own
+
+    def read(self, raw):
+        from spamnb.delivery.hook import message_tokens
+
+        backend = self.current()
+        self.learns = self.learn_verdicts and not backend.is_default
+        model = backend.view()
+        return model, message_tokens(model, raw)
+
+    def learn(self, raw, label, toks, model):
+        import hashlib
+
+        self.own.add(hashlib.sha256(raw).digest())  # learned with the pass's batch, not as the user's move
+
+
+def _judge_and_learn(model_path, learn_verdicts=True, decision=MODELS_OWN, rec=None, user=None, store=None,
                      folder=None):
     """``judge(raw) -> (label, p, learn)`` with the user's model as it is now (their
     own once they have one, else the default, or a store's shared model) under
-    ``decision`` (the decision options: the model's cut-offs when all None), ``learn``
-    saying whether the verdict is learned as ``filter -u`` would learn it (never with
-    the default model), and ``learn(items)`` into their own model (made from the
-    default or shared one at the first correction, as `spamnb learn` does). ``rec``:
-    the Recorder of each message and of each correction learned; ``folder(label)``: where a
-    verdict files the message."""
+    ``decision`` (a :class:`spamnb.verdict.Decision`), through the one pipeline
+    (:func:`spamnb.delivery.pipeline.filter_one`), ``learn`` saying whether the verdict
+    is learned as ``filter -u`` would learn it (never with the default model), and
+    ``learn(items)`` into their own model (made from the default or shared one at the
+    first correction, as `spamnb learn` does). ``rec``: the Recorder of each message and
+    of each correction learned; ``folder(label)``: where a verdict files the message."""
     import hashlib
-    import time
 
+    from spamnb.delivery import pipeline
     from spamnb.delivery.events import NOTHING
-    from spamnb.delivery.hook import decide
     from spamnb.storage.modelfile import default_seed
     from spamnb.storage.where import open_backend, own_backend
 
@@ -247,37 +271,27 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=(None,) * 5, rec=
             shared[:] = [backend.resident()]
         return shared[0]
 
-    def judge(raw):
-        try:
-            return _judge(raw)
-        except Exception as exc:  # the message stays where it is, unfiltered (Filter's boundary): its line
-            rec.error("failed", f"{exc.__class__.__name__}: {exc}", via="imap", unscanned=True, raw=raw, user=user)
-            raise
+    account = _Account(current, learn_verdicts, own)
 
-    def _judge(raw):
-        start = time.perf_counter()
-        backend = current()
-        d = decide(backend.view(), raw, decision)
-        learns = learn_verdicts and not backend.is_default and d.learns
-        if learns:
-            own.add(hashlib.sha256(raw).digest())
-        rec.message("imap", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
-                    user=user, learned=d.label if learns else None, why="filter-u",
-                    folder=folder and folder(d.label))
-        return d.label, d.p, learns
+    def judge(raw):
+        out = pipeline.filter_one(raw, account, via="imap", decision=decision, learn=True, recorder=rec, user=user,
+                                  folder=folder, headers=False)
+        return out.label, out.decided.p, out.learned is not None
 
     def seed():
         shared = current()
         return default_seed() if shared.is_default else shared.model()
 
     def learn(items):
-        mine.learn(items, create=seed, warn=notice)
+        """The pass's batch: its own verdicts (learned, not corrections) and the user's moves."""
+        verdicts, moves = [], []
         for raw, label in items:
             digest = hashlib.sha256(raw).digest()
-            if digest in own:
-                own.discard(digest)
-            else:
-                rec.learned(label, "imap", raw=raw, user=user)
+            (verdicts if digest in own else moves).append((raw, label))
+            own.discard(digest)
+        for batch, recorder in ((verdicts, None), (moves, rec)):
+            if batch:
+                pipeline.learn(mine, batch, via="imap", recorder=recorder, user=user, create=seed, warn=notice)
 
     return judge, learn
 

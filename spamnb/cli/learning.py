@@ -69,32 +69,39 @@ def learn_into_own(messages, label, model_path, store, allow_insecure_model, his
     from spamnb.storage.modelfile import default_seed
     from spamnb.storage.where import own_backend
 
+    from spamnb.delivery import pipeline
+
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    marked = history_of(history, backend)  # beside the model filter used: its history holds the verdicts
+    marks = corrections(history, backend)  # beside the model filter used: its history holds the verdicts
     if backend.is_default:  # a user's first learn: their own model, seeded with the default one
         backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
         notice(f"creating your model at {backend.name}, starting from the default model")
-    done = backend.learn(messages, create=default_seed, warn=notice)
-    mark_history(marked, [raw for raw, _ in messages], label)
-    return done
+    try:
+        return pipeline.learn(backend, messages, via="learn", recorder=marks, create=default_seed, warn=notice)
+    finally:
+        marks.close()
 
 
-def mark_history(where, raws, label, forgotten=None):
-    """Mark ``raws``' verdicts corrected to ``label`` (:func:`spamnb.delivery.fastlearn.correct_history`'s
-    rule) in ``where``: a history file, the store's history (:func:`spamnb.cli.options.history_of`), or None.
-    A failure is one line, and the learning stands."""
-    from spamnb.delivery.fastlearn import correct_history
+def corrections(history, backend):
+    """The recorder of a learning command: the corrections it makes, marked in the history
+    of ``history`` (:func:`spamnb.cli.options.history_of`: a file, the store's, or none)
+    when it closes, in one transaction. A history that fails is one line: the learning stands."""
+    from spamnb.delivery.pipeline import HistoryOnly
 
-    if where is None or isinstance(where, str):
-        correct_history(where, raws, label, notice, forgotten=forgotten)
-        return
-    from spamnb.storage.store import ModelError
+    try:
+        where = history_of(history, backend)
+    except click.ClickException as exc:
+        notice(f"history: corrections not recorded: {exc.format_message()}")
+        where = None
+    if where is not None and not isinstance(where, str):
+        from spamnb.storage import redishistory
 
-    if forgotten != 0:
-        try:
-            where.write([], [(raw, label, None, forgotten is not None) for raw in raws])
-        except ModelError as exc:
-            notice(f"history: correction not recorded: {exc}")
+        return HistoryOnly(redishistory.Now(where, notice))
+    if where:
+        from spamnb.storage.history import Now
+
+        return HistoryOnly(Now(where, notice))
+    return HistoryOnly(None)
 
 
 @click.command()
@@ -113,10 +120,14 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     if backend.is_default:
         raise click.ClickException("there is no model of yours to forget from")
-    marked = history_of(history, backend)
+    from spamnb.delivery import pipeline
+
+    marks = corrections(history, backend)
     messages, _ = _labelled(sources, label, recursive, strict)
-    n = backend.learn(messages, forget=True, warn=notice)["forgotten"]
-    mark_history(marked, [raw for raw, _ in messages], label, forgotten=n)
+    try:
+        n = pipeline.learn(backend, messages, via="forget", forget=True, recorder=marks, warn=notice)["forgotten"]
+    finally:
+        marks.close()
     click.echo(forgot(n, label), err=True)
 
 
@@ -192,7 +203,7 @@ def prune(model_path, store, allow_insecure_model, older_than, max_messages, max
 @click.command("cutoffs")
 @model_options
 @decision_options
-def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+def cutoffs_(model_path, store, allow_insecure_model, decision):
     """Show or set the model's stored cut-offs, in place (no retraining).
 
     Every command decides with the cut-offs stored in the model unless given
@@ -208,18 +219,17 @@ def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_uns
       spamnb cutoffs --cost-fp 20 --cost-unsure 0.5 --model /var/lib/spamnb/model.joblib
     """
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    given = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
-    if all(v is None for v in given):
+    if not decision:
         if not backend.exists():
             raise click.ClickException(f"no model at {backend.name}")
-        cut = cutoffs(backend.view().cutoffs, *given)  # the stored ones (a scorer's are a pair)
+        cut = cutoffs(backend.view().cutoffs, decision)  # the stored ones (a scorer's are a pair)
         click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({backend.name})")
         decision_note()
         return
     if backend.is_default:
         raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "
                                    "of a model of yours (--model), or give them to each command")
-    old, new = backend.set_cutoffs(lambda old: cutoffs(old, *given))
+    old, new = backend.set_cutoffs(lambda old: cutoffs(old, decision))
     click.echo(f"cut-offs of {backend.name}: ham <= {old.ham_cutoff:.6g} -> {new.ham_cutoff:.6g}, "
                f"spam > {old.spam_cutoff:.6g} -> {new.spam_cutoff:.6g}", err=True)
 

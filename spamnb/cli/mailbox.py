@@ -20,8 +20,7 @@ from spamnb.cli.options import cutoffs, decision_options, model_options, open_ba
               help="Worker processes (output stays in input order).")
 @decision_options
 @source_options
-def classify(sources, model_path, store, allow_insecure_model, fmt, jobs, cost_fp, cost_fn, cost_unsure,
-             spam_cutoff, ham_cutoff, recursive, strict):
+def classify(sources, model_path, store, allow_insecure_model, fmt, jobs, decision, recursive, strict):
     """Classify messages: one line each with label, spam probability and score.
 
     SRC is a maildir, mbox, MH folder, folder of files, archive, file, or - for
@@ -38,7 +37,7 @@ def classify(sources, model_path, store, allow_insecure_model, fmt, jobs, cost_f
 
     backend = open_backend(model_path, store, allow_insecure_model)
     model, is_default = backend.model(), backend.is_default
-    cut = cutoffs(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    cut = cutoffs(model.cutoffs, decision)
     skipped = [0]
     # iter_messages checks its source when called: a missing one fails here, before any output.
     readers = [iter_messages(spec, recursive=recursive, strict=strict, on_error=skipper(skipped))
@@ -93,7 +92,7 @@ def _finite(x, bound=1e300):
 @click.option("--dry-run", "-n", is_flag=True, help="Say what would move; move nothing.")
 @decision_options
 def sort(maildir, model_path, store, allow_insecure_model, spam_folder, unsure_folder, dry_run,
-         cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
+         decision):
     """File spam (and optionally unsure mail) out of a maildir into Maildir++ folders.
 
     Messages keep their file names and their cur/ or new/ place. A move is a
@@ -114,7 +113,7 @@ def sort(maildir, model_path, store, allow_insecure_model, spam_folder, unsure_f
         raise click.UsageError(str(exc)) from None
     backend = open_backend(model_path, store, allow_insecure_model)
     model, is_default = backend.model(), backend.is_default
-    cut = cutoffs(model.cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    cut = cutoffs(model.cutoffs, decision)
     moved = skipped = 0
     for src, dst, label in plan_moves(model, maildir, folders, cut):
         click.echo(f"{label:<6} {os.path.relpath(src, maildir)} -> {os.path.relpath(dst, maildir)}")

@@ -195,9 +195,19 @@ def history_of(history, backend=None, *, url=None, model_path=None):
 
 
 def decision_options(f):
+    """The decision options (rows of the table), handed to the command as one value,
+    ``decision`` (:class:`spamnb.verdict.Decision`), as the one resolver settled them."""
+
+    @functools.wraps(f)
+    def command(**kwargs):
+        decision = verdict.Decision.of(kwargs)
+        for name in verdict.DECISION_OPTIONS:
+            kwargs.pop(name, None)
+        return f(decision=decision, **kwargs)
+
     for name in reversed(verdict.DECISION_OPTIONS):
-        f = option(name)(f)
-    return f
+        command = option(name)(command)
+    return command
 
 
 def trust_index_option(f):
@@ -214,14 +224,21 @@ def source_options(f):
 
 
 
-def cutoffs(model_cutoffs, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff):
-    """The :class:`~spamnb.nb.decision.Cutoffs` to apply: explicit cut-offs, else costs,
-    else the model's (:func:`spamnb.verdict.cutoffs_from`); bad values are usage errors."""
+def cutoffs(model_cutoffs, decision):
+    """The :class:`~spamnb.nb.decision.Cutoffs` that ``decision`` applies over
+    ``model_cutoffs`` (:meth:`spamnb.verdict.Decision.cutoffs`); bad values are usage errors."""
     from spamnb.nb.decision import Cutoffs
 
     try:
-        return Cutoffs(*verdict.cutoffs_from(model_cutoffs, cost_fp, cost_fn, cost_unsure,
-                                             spam_cutoff, ham_cutoff))
+        return Cutoffs(*decision.cutoffs(model_cutoffs))
+    except verdict.DecisionError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def checked(decision):
+    """``decision`` when it makes a decision, a usage error otherwise: before any model is loaded."""
+    try:
+        return decision.check()
     except verdict.DecisionError as exc:
         raise click.UsageError(str(exc)) from None
 
@@ -368,8 +385,7 @@ def check_alpha(alpha, *, refuse):
 
 
 def model_factory(model_type, alpha, prior, features, only_headers, skip_headers, bigrams,
-                  max_part_bytes, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff, hash_features=None,
-                  refine_rounds=None, refine_margin=None):
+                  max_part_bytes, decision, hash_features=None, refine_rounds=None, refine_margin=None):
     """A function making fresh, untrained models with the settings of the options.
 
     Settings are checked here, once, so a bad value fails before any mail is read.
@@ -388,7 +404,7 @@ def model_factory(model_type, alpha, prior, features, only_headers, skip_headers
         changes["max_part_bytes"] = max_part_bytes
     tok = TokenizerConfig.from_dict({**TokenizerConfig().to_dict(), **changes})
     default_cut = verdict.cutoffs_from_costs(*verdict.DEFAULT_COSTS)
-    cut = cutoffs(default_cut, cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+    cut = cutoffs(default_cut, decision)
     kwargs = {"alpha": alpha, "features": features, "hash_features": hash_features,
               "refine_rounds": refine_rounds, "refine_margin": refine_margin}
     kwargs = {k: v for k, v in kwargs.items() if v is not None}

@@ -34,7 +34,7 @@ Every step gives byte-identical output and the same exit status as the click
 command (tests/test_fastpath.py holds them equal), and nothing is written
 until a step has the whole answer, so a failing step leaves nothing behind for
 the next. Mail is never lost: :func:`main` runs all of it behind the delivery
-paths' one failure boundary (:class:`spamnb.verdict.Boundary`), so that when the
+paths' one failure boundary (:func:`filter_boundary`), so that when the
 store fails, or even the full path cannot run, the message is written out
 unchanged with exit status 3 (0 with ``--exit-zero``), as the click command does.
 """
@@ -44,8 +44,9 @@ import os
 import sys
 import time  # loaded by the interpreter's own start-up: free here
 
+from spamnb.delivery import pipeline
 from spamnb.storage import locate
-from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Boundary, DecisionError, Fallback,
+from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Decision, DecisionError, Fallback,
                             default_model_notice, deliver_unchanged, is_verdict_block, may_hold_verdicts,
                             model_name)
 
@@ -101,7 +102,8 @@ def settings_of(args, env=os.environ, layers=None):
 
 def via_server(sock_path, raw, path, is_default, opts, facts=None):
     """Ask the filter server; ``(output, label)``, or Fallback for any failure.
-    ``facts``: a dict to fill with the verdict's score, probability and learning (for the log line)."""
+    ``facts``: a dict to fill with the verdict's score and probability, and whether the
+    server learned it, from its answer (for the line)."""
     import _socket  # not `socket`: its wrapper module costs more than the round trip
 
     from spamnb.delivery import wire
@@ -136,14 +138,12 @@ def via_server(sock_path, raw, path, is_default, opts, facts=None):
     if not (0 <= pos <= len(raw) and is_verdict_block(block, label)):
         raise Fallback("the server's answer is not a verdict")
     if learn and reason:  # answered, and could not learn it: say so, as the click path does
-        from spamnb.delivery.hook import not_learned
-
-        sys.stderr.write(not_learned(reason) + "\n")
+        sys.stderr.write(pipeline.not_learned(reason) + "\n")
     if facts is not None:  # from our own, checked, X-Spam-Status line: "Yes, score=S required=T ... probability=P ..."
         status = block.split(b"X-Spam-Status: ", 1)[1].split(b"\n", 1)[0].decode("ascii").rstrip("\r")
         items = dict(x.split("=", 1) for x in status.split(", ", 1)[1].split(" ") if "=" in x)
         # whether the server learned it is in the server's own line ("?": its rule, its cut-offs)
-        facts.update(score=float(items["score"]), p=float(items["probability"]), cutoffs=None,
+        facts.update(score=float(items["score"]), p=float(items["probability"]),
                      learned="?" if learn and not reason and label != "unsure" else None)
     return raw[:pos] + block + raw[pos:], label
 
@@ -172,79 +172,90 @@ class NoScorer(Fallback):
         self.kind = kind
 
 
-def cold(raw, path, is_default, opts, facts=None):
-    """Score with the compiled scorer beside the model and the model's journal;
-    ``(output, label)``, else NoScorer when only the scorer is wrong, Fallback
-    otherwise. With ``--learn``, then learn the message (:func:`learn_here`)."""
-    # the tokenizer: not needed when the server answers
-    from spamnb.delivery.hook import filter_verdict, message_tokens
-    from spamnb.storage import journal
-    from spamnb.storage.scorer import REBUILDABLE, ScorerError, fresh_scorer, token_hash
-    from spamnb.storage.store import ModelError
+class ColdSource(pipeline.Source):
+    """The model's compiled scorer with the changes of its journal (standard library
+    only); ``filter -u`` learns by one journal record (:meth:`learn`)."""
 
-    allow = opts["allow_insecure_model"]
-    opened = None
-    try:
-        opened = journal.open_journal(path, allow_insecure=allow)  # before the snapshot: see open_journal
-        sc = fresh_scorer(path, allow_insecure=allow)
-        toks = message_tokens(sc, raw)
-        handed, opened = opened, None  # read() closes it, whatever happens there
-        j = journal.read(path, sc.save_id, sc.folded, allow_insecure=allow, opened=handed)
+    def __init__(self, path, is_default, allow_insecure):
+        self.path, self.allow = path, allow_insecure
+        self.name = model_name(path, is_default)
+        self.learns = not is_default  # the default model learns nothing
+
+    def read(self, raw):
+        from spamnb.delivery.hook import message_tokens
+        from spamnb.storage import journal
+        from spamnb.storage.scorer import fresh_scorer, token_hash
+
+        opened = journal.open_journal(self.path, allow_insecure=self.allow)  # before the snapshot: see open_journal
+        try:
+            sc = fresh_scorer(self.path, allow_insecure=self.allow)
+            toks = message_tokens(sc, raw)
+            handed, opened = opened, None  # read() closes it, whatever happens there
+            j = journal.read(self.path, sc.save_id, sc.folded, allow_insecure=self.allow, opened=handed)
+        finally:
+            if opened:
+                os.close(opened[0])
         if j is not None:  # the changes learned since the snapshot, to this message's tokens
             sc.overlay = journal.Overlay.of(j, only={token_hash(t) for t in set(toks)})
-        kept, pos, block, d = filter_verdict(sc, raw, model_name(path, is_default), [opts[k] for k in DECISION_OPTIONS],
-                                       toks=toks)
-        out, label, learns = kept[:pos] + block + kept[pos:], d.label, d.learns
+        return sc, toks
+
+    def learn(self, raw, label, toks, model):
+        """One record appended to the journal (as ``spamnb learn`` would), waiting at most
+        :data:`spamnb.delivery.pipeline.LEARN_TIMEOUT` for the lock; Fallback when only the
+        full model can learn it (nothing is written then)."""
+        from spamnb.storage import journal
+        from spamnb.storage.store import ModelError, lock_timeout
+
+        try:
+            done = journal.update(self.path, [(raw, label, toks)], allow_insecure=self.allow,
+                                  timeout=lock_timeout(pipeline.LEARN_TIMEOUT), warn=warn)
+        except journal.NeedsModel as exc:
+            raise Fallback(str(exc)) from None
+        except ModelError as exc:
+            return str(exc)
+        if done["needs_compaction"]:
+            compact_in_background(self.path, self.allow)
+        return None
+
+
+class NoScorer(Fallback):
+    """The model looks usable but its compiled scorer is not (``kind``: a
+    :data:`spamnb.storage.scorer.REBUILDABLE` kind): :func:`with_model` can answer."""
+
+    def __init__(self, message, kind):
+        super().__init__(message)
+        self.kind = kind
+
+
+def filter_here(raw, source, opts, rec, *, learn=None):
+    """``(output, label)`` of ``raw`` through the one pipeline
+    (:func:`spamnb.delivery.pipeline.filter_one`) under ``source``, with the ``filter``
+    settings ``opts``; a message filtered but not learned is a warning on stderr. The
+    click command filters through this too."""
+    outcome = pipeline.filter_one(raw, source, via="filter", decision=Decision.of(opts),
+                                  learn=opts["learn_"] if learn is None else learn,
+                                  evidence=opts.get("evidence") or 0, recorder=rec, user=login())
+    if outcome.not_learned:  # the verdict stands: delivered, unlearned
+        sys.stderr.write(pipeline.not_learned(outcome.not_learned) + "\n")
+    return outcome.message(), outcome.label
+
+
+def cold(raw, path, is_default, opts):
+    """Score with the compiled scorer beside the model and the model's journal
+    (:class:`ColdSource`); ``(output, label)``, else NoScorer when only the scorer is
+    wrong, Fallback otherwise."""
+    from spamnb.storage.scorer import REBUILDABLE, ScorerError
+    from spamnb.storage.store import ModelError
+
+    try:
+        return filter_here(raw, ColdSource(path, is_default, opts["allow_insecure_model"]), opts,
+                           recorder_for(opts, history_now(opts, path)))
     except ScorerError as exc:
         if exc.kind in REBUILDABLE:
             raise NoScorer(str(exc), exc.kind) from None
         raise Fallback(str(exc)) from None  # the click command says what is wrong
     except (DecisionError, ModelError) as exc:
         raise Fallback(str(exc)) from None
-    finally:
-        if opened:
-            os.close(opened[0])
-    learned = opts["learn_"] and learns and not is_default and learn_here(path, raw, label, toks, allow)
-    remember(opts, path, raw, d, learned)
-    if facts is not None:
-        facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=label if learned else None)
-    return out, label
-
-
-def remember(opts, model_path, raw, d, learned=False):
-    """Record the verdict ``d`` in the history of :func:`spamnb.storage.locate.history_path`
-    (``model_path``: None for a store's model): a failure is a note on stderr."""
-    where = locate.history_path(False if opts["no_history"] else opts["history"], model_path)  # the history unit
-    if where is None:
-        return
-    from spamnb.storage import history
-
-    # leave_open: the process ends with os._exit, no checkpoint to wait for
-    history.record_now(where, raw, d.label, d.score, d.p, via="filter", learned=d.label if learned else None,
-                       cutoffs=d.cutoffs, log=warn, leave_open=True)
-
-
-def learn_here(path, raw, label, toks, allow_insecure):
-    """``filter -u``'s learning on the cold path: one record appended to the journal
-    (as ``spamnb learn`` would), waiting at most :data:`spamnb.delivery.hook.LEARN_TIMEOUT`
-    for the lock; a failure is a warning and the verdict is delivered (False:
-    not learned). Fallback when only the full model can learn it (nothing is
-    written then)."""
-    from spamnb.delivery.hook import LEARN_TIMEOUT, not_learned
-    from spamnb.storage import journal
-    from spamnb.storage.store import ModelError, lock_timeout
-
-    try:
-        done = journal.update(path, [(raw, label, toks)], allow_insecure=allow_insecure,
-                              timeout=lock_timeout(LEARN_TIMEOUT), warn=warn)
-    except journal.NeedsModel as exc:
-        raise Fallback(str(exc)) from None
-    except ModelError as exc:
-        sys.stderr.write(not_learned(exc) + "\n")
-        return False
-    if done["needs_compaction"]:
-        compact_in_background(path, allow_insecure)
-    return True
 
 
 def warn(text):
@@ -298,7 +309,7 @@ def safe_import_path():
     return out
 
 
-def with_model(raw, opts, kind, env=os.environ, facts=None):
+def with_model(raw, opts, kind, env=os.environ):
     """``(output, label)`` from the whole model, for a model whose scorer is unusable
     (``kind``), rebuilding the scorer on the way when it can; None on any failure
     (the click command then runs, and reports it).
@@ -308,21 +319,16 @@ def with_model(raw, opts, kind, env=os.environ, facts=None):
     where procmail's log keeps it.
     """
     try:
-        from spamnb.delivery.hook import filter_verdict
         from spamnb.storage.modelfile import load_and_compile
 
         path, is_default = locate.resolve_model(opts["model_path"], env)
         model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure_model"])
         if note:
             sys.stderr.write(f"spamnb filter: {note}\n")
-        kept, pos, block, d = filter_verdict(model, raw, model_name(path, is_default),
-                                             [opts[k] for k in DECISION_OPTIONS])
-        result = kept[:pos] + block + kept[pos:], d.label
+        result = filter_here(raw, pipeline.ModelSource(model, model_name(path, is_default)), opts,
+                             recorder_for(opts, history_now(opts, path)), learn=False)
     except Exception:  # noqa: BLE001 - the full path decides, and says what is wrong
         return None
-    remember(opts, path, raw, d)
-    if facts is not None:
-        facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=None)
     if is_default:  # the notice the click path prints
         sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result
@@ -332,49 +338,100 @@ def socket_path(opts, env=os.environ):
     return opts["socket_path"] if opts["socket_path"] else locate.default_socket_path(env)
 
 
-def answer(raw, opts, env=os.environ, facts=None):
+def answer(raw, opts, env=os.environ):
     """``(output, label)`` from the server or the scorer; Fallback when neither can."""
+    start = time.perf_counter()
     path, is_default = locate.resolve_model(opts["model_path"], env)
     sock = socket_path(opts, env)
     result = None
     if os.path.exists(sock):
         try:
+            facts = {}
             result = via_server(sock, raw, path, is_default, opts, facts)
+            label = result[1]
+            if opts["log_messages"]:  # the server keeps the history; the line is ours
+                line_recorder(opts).message("filter", label, facts["score"], facts["p"], None, len(raw),
+                                            time.perf_counter() - start, raw=raw, user=login(),
+                                            learned=facts["learned"], why="filter-u")
         except Fallback:
             result = None
     if result is None:
-        result = cold(raw, path, is_default, opts, facts)
+        result = cold(raw, path, is_default, opts)
     if is_default:  # the notice the click path prints
         sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result
 
 
-def via_store(raw, url, opts, facts=None):
+def via_store(raw, url, opts):
     """``(output, label)`` from the model in the store at ``url``: one round trip (and
     one to learn with ``-u``), no numpy or click. A store that fails (unreachable,
     or holding a malformed value) raises: :func:`main`'s boundary passes the message
-    through, as the click command does. ``facts``: filled for the log line, as
-    :func:`cold` fills it."""
-    from spamnb.delivery.hook import filter_verdict, message_tokens, not_learned
+    through, as the click command does."""
     from spamnb.storage.redisstore import RedisBackend
-    from spamnb.storage.store import ModelError
 
-    backend = RedisBackend.from_url(url)
-    view = backend.view()
-    toks = message_tokens(view, raw)
-    kept, pos, block, d = filter_verdict(view, raw, model_name(backend.short_name, False),
-                                         [opts[k] for k in DECISION_OPTIONS], toks=toks)
-    learned = opts["learn_"] and d.learns
-    if learned:
-        try:
-            backend.learn([(raw, d.label, toks)])
-        except ModelError as exc:  # the verdict stands: deliver it, unlearned
-            sys.stderr.write(not_learned(exc) + "\n")
-            learned = False
-    if facts is not None:
-        facts.update(score=d.score, p=d.p, cutoffs=d.cutoffs, learned=d.label if learned else None)
-    remember(opts, None, raw, d, learned)  # no model file: only a named history records
-    return kept[:pos] + block + kept[pos:], d.label
+    source = pipeline.BackendSource(RedisBackend.from_url(url), warn=warn)
+    return filter_here(raw, source, opts, recorder_for(opts, history_now(opts, None)))  # only a named history
+
+
+# -- what a filter process records --------------------------------------------------------
+
+
+def login():
+    """The user running the filter, for its line."""
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+def line_recorder(opts, history=None):
+    """The recorder of ``filter --log-messages``' lines (:mod:`spamnb.delivery.events`),
+    None without; ``history``: also record each verdict there."""
+    if not (opts and opts.get("log_messages")):
+        return None
+    from spamnb.delivery.events import Recorder
+
+    return Recorder(fmt=opts.get("log_format") or "text", to=opts.get("log_to") or "stderr", history=history)
+
+
+def history_now(opts, model_path):
+    """The history a filter process records its verdict in (the file of
+    :func:`spamnb.storage.locate.history_path` for ``model_path``, None for a store's
+    model unless one is named), written at once; None for none."""
+    where = locate.history_path(False if opts["no_history"] else opts["history"], model_path)  # the history unit
+    if where is None:
+        return None
+    from spamnb.storage.history import Now
+
+    return Now(where, warn, leave_open=True)  # leave_open: the process ends with os._exit, no checkpoint to wait for
+
+
+def recorder_for(opts, history):
+    """What a filter process records its verdict with: its line when asked, and
+    ``history`` (a writer, or None); None when neither."""
+    rec = line_recorder(opts, history)
+    if rec is None and history is not None:
+        return pipeline.HistoryOnly(history)
+    return rec
+
+
+def filter_boundary(got, note=None):
+    """The ``filter`` command's failure boundary, both ways of answering (here and the
+    click command): the message unchanged on stdout (read now if it was not yet), the
+    reason on stderr, the error line when lines are asked (``got["opts"]``), and the exit
+    status (:func:`spamnb.verdict.deliver_unchanged`) in the boundary's result. ``got``
+    holds the message once read and the ``--exit-zero`` in force."""
+    def message():
+        if got["raw"] is None:  # failed before the message was read: read it now
+            got["raw"] = _read_stdin() or b""
+        return got["raw"]
+
+    return pipeline.boundary("filter", lambda reason, exc: deliver_unchanged(message(), reason, got["exit_zero"]),
+                             recorder=lambda: line_recorder(got.get("opts")),
+                             facts=lambda: {"raw": message(), "user": login()}, interrupts=True,
+                             warn=note or warn)
 
 
 # -- entry ----------------------------------------------------------------------------
@@ -424,24 +481,15 @@ def _write_and_exit(out, code):
 
 def main(args, load_cli, env=os.environ):
     """``spamnb filter ARGS``: the fast way when it can, else the click command
-    (see :func:`full_path` for ``load_cli``), all of it behind the delivery paths'
-    failure boundary (:class:`spamnb.verdict.Boundary`): whatever fails -- the
-    configuration, the model, the store, a bug -- the message goes out unchanged,
-    one line on stderr, exit status 3 (0 with ``--exit-zero``)."""
-    got = {"raw": None, "exit_zero": "--exit-zero" in args}  # what fail() delivers, and how
-
-    def fail(reason, exc):
-        raw = got["raw"]
-        if raw is None:  # failed before the message was read: read it now
-            raw = _read_stdin() or b""
-        opts = got.get("opts")
-        if opts is not None and opts.get("log_messages"):
-            log_failure(opts, reason, raw)
-        code = deliver_unchanged(raw, reason, got["exit_zero"])
-        _write_and_exit(b"", code)
-
-    with Boundary(fail, interrupts=True):
+    (see :func:`full_path` for ``load_cli``), all of it behind the filter's failure
+    boundary (:func:`filter_boundary`): whatever fails -- the configuration, the model,
+    the store, a bug -- the message goes out unchanged, one line on stderr, exit
+    status 3 (0 with ``--exit-zero``)."""
+    got = {"raw": None, "exit_zero": "--exit-zero" in args}  # what the boundary delivers, and how
+    with filter_boundary(got) as boundary:
         _filter(args, load_cli, env, got)
+    if boundary.result is not None:  # delivered unchanged: its exit status
+        _write_and_exit(b"", boundary.result)
 
 
 def _filter(args, load_cli, env, got):
@@ -452,25 +500,20 @@ def _filter(args, load_cli, env, got):
         return
     got["exit_zero"] = opts["exit_zero"]
     got["opts"] = opts
-    start = time.perf_counter()
     raw = got["raw"] = _read_stdin()
     if raw is None:
         full_path(load_cli, args)
         return
-    facts = {} if opts["log_messages"] else None
-    url = opts["store"]  # the resolver's choice: --model and --store never both
-    if url:
-        out, label = via_store(raw, url, opts, facts)
-        if facts:
-            log_line(opts, label, facts, raw, time.perf_counter() - start)
+    if opts["store"]:  # the resolver's choice: --model and --store never both
+        out, label = via_store(raw, opts["store"], opts)
         _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
     try:
-        out, label = answer(raw, opts, env, facts)
+        out, label = answer(raw, opts, env)
     except NoScorer as exc:
         if opts["learn_"]:  # the click command loads the model, learns, and saves its scorer
             full_path(load_cli, args, raw)
             return
-        result = with_model(raw, opts, exc.kind, env, facts)
+        result = with_model(raw, opts, exc.kind, env)
         if result is None:
             full_path(load_cli, args, raw)
             return
@@ -478,34 +521,4 @@ def _filter(args, load_cli, env, got):
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
         full_path(load_cli, args, raw)
         return
-    if facts:
-        log_line(opts, label, facts, raw, time.perf_counter() - start)
     _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
-
-
-def log_failure(opts, reason, raw):
-    """``filter --log-messages``' line for a message delivered unchanged, unscanned."""
-    try:
-        import pwd
-
-        from spamnb.delivery.events import Recorder
-
-        Recorder(fmt=opts["log_format"] or "text", to=opts["log_to"] or "stderr").error(
-            "failed", reason, via="filter", unscanned=True, raw=raw, user=pwd.getpwuid(os.geteuid()).pw_name)
-    except Exception as exc:  # noqa: BLE001 - a log line never costs a delivery
-        sys.stderr.write(f"spamnb: warning: no log line: {exc}\n")
-
-
-def log_line(opts, label, facts, raw, seconds):
-    """``filter --log-messages``' line (:mod:`spamnb.delivery.events`), as the click command writes it."""
-    try:
-        import pwd
-
-        from spamnb.delivery.events import Recorder
-
-        user = pwd.getpwuid(os.geteuid()).pw_name
-        Recorder(fmt=opts["log_format"] or "text", to=opts["log_to"] or "stderr").message(
-            "filter", label, facts["score"], facts["p"], facts["cutoffs"], len(raw), seconds, raw=raw, user=user,
-            learned=facts["learned"], why="filter-u")
-    except Exception as exc:  # noqa: BLE001 - a log line never costs a delivery
-        sys.stderr.write(f"spamnb: warning: no log line: {exc}\n")

@@ -63,16 +63,6 @@ def parse_args(args):
     return label, model, files
 
 
-def correct_history(where, raws, label, log, forgotten=None):
-    """Mark ``raws``' verdicts in the history file ``where`` (None: no history) as
-    corrected to ``label`` by ``learn``; after a ``forget`` (``forgotten``: how many
-    it took back), unmark them, unless it took nothing back (as TELL Remove)."""
-    if where and forgotten != 0:
-        from spamnb.storage.history import correct_now
-
-        correct_now(where, raws, label, log=log, undo=forgotten is not None)
-
-
 def forgot(n, label) -> str:
     """The line ``spamnb forget`` ends with."""
     return f"forgot {n} {label} message(s)"
@@ -172,22 +162,42 @@ def main(command, args, load_cli, env=os.environ):
     load_cli()(args=[command, *args])
 
 
+class JournalStore:
+    """The model at ``path`` as :func:`spamnb.delivery.pipeline.learn` learns into it here:
+    one journal record per message (:func:`spamnb.storage.journal.update`), a compaction
+    started in the background when that takes the journal past its bound."""
+
+    def __init__(self, path):
+        self.path = path
+
+    def learn(self, items, *, forget=False, warn=None, **_):
+        from spamnb.delivery.fastfilter import compact_in_background
+        from spamnb.storage import journal
+
+        done = journal.update(self.path, items, forget=forget, warn=warn)
+        if done["needs_compaction"]:
+            compact_in_background(self.path)
+        return done
+
+
 def _update(command, path, label, raws, history=None):
     """Exit status, or None to let the click command do it (and report any error);
     ``history``: ``[history] path``, for :func:`spamnb.storage.locate.history_path`."""
-    from spamnb.delivery.fastfilter import compact_in_background, warn
+    from spamnb.delivery import pipeline
+    from spamnb.delivery.fastfilter import warn
     from spamnb.storage import journal
+    from spamnb.storage.history import Now
     from spamnb.storage.store import ModelError
 
     forget = command == "forget"
+    where = locate.history_path(history, path)
+    marks = pipeline.HistoryOnly(Now(where, warn) if where else None)
     try:
-        done = journal.update(path, [(raw, label, None) for raw in raws], forget=forget, warn=warn)
+        done = pipeline.learn(JournalStore(path), [(raw, label) for raw in raws], via=command, forget=forget,
+                              recorder=marks, warn=warn)
     except (journal.NeedsModel, ModelError, ValueError, OSError):
         return None  # nothing was written: the click command does it, or says what is wrong
-    if done["needs_compaction"]:
-        compact_in_background(path)
-    correct_history(locate.history_path(history, path), raws, label, warn,
-                    forgotten=done["forgotten"] if forget else None)
+    marks.close()
     if forget:
         sys.stderr.write(forgot(done["forgotten"], label) + "\n")
     else:

@@ -2,11 +2,10 @@
 
 ``spamnb filter`` reads one message and writes it back with the header lines
 of :func:`spamnb.verdict.header_lines` added at the end of its header block.
-:func:`filter_verdict` is what every way ``spamnb filter`` answers calls (the click
-command, the fast path's scorer, model and store, the server), and :func:`decide`
-what the spamd protocol, ``imap filter`` and ``spamnb web`` decide with, so all
-decide alike and write the same bytes for the same model. :func:`filter_message`
-puts one output together in one piece, for the library and the tests.
+This module is the message surgery and the decision of the one pipeline
+(:mod:`spamnb.delivery.pipeline`), which every door filters through: :func:`decide`
+gives the verdict, :func:`verdict_block` the bytes that carry it, so every way of
+answering decides alike and writes the same bytes for the same model.
 
 Verdict fields already in the header block (a sender's forged ``X-Spam-Flag:
 YES`` or ``X-Spam-Status: No``, an earlier filter's: :data:`spamnb.verdict.VERDICT_FIELDS`)
@@ -89,16 +88,6 @@ def replace_verdicts(raw: bytes, lines: list[bytes]) -> bytes:
     return kept[:pos] + block + kept[pos:]
 
 
-# `filter -u` waits this long for the model's lock, then delivers without learning:
-# a delivery agent must not hang behind a stuck (or another user's) lock holder.
-LEARN_TIMEOUT = 10.0
-
-
-def not_learned(reason) -> str:
-    """The warning of a delivery whose message was filtered but could not be learned."""
-    return f"spamnb: warning: the message was filtered but not learned: {reason}"
-
-
 def message_tokens(model, raw):
     """The tokens of ``raw`` under the tokenizer settings of ``model`` (a scorer or a model)."""
     if isinstance(model, Scorer):
@@ -143,38 +132,15 @@ class Decided:
         self.evidence, self.cutoffs, self.learns = evidence, cutoffs, learns
 
 
-def decide(model, raw, decision=(None,) * 5, n_evidence=0, toks=None) -> Decided:
-    """The verdict of ``raw``: every way of answering (the filter, the server, the
-    spamd protocol, IMAP) decides with this, so none can drift from the others.
-
-    ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
-    where not given (:func:`spamnb.verdict.cutoffs_from`).
-    """
+def decide(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None) -> Decided:
+    """The verdict of ``raw`` under ``model`` and ``decision`` (a
+    :class:`spamnb.verdict.Decision`, or its values in the order of
+    :data:`spamnb.verdict.DECISION_OPTIONS`): what the one pipeline
+    (:func:`spamnb.delivery.pipeline.filter_one`) and the page's re-score decide with."""
+    if not isinstance(decision, verdict.Decision):
+        decision = verdict.Decision(decision)
     score, p, evidence, known = scored(model, raw, n_evidence, toks)
     # after scoring: a store's model reads its settings with the counts, cut-offs included
-    cutoffs = verdict.cutoffs_from(model.cutoffs, *decision)
+    cutoffs = decision.cutoffs(model.cutoffs)
     label = verdict.label_for(p, cutoffs, known)
     return Decided(label, p, score, evidence, cutoffs, verdict.learns_verdict(label, score, cutoffs))
-
-
-def filter_verdict(model, raw, name, decision, n_evidence=0, toks=None):
-    """``(kept, pos, block, decided)``: ``raw`` without incoming verdict fields
-    (:func:`verdict_place`: ``raw`` itself for most mail), where the header lines of
-    its verdict go in ``kept``, those lines, and the :class:`Decided` verdict (with
-    whether ``filter -u`` learns the message as it: :func:`spamnb.verdict.learns_verdict`,
-    the one rule of every way of answering).
-
-    ``decision`` = (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff), None
-    where not given (:func:`spamnb.verdict.cutoffs_from`); ``name`` is the
-    model's name in the header (:func:`spamnb.verdict.model_name`).
-    """
-    d = decide(model, raw, decision, n_evidence, toks)
-    lines = verdict.header_lines(d.label, d.p, d.score, name, d.evidence, required=verdict.threshold(d.cutoffs[1]))
-    return (*verdict_block(raw, lines), d)
-
-
-def filter_message(model, raw, name, decision, n_evidence=0, toks=None):
-    """``(output, label, learn)``: what ``spamnb filter`` writes for ``raw``, its
-    verdict, and whether ``filter -u`` learns it (:func:`filter_verdict`)."""
-    kept, pos, block, d = filter_verdict(model, raw, name, decision, n_evidence, toks)
-    return kept[:pos] + block + kept[pos:], d.label, d.learns

@@ -422,7 +422,7 @@ class Filter:
     """
 
     def __init__(self, client, settings: Settings, state: State, judge, learn, say, *, dry_run=False,
-                 unscanned=None):
+                 unscanned=None, recorder=None):
         self.client = client
         self.s = settings
         self.state = state
@@ -433,6 +433,8 @@ class Filter:
         self.say = say
         #: ``unscanned(size)``: a message left where it is unjudged, too large to fetch (its log line)
         self.unscanned = unscanned
+        #: where a message that could not be judged gets its error line
+        self.recorder = recorder
         self.dry_run = dry_run
         self.out = Outcome()
         caps = {c.upper() for c in client.capabilities()}
@@ -563,16 +565,19 @@ class Filter:
                 rec.pop("copied", None)
 
     def _judged(self, new, unjudged, name, uid, key, raw):
-        """Judge ``raw`` into ``new``, behind the delivery paths' failure boundary
-        (:class:`spamnb.verdict.Boundary`): when anything fails (the model, its store, a
-        bug), the message stays where it is, unflagged and unrecorded, one line says
-        why, and its UID goes to ``unjudged`` (the next pass judges it again)."""
-        def fail(reason, exc):
+        """Judge ``raw`` into ``new``, behind the one failure boundary
+        (:func:`spamnb.delivery.pipeline.boundary`): when anything fails (the model, its
+        store, a bug), the message stays where it is, unflagged and unrecorded, its error
+        line and one line here say why, and its UID goes to ``unjudged`` (the next pass
+        judges it again)."""
+        from spamnb.delivery import pipeline
+
+        def left(reason, exc):
             self.say(f"{name} {uid}: not filtered, left where it is: {reason}: {subject_line(raw)}")
             self.out.failed += 1
             unjudged.append(uid)
 
-        with verdict.Boundary(fail):
+        with pipeline.boundary("imap", left, recorder=self.recorder, facts={"raw": raw, "user": self.s.user}):
             new.append((uid, key, *self.judge(raw), raw))
 
     def _moved_back(self, found, name, junk):

@@ -67,13 +67,10 @@ import threading
 import time
 
 from spamnb import checks
-from spamnb.delivery import events, wire
-from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
-from spamnb.storage import journal
+from spamnb.delivery import events, pipeline, wire
 from spamnb.storage.backend import StoreUnavailable
-from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
-from spamnb.storage.scorer import Scorer
-from spamnb.verdict import Boundary
+from spamnb.storage.store import ModelError, make_private_folder
+from spamnb.verdict import Fallback
 
 MAX_BYTES = 64 * 1024 * 1024
 TIMEOUT = 10.0
@@ -112,49 +109,29 @@ class _Handler(socketserver.BaseRequestHandler):
         self._reply(*self._answer(header, raw))
 
     def _answer(self, header, raw):
-        """``(status, label, pos, block, reason)`` for one request."""
+        """``(status, label, pos, block, reason)`` for one request: the one pipeline's
+        outcome (:func:`spamnb.delivery.pipeline.filter_one`) as the wire says it."""
         srv = self.server
-        start = time.perf_counter()
 
-        def fail(reason, exc):  # the delivery paths' boundary: decline, the client does it itself
-            srv.recorder.error("declined", reason, via="socket", raw=raw)
+        def declined(reason, exc):  # the client does it itself, behind its own boundary
             return wire.DECLINED, None, 0, b"", reason
 
-        with Boundary(fail) as boundary:
+        with pipeline.boundary("socket", declined, recorder=srv.recorder, facts={"raw": raw}, kind="declined",
+                               unscanned=False) as boundary:
             backend = srv.backend
             if not backend.serves(header["model"]):
                 return wire.DECLINED, None, 0, b"", "another model"
-            model = backend.view()
-            # view() has checked it already unless the server itself allows an untrusted model
+            # view() checks it unless the server itself allows an untrusted model
             if not header["allow_insecure"] and backend.allow_insecure and not backend.trusted():
                 return wire.DECLINED, None, 0, b"", "model not trusted"
-            toks = message_tokens(model, raw)
-            _, pos, block, d = filter_verdict(model, raw, header["name"], header["decision"], toks=toks)
-            reason = ""
-            learned = header["learn"] and d.learns
-            if learned:
-                if not isinstance(model, Scorer):
-                    return wire.DECLINED, None, 0, b"", "learning here needs the model's scorer"
-                reason = self._learn(backend, raw, d.label, toks)
-                if reason is None:
-                    return wire.DECLINED, None, 0, b"", "only the full model can learn it"
-            srv.recorder.message("socket", d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
-                                 raw=raw, learned=d.label if learned and not reason else None, why="filter-u")
-            return wire.OK, d.label, pos, block, reason
+            source = pipeline.BackendSource(backend, warn=srv.log, later=srv.compactor.soon, journal_only=True)
+            try:
+                out = pipeline.filter_one(raw, source, via="socket", decision=header["decision"],
+                                          learn=header["learn"], recorder=srv.recorder, name=header["name"])
+            except Fallback as exc:  # only the client's full model can learn it: it does it all itself
+                return wire.DECLINED, None, 0, b"", str(exc)
+            return wire.OK, out.label, out.pos, out.block, out.not_learned or ""
         return boundary.result
-
-    def _learn(self, backend, raw, label, toks):
-        """Learn a filtered message (``filter -u``): "" when learned, the reason
-        it was not (the lock was busy too long...), None when only the full
-        model can learn it (the client then does everything itself)."""
-        try:
-            backend.learn([(raw, label, toks)], timeout=lock_timeout(LEARN_TIMEOUT), warn=self.server.log,
-                          later=self.server.compactor.soon, journal_only=True)
-        except journal.NeedsModel:
-            return None
-        except ModelError as exc:
-            return str(exc)
-        return ""
 
     def _reply(self, status, label=None, pos=0, block=b"", reason=""):
         try:

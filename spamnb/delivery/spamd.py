@@ -108,7 +108,8 @@ import time
 
 from spamnb import checks, verdict
 from spamnb.delivery import events
-from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
+from spamnb.delivery.hook import decide, replace_verdicts
+from spamnb.delivery.pipeline import LEARN_TIMEOUT
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
 from spamnb.storage.backend import Backend, StoreUnavailable
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
@@ -332,11 +333,11 @@ class Models:
     NO_MODEL_SECONDS = 10.0
 
     def __init__(self, served: Backend, user_models=None, log=None, *, store_users=False,
-                 decision=(None,) * 5, recorder=None):
+                 decision=verdict.MODELS_OWN, recorder=None):
         self.served = served
         self.store_users = store_users and served.per_user
         #: The decision options over every model's cut-offs (the [decision] table: swapped whole on reload).
-        self.decision = tuple(decision)
+        self.decision = decision
         self.recorder = recorder or events.NOTHING
         self.user_models = os.path.abspath(user_models) if user_models else None
         self.log = log or (lambda text: None)
@@ -396,12 +397,11 @@ class Models:
             # the one resolver over the user's own file alone: the decision as a unit, its values numbers
             layers = settings.Layers([(settings.USER, conf, *settings.read(conf))], env={})
             found = settings.resolve("serve", env={}, layers=layers, names=verdict.DECISION_OPTIONS)
-            decision = tuple(found[n].value for n in verdict.DECISION_OPTIONS)
-            verdict.cutoffs_from((0.5, 0.95), *decision)
+            decision = verdict.Decision.of({n: s.value for n, s in found.items()}).check()
         except (ValueError, TypeError) as exc:  # settings.ConfigError and verdict.DecisionError are ValueErrors
             self.log(f"spamd: {conf}: {exc}; the site's decision applies")
             return None
-        return decision if any(v is not None for v in decision) else None
+        return decision or None
 
     def where(self, user) -> str:
         """Where the model of ``user`` would be (for a message saying there is none)."""
@@ -464,7 +464,7 @@ def plain_user(user) -> str:
 # -- answering -------------------------------------------------------------------------
 
 
-def judge(model, msg: bytes, n_evidence: int, decision=(None,) * 5):
+def judge(model, msg: bytes, n_evidence: int, decision=verdict.MODELS_OWN):
     """The :class:`spamnb.delivery.hook.Decided` verdict of ``msg`` under ``model``
     (its own cut-offs unless ``decision`` overrides them) and T, the spam cut-off as log-odds."""
     d = decide(model, msg, decision, n_evidence=n_evidence)
@@ -720,8 +720,7 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
         backend, _ = srv.models.for_user(headers.get("User"))
         try:
-            t = threshold(verdict.cutoffs_from(backend.view().cutoffs,
-                                               *srv.models.decision_for(headers.get("User")))[1])
+            t = threshold(srv.models.decision_for(headers.get("User")).cutoffs(backend.view().cutoffs)[1])
         except (ModelError, OSError) as exc:
             raise unreadable(exc) from None
         line = spam_line("ham", 0.0, t, method)

@@ -13,7 +13,7 @@ One request and one reply per connection, over a Unix stream socket
               uint8 mask (bit i: decision value i given)
               uint8 flags (1: allow insecure model, 2: learn the message as its verdict, as filter -u)
               uint16 model path length  uint16 model name length  uint64 message length
-              float64[5] decision values (cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff)
+              float64[N] the decision's values, in the order of spamnb.verdict.DECISION_OPTIONS
               model path (file-system encoding)  model name (UTF-8)  the raw message
     reply:    b"SPNB\x03"  uint8 status  uint8 label (its exit status: 0 spam, 1 ham, 2 unsure)
               uint16 reason length  uint64 insertion offset  uint64 block length
@@ -39,10 +39,10 @@ import stat
 import struct
 import time  # loaded by the interpreter's own start-up: free here
 
-from spamnb.verdict import DECISION_OPTIONS, EXIT_CODES
+from spamnb.verdict import DECISION_OPTIONS, EXIT_CODES, MODELS_OWN, Decision
 
 MAGIC = b"SPNB\x03"
-_REQUEST = struct.Struct("<BBHHQ5d")
+_REQUEST = struct.Struct(f"<BBHHQ{len(DECISION_OPTIONS)}d")
 _REPLY = struct.Struct("<BBHQQ")
 OK, DECLINED = 0, 1
 # A label travels as the filter's exit status for it.
@@ -100,9 +100,10 @@ def _wait_at_most(sock, deadline):
 
 def encode_request(model: str, name: str, decision, body: bytes, *, allow_insecure=False,
                    learn=False) -> list[bytes]:
-    """The request for ``body``; ``decision`` holds the five decision values or None, in the order of
-    :data:`spamnb.verdict.DECISION_OPTIONS` (:func:`encode_settings`: by the settings' names)."""
+    """The request for ``body`` under ``decision`` (a :class:`spamnb.verdict.Decision`;
+    None: the model's own cut-offs)."""
     path, text = os.fsencode(model), name.encode("utf-8", "surrogatepass")
+    decision = (decision or MODELS_OWN).values
     mask = sum(1 << i for i, v in enumerate(decision) if v is not None)
     values = [0.0 if v is None else float(v) for v in decision]
     flags = (1 if allow_insecure else 0) | (2 if learn else 0)
@@ -116,13 +117,13 @@ def encode_settings(model: str, name: str, body: bytes, values: dict) -> list[by
     unknown = set(values) - set(FIELDS)
     if unknown:
         raise ValueError(f"the request has no field for {', '.join(sorted(unknown))}")
-    return encode_request(model, name, [values.get(n) for n in DECISION_OPTIONS], body,
+    return encode_request(model, name, Decision.of(values), body,
                           allow_insecure=bool(values.get("allow_insecure_model")), learn=bool(values.get("learn_")))
 
 
 def settings_of(header: dict) -> dict:
     """``{name: value}`` of the settings a request's ``header`` carries (:data:`FIELDS`)."""
-    return {name: header[field] if i is None else header[field][i] for name, (field, i) in FIELDS.items()}
+    return {name: header[field] if i is None else header[field].values[i] for name, (field, i) in FIELDS.items()}
 
 
 def read_request_head(sock, max_body: int, deadline: float | None = None) -> tuple[dict, int]:
@@ -136,7 +137,7 @@ def read_request_head(sock, max_body: int, deadline: float | None = None) -> tup
     rest = recv_exact(sock, plen + nlen, deadline)
     header = {"model": os.fsdecode(rest[:plen]), "name": rest[plen:].decode("utf-8", "surrogatepass"),
               "allow_insecure": bool(flags & 1), "learn": bool(flags & 2),
-              "decision": [v if mask >> i & 1 else None for i, v in enumerate(values)]}
+              "decision": Decision(v if mask >> i & 1 else None for i, v in enumerate(values))}
     return header, blen
 
 

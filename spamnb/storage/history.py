@@ -384,6 +384,29 @@ def record_now(path, raw, label, score, p, *, log, leave_open=False, **kw):
         log(f"history not recorded: {exc}")
 
 
+class Now:
+    """The history of a process that handles one message or one batch (``filter``,
+    ``learn``, ``forget``): :meth:`add` records a verdict at once (:func:`record_now`);
+    :meth:`correct` keeps a correction, and :meth:`close` writes them all in one
+    transaction (:func:`correct_now`). The server's :class:`Recorder` does the same
+    through its writer thread."""
+
+    def __init__(self, path, log, leave_open=False):
+        self.path, self.log, self.leave_open = path, log, leave_open
+        self.corrections = {}  # (label, user, undo) -> [raw, ...]
+
+    def add(self, raw, label, score, p, **kw):
+        record_now(self.path, raw, label, score, p, log=self.log, leave_open=self.leave_open, **kw)
+
+    def correct(self, raw, label, user=None, undo=False):
+        self.corrections.setdefault((label, user, undo), []).append(raw)
+
+    def close(self):
+        done, self.corrections = self.corrections, {}
+        for (label, user, undo), raws in done.items():
+            correct_now(self.path, raws, label, log=self.log, user=user, undo=undo)
+
+
 class Recorder:
     """The server's recorder: :meth:`add` queues a record and returns at once; a
     writer thread writes what is queued in one transaction at a time."""

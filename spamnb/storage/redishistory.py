@@ -350,6 +350,35 @@ class RedisHistory:
         return [self._id(v) for v in self._call("read the history", self.client.hkeys, self.k["fix"])]
 
 
+class Now:
+    """The store's history for a process that handles one message or one batch, as
+    :class:`spamnb.storage.history.Now`: a verdict at once (one round trip), the
+    corrections in one round trip at :meth:`close`. A store that fails is a note to
+    ``log``: the delivery, or the learning, stands."""
+
+    def __init__(self, hist: RedisHistory, log):
+        self.hist, self.log = hist, log
+        self.path = hist.path
+        self.corrections = []
+
+    def add(self, raw, label, score, p, **kw):
+        try:
+            self.hist.record(raw, label, score, p, **kw)
+        except ModelError as exc:
+            self.log(f"history not recorded: {exc}")
+
+    def correct(self, raw, label, user=None, undo=False):
+        self.corrections.append((raw, label, user, undo))
+
+    def close(self):
+        done, self.corrections = self.corrections, []
+        if done:
+            try:
+                self.hist.write([], done)
+            except ModelError as exc:
+                self.log(f"history: correction not recorded: {exc}")
+
+
 class Recorder:
     """A server's recorder into the store: :meth:`add` and :meth:`correct` queue and return at
     once, as :class:`spamnb.storage.history.Recorder`'s; a writer thread sends what is queued

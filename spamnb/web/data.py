@@ -16,10 +16,12 @@ import os
 import threading
 import time
 
-from spamnb.delivery.hook import decide, scored
-from spamnb.storage.filestore import ModelHolder, file_state
+from spamnb.delivery import pipeline
+from spamnb.delivery.hook import scored
+from spamnb.storage.filestore import FileBackend, ModelHolder, file_state
 from spamnb.storage import history
-from spamnb.storage.modelfile import default_seed, learn_messages, load_model, own_model_path
+from spamnb.storage.modelfile import default_seed, load_model, own_model_path
+from spamnb.verdict import Decision
 
 PAGE = 25
 RESCORE = 200  # unsure messages re-scored after a choice (the newest)
@@ -27,6 +29,15 @@ LABELS = ("spam", "ham", "unsure")
 COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id", "user", "size", "via",
            "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score")
 
+
+
+def rescored(model, raw, spam_cut, ham_cut):
+    """The verdict (:class:`spamnb.delivery.hook.Decided`) of a kept message under
+    ``model`` now, at the cut-offs it was delivered with (None: the model's): the one
+    pipeline's, writing and recording nothing."""
+    source = pipeline.ModelSource(model, "")
+    return pipeline.filter_one(raw, source, via="web", decision=Decision(spam_cutoff=spam_cut, ham_cutoff=ham_cut),
+                               headers=False).decided
 
 class Site:
     """The model and history one ``spamnb web`` serves, and what it does to them."""
@@ -214,8 +225,8 @@ class Site:
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
-            learn_messages(self.learn_path, [(raw, label) for raw in raws], allow_insecure=self.allow_insecure,
-                           create=default_seed, warn=self.log)
+            pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure),
+                           [(raw, label) for raw in raws], via="web", create=default_seed, warn=self.log)
             with self.db() as db:
                 for mid in mids:
                     history.mark(db, mid, label)
@@ -233,7 +244,7 @@ class Site:
                              "AND v.corrected IS NULL ORDER BY v.id DESC LIMIT ?", (RESCORE,))
             for mid, subject, was, ham_cut, spam_cut, raw in cur.fetchall():
                 # at the cut-offs it was delivered with (a filter's --spam-cutoff...), else the model's
-                d = decide(model, bytes(raw), (None, None, None, spam_cut, ham_cut))
+                d = rescored(model, bytes(raw), spam_cut, ham_cut)
                 updates.append((d.label, d.score, mid))
                 if d.label != was:
                     moved.append((mid, subject, was, d.label))

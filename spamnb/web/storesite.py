@@ -15,9 +15,10 @@ import datetime
 import threading
 import time
 
-from spamnb.delivery.hook import decide, scored
+from spamnb.delivery import pipeline
+from spamnb.delivery.hook import scored
 from spamnb.storage.redishistory import RedisHistory
-from spamnb.web.data import LABELS, PAGE, RESCORE, day_start
+from spamnb.web.data import LABELS, PAGE, RESCORE, day_start, rescored
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -140,7 +141,7 @@ class StoreSite:
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
-            self.backend.learn([(raw, label) for raw in raws], warn=self.log)
+            pipeline.learn(self.backend, [(raw, label) for raw in raws], via="web", warn=self.log)
             self.hist.mark(mids, label)
             self.log(f"learned message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))} as {label}")
             return self.rescore()
@@ -154,7 +155,7 @@ class StoreSite:
             if r["raw"] is None:
                 continue
             was = r["now_verdict"] or r["verdict"]
-            d = decide(model, r["raw"], (None, None, None, r["spam_cut"], r["ham_cut"]))
+            d = rescored(model, r["raw"], r["spam_cut"], r["ham_cut"])
             updates.append((d.label, d.score, r["id"]))
             if d.label != was:
                 moved.append((r["id"], r["subject"], was, d.label))
