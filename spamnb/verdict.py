@@ -276,6 +276,34 @@ def learns_verdict(label, score, cutoffs, margin=LEARN_MARGIN):
     return abs(float(score) - math.log(edge / (1.0 - edge))) < margin
 
 
+class Decided:
+    """One message's verdict under a model: the label, P(spam|x), the score
+    (log-odds), the evidence asked for, the cut-offs applied, whether ``filter -u``'s
+    rule learns it (:func:`learns_verdict`) and its header lines (:func:`header_lines`;
+    None when not asked). A plain class: ``dataclasses`` would cost the per-message
+    path its import."""
+
+    __slots__ = ("label", "p", "score", "evidence", "cutoffs", "learns", "lines")
+
+    def __init__(self, label, p, score, evidence, cutoffs, learns, lines=None):
+        self.label, self.p, self.score = label, p, score
+        self.evidence, self.cutoffs, self.learns, self.lines = evidence, cutoffs, learns, lines
+
+
+def judge(p, score, known, model_cutoffs, decision=MODELS_OWN, evidence=None, name=None):
+    """The verdict of a scored message, every rule of it in one place: the cut-offs
+    ``decision`` applies over the model's, the label (:func:`label_for`), whether
+    ``filter -u`` learns it (:func:`learns_verdict`) and, for a model ``name``, the
+    header lines that carry it (:func:`header_lines`). ``known``: how many of the
+    message's tokens the model knows; ``evidence``: its strongest tokens, when asked."""
+    cutoffs = decision.cutoffs(model_cutoffs)
+    label = label_for(p, cutoffs, known)
+    lines = None
+    if name is not None:
+        lines = header_lines(label, p, score, name, evidence, required=threshold(cutoffs[1]))
+    return Decided(label, p, score, evidence, cutoffs, learns_verdict(label, score, cutoffs), lines)
+
+
 # -- what the verdict says ---------------------------------------------------------
 
 

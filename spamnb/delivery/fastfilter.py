@@ -68,33 +68,12 @@ def parse_args(args):
 
 
 def settings_of(args, env=os.environ, layers=None):
-    """``{name: value}`` of every setting of a ``filter`` command line, from the options
-    (:func:`spamnb.options.parse`) and the configuration as the click command last read
-    and checked it (:func:`spamnb.storage.settings.read_cache`), ordered by the one
-    resolver (:func:`spamnb.storage.settings.resolve`); None when only the click command
-    can answer: an option or value this path does not handle, options that exclude each
-    other, files changed since, a setting only the click command applies."""
-    from spamnb import options
+    """``{name: value}`` of every setting of a ``filter`` command line, or None when only
+    the click command can answer (:func:`spamnb.storage.settings.command_line`: the
+    table's parser and the one resolver, over the settings this path implements)."""
     from spamnb.storage import settings
 
-    try:
-        given = options.parse(args, "filter")
-    except (LookupError, ValueError):  # the click command says what is wrong
-        return None
-    if any(name not in FAST for name in given):
-        return None
-    if layers is None:
-        layers = settings.checked_layers(env)  # no files, the usual case: a few stats, no TOML parser
-    if layers is None:  # files the click command has not read and checked yet: it does, once
-        return None
-    try:
-        resolved = settings.resolve("filter", given, env, layers=layers)
-    except ValueError:  # two places for the model in one layer...: the click command says so
-        return None
-    rows = options.rows_of("filter")
-    if any(name not in FAST and s.value != rows[name].default for name, s in resolved.items()):
-        return None
-    return {name: s.value for name, s in resolved.items()}
+    return settings.command_line("filter", args, env, layers, only=FAST)
 
 
 # -- the two fast ways ---------------------------------------------------------------
@@ -391,9 +370,9 @@ def line_recorder(opts, history=None):
     None without; ``history``: also record each verdict there."""
     if not (opts and opts.get("log_messages")):
         return None
-    from spamnb.delivery.events import Recorder
+    from spamnb.delivery import events
 
-    return Recorder(fmt=opts.get("log_format") or "text", to=opts.get("log_to") or "stderr", history=history)
+    return events.Recorder(fmt=opts.get("log_format") or "text", to=opts.get("log_to") or "stderr", history=history)
 
 
 def history_now(opts, model_path):
@@ -494,7 +473,9 @@ def main(args, load_cli, env=os.environ):
 
 def _filter(args, load_cli, env, got):
     """:func:`main`'s work; ``got`` receives the message and the ``--exit-zero`` in force."""
-    opts = settings_of(args, env)
+    from spamnb.storage import settings
+
+    opts = settings.command_line("filter", args, env, only=FAST)  # the table's parser and the one resolver
     if opts is None:
         full_path(load_cli, args)
         return

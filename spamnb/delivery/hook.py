@@ -119,28 +119,23 @@ def scored(model, raw, n_evidence=0, toks=None):
     return result.score, result.spam_probability, evidence, result.n_tokens - result.n_unknown
 
 
-class Decided:
-    """One message's verdict under a model: the label, P(spam|x), the score
-    (log-odds), the evidence asked for, the cut-offs applied, and whether
-    ``filter -u``'s rule learns it (:func:`spamnb.verdict.learns_verdict`).
-    A plain class: ``dataclasses`` would cost the per-message path its import."""
-
-    __slots__ = ("label", "p", "score", "evidence", "cutoffs", "learns")
-
-    def __init__(self, label, p, score, evidence, cutoffs, learns):
-        self.label, self.p, self.score = label, p, score
-        self.evidence, self.cutoffs, self.learns = evidence, cutoffs, learns
-
-
-def decide(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None) -> Decided:
+def decide(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None, name=None) -> verdict.Decided:
     """The verdict of ``raw`` under ``model`` and ``decision`` (a
     :class:`spamnb.verdict.Decision`, or its values in the order of
-    :data:`spamnb.verdict.DECISION_OPTIONS`): what the one pipeline
-    (:func:`spamnb.delivery.pipeline.filter_one`) and the page's re-score decide with."""
+    :data:`spamnb.verdict.DECISION_OPTIONS`), with its header lines when the model's
+    ``name`` is given (:func:`spamnb.verdict.judge`)."""
     if not isinstance(decision, verdict.Decision):
         decision = verdict.Decision(decision)
     score, p, evidence, known = scored(model, raw, n_evidence, toks)
     # after scoring: a store's model reads its settings with the counts, cut-offs included
-    cutoffs = decision.cutoffs(model.cutoffs)
-    label = verdict.label_for(p, cutoffs, known)
-    return Decided(label, p, score, evidence, cutoffs, verdict.learns_verdict(label, score, cutoffs))
+    return verdict.judge(p, score, known, model.cutoffs, decision, evidence, name)
+
+
+def verdict_of(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None, name=None):
+    """``(decided, kept, pos, block)``: :func:`decide`'s verdict, and with a model ``name``
+    (the header's ``model=``), :func:`verdict_block` of its header lines; without,
+    ``raw`` as it is and no block (a door that writes no header)."""
+    d = decide(model, raw, decision, n_evidence, toks, name)
+    if name is None:
+        return d, raw, 0, b""
+    return (d, *verdict_block(raw, d.lines))

@@ -13,10 +13,10 @@ only translates its own protocol to and from them::
     learn, forget, TELL, learn-moves, IMAPSieve, imap's moves, the page's buttons: learn
 
 One message is: read the model (:meth:`Source.read`), decide
-(:func:`spamnb.delivery.hook.decide`, the decision carried whole as a
-:class:`spamnb.verdict.Decision`), place the verdict's header lines
-(:func:`spamnb.delivery.hook.verdict_block`), learn it as ``filter -u`` does when asked
-and the rule says so (:func:`spamnb.verdict.learns_verdict`), then record it: the line,
+and place the verdict's header lines (:func:`spamnb.delivery.hook.verdict_of`: every
+rule of the verdict is :func:`spamnb.verdict.judge`'s, the decision carried whole as a
+:class:`spamnb.verdict.Decision`), learn it as ``filter -u`` does when asked and the
+rule says so, then record it: the line,
 the metrics and the history, through the door's recorder
 (:class:`spamnb.delivery.events.Recorder` or :class:`HistoryOnly`). The result is one
 :class:`Outcome`.
@@ -31,7 +31,7 @@ and imports the tokenizer and the scorer only when it scores here.
 
 import time  # loaded by the interpreter's own start-up: free here
 
-from spamnb.verdict import MODELS_OWN, Boundary, header_lines, learns_verdict, model_name, threshold
+from spamnb.verdict import MODELS_OWN, Boundary, model_name, threshold
 
 # `filter -u` waits this long for the model's lock, then delivers without learning:
 # a delivery agent must not hang behind a stuck (or another user's) lock holder.
@@ -44,7 +44,7 @@ def not_learned(reason) -> str:
 
 
 class Outcome:
-    """One message's outcome: its verdict (:class:`spamnb.delivery.hook.Decided`), the
+    """One message's outcome: its verdict (:class:`spamnb.verdict.Decided`), the
     message without incoming verdict fields (``kept``), where spamnb's header lines go in
     it (``pos``) and those lines (``block``), the class it was learned as (None: not
     learned) and, when learning was asked and failed, why (``not_learned``)."""
@@ -155,17 +155,12 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
     verdict; ``name``: the model's name in the header (``source.name`` by default);
     ``headers``: False when the door writes no header lines (spamd's CHECK).
     Errors are raised: the door's :func:`boundary` turns them into its answer."""
-    from spamnb.delivery.hook import decide, verdict_block
+    from spamnb.delivery.hook import verdict_of
 
     start = time.perf_counter()
     model, toks = source.read(raw)
-    d = decide(model, raw, decision, evidence, toks)
     name = source.name if name is None else name
-    if headers:
-        lines = header_lines(d.label, d.p, d.score, name, d.evidence, required=threshold(d.cutoffs[1]))
-        kept, pos, block = verdict_block(raw, lines)
-    else:
-        kept, pos, block = raw, 0, b""
+    d, kept, pos, block = verdict_of(model, raw, decision, evidence, toks, name if headers else None)
     learned = why_not = None
     if learn and d.learns and source.learns:
         why_not = source.learn(raw, d.label, toks, model)

@@ -465,7 +465,7 @@ def plain_user(user) -> str:
 
 
 def judge(model, msg: bytes, n_evidence: int, decision=verdict.MODELS_OWN):
-    """The :class:`spamnb.delivery.hook.Decided` verdict of ``msg`` under ``model``
+    """The :class:`spamnb.verdict.Decided` verdict of ``msg`` under ``model``
     (its own cut-offs unless ``decision`` overrides them) and T, the spam cut-off as log-odds."""
     d = decide(model, msg, decision, n_evidence=n_evidence)
     return d, threshold(d.cutoffs[1])

@@ -440,3 +440,31 @@ def decision(layers) -> list:
 
     found = resolve(_table.DECIDING[0], env=layers.env, layers=layers, names=DECISION_OPTIONS)
     return [found[n].value for n in DECISION_OPTIONS]
+
+
+def command_line(command, args, env=os.environ, layers=None, only=None):
+    """``{name: value}`` of every setting of a ``command`` command line for a fast path:
+    the options (:func:`spamnb.options.parse`, from the table), then the environment and
+    the configuration as the click command last read and checked it
+    (:func:`checked_layers`), ordered by :func:`resolve`. None when only the click command
+    can answer: an option or value the table's parser does not take, options that exclude
+    each other, files changed since, or a setting outside ``only`` (the names that fast
+    path implements) given or set to other than its default."""
+    try:
+        given = _table.parse(args, command)
+    except (LookupError, ValueError):  # the click command says what is wrong
+        return None
+    if only is not None and any(name not in only for name in given):
+        return None
+    if layers is None:
+        layers = checked_layers(env)  # no files, the usual case: a few stats, no TOML parser
+    if layers is None:  # files the click command has not read and checked yet: it does, once
+        return None
+    try:
+        resolved = resolve(command, given, env, layers=layers)
+    except ValueError:  # two places for the model in one layer...: the click command says so
+        return None
+    rows = _table.rows_of(command)
+    if only is not None and any(n not in only and s.value != rows[n].default for n, s in resolved.items()):
+        return None
+    return {name: s.value for name, s in resolved.items()}

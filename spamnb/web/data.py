@@ -32,7 +32,7 @@ COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id"
 
 
 def rescored(model, raw, spam_cut, ham_cut):
-    """The verdict (:class:`spamnb.delivery.hook.Decided`) of a kept message under
+    """The verdict (:class:`spamnb.verdict.Decided`) of a kept message under
     ``model`` now, at the cut-offs it was delivered with (None: the model's): the one
     pipeline's, writing and recording nothing."""
     source = pipeline.ModelSource(model, "")
