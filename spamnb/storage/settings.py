@@ -431,15 +431,14 @@ def write_cache(layers, stamped, env=os.environ):
         pass
 
 
-def decision(layers) -> list:
+def decision(layers):
     """The decision the files give the deciding commands, as the one resolver gives it
-    (:func:`resolve`: one unit, from the most specific layer naming any of it):
-    ``[cost_fp, cost_fn, cost_unsure, spam_cutoff, ham_cutoff]``, None where unset
-    (:func:`spamnb.verdict.cutoffs_from`'s order). ConfigError as :func:`resolve`'s."""
-    from spamnb.verdict import DECISION_OPTIONS
+    (:func:`resolve`: one unit, from the most specific layer naming any of it), as one
+    :class:`spamnb.verdict.Decision`. ConfigError as :func:`resolve`'s."""
+    from spamnb.verdict import DECISION_OPTIONS, Decision
 
     found = resolve(_table.DECIDING[0], env=layers.env, layers=layers, names=DECISION_OPTIONS)
-    return [found[n].value for n in DECISION_OPTIONS]
+    return Decision.of({n: s.value for n, s in found.items()})
 
 
 def command_line(command, args, env=os.environ, layers=None, only=None):
