@@ -137,10 +137,12 @@ def compact(model_path, store, allow_insecure_model, if_needed, quiet):
     Example:
       spamnb compact
     """
+    from spamnb.storage import upkeep
+
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     if backend.is_default:
         raise click.ClickException("there is no model of yours to compact")
-    n = backend.compact(force=not if_needed, warn=notice)
+    n = upkeep.compact(backend, force=not if_needed, warn=notice)
     if not quiet:
         click.echo(f"folded {n} journal update(s) into {backend.name}" if n else "nothing to fold", err=True)
 

@@ -69,7 +69,7 @@ import time
 from spamnb import checks
 from spamnb.delivery import events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
-from spamnb.storage import journal
+from spamnb.storage import journal, upkeep
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.store import ModelError, lock_timeout, make_private_folder
 from spamnb.storage.scorer import Scorer
@@ -122,11 +122,11 @@ class _Handler(socketserver.BaseRequestHandler):
 
         with Boundary(fail) as boundary:
             backend = srv.backend
-            if not backend.serves(header["model"]):
+            if not upkeep.serves(backend, header["model"]):
                 return wire.DECLINED, None, 0, b"", "another model"
             model = backend.view()
             # view() has checked it already unless the server itself allows an untrusted model
-            if not header["allow_insecure"] and backend.allow_insecure and not backend.trusted():
+            if not header["allow_insecure"] and backend.allow_insecure and not upkeep.trusted(backend):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             toks = message_tokens(model, raw)
             _, pos, block, d = filter_verdict(model, raw, header["name"], header["decision"], toks=toks)

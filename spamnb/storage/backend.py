@@ -73,10 +73,6 @@ class Backend:
         keep what makes many requests cheap. Returns self."""
         return self
 
-    def serves(self, path) -> bool:
-        """Whether the model file ``path`` is this backend's (the private socket's check)."""
-        return False
-
     def loaded(self):
         """The model a resident backend holds now, without loading or asking anything
         (what ``--metrics`` reports when Prometheus scrapes); None when it holds none."""
@@ -96,10 +92,6 @@ class Backend:
     def pending_bytes(self) -> int:
         """Bytes of updates not yet folded into the stored model (a journal's size)."""
         return 0
-
-    def trusted(self) -> bool:
-        """Whether the model passes the trust checks now (a model file: owner, mode)."""
-        return True
 
     def tokenizer(self):
         """The model's :class:`spamnb.mail.tokenizer.TokenizerConfig`."""
@@ -141,18 +133,10 @@ class Backend:
         """What :meth:`for_user`'s backend is called."""
         return self.for_user(user).name
 
-    def compact(self, *, force=True, warn=None) -> int:
-        """Fold pending updates into the stored model: the updates folded."""
-        return 0
-
     def describe(self, model) -> tuple[list, list]:
         """``(name, value)`` rows saying where and how ``model`` is stored, for
         ``spamnb info``: those shown before the model's settings, and after."""
         raise NotImplementedError
-
-    def rebuild_scorer(self) -> str:
-        """Compile what speeds up scoring again; the outcome in words."""
-        raise ModelError(f"{self.name} has no compiled scorer to rebuild")
 
     def close(self) -> None:
         pass

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 from spamnb.storage import journal
 from spamnb.storage.backend import Backend
-from spamnb.storage.modelfile import (compact, compile_scorer, learn_messages, load_and_compile, load_model,
-                                      remove_journal, save_model, updating)
+from spamnb.storage.modelfile import (learn_messages, load_and_compile, load_model, remove_journal, save_model,
+                                      updating)
 from spamnb.storage.scorer import REBUILDABLE, Scorer, ScorerError, fresh_scorer, open_checked
 from spamnb.storage.store import ModelError, model_lock
 
@@ -153,13 +153,6 @@ class FileBackend(Backend):
     def exists(self) -> bool:
         return os.path.isfile(self.path)
 
-    def serves(self, path) -> bool:
-        """Whether ``path`` names this model file (the private socket's check)."""
-        return os.path.realpath(path) == os.path.realpath(self.path)
-
-    def trusted(self) -> bool:
-        return trusted_now(self.path)
-
     def loaded(self):
         holder = self._holder
         current = holder.current if holder is not None else None
@@ -189,7 +182,7 @@ class FileBackend(Backend):
         if not self._resident:
             return self.model()
         loaded = self.holder.get()
-        if not self.allow_insecure and not self.trusted():
+        if not self.allow_insecure and not trusted_now(self.path):
             raise ModelError(f"model {self.path} is not trusted (see spamnb info)")
         return loaded.model
 
@@ -202,9 +195,6 @@ class FileBackend(Backend):
         ``journal_only``: raise :class:`spamnb.storage.journal.NeedsModel` instead."""
         return learn_messages(self.path, items, forget=forget, create=create, allow_insecure=self.allow_insecure,
                               timeout=timeout, warn=warn, later=later, journal_only=journal_only)
-
-    def compact(self, *, force=True, warn=None) -> int:
-        return compact(self.path, allow_insecure=self.allow_insecure, force=force, warn=warn)
 
     def replace(self, model) -> None:
         with model_lock(self.path):  # a concurrent learn/forget finishes first, then sees the new model
@@ -231,11 +221,6 @@ class FileBackend(Backend):
         except _DryRun as run:
             return run.dropped, run.before
         return dropped, before
-
-    def rebuild_scorer(self) -> str:
-        _, outcome = compile_scorer(self.path)
-        return {"written": "rebuilt", "changed": "not rebuilt: the model changed while it was read; "
-                                                 "run again"}.get(outcome, "none")
 
     def describe(self, model):
         """``(rows before the model's, rows after)`` for ``spamnb info``."""

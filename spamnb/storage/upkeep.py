@@ -1,0 +1,55 @@
+"""The operations on a model written once over the storage contract
+(:class:`spamnb.storage.backend.Backend`), whichever store holds it:
+
+=================================  ======================================================
+``compact(backend, ...)``          fold a model file's journal into it (a store: nothing)
+``rebuild_scorer(backend)``        compile a model file's scorer again
+``trusted(backend)``               whether the model passes the trust checks now
+``serves(backend, path)``          whether the model file ``path`` is the backend's
+=================================  ======================================================
+
+What a model file has and a store has not (a journal, a compiled scorer, an owner
+and a mode) is reached through the backend's ``path``: None for a store.
+"""
+
+from __future__ import annotations
+
+import os
+
+from spamnb.storage.store import ModelError
+
+
+def compact(backend, *, force=True, warn=None) -> int:
+    """Fold the updates pending in a model file's journal into a new snapshot: the
+    updates folded (0 for a store, whose learns change the counts themselves)."""
+    if backend.path is None:
+        return 0
+    from spamnb.storage import modelfile
+
+    return modelfile.compact(backend.path, allow_insecure=backend.allow_insecure, force=force, warn=warn)
+
+
+def rebuild_scorer(backend) -> str:
+    """Compile a model file's scorer again; the outcome in words."""
+    if backend.path is None:
+        raise ModelError(f"{backend.name} has no compiled scorer to rebuild")
+    from spamnb.storage.modelfile import compile_scorer
+
+    _, outcome = compile_scorer(backend.path)
+    return {"written": "rebuilt", "changed": "not rebuilt: the model changed while it was read; "
+                                             "run again"}.get(outcome, "none")
+
+
+def trusted(backend) -> bool:
+    """Whether the model passes the trust checks now: a model file's owner and mode
+    (:func:`spamnb.storage.filestore.trusted_now`); a store's model has no file."""
+    if backend.path is None:
+        return True
+    from spamnb.storage.filestore import trusted_now
+
+    return trusted_now(backend.path)
+
+
+def serves(backend, path) -> bool:
+    """Whether the model file ``path`` is the backend's (the private socket's check)."""
+    return backend.path is not None and os.path.realpath(path) == os.path.realpath(backend.path)
