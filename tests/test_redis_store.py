@@ -27,6 +27,7 @@ from spamnb.delivery import spamd
 from spamnb.delivery.hook import decide
 from spamnb.mail.identity import message_key
 from spamnb.mail.sources import iter_index
+from spamnb.storage import upkeep
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.filestore import FileBackend
 from spamnb.storage.modelfile import load_model, save_model
@@ -1072,7 +1073,7 @@ def test_a_learn_gives_the_buckets_it_writes_the_stores_ttl(server, url, model_f
     written = {backend._bucket(st.epoch, token_hash(t) % st.buckets) for raw in raws
                for t in tokenize(raw, backend.tokenizer())}
     assert written and all(c.ttl(k) > 80 * 86400 for k in written), sorted(c.ttl(k) for k in written)[:5]
-    backend.age_out(older_than_days=0, max_messages=0)  # learners age by this rule from now on
+    upkeep.age_out(backend, older_than_days=0, max_messages=0)  # learners age by this rule from now on
     backend.learn([(raws[0], "spam", None)])
     st = backend.settings(refresh=True)
     assert st.s["age_days"] == 0

@@ -179,11 +179,13 @@ def prune(model_path, store, allow_insecure_model, older_than, max_messages, max
         limit = int(limit)
     if older_than is None and max_tokens is None and limit is None:
         older_than = 90
+    from spamnb.storage import upkeep
+
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     if backend.is_default:
         raise click.ClickException("there is no model of yours to prune")
-    dropped, before = backend.age_out(older_than_days=older_than, max_messages=max_messages, max_tokens=max_tokens,
-                                      limit=limit, dry_run=dry_run)
+    dropped, before = upkeep.age_out(backend, older_than_days=older_than, max_messages=max_messages,
+                                     max_tokens=max_tokens, limit=limit, dry_run=dry_run)
     if dry_run:
         click.echo(f"would drop {dropped} of {before} tokens", err=True)
         return
@@ -218,10 +220,12 @@ def cutoffs_(model_path, store, allow_insecure_model, cost_fp, cost_fn, cost_uns
         click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({backend.name})")
         decision_note()
         return
+    from spamnb.storage import upkeep
+
     if backend.is_default:
         raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "
                                    "of a model of yours (--model), or give them to each command")
-    old, new = backend.set_cutoffs(lambda old: cutoffs(old, *given))
+    old, new = upkeep.set_cutoffs(backend, lambda old: cutoffs(old, *given))
     click.echo(f"cut-offs of {backend.name}: ham <= {old.ham_cutoff:.6g} -> {new.ham_cutoff:.6g}, "
                f"spam > {old.spam_cutoff:.6g} -> {new.spam_cutoff:.6g}", err=True)
 

@@ -12,8 +12,9 @@ decision (:func:`spamnb.delivery.hook.decide`) talk to a :class:`Backend`:
                        identity (:func:`spamnb.mail.identity.message_key`)
 ``model()``            the whole model (batch commands, ``explain``, ``store pull``)
 ``replace(model)``     the store now holds this model (``train``, ``store push``)
-``age_out(...)``       drop old, rare tokens (``prune``'s rule)
-``set_cutoffs(fn)``    change the stored decision's cut-offs (``cutoffs``)
+``edit(change)``       ``change(e)`` on the stored model in place, under the store's
+                       write guard, ``e`` an :class:`Edit` (the cut-offs, the ageing of
+                       ``prune``, written once in :mod:`spamnb.storage.upkeep`)
 ``for_user(name)``     the model of one user (spamd's ``User:``, IMAP's login)
 ``describe()``         rows for ``spamnb info``
 =====================  ===========================================================
@@ -27,6 +28,8 @@ picks one from the options.
 
 from __future__ import annotations
 
+import abc
+
 from spamnb.storage.store import ModelError
 
 
@@ -34,6 +37,30 @@ class StoreUnavailable(ModelError):
     """The store cannot be reached or cannot answer now (down, timed out, a
     read-only replica, restarted empty): the filter passes the message through
     (exit 3), spamd answers that it cannot scan, learning changes nothing."""
+
+
+class Edit(abc.ABC):
+    """The stored model as :meth:`Backend.edit` hands it to a change: what may be
+    changed in place, every learned count kept."""
+
+    @property
+    @abc.abstractmethod
+    def cutoffs(self):
+        """The stored decision's :class:`spamnb.nb.decision.Cutoffs` (settable)."""
+
+    @cutoffs.setter
+    @abc.abstractmethod
+    def cutoffs(self, new): ...
+
+    @abc.abstractmethod
+    def limit_tokens(self, limit) -> None:
+        """Keep at most ``limit`` tokens at every compaction from now on (None: no
+        limit); ModelError where the store has no such limit."""
+
+    @abc.abstractmethod
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None) -> tuple[int, int]:
+        """Drop the old, rare tokens by prune's rule (:meth:`spamnb.model.SpamModel.age_out`):
+        ``(dropped, tokens before)``."""
 
 
 class Backend:
@@ -114,15 +141,10 @@ class Backend:
         """Make ``model`` the stored model, whatever was there."""
         raise NotImplementedError
 
-    def set_cutoffs(self, change) -> tuple:
-        """Store the cut-offs ``change(old)`` returns in place of the model's ``old``
-        :class:`spamnb.nb.decision.Cutoffs` (every count kept): ``(old, new)``."""
-        raise NotImplementedError
-
-    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None,
-                dry_run=False) -> tuple[int, int]:
-        """``(dropped, before)``: prune's rule (:meth:`spamnb.model.SpamModel.age_out`);
-        ``limit``: the automatic size limit to keep (0: off, None: unchanged)."""
+    def edit(self, change, *, dry_run=False):
+        """``change(e)`` (``e`` an :class:`Edit` of the stored model) under the store's
+        write guard, then what it changed is stored, unless ``dry_run``: what
+        ``change`` returns."""
         raise NotImplementedError
 
     def for_user(self, user):

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from spamnb.storage import journal
-from spamnb.storage.backend import Backend
+from spamnb.storage.backend import Backend, Edit
 from spamnb.storage.modelfile import (learn_messages, load_and_compile, load_model, remove_journal, save_model,
                                       updating)
 from spamnb.storage.scorer import REBUILDABLE, Scorer, ScorerError, fresh_scorer, open_checked
@@ -201,26 +201,17 @@ class FileBackend(Backend):
             save_model(model, self.path)
             remove_journal(self.path)  # learned into the model it replaces: stale (ignored) from the rename on
 
-    def set_cutoffs(self, change):
-        with updating(self.path, allow_insecure=self.allow_insecure) as model:
-            old = model.cutoffs
-            model.cutoffs = change(old)
-        return old, model.cutoffs
-
-    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None, dry_run=False):
+    def edit(self, change, *, dry_run=False):
+        """``change`` on the whole model, loaded and saved again under the model's lock
+        (:func:`spamnb.storage.modelfile.updating`); a dry run leaves without saving."""
         try:
             with updating(self.path, allow_insecure=self.allow_insecure) as model:
-                before = len(model.vocabulary)
-                if limit is not None:
-                    model.stats["max_tokens"] = limit or None
-                    max_tokens = limit or max_tokens
-                dropped = model.age_out(older_than_days=older_than_days, max_messages=max_messages,
-                                        max_tokens=max_tokens)
+                out = change(FileEdit(model))
                 if dry_run:
-                    raise _DryRun(dropped, before)
+                    raise _DryRun(out)
         except _DryRun as run:
-            return run.dropped, run.before
-        return dropped, before
+            return run.out
+        return out
 
     def describe(self, model):
         """``(rows before the model's, rows after)`` for ``spamnb info``."""
@@ -255,10 +246,33 @@ class FileBackend(Backend):
         ], [("scorer", scorer_row)]
 
 
+class FileEdit(Edit):
+    """:class:`spamnb.storage.backend.Edit` of a model file: the loaded model itself."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @property
+    def cutoffs(self):
+        return self.model.cutoffs
+
+    @cutoffs.setter
+    def cutoffs(self, new):
+        self.model.cutoffs = new
+
+    def limit_tokens(self, limit) -> None:
+        self.model.stats["max_tokens"] = limit  # every compaction keeps at most this many
+
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None):
+        before = len(self.model.vocabulary)
+        dropped = self.model.age_out(older_than_days=older_than_days, max_messages=max_messages,
+                                     max_tokens=max_tokens)
+        return dropped, before
+
+
 class _DryRun(Exception):
     """Leaves :func:`spamnb.storage.modelfile.updating` without saving."""
 
-    def __init__(self, dropped, before):
-        super().__init__(dropped)
-        self.dropped, self.before = dropped, before
-
+    def __init__(self, out):
+        super().__init__(out)
+        self.out = out

@@ -2,6 +2,8 @@
 (:class:`spamnb.storage.backend.Backend`), whichever store holds it:
 
 =================================  ======================================================
+``set_cutoffs(backend, change)``   store ``change(old)`` as the decision's cut-offs
+``age_out(backend, ...)``          prune's rule: drop old, rare tokens; set the size limit
 ``compact(backend, ...)``          fold a model file's journal into it (a store: nothing)
 ``rebuild_scorer(backend)``        compile a model file's scorer again
 ``trusted(backend)``               whether the model passes the trust checks now
@@ -17,6 +19,34 @@ from __future__ import annotations
 import os
 
 from spamnb.storage.store import ModelError
+
+
+def set_cutoffs(backend, change) -> tuple:
+    """Store the cut-offs ``change(old)`` returns in place of the model's ``old``
+    :class:`spamnb.nb.decision.Cutoffs` (every count kept): ``(old, new)``."""
+
+    def edit(e):
+        old = e.cutoffs
+        e.cutoffs = new = change(old)
+        return old, new
+
+    return backend.edit(edit)
+
+
+def age_out(backend, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None,
+            dry_run=False) -> tuple[int, int]:
+    """``(dropped, before)``: prune's rule (:meth:`spamnb.model.SpamModel.age_out`),
+    then at most ``max_tokens`` tokens; ``limit``: the automatic size limit to keep
+    from now on, which also bounds this run (0: off, None: unchanged)."""
+
+    def edit(e):
+        cap = max_tokens
+        if limit is not None:
+            e.limit_tokens(limit or None)
+            cap = limit or max_tokens
+        return e.age_out(older_than_days=older_than_days, max_messages=max_messages, max_tokens=cap)
+
+    return backend.edit(edit, dry_run=dry_run)
 
 
 def compact(backend, *, force=True, warn=None) -> int:
