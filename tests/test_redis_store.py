@@ -387,10 +387,10 @@ def test_serve_starts_while_the_store_is_down_and_scans_once_it_is_back(tmp_path
     srv.stop()
     url = srv.url()
     backend = open_backend(None, url)
-    assert (backend.reachable(), backend.last_success()) == (None, None)
     with pytest.raises(StoreUnavailable, match="cannot reach the store"):
         backend.view()
-    assert (backend.reachable(), backend.last_success()) == (False, None)
+    health = upkeep.health(backend)  # what --metrics reports: asked of the store now, down
+    assert (health.size, health.journal_bytes, health.up, health.last_success) == (None, None, False, None)
     host = Spamd(url, tmp_path / "h")
     try:
         raw = sample_messages()[0]
@@ -403,7 +403,9 @@ def test_serve_starts_while_the_store_is_down_and_scans_once_it_is_back(tmp_path
         assert r.returncode == 0 and b"X-Spam" in r.stdout and r.stdout != raw, r
         before = time.time()
         backend.view()
-        assert backend.reachable() is True and before <= backend.last_success() <= time.time()
+        health = upkeep.health(backend)
+        assert health.up is True and before <= health.last_success <= time.time()
+        assert health.size[0] > 0, health
     finally:
         host.stop()
         srv.stop()

@@ -17,6 +17,7 @@ decision (:func:`spamnb.delivery.hook.decide`) talk to a :class:`Backend`:
                        ``prune``, written once in :mod:`spamnb.storage.upkeep`)
 ``for_user(name)``     the model of one user (spamd's ``User:``, IMAP's login)
 ``describe()``         rows for ``spamnb info``
+``status()``           what a gauge reads without loading: a :class:`Status`
 =====================  ===========================================================
 
 Two implementations: :class:`spamnb.storage.filestore.FileBackend`, the model
@@ -29,6 +30,7 @@ picks one from the options.
 from __future__ import annotations
 
 import abc
+from dataclasses import dataclass
 
 from spamnb.storage.store import ModelError
 
@@ -37,6 +39,19 @@ class StoreUnavailable(ModelError):
     """The store cannot be reached or cannot answer now (down, timed out, a
     read-only replica, restarted empty): the filter passes the message through
     (exit 3), spamd answers that it cannot scan, learning changes nothing."""
+
+
+@dataclass(frozen=True)
+class Status:
+    """What a backend can say of itself without loading anything (``--metrics``)."""
+
+    #: ``(tokens, (ham messages, spam messages))`` of the model held or stored now;
+    #: None when it holds none (a model file not loaded yet, a store that cannot answer)
+    size: tuple | None = None
+    #: whether the store answered its last request (None: no store, or no request yet)
+    answered: bool | None = None
+    #: when (``time.time()``) the store last answered; None: never, or no store
+    answered_at: float | None = None
 
 
 class Edit(abc.ABC):
@@ -95,30 +110,14 @@ class Backend:
         store cannot answer."""
         raise NotImplementedError
 
+    def status(self) -> Status:
+        """What this backend can say without loading (:class:`Status`)."""
+        return Status()
+
     def resident(self) -> "Backend":
         """This backend serves a long-running process (a server, ``imap filter --watch``):
         keep what makes many requests cheap. Returns self."""
         return self
-
-    def loaded(self):
-        """The model a resident backend holds now, without loading or asking anything
-        (what ``--metrics`` reports when Prometheus scrapes); None when it holds none."""
-        return None
-
-    def reachable(self) -> bool | None:
-        """Whether the model's storage answered the last request (a store: True after
-        a reply, False after a failure to reach it, None before any request); a
-        model file is always there. For a gauge, with :meth:`last_success`."""
-        return True
-
-    def last_success(self) -> float | None:
-        """When (``time.time()``) the storage last answered; None: a model file, or a
-        store never reached yet."""
-        return None
-
-    def pending_bytes(self) -> int:
-        """Bytes of updates not yet folded into the stored model (a journal's size)."""
-        return 0
 
     def tokenizer(self):
         """The model's :class:`spamnb.mail.tokenizer.TokenizerConfig`."""

@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from spamnb.storage import journal
-from spamnb.storage.backend import Backend, Edit
+from spamnb.storage.backend import Backend, Edit, Status
 from spamnb.storage.modelfile import (learn_messages, load_and_compile, load_model, remove_journal, save_model,
                                       updating)
 from spamnb.storage.scorer import REBUILDABLE, Scorer, ScorerError, fresh_scorer, open_checked
@@ -153,16 +153,11 @@ class FileBackend(Backend):
     def exists(self) -> bool:
         return os.path.isfile(self.path)
 
-    def loaded(self):
+    def status(self) -> Status:
+        """The size of the model a resident backend holds now (nothing is loaded for it)."""
         holder = self._holder
         current = holder.current if holder is not None else None
-        return current.model if current is not None else None
-
-    def pending_bytes(self) -> int:
-        try:
-            return os.stat(journal.journal_path(self.path)).st_size
-        except OSError:
-            return 0
+        return Status(size=_model_size(current.model) if current is not None else None)
 
     @property
     def holder(self) -> ModelHolder:
@@ -268,6 +263,15 @@ class FileEdit(Edit):
         dropped = self.model.age_out(older_than_days=older_than_days, max_messages=max_messages,
                                      max_tokens=max_tokens)
         return dropped, before
+
+
+def _model_size(model):
+    """``(tokens, (ham messages, spam messages))`` of a held model (a compiled
+    scorer's snapshot, or a full model)."""
+    header = getattr(model, "header", None)
+    if header is not None:
+        return len(model), tuple(int(x) for x in header["class_count"])
+    return len(model.vocabulary), tuple(int(x) for x in model.messages)
 
 
 class _DryRun(Exception):

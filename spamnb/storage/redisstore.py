@@ -56,7 +56,7 @@ import time
 import urllib.parse
 
 from spamnb import checks
-from spamnb.storage.backend import Backend, Edit, StoreUnavailable
+from spamnb.storage.backend import Backend, Edit, Status, StoreUnavailable
 from spamnb.storage.scorer import Scorer, token_hash
 from spamnb.storage.store import ModelError
 from spamnb.verdict import LABELS
@@ -373,7 +373,7 @@ class StoreEmpty(StoreUnavailable):
 
 class _Reach:
     """Whether a store's client reached it the last time it tried, and when it last
-    had an answer (what a server's gauge reads: :meth:`RedisBackend.reachable`)."""
+    had an answer (what a server's gauge reads: :meth:`RedisBackend.status`)."""
 
     def __init__(self):
         self.ok: bool | None = None
@@ -486,15 +486,18 @@ class RedisBackend(Backend):
 
     # -- talking to Redis ----------------------------------------------------------
 
-    def reachable(self) -> bool | None:
-        return self._reach.ok
-
-    def last_success(self) -> float | None:
-        return self._reach.when
+    def status(self) -> Status:
+        """The model's size, asked of the store now (one request), and whether and when
+        the store last answered."""
+        try:
+            size = self.size()
+        except ModelError:  # said by the other two: the store is down, or holds no model now
+            size = None
+        return Status(size, self._reach.ok, self._reach.when)
 
     def _call(self, what, fn, *args, **kwargs):
         """``fn(*args)``, with redis-py's errors as one clear ModelError line; notes
-        whether the store answered (:meth:`reachable`)."""
+        whether the store answered (:meth:`status`)."""
         redis = _redis()
         try:
             out = fn(*args, **kwargs)

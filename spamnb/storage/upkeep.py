@@ -8,6 +8,8 @@
 ``rebuild_scorer(backend)``        compile a model file's scorer again
 ``trusted(backend)``               whether the model passes the trust checks now
 ``serves(backend, path)``          whether the model file ``path`` is the backend's
+``journal_bytes(backend)``         a model file's updates not yet folded in (a store: None)
+``health(backend)``                what ``--metrics`` reports: a :class:`Health`
 =================================  ======================================================
 
 What a model file has and a store has not (a journal, a compiled scorer, an owner
@@ -17,6 +19,7 @@ and a mode) is reached through the backend's ``path``: None for a store.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 from spamnb.storage.store import ModelError
 
@@ -83,3 +86,37 @@ def trusted(backend) -> bool:
 def serves(backend, path) -> bool:
     """Whether the model file ``path`` is the backend's (the private socket's check)."""
     return backend.path is not None and os.path.realpath(path) == os.path.realpath(backend.path)
+
+
+def journal_bytes(backend) -> int | None:
+    """Bytes of updates not yet folded into a model file (its journal's size); None: a store."""
+    if backend.path is None:
+        return None
+    from spamnb.storage.journal import journal_path
+
+    try:
+        return os.stat(journal_path(backend.path)).st_size
+    except OSError:
+        return 0
+
+
+@dataclass(frozen=True)
+class Health:
+    """What ``--metrics`` reports of the served model; None: nothing to say."""
+
+    #: ``(tokens, (ham messages, spam messages))``
+    size: tuple | None
+    #: a model file's journal, not yet compacted
+    journal_bytes: int | None
+    #: a store: whether it answered its last request, and when it last answered
+    up: bool | None
+    last_success: float | None
+
+
+def health(backend) -> Health:
+    """The served model's :class:`Health`, without loading anything."""
+    status = backend.status()
+    pending = journal_bytes(backend)
+    if pending is not None:  # a model file is always there: no store to answer
+        return Health(status.size, pending, None, None)
+    return Health(status.size, None, status.answered, status.answered_at)
