@@ -4,7 +4,10 @@
 file: scoring views come from a :class:`ModelHolder` (the compiled scorer with
 the journal's changes, reloaded when the files change), learning appends to the
 journal (:mod:`spamnb.storage.journal`) and folds it in when it has grown,
-``replace`` saves a new snapshot atomically (:mod:`spamnb.storage.modelfile`).
+``replace`` saves a new snapshot atomically (:mod:`spamnb.storage.modelfile`),
+``edit`` loads the whole model and saves it again under the model's lock. What a
+model file has beyond the contract (the journal's compaction, the compiled
+scorer, the trust checks) :mod:`spamnb.storage.upkeep` reaches through ``path``.
 """
 
 from __future__ import annotations
