@@ -27,6 +27,7 @@ from spamnb.delivery import spamd
 from spamnb.delivery.hook import decide
 from spamnb.mail.identity import message_key
 from spamnb.mail.sources import iter_index
+from spamnb.storage import upkeep
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.filestore import FileBackend
 from spamnb.storage.modelfile import load_model, save_model
@@ -386,10 +387,10 @@ def test_serve_starts_while_the_store_is_down_and_scans_once_it_is_back(tmp_path
     srv.stop()
     url = srv.url()
     backend = open_backend(None, url)
-    assert (backend.reachable(), backend.last_success()) == (None, None)
     with pytest.raises(StoreUnavailable, match="cannot reach the store"):
         backend.view()
-    assert (backend.reachable(), backend.last_success()) == (False, None)
+    health = upkeep.health(backend)  # what --metrics reports: asked of the store now, down
+    assert (health.size, health.journal_bytes, health.up, health.last_success) == (None, None, False, None)
     host = Spamd(url, tmp_path / "h")
     try:
         raw = sample_messages()[0]
@@ -402,7 +403,9 @@ def test_serve_starts_while_the_store_is_down_and_scans_once_it_is_back(tmp_path
         assert r.returncode == 0 and b"X-Spam" in r.stdout and r.stdout != raw, r
         before = time.time()
         backend.view()
-        assert backend.reachable() is True and before <= backend.last_success() <= time.time()
+        health = upkeep.health(backend)
+        assert health.up is True and before <= health.last_success <= time.time()
+        assert health.size[0] > 0, health
     finally:
         host.stop()
         srv.stop()
@@ -1073,7 +1076,7 @@ def test_a_learn_gives_the_buckets_it_writes_the_stores_ttl(server, url, model_f
     written = {backend._bucket(st.epoch, token_hash(t) % st.buckets) for raw in raws
                for t in tokenize(raw, backend.tokenizer())}
     assert written and all(c.ttl(k) > 80 * 86400 for k in written), sorted(c.ttl(k) for k in written)[:5]
-    backend.age_out(older_than_days=0, max_messages=0)  # learners age by this rule from now on
+    upkeep.age_out(backend, older_than_days=0, max_messages=0)  # learners age by this rule from now on
     backend.learn([(raws[0], "spam", None)])
     st = backend.settings(refresh=True)
     assert st.s["age_days"] == 0

@@ -105,12 +105,13 @@ def info(model_path, store, allow_insecure_model, rebuild_scorer):
     """
     import datetime
 
+    from spamnb.storage import upkeep
     from spamnb.storage.store import ModelError
 
     backend = open_backend(model_path, store, allow_insecure_model)
     if rebuild_scorer:
         try:
-            outcome = backend.rebuild_scorer()
+            outcome = upkeep.rebuild_scorer(backend)
         except ModelError as exc:
             raise click.ClickException(str(exc)) from None
         click.echo(f"scorer of {backend.name}: {outcome}", err=True)

@@ -148,10 +148,12 @@ def compact(model_path, store, allow_insecure_model, if_needed, quiet):
     Example:
       spamnb compact
     """
+    from spamnb.storage import upkeep
+
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     if backend.is_default:
         raise click.ClickException("there is no model of yours to compact")
-    n = backend.compact(force=not if_needed, warn=notice)
+    n = upkeep.compact(backend, force=not if_needed, warn=notice)
     if not quiet:
         click.echo(f"folded {n} journal update(s) into {backend.name}" if n else "nothing to fold", err=True)
 
@@ -188,11 +190,13 @@ def prune(model_path, store, allow_insecure_model, older_than, max_messages, max
         limit = int(limit)
     if older_than is None and max_tokens is None and limit is None:
         older_than = 90
+    from spamnb.storage import upkeep
+
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
     if backend.is_default:
         raise click.ClickException("there is no model of yours to prune")
-    dropped, before = backend.age_out(older_than_days=older_than, max_messages=max_messages, max_tokens=max_tokens,
-                                      limit=limit, dry_run=dry_run)
+    dropped, before = upkeep.age_out(backend, older_than_days=older_than, max_messages=max_messages,
+                                     max_tokens=max_tokens, limit=limit, dry_run=dry_run)
     if dry_run:
         click.echo(f"would drop {dropped} of {before} tokens", err=True)
         return
@@ -226,10 +230,12 @@ def cutoffs_(model_path, store, allow_insecure_model, decision):
         click.echo(f"ham <= {cut.ham_cutoff:.6g} < unsure <= {cut.spam_cutoff:.6g} < spam  ({backend.name})")
         decision_note()
         return
+    from spamnb.storage import upkeep
+
     if backend.is_default:
         raise click.ClickException("the default model is rebuilt from the shipped corpus: set the cut-offs "
                                    "of a model of yours (--model), or give them to each command")
-    old, new = backend.set_cutoffs(lambda old: cutoffs(old, decision))
+    old, new = upkeep.set_cutoffs(backend, lambda old: cutoffs(old, decision))
     click.echo(f"cut-offs of {backend.name}: ham <= {old.ham_cutoff:.6g} -> {new.ham_cutoff:.6g}, "
                f"spam > {old.spam_cutoff:.6g} -> {new.spam_cutoff:.6g}", err=True)
 

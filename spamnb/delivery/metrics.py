@@ -39,6 +39,7 @@ from spamnb.delivery.events import SOURCES, VIA
 from spamnb import checks
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
 from spamnb.delivery.spamd import LOOPBACK, client_allowed
+from spamnb.storage import upkeep
 from spamnb.verdict import ACTIONS, LABELS
 
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
@@ -66,30 +67,6 @@ def networks(cidrs):
         return checks.networks(cidrs)
     except ValueError as exc:
         raise ValueError(f"--metrics-allow {exc}") from None
-
-
-def model_size(model):
-    """``(tokens, (ham messages, spam messages))`` of a served model (a compiled
-    scorer's snapshot, or a full model)."""
-    header = getattr(model, "header", None)
-    if header is not None:
-        return len(model), tuple(int(x) for x in header["class_count"])
-    return len(model.vocabulary), tuple(int(x) for x in model.messages)
-
-
-def store_size(backend):
-    """``(tokens, (ham messages, spam messages))`` of a store's model, asked of the store
-    now (:meth:`spamnb.storage.redisstore.RedisBackend.size`); None for a model file,
-    or a store that cannot answer."""
-    from spamnb.storage.store import ModelError
-
-    size = getattr(backend, "size", None)
-    if size is None:
-        return None
-    try:
-        return size()
-    except ModelError:  # said by the gauges: the store is down, or holds no model now
-        return None
 
 
 class Metrics:
@@ -178,30 +155,24 @@ class _ModelCollector:
         backend = self.metrics.backend
         if backend is None:
             return
-        size = store_size(backend)
-        if size is None:
-            model = backend.loaded()
-            size = model_size(model) if model is not None else None
-        if size is not None:
-            tokens, messages = size
+        health = upkeep.health(backend)
+        if health.size is not None:
+            tokens, messages = health.size
             yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows", tokens)
             g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
                                   labels=["class"])
             for label, n in zip(LABELS, messages):
                 g.add_metric([label], n)
             yield g
-        if backend.path is not None:
+        if health.journal_bytes is not None:
             yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
-                                    backend.pending_bytes())
-            return
-        up = backend.reachable()
-        if up is not None:
+                                    health.journal_bytes)
+        if health.up is not None:
             yield GaugeMetricFamily("spamnb_store_up", "1 when the store answered its last request, else 0",
-                                    1 if up else 0)
-        when = backend.last_success()
-        if when is not None:
+                                    1 if health.up else 0)
+        if health.last_success is not None:
             yield GaugeMetricFamily("spamnb_store_success_age_seconds", "Seconds since the store last answered",
-                                    max(0.0, time.time() - when))
+                                    max(0.0, time.time() - health.last_success))
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -68,6 +68,7 @@ import time
 
 from spamnb import checks
 from spamnb.delivery import events, pipeline, wire
+from spamnb.storage import upkeep
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.store import ModelError, make_private_folder
 from spamnb.verdict import Fallback
@@ -119,10 +120,10 @@ class _Handler(socketserver.BaseRequestHandler):
         with pipeline.boundary("socket", declined, recorder=srv.recorder, facts={"raw": raw}, kind="declined",
                                unscanned=False) as boundary:
             backend = srv.backend
-            if not backend.serves(header["model"]):
+            if not upkeep.serves(backend, header["model"]):
                 return wire.DECLINED, None, 0, b"", "another model"
             # view() checks it unless the server itself allows an untrusted model
-            if not header["allow_insecure"] and backend.allow_insecure and not backend.trusted():
+            if not header["allow_insecure"] and backend.allow_insecure and not upkeep.trusted(backend):
                 return wire.DECLINED, None, 0, b"", "model not trusted"
             source = pipeline.BackendSource(backend, warn=srv.log, later=srv.compactor.soon, journal_only=True)
             try:

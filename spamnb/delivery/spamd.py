@@ -406,7 +406,7 @@ class Models:
     def where(self, user) -> str:
         """Where the model of ``user`` would be (for a message saying there is none)."""
         path = self.user_path(user)
-        return f"spamnb train --model {path}" if path else f"spamnb store push MODEL {self.served.user_name(user)}"
+        return f"spamnb train --model {path}" if path else f"spamnb store push MODEL {self.served.for_user(user).name}"
 
     def for_user(self, user) -> tuple[Backend, bool]:
         """``(backend, own)``: the user's model when there is one, else the served one."""

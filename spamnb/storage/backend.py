@@ -1,22 +1,41 @@
-"""One storage interface: what a place that holds a model's counts does.
+"""One storage contract: what a place that holds a model's counts does.
 
 bogofilter's ``datastore.h`` is the model: its programs never know which
-database holds the counts. spamnb's commands, the filter, the servers and the
-decision (:func:`spamnb.delivery.hook.decide`) talk to a :class:`Backend`:
+database holds the counts, and the store does little more than read and write
+them. spamnb's commands, the filter, the servers and the decision
+(:func:`spamnb.delivery.hook.decide`) talk to a :class:`Backend`, whose whole
+surface is this table (the attributes, then the methods):
 
-=====================  ===========================================================
-``view()``             a scorer of the model as it is now: the tokenizer settings,
-                       the decision's cut-offs, and the counts of a message's tokens
-                       with the class totals (what the decision reads)
-``learn(items)``       apply a learn, forget or move of messages, each once by its
-                       identity (:func:`spamnb.mail.identity.message_key`)
-``model()``            the whole model (batch commands, ``explain``, ``store pull``)
-``replace(model)``     the store now holds this model (``train``, ``store push``)
-``age_out(...)``       drop old, rare tokens (``prune``'s rule)
-``set_cutoffs(fn)``    change the stored decision's cut-offs (``cutoffs``)
-``for_user(name)``     the model of one user (spamd's ``User:``, IMAP's login)
-``describe()``         rows for ``spamnb info``
-=====================  ===========================================================
+=========================  ===========================================================
+``name``, ``short_name``   what messages call the model (a path; a URL without its
+                           password), and what the verdict header calls it (``model=``)
+``is_default``             the cached default model (it never learns)
+``allow_insecure``         load a model file that others can write
+``path``                   the model's file, None for a store: the file capability
+                           (a journal, a compiled scorer, an owner and a mode beside
+                           it: what :mod:`spamnb.storage.upkeep` works on)
+``per_user``               whether :meth:`~Backend.for_user` holds users' own models
+``log(text)``              where notes go (a server sets its log)
+``exists()``               whether there is a model
+``view()``                 a scorer of the model as it is now: the tokenizer settings,
+                           the decision's cut-offs, and the counts of a message's tokens
+                           with the class totals (what the decision reads)
+``model()``                the whole model (batch commands, ``explain``, ``store pull``)
+``tokenizer()``            the model's tokenizer settings
+``learn(items)``           apply a learn, forget or move of messages, each once by its
+                           identity (:func:`spamnb.mail.identity.message_key`)
+``replace(model)``         the store now holds this model (``train``, ``store push``)
+``edit(change)``           ``change(e)`` on the stored model in place, under the store's
+                           write guard, ``e`` an :class:`Edit` (cut-offs, ageing)
+``describe(model)``        rows saying where and how the model is kept (``info``)
+``status()``               what a gauge reads without loading: a :class:`Status`
+``resident()``             serve a long-running process (keep what makes requests cheap)
+``for_user(name)``         optional: the model of one user in the same store
+``close()``                let go of what it holds
+=========================  ===========================================================
+
+The operations written once above these (ageing, cut-offs, trust, compaction,
+the compiled scorer, health) are :mod:`spamnb.storage.upkeep`'s.
 
 Two implementations: :class:`spamnb.storage.filestore.FileBackend`, the model
 file (a snapshot plus its journal, with the compiled scorer), and
@@ -27,6 +46,9 @@ picks one from the options.
 
 from __future__ import annotations
 
+import abc
+from dataclasses import dataclass
+
 from spamnb.storage.store import ModelError
 
 
@@ -36,79 +58,78 @@ class StoreUnavailable(ModelError):
     (exit 3), spamd answers that it cannot scan, learning changes nothing."""
 
 
-class Backend:
-    """What a model's storage does (the module docstring); the file and Redis
-    backends implement it, and nothing above this layer asks which one it has."""
+@dataclass(frozen=True)
+class Status:
+    """What a backend can say of itself without loading anything (``--metrics``)."""
 
-    #: what headers and messages call the model (a path; a URL without its password)
+    #: ``(tokens, (ham messages, spam messages))`` of the model held or stored now;
+    #: None when it holds none (a model file not loaded yet, a store that cannot answer)
+    size: tuple | None = None
+    #: whether the store answered its last request (None: no store, or no request yet)
+    answered: bool | None = None
+    #: when (``time.time()``) the store last answered; None: never, or no store
+    answered_at: float | None = None
+
+
+class Edit(abc.ABC):
+    """The stored model as :meth:`Backend.edit` hands it to a change: what may be
+    changed in place, every learned count kept."""
+
+    @property
+    @abc.abstractmethod
+    def cutoffs(self):
+        """The stored decision's :class:`spamnb.nb.decision.Cutoffs` (settable)."""
+
+    @cutoffs.setter
+    @abc.abstractmethod
+    def cutoffs(self, new): ...
+
+    @abc.abstractmethod
+    def limit_tokens(self, limit) -> None:
+        """Keep at most ``limit`` tokens at every compaction from now on (None: no
+        limit); ModelError where the store has no such limit."""
+
+    @abc.abstractmethod
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None) -> tuple[int, int]:
+        """Drop the old, rare tokens by prune's rule (:meth:`spamnb.model.SpamModel.age_out`):
+        ``(dropped, tokens before)``."""
+
+
+class Backend(abc.ABC):
+    """What a model's storage does (the module docstring's table); the file and
+    Redis backends implement it, and nothing above this layer asks which one it has."""
+
     name: str = ""
-    #: what the verdict header calls it (``model=``): a file's name, a store's prefix
     short_name: str = ""
-    #: the cached default model (it never learns)
     is_default: bool = False
-    #: load a model file that others can write (the file backend's override)
     allow_insecure: bool = False
-    #: whether users have models of their own here (:meth:`for_user`)
-    per_user: bool = False
-    #: the model's file, for what is kept beside it (the verdict history); None: a
-    #: store's model has no file
     path: str | None = None
+    per_user: bool = False
 
     @staticmethod
     def log(text) -> None:
         """Where notes go (a server sets its log)."""
 
+    @abc.abstractmethod
     def exists(self) -> bool:
-        raise NotImplementedError
+        """Whether there is a model here."""
 
+    @abc.abstractmethod
     def view(self):
         """A scorer of the model now: a :class:`spamnb.storage.scorer.Scorer` or a
         :class:`spamnb.model.SpamModel` (both what :func:`spamnb.delivery.hook.decide`
         takes). ModelError when there is no usable model, StoreUnavailable when the
         store cannot answer."""
-        raise NotImplementedError
 
-    def resident(self) -> "Backend":
-        """This backend serves a long-running process (a server, ``imap filter --watch``):
-        keep what makes many requests cheap. Returns self."""
-        return self
-
-    def serves(self, path) -> bool:
-        """Whether the model file ``path`` is this backend's (the private socket's check)."""
-        return False
-
-    def loaded(self):
-        """The model a resident backend holds now, without loading or asking anything
-        (what ``--metrics`` reports when Prometheus scrapes); None when it holds none."""
-        return None
-
-    def reachable(self) -> bool | None:
-        """Whether the model's storage answered the last request (a store: True after
-        a reply, False after a failure to reach it, None before any request); a
-        model file is always there. For a gauge, with :meth:`last_success`."""
-        return True
-
-    def last_success(self) -> float | None:
-        """When (``time.time()``) the storage last answered; None: a model file, or a
-        store never reached yet."""
-        return None
-
-    def pending_bytes(self) -> int:
-        """Bytes of updates not yet folded into the stored model (a journal's size)."""
-        return 0
-
-    def trusted(self) -> bool:
-        """Whether the model passes the trust checks now (a model file: owner, mode)."""
-        return True
+    @abc.abstractmethod
+    def model(self):
+        """The whole :class:`spamnb.model.SpamModel`."""
 
     def tokenizer(self):
         """The model's :class:`spamnb.mail.tokenizer.TokenizerConfig`."""
         return self.model().tokenizer
 
-    def model(self):
-        """The whole :class:`spamnb.model.SpamModel`."""
-        raise NotImplementedError
-
+    @abc.abstractmethod
     def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
         """Learn (or forget) ``(raw, label, tokens or None)`` items: the counts of
         :meth:`spamnb.model.SpamModel.learn` (``learned``, ``moved``, ``unchanged``,
@@ -116,43 +137,35 @@ class Backend:
         refuses a forget with ValueError before anything changes. ``create()``: the
         model to start from when there is none yet; ``later(fn)``: run upkeep (a
         compaction) in the background instead of now."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def replace(self, model) -> None:
         """Make ``model`` the stored model, whatever was there."""
-        raise NotImplementedError
 
-    def set_cutoffs(self, change) -> tuple:
-        """Store the cut-offs ``change(old)`` returns in place of the model's ``old``
-        :class:`spamnb.nb.decision.Cutoffs` (every count kept): ``(old, new)``."""
-        raise NotImplementedError
+    @abc.abstractmethod
+    def edit(self, change, *, dry_run=False):
+        """``change(e)`` (``e`` an :class:`Edit` of the stored model) under the store's
+        write guard, then what it changed is stored, unless ``dry_run``: what
+        ``change`` returns."""
 
-    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None,
-                dry_run=False) -> tuple[int, int]:
-        """``(dropped, before)``: prune's rule (:meth:`spamnb.model.SpamModel.age_out`);
-        ``limit``: the automatic size limit to keep (0: off, None: unchanged)."""
-        raise NotImplementedError
-
-    def for_user(self, user):
-        """The backend of ``user``'s own model (which may not exist yet)."""
-        raise ModelError(f"{self.name} holds no per-user models")
-
-    def user_name(self, user) -> str:
-        """What :meth:`for_user`'s backend is called."""
-        return self.for_user(user).name
-
-    def compact(self, *, force=True, warn=None) -> int:
-        """Fold pending updates into the stored model: the updates folded."""
-        return 0
-
+    @abc.abstractmethod
     def describe(self, model) -> tuple[list, list]:
         """``(name, value)`` rows saying where and how ``model`` is stored, for
         ``spamnb info``: those shown before the model's settings, and after."""
-        raise NotImplementedError
 
-    def rebuild_scorer(self) -> str:
-        """Compile what speeds up scoring again; the outcome in words."""
-        raise ModelError(f"{self.name} has no compiled scorer to rebuild")
+    def status(self) -> Status:
+        """What this backend can say without loading (:class:`Status`)."""
+        return Status()
+
+    def resident(self) -> "Backend":
+        """This backend serves a long-running process (a server, ``imap filter --watch``):
+        keep what makes many requests cheap. Returns self."""
+        return self
+
+    def for_user(self, user) -> "Backend":
+        """The backend of ``user``'s own model (which may not exist yet), where
+        :attr:`per_user`; ModelError elsewhere."""
+        raise ModelError(f"{self.name} holds no per-user models")
 
     def close(self) -> None:
-        pass
+        """Let go of what it holds."""

@@ -4,7 +4,10 @@
 file: scoring views come from a :class:`ModelHolder` (the compiled scorer with
 the journal's changes, reloaded when the files change), learning appends to the
 journal (:mod:`spamnb.storage.journal`) and folds it in when it has grown,
-``replace`` saves a new snapshot atomically (:mod:`spamnb.storage.modelfile`).
+``replace`` saves a new snapshot atomically (:mod:`spamnb.storage.modelfile`),
+``edit`` loads the whole model and saves it again under the model's lock. What a
+model file has beyond the contract (the journal's compaction, the compiled
+scorer, the trust checks) :mod:`spamnb.storage.upkeep` reaches through ``path``.
 """
 
 from __future__ import annotations
@@ -14,9 +17,9 @@ import threading
 from dataclasses import dataclass
 
 from spamnb.storage import journal
-from spamnb.storage.backend import Backend
-from spamnb.storage.modelfile import (compact, compile_scorer, learn_messages, load_and_compile, load_model,
-                                      remove_journal, save_model, updating)
+from spamnb.storage.backend import Backend, Edit, Status
+from spamnb.storage.modelfile import (learn_messages, load_and_compile, load_model, remove_journal, save_model,
+                                      updating)
 from spamnb.storage.scorer import REBUILDABLE, Scorer, ScorerError, fresh_scorer, open_checked
 from spamnb.storage.store import ModelError, model_lock
 
@@ -153,23 +156,11 @@ class FileBackend(Backend):
     def exists(self) -> bool:
         return os.path.isfile(self.path)
 
-    def serves(self, path) -> bool:
-        """Whether ``path`` names this model file (the private socket's check)."""
-        return os.path.realpath(path) == os.path.realpath(self.path)
-
-    def trusted(self) -> bool:
-        return trusted_now(self.path)
-
-    def loaded(self):
+    def status(self) -> Status:
+        """The size of the model a resident backend holds now (nothing is loaded for it)."""
         holder = self._holder
         current = holder.current if holder is not None else None
-        return current.model if current is not None else None
-
-    def pending_bytes(self) -> int:
-        try:
-            return os.stat(journal.journal_path(self.path)).st_size
-        except OSError:
-            return 0
+        return Status(size=_model_size(current.model) if current is not None else None)
 
     @property
     def holder(self) -> ModelHolder:
@@ -189,7 +180,7 @@ class FileBackend(Backend):
         if not self._resident:
             return self.model()
         loaded = self.holder.get()
-        if not self.allow_insecure and not self.trusted():
+        if not self.allow_insecure and not trusted_now(self.path):
             raise ModelError(f"model {self.path} is not trusted (see spamnb info)")
         return loaded.model
 
@@ -203,39 +194,22 @@ class FileBackend(Backend):
         return learn_messages(self.path, items, forget=forget, create=create, allow_insecure=self.allow_insecure,
                               timeout=timeout, warn=warn, later=later, journal_only=journal_only)
 
-    def compact(self, *, force=True, warn=None) -> int:
-        return compact(self.path, allow_insecure=self.allow_insecure, force=force, warn=warn)
-
     def replace(self, model) -> None:
         with model_lock(self.path):  # a concurrent learn/forget finishes first, then sees the new model
             save_model(model, self.path)
             remove_journal(self.path)  # learned into the model it replaces: stale (ignored) from the rename on
 
-    def set_cutoffs(self, change):
-        with updating(self.path, allow_insecure=self.allow_insecure) as model:
-            old = model.cutoffs
-            model.cutoffs = change(old)
-        return old, model.cutoffs
-
-    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None, dry_run=False):
+    def edit(self, change, *, dry_run=False):
+        """``change`` on the whole model, loaded and saved again under the model's lock
+        (:func:`spamnb.storage.modelfile.updating`); a dry run leaves without saving."""
         try:
             with updating(self.path, allow_insecure=self.allow_insecure) as model:
-                before = len(model.vocabulary)
-                if limit is not None:
-                    model.stats["max_tokens"] = limit or None
-                    max_tokens = limit or max_tokens
-                dropped = model.age_out(older_than_days=older_than_days, max_messages=max_messages,
-                                        max_tokens=max_tokens)
+                out = change(FileEdit(model))
                 if dry_run:
-                    raise _DryRun(dropped, before)
+                    raise _DryRun(out)
         except _DryRun as run:
-            return run.dropped, run.before
-        return dropped, before
-
-    def rebuild_scorer(self) -> str:
-        _, outcome = compile_scorer(self.path)
-        return {"written": "rebuilt", "changed": "not rebuilt: the model changed while it was read; "
-                                                 "run again"}.get(outcome, "none")
+            return run.out
+        return out
 
     def describe(self, model):
         """``(rows before the model's, rows after)`` for ``spamnb info``."""
@@ -270,10 +244,42 @@ class FileBackend(Backend):
         ], [("scorer", scorer_row)]
 
 
+class FileEdit(Edit):
+    """:class:`spamnb.storage.backend.Edit` of a model file: the loaded model itself."""
+
+    def __init__(self, model):
+        self.model = model
+
+    @property
+    def cutoffs(self):
+        return self.model.cutoffs
+
+    @cutoffs.setter
+    def cutoffs(self, new):
+        self.model.cutoffs = new
+
+    def limit_tokens(self, limit) -> None:
+        self.model.stats["max_tokens"] = limit  # every compaction keeps at most this many
+
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None):
+        before = len(self.model.vocabulary)
+        dropped = self.model.age_out(older_than_days=older_than_days, max_messages=max_messages,
+                                     max_tokens=max_tokens)
+        return dropped, before
+
+
+def _model_size(model):
+    """``(tokens, (ham messages, spam messages))`` of a held model (a compiled
+    scorer's snapshot, or a full model)."""
+    header = getattr(model, "header", None)
+    if header is not None:
+        return len(model), tuple(int(x) for x in header["class_count"])
+    return len(model.vocabulary), tuple(int(x) for x in model.messages)
+
+
 class _DryRun(Exception):
     """Leaves :func:`spamnb.storage.modelfile.updating` without saving."""
 
-    def __init__(self, dropped, before):
-        super().__init__(dropped)
-        self.dropped, self.before = dropped, before
-
+    def __init__(self, out):
+        super().__init__(out)
+        self.out = out

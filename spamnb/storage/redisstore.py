@@ -56,7 +56,7 @@ import time
 import urllib.parse
 
 from spamnb import checks
-from spamnb.storage.backend import Backend, StoreUnavailable
+from spamnb.storage.backend import Backend, Edit, Status, StoreUnavailable
 from spamnb.storage.scorer import Scorer, token_hash
 from spamnb.storage.store import ModelError
 from spamnb.verdict import LABELS
@@ -373,7 +373,7 @@ class StoreEmpty(StoreUnavailable):
 
 class _Reach:
     """Whether a store's client reached it the last time it tried, and when it last
-    had an answer (what a server's gauge reads: :meth:`RedisBackend.reachable`)."""
+    had an answer (what a server's gauge reads: :meth:`RedisBackend.status`)."""
 
     def __init__(self):
         self.ok: bool | None = None
@@ -486,15 +486,18 @@ class RedisBackend(Backend):
 
     # -- talking to Redis ----------------------------------------------------------
 
-    def reachable(self) -> bool | None:
-        return self._reach.ok
-
-    def last_success(self) -> float | None:
-        return self._reach.when
+    def status(self) -> Status:
+        """The model's size, asked of the store now (one request), and whether and when
+        the store last answered."""
+        try:
+            size = self.size()
+        except ModelError:  # said by the other two: the store is down, or holds no model now
+            size = None
+        return Status(size, self._reach.ok, self._reach.when)
 
     def _call(self, what, fn, *args, **kwargs):
         """``fn(*args)``, with redis-py's errors as one clear ModelError line; notes
-        whether the store answered (:meth:`reachable`)."""
+        whether the store answered (:meth:`status`)."""
         redis = _redis()
         try:
             out = fn(*args, **kwargs)
@@ -897,17 +900,18 @@ class RedisBackend(Backend):
                       "spamnb_version": s.get("spamnb_version"), "refine_copies": s.get("refine_copies", [0, 0])},
         }
 
-    # -- upkeep ---------------------------------------------------------------------
+    # -- changes in place ----------------------------------------------------------
 
-    def set_cutoffs(self, change):
-        from spamnb.nb.decision import Cutoffs
-
-        st = self.settings(refresh=True)
-        old = Cutoffs(*st.s["cutoffs"])
-        new = change(old)
-        self._set_settings(st, dict(st.s, cutoffs=[float(new.ham_cutoff), float(new.spam_cutoff)]),
-                           "set the cut-offs")
-        return old, new
+    def edit(self, change, *, dry_run=False):
+        """``change`` on the store's model in place: prune's sweeps run as it asks for them
+        (each bucket's in one script call), the settings it changed (the cut-offs, the
+        ageing rule learners apply from then on) are written at the end in one request,
+        refused if the model was replaced meanwhile. A dry run sweeps nothing, writes nothing."""
+        e = StoreEdit(self, dry_run)
+        out = change(e)
+        if not dry_run and e.doing is not None:
+            self._set_settings(e.st, e.s, e.doing)
+        return out
 
     def _set_settings(self, st: Settings, s: dict, doing: str):
         """Replace the settings of the model ``st`` was read from (:data:`SET_SETTINGS`)."""
@@ -916,12 +920,8 @@ class RedisBackend(Backend):
             raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; {doing} again")
         self._settings = None
 
-    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None, limit=None, dry_run=False):
-        if max_tokens is not None or limit:
-            raise ModelError("a store has no token limit: its size is bounded by the ageing rule and the "
-                             "server's maxmemory (docs/many-hosts.md)")
-        st = self.settings(refresh=True)
-        age = AGE_DAYS if older_than_days is None else int(older_than_days)
+    def _age_buckets(self, st: Settings, age, max_messages, dry_run) -> tuple[int, int]:
+        """``(dropped, before)``: sweep every bucket of the model ``st`` by prune's rule."""
         counts = self._call("read the model", self.client.hget, self._meta(), "counts")
         try:
             before = int(check_counts(COUNTS.unpack(counts or b""))[4])
@@ -936,8 +936,6 @@ class RedisBackend(Backend):
             if n < 0:
                 raise StoreUnavailable(f"the model in {self.name} was replaced meanwhile; run prune again")
             dropped += n
-        if not dry_run:  # learners age by this rule from now on
-            self._set_settings(st, dict(st.s, age_days=age, age_max_messages=int(max_messages)), "run prune")
         return dropped, before
 
     def describe(self, model):
@@ -952,6 +950,57 @@ class RedisBackend(Backend):
                        f"they were last learned; a bucket nobody writes for "
                        f"{s['keep_factor'] * s['age_days']} days expires"),
         ], []
+
+
+class StoreEdit(Edit):
+    """:class:`spamnb.storage.backend.Edit` of a store's model: its settings, read when
+    first asked for, and the sweeps of prune's rule."""
+
+    def __init__(self, backend: RedisBackend, dry_run: bool):
+        self.backend = backend
+        self.dry_run = dry_run
+        #: the settings of the model edited (:meth:`settings` reads them once) and as changed
+        self.st: Settings | None = None
+        self.s: dict | None = None
+        #: what the settings' write is called in its messages; None: nothing to write
+        self.doing: str | None = None
+
+    def settings(self) -> dict:
+        """The settings as changed so far (read from the store the first time)."""
+        if self.st is None:
+            self.st = self.backend.settings(refresh=True)
+            self.s = dict(self.st.s)
+        return self.s
+
+    @property
+    def cutoffs(self):
+        from spamnb.nb.decision import Cutoffs
+
+        return Cutoffs(*self.settings()["cutoffs"])
+
+    @cutoffs.setter
+    def cutoffs(self, new):
+        self.settings()["cutoffs"] = [float(new.ham_cutoff), float(new.spam_cutoff)]
+        self.doing = "set the cut-offs"
+
+    def limit_tokens(self, limit) -> None:
+        if limit is not None:  # none is what a store has
+            raise _no_limit()
+
+    def age_out(self, *, older_than_days=None, max_messages=1, max_tokens=None):
+        if max_tokens is not None:
+            raise _no_limit()
+        age = AGE_DAYS if older_than_days is None else int(older_than_days)
+        s = self.settings()
+        out = self.backend._age_buckets(self.st, age, max_messages, self.dry_run)
+        s.update(age_days=age, age_max_messages=int(max_messages))  # learners age by this rule from now on
+        self.doing = "run prune"
+        return out
+
+
+def _no_limit() -> ModelError:
+    return ModelError("a store has no token limit: its size is bounded by the ageing rule and the "
+                      "server's maxmemory (docs/many-hosts.md)")
 
 
 class StoreView(Scorer):

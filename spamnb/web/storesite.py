@@ -17,6 +17,7 @@ import time
 
 from spamnb.delivery import pipeline
 from spamnb.delivery.hook import scored
+from spamnb.storage import upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.web.data import LABELS, PAGE, RESCORE, day_start, rescored
 
@@ -122,7 +123,7 @@ class StoreSite:
         return self.full_model().lookup(word)
 
     def prune_preview(self, older_than=90, max_messages=1):
-        return self.backend.age_out(older_than_days=older_than, max_messages=max_messages, dry_run=True)
+        return upkeep.age_out(self.backend, older_than_days=older_than, max_messages=max_messages, dry_run=True)
 
     # -- choices -----------------------------------------------------------------
 
