@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from spamnb.delivery import spamd
+from spamnb.delivery import spamd_protocol
 from spamnb.storage.scorer import fresh_scorer
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
@@ -51,7 +51,7 @@ def user_file():
 @pytest.fixture
 def a_spam(compiled):
     sc = fresh_scorer(str(compiled))
-    return next(raw for raw in messages() if spamd.judge(sc, raw, 0)[0].label == "spam")
+    return next(raw for raw in messages() if spamd_protocol.judge(sc, raw, 0)[0].label == "spam")
 
 
 def setting(out, table, key):

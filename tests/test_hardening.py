@@ -707,7 +707,7 @@ def forked_as(user, fn) -> bytes:
 def unix_spamd(compiled, tmp_path, sticky_dir, trained_model):
     """A spamd Unix socket everyone may connect to, with --allow-tell and per-user
     models for "bob" and for the throwaway user."""
-    from spamnb.delivery import spamd
+    from spamnb.delivery import spamd, usermodels
     from spamnb.delivery.server import Compactor
     from spamnb.storage.filestore import FileBackend
 
@@ -716,7 +716,7 @@ def unix_spamd(compiled, tmp_path, sticky_dir, trained_model):
         save_model(trained_model, users / name / "model.joblib")
     log = []
     backend = FileBackend(str(compiled), log=log.append).resident()
-    models = spamd.Models(backend, str(users), log.append)
+    models = usermodels.Models(backend, str(users), log.append)
     sock = sticky_dir / "spamd.sock"
     srv = spamd.UnixServer(str(sock), 0o666)
     srv.configure(models, max_bytes=1 << 20, timeout=10, allow_tell=True, log=log.append,
@@ -1580,7 +1580,7 @@ def test_a_loopback_peer_that_resets_its_connection_is_trusted_with_no_user():
     such a peer is unknown, and TELL for a User: is refused."""
     import struct
 
-    from spamnb.delivery import spamd
+    from spamnb.delivery import spamd, spamd_protocol
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
@@ -1591,9 +1591,9 @@ def test_a_loopback_peer_that_resets_its_connection_is_trusted_with_no_user():
             client.close()  # a reset
             time.sleep(0.2)
             assert spamd.TCPServer.peer_uid(None, conn, address) == spamd.UNKNOWN_PEER
-    with pytest.raises(spamd.SpamdError) as err:
-        spamd.tell({"User": "bob", "Set": "local", "Message-class": "spam"}, b"Subject: x\n\nbody", None,
-                   allow_tell=True, peer_uid=spamd.UNKNOWN_PEER)
+    with pytest.raises(spamd_protocol.SpamdError) as err:
+        spamd_protocol.tell({"User": "bob", "Set": "local", "Message-class": "spam"}, b"Subject: x\n\nbody",
+                            None, allow_tell=True, peer_uid=spamd.UNKNOWN_PEER)
     assert "could not be identified" in str(err.value.args)
 
 

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from spamnb import checks, verdict
-from spamnb.delivery import hook, spamd
+from spamnb.delivery import hook, spamd, spamd_protocol, usermodels
 from spamnb.delivery.server import Compactor
 from spamnb.mail.identity import message_key
 from spamnb.storage.filestore import FileBackend
@@ -47,7 +47,7 @@ class Served:
         log = self.log_lines.append
         self.backend = FileBackend(str(model), is_default=is_default, log=log).resident()
         self.backend.view()
-        self.models = spamd.Models(self.backend, user_models, log, recorder=recorder)
+        self.models = usermodels.Models(self.backend, user_models, log, recorder=recorder)
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                            compactor=Compactor(log), max_connections=max_connections,
@@ -113,7 +113,7 @@ def spam_and_ham(compiled):
     sc = fresh_scorer(str(compiled))
     by_label = {}
     for raw in messages():
-        label = spamd.judge(sc, raw, 0)[0].label
+        label = spamd_protocol.judge(sc, raw, 0)[0].label
         by_label.setdefault(label, raw)
     return by_label["spam"], by_label["ham"]
 
@@ -149,18 +149,18 @@ def test_listening_beyond_loopback_needs_allow():
 
 
 def test_score_and_threshold_are_log_odds_with_one_decimal():
-    t = spamd.threshold(0.95)
+    t = spamd_protocol.threshold(0.95)
     assert t == pytest.approx(math.log(19))  # log(0.95 / 0.05)
-    assert spamd.spam_line("spam", 9.04, t, "CHECK") == b"Spam: True ; 9.0 / 2.9"
-    assert spamd.spam_line("ham", -33.46, t, "CHECK") == b"Spam: False ; -33.5 / 2.9"
-    assert spamd.spam_line("unsure", 1.0, t, "CHECK") == b"Spam: False ; 1.0 / 2.9"  # only spam is True
-    assert spamd.spam_line("spam", math.inf, t, "REPORT_IFSPAM") == b"Spam: Yes ; 999.9 / 2.9"
+    assert spamd_protocol.spam_line("spam", 9.04, t, "CHECK") == b"Spam: True ; 9.0 / 2.9"
+    assert spamd_protocol.spam_line("ham", -33.46, t, "CHECK") == b"Spam: False ; -33.5 / 2.9"
+    assert spamd_protocol.spam_line("unsure", 1.0, t, "CHECK") == b"Spam: False ; 1.0 / 2.9"  # only spam is True
+    assert spamd_protocol.spam_line("spam", math.inf, t, "REPORT_IFSPAM") == b"Spam: Yes ; 999.9 / 2.9"
 
 
 def test_envelope_line_is_split_off():
-    assert spamd.envelope_split(b"From a@b Thu Aug 22 12:36:23 2002\nSubject: x\n\nhi\n") == (
+    assert spamd_protocol.envelope_split(b"From a@b Thu Aug 22 12:36:23 2002\nSubject: x\n\nhi\n") == (
         b"From a@b Thu Aug 22 12:36:23 2002\n", b"Subject: x\n\nhi\n")
-    assert spamd.envelope_split(b"Subject: x\n\nhi\n") == (b"", b"Subject: x\n\nhi\n")
+    assert spamd_protocol.envelope_split(b"Subject: x\n\nhi\n") == (b"", b"Subject: x\n\nhi\n")
 
 
 def test_scorer_evidence_is_the_full_models(compiled):
@@ -243,7 +243,7 @@ def test_symbols_and_reports_name_the_strongest_tokens(served, spam_and_ham, com
     _, hdrs, body = split_reply(served.ask(request("SYMBOLS", spam)))
     assert hdrs[b"Spam"].startswith(b"True")
     names = [item.rsplit(b"(", 1)[0].decode() for item in body.split(b",")]
-    assert names == [verdict.header_safe(t) for t, _, _ in model.explain(spam, spamd.N_SYMBOLS).tokens]
+    assert names == [verdict.header_safe(t) for t, _, _ in model.explain(spam, spamd_protocol.N_SYMBOLS).tokens]
     _, hdrs, body = split_reply(served.ask(request("REPORT", spam)))
     assert b"Content analysis details:" in body and names[0].encode() in body
     _, hdrs, body = split_reply(served.ask(request("REPORT_IFSPAM", ham)))
@@ -451,7 +451,7 @@ def test_bad_requests_get_a_protocol_error(served, req):
 @given(st.one_of(
     st.binary(max_size=400),
     st.builds(lambda m, v, h, b: f"{m} SPAMC/{v}\r\n".encode() + h + b"\r\n" + b,
-              st.sampled_from(spamd.METHODS + ("BOGUS",)), st.sampled_from(["1.0", "1.2", "1.5", "9.9", "x"]),
+              st.sampled_from(spamd_protocol.METHODS + ("BOGUS",)), st.sampled_from(["1.0", "1.2", "1.5", "9.9", "x"]),
               st.binary(max_size=120), st.binary(max_size=200)),
 ))
 def test_malformed_requests_never_crash_or_hang_the_server(served, req):
@@ -569,7 +569,7 @@ def test_spamc_check_process_report_symbols_ping(served, spam_and_ham):
     r = spamc(served.port, "-R", raw=spam)
     assert b"Content analysis details:" in r.stdout
     r = spamc(served.port, "-y", raw=spam)
-    assert r.stdout.count(b",") == spamd.N_SYMBOLS - 1
+    assert r.stdout.count(b",") == spamd_protocol.N_SYMBOLS - 1
     r = spamc(served.port, "-K")
     assert r.returncode == 0 and r.stdout.startswith(b"SPAMD/1.5 0")
 
@@ -681,7 +681,7 @@ def test_aiospamc_speaks_to_it(served, spam_and_ham):
     assert check.headers["Spam"].value is True and check.headers["Spam"].threshold == pytest.approx(2.9)
     assert process.body == processed
     assert ping.message == "PONG"
-    assert len(symbols.body.split(b",")) == spamd.N_SYMBOLS
+    assert len(symbols.body.split(b",")) == spamd_protocol.N_SYMBOLS
     assert "DidSet" in told.headers
 
 
@@ -923,7 +923,7 @@ def test_spamc_forget_of_a_message_never_learned_is_already_unlearned(served, sp
 def test_symbols_escape_commas_readably():
     """Issue 26 item 11: a comma separates SYMBOLS' items, so one in a token is escaped,
     as %2C (what spamc -y prints as it is), not \\u002c; spaces read as _."""
-    assert spamd.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
-    assert spamd.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before
-    items = ",".join([spamd.symbol("x,y", 1.0), spamd.symbol("z", 2.0)]).split(",")
+    assert spamd_protocol.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
+    assert spamd_protocol.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before
+    items = ",".join([spamd_protocol.symbol("x,y", 1.0), spamd_protocol.symbol("z", 2.0)]).split(",")
     assert items == ["x%2Cy(+1.00)", "z(+2.00)"]
