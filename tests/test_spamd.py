@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -22,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from spamnb import checks, verdict
-from spamnb.delivery import hook, spamd, spamd_protocol, usermodels
+from spamnb.delivery import access, hook, spamd, spamd_protocol, usermodels
 from spamnb.delivery.server import Compactor
 from spamnb.mail.identity import message_key
 from spamnb.storage.filestore import FileBackend
@@ -41,7 +42,7 @@ class Served:
     """An in-process spamd server on 127.0.0.1 (ephemeral port)."""
 
     def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
-                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False, tell_served=None,
+                 max_connections=8, allowed=access.LOOPBACK, is_default=False, tell_served=None,
                  max_length=spamd.MAX_LENGTH, recorder=None):
         self.log_lines = []
         log = self.log_lines.append
@@ -287,17 +288,22 @@ def test_tell_learns_moves_and_forgets(served, spam_and_ham, compiled):
     assert status.startswith(b"SPAMD/1.0 76 ")
 
 
-def test_only_tell_asks_who_the_tcp_peer_is(served, spam_and_ham, monkeypatch):
-    """Finding a TCP peer's user scans the kernel's whole socket table: only TELL, the
-    one request that reads it, pays for it (it took 29% of the server's CPU per CHECK)."""
+def test_only_a_tell_naming_a_user_asks_who_the_tcp_peer_is(served, spam_and_ham, monkeypatch):
+    """Finding a TCP peer's user scans the kernel's whole socket table: only a TELL that
+    names a user, the one request whose rule reads it, pays for it (it took 29% of the
+    server's CPU per CHECK)."""
     asked = []
-    real = spamd.loopback_peer_uid
-    monkeypatch.setattr(spamd, "loopback_peer_uid", lambda *a: asked.append(a) or real(*a))
+    real = access.local_peer_uid
+    monkeypatch.setattr(access, "local_peer_uid", lambda *a: asked.append(a) or real(*a))
     raw = spam_and_ham[1].replace(b"Subject:", b"Subject: peer-test", 1)
     for method in ("CHECK", "SYMBOLS", "REPORT", "PROCESS", "HEADERS"):
         assert split_reply(served.ask(request(method, raw)))[0].startswith(b"SPAMD/1.1 0 ")
     assert asked == []
     assert split_reply(served.ask(request("TELL", raw, Message_class="spam", Set="local")))[1] == \
+        {b"DidSet": b"local"}
+    assert asked == []
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert split_reply(served.ask(request("TELL", raw, User=me, Message_class="ham", Set="local")))[1] == \
         {b"DidSet": b"local"}
     assert len(asked) == 1
 

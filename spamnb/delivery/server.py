@@ -67,7 +67,7 @@ import threading
 import time
 
 from spamnb import checks
-from spamnb.delivery import events, wire
+from spamnb.delivery import access, events, wire
 from spamnb.delivery.hook import LEARN_TIMEOUT, filter_verdict, message_tokens
 from spamnb.storage import journal
 from spamnb.storage.backend import StoreUnavailable
@@ -93,7 +93,7 @@ class _Handler(socketserver.BaseRequestHandler):
         # The whole request must arrive within the time limit, not each piece of it.
         deadline = time.monotonic() + srv.timeout_s
         try:
-            if wire.peer_uid(conn) != os.geteuid():
+            if not access.allows(access.Peer.unix(access.SOCKET, conn), access.CONNECT):
                 return  # another user: not a word
             header, blen = wire.read_request_head(conn, srv.max_bytes, deadline)
         except (OSError, ValueError, wire.WireError) as exc:

@@ -3,7 +3,9 @@
 The TCP (:class:`TCPServer`) and Unix (:class:`UnixServer`) listeners that
 ``serve --spamd`` opens (:func:`open_servers`), each connection answered in
 SpamAssassin's spamc/spamd protocol (:mod:`spamnb.delivery.spamd_protocol`) with
-the served or the user's model (:class:`spamnb.delivery.usermodels.Models`).
+the served or the user's model (:class:`spamnb.delivery.usermodels.Models`); who
+may connect, and who may name which user in a ``TELL``, is the rule of
+:mod:`spamnb.delivery.access`.
 
 **Limits.** A declared ``Content-length`` over ``max_length`` (``--spamd-max-bytes``,
 :data:`MAX_LENGTH`) is refused at once, nothing read (EX_DATAERR: spamc passes the
@@ -21,25 +23,26 @@ stalled client holds one thread for at most the deadline and a flood of idle
 ones at most twice the cap of descriptors.
 
 **Who may connect**: loopback, and the ``--allow`` networks, checked before a
-byte is read; a Unix socket by its mode (``--spamd-socket-mode``).
+byte is read; a Unix socket by its mode (``--spamd-socket-mode``)
+(:mod:`spamnb.delivery.access`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import errno
-import ipaddress
 import os
 import socket
 import socketserver
 import stat
-import struct
 import tempfile
 import time
 
 from spamnb import checks, verdict
-from spamnb.delivery import events
+from spamnb.delivery import access, events
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
-from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, UNKNOWN_PEER, Reader, SpamdError, answer,
+from spamnb.delivery.access import LOOPBACK, client_ip
+from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer,
                                             find_header_end, parse_headers, parse_request_line, reply,
                                             spam_line, unreadable)
 from spamnb.delivery.usermodels import Models  # noqa: F401 - serve builds them as spamd.Models
@@ -135,13 +138,12 @@ class _Handler(socketserver.BaseRequestHandler):
                                             f"got {len(raw)} bytes)")
         if len(raw) > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, None, raw)
-        # The peer's user is asked only for TELL, the one request that reads it: over TCP
-        # it is a scan of the kernel's socket table (/proc/self/net/tcp, every connection
-        # of the host, TIME_WAIT ones too), which took 29% of the server's CPU per CHECK
-        # on a host with 736 lines there (bench_ref.py --only server).
-        peer_uid = srv.peer_uid(self.request, self.client_address) if method == "TELL" else None
-        return answer(method, version, headers, raw, srv.models, allow_tell=srv.allow_tell,
-                      compact=srv.compactor.soon, tell_served=srv.tell_served, peer_uid=peer_uid,
+        # The peer's user is looked up only when a rule reads it (a TELL that names a user):
+        # over TCP it is a scan of the kernel's socket table (/proc/self/net/tcp, every
+        # connection of the host, TIME_WAIT ones too), which took 29% of the server's CPU
+        # per CHECK on a host with 736 lines there (bench_ref.py --only server).
+        return answer(method, version, headers, raw, srv.models, rules=srv.rules,
+                      peer=srv.peer(self.request, self.client_address), compact=srv.compactor.soon,
                       raddr=facts["raddr"])
 
     def _unscanned(self, reader, method, version, headers, length, head=b""):
@@ -239,14 +241,6 @@ class _Seen:
         return events.message_id(self.top)
 
 
-def client_ip(client_address):
-    """The client's IP address (``raddr=``); None on a Unix socket."""
-    if isinstance(client_address, tuple) and client_address:
-        ip = str(client_address[0])
-        return ip[7:] if ip.startswith("::ffff:") else ip
-    return None
-
-
 def too_long(cap):
     return SpamdError("EX_DATAERR", f"message over {cap} bytes (the server's --spamd-max-bytes): not scanned")
 
@@ -264,6 +258,9 @@ class _SpamdServer(BoundedThreads):
     daemon_threads = False
     block_on_close = True
     request_queue_size = 128
+    #: Who may do what here (:mod:`spamnb.delivery.access`): a TCP listener's networks, and
+    #: the TELL switches of :meth:`configure`.
+    rules = access.Rules()
 
     def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
                   tell_served=False, max_length=MAX_LENGTH):
@@ -271,8 +268,7 @@ class _SpamdServer(BoundedThreads):
         self.max_length = max_length
         self.max_bytes = min(max_bytes, max_length)
         self.timeout_s = timeout
-        self.allow_tell = allow_tell
-        self.tell_served = tell_served
+        self.rules = dataclasses.replace(self.rules, tell=allow_tell, tell_served=tell_served)
         self.log = log
         self.compactor = compactor
         # spamc passes a message through unfiltered when refused: a burst waits a moment instead,
@@ -280,9 +276,18 @@ class _SpamdServer(BoundedThreads):
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT)
 
-    def peer_uid(self, conn, client_address=None):
-        """The connecting process's user; None where the socket cannot say (TCP)."""
-        return None
+    def peer(self, conn, client_address):
+        """Who is at the other end of ``conn`` (:class:`spamnb.delivery.access.Peer`)."""
+        raise NotImplementedError
+
+    def verify_request(self, request, client_address):
+        """Connections the access rules refuse (from outside the allowed networks) are
+        closed before a byte is read."""
+        if self.rules.allows(self.peer(request, client_address), access.CONNECT):
+            return True
+        self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
+        self.tally_unserved("not_allowed", client_address)
+        return False
 
     def unserved(self, kind, client_address, count):
         """Beyond ``--max-connections`` (and the wait): answered EX_TEMPFAIL; outside ``--allow``:
@@ -299,43 +304,14 @@ class TCPServer(_SpamdServer, socketserver.TCPServer):
 
     def __init__(self, host, port, allowed):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.allowed = allowed
+        self.rules = access.Rules(networks=tuple(allowed))
         super().__init__((host, port), _Handler)
-
-    def verify_request(self, request, client_address):
-        """Connections from outside the allowed networks are closed before a byte is read."""
-        if client_allowed(client_address, self.allowed):
-            return True
-        self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
-        self.tally_unserved("not_allowed", client_address)
-        return False
 
     def close(self):
         self.server_close()
 
-    def peer_uid(self, conn, client_address=None):
-        """The local user of a peer on this machine (the kernel's socket table, as identd
-        reads it); None for a peer on another host; :data:`UNKNOWN_PEER` for one on this
-        machine the table does not list (a client that reset its connection after
-        sending: TELL then trusts no ``User:``)."""
-        try:  # the address accept() gave: a reset connection has no peer name any more
-            peer = client_address or conn.getpeername()
-            ip = ipaddress.ip_address(peer[0])
-        except (OSError, ValueError):
-            return UNKNOWN_PEER
-        mapped = getattr(ip, "ipv4_mapped", None)  # an IPv4 client of a dual-stack socket
-        if not (mapped or ip).is_loopback:
-            return None
-        try:
-            mine = conn.getsockname()
-        except OSError:
-            return UNKNOWN_PEER
-        family = conn.family
-        if mapped:  # listed in the IPv4 table
-            family = socket.AF_INET
-            peer, mine = (str(mapped), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
-        uid = loopback_peer_uid(family, peer, mine)
-        return UNKNOWN_PEER if uid is None else uid
+    def peer(self, conn, client_address):
+        return access.Peer.tcp(access.SPAMD, client_address, conn)
 
     def where(self):
         host, port = self.server_address[:2]
@@ -356,9 +332,8 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
     def where(self):
         return self.path
 
-    def peer_uid(self, conn, client_address=None):
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        return struct.unpack("3i", creds)[1]
+    def peer(self, conn, client_address):
+        return access.Peer.unix(access.SPAMD, conn)
 
     def close(self):
         self.server_close()
@@ -368,47 +343,9 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
         except OSError:
             pass
 
-def loopback_peer_uid(family, peer, mine):
-    """The uid owning the TCP socket at ``peer`` connected to ``mine``, from
-    ``/proc/net/tcp`` (``tcp6`` for an AF_INET6 socket); None when it is not listed."""
-    def hexed(address):
-        if family == socket.AF_INET:
-            raw = socket.inet_pton(socket.AF_INET, address[0])
-        else:
-            raw = socket.inet_pton(socket.AF_INET6, address[0].split("%")[0])
-        words = struct.unpack(f"={len(raw) // 4}I", raw)  # each 32-bit word in host order
-        return "".join(f"{w:08X}" for w in words) + f":{address[1]:04X}"
-
-    try:
-        want = (hexed(peer), hexed(mine))
-        # /proc/self/net: /proc/net is hidden under systemd's ProcSubset=pid (the spamd unit's)
-        with open("/proc/self/net/tcp" if family == socket.AF_INET else "/proc/self/net/tcp6") as f:
-            next(f)  # the column names
-            for line in f:
-                fields = line.split()
-                if len(fields) > 7 and (fields[1], fields[2]) == want:
-                    return int(fields[7])
-    except (OSError, ValueError, StopIteration):
-        return None
-    return None
-
-
 # -- addresses -------------------------------------------------------------------------
 
-LOOPBACK = checks.loopback()
 DEFAULT_PORT = 783
-
-
-def client_allowed(client_address, allowed) -> bool:
-    """Whether a TCP client's address is in the ``allowed`` networks (an IPv4 client
-    on an IPv6 socket as its IPv4 address)."""
-    try:
-        ip = ipaddress.ip_address(client_address[0])
-    except ValueError:
-        return False
-    if ip.version == 6 and ip.ipv4_mapped:
-        ip = ip.ipv4_mapped
-    return any(ip in net for net in allowed)
 
 
 def check_listening(addresses, allow=()):

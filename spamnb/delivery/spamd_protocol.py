@@ -36,8 +36,8 @@ What each method answers (:func:`answer`):
   with ``Set: local`` learns the message into the user's model (moving it when
   it was learned as the other class), ``Remove: local`` forgets it; the reply
   says ``DidSet: local`` / ``DidRemove: local`` when that changed the model.
-  Who may teach what (:func:`tell`, docs/security.md): the served model, which
-  scores everyone without a model of their own, learns only with
+  Who may teach what (:mod:`spamnb.delivery.access`, docs/security.md): the served
+  model, which scores everyone without a model of their own, learns only with
   ``--allow-tell-served`` as well; on a Unix socket ``User:`` must name the
   connecting process's own user (``SO_PEERCRED``; over TCP from this machine, the
   kernel's socket table) unless it runs as root or as the server's user. From
@@ -75,13 +75,12 @@ scored (and learned) as the message without it, and kept in ``PROCESS``'s output
 from __future__ import annotations
 
 import math
-import os
-import pwd
 import re
 import socket
 import time
 
 from spamnb import verdict
+from spamnb.delivery import access
 from spamnb.delivery.hook import LEARN_TIMEOUT, decide, replace_verdicts
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.store import LockTimeout, ModelError, lock_timeout
@@ -272,10 +271,6 @@ def reply(headers=(), body=b"", *, length=True) -> bytes:
     return b"".join(out)
 
 
-#: A peer on this machine whose user cannot be told: fails TELL's identity check.
-UNKNOWN_PEER = -1
-
-
 # -- answering -------------------------------------------------------------------------
 
 
@@ -286,14 +281,13 @@ def judge(model, msg: bytes, n_evidence: int, decision=(None,) * 5):
     return d, threshold(d.cutoffs[1])
 
 
-def answer(method, version, headers, raw, models: Models, *, allow_tell=False, compact=None,
-           tell_served=False, peer_uid=None, raddr=None) -> bytes:
-    """The reply to one whole request (the message in ``raw``); ``peer_uid``: the
-    connecting process's user on a Unix socket (None over TCP); ``raddr``: the
-    client's IP address, for the line."""
+def answer(method, version, headers, raw, models: Models, *, rules=None, peer=None, compact=None,
+           raddr=None) -> bytes:
+    """The reply to one whole request (the message in ``raw``); ``rules`` and ``peer``:
+    the listener's access rules and who connected (:mod:`spamnb.delivery.access`, for
+    TELL); ``raddr``: the client's IP address, for the line."""
     if method == "TELL":
-        return tell(headers, raw, models, allow_tell=allow_tell, compact=compact, tell_served=tell_served,
-                    peer_uid=peer_uid, raddr=raddr)
+        return tell(headers, raw, models, rules=rules, peer=peer, compact=compact, raddr=raddr)
     start = time.perf_counter()
     backend, own = models.for_user(headers.get("User"))
     envelope, msg = envelope_split(raw)
@@ -356,15 +350,19 @@ def find_header_end(out: bytes):
 _find_header_end = find_header_end  # the name answer() calls it by
 
 
-def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=False, peer_uid=None,
-         raddr=None) -> bytes:
+def tell(headers, raw, models: Models, *, rules=None, peer=None, compact=None, raddr=None) -> bytes:
     """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model.
 
-    Only the user's own model learns unless ``tell_served``: the served model
-    scores everyone else, so one client's TELL would change their verdicts too.
-    ``peer_uid`` (a Unix socket's peer): ``User:`` must be that user's name, unless
-    the peer is root or the server's own user (an MTA or a script of the admin)."""
-    if not allow_tell:
+    Who may is :mod:`spamnb.delivery.access`'s rule, of the listener (``rules``; by
+    default TELL is not enabled) and of who connected (``peer``; by default one this
+    machine cannot identify): only the user's own model learns unless the served
+    model may (``--allow-tell-served``): it scores everyone else, so one client's
+    TELL would change their verdicts too; a peer on this machine may name only its
+    own user in ``User:``, unless it is root or the server's own user (an MTA or a
+    script of the admin)."""
+    rules = rules or access.Rules()
+    peer = peer or access.Peer(access.SPAMD, uid=access.UNKNOWN_PEER)
+    if not rules.allows(peer, access.LEARN_OWN):
         raise SpamdError("EX_UNAVAILABLE",
                          "Service Unavailable: TELL commands are not enabled, set the --allow-tell switch.")
     set_local = "local" in headers.get("Set", "").lower()
@@ -375,20 +373,16 @@ def tell(headers, raw, models: Models, *, allow_tell, compact=None, tell_served=
     if set_local and label is None:
         raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
     user = headers.get("User")
-    if peer_uid == UNKNOWN_PEER and user is not None:
-        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process on this "
-                                      f"machine could not be identified (its socket is gone)")
-    if peer_uid is not None and user is not None and peer_uid not in (0, os.geteuid()) \
-            and user != _user_name(peer_uid):
-        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: the connecting process runs as "
-                                      f"another user (uid {peer_uid})")
+    refused = None if user is None else rules.refusal(peer, access.NAME_USER, user=user)
+    if refused:
+        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: {refused}")
     backend, own = models.for_user(user)
     if models.per_user and user is not None and not own:
         raise SpamdError("EX_NOUSER", f"no model of user {user!r} (the administrator makes one with "
                                       f"spamnb train or spamnb store push)", models.where(user))
     if backend.is_default:
         raise SpamdError("EX_UNAVAILABLE", "the default model does not learn: train a model of your own")
-    if backend is models.served and not tell_served:
+    if backend is models.served and not rules.allows(peer, access.LEARN_SHARED):
         raise SpamdError("EX_UNAVAILABLE", "TELL into the shared model is not enabled (send User: with a "
                                            "model of its own, or start the server with --allow-tell-served)")
     _, msg = envelope_split(raw)
@@ -438,12 +432,3 @@ def _update(backend, items, *, forget, compact, create=None):
         else:
             name, text = "EX_IOERR", "the model cannot be updated"
         raise SpamdError(name, f"not learned: {text}", str(exc)) from None
-
-
-def _user_name(uid):
-    try:
-        return pwd.getpwuid(uid).pw_name
-    except KeyError:
-        return None
-
-
