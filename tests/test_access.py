@@ -7,12 +7,30 @@ from __future__ import annotations
 import ipaddress
 import os
 import pwd
+import socket
+
+import pytest
 
 from spamnb.delivery import access
 from spamnb.delivery.access import (CHECK, CONNECT, LEARN_OWN, LEARN_SHARED, METRICS, NAME_USER, READ_METRICS,
                                     READ_PAGE, SOCKET, SPAMD, TEACH_PAGE, WEB, Peer, Rules)
 
 LAN = (ipaddress.ip_network("192.0.2.0/24"),)
+
+
+def own_non_loopback_address():
+    """An address of this machine that is not loopback (the one it would send from to a
+    documentation network: a UDP connect sends nothing), or None."""
+    for probe in ("192.0.2.1", "198.51.100.1", "203.0.113.1"):
+        try:
+            with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+                s.connect((probe, 9))
+                ip = s.getsockname()[0]
+        except OSError:
+            continue
+        if not ipaddress.ip_address(ip).is_loopback:
+            return ip
+    return None
 
 
 def test_each_door_offers_its_own_actions_only():
@@ -64,3 +82,36 @@ def test_tell_needs_its_switches_and_names_only_the_peers_own_user():
         assert tell.allows(stranger, NAME_USER, user=other.pw_name)
         assert Rules(tell=True, owner=other.pw_uid).allows(stranger, NAME_USER, user="bob")  # the server's user
 
+
+def test_a_peer_from_this_machines_own_address_is_local():
+    """A client on this machine that connects from (or to) one of its addresses other
+    than loopback is on this machine all the same: its user is the socket table's, not
+    "another host" (whose User: is taken as sent)."""
+    ip = own_non_loopback_address()
+    if ip is None:
+        pytest.skip("this machine has no address but loopback")
+    assert access.is_local_address(ip)
+    assert access.is_local_address("127.0.0.1") and access.is_local_address("::1")
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with socket.socket() as client:
+            client.bind((ip, 0))  # from the host's own address to its loopback
+            client.connect(listener.getsockname())
+            conn, address = listener.accept()
+            with conn:
+                assert address[0] == ip
+                assert access.tcp_peer_uid(conn, address) == os.geteuid()
+                peer = Peer.tcp(SPAMD, address, conn)
+                rules = Rules(networks=access.LOOPBACK + (ipaddress.ip_network(ip),), tell=True)
+                assert peer.uid == os.geteuid()
+                assert rules.allows(peer, NAME_USER, user="bob")  # the server's own user
+
+
+def test_an_address_not_of_this_machine_is_another_hosts():
+    ours = own_non_loopback_address()
+    theirs = next(a for a in ("198.51.100.254", "203.0.113.254") if a != ours)
+    assert not access.is_local_address(theirs)
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        with socket.create_connection(listener.getsockname()):
+            conn, _ = listener.accept()
+            with conn:
+                assert access.tcp_peer_uid(conn, (theirs, 1)) is None  # as accept() would give it

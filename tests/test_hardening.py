@@ -1574,6 +1574,52 @@ def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp
         s.stop()
 
 
+def test_tell_from_this_machines_own_address_is_for_the_peers_own_user(mallory, compiled, tmp_path, trained_model):
+    """spamc -u bob -L spam from another local user who connects from this machine's own
+    address on its network (not loopback; as ``spamc -d <the host's address>``, or binding
+    it and connecting to 127.0.0.1): it is on this machine all the same, refused as over
+    loopback, not taken for another host whose User: --allow trusts."""
+    import ipaddress
+
+    from spamnb.delivery import access
+    from test_access import own_non_loopback_address
+    from test_spamd import request
+
+    ip = own_non_loopback_address()
+    if ip is None:
+        pytest.skip("this machine has no address but loopback to connect from")
+    users = tmp_path / "users"
+    for name in ("bob", MALLORY):
+        save_model(trained_model, users / name / "model.joblib")
+    s = _spamd_served(compiled, user_models=str(users),  # listening on loopback, admitting the host's address
+                      allowed=access.LOOPBACK + (ipaddress.ip_network(ip),))
+    raw = sample_message("ham", 9).read_bytes().replace(b"Subject:", b"Subject: lan", 1)
+
+    def tell_as(user, name):
+        def ask():
+            with socket.socket() as c:
+                c.settimeout(30)
+                c.bind((ip, 0))
+                c.connect(("127.0.0.1", s.port))
+                c.sendall(request("TELL", raw, User=name, Message_class="spam", Set="local"))
+                c.shutdown(socket.SHUT_WR)
+                out = b""
+                while chunk := c.recv(65536):
+                    out += chunk
+                return out
+        return forked_as(user, ask)
+
+    try:
+        out = tell_as(mallory, "bob")
+        assert out.startswith(b"SPAMD/1.0 77 "), out
+        assert b"runs as another user" in out
+        assert load_model(users / "bob" / "model.joblib").known(message_key(raw), raw) is None
+        assert b"DidSet: local" in tell_as(mallory, MALLORY)
+        assert b"DidSet: local" in tell_as(pwd.getpwuid(0), "bob")
+    finally:
+        s.stop()
+
+
 def test_a_loopback_peer_that_resets_its_connection_is_trusted_with_no_user():
     """A local client can send its TELL and reset the connection (SO_LINGER 0) before
     the server looks it up: its socket is then in no table and has no peer name. The

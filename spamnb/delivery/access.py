@@ -28,8 +28,9 @@ TEACH_PAGE     -                      -                           -             
                                                                                   form's CSRF token
 =============  =====================  ==========================  ==============  ==================
 
-A peer is on this machine when it comes over a Unix socket, or over TCP from
-loopback: its user is then the kernel's (``SO_PEERCRED``; for TCP the socket table, as identd
+A peer is on this machine when it comes over a Unix socket, or over TCP from one
+of this machine's own addresses (loopback or any other, :func:`is_local_address`):
+its user is then the kernel's (``SO_PEERCRED``; for TCP the socket table, as identd
 reads it, :func:`tcp_peer_uid`), and one the kernel cannot name (a client that reset
 its connection) is :data:`UNKNOWN_PEER`, who may name no user. A peer on another
 host is trusted for ``User:``, as spamd trusts the addresses ``--allow`` admits.
@@ -38,6 +39,7 @@ host is trusted for ``User:``, as spamd trusts the addresses ``--allow`` admits.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import ipaddress
 import os
 import pwd
@@ -202,10 +204,35 @@ def client_allowed(client_address, allowed) -> bool:
     return any(ip in net for net in allowed)
 
 
+def is_local_address(host, own=None) -> bool:
+    """Whether ``host`` (an IP address, an IPv6 one with its ``%scope``) is one of this
+    machine's own addresses; ``own``: the connection's own local address, compared first.
+
+    Asked of the kernel by binding a UDP socket to ``(host, 0)``: bind() succeeds for
+    exactly the addresses the kernel takes as its own (those of every interface, and
+    any its local routing table names), fails with EADDRNOTAVAIL for any other, and
+    costs one socket and no packet. Comparing with the connection's own address alone
+    is not enough: a local client may bind one of the host's addresses and connect to
+    another (bind 192.0.2.2, connect to 127.0.0.1); listing the interfaces needs an
+    ioctl per family or netlink, and misses the routing table's local ranges. Where
+    the kernel lets any address be bound (``ip_nonlocal_bind``), every peer counts as
+    local: its user is looked for in the socket table and, not found there, it may
+    name no user: the rule fails closed. So does any other failure to ask."""
+    ip = ipaddress.ip_address(host.split("%")[0])
+    if ip.is_loopback or (own is not None and host == own):
+        return True
+    try:
+        with socket.socket(socket.AF_INET if ip.version == 4 else socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
+    except OSError as exc:
+        return exc.errno != errno.EADDRNOTAVAIL
+    return True
+
+
 def tcp_peer_uid(conn, client_address=None):
     """The local user of the peer of TCP connection ``conn`` when it is on this machine
-    (loopback; its user from the kernel's socket table, as identd reads it); None for a
-    peer on another host; :data:`UNKNOWN_PEER` for one on this machine
+    (:func:`is_local_address`; its user from the kernel's socket table, as identd reads
+    it); None for a peer on another host; :data:`UNKNOWN_PEER` for one on this machine
     the table does not list (a client that reset its connection after sending)."""
     try:  # the address accept() gave: a reset connection has no peer name any more
         peer = client_address or conn.getpeername()
@@ -213,11 +240,15 @@ def tcp_peer_uid(conn, client_address=None):
     except (OSError, ValueError):
         return UNKNOWN_PEER
     mapped = getattr(ip, "ipv4_mapped", None)  # an IPv4 client of a dual-stack socket
-    if not (mapped or ip).is_loopback:
-        return None
     try:
         mine = conn.getsockname()
     except OSError:
+        mine = None
+    host = str(mapped) if mapped else peer[0]
+    own = None if mine is None else client_ip(mine)
+    if not is_local_address(host, own):
+        return None
+    if mine is None:
         return UNKNOWN_PEER
     family = conn.family
     if mapped:  # listed in the IPv4 table

@@ -38,11 +38,11 @@ What each method answers (:func:`answer`):
   says ``DidSet: local`` / ``DidRemove: local`` when that changed the model.
   Who may teach what (:mod:`spamnb.delivery.access`, docs/security.md): the served
   model, which scores everyone without a model of their own, learns only with
-  ``--allow-tell-served`` as well; on a Unix socket ``User:`` must name the
-  connecting process's own user (``SO_PEERCRED``; over TCP from this machine, the
-  kernel's socket table) unless it runs as root or as the server's user. From
-  another host ``User:`` is taken as sent, as spamd takes it from the addresses
-  ``--allow`` admits.
+  ``--allow-tell-served`` as well; a process on this machine (on a Unix socket, or
+  over TCP from loopback or any other address of this machine) must name its own
+  user in ``User:`` (``SO_PEERCRED``; over TCP the kernel's socket table) unless it
+  runs as root or as the server's user. From another host ``User:`` is taken as
+  sent, as spamd takes it from the addresses ``--allow`` admits.
 
 **The score scale.** S and T in ``Spam: True ; S / T`` are log-odds:
 S = log P(spam|x)/P(ham|x), the score of spamnb's ``X-Spam-Status``, and
