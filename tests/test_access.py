@@ -75,6 +75,8 @@ def test_tell_needs_its_switches_and_names_only_the_peers_own_user():
     assert tell.allows(Peer.tcp(SPAMD, ("192.0.2.5", 1)), NAME_USER, user="bob") is False  # not admitted
     lan = Rules(networks=access.LOOPBACK + LAN, tell=True)
     assert lan.allows(Peer(SPAMD, address="192.0.2.5"), NAME_USER, user="bob")  # another host: as sent
+    # a peer whose connection was not given: its user cannot be told, it is never another host's
+    assert not lan.allows(Peer.tcp(SPAMD, ("192.0.2.5", 1)), NAME_USER, user="bob")
     if other is not None:
         stranger = Peer(SPAMD, uid=other.pw_uid)
         assert tell.refusal(stranger, NAME_USER, user="bob") == (

@@ -100,9 +100,12 @@ class Peer:
     @classmethod
     def tcp(cls, door, client_address, conn=None, **shown):
         """The peer at ``client_address`` (as accept() gave it) of TCP connection ``conn``:
-        its user, when asked, from :func:`tcp_peer_uid`."""
-        find = (lambda: tcp_peer_uid(conn, client_address)) if conn is not None else None
-        return cls(door, address=client_ip(client_address) or "", find_uid=find, **shown)
+        its user, when asked, from :func:`tcp_peer_uid` (without ``conn``, one that cannot
+        be told: :data:`UNKNOWN_PEER`, never another host's)."""
+        if conn is None:
+            return cls(door, address=client_ip(client_address) or "", uid=UNKNOWN_PEER, **shown)
+        return cls(door, address=client_ip(client_address) or "",
+                   find_uid=lambda: tcp_peer_uid(conn, client_address), **shown)
 
     @property
     def uid(self):
