@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from spamnb.delivery import spamd
+from conftest import filter_message
 from spamnb.storage.scorer import fresh_scorer
 from spamnb.verdict import Decision
 from test_e2e import SPAMNB
@@ -52,7 +52,7 @@ def user_file():
 @pytest.fixture
 def a_spam(compiled):
     sc = fresh_scorer(str(compiled))
-    return next(raw for raw in messages() if spamd.judge(sc, raw, 0)[0].label == "spam")
+    return next(raw for raw in messages() if filter_message(sc, raw, "m")[1] == "spam")
 
 
 def setting(out, table, key):

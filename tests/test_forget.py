@@ -18,7 +18,7 @@ import os
 import numpy as np
 import pytest
 
-from spamnb.delivery import spamd
+from spamnb.delivery.hook import decide
 from spamnb.model import SpamModel
 from spamnb.storage.modelfile import compact, learn_messages, load_model
 from spamnb.storage import journal
@@ -120,7 +120,7 @@ def test_full_model_path_without_a_scorer(compiled):
 
 def _served_scores(s):
     model = s.backend.view()
-    return np.array([spamd.judge(model, raw, 0)[0].score for raw in messages()])
+    return np.array([decide(model, raw).score for raw in messages()])
 
 
 def test_spamd_tell_learn_then_forget(compiled):

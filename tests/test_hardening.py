@@ -707,7 +707,7 @@ def forked_as(user, fn) -> bytes:
 def unix_spamd(compiled, tmp_path, sticky_dir, trained_model):
     """A spamd Unix socket everyone may connect to, with --allow-tell and per-user
     models for "bob" and for the throwaway user."""
-    from spamnb.delivery import spamd
+    from spamnb.delivery import spamd, usermodels
     from spamnb.delivery.server import Compactor
     from spamnb.storage.filestore import FileBackend
 
@@ -716,7 +716,7 @@ def unix_spamd(compiled, tmp_path, sticky_dir, trained_model):
         save_model(trained_model, users / name / "model.joblib")
     log = []
     backend = FileBackend(str(compiled), log=log.append).resident()
-    models = spamd.Models(backend, str(users), log.append)
+    models = usermodels.Models(backend, str(users), log.append)
     sock = sticky_dir / "spamd.sock"
     srv = spamd.UnixServer(str(sock), 0o666)
     srv.configure(models, max_bytes=1 << 20, timeout=10, allow_tell=True, log=log.append,
@@ -1470,12 +1470,13 @@ def served_spamd(compiled):
 
 
 def test_spamd_allow_applies_to_ipv4_mapped_ipv6_peers(served_spamd):
+    import dataclasses
     import ipaddress
 
     srv = served_spamd.srv
     assert srv.verify_request(None, ("::ffff:127.0.0.1", 1, 0, 0))
     assert not srv.verify_request(None, ("::ffff:192.0.2.5", 1, 0, 0))
-    srv.allowed = srv.allowed + (ipaddress.ip_network("192.0.2.0/24"),)
+    srv.rules = dataclasses.replace(srv.rules, networks=srv.rules.networks + (ipaddress.ip_network("192.0.2.0/24"),))
     assert srv.verify_request(None, ("::ffff:192.0.2.5", 1, 0, 0))
     assert not srv.verify_request(None, ("::ffff:198.51.100.1", 1, 0, 0))
     assert not srv.verify_request(None, ("not-an-address", 1))
@@ -1539,7 +1540,7 @@ def _imap_run_d(tmp_path, model, d):
 def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp_path, trained_model):
     """spamc -u bob -L ham from another local user, over 127.0.0.1: refused (the kernel's
     socket table says who connected), as on a Unix socket."""
-    from spamnb.delivery import spamd
+    from spamnb.delivery import access
     from test_spamd import request
 
     users = tmp_path / "users"
@@ -1568,7 +1569,53 @@ def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp
         assert b"DidSet: local" in tell_as(mallory, MALLORY)
         assert b"DidSet: local" in tell_as(pwd.getpwuid(0), "bob")
         with socket.create_connection(("127.0.0.1", s.port)) as c:  # the table, read as the server reads it
-            assert spamd.loopback_peer_uid(c.family, c.getsockname(), c.getpeername()) == os.geteuid()
+            assert access.local_peer_uid(c.family, c.getsockname(), c.getpeername()) == os.geteuid()
+    finally:
+        s.stop()
+
+
+def test_tell_from_this_machines_own_address_is_for_the_peers_own_user(mallory, compiled, tmp_path, trained_model):
+    """spamc -u bob -L spam from another local user who connects from this machine's own
+    address on its network (not loopback; as ``spamc -d <the host's address>``, or binding
+    it and connecting to 127.0.0.1): it is on this machine all the same, refused as over
+    loopback, not taken for another host whose User: --allow trusts."""
+    import ipaddress
+
+    from spamnb.delivery import access
+    from test_access import own_non_loopback_address
+    from test_spamd import request
+
+    ip = own_non_loopback_address()
+    if ip is None:
+        pytest.skip("this machine has no address but loopback to connect from")
+    users = tmp_path / "users"
+    for name in ("bob", MALLORY):
+        save_model(trained_model, users / name / "model.joblib")
+    s = _spamd_served(compiled, user_models=str(users),  # listening on loopback, admitting the host's address
+                      allowed=access.LOOPBACK + (ipaddress.ip_network(ip),))
+    raw = sample_message("ham", 9).read_bytes().replace(b"Subject:", b"Subject: lan", 1)
+
+    def tell_as(user, name):
+        def ask():
+            with socket.socket() as c:
+                c.settimeout(30)
+                c.bind((ip, 0))
+                c.connect(("127.0.0.1", s.port))
+                c.sendall(request("TELL", raw, User=name, Message_class="spam", Set="local"))
+                c.shutdown(socket.SHUT_WR)
+                out = b""
+                while chunk := c.recv(65536):
+                    out += chunk
+                return out
+        return forked_as(user, ask)
+
+    try:
+        out = tell_as(mallory, "bob")
+        assert out.startswith(b"SPAMD/1.0 77 "), out
+        assert b"runs as another user" in out
+        assert load_model(users / "bob" / "model.joblib").known(message_key(raw), raw) is None
+        assert b"DidSet: local" in tell_as(mallory, MALLORY)
+        assert b"DidSet: local" in tell_as(pwd.getpwuid(0), "bob")
     finally:
         s.stop()
 
@@ -1580,20 +1627,21 @@ def test_a_loopback_peer_that_resets_its_connection_is_trusted_with_no_user():
     such a peer is unknown, and TELL for a User: is refused."""
     import struct
 
-    from spamnb.delivery import spamd
+    from spamnb.delivery import access, spamd_protocol
 
     with socket.create_server(("127.0.0.1", 0)) as listener:
         client = socket.create_connection(listener.getsockname())
         conn, address = listener.accept()
         with conn:
-            assert spamd.TCPServer.peer_uid(None, conn, address) == os.geteuid()  # while it is there
+            assert access.tcp_peer_uid(conn, address) == os.geteuid()  # while it is there
             client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             client.close()  # a reset
             time.sleep(0.2)
-            assert spamd.TCPServer.peer_uid(None, conn, address) == spamd.UNKNOWN_PEER
-    with pytest.raises(spamd.SpamdError) as err:
-        spamd.tell({"User": "bob", "Set": "local", "Message-class": "spam"}, b"Subject: x\n\nbody", None,
-                   allow_tell=True, peer_uid=spamd.UNKNOWN_PEER)
+            assert access.tcp_peer_uid(conn, address) == access.UNKNOWN_PEER
+    with pytest.raises(spamd_protocol.SpamdError) as err:
+        spamd_protocol.tell({"User": "bob", "Set": "local", "Message-class": "spam"}, b"Subject: x\n\nbody",
+                            None, rules=access.Rules(tell=True),
+                            peer=access.Peer(access.SPAMD, uid=access.UNKNOWN_PEER))
     assert "could not be identified" in str(err.value.args)
 
 

@@ -23,7 +23,7 @@ import pytest
 
 from conftest import SAMPLE_MAILDIR, SHIPPED_ARCHIVE, gold_labels
 from spamnb import verdict
-from spamnb.delivery import spamd
+from spamnb.delivery import usermodels
 from spamnb.delivery.hook import decide
 from spamnb.mail.identity import message_key
 from spamnb.mail.sources import iter_index
@@ -513,15 +513,15 @@ def test_per_user_models_under_spamds_user(url, trained_model_file, tmp_path):
         assert reply.startswith(b"SPAMD/1.0 67 "), reply  # bob has no model: EX_NOUSER
     finally:
         host.stop()
-    assert spamd.Models(store, store_users=True).for_user("alice")[1]
-    assert not spamd.Models(store).for_user("alice")[1]  # without --store-users: the served model
+    assert usermodels.Models(store, store_users=True).for_user("alice")[1]
+    assert not usermodels.Models(store).for_user("alice")[1]  # without --store-users: the served model
 
 
 def test_spamd_asks_the_store_about_a_user_without_a_model_once_not_per_request(server, url, trained_model_file,
                                                                                 tmp_path):
     """``spamc -u bob`` to ``serve --spamd --store-users`` with no model of bob's in the
     store: the store is asked whether he has one at his first request, then not again
-    for a while (:data:`spamnb.delivery.spamd.Models.NO_MODEL_SECONDS`), and a model
+    for a while (:data:`spamnb.delivery.usermodels.Models.NO_MODEL_SECONDS`), and a model
     pushed for him is served once that has passed."""
     from test_spamd import SPAMC
 
@@ -541,7 +541,7 @@ def test_spamd_asks_the_store_about_a_user_without_a_model_once_not_per_request(
         assert asked() - before <= 1, asked() - before  # not a round trip per request
     finally:
         host.stop()
-    models = spamd.Models(spamd_store(url), store_users=True)
+    models = usermodels.Models(spamd_store(url), store_users=True)
     assert not models.for_user("bob")[1]
     spamd_store(url).for_user("bob").replace(FileBackend(trained_model_file).model())
     assert not models.for_user("bob")[1]  # believed for NO_MODEL_SECONDS

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import pwd
 import re
 import shutil
 import socket
@@ -23,7 +24,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from spamnb import checks, verdict
 from conftest import filter_message
-from spamnb.delivery import hook, spamd
+from spamnb import verdict
+from spamnb.delivery import access, hook, spamd, spamd_protocol, usermodels
 from spamnb.delivery.server import Compactor
 from spamnb.mail.identity import message_key
 from spamnb.storage.filestore import FileBackend
@@ -42,13 +44,13 @@ class Served:
     """An in-process spamd server on 127.0.0.1 (ephemeral port)."""
 
     def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
-                 max_connections=8, allowed=spamd.LOOPBACK, is_default=False, tell_served=None,
+                 max_connections=8, allowed=access.LOOPBACK, is_default=False, tell_served=None,
                  max_length=spamd.MAX_LENGTH, recorder=None):
         self.log_lines = []
         log = self.log_lines.append
         self.backend = FileBackend(str(model), is_default=is_default, log=log).resident()
         self.backend.view()
-        self.models = spamd.Models(self.backend, user_models, log, recorder=recorder)
+        self.models = usermodels.Models(self.backend, user_models, log, recorder=recorder)
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                            compactor=Compactor(log), max_connections=max_connections,
@@ -114,7 +116,7 @@ def spam_and_ham(compiled):
     sc = fresh_scorer(str(compiled))
     by_label = {}
     for raw in messages():
-        label = spamd.judge(sc, raw, 0)[0].label
+        label = filter_message(sc, raw, "m")[1]
         by_label.setdefault(label, raw)
     return by_label["spam"], by_label["ham"]
 
@@ -150,18 +152,18 @@ def test_listening_beyond_loopback_needs_allow():
 
 
 def test_score_and_threshold_are_log_odds_with_one_decimal():
-    t = spamd.threshold(0.95)
+    t = verdict.threshold(0.95)
     assert t == pytest.approx(math.log(19))  # log(0.95 / 0.05)
-    assert spamd.spam_line("spam", 9.04, t, "CHECK") == b"Spam: True ; 9.0 / 2.9"
-    assert spamd.spam_line("ham", -33.46, t, "CHECK") == b"Spam: False ; -33.5 / 2.9"
-    assert spamd.spam_line("unsure", 1.0, t, "CHECK") == b"Spam: False ; 1.0 / 2.9"  # only spam is True
-    assert spamd.spam_line("spam", math.inf, t, "REPORT_IFSPAM") == b"Spam: Yes ; 999.9 / 2.9"
+    assert spamd_protocol.spam_line("spam", 9.04, t, "CHECK") == b"Spam: True ; 9.0 / 2.9"
+    assert spamd_protocol.spam_line("ham", -33.46, t, "CHECK") == b"Spam: False ; -33.5 / 2.9"
+    assert spamd_protocol.spam_line("unsure", 1.0, t, "CHECK") == b"Spam: False ; 1.0 / 2.9"  # only spam is True
+    assert spamd_protocol.spam_line("spam", math.inf, t, "REPORT_IFSPAM") == b"Spam: Yes ; 999.9 / 2.9"
 
 
 def test_envelope_line_is_split_off():
-    assert spamd.envelope_split(b"From a@b Thu Aug 22 12:36:23 2002\nSubject: x\n\nhi\n") == (
+    assert spamd_protocol.envelope_split(b"From a@b Thu Aug 22 12:36:23 2002\nSubject: x\n\nhi\n") == (
         b"From a@b Thu Aug 22 12:36:23 2002\n", b"Subject: x\n\nhi\n")
-    assert spamd.envelope_split(b"Subject: x\n\nhi\n") == (b"", b"Subject: x\n\nhi\n")
+    assert spamd_protocol.envelope_split(b"Subject: x\n\nhi\n") == (b"", b"Subject: x\n\nhi\n")
 
 
 def test_scorer_evidence_is_the_full_models(compiled):
@@ -244,7 +246,7 @@ def test_symbols_and_reports_name_the_strongest_tokens(served, spam_and_ham, com
     _, hdrs, body = split_reply(served.ask(request("SYMBOLS", spam)))
     assert hdrs[b"Spam"].startswith(b"True")
     names = [item.rsplit(b"(", 1)[0].decode() for item in body.split(b",")]
-    assert names == [verdict.header_safe(t) for t, _, _ in model.explain(spam, spamd.N_SYMBOLS).tokens]
+    assert names == [verdict.header_safe(t) for t, _, _ in model.explain(spam, spamd_protocol.N_SYMBOLS).tokens]
     _, hdrs, body = split_reply(served.ask(request("REPORT", spam)))
     assert b"Content analysis details:" in body and names[0].encode() in body
     _, hdrs, body = split_reply(served.ask(request("REPORT_IFSPAM", ham)))
@@ -288,17 +290,22 @@ def test_tell_learns_moves_and_forgets(served, spam_and_ham, compiled):
     assert status.startswith(b"SPAMD/1.0 76 ")
 
 
-def test_only_tell_asks_who_the_tcp_peer_is(served, spam_and_ham, monkeypatch):
-    """Finding a TCP peer's user scans the kernel's whole socket table: only TELL, the
-    one request that reads it, pays for it (it took 29% of the server's CPU per CHECK)."""
+def test_only_a_tell_naming_a_user_asks_who_the_tcp_peer_is(served, spam_and_ham, monkeypatch):
+    """Finding a TCP peer's user scans the kernel's whole socket table: only a TELL that
+    names a user, the one request whose rule reads it, pays for it (it took 29% of the
+    server's CPU per CHECK)."""
     asked = []
-    real = spamd.loopback_peer_uid
-    monkeypatch.setattr(spamd, "loopback_peer_uid", lambda *a: asked.append(a) or real(*a))
+    real = access.local_peer_uid
+    monkeypatch.setattr(access, "local_peer_uid", lambda *a: asked.append(a) or real(*a))
     raw = spam_and_ham[1].replace(b"Subject:", b"Subject: peer-test", 1)
     for method in ("CHECK", "SYMBOLS", "REPORT", "PROCESS", "HEADERS"):
         assert split_reply(served.ask(request(method, raw)))[0].startswith(b"SPAMD/1.1 0 ")
     assert asked == []
     assert split_reply(served.ask(request("TELL", raw, Message_class="spam", Set="local")))[1] == \
+        {b"DidSet": b"local"}
+    assert asked == []
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert split_reply(served.ask(request("TELL", raw, User=me, Message_class="ham", Set="local")))[1] == \
         {b"DidSet": b"local"}
     assert len(asked) == 1
 
@@ -452,7 +459,7 @@ def test_bad_requests_get_a_protocol_error(served, req):
 @given(st.one_of(
     st.binary(max_size=400),
     st.builds(lambda m, v, h, b: f"{m} SPAMC/{v}\r\n".encode() + h + b"\r\n" + b,
-              st.sampled_from(spamd.METHODS + ("BOGUS",)), st.sampled_from(["1.0", "1.2", "1.5", "9.9", "x"]),
+              st.sampled_from(spamd_protocol.METHODS + ("BOGUS",)), st.sampled_from(["1.0", "1.2", "1.5", "9.9", "x"]),
               st.binary(max_size=120), st.binary(max_size=200)),
 ))
 def test_malformed_requests_never_crash_or_hang_the_server(served, req):
@@ -570,7 +577,7 @@ def test_spamc_check_process_report_symbols_ping(served, spam_and_ham):
     r = spamc(served.port, "-R", raw=spam)
     assert b"Content analysis details:" in r.stdout
     r = spamc(served.port, "-y", raw=spam)
-    assert r.stdout.count(b",") == spamd.N_SYMBOLS - 1
+    assert r.stdout.count(b",") == spamd_protocol.N_SYMBOLS - 1
     r = spamc(served.port, "-K")
     assert r.returncode == 0 and r.stdout.startswith(b"SPAMD/1.5 0")
 
@@ -682,7 +689,7 @@ def test_aiospamc_speaks_to_it(served, spam_and_ham):
     assert check.headers["Spam"].value is True and check.headers["Spam"].threshold == pytest.approx(2.9)
     assert process.body == processed
     assert ping.message == "PONG"
-    assert len(symbols.body.split(b",")) == spamd.N_SYMBOLS
+    assert len(symbols.body.split(b",")) == spamd_protocol.N_SYMBOLS
     assert "DidSet" in told.headers
 
 
@@ -924,7 +931,7 @@ def test_spamc_forget_of_a_message_never_learned_is_already_unlearned(served, sp
 def test_symbols_escape_commas_readably():
     """Issue 26 item 11: a comma separates SYMBOLS' items, so one in a token is escaped,
     as %2C (what spamc -y prints as it is), not \\u002c; spaces read as _."""
-    assert spamd.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
-    assert spamd.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before
-    items = ",".join([spamd.symbol("x,y", 1.0), spamd.symbol("z", 2.0)]).split(",")
+    assert spamd_protocol.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
+    assert spamd_protocol.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before
+    items = ",".join([spamd_protocol.symbol("x,y", 1.0), spamd_protocol.symbol("z", 2.0)]).split(",")
     assert items == ["x%2Cy(+1.00)", "z(+2.00)"]

@@ -113,7 +113,7 @@ class WebHere(Web):
     (the connections it opens, the statements it runs)."""
 
     def __init__(self, model, hist, *, allowed=None):
-        from spamnb.delivery.spamd import LOOPBACK
+        from spamnb.delivery.access import LOOPBACK
         from spamnb.web.app import WebServer
         from spamnb.web.data import Site
 

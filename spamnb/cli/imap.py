@@ -289,9 +289,9 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=MODELS_OWN, rec=N
             digest = hashlib.sha256(raw).digest()
             (verdicts if digest in own else moves).append((raw, label))
             own.discard(digest)
-        for batch, recorder in ((verdicts, None), (moves, rec)):
+        for batch, records in ((verdicts, None), (moves, rec)):
             if batch:
-                pipeline.learn(mine, batch, via="imap", recorder=recorder, user=user, create=seed, warn=notice)
+                pipeline.learn(mine, batch, via="imap", recorder=records, user=user, create=seed, warn=notice)
 
     return judge, learn
 

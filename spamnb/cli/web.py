@@ -35,7 +35,7 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
       spamnb web
       spamnb web --listen 192.0.2.10:8783 --allow 192.0.2.0/24
     """
-    from spamnb.delivery import spamd
+    from spamnb.delivery import access
     from spamnb.storage.history import HistoryError, open_db
     from spamnb.storage.locate import history_path
     from spamnb.storage.modelfile import resolve
@@ -72,7 +72,7 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
         raise click.ClickException(str(exc)) from None
     site = Site(path, is_default, history, allow_insecure=allow_insecure_model, log=notice)
     try:
-        server = WebServer((where[0], where[1]), site, allowed=spamd.LOOPBACK + nets, verbose=verbose)
+        server = WebServer((where[0], where[1]), site, allowed=access.LOOPBACK + nets, verbose=verbose)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
     click.echo(f"spamnb web: serving {path} and its history {history}", err=True)
@@ -84,7 +84,7 @@ def _serve_store(url, history, where, nets, listen, verbose):
     ``history``: the resolver's setting of ``--history``."""
     from spamnb.storage import settings
 
-    from spamnb.delivery import spamd
+    from spamnb.delivery import access
     from spamnb.storage.history import HistoryError
     from spamnb.storage.redishistory import RedisHistory
     from spamnb.storage.redisstore import RedisBackend
@@ -103,7 +103,7 @@ def _serve_store(url, history, where, nets, listen, verbose):
         raise click.ClickException(str(exc)) from None
     site = StoreSite(backend, log=notice, hist=hist)
     try:
-        server = WebServer((where[0], where[1]), site, allowed=spamd.LOOPBACK + nets, verbose=verbose)
+        server = WebServer((where[0], where[1]), site, allowed=access.LOOPBACK + nets, verbose=verbose)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
     click.echo(f"spamnb web: serving the store {backend.name} and its history (every host's verdicts)", err=True)

@@ -197,15 +197,6 @@ class ColdSource(pipeline.Source):
         return None
 
 
-class NoScorer(Fallback):
-    """The model looks usable but its compiled scorer is not (``kind``: a
-    :data:`spamnb.storage.scorer.REBUILDABLE` kind): :func:`with_model` can answer."""
-
-    def __init__(self, message, kind):
-        super().__init__(message)
-        self.kind = kind
-
-
 def filter_here(raw, source, opts, rec, *, learn=None):
     """``(output, label)`` of ``raw`` through the one pipeline
     (:func:`spamnb.delivery.pipeline.filter_one`) under ``source``, with the ``filter``

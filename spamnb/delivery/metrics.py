@@ -35,10 +35,10 @@ from __future__ import annotations
 import socket
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
-from spamnb.delivery.events import SOURCES, VIA
 from spamnb import checks
+from spamnb.delivery import access
+from spamnb.delivery.events import SOURCES, VIA
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
-from spamnb.delivery.spamd import LOOPBACK, client_allowed
 from spamnb.storage import upkeep
 from spamnb.verdict import ACTIONS, LABELS
 
@@ -79,7 +79,7 @@ class Metrics:
             raise MetricsError("--metrics needs the prometheus_client library: "
                                "pip install 'spamnb[metrics]'") from None
         self.host, self.port = parse_listen(address)
-        self.allowed = LOOPBACK + networks(allow)
+        self.rules = access.Rules(networks=access.LOOPBACK + networks(allow))
         try:
             checks.exposure(self.host, allow, "--metrics-allow CIDR (e.g. the Prometheus server's address)")
         except ValueError as exc:
@@ -216,7 +216,9 @@ class _Listener(BoundedThreads, HTTPServer):
         self.log(f"connection from {client_address[0]} dropped: {exc.__class__.__name__}: {exc}")
 
     def verify_request(self, request, client_address):
-        return client_allowed(client_address, self.metrics.allowed)
+        """Connections the access rules refuse (outside loopback and ``--metrics-allow``)
+        are closed before a byte is read."""
+        return self.metrics.rules.allows(access.Peer.tcp(access.METRICS, client_address), access.READ_METRICS)
 
     def where(self):
         host, port = self.server_address[:2]

@@ -67,10 +67,10 @@ import threading
 import time
 
 from spamnb import checks
-from spamnb.delivery import events, pipeline, wire
+from spamnb.delivery import access, events, pipeline, wire
 from spamnb.storage import upkeep
 from spamnb.storage.backend import StoreUnavailable
-from spamnb.storage.store import ModelError, make_private_folder
+from spamnb.storage.store import make_private_folder
 from spamnb.verdict import Fallback
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -91,7 +91,7 @@ class _Handler(socketserver.BaseRequestHandler):
         # The whole request must arrive within the time limit, not each piece of it.
         deadline = time.monotonic() + srv.timeout_s
         try:
-            if wire.peer_uid(conn) != os.geteuid():
+            if not access.allows(access.Peer.unix(access.SOCKET, conn), access.CONNECT):
                 return  # another user: not a word
             header, blen = wire.read_request_head(conn, srv.max_bytes, deadline)
         except (OSError, ValueError, wire.WireError) as exc:

@@ -6,7 +6,8 @@ that keeps it safe is short enough to read here:
 
 * **Who may connect**: loopback by default; another address only with
   ``--allow CIDR``, checked on each connection before a byte is read (the
-  spamd listener's rule, :func:`spamnb.checks.exposure`). No
+  rule every listener asks, :mod:`spamnb.delivery.access`; the listening
+  address checked by :func:`spamnb.checks.exposure`). No
   header (``X-Forwarded-For``, a proxy's) is trusted for this: a proxy in
   front still needs the token.
 * **The token and the page's address**: a random token (``secrets``, 192
@@ -45,7 +46,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlencode, urlsplit
 
-from spamnb.delivery.spamd import client_allowed
+from spamnb.delivery import access
 from spamnb.verdict import cutoffs_from
 from spamnb.web import pages
 from spamnb.web.data import PAGE, Site
@@ -97,6 +98,12 @@ class Handler(BaseHTTPRequestHandler):
 
     # -- the rules ----------------------------------------------------------------
 
+    def may(self, action, *, key=False, csrf=False):
+        """Whether this connection may do ``action`` (:mod:`spamnb.delivery.access`), having
+        shown the page's key (or the printed token) and the form's CSRF token or not."""
+        peer = access.Peer.tcp(access.WEB, self.client_address, key=key, csrf=csrf)
+        return self.server.rules.allows(peer, action)
+
     def own_path(self, path):
         """The page's path below its own address (``/s/KEY``), or None when ``path`` is not under
         it (the key compared in constant time)."""
@@ -104,7 +111,7 @@ class Handler(BaseHTTPRequestHandler):
         if not path.startswith("/s/"):
             return None
         key, slash, rest = path[3:].partition("/")
-        if not hmac.compare_digest(key.encode(), srv.key.encode()):
+        if not self.may(access.READ_PAGE, key=hmac.compare_digest(key.encode(), srv.key.encode())):
             return None
         srv.authorised(self.connection)
         return "/" + rest if slash else "/"
@@ -115,7 +122,7 @@ class Handler(BaseHTTPRequestHandler):
         port of this host."""
         srv = self.server
         given = query.pop("token", [""])[0]
-        if not hmac.compare_digest(given.encode(), srv.token.encode()):
+        if not self.may(access.READ_PAGE, key=hmac.compare_digest(given.encode(), srv.token.encode())):
             self.refuse()
             return
         if self.own_path(path) is None:  # the printed address, or a path of the page without its key
@@ -214,7 +221,8 @@ class Handler(BaseHTTPRequestHandler):
         except BadRequest as exc:
             self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
-        if not hmac.compare_digest(form.get("csrf", [""])[0].encode(), srv.csrf.encode()):
+        csrf = hmac.compare_digest(form.get("csrf", [""])[0].encode(), srv.csrf.encode())
+        if not self.may(access.TEACH_PAGE, key=True, csrf=csrf):  # (its key: own_path above)
             self.send(403, pages.error_page(403, "The form's CSRF token is missing or wrong: reload the page.",
                                             root=srv.root))
             return
@@ -300,7 +308,7 @@ class WebServer(ThreadingHTTPServer):
         host = address[0]
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.site = site
-        self.allowed = allowed
+        self.rules = access.Rules(networks=tuple(allowed))
         self.log = log or (lambda text: print(f"spamnb web: {text}", file=sys.stderr, flush=True))
         self.verbose = verbose
         self.token = secrets.token_urlsafe(24)
@@ -317,8 +325,9 @@ class WebServer(ThreadingHTTPServer):
         super().__init__(address, Handler)
 
     def verify_request(self, request, client_address):
-        """Connections from outside the allowed networks are closed before a byte is read."""
-        allowed = client_allowed(client_address, self.allowed)
+        """Connections the access rules refuse (outside loopback and ``--allow``) are closed
+        before a byte is read."""
+        allowed = self.rules.allows(access.Peer.tcp(access.WEB, client_address), access.CONNECT)
         if not allowed:
             self.log(f"connection from {client_address[0]} refused (not in --allow)")
         return allowed

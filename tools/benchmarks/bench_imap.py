@@ -128,7 +128,7 @@ main()
 
 def load_pool(seed):
     """[(label, raw)]: SpamAssassin and enron ham, unique by message key, shuffled."""
-    from spamnb.delivery.spamd import envelope_split
+    from spamnb.delivery.spamd_protocol import envelope_split
     from spamnb.mail.identity import message_key
     from spamnb.mail.sources import iter_index
 

@@ -10,7 +10,7 @@ Measured in one run, two ways (the machine is shared: only ratios of paired runs
    message (which server goes first alternates). The median of the per-message
    ratios logged/silent, and of the times.
 2. in the server alone, without the process start that dominates (1): the
-   spamd answer to a CHECK (:func:`spamnb.delivery.spamd.answer`: model lookup,
+   spamd answer to a CHECK (:func:`spamnb.delivery.spamd_protocol.answer`: model lookup,
    tokenizing, scoring, the reply) with the line written to a file versus with
    no recorder, paired message by message (which goes first alternates), five
    rounds; the ratio of the totals. This
@@ -57,9 +57,9 @@ BUDGET = 1.05
 
 
 def in_process(model, paths, log_path, rounds=5, metrics=None):
-    """``(seconds silent, seconds logged)`` of spamd.answer over ``paths``, ``rounds`` times each, alternating;
+    """``(seconds silent, seconds logged)`` of spamd_protocol.answer over ``paths``, ``rounds`` times each, alternating;
     ``metrics``: a listen address, to count the metrics as well as write the line."""
-    from spamnb.delivery import events, spamd
+    from spamnb.delivery import events, spamd_protocol, usermodels
     from spamnb.storage.filestore import FileBackend
 
     backend = FileBackend(str(model)).resident()
@@ -71,17 +71,17 @@ def in_process(model, paths, log_path, rounds=5, metrics=None):
         from spamnb.delivery.metrics import Metrics
 
         meter = Metrics(metrics)
-    models = {"silent": spamd.Models(backend), "logged": spamd.Models(backend, recorder=events.Recorder(
+    models = {"silent": usermodels.Models(backend), "logged": usermodels.Models(backend, recorder=events.Recorder(
         write=lambda line: sink.write(line + "\n"), metrics=meter))}
     for m in models.values():  # warm up
         for raw in raws[:20]:
-            spamd.answer("CHECK", (1, 5), {"User": "alice"}, raw, m)
+            spamd_protocol.answer("CHECK", (1, 5), {"User": "alice"}, raw, m)
     total = {name: 0.0 for name in models}
     for r in range(rounds):  # paired message by message; which goes first alternates
         for i, raw in enumerate(raws):
             for name in (("silent", "logged") if (i + r) % 2 == 0 else ("logged", "silent")):
                 t = time.perf_counter()
-                spamd.answer("CHECK", (1, 5), {"User": "alice"}, raw, models[name])
+                spamd_protocol.answer("CHECK", (1, 5), {"User": "alice"}, raw, models[name])
                 total[name] += time.perf_counter() - t
     sink.close()
     return total["silent"], total["logged"]
@@ -153,7 +153,7 @@ def main():
         print(f"spamc -c, median ms per message: logged {1000 * statistics.median(times['logged']):.2f}, "
               f"silent {1000 * statistics.median(times['silent']):.2f}; "
               f"median per-message ratio logged/silent {statistics.median(ratios):.3f}")
-        print(f"in the server (spamd.answer), us per message: logged {1e6 * logged / per:.1f}, "
+        print(f"in the server (spamd_protocol.answer), us per message: logged {1e6 * logged / per:.1f}, "
               f"silent {1e6 * silent / per:.1f}; ratio {logged / silent:.3f} (budget {BUDGET})")
         ok = statistics.median(ratios) <= BUDGET and logged / silent <= BUDGET and not failures
         print("within the budget" if ok else "OVER the budget")

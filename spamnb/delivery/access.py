@@ -1,0 +1,286 @@
+"""Who may do what, at every door of ``spamnb serve`` and ``spamnb web``: one rule.
+
+A door is a listener: :data:`SOCKET` (serve's private socket, for ``spamnb filter``),
+:data:`SPAMD` (``--spamd``, TCP or Unix), :data:`METRICS` (``--metrics``) and
+:data:`WEB` (the review page). Each builds a :class:`Peer` of a connection (the door;
+the user of a process on this machine; the address of a TCP peer; whether it showed
+the page's key and the form's token) and asks its :class:`Rules` before it acts:
+``rules.allows(peer, ACTION)``, or ``rules.refusal(...)`` for the reason. The rule,
+action by action (every action needs :data:`CONNECT` first):
+
+=============  =====================  ==========================  ==============  ==================
+action         private socket         spamd                       metrics         page
+=============  =====================  ==========================  ==============  ==================
+CONNECT        the server's own user  TCP: loopback and           loopback and    loopback and
+               (``SO_PEERCRED``)      ``--allow``; Unix: whoever  ``--metrics-    ``--allow``
+                                      its mode lets in            allow``
+CHECK          connected              connected                   -               -
+LEARN_OWN      connected (``-u``)     with ``--allow-tell``       -               -
+LEARN_SHARED   connected              with ``--allow-tell-        -               -
+                                      served`` as well
+NAME_USER      -                      a peer on this machine: its -               -
+                                      own user, unless root or
+                                      the server's user; another
+                                      host: as sent
+READ_METRICS   -                      -                           connected       -
+READ_PAGE      -                      -                           -               the page's key
+TEACH_PAGE     -                      -                           -               the key and the
+                                                                                  form's CSRF token
+=============  =====================  ==========================  ==============  ==================
+
+A peer is on this machine when it comes over a Unix socket, or over TCP from one
+of this machine's own addresses (loopback or any other, :func:`is_local_address`):
+its user is then the kernel's (``SO_PEERCRED``; for TCP the socket table, as identd
+reads it, :func:`tcp_peer_uid`), and one the kernel cannot name (a client that reset
+its connection) is :data:`UNKNOWN_PEER`, who may name no user. A peer on another
+host is trusted for ``User:``, as spamd trusts the addresses ``--allow`` admits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import ipaddress
+import os
+import pwd
+import socket
+import struct
+
+from spamnb import checks
+from spamnb.delivery import wire
+
+#: The doors.
+SOCKET, SPAMD, METRICS, WEB = "socket", "spamd", "metrics", "web"
+#: The actions.
+CONNECT = "connect"  # be accepted at all (checked before a byte is read)
+CHECK = "check"  # have a message scored
+LEARN_OWN = "learn_own"  # learn into one's own model (TELL with a model of one's own, filter -u)
+LEARN_SHARED = "learn_shared"  # learn into the served model, which scores everyone without one
+NAME_USER = "name_user"  # act for a named user (TELL's User:)
+READ_METRICS = "read_metrics"
+READ_PAGE = "read_page"
+TEACH_PAGE = "teach_page"  # learn from the page's form
+
+#: The actions each door offers; any other is refused there.
+OFFERED = {
+    SOCKET: {CONNECT, CHECK, LEARN_OWN, LEARN_SHARED},
+    SPAMD: {CONNECT, CHECK, LEARN_OWN, LEARN_SHARED, NAME_USER},
+    METRICS: {CONNECT, READ_METRICS},
+    WEB: {CONNECT, READ_PAGE, TEACH_PAGE},
+}
+
+LOOPBACK = checks.loopback()
+#: A peer on this machine whose user cannot be told: it may name no user.
+UNKNOWN_PEER = -1
+
+
+class Peer:
+    """Who is at the other end of one connection, as far as its door can tell.
+
+    ``address``: a TCP peer's IP address (an IPv4 client of a dual-stack socket as its
+    IPv4 address), None over a Unix socket. :attr:`uid`: the user of a process on this
+    machine, :data:`UNKNOWN_PEER` for one the kernel cannot name, None for a peer on
+    another host; it is looked up the first time it is asked (over TCP a scan of the
+    kernel's whole socket table: only the rules that need it ask). ``key``: the page's
+    key (or the printed token) was shown; ``csrf``: the form's CSRF token was."""
+
+    def __init__(self, door, *, address=None, uid=None, find_uid=None, key=False, csrf=False):
+        self.door = door
+        self.address = address
+        self.key = key
+        self.csrf = csrf
+        self._uid = uid
+        self._find_uid = find_uid
+
+    @classmethod
+    def unix(cls, door, conn):
+        """The peer of a Unix socket: its user from ``SO_PEERCRED``."""
+        return cls(door, find_uid=lambda: wire.peer_uid(conn))
+
+    @classmethod
+    def tcp(cls, door, client_address, conn=None, **shown):
+        """The peer at ``client_address`` (as accept() gave it) of TCP connection ``conn``:
+        its user, when asked, from :func:`tcp_peer_uid` (without ``conn``, one that cannot
+        be told: :data:`UNKNOWN_PEER`, never another host's)."""
+        if conn is None:
+            return cls(door, address=client_ip(client_address) or "", uid=UNKNOWN_PEER, **shown)
+        return cls(door, address=client_ip(client_address) or "",
+                   find_uid=lambda: tcp_peer_uid(conn, client_address), **shown)
+
+    @property
+    def uid(self):
+        if self._find_uid is not None:
+            self._uid, self._find_uid = self._find_uid(), None
+        return self._uid
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """One listener's settings of the rule: ``networks`` a TCP peer must come from
+    (loopback and ``--allow``), ``owner`` the server's user (None: this process's
+    effective user when asked), ``tell`` (``--allow-tell``) and ``tell_served``
+    (``--allow-tell-served``)."""
+
+    networks: tuple = LOOPBACK
+    owner: int | None = None
+    tell: bool = False
+    tell_served: bool = False
+
+    def allows(self, peer: Peer, action: str, *, user=None) -> bool:
+        return self.refusal(peer, action, user=user) is None
+
+    def refusal(self, peer: Peer, action: str, *, user=None) -> str | None:
+        """Why ``peer`` may not do ``action`` (for :data:`NAME_USER`: act for ``user``);
+        None when it may."""
+        if action not in OFFERED.get(peer.door, ()):
+            return f"no {action} at the {peer.door} door"
+        owner = os.geteuid() if self.owner is None else self.owner
+        if peer.door == SOCKET:
+            if peer.uid != owner:  # another user: the socket is the owner's alone
+                return f"the connecting process runs as another user (uid {peer.uid})"
+        elif peer.address is not None and not client_allowed((peer.address,), self.networks):
+            return "not in the allowed networks"
+        if action == CONNECT or action == CHECK or peer.door == SOCKET:
+            return None  # (a Unix spamd socket: whoever its mode lets connect)
+        if action == LEARN_OWN:
+            return None if self.tell else "TELL is not enabled (--allow-tell)"
+        if action == LEARN_SHARED:
+            return None if self.tell and self.tell_served else "TELL into the served model is not enabled"
+        if action == NAME_USER:
+            return _naming(peer.uid, user, owner)
+        if action == READ_METRICS:
+            return None
+        if action == READ_PAGE:
+            return None if peer.key else "the page's key was not shown"
+        if action == TEACH_PAGE:
+            return None if peer.key and peer.csrf else "the form's CSRF token was not shown"
+        return f"no {action} at the {peer.door} door"
+
+
+#: The rule where nothing but the defaults apply: serve's private socket.
+DEFAULT = Rules()
+
+
+def allows(peer: Peer, action: str, *, user=None) -> bool:
+    """:meth:`Rules.allows` under :data:`DEFAULT`."""
+    return DEFAULT.allows(peer, action, user=user)
+
+
+def _naming(uid, user, owner):
+    """Why a peer whose user is ``uid`` may not act for ``user``; None when it may."""
+    if uid is None:
+        return None  # another host: User: as sent, as spamd takes it from --allow's addresses
+    if uid == UNKNOWN_PEER:
+        return "the connecting process on this machine could not be identified (its socket is gone)"
+    if uid in (0, owner) or user == _user_name(uid):
+        return None
+    return f"the connecting process runs as another user (uid {uid})"
+
+
+def _user_name(uid):
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return None
+
+
+# -- addresses -------------------------------------------------------------------------
+
+
+def client_ip(client_address):
+    """The client's IP address (``raddr=``); None on a Unix socket."""
+    if isinstance(client_address, tuple) and client_address:
+        ip = str(client_address[0])
+        return ip[7:] if ip.startswith("::ffff:") else ip
+    return None
+
+
+def client_allowed(client_address, allowed) -> bool:
+    """Whether a TCP client's address is in the ``allowed`` networks (an IPv4 client
+    on an IPv6 socket as its IPv4 address)."""
+    try:
+        ip = ipaddress.ip_address(client_address[0])
+    except ValueError:
+        return False
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return any(ip in net for net in allowed)
+
+
+def is_local_address(host, own=None) -> bool:
+    """Whether ``host`` (an IP address, an IPv6 one with its ``%scope``) is one of this
+    machine's own addresses; ``own``: the connection's own local address, compared first.
+
+    Asked of the kernel by binding a UDP socket to ``(host, 0)``: bind() succeeds for
+    exactly the addresses the kernel takes as its own (those of every interface, and
+    any its local routing table names), fails with EADDRNOTAVAIL for any other, and
+    costs one socket and no packet. Comparing with the connection's own address alone
+    is not enough: a local client may bind one of the host's addresses and connect to
+    another (bind 192.0.2.2, connect to 127.0.0.1); listing the interfaces needs an
+    ioctl per family or netlink, and misses the routing table's local ranges. Where
+    the kernel lets any address be bound (``ip_nonlocal_bind``), every peer counts as
+    local: its user is looked for in the socket table and, not found there, it may
+    name no user: the rule fails closed. So does any other failure to ask."""
+    ip = ipaddress.ip_address(host.split("%")[0])
+    if ip.is_loopback or (own is not None and host == own):
+        return True
+    try:
+        with socket.socket(socket.AF_INET if ip.version == 4 else socket.AF_INET6, socket.SOCK_DGRAM) as s:
+            s.bind((host, 0))
+    except OSError as exc:
+        return exc.errno != errno.EADDRNOTAVAIL
+    return True
+
+
+def tcp_peer_uid(conn, client_address=None):
+    """The local user of the peer of TCP connection ``conn`` when it is on this machine
+    (:func:`is_local_address`; its user from the kernel's socket table, as identd reads
+    it); None for a peer on another host; :data:`UNKNOWN_PEER` for one on this machine
+    the table does not list (a client that reset its connection after sending)."""
+    try:  # the address accept() gave: a reset connection has no peer name any more
+        peer = client_address or conn.getpeername()
+        ip = ipaddress.ip_address(peer[0].split("%")[0])
+    except (OSError, ValueError):
+        return UNKNOWN_PEER
+    mapped = getattr(ip, "ipv4_mapped", None)  # an IPv4 client of a dual-stack socket
+    try:
+        mine = conn.getsockname()
+    except OSError:
+        mine = None
+    host = str(mapped) if mapped else peer[0]
+    own = None if mine is None else client_ip(mine)
+    if not is_local_address(host, own):
+        return None
+    if mine is None:
+        return UNKNOWN_PEER
+    family = conn.family
+    if mapped:  # listed in the IPv4 table
+        family = socket.AF_INET
+        peer, mine = (str(mapped), peer[1]), (str(ipaddress.ip_address(mine[0]).ipv4_mapped), mine[1])
+    uid = local_peer_uid(family, peer, mine)
+    return UNKNOWN_PEER if uid is None else uid
+
+
+def local_peer_uid(family, peer, mine):
+    """The uid owning the TCP socket at ``peer`` connected to ``mine``, from
+    ``/proc/net/tcp`` (``tcp6`` for an AF_INET6 socket); None when it is not listed."""
+    def hexed(address):
+        if family == socket.AF_INET:
+            raw = socket.inet_pton(socket.AF_INET, address[0])
+        else:
+            raw = socket.inet_pton(socket.AF_INET6, address[0].split("%")[0])
+        words = struct.unpack(f"={len(raw) // 4}I", raw)  # each 32-bit word in host order
+        return "".join(f"{w:08X}" for w in words) + f":{address[1]:04X}"
+
+    try:
+        want = (hexed(peer), hexed(mine))
+        # /proc/self/net: /proc/net is hidden under systemd's ProcSubset=pid (the spamd unit's)
+        with open("/proc/self/net/tcp" if family == socket.AF_INET else "/proc/self/net/tcp6") as f:
+            next(f)  # the column names
+            for line in f:
+                fields = line.split()
+                if len(fields) > 7 and (fields[1], fields[2]) == want:
+                    return int(fields[7])
+    except (OSError, ValueError, StopIteration):
+        return None
+    return None

@@ -1,0 +1,162 @@
+"""The one pipeline: every door filters through filter_one, learns through learn, and
+fails through boundary; the decision travels as one value.
+
+The behaviour of each door is held by its own tests (test_fastpath, test_server,
+test_spamd, test_imap, test_web...); here: the pipeline's own contract, and that no
+door decides, learns or fails its own way again (a structural check, as test_layers').
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import sample_message
+from spamnb.delivery import events, pipeline, wire
+from spamnb.verdict import DECISION_OPTIONS, MODELS_OWN, Decision, DecisionError
+
+PACKAGE = Path(__file__).resolve().parent.parent / "spamnb"
+
+
+# -- the decision, one value -------------------------------------------------------------
+
+
+def test_a_decision_is_one_value_by_the_options_names():
+    d = Decision(spam_cutoff=0.9, ham_cutoff=0.2)
+    assert d == Decision.of({"spam_cutoff": 0.9, "ham_cutoff": 0.2, "learn_": True})  # other names left alone
+    assert d.given() == {"spam_cutoff": 0.9, "ham_cutoff": 0.2} and bool(d) and not MODELS_OWN
+    assert d.cutoffs((0.5, 0.95)) == (0.2, 0.9)
+    assert MODELS_OWN.cutoffs((0.4, 0.97)) == (0.4, 0.97)  # none given: the model's own
+    assert len(Decision().values) == len(DECISION_OPTIONS)
+    assert "spam_cutoff=0.9" in d.shown() and MODELS_OWN.shown() == "the model's cut-offs"
+    with pytest.raises(DecisionError):
+        Decision(cost_fp=10.0, spam_cutoff=0.9).check()  # costs and cut-offs: no decision
+    with pytest.raises(TypeError):
+        Decision(cost_of_coffee=1.0)
+
+
+def test_the_decision_crosses_the_wire_whole():
+    import socket
+
+    d = Decision(cost_fp=20.0, cost_fn=1.0, **{DECISION_OPTIONS[2]: 0.4})
+    a, b = socket.socketpair()
+    try:
+        wire.send_all(a, wire.encode_request("/m/model.joblib", "model.joblib", d, b"Subject: x\n\nhi\n"))
+        header, n = wire.read_request_head(b, 1 << 20)
+        assert header["decision"] == d and n == len(b"Subject: x\n\nhi\n")
+    finally:
+        a.close()
+        b.close()
+
+
+def test_at_most_four_files_name_a_decision_option():
+    """A new decision option is its row, its part of the math, its test: the rest of the
+    package carries the decision whole and never names the option (the unsure cost, whose
+    name no model attribute shares, stands for them all)."""
+    files = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py") if "cost_unsure" in p.read_text())
+    assert len(files) <= 4 and set(files) <= {"verdict.py", "options.py", "nb/decision.py"}, files
+
+
+# -- one function filters, one learns, one boundary ---------------------------------------
+
+
+def _calls(path: Path) -> set[str]:
+    """The names a module calls: ``f`` for ``f(...)``, ``mod.f`` for ``mod.f(...)``."""
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            f = node.func
+            if isinstance(f, ast.Attribute):
+                out.add(f"{getattr(f.value, 'id', '')}.{f.attr}")
+            else:
+                out.add(getattr(f, "id", ""))
+    return out
+
+
+def test_only_the_pipeline_decides_and_every_door_filters_through_it():
+    """``decide``/``verdict_of``/``judge`` are called by the pipeline (and the hook that
+    serves it) alone; each door calls ``filter_one``."""
+    deciders = {"decide", "hook.decide", "verdict_of", "hook.verdict_of", "judge", "verdict.judge"}
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel in ("delivery/pipeline.py", "delivery/hook.py", "verdict.py"):
+            continue
+        assert not (_calls(path) & deciders), rel
+    doors = ["delivery/fastfilter.py", "delivery/server.py", "cli/imap.py", "web/data.py"]
+    doors += [str(p.relative_to(PACKAGE)) for p in PACKAGE.glob("delivery/spamd*.py")]
+    assert sum("pipeline.filter_one" in _calls(PACKAGE / d) for d in doors) >= 5, doors
+
+
+def test_every_door_that_learns_what_a_user_sorted_learns_through_the_pipeline():
+    """No door hands messages to a store's ``learn`` itself: ``pipeline.learn`` (or a
+    source's ``learn``, for filter -u) does, and records them."""
+    store_learn = re.compile(r"\b(backend|mine|served|store|self\.backend)\.learn\(|\blearn_messages\(")
+    for path in PACKAGE.rglob("*.py"):
+        rel = str(path.relative_to(PACKAGE))
+        if rel.startswith(("storage/", "nb/")) or rel in ("delivery/pipeline.py", "model.py"):
+            continue
+        assert not store_learn.search(path.read_text()), rel
+
+
+class _Lines:
+    def __init__(self):
+        self.out = io.StringIO()
+        self.rec = events.Recorder(fmt="text", write=lambda line: self.out.write(line + "\n"))
+
+
+def test_the_boundary_writes_one_line_and_answers_as_the_door_does():
+    lines = _Lines()
+    with pipeline.boundary("milter", lambda reason, exc: ("accept", reason), recorder=lines.rec,
+                           facts={"raw": b"Message-ID: <a@b>\n\nx\n", "user": "u"}) as b:
+        raise OSError(28, "No space left on device")
+    assert b.result[0] == "accept" and "No space left on device" in b.result[1]
+    line = lines.out.getvalue()
+    assert line.count("\n") == 1 and "event=error" in line and "via=milter" in line and "mail=unscanned" in line
+    assert "mid=<a@b>" in line and "user=u" in line
+    with pipeline.boundary("x", lambda reason, exc: 1) as b:
+        pass
+    assert b.result is None  # nothing failed: nothing said
+
+
+def test_filter_one_decides_places_the_headers_and_records_once(trained_model):
+    raw = sample_message("spam").read_bytes()
+    lines = _Lines()
+    out = pipeline.filter_one(raw, pipeline.ModelSource(trained_model, "m"), via="socket",
+                              decision=Decision(spam_cutoff=0.5, ham_cutoff=0.5), recorder=lines.rec, user="u")
+    assert out.label in ("spam", "ham", "unsure") and out.decided.cutoffs == (0.5, 0.5)
+    assert out.message() == out.kept[:out.pos] + out.block + out.kept[out.pos:]
+    assert b"X-Spam-Status: " in out.block and b"model=m " in out.block
+    assert lines.out.getvalue().count("event=message") == 1
+    bare = pipeline.filter_one(raw, pipeline.ModelSource(trained_model, "m"), via="web", headers=False)
+    assert bare.block == b"" and bare.message() == raw and bare.decided.lines is None
+
+
+class _Store:
+    """A store whose learn says what changed."""
+
+    def __init__(self, changed):
+        self.changed = changed
+        self.calls = []
+
+    def learn(self, items, *, forget=False, **kw):
+        self.calls.append((items, forget))
+        key = "forgotten" if forget else "learned"
+        return {key: self.changed, "moved": 0, "unchanged": len(items) - self.changed, "duplicates": 0}
+
+
+def test_learn_records_a_correction_only_when_the_model_learned_one():
+    for changed, want in ((1, 1), (0, 0)):
+        lines = _Lines()
+        store = _Store(changed)
+        done = pipeline.learn(store, [(b"Subject: a\n\nb\n", "spam")], via="tell", recorder=lines.rec, user="u")
+        assert done["learned"] == changed and len(store.calls) == 1
+        assert lines.out.getvalue().count("event=learn") == want
+        lines = _Lines()
+        pipeline.learn(_Store(changed), [(b"Subject: a\n\nb\n", "spam")], via="tell", forget=True,
+                       recorder=lines.rec)
+        assert lines.out.getvalue().count("event=forget") == want
