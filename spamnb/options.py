@@ -4,15 +4,22 @@ its check, the commands that take it and whether it travels to the filter server
 Everything else is built from :data:`TABLE` or checked against it
 (``tests/test_settings_table.py``): the configuration's keys
 (:data:`spamnb.cli.config.KEYS`), the click options the commands share
-(:func:`spamnb.cli.options.option`), the fast filter path's parser (:func:`parse`),
+(:func:`spamnb.cli.options.option`), the fast paths' parser (:func:`parse`),
 the wire fields (:data:`TRAVELS`), the man pages and ``spamnb config``. Which value a
 command uses, from which layer, is :func:`spamnb.storage.settings.resolve`'s.
+
+A row's kind, choices and bounds are its value's rules, applied by one function each:
+:func:`convert` (a file's value, the environment's, the command line's text: the
+click options' type is built on it), :func:`within` (a number's bounds) and
+:func:`check` (all of a file's value's rules, with its :data:`spamnb.checks.CHECKS`
+entry).
 
 Standard library only, at the bottom layer: the filter's fast path imports it.
 
 To add a setting: one :class:`Row` here, then its use (the command's parameter;
-for the decision, :mod:`spamnb.verdict`). A value that needs more than its type is
-checked by :data:`spamnb.checks.CHECKS` under the same ``(table, key)``.
+for the decision, :mod:`spamnb.verdict`). A value that needs more than its kind,
+choices and bounds is checked by :data:`spamnb.checks.CHECKS` under the same
+``(table, key)``.
 """
 
 from spamnb.verdict import DECISION_OPTIONS, LEARN_MARGIN
@@ -23,12 +30,12 @@ class Row:
     (``off``: the spelling that turns a flag off, e.g. ``--no-log-messages``);
     ``table``/``key``: its configuration key (None: per invocation); ``kind``: str, path,
     int, float, bool, list or choice (``choices``); ``check``: the ``(table, key)`` of its
-    :data:`spamnb.checks.CHECKS` entry; ``commands``: the command paths that take it
-    (:data:`EVERY`: all that have the parameter); ``travels``: sent with a message to the
-    filter server; ``env``: the environment variable that sets it; ``help``: its help
-    text, or ``{command: text}`` where commands use it differently; ``low``/``high``: the
-    bounds of a number (the command line's; a file's value meets its check, which
-    ``tests/test_settings_table.py`` holds to the same bounds); ``exists``: a path that
+    :data:`spamnb.checks.CHECKS` entry, for a value that needs more than its kind, choices
+    and bounds; ``commands``: the command paths that take it (:data:`EVERY`: all that
+    have the parameter); ``travels``: sent with a message to the filter server; ``env``:
+    the environment variable that sets it; ``help``: its help text, or ``{command:
+    text}`` where commands use it differently; ``low``/``high``: the bounds of a number,
+    on the command line and in a file alike (:func:`within`); ``exists``: a path that
     must be there (kind ``folder``: a folder)."""
 
     __slots__ = ("name", "flags", "table", "key", "kind", "choices", "check", "commands", "travels", "env",
@@ -95,13 +102,13 @@ TABLE = (
                        "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).",
               "filter": "Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
                         "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there)."}),
-    Row("max_bytes", ("--max-bytes",), "serve", "max_bytes", "int", ("serve",), check=True, default=64 * 1024 * 1024,
+    Row("max_bytes", ("--max-bytes",), "serve", "max_bytes", "int", ("serve",), default=64 * 1024 * 1024,
         low=1, help="Refuse messages larger than this (the client then filters them itself)."),
-    Row("timeout", ("--timeout",), "serve", "timeout", "float", ("serve",), check=True, default=10.0, low=0.1,
+    Row("timeout", ("--timeout",), "serve", "timeout", "float", ("serve",), default=10.0, low=0.1,
         help="Drop a request that has not arrived whole within this many seconds (on every listener; a "
              "--metrics connection is closed then, whatever it sent)."),
-    Row("max_connections", ("--max-connections",), "serve", "max_connections", "int", ("serve",), check=True,
-        default=32, low=1,
+    Row("max_connections", ("--max-connections",), "serve", "max_connections", "int", ("serve",), default=32,
+        low=1,
         help="Requests served at once, per listener; a connection beyond them is closed at once (spamnb "
              "filter then filters the message itself). On a --spamd listener as many more wait up to 2 s "
              "for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once."),
@@ -126,7 +133,7 @@ TABLE = (
     Row("allow_tell_served", ("--allow-tell-served",), "spamd", "allow_tell_served", "bool", ("serve",),
         help="spamd: TELL may also change the served model, which scores everyone without a model of their "
              "own (implies --allow-tell)."),
-    Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",), check=True,
+    Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",),
         metavar="BYTES", low=1,
         help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); spamc "
              "then passes it through unscanned (spamc's own -s limit is 500 KB by default)."),
@@ -138,14 +145,14 @@ TABLE = (
     Row("learn_", ("--learn", "-u"), "filter", "learn", "bool", ("filter",), travels=True,
         help="Also learn the message as what it was classified, when not unsure and scored within "
              f"{LEARN_MARGIN:g} log-odds of the cut-off that decided it (a thick threshold)."),
-    Row("evidence", ("--evidence",), "filter", "evidence", "int", ("filter",), check=True, default=0, metavar="N",
+    Row("evidence", ("--evidence",), "filter", "evidence", "int", ("filter",), default=0, metavar="N",
         low=0, help="Add an X-Spam-Evidence header with the N strongest tokens."),
     Row("log_messages", ("--log-messages",), "log", "messages", "bool", LOGGING, off="--no-log-messages",
         help="Write one line per message: time, verdict, score, cut-offs, size, milliseconds, user, "
              "Message-ID, whether it was learned."),
-    Row("log_format", ("--log-format",), "log", "format", "choice", LOGGING, choices=("text", "json"), check=True,
+    Row("log_format", ("--log-format",), "log", "format", "choice", LOGGING, choices=("text", "json"),
         default="text", help="text: key=value pairs (grep verdict=spam); json: one object a line."),
-    Row("log_to", ("--log-to",), "log", "to", "choice", LOGGING, choices=("stderr", "syslog"), check=True,
+    Row("log_to", ("--log-to",), "log", "to", "choice", LOGGING, choices=("stderr", "syslog"),
         default="stderr", help="stderr (journald keeps it under systemd) or syslog (facility mail)."),
     Row("metrics_address", ("--metrics",), "metrics", "listen", "str", METRICS, check=True, metavar="HOST:PORT",
         help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: on 127.0.0.1; "
@@ -169,7 +176,7 @@ TABLE = (
         help="Networks whose browsers may connect besides this machine (repeatable); needed to listen on an "
              "address other than loopback. They still need the token."),
     Row("host", ("--host",), "imap", "host", "str", IMAP, check=True, help="IMAP server."),
-    Row("port", ("--port",), "imap", "port", "int", IMAP, check=True, low=1, high=65535,
+    Row("port", ("--port",), "imap", "port", "int", IMAP, low=1, high=65535,
         help="Port (default 993 with tls, else 143)."),
     Row("user", ("--user",), "imap", "user", "str", IMAP, help="Login name."),
     Row("password_file", ("--password-file",), "imap", "password_file", "path", IMAP, check=True,
@@ -177,7 +184,7 @@ TABLE = (
     Row("password_command", ("--password-command",), "imap", "password_command", "str", IMAP, metavar="CMD",
         help="A command that prints the password (e.g. 'pass show mail/imap')."),
     Row("security", ("--security",), "imap", "security", "choice", IMAP, choices=("tls", "starttls", "none"),
-        check=True, help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
+        help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
     Row("cafile", ("--cafile",), "imap", "cafile", "path", IMAP, check=True, exists=True,
         help="CA certificates to trust for the server's certificate (a self-signed one)."),
     Row("force_plaintext", ("--force-plaintext",), "imap", "force_plaintext", "bool", IMAP,
@@ -194,7 +201,7 @@ TABLE = (
         help="Where spam goes (default: the folder with the \\Junk special use, else Junk; made when missing)."),
     Row("unsure_folder", ("--unsure-folder",), "imap", "unsure_folder", "str", ("imap filter",),
         help="Move unsure mail here too (default: it stays, unflagged)."),
-    Row("interval", ("--interval",), "imap", "interval", "float", ("imap filter",), check=True, default=300.0,
+    Row("interval", ("--interval",), "imap", "interval", "float", ("imap filter",), default=300.0,
         low=1, help="With --watch: seconds between passes when nothing arrives (your moves into and out of Junk "
                     "are seen at the next pass)."),
     Row("learn_verdicts", ("--learn-verdicts",), "imap", "learn_verdicts", "bool", ("imap filter",),
@@ -265,10 +272,25 @@ def rows_of(command):
     return out
 
 
-def convert(row, value):
-    """A file's (or the environment's) ``value`` for ``row`` as the command takes it;
-    ValueError saying what is wrong with its type. Ranges and formats are the
-    row's check's (:data:`spamnb.checks.CHECKS`)."""
+def convert(row, value, text=False):
+    """``value`` for ``row`` as the command takes it: a file's (or the environment's)
+    value of its TOML type, or (``text``) the command line's text, read as ``int()`` and
+    ``float()`` read it; a choice one of the row's ``choices``. ValueError saying what is
+    wrong. The one conversion of each kind: of the files (:func:`check`,
+    :func:`spamnb.storage.settings.resolve`), of the fast paths' parser (:func:`parse`)
+    and of the click options (:func:`spamnb.cli.options.option`). The bounds of a number
+    are :func:`within`'s."""
+    if text and isinstance(value, str):
+        if row.kind == "int":
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"not an integer, got {value!r}") from None
+        if row.kind == "float":
+            try:
+                return float(value)  # nan and inf too, as click's FLOAT reads them
+            except ValueError:
+                raise ValueError(f"not a number, got {value!r}") from None
     if row.kind == "list":
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
@@ -295,6 +317,32 @@ def convert(row, value):
     return value
 
 
+def within(row, value):
+    """``value``, a number of ``row``, when it is within the row's ``low`` and ``high``;
+    ValueError saying the bounds otherwise: the one place a setting's bounds are applied,
+    to a file's value (:func:`check`) and to the command line's (:func:`parse`, the click
+    options)."""
+    low, high = row.low, row.high
+    if (low is not None and value < low) or (high is not None and value > high):
+        span = (f"from {low} to {high}" if high is not None else f"at least {low}") if low is not None \
+            else f"at most {high}"
+        raise ValueError(f"must be {span}, got {value!r}")
+    return value
+
+
+def check(row, value):
+    """A file's ``value`` for ``row`` as the command takes it, once it passes every rule
+    of the row: its kind and choices (:func:`convert`), its bounds (:func:`within`), its
+    check (:data:`spamnb.checks.CHECKS`, imported only for a row that has one); ValueError
+    saying what is wrong. What ``config --check`` applies to a file and the commands at start."""
+    value = within(row, convert(row, value))
+    if row.check:
+        from spamnb import checks
+
+        checks.CHECKS[row.check](value)
+    return value
+
+
 def exclusive(given):
     """ValueError (the one-line error of :data:`EXCLUSIVE`) when ``given``, the names
     set on one command line (or in one layer), holds two that exclude each other."""
@@ -305,9 +353,10 @@ def exclusive(given):
 
 def parse(args, command="filter"):
     """``{name: value}`` of the options of a ``command`` command line, from the table;
-    ValueError ``--opt VALUE: what is wrong`` for a bad value; LookupError for what the
-    table does not parse (another option, an argument, a repeated option, ``--help``),
-    which only the click command handles."""
+    ValueError ``--opt VALUE: what is wrong`` for a bad value (:func:`convert`,
+    :func:`within`) or options that exclude each other; LookupError for what the table
+    does not parse (another option, an argument, a repeated option, ``--help``), which
+    only the click command handles."""
     rows = rows_of(command)
     flags = {}
     for r in rows.values():
@@ -336,7 +385,7 @@ def parse(args, command="filter"):
                 i += 1
                 value = args[i]
             try:
-                value = _from_text(r, value)
+                value = within(r, convert(r, value, text=True))
             except ValueError as exc:
                 raise ValueError(f"{name} {value}: {exc}") from None
         if r.name in out:
@@ -346,18 +395,3 @@ def parse(args, command="filter"):
     exclusive(out)
     return out
 
-
-def _from_text(row, text):
-    if row.kind == "int":
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError("not an integer") from None
-    if row.kind == "float":
-        try:
-            return float(text)  # what click's FLOAT type does
-        except ValueError:
-            raise ValueError("not a number") from None
-    if row.kind == "choice" and text not in row.choices:
-        raise ValueError(f"must be one of {', '.join(row.choices)}")
-    return text

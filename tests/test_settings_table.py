@@ -114,13 +114,53 @@ def test_the_man_pages_show_every_option_of_the_table():
 
 
 @pytest.mark.parametrize("row", [r for r in options.TABLE if r.low is not None or r.high is not None], ids=repr)
-def test_a_rows_bounds_are_its_checks(row):
-    """The command line's bounds (click's range) are the ones a file's value meets."""
-    check = checks.CHECKS[row.check]
+def test_a_rows_bounds_are_the_files_the_fast_paths_and_clicks(row):
+    """A number's bounds are its row's: a file's value (the check at start, ``config
+    --check``), the fast paths' parser and the click option all refuse just outside them,
+    with the same sentence."""
+    command = next(c for c in COMMANDS if row.takes(c) and row.name in params(c))
+    option = params(command)[row.name]
     step = 1 if row.kind == "int" else 0.01
     for bound, outside in ((row.low, -step), (row.high, step)):
         if bound is None:
             continue
-        check(bound)
-        with pytest.raises(ValueError):
-            check(bound + outside)
+        assert options.check(row, bound) == bound
+        assert option.type.convert(str(bound), option, None) == bound
+        with pytest.raises(ValueError) as file_error:
+            options.check(row, bound + outside)
+        with pytest.raises(click.BadParameter) as click_error:
+            option.type.convert(str(bound + outside), option, None)
+        assert str(file_error.value) in str(click_error.value)
+        with pytest.raises(ValueError, match=f"{row.flags[0]} {bound + outside}: {file_error.value}"):
+            options.parse([row.flags[0], str(bound + outside)], command)
+
+
+def test_no_check_restates_a_rows_kind_choices_or_bounds():
+    """A key's entry in checks.CHECKS is for what its row cannot say: a row with bounds or
+    choices and nothing more has none, and a wrong type is the row's to refuse."""
+    for row in options.TABLE:
+        if row.check is None:
+            continue
+        assert row.kind not in ("int", "float", "choice", "bool"), row
+    assert not hasattr(checks, "integer") and not hasattr(checks, "one_of")
+
+
+def test_the_command_line_converts_as_the_table_does():
+    """One conversion per kind: click's option, the fast paths' parser and a file's value."""
+    for row in [r for r in options.TABLE if r.kind in ("int", "float", "choice")]:
+        command = next(c for c in COMMANDS if row.takes(c) and row.name in params(c))
+        option = params(command)[row.name]
+        for text in ("x", "1_0", " 7 ", "-3", "nan", *row.choices, "XML"):
+            try:
+                want = options.within(row, options.convert(row, text, text=True))
+            except ValueError:
+                want = None
+            try:
+                got = option.type.convert(text, option, None)
+            except click.BadParameter:
+                got = None
+            try:
+                parsed = options.parse([row.flags[0], text], command)[row.name]
+            except ValueError:
+                parsed = None
+            assert str(got) == str(want) == str(parsed), (row, text, got, want, parsed)
