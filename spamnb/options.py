@@ -12,7 +12,7 @@ A row's kind, choices and bounds are its value's rules, applied by one function 
 :func:`convert` (a file's value, the environment's, the command line's text: the
 click options' type is built on it), :func:`within` (a number's bounds) and
 :func:`check` (all of a file's value's rules, with its :data:`spamnb.checks.CHECKS`
-entry).
+entry). Its default is the one default: code that needs it reads the row.
 
 Standard library only, at the bottom layer: the filter's fast path imports it.
 
@@ -34,9 +34,9 @@ class Row:
     and bounds; ``commands``: the command paths that take it (:data:`EVERY`: all that
     have the parameter); ``travels``: sent with a message to the filter server; ``env``:
     the environment variable that sets it; ``help``: its help text, or ``{command:
-    text}`` where commands use it differently; ``low``/``high``: the bounds of a number,
-    on the command line and in a file alike (:func:`within`); ``exists``: a path that
-    must be there (kind ``folder``: a folder)."""
+    text}`` where commands use it differently; ``default``: the value when nothing sets
+    it; ``low``/``high``: the bounds of a number, on the command line and in a file alike
+    (:func:`within`); ``exists``: a path that must be there (kind ``folder``: a folder)."""
 
     __slots__ = ("name", "flags", "table", "key", "kind", "choices", "check", "commands", "travels", "env",
                  "help", "default", "metavar", "off", "low", "high", "exists")
@@ -134,9 +134,9 @@ TABLE = (
         help="spamd: TELL may also change the served model, which scores everyone without a model of their "
              "own (implies --allow-tell)."),
     Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",),
-        metavar="BYTES", low=1,
-        help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); spamc "
-             "then passes it through unscanned (spamc's own -s limit is 500 KB by default)."),
+        default=10 * 1024 * 1024, metavar="BYTES", low=1,
+        help="spamd: refuse at once a message declared (or found) larger than this; spamc then passes it "
+             "through unscanned (spamc's own -s limit is 500 KB by default)."),
     Row("spamd_socket_mode", ("--spamd-socket-mode",), "spamd", "socket_mode", "str", ("serve",), check=True,
         default="0600", metavar="OCTAL",
         help="Mode of --spamd Unix sockets (0660: the socket's group may connect too)."),

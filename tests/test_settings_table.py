@@ -135,6 +135,16 @@ def test_a_rows_bounds_are_the_files_the_fast_paths_and_clicks(row):
             options.parse([row.flags[0], str(bound + outside)], command)
 
 
+def test_the_code_takes_its_defaults_from_the_rows():
+    """A default is its row's: the server's limits, and spamd's largest message."""
+    from spamnb.delivery import server, spamd
+
+    assert server.MAX_BYTES == options.BY_KEY[("serve", "max_bytes")].default
+    assert server.TIMEOUT == options.BY_KEY[("serve", "timeout")].default
+    assert server.MAX_CONNECTIONS == options.BY_KEY[("serve", "max_connections")].default
+    assert spamd.MAX_LENGTH == options.BY_KEY[("spamd", "max_bytes")].default
+
+
 def test_no_check_restates_a_rows_kind_choices_or_bounds():
     """A key's entry in checks.CHECKS is for what its row cannot say: a row with bounds or
     choices and nothing more has none, and a wrong type is the row's to refuse."""
