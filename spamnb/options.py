@@ -5,8 +5,9 @@ Everything else is built from :data:`TABLE` or checked against it
 (``tests/test_settings_table.py``): the configuration's keys
 (:data:`spamnb.cli.config.KEYS`), the click options the commands share
 (:func:`spamnb.cli.options.option`), the fast paths' parser (:func:`parse`),
-the wire fields (:data:`TRAVELS`), the man pages and ``spamnb config``. Which value a
-command uses, from which layer, is :func:`spamnb.storage.settings.resolve`'s.
+the wire fields (:data:`TRAVELS`), the environment's variables (:func:`environment`),
+the man pages and ``spamnb config``. Which value a command uses, from which layer, is
+:func:`spamnb.storage.settings.resolve`'s.
 
 A row's kind, choices and bounds are its value's rules, applied by one function each:
 :func:`convert` (a file's value, the environment's, the command line's text: the
@@ -33,18 +34,21 @@ class Row:
     :data:`spamnb.checks.CHECKS` entry, for a value that needs more than its kind, choices
     and bounds; ``commands``: the command paths that take it (:data:`EVERY`: all that
     have the parameter); ``travels``: sent with a message to the filter server; ``env``:
-    the environment variable that sets it; ``help``: its help text, or ``{command:
-    text}`` where commands use it differently; ``default``: the value when nothing sets
-    it; ``low``/``high``: the bounds of a number, on the command line and in a file alike
-    (:func:`within`); ``exists``: a path that must be there (kind ``folder``: a folder)."""
+    the environment variable that sets it, and ``env_help`` what spamnb(1) says of it;
+    ``help``: its help text, or ``{command: text}`` where commands use it differently;
+    ``default``: the value when nothing sets it; ``low``/``high``: the bounds of a number,
+    on the command line and in a file alike (:func:`within`); ``exists``: a path that must
+    be there (kind ``folder``: a folder)."""
 
     __slots__ = ("name", "flags", "table", "key", "kind", "choices", "check", "commands", "travels", "env",
-                 "help", "default", "metavar", "off", "low", "high", "exists")
+                 "env_help", "help", "default", "metavar", "off", "low", "high", "exists")
 
     def __init__(self, name, flags, table, key, kind, commands, *, choices=(), check=False, travels=False,
-                 env=None, help="", default=None, metavar=None, off=None, low=None, high=None, exists=False):
+                 env=None, env_help="", help="", default=None, metavar=None, off=None, low=None, high=None,
+                 exists=False):
         self.name, self.flags, self.table, self.key, self.kind = name, tuple(flags), table, key, kind
         self.commands, self.choices, self.travels, self.env = commands, tuple(choices), travels, env
+        self.env_help = env_help
         self.check = (table, key) if check else None
         self.help, self.default, self.metavar, self.off = help, default, metavar, off
         self.low, self.high, self.exists = low, high, exists
@@ -83,6 +87,8 @@ _DECISION_HELP = {
 
 TABLE = (
     Row("model_path", ("--model",), "model", "path", "path", EVERY, env="SPAMNB_MODEL",
+        env_help="The model commands use without --model; else $XDG_DATA_HOME/spamnb/model.joblib "
+                 "(~/.local/share/spamnb/model.joblib), else the default model.",
         help={None: "Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).",
               "setup": "Where to save the model (default $SPAMNB_MODEL, else "
                        "$XDG_DATA_HOME/spamnb/model.joblib)."}),
@@ -90,6 +96,8 @@ TABLE = (
         travels=True, help="Load a model file that other users can write (administrators only: "
                            "a model file is code)."),
     Row("store", ("--store",), "store", "url", "str", EVERY, check=True, env="SPAMNB_STORE", metavar="URL",
+        env_help="The store that keeps the model for commands without --store or --model "
+                 "(redis://HOST:PORT/DB or another URL --store takes; docs/many-hosts.md).",
         help="Keep the model in a store shared by several hosts instead of a file: "
              "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
              "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
@@ -98,6 +106,7 @@ TABLE = (
           help=_DECISION_HELP[name]) for name in DECISION_OPTIONS),
     Row("socket_path", ("--socket",), "serve", "socket", "path", ("serve", "filter"), check=True,
         env="SPAMNB_SOCKET", metavar="PATH",
+        env_help="The socket of spamnb serve; else $XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket.",
         help={"serve": "Socket to listen on (default $SPAMNB_SOCKET, else $XDG_RUNTIME_DIR/spamnb/socket, "
                        "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).",
               "filter": "Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
@@ -234,6 +243,19 @@ EXCLUSIVE = ((("model_path", "store"), "give --model or --store, not both"),
 #: The settings whose values travel with a message to the filter server (:mod:`spamnb.delivery.wire`).
 TRAVELS = tuple(dict.fromkeys(r.name for r in TABLE if r.travels))
 
+#: The environment variables spamnb reads that are not a setting's (a setting's is its
+#: row's ``env``): ``{variable: what spamnb(1) says of it}``. :func:`environment` lists both.
+VARIABLES = {
+    "SPAMNB_CONFIG": "A configuration file read after the system and user files, when the global --config "
+                     "names none.",
+    "SPAMNB_SYSTEM_CONFIG": "The system configuration file, read instead of /etc/spamnb/spamnb.toml "
+                            "(for packagers and tests).",
+    "SPAMNB_CORPUS": "The archive the default model is trained from, the first time it is needed "
+                     "(default: the shipped corpora/spamassassin.tar.xz).",
+    "SPAMNB_LOCK_TIMEOUT": "Seconds a writer waits for the model's lock (120).",
+    "SPAMNB_DEBUG": "Set to 1: show the traceback of an error instead of its one line.",
+}
+
 #: Options of the site commands that have no key, and why: each is about one run.
 PER_INVOCATION = {
     "filter": {},
@@ -270,6 +292,15 @@ def rows_of(command):
         if r.takes(command):
             out[r.name] = r
     return out
+
+
+def environment():
+    """``[(variable, text)]`` of every environment variable spamnb reads, as spamnb(1)
+    lists them: each setting's (its row's ``env``: it sets the setting over every
+    configuration file, an option over it), then :data:`VARIABLES`."""
+    out = [(r.env, f"{r.env_help} It sets [{r.table}] {r.key} over the configuration files; "
+                   f"{r.flags[0]} over it.") for r in TABLE if r.env]
+    return out + list(VARIABLES.items())
 
 
 def convert(row, value, text=False):

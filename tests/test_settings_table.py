@@ -174,3 +174,27 @@ def test_the_command_line_converts_as_the_table_does():
             except ValueError:
                 parsed = None
             assert str(got) == str(want) == str(parsed), (row, text, got, want, parsed)
+
+
+def test_the_environment_is_one_list():
+    """Every variable the package reads is in the one list spamnb(1) shows, a setting's
+    in its row (and nowhere else), the others in VARIABLES; and spamnb(1) lists them all."""
+    import re
+    from pathlib import Path
+
+    listed = dict(options.environment())
+    settings_ = [r.env for r in options.TABLE if r.env]
+    assert set(settings_) | set(options.VARIABLES) == set(listed)
+    assert not set(settings_) & set(options.VARIABLES)
+    assert all(text for text in listed.values())
+    package = Path(options.__file__).parent
+    read = set()
+    for path in package.rglob("*.py"):
+        read |= set(re.findall(r"""(?:environ|env)(?:\.get\(|\[)\s*["'](SPAMNB_\w+)""", path.read_text()))
+    assert read and read <= set(listed), read - set(listed)
+    page = Path(__file__).parent.parent / "man" / "spamnb.1"
+    if page.exists():
+        text = page.read_text()
+        environment = text[text.index(".SH ENVIRONMENT"):text.index(".SH FILES")]
+        for variable in listed:
+            assert f"\\fB{variable}\\fR" in environment, variable

@@ -189,7 +189,8 @@ def config(ctx, check_, command_line):
       /etc/spamnb/spamnb.toml                      (the system file)
       $XDG_CONFIG_HOME/spamnb/config.toml          (yours; ~/.config/spamnb/...)
       the file of `spamnb --config FILE` or $SPAMNB_CONFIG
-    then $SPAMNB_MODEL and $SPAMNB_SOCKET, then each command's options.
+    then the environment's variables that set a setting (spamnb(1),
+    ENVIRONMENT), then each command's options.
     See docs/admin.md.
 
     \b
