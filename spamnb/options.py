@@ -276,6 +276,9 @@ PER_INVOCATION = {
                     "of the Maildir given", "--dry-run": "a rehearsal of one run",
                     "--quiet": "how much one run says"},
 }
+#: The options of :data:`PER_INVOCATION` that :func:`parse` reads too, for the fast paths:
+#: ``{command: {flag: (name, value)}}``, a flag that sets ``name`` to ``value``.
+SWITCHES = {command: {"--spam": ("label", "spam"), "--ham": ("label", "ham")} for command in ("learn", "forget")}
 
 
 def unit_of(name):
@@ -382,12 +385,13 @@ def exclusive(given):
             raise ValueError(message)
 
 
-def parse(args, command="filter"):
-    """``{name: value}`` of the options of a ``command`` command line, from the table;
-    ValueError ``--opt VALUE: what is wrong`` for a bad value (:func:`convert`,
-    :func:`within`) or options that exclude each other; LookupError for what the table
-    does not parse (another option, an argument, a repeated option, ``--help``), which
-    only the click command handles."""
+def parse(args, command="filter", arguments=None):
+    """``{name: value}`` of the options of a ``command`` command line, from the table
+    (and the command's :data:`SWITCHES`); ValueError ``--opt VALUE: what is wrong`` for a
+    bad value (:func:`convert`, :func:`within`) or options that exclude each other;
+    LookupError for what the table does not parse (another option, a repeated option,
+    ``--help``, an argument unless ``arguments``, a list the arguments are added to),
+    which only the click command handles."""
     rows = rows_of(command)
     flags = {}
     for r in rows.values():
@@ -400,6 +404,17 @@ def parse(args, command="filter"):
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=")
+        if arguments is not None and not arg.startswith("-"):
+            arguments.append(arg)
+            i += 1
+            continue
+        switch = SWITCHES.get(command, {}).get(arg)
+        if switch is not None:
+            if switch[0] in out:
+                raise LookupError(arg)
+            out[switch[0]] = switch[1]
+            i += 1
+            continue
         if name not in flags or (eq and name.startswith("-") and not name.startswith("--")):
             raise LookupError(arg)
         r, on = flags[name]

@@ -176,6 +176,29 @@ def test_the_command_line_converts_as_the_table_does():
             assert str(got) == str(want) == str(parsed), (row, text, got, want, parsed)
 
 
+@pytest.mark.parametrize("command", sorted(options.SWITCHES))
+def test_the_parsers_switches_are_options_without_a_key(command):
+    """The per-invocation options the table's parser reads (learn's --spam/--ham) are the
+    command's, listed in PER_INVOCATION with why they have no key."""
+    for flag in options.SWITCHES[command]:
+        assert flag in options.PER_INVOCATION[command]
+        assert any(flag in p.opts for p in params(command).values()), (command, flag)
+
+
+def test_fast_learn_reads_its_command_line_with_the_tables_parser():
+    from spamnb.delivery import fastlearn
+
+    assert fastlearn.parse_args(["--spam", "a", "--model", "m", "b"]) == ("spam", "m", ["a", "b"])
+    assert fastlearn.parse_args(["--model=m", "--ham", "a"], "forget") == ("ham", "m", ["a"])
+    assert fastlearn.parse_args(["--ham", "a"]) == ("ham", None, ["a"])
+    for declined in (["--spam"], ["a"], ["--spam", "--ham", "a"], ["--spam", "--spam", "a"], ["--spam=x", "a"],
+                     ["--spam", "a", "--model"], ["--spam", "--model", "m", "--model", "n", "a"],
+                     ["--spam", "-r", "a"], ["--spam", "--store", "redis://h/0", "a"], ["--spam", "-", "a"],
+                     ["--spam", "--", "a"], ["--spam", "--no-history", "a"],
+                     ["--spam", "--model", "m", "--store", "redis://h/0", "a"]):
+        assert fastlearn.parse_args(declined) is None, declined
+
+
 def test_the_environment_is_one_list():
     """Every variable the package reads is in the one list spamnb(1) shows, a setting's
     in its row (and nowhere else), the others in VARIABLES; and spamnb(1) lists them all."""
