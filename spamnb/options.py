@@ -306,6 +306,13 @@ def environment():
     return out + list(VARIABLES.items())
 
 
+def exit_zero_given(args):
+    """Whether a ``filter`` command line (or the whole one, after ``spamnb``) asks for
+    ``--exit-zero``, read before anything else of it: a message that cannot be filtered
+    (bad options, a configuration that cannot be read) still goes out with that status."""
+    return any(flag in args for r in TABLE if r.name == "exit_zero" for flag in r.flags)
+
+
 def convert(row, value, text=False):
     """``value`` for ``row`` as the command takes it: a file's (or the environment's)
     value of its TOML type, or (``text``) the command line's text, read as ``int()`` and

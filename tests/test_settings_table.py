@@ -199,6 +199,12 @@ def test_fast_learn_reads_its_command_line_with_the_tables_parser():
         assert fastlearn.parse_args(declined) is None, declined
 
 
+def test_exit_zero_is_read_by_one_rule():
+    assert options.exit_zero_given(["--model", "m", "--exit-zero"])
+    assert options.exit_zero_given(["filter", "--exit-zero"])
+    assert not options.exit_zero_given(["--exit-zero=1", "-u"])
+
+
 def test_the_environment_is_one_list():
     """Every variable the package reads is in the one list spamnb(1) shows, a setting's
     in its row (and nowhere else), the others in VARIABLES; and spamnb(1) lists them all."""

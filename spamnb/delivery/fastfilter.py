@@ -428,7 +428,7 @@ def main(args, load_cli, env=os.environ):
     failure boundary (:class:`spamnb.verdict.Boundary`): whatever fails -- the
     configuration, the model, the store, a bug -- the message goes out unchanged,
     one line on stderr, exit status 3 (0 with ``--exit-zero``)."""
-    got = {"raw": None, "exit_zero": "--exit-zero" in args}  # what fail() delivers, and how
+    got = {"raw": None, "exit_zero": __import__("spamnb.options").options.exit_zero_given(args)}  # for fail()
 
     def fail(reason, exc):
         raw = got["raw"]
