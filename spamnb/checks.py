@@ -8,8 +8,10 @@ with a short sentence that names what is wrong (the caller adds FILE:LINE or the
 option's name). A sentence never shows a store URL's password: :func:`redact`.
 
 :data:`CHECKS` maps a configuration key ``(table, key)`` to its check, for the
-keys whose value needs more than its type; :data:`TOGETHER` the rules that take
-several keys at once (a listener beyond loopback and who may connect to it).
+keys whose value needs more than its row's kind, choices and bounds (those are the
+row's own, in :mod:`spamnb.options`: :func:`spamnb.options.check` applies them, then
+the check here); :data:`TOGETHER` the rules that take several keys at once (a
+listener beyond loopback and who may connect to it).
 """
 
 import os
@@ -17,50 +19,6 @@ import os
 LOOPBACK = ("127.0.0.0/8", "::1/128")
 #: A Unix socket's path, in bytes, at most (``sun_path`` holds 108 with its NUL).
 SOCKET_PATH_MAX = 107
-
-
-# -- numbers -----------------------------------------------------------------------------
-
-
-def integer(value, low=None, high=None):
-    """An integer (``true`` is not one, although Python's bool is an int) in ``[low, high]``."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ValueError(f"must be an integer, got {value!r}")
-    return _within(value, low, high)
-
-
-def number(value, low=None, high=None):
-    """A finite number (an integer or a float, not ``true``) in ``[low, high]``."""
-    import math
-
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"must be a number, got {value!r}")
-    return _within(value, low, high)
-
-
-def _within(value, low, high):
-    if (low is not None and value < low) or (high is not None and value > high):
-        span = (f"from {low} to {high}" if high is not None else f"at least {low}") if low is not None \
-            else f"at most {high}"
-        raise ValueError(f"must be {span}, got {value!r}")
-    return value
-
-
-def at_least(low, kind=integer):
-    return lambda value: kind(value, low)
-
-
-def port(value):
-    """A TCP port, 1 to 65535."""
-    return integer(value, 1, 65535)
-
-
-def one_of(*choices):
-    def check(value):
-        if value not in choices:
-            raise ValueError(f"must be one of {', '.join(map(repr, choices))}, got {value!r}")
-        return value
-    return check
 
 
 def _text(value):
@@ -451,8 +409,6 @@ def sentinel_group(parts, query, shown):
 
 # -- IMAP --------------------------------------------------------------------------------------
 
-IMAP_SECURITY = ("tls", "starttls", "none")
-
 
 def host(text):
     """A host name or address: not empty, no spaces or control characters."""
@@ -482,33 +438,24 @@ def plaintext(security, host_, force):
 
 # -- the table -----------------------------------------------------------------------------------
 
-#: ``(table, key)`` -> check(value) -> value, raising ValueError.
+#: ``(table, key)`` -> check(value) -> value, raising ValueError: what a key's value must
+#: be beyond its row's kind, choices and bounds (:func:`spamnb.options.check`).
 CHECKS = {
     ("store", "url"): store_url,
     ("serve", "socket"): socket_path,
-    ("serve", "max_bytes"): at_least(1),
-    ("serve", "timeout"): at_least(0.1, number),
-    ("serve", "max_connections"): at_least(1),
     ("serve", "pidfile"): pidfile,
     ("spamd", "listen"): each(listen_address),
     ("spamd", "allow"): networks,
     ("spamd", "socket_mode"): socket_mode,
     ("spamd", "user_models"): existing_folder,
-    ("spamd", "max_bytes"): at_least(1),
-    ("filter", "evidence"): at_least(0),
-    ("log", "format"): one_of("text", "json"),
-    ("log", "to"): one_of("stderr", "syslog"),
     ("metrics", "listen"): tcp_address,
     ("metrics", "allow"): networks,
     ("history", "path"): history_file,
     ("web", "listen"): lambda text: tcp_address(text, any_port=True),
     ("web", "allow"): networks,
     ("imap", "host"): host,
-    ("imap", "port"): port,
-    ("imap", "security"): one_of(*IMAP_SECURITY),
     ("imap", "cafile"): readable_file,
     ("imap", "password_file"): private_file,
-    ("imap", "interval"): at_least(1, number),
 }
 
 

@@ -4,15 +4,23 @@ its check, the commands that take it and whether it travels to the filter server
 Everything else is built from :data:`TABLE` or checked against it
 (``tests/test_settings_table.py``): the configuration's keys
 (:data:`spamnb.cli.config.KEYS`), the click options the commands share
-(:func:`spamnb.cli.options.option`), the fast filter path's parser (:func:`parse`),
-the wire fields (:data:`TRAVELS`), the man pages and ``spamnb config``. Which value a
-command uses, from which layer, is :func:`spamnb.storage.settings.resolve`'s.
+(:func:`spamnb.cli.options.option`), the fast paths' parser (:func:`parse`),
+the wire fields (:data:`TRAVELS`), the environment's variables (:func:`environment`),
+the man pages and ``spamnb config``. Which value a command uses, from which layer, is
+:func:`spamnb.storage.settings.resolve`'s.
+
+A row's kind, choices and bounds are its value's rules, applied by one function each:
+:func:`convert` (a file's value, the environment's, the command line's text: the
+click options' type is built on it), :func:`within` (a number's bounds) and
+:func:`check` (all of a file's value's rules, with its :data:`spamnb.checks.CHECKS`
+entry). Its default is the one default: code that needs it reads the row.
 
 Standard library only, at the bottom layer: the filter's fast path imports it.
 
 To add a setting: one :class:`Row` here, then its use (the command's parameter;
-for the decision, :mod:`spamnb.verdict`). A value that needs more than its type is
-checked by :data:`spamnb.checks.CHECKS` under the same ``(table, key)``.
+for the decision, :mod:`spamnb.verdict`). A value that needs more than its kind,
+choices and bounds is checked by :data:`spamnb.checks.CHECKS` under the same
+``(table, key)``.
 """
 
 from spamnb.verdict import DECISION_OPTIONS, LEARN_MARGIN
@@ -23,21 +31,24 @@ class Row:
     (``off``: the spelling that turns a flag off, e.g. ``--no-log-messages``);
     ``table``/``key``: its configuration key (None: per invocation); ``kind``: str, path,
     int, float, bool, list or choice (``choices``); ``check``: the ``(table, key)`` of its
-    :data:`spamnb.checks.CHECKS` entry; ``commands``: the command paths that take it
-    (:data:`EVERY`: all that have the parameter); ``travels``: sent with a message to the
-    filter server; ``env``: the environment variable that sets it; ``help``: its help
-    text, or ``{command: text}`` where commands use it differently; ``low``/``high``: the
-    bounds of a number (the command line's; a file's value meets its check, which
-    ``tests/test_settings_table.py`` holds to the same bounds); ``exists``: a path that
-    must be there (kind ``folder``: a folder)."""
+    :data:`spamnb.checks.CHECKS` entry, for a value that needs more than its kind, choices
+    and bounds; ``commands``: the command paths that take it (:data:`EVERY`: all that
+    have the parameter); ``travels``: sent with a message to the filter server; ``env``:
+    the environment variable that sets it, and ``env_help`` what spamnb(1) says of it;
+    ``help``: its help text, or ``{command: text}`` where commands use it differently;
+    ``default``: the value when nothing sets it; ``low``/``high``: the bounds of a number,
+    on the command line and in a file alike (:func:`within`); ``exists``: a path that must
+    be there (kind ``folder``: a folder)."""
 
     __slots__ = ("name", "flags", "table", "key", "kind", "choices", "check", "commands", "travels", "env",
-                 "help", "default", "metavar", "off", "low", "high", "exists")
+                 "env_help", "help", "default", "metavar", "off", "low", "high", "exists")
 
     def __init__(self, name, flags, table, key, kind, commands, *, choices=(), check=False, travels=False,
-                 env=None, help="", default=None, metavar=None, off=None, low=None, high=None, exists=False):
+                 env=None, env_help="", help="", default=None, metavar=None, off=None, low=None, high=None,
+                 exists=False):
         self.name, self.flags, self.table, self.key, self.kind = name, tuple(flags), table, key, kind
         self.commands, self.choices, self.travels, self.env = commands, tuple(choices), travels, env
+        self.env_help = env_help
         self.check = (table, key) if check else None
         self.help, self.default, self.metavar, self.off = help, default, metavar, off
         self.low, self.high, self.exists = low, high, exists
@@ -76,6 +87,8 @@ _DECISION_HELP = {
 
 TABLE = (
     Row("model_path", ("--model",), "model", "path", "path", EVERY, env="SPAMNB_MODEL",
+        env_help="The model commands use without --model; else $XDG_DATA_HOME/spamnb/model.joblib "
+                 "(~/.local/share/spamnb/model.joblib), else the default model.",
         help={None: "Model file (default $SPAMNB_MODEL, else $XDG_DATA_HOME/spamnb/model.joblib).",
               "setup": "Where to save the model (default $SPAMNB_MODEL, else "
                        "$XDG_DATA_HOME/spamnb/model.joblib)."}),
@@ -83,6 +96,8 @@ TABLE = (
         travels=True, help="Load a model file that other users can write (administrators only: "
                            "a model file is code)."),
     Row("store", ("--store",), "store", "url", "str", EVERY, check=True, env="SPAMNB_STORE", metavar="URL",
+        env_help="The store that keeps the model for commands without --store or --model "
+                 "(redis://HOST:PORT/DB or another URL --store takes; docs/many-hosts.md).",
         help="Keep the model in a store shared by several hosts instead of a file: "
              "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
              "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
@@ -91,17 +106,18 @@ TABLE = (
           help=_DECISION_HELP[name]) for name in DECISION_OPTIONS),
     Row("socket_path", ("--socket",), "serve", "socket", "path", ("serve", "filter"), check=True,
         env="SPAMNB_SOCKET", metavar="PATH",
+        env_help="The socket of spamnb serve; else $XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket.",
         help={"serve": "Socket to listen on (default $SPAMNB_SOCKET, else $XDG_RUNTIME_DIR/spamnb/socket, "
                        "else /tmp/spamnb-$UID/socket; its folder is made mode 0700).",
               "filter": "Ask the `spamnb serve` server on this socket first (default $SPAMNB_SOCKET, else "
                         "$XDG_RUNTIME_DIR/spamnb/socket, else /tmp/spamnb-$UID/socket; used when it is there)."}),
-    Row("max_bytes", ("--max-bytes",), "serve", "max_bytes", "int", ("serve",), check=True, default=64 * 1024 * 1024,
+    Row("max_bytes", ("--max-bytes",), "serve", "max_bytes", "int", ("serve",), default=64 * 1024 * 1024,
         low=1, help="Refuse messages larger than this (the client then filters them itself)."),
-    Row("timeout", ("--timeout",), "serve", "timeout", "float", ("serve",), check=True, default=10.0, low=0.1,
+    Row("timeout", ("--timeout",), "serve", "timeout", "float", ("serve",), default=10.0, low=0.1,
         help="Drop a request that has not arrived whole within this many seconds (on every listener; a "
              "--metrics connection is closed then, whatever it sent)."),
-    Row("max_connections", ("--max-connections",), "serve", "max_connections", "int", ("serve",), check=True,
-        default=32, low=1,
+    Row("max_connections", ("--max-connections",), "serve", "max_connections", "int", ("serve",), default=32,
+        low=1,
         help="Requests served at once, per listener; a connection beyond them is closed at once (spamnb "
              "filter then filters the message itself). On a --spamd listener as many more wait up to 2 s "
              "for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once."),
@@ -126,10 +142,10 @@ TABLE = (
     Row("allow_tell_served", ("--allow-tell-served",), "spamd", "allow_tell_served", "bool", ("serve",),
         help="spamd: TELL may also change the served model, which scores everyone without a model of their "
              "own (implies --allow-tell)."),
-    Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",), check=True,
-        metavar="BYTES", low=1,
-        help="spamd: refuse at once a message declared (or found) larger than this (default 10 MB); spamc "
-             "then passes it through unscanned (spamc's own -s limit is 500 KB by default)."),
+    Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",),
+        default=10 * 1024 * 1024, metavar="BYTES", low=1,
+        help="spamd: refuse at once a message declared (or found) larger than this; spamc then passes it "
+             "through unscanned (spamc's own -s limit is 500 KB by default)."),
     Row("spamd_socket_mode", ("--spamd-socket-mode",), "spamd", "socket_mode", "str", ("serve",), check=True,
         default="0600", metavar="OCTAL",
         help="Mode of --spamd Unix sockets (0660: the socket's group may connect too)."),
@@ -138,14 +154,14 @@ TABLE = (
     Row("learn_", ("--learn", "-u"), "filter", "learn", "bool", ("filter",), travels=True,
         help="Also learn the message as what it was classified, when not unsure and scored within "
              f"{LEARN_MARGIN:g} log-odds of the cut-off that decided it (a thick threshold)."),
-    Row("evidence", ("--evidence",), "filter", "evidence", "int", ("filter",), check=True, default=0, metavar="N",
+    Row("evidence", ("--evidence",), "filter", "evidence", "int", ("filter",), default=0, metavar="N",
         low=0, help="Add an X-Spam-Evidence header with the N strongest tokens."),
     Row("log_messages", ("--log-messages",), "log", "messages", "bool", LOGGING, off="--no-log-messages",
         help="Write one line per message: time, verdict, score, cut-offs, size, milliseconds, user, "
              "Message-ID, whether it was learned."),
-    Row("log_format", ("--log-format",), "log", "format", "choice", LOGGING, choices=("text", "json"), check=True,
+    Row("log_format", ("--log-format",), "log", "format", "choice", LOGGING, choices=("text", "json"),
         default="text", help="text: key=value pairs (grep verdict=spam); json: one object a line."),
-    Row("log_to", ("--log-to",), "log", "to", "choice", LOGGING, choices=("stderr", "syslog"), check=True,
+    Row("log_to", ("--log-to",), "log", "to", "choice", LOGGING, choices=("stderr", "syslog"),
         default="stderr", help="stderr (journald keeps it under systemd) or syslog (facility mail)."),
     Row("metrics_address", ("--metrics",), "metrics", "listen", "str", METRICS, check=True, metavar="HOST:PORT",
         help="Serve Prometheus metrics at http://HOST:PORT/metrics (a bare PORT: on 127.0.0.1; "
@@ -169,7 +185,7 @@ TABLE = (
         help="Networks whose browsers may connect besides this machine (repeatable); needed to listen on an "
              "address other than loopback. They still need the token."),
     Row("host", ("--host",), "imap", "host", "str", IMAP, check=True, help="IMAP server."),
-    Row("port", ("--port",), "imap", "port", "int", IMAP, check=True, low=1, high=65535,
+    Row("port", ("--port",), "imap", "port", "int", IMAP, low=1, high=65535,
         help="Port (default 993 with tls, else 143)."),
     Row("user", ("--user",), "imap", "user", "str", IMAP, help="Login name."),
     Row("password_file", ("--password-file",), "imap", "password_file", "path", IMAP, check=True,
@@ -177,7 +193,7 @@ TABLE = (
     Row("password_command", ("--password-command",), "imap", "password_command", "str", IMAP, metavar="CMD",
         help="A command that prints the password (e.g. 'pass show mail/imap')."),
     Row("security", ("--security",), "imap", "security", "choice", IMAP, choices=("tls", "starttls", "none"),
-        check=True, help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
+        help="tls (the default, certificates checked), starttls, or none (127.0.0.1 only)."),
     Row("cafile", ("--cafile",), "imap", "cafile", "path", IMAP, check=True, exists=True,
         help="CA certificates to trust for the server's certificate (a self-signed one)."),
     Row("force_plaintext", ("--force-plaintext",), "imap", "force_plaintext", "bool", IMAP,
@@ -194,7 +210,7 @@ TABLE = (
         help="Where spam goes (default: the folder with the \\Junk special use, else Junk; made when missing)."),
     Row("unsure_folder", ("--unsure-folder",), "imap", "unsure_folder", "str", ("imap filter",),
         help="Move unsure mail here too (default: it stays, unflagged)."),
-    Row("interval", ("--interval",), "imap", "interval", "float", ("imap filter",), check=True, default=300.0,
+    Row("interval", ("--interval",), "imap", "interval", "float", ("imap filter",), default=300.0,
         low=1, help="With --watch: seconds between passes when nothing arrives (your moves into and out of Junk "
                     "are seen at the next pass)."),
     Row("learn_verdicts", ("--learn-verdicts",), "imap", "learn_verdicts", "bool", ("imap filter",),
@@ -227,6 +243,19 @@ EXCLUSIVE = ((("model_path", "store"), "give --model or --store, not both"),
 #: The settings whose values travel with a message to the filter server (:mod:`spamnb.delivery.wire`).
 TRAVELS = tuple(dict.fromkeys(r.name for r in TABLE if r.travels))
 
+#: The environment variables spamnb reads that are not a setting's (a setting's is its
+#: row's ``env``): ``{variable: what spamnb(1) says of it}``. :func:`environment` lists both.
+VARIABLES = {
+    "SPAMNB_CONFIG": "A configuration file read after the system and user files, when the global --config "
+                     "names none.",
+    "SPAMNB_SYSTEM_CONFIG": "The system configuration file, read instead of /etc/spamnb/spamnb.toml "
+                            "(for packagers and tests).",
+    "SPAMNB_CORPUS": "The archive the default model is trained from, the first time it is needed "
+                     "(default: the shipped corpora/spamassassin.tar.xz).",
+    "SPAMNB_LOCK_TIMEOUT": "Seconds a writer waits for the model's lock (120).",
+    "SPAMNB_DEBUG": "Set to 1: show the traceback of an error instead of its one line.",
+}
+
 #: Options of the site commands that have no key, and why: each is about one run.
 PER_INVOCATION = {
     "filter": {},
@@ -247,6 +276,9 @@ PER_INVOCATION = {
                     "of the Maildir given", "--dry-run": "a rehearsal of one run",
                     "--quiet": "how much one run says"},
 }
+#: The options of :data:`PER_INVOCATION` that :func:`parse` reads too, for the fast paths:
+#: ``{command: {flag: (name, value)}}``, a flag that sets ``name`` to ``value``.
+SWITCHES = {command: {"--spam": ("label", "spam"), "--ham": ("label", "ham")} for command in ("learn", "forget")}
 
 
 def unit_of(name):
@@ -265,10 +297,41 @@ def rows_of(command):
     return out
 
 
-def convert(row, value):
-    """A file's (or the environment's) ``value`` for ``row`` as the command takes it;
-    ValueError saying what is wrong with its type. Ranges and formats are the
-    row's check's (:data:`spamnb.checks.CHECKS`)."""
+def environment():
+    """``[(variable, text)]`` of every environment variable spamnb reads, as spamnb(1)
+    lists them: each setting's (its row's ``env``: it sets the setting over every
+    configuration file, an option over it), then :data:`VARIABLES`."""
+    out = [(r.env, f"{r.env_help} It sets [{r.table}] {r.key} over the configuration files; "
+                   f"{r.flags[0]} over it.") for r in TABLE if r.env]
+    return out + list(VARIABLES.items())
+
+
+def exit_zero_given(args):
+    """Whether a ``filter`` command line (or the whole one, after ``spamnb``) asks for
+    ``--exit-zero``, read before anything else of it: a message that cannot be filtered
+    (bad options, a configuration that cannot be read) still goes out with that status."""
+    return any(flag in args for r in TABLE if r.name == "exit_zero" for flag in r.flags)
+
+
+def convert(row, value, text=False):
+    """``value`` for ``row`` as the command takes it: a file's (or the environment's)
+    value of its TOML type, or (``text``) the command line's text, read as ``int()`` and
+    ``float()`` read it; a choice one of the row's ``choices``. ValueError saying what is
+    wrong. The one conversion of each kind: of the files (:func:`check`,
+    :func:`spamnb.storage.settings.resolve`), of the fast paths' parser (:func:`parse`)
+    and of the click options (:func:`spamnb.cli.options.option`). The bounds of a number
+    are :func:`within`'s."""
+    if text and isinstance(value, str):
+        if row.kind == "int":
+            try:
+                return int(value)
+            except ValueError:
+                raise ValueError(f"not an integer, got {value!r}") from None
+        if row.kind == "float":
+            try:
+                return float(value)  # nan and inf too, as click's FLOAT reads them
+            except ValueError:
+                raise ValueError(f"not a number, got {value!r}") from None
     if row.kind == "list":
         items = [value] if isinstance(value, str) else value
         if not isinstance(items, (list, tuple)) or not all(isinstance(v, str) for v in items):
@@ -295,6 +358,32 @@ def convert(row, value):
     return value
 
 
+def within(row, value):
+    """``value``, a number of ``row``, when it is within the row's ``low`` and ``high``;
+    ValueError saying the bounds otherwise: the one place a setting's bounds are applied,
+    to a file's value (:func:`check`) and to the command line's (:func:`parse`, the click
+    options)."""
+    low, high = row.low, row.high
+    if (low is not None and value < low) or (high is not None and value > high):
+        span = (f"from {low} to {high}" if high is not None else f"at least {low}") if low is not None \
+            else f"at most {high}"
+        raise ValueError(f"must be {span}, got {value!r}")
+    return value
+
+
+def check(row, value):
+    """A file's ``value`` for ``row`` as the command takes it, once it passes every rule
+    of the row: its kind and choices (:func:`convert`), its bounds (:func:`within`), its
+    check (:data:`spamnb.checks.CHECKS`, imported only for a row that has one); ValueError
+    saying what is wrong. What ``config --check`` applies to a file and the commands at start."""
+    value = within(row, convert(row, value))
+    if row.check:
+        from spamnb import checks
+
+        checks.CHECKS[row.check](value)
+    return value
+
+
 def exclusive(given):
     """ValueError (the one-line error of :data:`EXCLUSIVE`) when ``given``, the names
     set on one command line (or in one layer), holds two that exclude each other."""
@@ -303,10 +392,12 @@ def exclusive(given):
             raise ValueError(message)
 
 
-def parse(args, command="filter"):
-    """``{name: value}`` of the options of a ``command`` command line, from the table;
-    ValueError ``--opt VALUE: what is wrong`` for a bad value; LookupError for what the
-    table does not parse (another option, an argument, a repeated option, ``--help``),
+def parse(args, command="filter", arguments=None):
+    """``{name: value}`` of the options of a ``command`` command line, from the table
+    (and the command's :data:`SWITCHES`); ValueError ``--opt VALUE: what is wrong`` for a
+    bad value (:func:`convert`, :func:`within`) or options that exclude each other;
+    LookupError for what the table does not parse (another option, a repeated option,
+    ``--help``, an argument unless ``arguments``, a list the arguments are added to),
     which only the click command handles."""
     rows = rows_of(command)
     flags = {}
@@ -320,6 +411,17 @@ def parse(args, command="filter"):
     while i < len(args):
         arg = args[i]
         name, eq, value = arg.partition("=")
+        if arguments is not None and not arg.startswith("-"):
+            arguments.append(arg)
+            i += 1
+            continue
+        switch = SWITCHES.get(command, {}).get(arg)
+        if switch is not None:
+            if switch[0] in out:
+                raise LookupError(arg)
+            out[switch[0]] = switch[1]
+            i += 1
+            continue
         if name not in flags or (eq and name.startswith("-") and not name.startswith("--")):
             raise LookupError(arg)
         r, on = flags[name]
@@ -336,7 +438,7 @@ def parse(args, command="filter"):
                 i += 1
                 value = args[i]
             try:
-                value = _from_text(r, value)
+                value = within(r, convert(r, value, text=True))
             except ValueError as exc:
                 raise ValueError(f"{name} {value}: {exc}") from None
         if r.name in out:
@@ -346,18 +448,3 @@ def parse(args, command="filter"):
     exclusive(out)
     return out
 
-
-def _from_text(row, text):
-    if row.kind == "int":
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError("not an integer") from None
-    if row.kind == "float":
-        try:
-            return float(text)  # what click's FLOAT type does
-        except ValueError:
-            raise ValueError("not a number") from None
-    if row.kind == "choice" and text not in row.choices:
-        raise ValueError(f"must be one of {', '.join(row.choices)}")
-    return text

@@ -903,8 +903,8 @@ def test_spamd_refuses_a_declared_length_over_its_cap_at_once(compiled):
     from spamnb.delivery import spamd
     from test_spamd import Served
 
-    assert spamd.MAX_LENGTH >= 500 * 1024  # never below spamc's own default (-s)
-    s = Served(compiled, max_bytes=2000, max_length=100_000)
+    assert spamd.SPAMD_MAX_BYTES >= 500 * 1024  # never below spamc's own default (-s)
+    s = Served(compiled, max_bytes=2000, spamd_max_bytes=100_000)
     try:
         start = time.monotonic()
         for method in ("PROCESS", "CHECK", "TELL"):
@@ -929,7 +929,7 @@ def test_spamc_passes_a_message_over_the_cap_through(compiled):
 
     if SPAMC is None:
         pytest.skip("spamc is not installed (apt-get install spamc)")
-    s = Served(compiled, max_length=100_000)
+    s = Served(compiled, spamd_max_bytes=100_000)
     try:
         raw = sample_message("spam", 0).read_bytes() + b"\n" + b"padding line\n" * 30_000
         r = spamc(s.port, "-s", "10000000", raw=raw)

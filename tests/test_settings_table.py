@@ -114,13 +114,116 @@ def test_the_man_pages_show_every_option_of_the_table():
 
 
 @pytest.mark.parametrize("row", [r for r in options.TABLE if r.low is not None or r.high is not None], ids=repr)
-def test_a_rows_bounds_are_its_checks(row):
-    """The command line's bounds (click's range) are the ones a file's value meets."""
-    check = checks.CHECKS[row.check]
+def test_a_rows_bounds_are_the_files_the_fast_paths_and_clicks(row):
+    """A number's bounds are its row's: a file's value (the check at start, ``config
+    --check``), the fast paths' parser and the click option all refuse just outside them,
+    with the same sentence."""
+    command = next(c for c in COMMANDS if row.takes(c) and row.name in params(c))
+    option = params(command)[row.name]
     step = 1 if row.kind == "int" else 0.01
     for bound, outside in ((row.low, -step), (row.high, step)):
         if bound is None:
             continue
-        check(bound)
-        with pytest.raises(ValueError):
-            check(bound + outside)
+        assert options.check(row, bound) == bound
+        assert option.type.convert(str(bound), option, None) == bound
+        with pytest.raises(ValueError) as file_error:
+            options.check(row, bound + outside)
+        with pytest.raises(click.BadParameter) as click_error:
+            option.type.convert(str(bound + outside), option, None)
+        assert str(file_error.value) in str(click_error.value)
+        with pytest.raises(ValueError, match=f"{row.flags[0]} {bound + outside}: {file_error.value}"):
+            options.parse([row.flags[0], str(bound + outside)], command)
+
+
+def test_the_code_takes_its_defaults_from_the_rows():
+    """A default is its row's: the server's limits, and spamd's largest message."""
+    from spamnb.delivery import server, spamd
+
+    assert server.MAX_BYTES == options.BY_KEY[("serve", "max_bytes")].default
+    assert server.TIMEOUT == options.BY_KEY[("serve", "timeout")].default
+    assert server.MAX_CONNECTIONS == options.BY_KEY[("serve", "max_connections")].default
+    assert spamd.SPAMD_MAX_BYTES == options.BY_KEY[("spamd", "max_bytes")].default
+
+
+def test_no_check_restates_a_rows_kind_choices_or_bounds():
+    """A key's entry in checks.CHECKS is for what its row cannot say: a row with bounds or
+    choices and nothing more has none, and a wrong type is the row's to refuse."""
+    for row in options.TABLE:
+        if row.check is None:
+            continue
+        assert row.kind not in ("int", "float", "choice", "bool"), row
+    assert not hasattr(checks, "integer") and not hasattr(checks, "one_of")
+
+
+def test_the_command_line_converts_as_the_table_does():
+    """One conversion per kind: click's option, the fast paths' parser and a file's value."""
+    for row in [r for r in options.TABLE if r.kind in ("int", "float", "choice")]:
+        command = next(c for c in COMMANDS if row.takes(c) and row.name in params(c))
+        option = params(command)[row.name]
+        for text in ("x", "1_0", " 7 ", "-3", "nan", *row.choices, "XML"):
+            try:
+                want = options.within(row, options.convert(row, text, text=True))
+            except ValueError:
+                want = None
+            try:
+                got = option.type.convert(text, option, None)
+            except click.BadParameter:
+                got = None
+            try:
+                parsed = options.parse([row.flags[0], text], command)[row.name]
+            except ValueError:
+                parsed = None
+            assert str(got) == str(want) == str(parsed), (row, text, got, want, parsed)
+
+
+@pytest.mark.parametrize("command", sorted(options.SWITCHES))
+def test_the_parsers_switches_are_options_without_a_key(command):
+    """The per-invocation options the table's parser reads (learn's --spam/--ham) are the
+    command's, listed in PER_INVOCATION with why they have no key."""
+    for flag in options.SWITCHES[command]:
+        assert flag in options.PER_INVOCATION[command]
+        assert any(flag in p.opts for p in params(command).values()), (command, flag)
+
+
+def test_fast_learn_reads_its_command_line_with_the_tables_parser():
+    from spamnb.delivery import fastlearn
+
+    assert fastlearn.parse_args(["--spam", "a", "--model", "m", "b"]) == ("spam", "m", ["a", "b"])
+    assert fastlearn.parse_args(["--model=m", "--ham", "a"], "forget") == ("ham", "m", ["a"])
+    assert fastlearn.parse_args(["--ham", "a"]) == ("ham", None, ["a"])
+    for declined in (["--spam"], ["a"], ["--spam", "--ham", "a"], ["--spam", "--spam", "a"], ["--spam=x", "a"],
+                     ["--spam", "a", "--model"], ["--spam", "--model", "m", "--model", "n", "a"],
+                     ["--spam", "-r", "a"], ["--spam", "--store", "redis://h/0", "a"], ["--spam", "-", "a"],
+                     ["--spam", "--", "a"], ["--spam", "--no-history", "a"],
+                     ["--spam", "--model", "m", "--store", "redis://h/0", "a"]):
+        assert fastlearn.parse_args(declined) is None, declined
+
+
+def test_exit_zero_is_read_by_one_rule():
+    assert options.exit_zero_given(["--model", "m", "--exit-zero"])
+    assert options.exit_zero_given(["filter", "--exit-zero"])
+    assert not options.exit_zero_given(["--exit-zero=1", "-u"])
+
+
+def test_the_environment_is_one_list():
+    """Every variable the package reads is in the one list spamnb(1) shows, a setting's
+    in its row (and nowhere else), the others in VARIABLES; and spamnb(1) lists them all."""
+    import re
+    from pathlib import Path
+
+    listed = dict(options.environment())
+    settings_ = [r.env for r in options.TABLE if r.env]
+    assert set(settings_) | set(options.VARIABLES) == set(listed)
+    assert not set(settings_) & set(options.VARIABLES)
+    assert all(text for text in listed.values())
+    package = Path(options.__file__).parent
+    read = set()
+    for path in package.rglob("*.py"):
+        read |= set(re.findall(r"""(?:environ|env)(?:\.get\(|\[)\s*["'](SPAMNB_\w+)""", path.read_text()))
+    assert read and read <= set(listed), read - set(listed)
+    page = Path(__file__).parent.parent / "man" / "spamnb.1"
+    if page.exists():
+        text = page.read_text()
+        environment = text[text.index(".SH ENVIRONMENT"):text.index(".SH FILES")]
+        for variable in listed:
+            assert f"\\fB{variable}\\fR" in environment, variable

@@ -45,7 +45,7 @@ class Served:
 
     def __init__(self, model, *, user_models=None, allow_tell=True, max_bytes=1 << 20, timeout=5.0,
                  max_connections=8, allowed=access.LOOPBACK, is_default=False, tell_served=None,
-                 max_length=spamd.MAX_LENGTH, recorder=None):
+                 spamd_max_bytes=spamd.SPAMD_MAX_BYTES, recorder=None):
         self.log_lines = []
         log = self.log_lines.append
         self.backend = FileBackend(str(model), is_default=is_default, log=log).resident()
@@ -54,7 +54,7 @@ class Served:
         self.srv = spamd.TCPServer("127.0.0.1", 0, allowed)
         self.srv.configure(self.models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                            compactor=Compactor(log), max_connections=max_connections,
-                           tell_served=allow_tell if tell_served is None else tell_served, max_length=max_length)
+                           tell_served=allow_tell if tell_served is None else tell_served, spamd_max_bytes=spamd_max_bytes)
         self.port = self.srv.server_address[1]
         self.thread = threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self.thread.start()
@@ -799,7 +799,7 @@ def test_a_30mb_message_is_scanned_and_a_70mb_one_streamed_back_whole(compiled, 
     every byte; a 70 MB one is answered unscanned and returned whole, never held."""
     from spamnb.delivery.server import MAX_BYTES
 
-    s = Served(compiled, max_bytes=MAX_BYTES, timeout=120.0, max_length=128 << 20)
+    s = Served(compiled, max_bytes=MAX_BYTES, timeout=120.0, spamd_max_bytes=128 << 20)
     try:
         head = spam_and_ham[1].split(b"\n\n", 1)[0] + b"\n\n"
         for size, scanned in ((30 << 20, True), (70 << 20, False)):

@@ -19,7 +19,7 @@ import click
 
 from spamnb._version import __version__
 from spamnb.cli.options import EXIT_ZERO_GIVEN, pass_through, take_settings
-from spamnb.options import TABLE
+from spamnb.options import TABLE, exit_zero_given
 from spamnb.verdict import failure_reason
 from spamnb.cli import (config, delivery, evaluate, explain, imap, learning, mailbox, remote, setup, stats, train,
                         web)
@@ -53,7 +53,7 @@ class _Group(click.Group):
     def parse_args(self, ctx, args):
         # before any option is parsed: `filter` passes its message through with --exit-zero's
         # status even when its options or the configuration cannot be read (options.pass_through)
-        ctx.meta[EXIT_ZERO_GIVEN] = "--exit-zero" in args
+        ctx.meta[EXIT_ZERO_GIVEN] = exit_zero_given(args)
         return super().parse_args(ctx, args)
 
     def invoke(self, ctx):

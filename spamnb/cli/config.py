@@ -1,10 +1,10 @@
 """``spamnb config``: the configuration file's keys, from the table of settings.
 
 :data:`KEYS` is :data:`spamnb.options.TABLE`'s keys: ``(table, key)`` -> the click
-parameter it sets and the commands that have it. A file's value has its row's kind
-(:func:`spamnb.options.convert`), then passes the key's check in
-:data:`spamnb.checks.CHECKS` (and :data:`~spamnb.checks.TOGETHER`), the function the
-commands that take the key apply at start (:func:`applies`). A command's values come
+parameter it sets and the commands that have it. A file's value has its row's kind,
+choices and bounds and passes the key's check in :data:`spamnb.checks.CHECKS`
+(:func:`spamnb.options.check`), and the rules of :data:`~spamnb.checks.TOGETHER`: what
+the commands that take the key apply at start (:func:`applies`). A command's values come
 from :func:`spamnb.storage.settings.resolve`, once per run
 (:func:`spamnb.cli.options.take_settings`): the layers, their order and the units.
 
@@ -53,11 +53,8 @@ def targets(group, table, key):
 
 def check_value(table, key, value):
     """A file's ``value`` for a key as the command takes it; ValueError saying what is
-    wrong (type, choice: :func:`spamnb.options.convert`; range, format: the key's check)."""
-    value = table_.convert(table_.BY_KEY[(table, key)], value)
-    if (table, key) in checks.CHECKS:  # what the command checks at start, the same function
-        checks.CHECKS[(table, key)](value)
-    return value
+    wrong: :func:`spamnb.options.check`, what the command checks at start."""
+    return table_.check(table_.BY_KEY[(table, key)], value)
 
 
 #: Keys whose check at start (:data:`spamnb.checks.CHECKS`) is made by fewer of the commands
@@ -192,7 +189,8 @@ def config(ctx, check_, command_line):
       /etc/spamnb/spamnb.toml                      (the system file)
       $XDG_CONFIG_HOME/spamnb/config.toml          (yours; ~/.config/spamnb/...)
       the file of `spamnb --config FILE` or $SPAMNB_CONFIG
-    then $SPAMNB_MODEL and $SPAMNB_SOCKET, then each command's options.
+    then the environment's variables that set a setting (spamnb(1),
+    ENVIRONMENT), then each command's options.
     See docs/admin.md.
 
     \b

@@ -207,7 +207,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
                                       allow_tell=allow_tell or allow_tell_served,
                                       tell_served=allow_tell_served, unix_mode=mode, max_connections=max_connections,
                                       compactor=compactor, log=log,
-                                      max_length=spamd_max_bytes or spamd.MAX_LENGTH)
+                                      spamd_max_bytes=spamd_max_bytes)
 
     def reload():
         new = reread_decision(ctx)

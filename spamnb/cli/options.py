@@ -17,18 +17,44 @@ from spamnb import verdict
 from spamnb.verdict import deliver_unchanged
 
 
+class _TableType:
+    """A click type whose conversion is the table's: the row's kind and choices
+    (:func:`spamnb.options.convert`) and bounds (:func:`spamnb.options.within`), as the
+    fast paths' parser and a file's check apply them. Mixed into click's own type of the
+    kind, which gives its name, metavar and the range ``--help`` shows."""
+
+    def __init__(self, row, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.row = row
+
+    def convert(self, value, param, ctx):
+        try:
+            return table_.within(self.row, table_.convert(self.row, value, text=True))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def _click_type(row):
-    """The click type of a row's kind, bounds and existence."""
-    if row.kind == "choice":
-        return click.Choice(row.choices)
+    """The click type of a row: its kind's, converting with the table's rule
+    (:class:`_TableType`); a path's existence is click's."""
     if row.kind in ("path", "folder"):
         folder = row.kind == "folder"
         return click.Path(dir_okay=folder, file_okay=not folder, exists=row.exists)
-    if row.kind in ("int", "float"):
-        if row.low is None and row.high is None:
-            return click.INT if row.kind == "int" else click.FLOAT
-        return (click.IntRange if row.kind == "int" else click.FloatRange)(min=row.low, max=row.high)
-    return None
+    if row.kind == "choice":
+        base, args = click.Choice, (row.choices,)
+    elif row.kind in ("int", "float"):
+        bounded = row.low is not None or row.high is not None
+        base = {"int": (click.types.IntParamType, click.IntRange),
+                "float": (click.types.FloatParamType, click.FloatRange)}[row.kind][bounded]
+        args = (row.low, row.high) if bounded else ()
+    else:
+        return None
+    return _table_type(base)(row, *args)
+
+
+@functools.cache
+def _table_type(base):
+    return type(base.__name__, (_TableType, base), {})
 
 
 def option(name, table="", command=None, **changes):

@@ -44,6 +44,7 @@ import os
 import sys
 import time  # loaded by the interpreter's own start-up: free here
 
+from spamnb import options
 from spamnb.delivery import pipeline
 from spamnb.storage import locate
 from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Decision, DecisionError, Fallback,
@@ -455,7 +456,7 @@ def main(args, load_cli, env=os.environ):
     boundary (:func:`filter_boundary`): whatever fails -- the configuration, the model,
     the store, a bug -- the message goes out unchanged, one line on stderr, exit
     status 3 (0 with ``--exit-zero``)."""
-    got = {"raw": None, "exit_zero": "--exit-zero" in args}  # what the boundary delivers, and how
+    got = {"raw": None, "exit_zero": options.exit_zero_given(args)}  # what the boundary delivers, and how
     with filter_boundary(got) as boundary:
         _filter(args, load_cli, env, got)
     if boundary.result is not None:  # delivered unchanged: its exit status

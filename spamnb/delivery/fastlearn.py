@@ -29,38 +29,25 @@ import sys
 
 from spamnb.storage import locate
 
-_LABEL_FLAGS = {"--spam": "spam", "--ham": "ham"}
+#: The settings this path implements; a command line that gives another goes to the click command.
+FAST = frozenset(("label", "model_path"))
 
 
-def parse_args(args):
-    """``(label, model, files)`` of a learn/forget command line, or None when this
-    module does not handle it (other options, a repeated one, no files...)."""
-    label, model, files = None, None, []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if arg in _LABEL_FLAGS:
-            if label is not None:
-                return None
-            label = _LABEL_FLAGS[arg]
-        elif arg == "--model" or arg.startswith("--model="):
-            if model is not None:
-                return None
-            if arg == "--model":
-                i += 1
-                if i >= len(args):
-                    return None
-                model = args[i]
-            else:
-                model = arg[len("--model="):]
-        elif arg.startswith("-"):
-            return None
-        else:
-            files.append(arg)
-        i += 1
-    if label is None or not files:
+def parse_args(args, command="learn"):
+    """``(label, model, files)`` of a learn/forget command line, read by the table's
+    parser (:func:`spamnb.options.parse`: ``--model`` and the label, ``--spam``/``--ham``,
+    of :data:`spamnb.options.SWITCHES`), or None when this module does not handle it
+    (other options, a repeated one, no label or no files...)."""
+    from spamnb import options
+
+    files = []
+    try:
+        given = options.parse(args, command, arguments=files)
+    except (LookupError, ValueError):  # the click command says what is wrong
         return None
-    return label, model, files
+    if any(name not in FAST for name in given) or "label" not in given or not files:
+        return None
+    return given["label"], given.get("model_path"), files
 
 
 def forgot(n, label) -> str:
@@ -148,7 +135,7 @@ def configured(command, model=None, env=os.environ):
 
 def main(command, args, load_cli, env=os.environ):
     """``spamnb learn|forget ARGS``: through the journal when it can, else the click command."""
-    parsed = parse_args(args)
+    parsed = parse_args(args, command)
     config = configured(command, parsed[1], env) if parsed is not None else None
     if config is not None and not config["store"]:  # a store: click
         label, _, files = parsed

@@ -59,6 +59,7 @@ import time
 from dataclasses import dataclass, field, fields
 
 from spamnb import checks, verdict
+from spamnb import options as table
 from spamnb.mail.identity import message_key
 
 KEYWORDS = {"spam": b"$Junk", "ham": b"$NotJunk"}
@@ -165,7 +166,7 @@ def settings_from(config: dict, options: dict) -> Settings:
         value = getattr(s, name)
         if value is not None:
             try:
-                checks.CHECKS[("imap", name)](value)
+                table.check(table.BY_KEY[("imap", name)], value)
             except ValueError as exc:
                 raise ImapError(f"{name}: {exc}" if name in ("security", "port") else str(exc)) from None
     return s

@@ -68,15 +68,17 @@ import time
 
 from spamnb import checks
 from spamnb.delivery import access, events, pipeline, wire
+from spamnb.options import BY_KEY
 from spamnb.storage import upkeep
 from spamnb.storage.backend import StoreUnavailable
 from spamnb.storage.store import make_private_folder
 from spamnb.verdict import Fallback
 
-MAX_BYTES = 64 * 1024 * 1024
-TIMEOUT = 10.0
-# Requests served at once; deliveries beyond it filter by themselves.
-MAX_CONNECTIONS = 32
+# The defaults of --max-bytes, --timeout and --max-connections (requests served at once;
+# deliveries beyond them filter by themselves): their rows' in the table of settings.
+MAX_BYTES = BY_KEY[("serve", "max_bytes")].default
+TIMEOUT = BY_KEY[("serve", "timeout")].default
+MAX_CONNECTIONS = BY_KEY[("serve", "max_connections")].default
 
 
 class ServerError(Exception):

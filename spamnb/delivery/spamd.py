@@ -7,8 +7,8 @@ the served or the user's model (:class:`spamnb.delivery.usermodels.Models`); who
 may connect, and who may name which user in a ``TELL``, is the rule of
 :mod:`spamnb.delivery.access`.
 
-**Limits.** A declared ``Content-length`` over ``max_length`` (``--spamd-max-bytes``,
-:data:`MAX_LENGTH`) is refused at once, nothing read (EX_DATAERR: spamc passes the
+**Limits.** A declared ``Content-length`` over ``spamd_max_bytes`` (``--spamd-max-bytes``,
+:data:`SPAMD_MAX_BYTES`) is refused at once, nothing read (EX_DATAERR: spamc passes the
 message through), and so is a message without one that runs past it: the disk,
 memory and time one request takes are bounded by it, not by bandwidth x timeout.
 Below it, a message over ``max_bytes`` is answered as unscanned (score 0.0,
@@ -47,6 +47,7 @@ from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError,
                                             spam_line, unreadable)
 from spamnb.delivery.usermodels import Models  # noqa: F401 - serve builds them as spamd.Models
 from spamnb.storage.store import ModelError
+from spamnb.options import BY_KEY
 from spamnb.verdict import threshold
 
 #: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL (at most
@@ -54,12 +55,12 @@ from spamnb.verdict import threshold
 SLOT_WAIT = 2.0
 #: An unscanned message for PROCESS is held in memory up to this, then on disk.
 SPOOL_BYTES = 8 * 1024 * 1024
-#: The largest message a spamd client may send (``--spamd-max-bytes``): 10 MB, twenty
-#: times spamc's own default limit (``spamc -s``, 500 KB), so that spamc's limit, not
-#: this one, decides for its users; Exim's spam condition sends any size (put a size
+#: The largest message a spamd client may send (``--spamd-max-bytes``, its row's default:
+#: twenty times spamc's own default limit, ``spamc -s``, 500 KB), so that spamc's limit,
+#: not this one, decides for its users; Exim's spam condition sends any size (put a size
 #: condition before it, see docs/security.md). It bounds each request's memory
 #: (scanned in memory up to it) and disk (an unscanned PROCESS is spooled).
-MAX_LENGTH = 10 * 1024 * 1024
+SPAMD_MAX_BYTES = BY_KEY[("spamd", "max_bytes")].default
 #: An unscanned message's header block is looked for in its first bytes only.
 MAX_HEADER_BLOCK = 1 << 20
 
@@ -132,8 +133,8 @@ class _Handler(socketserver.BaseRequestHandler):
         length = headers.get("Content-length")
         length = int(length) if length is not None else None
         facts["size"] = length
-        if length is not None and length > srv.max_length:
-            raise too_long(srv.max_length)
+        if length is not None and length > srv.spamd_max_bytes:
+            raise too_long(srv.spamd_max_bytes)
         if length is not None and length > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, length)
         raw = facts["raw"] = b"".join(reader.chunks(length if length is not None else srv.max_bytes + 1))
@@ -165,7 +166,7 @@ class _Handler(socketserver.BaseRequestHandler):
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))
         if length is None:
-            rest = _at_most(rest, srv.max_length - len(head), srv.max_length)
+            rest = _at_most(rest, srv.spamd_max_bytes - len(head), srv.spamd_max_bytes)
         seen = _Seen(head, rest)  # its size and Message-ID, for its line
         rest = iter(seen)
         self.facts.pop("raw", None)
@@ -266,10 +267,10 @@ class _SpamdServer(BoundedThreads):
     rules = access.Rules()
 
     def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
-                  tell_served=False, max_length=MAX_LENGTH):
+                  tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES):
         self.models = models
-        self.max_length = max_length
-        self.max_bytes = min(max_bytes, max_length)
+        self.spamd_max_bytes = spamd_max_bytes
+        self.max_bytes = min(max_bytes, spamd_max_bytes)
         self.timeout_s = timeout
         self.rules = dataclasses.replace(self.rules, tell=allow_tell, tell_served=tell_served)
         self.log = log
@@ -366,7 +367,7 @@ def check_listening(addresses, allow=()):
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
-                 max_connections, compactor, log, tell_served=False, max_length=MAX_LENGTH):
+                 max_connections, compactor, log, tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
     listen, nets = check_listening(addresses, allow)
     servers = []
@@ -382,7 +383,7 @@ def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=
                 raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
             srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                           compactor=compactor, max_connections=max_connections, tell_served=tell_served,
-                          max_length=max_length)
+                          spamd_max_bytes=spamd_max_bytes)
             servers.append(srv)
     except BaseException:
         for srv in servers:

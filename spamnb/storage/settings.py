@@ -15,9 +15,9 @@ table), read in this order, a later one overriding an earlier one key by key:
 
 This module reads the files 2-4, knows 5, and orders all six in the one
 resolver, :func:`resolve`, which every entrance calls (the fast paths too, so
-every way of answering applies the same settings). Which keys exist and what
-type each has is :data:`spamnb.options.TABLE`'s; their checks are
-:data:`spamnb.checks.CHECKS`. ``os`` only at import; ``tomllib`` is
+every way of answering applies the same settings). Which keys exist, and what
+kind, choices and bounds each has, is :data:`spamnb.options.TABLE`'s; a value's
+checks are :func:`spamnb.options.check`'s. ``os`` only at import; ``tomllib`` is
 imported only when a file is there.
 
 A configuration file follows the trust rules of a model file

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import os
 
+from spamnb.options import BY_KEY
 from spamnb.storage.backend import Backend
 from spamnb.storage.store import ModelError
 
-STORE_ENV = "SPAMNB_STORE"  # the env of the store row of spamnb.options.TABLE
+STORE_ENV = BY_KEY[("store", "url")].env  # $SPAMNB_STORE: the store row's variable
 
 
 def store_url(store=None, env=os.environ, model_path=None):

@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import click  # noqa: E402
 
+from spamnb import options as table  # noqa: E402
 from spamnb._version import __version__  # noqa: E402
 from spamnb.cli import main as spamnb_main  # noqa: E402
 
@@ -42,16 +43,6 @@ EXIT_STATUS = [
     ("every other command", "0 success; 1 error (a missing file, an unreadable source, a corpus "
                             "without a class, a file that is not a spamnb model, an untrusted model); "
                             "2 bad command line."),
-]
-ENVIRONMENT = [
-    ("SPAMNB_MODEL", "The model commands use without --model; else $XDG_DATA_HOME/spamnb/model.joblib "
-                     "(~/.local/share/spamnb/model.joblib), else the default model."),
-    ("SPAMNB_CORPUS", "The archive the default model is trained from, the first time it is needed "
-                      "(default: the shipped corpora/spamassassin.tar.xz)."),
-    ("SPAMNB_SOCKET", "The socket of spamnb serve; else $XDG_RUNTIME_DIR/spamnb/socket, "
-                      "else /tmp/spamnb-$UID/socket."),
-    ("SPAMNB_LOCK_TIMEOUT", "Seconds a writer waits for the model's lock (120)."),
-    ("SPAMNB_DEBUG", "Set to 1: show the traceback of an error instead of its one line."),
 ]
 FILES = [
     ("~/.local/share/spamnb/model.joblib", "Your model ($XDG_DATA_HOME/spamnb), with its journal "
@@ -156,7 +147,7 @@ def render(ctx):
         out += [".SH EXIT STATUS"] + definitions(EXIT_STATUS)
         out += [".PP", line("Every error is one line on standard error, spamnb: error: ..., "
                             "saying what is wrong and, where there is one, what to do.")]
-        out += [".SH ENVIRONMENT"] + definitions(ENVIRONMENT)
+        out += [".SH ENVIRONMENT"] + definitions(table.environment())  # the table's, and the others
         out += [".SH FILES"] + definitions(FILES)
         see_also += SEE_ALSO_PEERS
     else:
