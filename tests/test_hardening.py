@@ -1541,7 +1541,6 @@ def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp
     """spamc -u bob -L ham from another local user, over 127.0.0.1: refused (the kernel's
     socket table says who connected), as on a Unix socket."""
     from spamnb.delivery import access
-    from test_spamd import request
 
     users = tmp_path / "users"
     for name in ("bob", MALLORY):
@@ -1554,12 +1553,7 @@ def test_tell_over_loopback_tcp_is_for_the_peers_own_user(mallory, compiled, tmp
     def tell_as(user, name):
         def ask():
             with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
-                c.sendall(request("TELL", raw, User=name, Message_class="spam", Set="local"))
-                c.shutdown(socket.SHUT_WR)
-                out = b""
-                while chunk := c.recv(65536):
-                    out += chunk
-                return out
+                return _told(c, raw, name)
         return forked_as(user, ask)
 
     try:
@@ -1583,7 +1577,6 @@ def test_tell_from_this_machines_own_address_is_for_the_peers_own_user(mallory, 
 
     from spamnb.delivery import access
     from test_access import own_non_loopback_address
-    from test_spamd import request
 
     ip = own_non_loopback_address()
     if ip is None:
@@ -1601,12 +1594,7 @@ def test_tell_from_this_machines_own_address_is_for_the_peers_own_user(mallory, 
                 c.settimeout(30)
                 c.bind((ip, 0))
                 c.connect(("127.0.0.1", s.port))
-                c.sendall(request("TELL", raw, User=name, Message_class="spam", Set="local"))
-                c.shutdown(socket.SHUT_WR)
-                out = b""
-                while chunk := c.recv(65536):
-                    out += chunk
-                return out
+                return _told(c, raw, name)
         return forked_as(user, ask)
 
     try:
@@ -1720,3 +1708,15 @@ def test_starttls_refuses_an_untrusted_certificate(make_dovecot, model_file, tmp
     res = CliRunner().invoke(main, [*args[:-4], "--security", "starttls", "--model", str(model_file)])
     assert res.exit_code == 1 and "not trusted" in res.stderr and "--cafile" in res.stderr, res.stderr
     assert res.stderr.count("\n") == 1
+
+
+def _told(conn, raw, name):
+    """The reply to a TELL of ``raw`` as spam for user ``name``, sent on ``conn``."""
+    from test_spamd import request
+
+    conn.sendall(request("TELL", raw, User=name, Message_class="spam", Set="local"))
+    conn.shutdown(socket.SHUT_WR)
+    out = b""
+    while chunk := conn.recv(65536):
+        out += chunk
+    return out

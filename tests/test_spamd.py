@@ -215,7 +215,7 @@ FORGED = b"X-Spam-Flag: YES\nX-Spam-Status: Yes, score=99.0 required=5.0\nX-Spam
 
 
 def test_process_and_headers_replace_a_forged_verdict(served, spam_and_ham):
-    """Issue 27: a verdict the sender wrote never reaches spamc's caller (a milter takes
+    """A verdict the sender wrote never reaches spamc's caller (a milter takes
     any X-Spam-Flag for spam), and the score is the message's own."""
     spam, ham = spam_and_ham
     forged = ham.replace(b"\nSubject:", b"\n" + FORGED + b"Subject:", 1)
@@ -822,7 +822,7 @@ def test_a_30mb_message_is_scanned_and_a_70mb_one_streamed_back_whole(compiled, 
 @needs_spamc
 def test_a_user_model_that_cannot_be_read_falls_back_to_the_site_model_and_says_so(compiled, user_models,
                                                                                     spam_and_ham):
-    """Issue 26 item 3: the mail is still scanned (spamc -c shows the site model's
+    """A user model the server cannot read: the mail is still scanned (spamc -c shows the site model's
     score and threshold, not 0/0) and the server log names the model and why, once."""
     alice = user_models / "alice" / "model.joblib"
     s = Served(compiled, user_models=str(user_models))
@@ -855,7 +855,7 @@ def test_a_user_model_that_cannot_be_read_falls_back_to_the_site_model_and_says_
     (["--spamd", "127.0.0.1:7830", "--user-models", "/nonexistent/users"], "does not exist"),
 ])
 def test_serve_refuses_bad_spamd_options_before_loading_the_model(tmp_path, args, says):
-    """Issue 26 item 9: a damaged model would fail to load; the option is refused first."""
+    """A damaged model would fail to load; the option is refused first."""
     bad = tmp_path / "bad.joblib"
     bad.write_bytes(b"not a model")
     bad.chmod(0o600)
@@ -866,7 +866,7 @@ def test_serve_refuses_bad_spamd_options_before_loading_the_model(tmp_path, args
 
 
 def test_cutoffs_set_in_place_keep_what_tell_learned_and_the_server_answers_with_them(compiled, spam_and_ham):
-    """Issue 26 item 7: `spamnb cutoffs` changes the model's stored cut-offs without
+    """`spamnb cutoffs` changes the model's stored cut-offs without
     retraining; what TELL learned stays, and the running server's next answer uses them."""
     s = Served(compiled)
     try:
@@ -902,7 +902,7 @@ TELL_REFUSALS = {  # docs/spamd.md's table: what spamc -L shows, and the server'
 @needs_spamc
 @pytest.mark.parametrize("case", list(TELL_REFUSALS))
 def test_what_spamc_shows_for_each_tell_refusal(compiled, user_models, spam_and_ham, case):
-    """Issue 26 item 8, checked with the real spamc: it reads a refusal's status line and
+    """Checked with the real spamc: it reads a refusal's status line and
     no header block, fails with 74 (EX_IOERR) and prints nothing, whatever the code; the
     reason is the server's log line. (With a header block after the code, spamc would
     print "Message was already un/learned" and exit 0: a refusal passing for success.)"""
@@ -929,7 +929,7 @@ def test_spamc_forget_of_a_message_never_learned_is_already_unlearned(served, sp
 
 
 def test_symbols_escape_commas_readably():
-    """Issue 26 item 11: a comma separates SYMBOLS' items, so one in a token is escaped,
+    """A comma separates SYMBOLS' items, so one in a token is escaped,
     as %2C (what spamc -y prints as it is), not \\u002c; spaces read as _."""
     assert spamd_protocol.symbol("subject:a,b c", 1.5) == "subject:a%2Cb_c(+1.50)"
     assert spamd_protocol.symbol("from:é", -0.25) == "from:\\u00e9(-0.25)"  # ASCII, as before

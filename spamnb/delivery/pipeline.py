@@ -10,16 +10,16 @@ only translates its own protocol to and from them::
     the filter server    the resident Backend                where the verdict goes, over the wire
     spamd                the user's Backend, else the site's  the Spam: line, or the message
     imap filter          the user's Backend                  a label: where the message moves
+    the page's re-score  the model in hand (ModelSource)     the row's new verdict
     learn, forget, TELL, learn-moves, IMAPSieve, imap's moves, the page's buttons: learn
 
-One message is: read the model (:meth:`Source.read`), decide
-and place the verdict's header lines (:func:`spamnb.delivery.hook.verdict_of`: every
-rule of the verdict is :func:`spamnb.verdict.judge`'s, the decision carried whole as a
-:class:`spamnb.verdict.Decision`), learn it as ``filter -u`` does when asked and the
-rule says so, then record it: the line,
-the metrics and the history, through the door's recorder
-(:class:`spamnb.delivery.events.Recorder` or :class:`HistoryOnly`). The result is one
-:class:`Outcome`.
+One message is: read the model (:meth:`Source.read`); decide and place the verdict's
+header lines (:func:`spamnb.delivery.hook.verdict_of`: every rule of the verdict is
+:func:`spamnb.verdict.judge`'s, the decision carried whole as a
+:class:`spamnb.verdict.Decision`); learn it as ``filter -u`` does when asked and the
+rule says so; record it: the line, the metrics and the history, through the door's
+recorder (:class:`spamnb.delivery.events.Recorder` or :class:`HistoryOnly`). The
+result is one :class:`Outcome`.
 
 When anything fails, :func:`boundary` is the one place it becomes "the message passes
 unscanned, one error line, and that door's answer" (exit status 3, spamd's error reply,
