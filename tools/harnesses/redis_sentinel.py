@@ -34,6 +34,17 @@ def wait(what, check, seconds=30):
     raise RuntimeError(f"{what} did not happen in {seconds} s")
 
 
+def distinct_ports(n):
+    """``n`` free ports, all different: two calls of ``free_port`` can give the same one,
+    and a server started on a taken port leaves the group talking to another process."""
+    ports = []
+    while len(ports) < n:
+        port = free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 class Group:
     """A primary, ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority),
     each a process on a private port, started and ready (every Sentinel knows every
@@ -42,13 +53,13 @@ class Group:
     def __init__(self, folder: Path, replicas=1, sentinels=1, down_ms=1000, failover_ms=3000):
         self.folder = folder
         self.procs: dict[int, subprocess.Popen] = {}
-        self.ports = [free_port() for _ in range(1 + replicas)]
-        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        ports = distinct_ports(1 + replicas + sentinels)
+        self.ports, self.sentinel_ports = ports[:1 + replicas], ports[1 + replicas:]
         try:
             for i, port in enumerate(self.ports):
                 self._redis(port, *([] if i == 0 else ["--replicaof", "127.0.0.1", str(self.ports[0])]))
             for port in self.ports[1:]:
-                wait("replication", lambda p=port: self.client(p).info("replication")["master_link_status"] == "up")
+                wait("replication", lambda p=port: self.client(p).info("replication").get("master_link_status") == "up")
             for port in self.sentinel_ports:
                 conf = folder / f"sentinel-{port}.conf"
                 conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
