@@ -377,7 +377,9 @@ class Boundary:
     a server or an IMAP pass stops. A failure inside ``fail`` itself is not caught:
     ``fail`` must be the plain last resort of its path.
 
-    The paths and their ``fail`` (docs/delivery.md#when-something-fails):
+    Every door enters it through :func:`spamnb.delivery.pipeline.boundary`, which writes
+    the one error line and then gives the door's answer. The doors and their answers
+    (docs/delivery.md#when-something-fails):
 
     * ``spamnb filter``'s fast path (:func:`spamnb.delivery.fastfilter.main`) and its
       click command (``spamnb.cli.delivery``; ``spamnb.cli.options.pass_through`` does
@@ -386,7 +388,7 @@ class Boundary:
       reason on stderr, then exit status :func:`unchanged_status`;
     * the filter server, per request (``spamnb.delivery.server``): it declines, and
       the filter's client answers by itself (behind its own boundary);
-    * spamd, per request (``spamnb.delivery.spamd``): an error reply (EX_IOERR for a
+    * spamd, per request (``spamnb.delivery.spamd``'s listeners): an error reply (EX_IOERR for a
       model it cannot read, EX_SOFTWARE for a bug), on which spamc passes the
       message through unscanned;
     * ``spamnb imap filter``, per message (``spamnb.delivery.imap``): the message stays

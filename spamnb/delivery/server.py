@@ -10,7 +10,7 @@ Guarantees
 ----------
 * Any failure while answering (a damaged model, a malformed store value, a bug) is a
   refusal, never a dropped connection: the client then answers by itself, behind its
-  own failure boundary (:class:`spamnb.verdict.Boundary`).
+  own failure boundary (:func:`spamnb.delivery.pipeline.boundary`).
 * Same answer as the cold path: the server holds the model's compiled scorer
   when it is fresh and scores exactly as the fast path does, else the full
   :class:`SpamModel`, formatting as the click command does (λ = 0 models).

@@ -3,7 +3,7 @@
 bogofilter's ``datastore.h`` is the model: its programs never know which
 database holds the counts, and the store does little more than read and write
 them. spamnb's commands, the filter, the servers and the decision
-(:func:`spamnb.delivery.hook.decide`) talk to a :class:`Backend`, whose whole
+(:func:`spamnb.delivery.pipeline.filter_one`) talk to a :class:`Backend`, whose whole
 surface is this table (the attributes, then the methods):
 
 =========================  ===========================================================
@@ -117,7 +117,7 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def view(self):
         """A scorer of the model now: a :class:`spamnb.storage.scorer.Scorer` or a
-        :class:`spamnb.model.SpamModel` (both what :func:`spamnb.delivery.hook.decide`
+        :class:`spamnb.model.SpamModel` (both what :func:`spamnb.delivery.pipeline.filter_one`
         takes). ModelError when there is no usable model, StoreUnavailable when the
         store cannot answer."""
 
