@@ -6,6 +6,7 @@ two mail hosts do."""
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import shutil
@@ -231,9 +232,9 @@ def test_unsure_bodies_stay_for_body_days_and_leave_the_queue_when_corrected(url
 
 
 @pytest.mark.parametrize("value, what", [
-    (b"not json", "not JSON"), (b"[1]", "not a JSON object"), (b'{"t": 1, "verdict": "evil"}', "verdict"),
-    (b'{"t": "x", "verdict": "ham"}', "time"), (b'{"t": 1, "verdict": "ham", "score": "9"}', "score"),
-    (b'{"t": 1, "verdict": "ham", "size": -1}', "size"), (b'{"t": 1, "verdict": "ham", "user": [1]}', "user"),
+    (b"not json", "not JSON"), (b"[1]", "not a JSON object"), (b'{"t": 1e9, "verdict": "evil"}', "verdict"),
+    (b'{"t": "x", "verdict": "ham"}', "time"), (b'{"t": 1e9, "verdict": "ham", "score": "9"}', "score"),
+    (b'{"t": 1e9, "verdict": "ham", "size": -1}', "size"), (b'{"t": 1e9, "verdict": "ham", "user": [1]}', "user"),
 ])
 def test_a_malformed_row_is_named_never_a_traceback(url, model_file, value, what):
     with pytest.raises(ValueError, match=what):
@@ -292,6 +293,54 @@ def test_malformed_history_keys_are_one_line_on_the_page_in_web_and_in_serve(url
     text = log.read_text()
     assert "Traceback" not in text and "WRONGTYPE" in text, text
     assert len(re.findall("not written", text)) == 1
+
+
+@pytest.mark.parametrize("key, plant, what", [
+    ("row", lambda r: {**r, "t": 1e300}, "its time is 1e+300"),
+    ("row", lambda r: {**r, "t": 1e12}, "its time is 1000000000000.0"),
+    ("fix", None, "its correction's time is 1e+300"),
+])
+def test_an_out_of_range_time_is_the_page_naming_the_row_until_it_is_removed(url, model_file, key, plant, what):
+    """A time no date can show (a row's ``t`` of 1e300 or 1e12, a correction ``spam 1e300``),
+    written into the store by someone else: /history and /overview are the error page naming
+    the verdict and the one value to remove, never a 500 of OverflowError; once that value
+    is removed as the page says, both answer again."""
+    pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(m, "ham", -3.0, 0.1, via="spamd") for m in messages(3)])
+    if key == "row":
+        hist.client.hset(hist.k["row"], 2, json.dumps(plant(json.loads(hist.client.hget(hist.k["row"], 2)))))
+    else:
+        hist.client.hset(hist.k["fix"], 2, b"spam 1e300")
+    name = hist.k[key].decode()
+    web = Web(None, None, where=["--store", url])
+    try:
+        for path in ("/history", "/overview"):
+            status, _, page = web.get(path)
+            text = html.unescape(page)  # (the page escapes every value it shows)
+            assert status == 500 and "malformed history" in text and f"verdict 2 in {name}: {what}" in text, page
+            assert "OverflowError" not in text and "out of range" not in text
+            assert f"HDEL '{name}' 2" in text  # the one value to remove
+        hist.client.hdel(hist.k[key], 2)
+        for path in ("/history", "/overview"):
+            status, _, page = web.get(path)
+            assert status == 200, page
+    finally:
+        web.stop()
+    assert "Traceback" not in web.log and "OverflowError" not in web.log
+
+
+def test_a_row_checks_every_number_it_holds():
+    now = time.time()
+    good = {"t": now, "verdict": "ham", "score": -3.0, "p": 0.1, "ham_cut": 0.2, "spam_cut": 0.9, "size": 10}
+    assert check_row(json.dumps(good).encode(), 1, now)["t"] == now
+    assert check_row(json.dumps({**good, "t": now + 3600}).encode(), 1, now)  # a host's clock a little ahead
+    for bad, what in (({"t": 1e300}, "time"), ({"t": 1e12}, "time"), ({"t": now + 2 * 86400}, "time"),
+                      ({"t": 1.0}, "time"), ({"t": True}, "time"), ({"p": 2.0}, "p"), ({"ham_cut": -0.1}, "ham_cut"),
+                      ({"spam_cut": 1e300}, "spam_cut"), ({"ham_cut": 0.9, "spam_cut": 0.2}, "cut-offs"),
+                      ({"size": 2 ** 80}, "size")):
+        with pytest.raises(ValueError, match=what):
+            check_row(json.dumps({**good, **bad}).encode(), 1, now)
 
 
 def test_learn_and_forget_through_the_store_mark_the_row_in_its_history(url, model_file, tmp_path):

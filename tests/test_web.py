@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import sqlite3
@@ -574,3 +575,24 @@ def test_the_model_page_looks_a_word_up(site):
     status, _, body = web.get("/model?word=%3Cb%3Ezq%22never")
     assert status == 200 and "&lt;b&gt;zq&quot;never: not in the model" in body and "<b>zq" not in body
     assert 'value="&lt;b&gt;zq&quot;never"' in body
+
+
+@pytest.mark.parametrize("column, value", [("t", 1e300), ("t", 1e12), ("corrected_t", 1e300)])
+def test_an_out_of_range_time_in_the_history_file_is_the_page_naming_the_row(compiled, tmp_path, column, value):
+    """A time no date can show, in the history file (a hand edit): the History page is the error
+    page naming the verdict, never a 500 of OverflowError; the Overview counts by day in SQL
+    and answers."""
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:3])
+    with contextlib.closing(sqlite3.connect(hist)) as db:
+        db.execute(f"UPDATE verdicts SET {column} = ?, corrected = 'spam' WHERE id = 2", (value,))
+        db.commit()
+    web = Web(compiled, hist)
+    try:
+        status, _, page = web.get("/history")
+        text = html.unescape(page)
+        assert status == 500 and f"malformed row (verdict 2: its " in text and "OverflowError" not in text, page
+        assert web.get("/overview")[0] == 200
+    finally:
+        web.stop()
+    assert "Traceback" not in web.log

@@ -39,6 +39,7 @@ Standard library only: the cold ``filter`` path imports this module.
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import time
@@ -83,6 +84,52 @@ CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
 
 class HistoryError(Exception):
     """The history database cannot be used (not ours, unsafe, damaged)."""
+
+
+# -- the numbers a row holds, checked when read ---------------------------------------------
+
+#: the earliest time a row (or its correction) may hold: 2000-01-01 00:00 UTC
+EARLIEST = 946684800.0
+#: how far into the future of the reader's clock a time may be (hosts' clocks differ a little)
+AHEAD = 86400.0
+#: the largest size a row may hold (2**53: an exact float, far beyond any message)
+LARGEST = 2 ** 53
+
+
+def _real(v):
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def check_time(t, what, now=None):
+    """ValueError naming ``what`` unless ``t`` is a time a verdict or a correction can have: a
+    finite number of seconds since the epoch from :data:`EARLIEST` to :data:`AHEAD` past ``now``
+    (a page shows it as a date: ``1e300`` or ``1e12`` is no date Python can make)."""
+    now = time.time() if now is None else now
+    if not _real(t) or not EARLIEST <= t <= now + AHEAD:
+        raise ValueError(f"its {what} is {t!r}, not a time from 2000-01-01 to a day from now")
+
+
+def check_numbers(r, now=None):
+    """ValueError naming the first number of row ``r`` (a dict of the :data:`SCHEMA` columns
+    present) that no verdict can hold: its time and its correction's time (:func:`check_time`),
+    a score that is not finite, a P(spam) or cut-off outside 0..1, or cut-offs the other way
+    round, a size that is not a whole number from 0 to :data:`LARGEST`."""
+    check_time(r.get("t"), "time", now)
+    if r.get("corrected_t") is not None:
+        check_time(r["corrected_t"], "correction's time", now)
+    for k in ("score", "now_score"):
+        v = r.get(k)
+        if v is not None and not _real(v):
+            raise ValueError(f"its {k} is {v!r}")
+    for k in ("p", "ham_cut", "spam_cut"):
+        v = r.get(k)
+        if v is not None and not (_real(v) and 0 <= v <= 1):
+            raise ValueError(f"its {k} is {v!r}, not a number from 0 to 1")
+    if r.get("ham_cut") is not None and r.get("spam_cut") is not None and r["ham_cut"] > r["spam_cut"]:
+        raise ValueError(f"its cut-offs are {r['ham_cut']!r} > {r['spam_cut']!r}")
+    size = r.get("size")
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= LARGEST):
+        raise ValueError(f"its size is {size!r}")
 
 
 # -- the message's fields ---------------------------------------------------------------

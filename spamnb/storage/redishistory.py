@@ -135,36 +135,36 @@ def host_name() -> str:
     return socket.gethostname()[:255]
 
 
-def check_row(value, rid) -> dict:
-    """The row ``value`` (JSON bytes) of verdict ``rid``, when it holds what spamnb writes;
-    ValueError naming what is wrong otherwise."""
+def check_row(value, rid, now=None) -> dict:
+    """The row ``value`` (JSON bytes) of verdict ``rid``, when it holds what spamnb writes (its
+    numbers: :func:`spamnb.storage.history.check_numbers`, at the time ``now``); ValueError
+    naming what is wrong otherwise."""
     try:
         r = json.loads(value)
     except (ValueError, UnicodeDecodeError, TypeError):
         raise ValueError("not JSON") from None
     if not isinstance(r, dict):
         raise ValueError("not a JSON object")
-    t = r.get("t")
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        raise ValueError(f"its time is {t!r}")
     if r.get("verdict") not in LABELS:
         raise ValueError(f"its verdict is {r.get('verdict')!r}")
     if r.get("learned") not in (None, "spam", "ham"):
         raise ValueError(f"its learned label is {r.get('learned')!r}")
-    for k in NUMBERS:
-        v = r.get(k)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)):
-            raise ValueError(f"its {k} is {v!r}")
     for k in TEXTS:
         v = r.get(k)
         if v is not None and (not isinstance(v, str) or len(v) > LONGEST):
             raise ValueError(f"its {k} is not a text of at most {LONGEST} characters")
-    size = r.get("size")
-    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or size < 0):
-        raise ValueError(f"its size is {size!r}")
+    sqlhist.check_numbers(r, now)  # its time, score, P(spam), cut-offs and size
     out = {k: r.get(k) for k in ("t", "verdict", "learned", "size", *NUMBERS, *TEXTS)}
     out["id"] = rid
     return out
+
+
+def check_correction(value, now=None):
+    """``(label, time)`` of a correction's ``"LABEL TIME"`` value: its time one a row may hold
+    (:func:`spamnb.storage.history.check_time`); ValueError."""
+    label, t = check_pair(value, ("spam", "ham"), "correction")
+    sqlhist.check_time(t, "correction's time", now)
+    return label, t
 
 
 def check_pair(value, first, what):
@@ -267,10 +267,15 @@ class RedisHistory:
 
     # -- reading ------------------------------------------------------------------
 
-    def malformed(self, rid, what):
+    def malformed(self, rid, what, key="row"):
+        """The error of verdict ``rid``'s value in ``key`` (``row``, its correction ``fix``, its
+        re-scoring ``now``): it names that value and the one command that removes it, so a value
+        no spamnb wrote stops no page for longer than it takes to run that."""
+        name = self.k[key].decode("utf-8", "replace")
+        restart = f"delete the history's keys ({self.backend.prefix.decode('utf-8', 'replace')}h:*) to start it again"
+        remedy = f"remove it (HDEL '{name}' {rid}) or {restart}" if isinstance(rid, int) else restart
         return HistoryError(f"the store {self.backend.name} holds a malformed history (verdict {rid} in "
-                            f"{self.k['row'].decode('utf-8', 'replace')}: {what}); delete the history's keys "
-                            f"({self.backend.prefix.decode('utf-8', 'replace')}h:*) to start it again")
+                            f"{name}: {what}); {remedy}")
 
     def check(self):
         """HistoryError when a history key holds a value of a type spamnb never writes there
@@ -326,19 +331,21 @@ class RedisHistory:
         else:
             pipe.zmscore(self.k["bt"], ids)
         replies = self._call("read the history", pipe.execute)
-        out = []
+        out, when = [], time.time()
         for i, rid in enumerate(ids):
             value = replies[0][i]
             if value is None:
                 continue
+            fix, now = replies[1][i], replies[2][i]
+            key = "row"
             try:
-                r = check_row(value, rid)
-                fix, now = replies[1][i], replies[2][i]
-                r["corrected"], r["corrected_t"] = check_pair(fix, ("spam", "ham"), "correction") if fix else (None,
-                                                                                                               None)
+                r = check_row(value, rid, when)
+                key = "fix"
+                r["corrected"], r["corrected_t"] = check_correction(fix, when) if fix else (None, None)
+                key = "now"
                 r["now_verdict"], r["now_score"] = check_pair(now, LABELS, "re-scoring") if now else (None, None)
             except ValueError as exc:
-                raise self.malformed(rid, str(exc)) from None
+                raise self.malformed(rid, str(exc), key) from None
             r["kept"] = replies[3][i] is not None
             if bodies:
                 r["raw"] = replies[3][i]

@@ -95,7 +95,15 @@ class Site:
             cur = db.execute(f"SELECT {', '.join('v.' + c for c in COLUMNS)}, b.id IS NOT NULL{raw} FROM verdicts v "
                              f"LEFT JOIN bodies b ON b.id = v.id {where} ORDER BY v.id DESC LIMIT ? OFFSET ?",
                              (*args, size, page * size))
-            return [dict(zip(cols, r)) for r in cur], total
+            rows, now = [dict(zip(cols, r)) for r in cur], time.time()
+        for r in rows:
+            try:  # a time no page can show as a date (a hand edit's 1e300) is named, never a traceback
+                history.check_numbers(r, now)
+            except ValueError as exc:
+                raise history.HistoryError(f"the history {self.history_path} holds a malformed row (verdict "
+                                           f"{r['id']}: {exc}); delete that row or the file to start it "
+                                           f"again") from None
+        return rows, total
 
     def unsure(self, page=0, *, bodies=False):
         """The queue: unsure messages kept whole and not taught yet."""
