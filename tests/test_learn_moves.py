@@ -11,6 +11,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -319,6 +320,120 @@ def test_a_failed_learn_is_redone_by_the_next_run(box):
     assert code == 1 and err.splitlines()[-1].startswith("spamnb: error: journal") and "Traceback" not in err, err
     assert box.state.read_bytes() == state and box.known(a) is None
     assert box.run()[0] == 0 and box.known(a) == SPAM
+
+
+_PEAK = """
+import resource, subprocess, sys
+proc = subprocess.run(sys.argv[1:], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, timeout=300)
+print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+"""
+
+
+def _peak(*args) -> tuple:
+    """``(exit status, stderr, peak RSS in MB)`` of ``spamnb ARGS``, run from a small process
+    of its own (a child's peak counts the memory of the process that forked it)."""
+    proc = subprocess.run([sys.executable, "-c", _PEAK, *SPAMNB, *map(str, args)], capture_output=True,
+                          text=True, timeout=330)
+    code, kb = proc.stdout.split()
+    return int(code), proc.stderr, int(kb) / 1024
+
+
+def test_large_mail_moved_into_junk_is_skipped_in_bounded_memory(box):
+    """What an attacker sends: 8 messages of 32 MB, in Junk between two runs (as a
+    person who moves them there, or a recipe, leaves them). The run stays within a few
+    MB of a run that learns one small move (it reads none of them: each is over what
+    the tokenizer reads), says one line for each, records them as seen, and learns the
+    small move beside them; the next run says nothing of them."""
+    a, b = sample("ham", 2)
+    box.deliver("INBOX", a)
+    box.deliver("INBOX", b)
+    assert box.run()[0] == 0
+    box.rename(a, ".Junk")
+    code, err, baseline = _peak("learn-moves", box.root, "--model", box.model)
+    assert code == 0 and "learned 1 as spam" in err, err
+    box.rename(b, ".Junk")
+    big = []
+    for i in range(8):
+        path = box.deliver(".Junk", f"From: x{i}@example.com\nSubject: big {i}\n\n".encode())
+        os.truncate(path, 32 * 2**20)  # sparse: 32 MB to read, no disk
+        big.append(path)
+    code, err, peak = _peak("learn-moves", "-q", box.root, "--model", box.model)
+    assert code == 0 and "Traceback" not in err, err
+    assert peak < baseline + 48, f"peak RSS {peak:.0f} MB, a run that learns one small move {baseline:.0f} MB"
+    lines = err.splitlines()
+    assert len(lines) == 8 and all("not learned" in line and "over the 4000000" in line for line in lines), err
+    assert sorted(line.split(": ")[-1].split(" holds")[0] for line in lines) == sorted(map(str, big))
+    assert box.known(b) == SPAM
+    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}\n")
+
+
+_DIES = r"""
+import os, signal, sys
+from spamnb.delivery import maildir_moves, pipeline
+from spamnb.mail.identity import message_key
+
+how, keys = sys.argv[1], sys.argv[2]
+maildir_moves.BATCH_MESSAGES = 2
+learn, calls = pipeline.learn, []
+
+def dying(store, items, **kw):
+    calls.append(len(items))
+    past = sum(calls) > 4  # this learn takes the run past its fourth message
+    if past and how == "out of memory":
+        raise MemoryError
+    if past and how == "killed before a learn":
+        os.kill(os.getpid(), signal.SIGKILL)
+    done = learn(store, items, **kw)
+    with open(keys, "a") as f:
+        f.writelines(message_key(raw).hex() + "\n" for raw, _ in items)
+    if past:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return done
+
+pipeline.learn = dying
+from spamnb.cli import main
+main(sys.argv[3:])
+"""
+
+
+@pytest.mark.parametrize("how", ["killed before a learn", "killed after a learn", "out of memory"])
+def test_a_run_that_dies_midway_is_resumed_by_the_next(box, tmp_path, monkeypatch, how):
+    """Seven moves into Junk, learned two at a time; the run dies at the batch that takes it
+    past four messages (a SIGKILL before or after the model learned it, or a MemoryError:
+    one line, status 1).
+    What the first two batches learned is recorded: the next run learns the rest (and,
+    when the kill came between a learn and its record, that batch again, which changes
+    nothing), and every message is in the model once."""
+    from spamnb.delivery import pipeline
+
+    moved = sample("ham", 7)
+    for raw in moved:
+        box.deliver("INBOX", raw)
+    assert box.run()[0] == 0
+    ham0, spam0 = box.counts()
+    for raw in moved:
+        box.rename(raw, ".Junk")
+    keys = tmp_path / "learned"
+    proc = subprocess.run([sys.executable, "-c", _DIES, how, str(keys), "learn-moves", "-q", str(box.root),
+                           "--model", str(box.model)], capture_output=True, text=True, timeout=300)
+    if how == "out of memory":
+        assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+        assert proc.stderr.startswith("spamnb: error: out of memory in a run over ") and "recorded" in proc.stderr
+    else:
+        assert proc.returncode == -9, proc.stderr
+    first = keys.read_text().split() if keys.exists() else []
+    assert len(first) == (6 if how == "killed after a learn" else 4)
+    assert all(box.known(raw) == SPAM for raw in moved if message_key(raw).hex() in first)
+
+    learn, again = pipeline.learn, []
+    monkeypatch.setattr(pipeline, "learn", lambda store, items, **kw: again.extend(
+        message_key(raw).hex() for raw, _ in items) or learn(store, items, **kw))
+    code, err = box.run()
+    assert code == 0 and "Traceback" not in err, err
+    assert sorted(set(first[:4]) | set(again)) == sorted(message_key(raw).hex() for raw in moved)
+    assert not set(first[:4]) & set(again) and len(again) == 7 - 4
+    assert all(box.known(raw) == SPAM for raw in moved) and box.counts() == (ham0, spam0 + 7)
+    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}\n")
 
 
 def test_not_a_maildir(tmp_path, model_file):

@@ -66,20 +66,32 @@ def learn_into_own(messages, label, model_path, store, allow_insecure_model, his
     """Learn ``messages`` (``(raw, label)``) into the user's own model, made from the
     default one at their first learn, and mark their verdicts corrected in the history:
     what `spamnb learn` does with what it read. Returns the backend's counts."""
+    return own_learner(model_path, store, allow_insecure_model, history)(messages)
+
+
+def own_learner(model_path, store, allow_insecure_model, history):
+    """A function that learns a batch of ``(raw, label)`` into the user's own model (as
+    :func:`learn_into_own`, the model opened once), each batch's corrections marked in the
+    history as it is learned: a command that learns in batches holds one batch at a time."""
     from spamnb.storage.modelfile import default_seed
     from spamnb.storage.where import own_backend
 
     from spamnb.delivery import pipeline
 
     backend = open_backend(model_path, store, allow_insecure_model, build_default=False)
-    marks = corrections(history, backend)  # beside the model filter used: its history holds the verdicts
-    if backend.is_default:  # a user's first learn: their own model, seeded with the default one
-        backend = own_backend(model_path, store, allow_insecure=allow_insecure_model)
-        notice(f"creating your model at {backend.name}, starting from the default model")
-    try:
-        return pipeline.learn(backend, messages, via="learn", recorder=marks, create=default_seed, warn=notice)
-    finally:
-        marks.close()
+    own = [backend]  # the user's own from their first learn on
+
+    def learn(messages) -> dict:
+        marks = corrections(history, backend)  # beside the model filter used: its history holds the verdicts
+        try:
+            if own[0].is_default:  # a user's first learn: their own model, seeded with the default one
+                own[0] = own_backend(model_path, store, allow_insecure=allow_insecure_model)
+                notice(f"creating your model at {own[0].name}, starting from the default model")
+            return pipeline.learn(own[0], messages, via="learn", recorder=marks, create=default_seed, warn=notice)
+        finally:
+            marks.close()
+
+    return learn
 
 
 def corrections(history, backend):
@@ -273,7 +285,6 @@ def learn_moves(maildir, junk, unsure_folder, dry_run, quiet, model_path, store,
       spamnb learn-moves -q ~/Maildir      # from cron: */10 * * * *
     """
     from spamnb.delivery import maildir_moves as lib
-    from spamnb.delivery.imap import subject_line
     from spamnb.delivery.setup import role_of
     from spamnb.storage.modelfile import own_model_path
 
@@ -284,32 +295,77 @@ def learn_moves(maildir, junk, unsure_folder, dry_run, quiet, model_path, store,
     say = (lambda text: None) if quiet else (lambda text: click.echo(text, err=True))
     lock = run_alone(state_path, "spamnb learn-moves")
     try:
-        state = lib.State.load(state_path)
-        where = os.path.realpath(maildir)
-        out, now = lib.compare(maildir, state.seen(where), junk, role_of, unsure)
-        if not os.path.isdir(os.path.join(maildir, junk)):
-            say(f"{maildir} has no folder {junk} (yet): nothing can move into or out of it")
-        if out.first:
-            say(f"first run over {maildir}: recorded {out.messages} messages in {out.folders} folders; your "
-                f"moves into and out of {junk} are learned from the next run")
-        for raw, label, what in out.learn:
-            say(f"{what}: learning it as {label}: {subject_line(raw)}")
-        if dry_run:
-            say(f"(dry run) would learn {out.count('spam')} as spam and {out.count('ham')} as ham; "
-                "nothing learned or recorded")
-            return
-        for label in ("spam", "ham"):
-            items = [(raw, lb) for raw, lb, _ in out.learn if lb == label]
-            if items:
-                learn_into_own(items, label, model_path, store, allow_insecure_model, history)
-        state.record(where, now)
-        state.save()  # after the learning: a failed one is found again, and redone, by the next run
-        if not out.first:
-            say(f"learned {out.count('spam')} as spam and {out.count('ham')} as ham from your moves in {maildir}")
+        _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say,
+                     lambda: own_learner(model_path, store, allow_insecure_model, history))
     except lib.MovesError as exc:
         raise click.ClickException(str(exc)) from None
+    except MemoryError:
+        raise click.ClickException(f"out of memory in a run over {maildir}: what it learned before is recorded, "
+                                   "the next run goes on from there") from None
     finally:
         os.close(lock)
+
+
+def _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say, learner):
+    """One run of learn-moves: compare, then learn the moves a batch at a time (one batch
+    of mail in memory), the state saved after each; ``learner()``: :func:`own_learner`."""
+    from spamnb.delivery.imap import subject_line
+
+    state = lib.State.load(state_path)
+    where = os.path.realpath(maildir)
+    seen = state.seen(where)
+    out, now = lib.compare(maildir, seen, junk, role_of, unsure)
+    if not os.path.isdir(os.path.join(maildir, junk)):
+        say(f"{maildir} has no folder {junk} (yet): nothing can move into or out of it")
+    if out.first:
+        say(f"first run over {maildir}: recorded {out.messages} messages in {out.folders} folders; your "
+            f"moves into and out of {junk} are learned from the next run")
+    for move, why in out.skipped:  # said even with -q: a correction of yours that is not learned
+        click.echo(f"spamnb: {move.what}: not learned (recorded as seen): {why}", err=True)
+    if dry_run:
+        for batch in lib.batches(out.learn, messages=1):  # one message at a time
+            for move, raw in batch:
+                say(f"{move.what}: learning it as {move.label}: {subject_line(raw) if raw else move.path}")
+        say(f"(dry run) would learn {out.count('spam')} as spam and {out.count('ham')} as ham; "
+            "nothing learned or recorded")
+        return
+    done = dict(seen or {})  # what is saved after each batch: the last run's, and each move learned since
+    final = dict(now)
+    for move, _ in out.skipped:
+        lib.settle(done, now, move)
+    learn, learned = [], {"spam": 0, "ham": 0}
+    for batch in lib.batches(out.learn):
+        _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, say)
+        del batch  # before the next batch is read: one batch of mail in memory at a time
+        state.record(where, done)
+        state.save()  # after each batch: a run that dies is resumed from here, a failed learn redone
+    state.record(where, final)
+    state.save()
+    if not out.first:
+        say(f"learned {learned['spam']} as spam and {learned['ham']} as ham from your moves in {maildir}")
+
+
+def _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, say):
+    """Learn one batch (``[(move, raw), ...]``) and settle its moves in ``done``; a
+    message gone since the comparison is left for the next run in ``final``."""
+    from spamnb.delivery.imap import subject_line
+
+    items = []
+    for move, raw in batch:
+        if raw is None:  # moved or deleted since the comparison: the next run sees where
+            say(f"{move.what}: gone before it was learned: {move.path}")
+            lib.unsettle(final, seen or {}, move)
+            continue
+        say(f"{move.what}: learning it as {move.label}: {subject_line(raw)}")
+        items.append((raw, move.label))
+    if items:
+        if not learn:
+            learn.append(learner())  # the model opened once, at the first batch that learns
+        learn[0](sorted(items, key=lambda item: item[1] != "spam"))
+    for move, raw in batch:
+        if raw is not None:
+            lib.settle(done, now, move)
+            learned[move.label] += 1
 
 
 def _maildir_folder(name, option):

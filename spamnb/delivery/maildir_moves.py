@@ -34,12 +34,20 @@ as ``spamnb imap filter`` takes a Junk folder's old content. Learning from
 verdict headers that contradict their folder would learn young mail nobody has
 looked at yet.
 
+Memory is bounded whatever arrives: a message is read when it is needed and
+dropped after it (never all of a run's at once), a message over
+:data:`MAX_MESSAGE` (what the tokenizer reads, ``MAX_PARSE_BYTES``) is never
+read at all (tracked by name only; a move of it is skipped with one line), and
+the moves are learned in batches (:func:`batches`) of at most
+:data:`BATCH_MESSAGES` messages and :data:`BATCH_BYTES` bytes.
+
 The state (``MODEL.moves.json``, beside the user's model) is read as a model
 is (:func:`spamnb.storage.store.open_trusted`: ours or root's, not writable by
-others, in a folder only we can change), written atomically and only after the
-learning succeeded, so a failing learn is retried by the next run (learning is
-idempotent by identity). A damaged or planted state is refused: nothing learned,
-nothing written. This never moves, changes or deletes a message.
+others, in a folder only we can change) and written atomically after each batch
+is learned, with what that batch settled (:func:`settle`): a run that dies
+leaves what it learned recorded, and a failing learn is retried by the next run
+(learning is idempotent by identity). A damaged or planted state is refused:
+nothing learned, nothing written. This never moves, changes or deletes a message.
 """
 
 from __future__ import annotations
@@ -51,11 +59,17 @@ from dataclasses import dataclass, field
 from spamnb import verdict
 from spamnb.delivery.fastlearn import read_regular
 from spamnb.mail.identity import message_key
+from spamnb.mail.mime import MAX_PARSE_BYTES
 
 STATE_VERSION = 1
 INBOX = "INBOX"  # the Maildir's own cur/ and new/
-#: Messages larger than this are tracked by name only (as ``imap filter`` leaves them unread).
-MAX_MESSAGE = 64 * 1024 * 1024
+#: Messages larger than this (what the tokenizer reads of one) are never read: tracked by
+#: name only, and a move of one is skipped with one line.
+MAX_MESSAGE = MAX_PARSE_BYTES
+#: A batch learned at once, the state saved after it: at most this many messages ...
+BATCH_MESSAGES = 64
+#: ... and this many bytes of mail (a message alone is a batch whatever its size).
+BATCH_BYTES = 4 * MAX_MESSAGE
 
 
 class MovesError(Exception):
@@ -105,8 +119,20 @@ def scan(maildir: str) -> tuple:
 
 
 def _read(path):
-    """The bytes of the message file at ``path``, or None (gone meanwhile, unreadable, too large)."""
+    """The bytes of the message file at ``path``, or None (gone meanwhile, unreadable, too
+    large): never more than :data:`MAX_MESSAGE` bytes are read."""
     return read_regular(path, MAX_MESSAGE)
+
+
+def _why_not(path) -> str:
+    """Why the message file at ``path`` cannot be read (:func:`_read` gave None)."""
+    try:
+        size = os.stat(path).st_size
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if size > MAX_MESSAGE:
+        return f"{path} holds {size} bytes, over the {MAX_MESSAGE} spamnb reads of a message"
+    return f"cannot read {path}"
 
 
 # -- state ----------------------------------------------------------------------------------
@@ -168,59 +194,67 @@ def _well_formed(data) -> bool:
 
 
 @dataclass
+class Move:
+    """A message to learn: its file, the label, why (for the run's line), its key (hex),
+    and the state's entries learning it settles (``(name, name it replaces or None)``:
+    every file of it that moved, and for a new file whose old one is gone, that old one)."""
+
+    path: str
+    label: str
+    what: str
+    key: str | None
+    names: list = field(default_factory=list)
+
+
+@dataclass
 class Outcome:
-    """What a run found: messages to learn (``(raw, label, what)``), and what it recorded."""
+    """What a run found: the moves to learn (:class:`Move`), those skipped (``(move, why)``:
+    too large or unreadable, never read whole), and what it recorded."""
 
     learn: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
     first: bool = False
     messages: int = 0
     folders: int = 0
 
     def count(self, label) -> int:
-        return sum(1 for _, lb, _ in self.learn if lb == label)
+        return sum(1 for move in self.learn if move.label == label)
 
 
 def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | None = None) -> tuple:
     """``(outcome, now)``: what moved since ``seen`` (the state's entry for this
     Maildir, None on a first run), and the entry to record; ``role_of(folder)``:
     ``spam``, ``ham`` or ``skip`` (setup's roles); ``unsure``: the folder unsure mail
-    is filed in, out of which a move into kept mail is ham too."""
+    is filed in, out of which a move into kept mail is ham too. Each message is read
+    at most once here, one at a time, and none is kept: the outcome names files."""
     found, n_folders = scan(maildir)
     out = Outcome(first=seen is None, messages=sum(len(v) for v in found.values()), folders=n_folders)
     seen = seen or {}
-    now, raws = {}, {}
+    now = {}
     for name, places in found.items():
         if name in seen and seen[name][1] is not None:
             key = seen[name][1]  # a Maildir file's content never changes: its key neither
         else:
             raw = _read(places[0][1])
             key = message_key(raw).hex() if raw is not None else None
-            if raw is not None:
-                raws[name] = raw
+            del raw
         now[name] = [sorted({f for f, _ in places}), key]
     if out.first:
         return out, now
 
-    def raw_of(name):
-        if name not in raws:
-            raws[name] = _read(found[name][0][1])
-        return raws[name]
+    wanted = []  # (name, label, what, name it replaces)
 
-    def moved(name, src, dst):
+    def moved(name, src, dst, gone=None):
         """Message ``name`` went from folder ``src`` to ``dst``: learned, or not."""
-        label = None
         if dst == junk and src != junk:
-            label = "spam"
+            wanted.append((name, "spam", f"moved from {src} to {dst}", gone))
         elif src in (junk, unsure) and dst not in (junk, unsure) and role_of(dst) == "ham":
-            label = "ham"
-        raw = raw_of(name) if label is not None else None
-        if raw is not None:
-            out.learn.append((raw, label, f"moved from {src} to {dst}"))
+            wanted.append((name, "ham", f"moved from {src} to {dst}", gone))
 
-    gone_by_key = {}  # key -> the folders of each message no longer there
+    gone_by_key = {}  # key -> (name, folders) of each message no longer there
     for name, (where, key) in seen.items():
         if name not in now and key is not None:
-            gone_by_key.setdefault(key, []).append(where)
+            gone_by_key.setdefault(key, []).append((name, where))
     present = {key for name, (_, key) in now.items() if name in seen and key is not None}
     for name, (where, key) in now.items():
         if name in seen:  # known by its unique name: renamed from one folder to another?
@@ -229,29 +263,77 @@ def compare(maildir: str, seen: dict | None, junk: str, role_of, unsure: str | N
                 for src in sorted(before - set(where)):
                     moved(name, src, dst)
         elif key is not None and gone_by_key.get(key):  # a new file, its old one gone: a move
-            src = gone_by_key[key].pop(0)
+            old, src = gone_by_key[key].pop(0)
             for dst in where:
                 if dst not in src:
-                    moved(name, src[0], dst)
+                    moved(name, src[0], dst, gone=old)
         elif key is not None and key in present:
             pass  # a copy of a message still where it was: no move
         elif junk in where:  # never seen before: delivered into Junk by a recipe, or moved there by the user
-            raw = raw_of(name)
-            if raw is not None and verdict.filed_as(raw) != "spam":
-                out.learn.append((raw, "spam", f"new in {junk} without spamnb's spam verdict: put there by you"))
+            raw = _read(found[name][0][1])
+            if raw is None or verdict.filed_as(raw) != "spam":
+                wanted.append((name, "spam", f"new in {junk} without spamnb's spam verdict: put there by you", None))
+            del raw
     # one verdict per message: the same message reached twice (copies moved) is learned once,
     # and one moved both ways (a copy into Junk, another out of it) not at all
     labels = {}
-    for raw, label, _ in out.learn:
-        labels.setdefault(message_key(raw), set()).add(label)
-    done, kept = set(), []
-    for item in out.learn:
-        key = message_key(item[0])
-        if len(labels[key]) == 1 and key not in done:
-            done.add(key)
-            kept.append(item)
-    out.learn = kept
+    for name, label, _, _ in wanted:
+        if now[name][1] is not None:
+            labels.setdefault(now[name][1], set()).add(label)
+    by_key = {}
+    for name, label, what, gone in wanted:
+        key = now[name][1]
+        if key is None:  # too large (or unreadable) to know: never read whole, never learned
+            move = Move(found[name][0][1], label, what, None, [(name, gone)])
+            out.skipped.append((move, _why_not(move.path)))
+        elif len(labels[key]) == 1:
+            if key in by_key:
+                by_key[key].names.append((name, gone))
+            else:
+                by_key[key] = Move(found[name][0][1], label, what, key, [(name, gone)])
+                out.learn.append(by_key[key])
     return out, now
+
+
+def batches(moves, *, messages=None, size=None):
+    """The ``moves`` with their bytes, ``[(move, raw), ...]`` per batch: at most
+    ``messages`` moves (:data:`BATCH_MESSAGES`) and ``size`` bytes (:data:`BATCH_BYTES`;
+    a message alone is a batch whatever its size), each message read when its batch is.
+    ``raw`` is None for one gone (or unreadable) since the comparison."""
+    messages = messages or BATCH_MESSAGES
+    size = size or BATCH_BYTES
+    batch, held = [], 0
+    for move in moves:
+        raw = _read(move.path)
+        n = len(raw) if raw is not None else 0
+        if batch and (len(batch) >= messages or held + n > size):
+            yield batch
+            batch, held = [], 0
+        batch.append((move, raw))
+        held += n
+    if batch:
+        yield batch
+
+
+def settle(entry: dict, now: dict, move: Move) -> None:
+    """Record in ``entry`` (the state's entry of a Maildir, as the last save left it)
+    that ``move`` is done: its files where they are ``now``, the files they replace gone."""
+    for name, gone in move.names:
+        entry[name] = now[name]
+        if gone is not None:
+            entry.pop(gone, None)
+
+
+def unsettle(entry: dict, seen: dict, move: Move) -> None:
+    """Leave ``move`` in ``entry`` (the entry a run records at its end) as the last run
+    saw it, so that the next run finds it again: it was not learned."""
+    for name, gone in move.names:
+        if name in seen:
+            entry[name] = seen[name]
+        else:
+            entry.pop(name, None)
+        if gone is not None and gone in seen:
+            entry[gone] = seen[gone]
 
 
 # -- running it from a systemd timer -------------------------------------------------------------
