@@ -126,7 +126,8 @@ class Mailbox:
 
 
 @pytest.fixture
-def mailbox(make_dovecot, trained_model_file):
+def mailbox(make_dovecot, trained_model_file, request):
+    """A user's Dovecot; parametrized indirectly, the options of the server (``home_in_userdb``)."""
     import dovecot as harness
 
     if harness.imapsieve_missing():
@@ -137,7 +138,7 @@ def mailbox(make_dovecot, trained_model_file):
     try:
         scripts = folder / "sieve"
         imapsieve.install(scripts, spamnb_for_mail_user(folder))
-        server = make_dovecot(imapsieve=scripts)
+        server = make_dovecot(imapsieve=scripts, **getattr(request, "param", {}))
         model = server.home / ".local" / "share" / "spamnb" / "model.joblib"
         model.parent.mkdir(parents=True, mode=0o700)
         shutil.copyfile(trained_model_file, model)
@@ -462,3 +463,57 @@ def test_setup_imapsieve_refuses_a_folder_under_another_users_folder(mallory, th
         assert sorted(p.name for p in theirs.iterdir()) == ["made"]
     finally:
         shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mailbox", [{"home_in_userdb": False}], indirect=True)
+def test_a_user_without_a_home_learns_nothing_and_the_move_is_done(mailbox):
+    """A userdb without a home (virtual users under one vmail uid): Dovecot gives the pipe
+    program no HOME, and spamnb would learn into the uid's own home's model, shared by
+    every such user. The move is done, nothing learned, one line in Dovecot's log."""
+    a = sample("spam", 1)[0]
+    mailbox.server.append("INBOX", a)
+    counts = mailbox.counts()
+    mailbox.move(a, "INBOX", "Junk")
+    assert mailbox.server.uids("INBOX") == [] and len(mailbox.server.uids("Junk")) == 1
+    assert mailbox.learns() == [] and mailbox.counts() == counts
+    lines = mailbox.log()
+    assert len(lines) == 1 and "alice: no home of their own (HOME=unset" in lines[0], lines
+
+
+@pytest.mark.parametrize("home, user, refused", [
+    (None, "bob@example.com", True),
+    ("/", "bob@example.com", True),
+    ("", "bob@example.com", True),
+    ("relative/home", "bob@example.com", True),
+    ("SYSTEM", "bob@example.com", True),  # every virtual user given the vmail uid's own home
+    ("SYSTEM/", "bob@example.com", True),
+    ("SYSTEM", None, False),  # the system user itself
+    ("SYSTEM", "LOGIN@example.com", False),  # ... logged in with a domain
+    ("OWN", "bob@example.com", False),
+])
+def test_the_pipe_program_learns_only_for_a_home_of_the_users_own(tmp_path, home, user, refused):
+    """HOME unset, empty, /, relative, or the uid's own home under another user name (every
+    virtual user of one vmail uid would share its model): nothing learned, one line, exit 0."""
+    import pwd
+
+    said = tmp_path / "args"
+    fake = tmp_path / "spamnb"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{said}'\n")
+    fake.chmod(0o755)
+    program = tmp_path / imapsieve.PIPE
+    program.write_text(imapsieve.pipe_program(str(fake)))
+    program.chmod(0o755)
+    system = pwd.getpwuid(os.getuid()).pw_dir
+    env = {"PATH": "/usr/bin:/bin"}
+    if home is not None:
+        env["HOME"] = {"SYSTEM": system, "SYSTEM/": system + "/", "OWN": str(tmp_path)}.get(home, home)
+    if user is not None:
+        env["USER"] = user.replace("LOGIN", pwd.getpwuid(os.getuid()).pw_name)
+    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", env=env, capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 0
+    if refused:
+        assert said.exists() is False and proc.stderr.count(b"\n") == 1, proc.stderr
+        assert b"no home of their own" in proc.stderr and b"not learned as spam" in proc.stderr
+    else:
+        assert proc.stderr == b"" and said.read_text().splitlines()[:2] == ["learn", "--spam"]

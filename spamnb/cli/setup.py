@@ -298,4 +298,6 @@ Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
 Each user's moves into and out of Junk are then learned into their own model, as
 that user (a model of their own first: spamnb setup). What was learned: syslog
 (journalctl -t spamnb-learn); a learn that failed: Dovecot's log. A failing learn
-never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).""")
+never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).
+A user without a home of their own in the userdb (virtual users under one uid) learns
+nothing, so that no model is shared: give each a home (mail_home = /var/vmail/%d/%n).""")

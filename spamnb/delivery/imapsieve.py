@@ -18,7 +18,10 @@ as the mail user. This module writes those files, with spamnb's full path:
   under the other label moves it: forgets it as spam and learns it as ham in
   one journal record). It always exits 0 and writes one line to stderr, which
   Dovecot puts in its log: the move is done before the script runs, and a
-  failing learn must neither block nor undo it.;
+  failing learn must neither block nor undo it. It learns nothing for a mail
+  user without a home of their own (HOME unset, ``/``, or the uid's own home
+  under another user name: virtual users under one vmail uid), whose moves
+  would go into a model every such user shares;
 * ``90-spamnb-imapsieve.conf``: the settings, for ``/etc/dovecot/conf.d/``.
 
 IMAPSieve calls a ``MOVE`` a ``COPY`` (Pigeonhole's storage plugin reports both
@@ -93,9 +96,14 @@ def pipe_program(spamnb) -> str:
 #
 # It always exits 0: the move is done before this runs, and a failing learn must
 # neither block nor undo it. What it learned goes to syslog (`journalctl -t
-# spamnb-learn`, or the mail log), a failure to stderr, which is Dovecot's
-# log. The message goes through a private temporary file, so that
+# spamnb-learn`, or the mail log), a failure or a refusal to stderr, which is
+# Dovecot's log. The message goes through a private temporary file, so that
 # `spamnb learn` takes its fast path (no numpy: a journal append).
+#
+# It learns nothing for a mail user without a home of their own: HOME unset, /,
+# or the home the system gives the uid the mail runs as while the mail user is
+# another name (a virtual user whose userdb has no home, under a shared vmail
+# uid); spamnb would learn into that home's model, which every such user shares.
 PATH=/usr/local/bin:/usr/bin:/bin
 export PATH
 case "$1" in
@@ -110,7 +118,22 @@ trap 'exit 0' HUP INT TERM
 if ! cat > "$dir/message"; then
     echo "spamnb-learn: cannot read the message: not learned as $label" >&2; exit 0
 fi
-who=${{USER:-$(id -un)}}
+uid=$(id -u)
+login=$(id -un 2>/dev/null || echo "$uid")
+who=${{USER:-$login}}
+home=$(printf '%s' "${{HOME:-}}" | sed 's:/*$::')
+system_home=$(getent passwd "$uid" | cut -d: -f6 | sed 's:/*$::')
+case "$home" in
+    /?*) shared= ;;
+    *) shared=yes ;;
+esac
+if [ "$home" = "$system_home" ] && [ "$who" != "$login" ] && [ "${{who%%@*}}" != "$login" ]; then
+    shared=yes
+fi
+if [ -n "$shared" ]; then
+    echo "spamnb-learn: $who: no home of their own (HOME=${{HOME-unset}}, uid $login): not learned as $label, so that nothing goes into a model other users share (give each user a home in Dovecot's userdb)" >&2
+    exit 0
+fi
 # In the background and waited for, so that Dovecot's SIGTERM (sieve_pipe_exec_timeout)
 # ends this script at once rather than when spamnb is done.
 {words} learn --"$label" "$dir/message" > "$dir/said" 2>&1 &
