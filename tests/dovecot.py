@@ -132,7 +132,7 @@ class Dovecot:
 
     def __init__(self, user: str = "alice", password: str = "secret", *,
                  capabilities_without: tuple[str, ...] = (), timeout: float = 20.0, keep: bool = False,
-                 tls: bool = False, imapsieve: str | os.PathLike | None = None):
+                 tls: bool = False, imapsieve: str | os.PathLike | None = None, home_in_userdb: bool = True):
         if DOVECOT is None:
             raise DovecotError(NOT_INSTALLED)
         self.user, self.password = user, password
@@ -154,6 +154,8 @@ class Dovecot:
         self.output = self.dir / "dovecot.out"
         self.maildir = self.dir / "Maildir"
         self.home = self.dir / "home"
+        # the home the userdb gives; home_in_userdb=False: none, as for a virtual user without one
+        self.userdb_home: Path | None = self.home if home_in_userdb else None
         self.passwd = self.dir / "passwd"
         self.root = os.geteuid() == 0
         self.extra_config = ""  # more settings, appended to the config (set before start)
@@ -224,7 +226,7 @@ class Dovecot:
 
     def _write_files(self):
         uid, gid = (NOBODY, NOBODY) if self.root else (os.geteuid(), os.getegid())
-        self.passwd.write_text(f"{self.user}:{{PLAIN}}{self.password}:{uid}:{gid}::{self.home}::\n")
+        self.passwd.write_text(f"{self.user}:{{PLAIN}}{self.password}:{uid}:{gid}::{self.userdb_home or ''}::\n")
         self.passwd.chmod(0o644)  # as root, auth-worker reads it as the dovecot user
         for p in (self.maildir, self.home):
             p.mkdir(exist_ok=True)

@@ -26,6 +26,7 @@ from conftest import ROOT, gold_labels, SAMPLE_MAILDIR, strip_from_line
 from spamnb.delivery import imapsieve
 from spamnb.mail.identity import message_key
 from spamnb.storage.modelfile import load_model
+from test_hardening import forked_as, mallory  # noqa: F401 - the other local user, a fixture
 
 CONTRIB = ROOT / "contrib" / "dovecot"
 HAM, SPAM = 0, 1  # the classes as the model's registry and counts hold them
@@ -125,7 +126,8 @@ class Mailbox:
 
 
 @pytest.fixture
-def mailbox(make_dovecot, trained_model_file):
+def mailbox(make_dovecot, trained_model_file, request):
+    """A user's Dovecot; parametrized indirectly, the options of the server (``home_in_userdb``)."""
     import dovecot as harness
 
     if harness.imapsieve_missing():
@@ -136,7 +138,7 @@ def mailbox(make_dovecot, trained_model_file):
     try:
         scripts = folder / "sieve"
         imapsieve.install(scripts, spamnb_for_mail_user(folder))
-        server = make_dovecot(imapsieve=scripts)
+        server = make_dovecot(imapsieve=scripts, **getattr(request, "param", {}))
         model = server.home / ".local" / "share" / "spamnb" / "model.joblib"
         model.parent.mkdir(parents=True, mode=0o700)
         shutil.copyfile(trained_model_file, model)
@@ -297,7 +299,7 @@ def test_setup_imapsieve_refuses_a_folder_or_file_others_could_have_written(tmp_
     planted.write_text("#!/bin/sh\nid > /tmp/pwned\n")
     planted.chmod(0o777)
     proc = setup(folder)
-    assert proc.returncode == 1 and f"{planted} is owned by uid" in proc.stderr, proc.stderr
+    assert proc.returncode == 1 and f"{planted} is writable by group or others" in proc.stderr, proc.stderr
     assert sorted(p.name for p in folder.iterdir()) == [imapsieve.PIPE]
     if os.geteuid() == 0:
         planted.chmod(0o755)
@@ -368,3 +370,150 @@ def test_the_pipe_program_runs_spamnb_at_a_path_with_a_quote_and_a_space(tmp_pat
     assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
     args = said.read_text().splitlines()
     assert args[:1] == ["learn"] and args[1] == "--spam" and len(args) == 3, args
+
+
+
+# -- what another local user could make of setup --imapsieve, and users without a home -----------
+
+
+def test_setup_imapsieve_run_as_python_m_writes_a_program_that_learns(tmp_path, trained_model_file):
+    """`python -m spamnb setup --imapsieve DIR`: the pipe program runs the interpreter with
+    `-I -m spamnb` as separate words, and a message piped to it is learned into the user's
+    own model (not `python -m spamnb: not found` for every move)."""
+    folder, home = tmp_path / "sieve-spamnb", tmp_path / "home"
+    model = home / ".local" / "share" / "spamnb" / "model.joblib"
+    model.parent.mkdir(parents=True, mode=0o700)
+    shutil.copyfile(trained_model_file, model)
+    model.chmod(0o600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    proc = subprocess.run([sys.executable, "-m", "spamnb", "setup", "--imapsieve", str(folder)], cwd=elsewhere,
+                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    program = folder / imapsieve.PIPE
+    raw = sample("spam", 1)[0]
+    proc = subprocess.run([str(program), "spam"], input=raw, cwd="/", env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, timeout=120)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    assert load_model(model).known(message_key(raw), raw) == SPAM
+    assert f"{sys.executable} -I -m spamnb learn" in program.read_text()
+
+
+@pytest.fixture
+def theirs(mallory):
+    """A folder of the other user's, as their home is: theirs, mode 0755."""
+    path = Path(tempfile.mkdtemp(prefix="spamnb-mallory-", dir="/tmp"))
+    path.chmod(0o755)
+    os.chown(path, mallory.pw_uid, mallory.pw_gid)
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_setup_imapsieve_refuses_a_spamnb_another_user_can_change(mallory, theirs, tmp_path):
+    """Another user's spamnb (their script, or their copy of the package imported with
+    PYTHONPATH): Dovecot would run their code as every mail user. Refused in one line
+    naming the path, and nothing written."""
+    from test_e2e import SPAMNB
+
+    folder = tmp_path / "sieve-spamnb"
+    if os.path.basename(SPAMNB[0]) == "spamnb":
+        script = theirs / "spamnb"
+        shutil.copyfile(SPAMNB[0], script)
+        script.chmod(0o755)
+        os.chown(script, mallory.pw_uid, mallory.pw_gid)
+        proc = subprocess.run([str(script), "setup", "--imapsieve", str(folder)], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 1, proc.stdout
+        assert f"refusing to use spamnb {script}: {theirs} is owned by uid {mallory.pw_uid}" in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and not folder.exists()
+    lib = theirs / "lib"
+    shutil.copytree(ROOT / "spamnb", lib / "spamnb", ignore=shutil.ignore_patterns("__pycache__"))
+    for p in [lib, *lib.rglob("*")]:
+        os.chown(p, mallory.pw_uid, mallory.pw_gid)
+    proc = subprocess.run([sys.executable, "-m", "spamnb", "setup", "--imapsieve", str(folder)], cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(lib)}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout
+    assert f"refusing to use spamnb's package folder {lib}/spamnb: {theirs} is owned by uid" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and not folder.exists()
+
+
+def test_setup_imapsieve_refuses_a_folder_under_another_users_folder(mallory, theirs, tmp_path):
+    """The folder under another user's (their home): they could swap it for their own after
+    setup, with their own spamnb-learn. Refused, nothing made there; so is a link they
+    planted in a shared folder pointing into theirs."""
+    spamnb = tmp_path / "bin" / "spamnb"
+    spamnb.parent.mkdir()
+    spamnb.write_text("#!/bin/sh\n")
+    spamnb.chmod(0o755)
+    with pytest.raises(ValueError, match=f"{theirs} is owned by uid {mallory.pw_uid}"):
+        imapsieve.install(theirs / "sieve", str(spamnb))
+    assert list(theirs.iterdir()) == []
+    (theirs / "made").mkdir()
+    os.chown(theirs / "made", 0, 0)  # even a folder of root's in it: they can rename it away
+    with pytest.raises(ValueError, match=f"{theirs} is owned by uid {mallory.pw_uid}"):
+        imapsieve.install(theirs / "made", str(spamnb))
+    assert list((theirs / "made").iterdir()) == []
+    shared = Path(tempfile.mkdtemp(prefix="spamnb-shared-", dir="/tmp"))
+    try:
+        shared.chmod(0o1777)
+        forked_as(mallory, lambda: os.symlink(theirs, shared / "sieve") or b"")
+        with pytest.raises(ValueError, match=f"symbolic link {shared}/sieve, owned by uid {mallory.pw_uid}"):
+            imapsieve.install(shared / "sieve", str(spamnb))
+        assert sorted(p.name for p in theirs.iterdir()) == ["made"]
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.mark.parametrize("mailbox", [{"home_in_userdb": False}], indirect=True)
+def test_a_user_without_a_home_learns_nothing_and_the_move_is_done(mailbox):
+    """A userdb without a home (virtual users under one vmail uid): Dovecot gives the pipe
+    program no HOME, and spamnb would learn into the uid's own home's model, shared by
+    every such user. The move is done, nothing learned, one line in Dovecot's log."""
+    a = sample("spam", 1)[0]
+    mailbox.server.append("INBOX", a)
+    counts = mailbox.counts()
+    mailbox.move(a, "INBOX", "Junk")
+    assert mailbox.server.uids("INBOX") == [] and len(mailbox.server.uids("Junk")) == 1
+    assert mailbox.learns() == [] and mailbox.counts() == counts
+    lines = mailbox.log()
+    assert len(lines) == 1 and "alice: no home of their own (HOME=unset" in lines[0], lines
+
+
+@pytest.mark.parametrize("home, user, refused", [
+    (None, "bob@example.com", True),
+    ("/", "bob@example.com", True),
+    ("", "bob@example.com", True),
+    ("relative/home", "bob@example.com", True),
+    ("SYSTEM", "bob@example.com", True),  # every virtual user given the vmail uid's own home
+    ("SYSTEM/", "bob@example.com", True),
+    ("SYSTEM", None, False),  # the system user itself
+    ("SYSTEM", "LOGIN@example.com", False),  # ... logged in with a domain
+    ("OWN", "bob@example.com", False),
+])
+def test_the_pipe_program_learns_only_for_a_home_of_the_users_own(tmp_path, home, user, refused):
+    """HOME unset, empty, /, relative, or the uid's own home under another user name (every
+    virtual user of one vmail uid would share its model): nothing learned, one line, exit 0."""
+    import pwd
+
+    said = tmp_path / "args"
+    fake = tmp_path / "spamnb"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{said}'\n")
+    fake.chmod(0o755)
+    program = tmp_path / imapsieve.PIPE
+    program.write_text(imapsieve.pipe_program(str(fake)))
+    program.chmod(0o755)
+    system = pwd.getpwuid(os.getuid()).pw_dir
+    env = {"PATH": "/usr/bin:/bin"}
+    if home is not None:
+        env["HOME"] = {"SYSTEM": system, "SYSTEM/": system + "/", "OWN": str(tmp_path)}.get(home, home)
+    if user is not None:
+        env["USER"] = user.replace("LOGIN", pwd.getpwuid(os.getuid()).pw_name)
+    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", env=env, capture_output=True,
+                          timeout=60)
+    assert proc.returncode == 0
+    if refused:
+        assert said.exists() is False and proc.stderr.count(b"\n") == 1, proc.stderr
+        assert b"no home of their own" in proc.stderr and b"not learned as spam" in proc.stderr
+    else:
+        assert proc.stderr == b"" and said.read_text().splitlines()[:2] == ["learn", "--spam"]

@@ -73,7 +73,8 @@ def _finite(ctx, param, value):
 @click.option("--imapsieve", "imapsieve_dir", type=click.Path(file_okay=False), metavar="DIR",
               help="For a Dovecot server's administrator: write the IMAPSieve scripts and settings that learn "
                    "each user's moves into and out of Junk into DIR (e.g. /etc/dovecot/sieve-spamnb; files "
-                   "there are kept), say what to add to dovecot.conf, and do nothing else.")
+                   "there are kept), say what to add to dovecot.conf, and do nothing else. Refuses DIR, or the "
+                   "spamnb it names, when another user could change them or a folder above them.")
 @click.pass_context
 def setup(ctx, yes, delivery, install, no_unsure, young_days, model_path, imapsieve_dir):
     """Start from your own mail: find it, learn it, estimate, and give the recipe.
@@ -280,14 +281,13 @@ def _imapsieve(lib, folder):
     """``--imapsieve DIR``: write Dovecot's IMAPSieve files for the administrator, and say what next."""
     from spamnb.delivery import imapsieve
 
-    spamnb = lib.command_path(sys.argv[0], sys.executable)
+    spamnb = lib.command_words(sys.argv[0], sys.executable)
     try:
-        done = imapsieve.install(folder, spamnb)
+        folder, done = imapsieve.install(folder, spamnb)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     for path, written in done:
         click.echo(f"wrote {path}" if written else f"{path} exists: left as it is")
-    folder = os.path.abspath(folder)
     click.echo(f"""
 Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
   cp {folder}/{imapsieve.CONF} /etc/dovecot/conf.d/
@@ -298,4 +298,6 @@ Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
 Each user's moves into and out of Junk are then learned into their own model, as
 that user (a model of their own first: spamnb setup). What was learned: syslog
 (journalctl -t spamnb-learn); a learn that failed: Dovecot's log. A failing learn
-never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).""")
+never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).
+A user without a home of their own in the userdb (virtual users under one uid) learns
+nothing, so that no model is shared: give each a home (mail_home = /var/vmail/%d/%n).""")

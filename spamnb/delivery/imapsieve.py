@@ -18,7 +18,10 @@ as the mail user. This module writes those files, with spamnb's full path:
   under the other label moves it: forgets it as spam and learns it as ham in
   one journal record). It always exits 0 and writes one line to stderr, which
   Dovecot puts in its log: the move is done before the script runs, and a
-  failing learn must neither block nor undo it;
+  failing learn must neither block nor undo it. It learns nothing for a mail
+  user without a home of their own (HOME unset, ``/``, or the uid's own home
+  under another user name: virtual users under one vmail uid), whose moves
+  would go into a model every such user shares;
 * ``90-spamnb-imapsieve.conf``: the settings, for ``/etc/dovecot/conf.d/``.
 
 IMAPSieve calls a ``MOVE`` a ``COPY`` (Pigeonhole's storage plugin reports both
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 
 #: Where the contrib copies (and docs/delivery.md) put the files.
 DEFAULT_DIR = "/etc/dovecot/sieve-spamnb"
@@ -70,8 +74,21 @@ def report_ham(junk: str = "Junk", unsure: str = "Unsure") -> str:
             f'pipe :copy "{PIPE}" ["ham"];\n')
 
 
-def pipe_program(spamnb: str) -> str:
-    """The program the Sieve scripts pipe a moved message to (``spamnb-learn spam|ham``)."""
+def command(spamnb) -> list:
+    """spamnb's command as words: ``spamnb`` a full path (one word) or a list of words."""
+    return [spamnb] if isinstance(spamnb, (str, os.PathLike)) else list(spamnb)
+
+
+#: How the pipe program runs spamnb when setup was started as ``python -m spamnb``:
+#: isolated (``-I``), so that neither the mail user's folder nor their environment
+#: decides which spamnb is imported.
+MODULE = ("-I", "-m", "spamnb")
+
+
+def pipe_program(spamnb) -> str:
+    """The program the Sieve scripts pipe a moved message to (``spamnb-learn spam|ham``);
+    ``spamnb``: its full path, or the words that run it (:data:`MODULE`)."""
+    words = shlex.join(os.fspath(w) for w in command(spamnb))
     return f"""#!/bin/sh
 # spamnb-learn spam|ham: learn the message on standard input into the mail
 # user's own model. Piped to by report-spam.sieve and report-ham.sieve (Dovecot's
@@ -79,10 +96,14 @@ def pipe_program(spamnb: str) -> str:
 #
 # It always exits 0: the move is done before this runs, and a failing learn must
 # neither block nor undo it. What it learned goes to syslog (`journalctl -t
-# spamnb-learn`, or the mail log), a failure to stderr, which is Dovecot's log.
-# The message goes through a private temporary file, so that `spamnb learn`
-# takes its fast path (no numpy: a journal append).
-SPAMNB={shlex.quote(spamnb)}
+# spamnb-learn`, or the mail log), a failure or a refusal to stderr, which is
+# Dovecot's log. The message goes through a private temporary file, so that
+# `spamnb learn` takes its fast path (no numpy: a journal append).
+#
+# It learns nothing for a mail user without a home of their own: HOME unset, /,
+# or the home the system gives the uid the mail runs as while the mail user is
+# another name (a virtual user whose userdb has no home, under a shared vmail
+# uid); spamnb would learn into that home's model, which every such user shares.
 PATH=/usr/local/bin:/usr/bin:/bin
 export PATH
 case "$1" in
@@ -97,10 +118,25 @@ trap 'exit 0' HUP INT TERM
 if ! cat > "$dir/message"; then
     echo "spamnb-learn: cannot read the message: not learned as $label" >&2; exit 0
 fi
-who=${{USER:-$(id -un)}}
+uid=$(id -u)
+login=$(id -un 2>/dev/null || echo "$uid")
+who=${{USER:-$login}}
+home=$(printf '%s' "${{HOME:-}}" | sed 's:/*$::')
+system_home=$(getent passwd "$uid" | cut -d: -f6 | sed 's:/*$::')
+case "$home" in
+    /?*) shared= ;;
+    *) shared=yes ;;
+esac
+if [ "$home" = "$system_home" ] && [ "$who" != "$login" ] && [ "${{who%%@*}}" != "$login" ]; then
+    shared=yes
+fi
+if [ -n "$shared" ]; then
+    echo "spamnb-learn: $who: no home of their own (HOME=${{HOME-unset}}, uid $login): not learned as $label, so that nothing goes into a model other users share (give each user a home in Dovecot's userdb)" >&2
+    exit 0
+fi
 # In the background and waited for, so that Dovecot's SIGTERM (sieve_pipe_exec_timeout)
 # ends this script at once rather than when spamnb is done.
-"$SPAMNB" learn --"$label" "$dir/message" > "$dir/said" 2>&1 &
+{words} learn --"$label" "$dir/message" > "$dir/said" 2>&1 &
 learner=$!
 trap 'kill "$learner" 2>/dev/null; echo "spamnb-learn: $who: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as $label" >&2; exit 0' HUP INT TERM
 if wait "$learner"; then
@@ -149,51 +185,96 @@ plugin {{
 """
 
 
-def files(spamnb: str, folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: str = "Unsure") -> dict:
+def files(spamnb, folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: str = "Unsure") -> dict:
     """``{file name: (mode, text)}`` of what goes into ``folder``."""
     return {"report-spam.sieve": (0o644, report_spam()), "report-ham.sieve": (0o644, report_ham(junk, unsure)),
             PIPE: (0o755, pipe_program(spamnb)), CONF: (0o644, conf(folder, junk, unsure))}
 
 
-def install(folder: str, spamnb: str, junk: str = "Junk") -> list:
-    """Write :func:`files` into ``folder`` (made 0755 when missing): ``[(path, written)]``,
-    written False where a file was there already (never replaced: an admin's edits stay).
+#: Why what the pipe program runs, and the folder it is in, must be ours or root's.
+EVERY_USER = "Dovecot runs it as every mail user, so it must be yours or root's and writable by nobody else"
+
+
+def check_command(spamnb, package=None) -> None:
+    """ValueError (one line: the path and why) unless nobody but root and the user running
+    this can change what ``spamnb`` runs: the ``spamnb`` script, or the interpreter and
+    spamnb's package folder (``package``: this one) for :data:`MODULE`, each with every
+    folder above it and every link on the way (:func:`spamnb.storage.store.trusted_path`).
+    For :data:`MODULE`, the interpreter run as Dovecot runs it (no PYTHONPATH, another
+    folder) must also import this very package."""
+    import subprocess
+
+    from spamnb.storage.store import trusted_path
+
+    words = [os.fspath(w) for w in command(spamnb)]
+    if not words or not os.path.isabs(words[0]):
+        raise ValueError(f"spamnb's command {shlex.join(words)!r} does not start with a full path")
+    if tuple(words[1:]) == MODULE:
+        trusted_path(words[0], "the Python interpreter", EVERY_USER)
+        package = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        real = trusted_path(package, "spamnb's package folder", EVERY_USER)
+        probe = [words[0], "-I", "-c", "import os, spamnb; print(os.path.dirname(os.path.realpath(spamnb.__file__)))"]
+        try:
+            found = subprocess.run(probe, cwd="/", env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                                   timeout=60).stdout.strip()
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ValueError(f"cannot run {words[0]}: {exc}") from None
+        if found != real:
+            raise ValueError(f"{shlex.join(words)}, run as Dovecot runs it (no PYTHONPATH, not in this folder), "
+                             f"imports {found or 'no spamnb'}, not {real}: install spamnb for {words[0]}, or run "
+                             "setup --imapsieve with the spamnb script")
+    elif len(words) == 1:
+        real = trusted_path(words[0], "spamnb", EVERY_USER)
+        if not (os.path.isfile(real) and os.access(real, os.X_OK)):
+            raise ValueError(f"spamnb {words[0]} is not a program that can be run")
+    else:
+        raise ValueError(f"spamnb's command {shlex.join(words)!r} is neither one path nor an interpreter with "
+                         f"{' '.join(MODULE)}")
+
+
+def install(folder: str, spamnb, junk: str = "Junk") -> tuple:
+    """Write :func:`files` into ``folder`` (made 0755 where missing): ``(its real path,
+    [(path, written)])``, written False where a file was there already (never replaced:
+    an admin's edits stay). The settings name the real path.
 
     Dovecot runs what is in ``folder`` as every mail user (``sieve_pipe_bin_dir``), and
-    compiles the scripts beside them: ValueError, and nothing written, when the folder
-    or a file kept there is not ours or root's, or others may write to it (a sticky
-    folder too: they could create a file there before we or ``sievec`` do)."""
-    folder = os.path.abspath(folder)
-    os.makedirs(folder, mode=0o755, exist_ok=True)
-    _check_safe(folder, os.stat(folder))
-    for name in files(spamnb, folder, junk):
-        try:
-            _check_safe(os.path.join(folder, name), os.lstat(os.path.join(folder, name)))
-        except FileNotFoundError:
-            continue
-    done = []
-    for name, (mode, text) in files(spamnb, folder, junk).items():
-        path = os.path.join(folder, name)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-        except FileExistsError:
-            done.append((path, False))
-            continue
-        with os.fdopen(fd, "w") as f:
-            os.fchmod(f.fileno(), mode)  # the umask may have taken bits (a group-readable 0644)
-            f.write(text)
-        done.append((path, True))
-    return done
+    compiles the scripts beside them: ValueError, and nothing written, when what
+    ``spamnb`` names could be changed by another user (:func:`check_command`), when the
+    folder or any folder above it (a sticky one aside: others can add names there, not
+    replace ours), or a file kept there, is not ours or root's or others may write to it
+    (the folder itself not even sticky: they could create a file there before we or
+    ``sievec`` do), or when the way to it goes through a link another user could change.
+    Each folder is opened from the one above without following a link and checked on its
+    descriptor, one made here too, and the files are written through that descriptor."""
+    from spamnb.storage.store import open_trusted_folder, owner_problem
 
-
-def _check_safe(path, st):
-    """ValueError unless ``path`` (its ``st``, a link not followed) is a folder or a regular
-    file of ours or root's that nobody else may write to."""
-    import stat
-
-    if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
-        raise ValueError(f"{path} is neither a folder nor a regular file")
-    if st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o022:
-        raise ValueError(f"{path} is owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: Dovecot "
-                         "runs what is there as every mail user, so it must be yours or root's and writable by "
-                         "nobody else (chown root, chmod go-w)")
+    check_command(spamnb)
+    fd, real = open_trusted_folder(os.path.abspath(folder), "the IMAPSieve folder", EVERY_USER)
+    try:
+        written = files(spamnb, real, junk)
+        for name in written:
+            try:
+                st = os.lstat(name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            path = os.path.join(real, name)
+            if not (stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode)):
+                raise ValueError(f"{path} is neither a folder nor a regular file")
+            problem = owner_problem(path, st)
+            if problem:
+                raise ValueError(f"{problem}; {EVERY_USER}")
+        done = []
+        for name, (mode, text) in written.items():
+            path = os.path.join(real, name)
+            try:
+                out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode, dir_fd=fd)
+            except FileExistsError:
+                done.append((path, False))
+                continue
+            with os.fdopen(out, "w") as f:
+                os.fchmod(f.fileno(), mode)  # the umask may have taken bits (a group-readable 0644)
+                f.write(text)
+            done.append((path, True))
+        return real, done
+    finally:
+        os.close(fd)

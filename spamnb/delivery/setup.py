@@ -365,6 +365,24 @@ def command_path(argv0: str, executable: str) -> str:
     return shutil.which("spamnb") or f"{executable} -m spamnb"
 
 
+def command_words(argv0: str, executable: str) -> list:
+    """spamnb's command as separate words, for a program run without a shell's PATH (the
+    IMAPSieve pipe program): the ``spamnb`` script this process runs as; when started as
+    ``python -m spamnb`` (argv[0] is the package's ``__main__.py``), this interpreter with
+    ``-I -m spamnb`` (:data:`spamnb.delivery.imapsieve.MODULE`); else ``spamnb`` on PATH,
+    else the interpreter so."""
+    from spamnb.delivery.imapsieve import MODULE
+
+    if os.path.basename(argv0) == "spamnb" and os.path.isfile(argv0):
+        return [os.path.abspath(argv0)]
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    module = [executable, *MODULE]
+    if os.path.realpath(argv0) == os.path.realpath(os.path.join(package, "__main__.py")):
+        return module
+    found = shutil.which("spamnb")
+    return [os.path.abspath(found)] if found else module
+
+
 def delivery_of(home: str, imap_host=None) -> str:
     """What the user delivers with, judged by the files they have; procmail when nothing says."""
     if os.path.exists(os.path.join(home, ".mailfilter")):

@@ -309,9 +309,11 @@ def open_trusted(path, *, allow_insecure: bool = False, what: str = "model",
     return fd, st
 
 
-def _resolve_links(path: str, what: str | None) -> str:
+def _resolve_links(path: str, what: str | None, *, seen: list | None = None, verb: str = "load") -> str:
     """``path`` with every symbolic link resolved, each checked when ``what`` names
-    the file (see :func:`open_trusted`); OSError ELOOP past 40 links."""
+    the file (see :func:`open_trusted`; ``verb``: what the refusal says we were to do
+    with it); OSError ELOOP past 40 links. ``seen`` gets ``(path, lstat)`` of every
+    folder and link looked at on the way, in order."""
     # Not os.path.abspath: it folds "link/.." before the link is read.
     pending = [p for p in os.path.join(os.getcwd(), path).split("/") if p]
     current, hops = "/", 0
@@ -327,6 +329,8 @@ def _resolve_links(path: str, what: str | None) -> str:
             st = os.lstat(candidate)
         except FileNotFoundError:
             return os.path.join(candidate, *pending)  # the open says it is missing
+        if seen is not None:
+            seen.append((candidate, st))
         if not stat.S_ISLNK(st.st_mode):
             current = candidate
             continue
@@ -334,7 +338,7 @@ def _resolve_links(path: str, what: str | None) -> str:
         if hops > 40:
             raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
         if what is not None:
-            problem = _link_problem(path, candidate, st, what)
+            problem = _link_problem(path, candidate, st, what, verb)
             if problem is not None:
                 raise ModelError(problem)
         target = os.readlink(candidate)
@@ -344,16 +348,16 @@ def _resolve_links(path: str, what: str | None) -> str:
     return current
 
 
-def _link_problem(path: str, link: str, st: os.stat_result, what: str) -> str | None:
+def _link_problem(path: str, link: str, st: os.stat_result, what: str, verb: str = "load") -> str | None:
     owners = _trusted_owners()
     if st.st_uid not in owners:
-        return (f"refusing to load {what} {path}: it is reached through the symbolic link {link}, "
+        return (f"refusing to {verb} {what} {path}: it is reached through the symbolic link {link}, "
                 f"owned by uid {st.st_uid}, not by you or root, who could point it at any file; "
                 f"remove the link and give the real path")
     folder = os.path.dirname(link)
     dst = os.stat(folder)
     if dst.st_uid not in owners or dst.st_mode & _UNSAFE_WRITE and not dst.st_mode & stat.S_ISVTX:
-        return (f"refusing to load {what} {path}: it is reached through the symbolic link {link}, "
+        return (f"refusing to {verb} {what} {path}: it is reached through the symbolic link {link}, "
                 f"in a folder others can change ({folder}), who could point it at any file; "
                 f"give the real path")
     return None
@@ -361,6 +365,89 @@ def _link_problem(path: str, link: str, st: os.stat_result, what: str) -> str | 
 
 def _trusted_owners() -> set[int]:
     return {os.geteuid(), 0}
+
+
+def owner_problem(name: str, st: os.stat_result, *, above: bool = False) -> str | None:
+    """Why someone other than us or root could change ``name`` (its ``lstat``), or None:
+    it must be ours or root's and writable by nobody else. ``above``: a folder above
+    what is used, which others may write to when it is sticky (as ``/tmp``: they can
+    add names there, never replace ours)."""
+    if st.st_uid not in _trusted_owners():
+        return f"{name} is owned by uid {st.st_uid}, not by you (uid {os.geteuid()}) or root, who could replace it"
+    if stat.S_ISLNK(st.st_mode) or not st.st_mode & _UNSAFE_WRITE:
+        return None
+    if above and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
+        return None
+    return (f"{name} is writable by group or others (mode {stat.S_IMODE(st.st_mode):04o}), who could "
+            f"replace what is there: chmod go-w {name}")
+
+
+def trusted_path(path, what: str, why: str) -> str:
+    """The real path of ``path`` (which must exist) once nobody but us and root can change
+    what it names: it, every folder above it (:func:`owner_problem`) and every symbolic
+    link on the way (:func:`open_trusted`'s rule). ValueError otherwise, one line that
+    names the path, ``what`` it is, what is wrong and ``why`` it matters."""
+    path = os.fspath(path)
+    seen = [("/", os.lstat("/"))]
+    try:
+        real = _resolve_links(path, what, seen=seen, verb="use")
+        os.lstat(real)
+    except ModelError as exc:
+        raise ValueError(f"{exc}: {why}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot use {what} {path}: {_describe(exc)}") from None
+    for name, st in seen:
+        problem = owner_problem(name, st, above=name != real)
+        if problem:
+            raise ValueError(f"refusing to use {what} {path}: {problem}; {why}")
+    return real
+
+
+def open_trusted_folder(path, what: str, why: str, mode: int = 0o755) -> tuple[int, str]:
+    """``(fd, real path)`` of the folder ``path``, made (``mode``, whatever the umask) where
+    it is missing, once it and every folder above it are ours or root's and writable by
+    nobody else (:func:`trusted_path`'s rule). Each folder is opened from the one above
+    without following a link and checked on its descriptor, a folder made here too: what
+    is checked is what the descriptor names, whatever is swapped meanwhile. ValueError,
+    one line, otherwise."""
+    path = os.fspath(path)
+    try:
+        real = _resolve_links(path, what, verb="use")
+    except ModelError as exc:
+        raise ValueError(f"{exc}: {why}") from None
+    except OSError as exc:
+        raise ValueError(f"cannot use {what} {path}: {_describe(exc)}") from None
+    names = [n for n in real.split("/") if n]
+    if any(n in (".", "..") for n in names):
+        raise ValueError(f"cannot use {what} {path}: give a path without . or .. in its missing part")
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    fd, here = os.open("/", flags), "/"
+    try:
+        for i, name in enumerate(names + [None]):
+            problem = owner_problem(here, os.fstat(fd), above=name is not None)
+            if problem:
+                raise ValueError(f"refusing to use {what} {path}: {problem}; {why}")
+            if name is None:
+                return fd, here
+            try:
+                child = os.open(name, flags, dir_fd=fd)
+            except FileNotFoundError:
+                try:
+                    os.mkdir(name, mode, dir_fd=fd)
+                except FileExistsError:
+                    pass  # made meanwhile: opened and checked as any other
+                child = os.open(name, flags, dir_fd=fd)
+                made = os.fstat(child)
+                if made.st_uid == os.geteuid() and stat.S_IMODE(made.st_mode) != mode:
+                    os.fchmod(child, mode)  # the umask may have taken bits
+            os.close(fd)
+            fd, here = child, os.path.join(here, name)
+    except OSError as exc:
+        os.close(fd)
+        raise ValueError(f"cannot use {what} {path}: {here}/{name}: {_describe(exc)}") from None
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def planted_by(path, *, lock: bool = False) -> int | None:
