@@ -570,7 +570,7 @@ class RedisBackend(Backend):
                 s = check_settings(json.loads(text))
                 if buckets != str(s["buckets"]).encode():  # the read script's buckets are the learner's
                     raise ValueError(f"the buckets ({buckets!r}) are not the settings' ({s['buckets']})")
-            except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:  # JSONDecodeError: a ValueError
                 raise self.malformed(f"settings: {exc}") from None
             self._settings = Settings(epoch, s, rev or b"0")
         return self._settings
