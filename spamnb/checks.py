@@ -258,17 +258,22 @@ def private_file(path, what="password file"):
 
 # -- the store's URL -----------------------------------------------------------------------------
 
-STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 #: A Sentinel group's URL (``redis+sentinel://HOST:PORT,.../SERVICE/DB``, as redis-vl, LangChain
-#: and Redis-Sentinel-Url spell it), and a Sentinel's port when the URL gives none.
+#: and Redis-Sentinel-Url spell it; ``rediss+sentinel://``: TLS to the Sentinels and to every
+#: server they name), and a Sentinel's port when the URL gives none.
 SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
 #: The schemes that speak TLS (and so take redis-py's ``ssl_*`` parameters).
-TLS_SCHEMES = ("rediss",)
+TLS_SCHEMES = ("rediss", "rediss+sentinel")
 SENTINEL_PORT = 26379
 #: The query parameters the store reads itself; the others go to redis-py.
 STORE_OWN = ("prefix", "timeout", "password_file")
-#: ... and those of a Sentinel URL only (its Sentinels' password; replicas a learn waits for).
-SENTINEL_OWN = ("sentinel_password_file", "wait")
+#: ... and those of a Sentinel URL only (its Sentinels' password; replicas a learn waits for;
+#: passwords in clear text beyond loopback, on a network nobody else can reach).
+SENTINEL_OWN = ("sentinel_password_file", "wait", "force_plaintext")
+#: What ``force_plaintext=`` says yes with.
+YES = ("1", "yes", "true")
 #: redis-py's query parameters that name a file, read at the first request (said now instead):
 #: TLS URLs only.
 STORE_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
@@ -344,10 +349,10 @@ def store_url_parts(url):
     _text(url)
     if not is_store_url(url):
         raise ValueError(f"{redact(url)}: not a store URL: give redis://HOST:PORT/DB, rediss://... (TLS), "
-                         f"unix:///PATH or redis+sentinel://HOST:PORT,.../SERVICE/DB")
+                         f"unix:///PATH or redis+sentinel://HOST:PORT,.../SERVICE/DB (rediss+sentinel://: TLS)")
     try:
         parts = urlsplit(url)
-        sentinel = parts.scheme == SENTINEL_SCHEME
+        sentinel = parts.scheme in SENTINEL_SCHEMES
         if not sentinel:  # (a Sentinel URL's host part is a list: sentinel_group reads it)
             parts.port  # noqa: B018 (urlsplit reads the port only when asked: a bad one raises here)
     except ValueError:
@@ -367,9 +372,11 @@ def store_url_parts(url):
     if "db" in query and not _count(query["db"][-1]):
         raise ValueError(f"{redact(url)}: the database must be a number, not {query['db'][-1]!r}")
     if sentinel:
-        sentinel_group(parts, query, redact(url))
+        sentinels = sentinel_group(parts, query, redact(url))[0]
+        sentinel_trust(parts.scheme, sentinels, query, redact(url))
     elif any(k in query for k in SENTINEL_OWN):
-        raise ValueError(f"{redact(url)}: wait= and sentinel_password_file= are for {SENTINEL_SCHEME}:// URLs")
+        raise ValueError(f"{redact(url)}: wait=, sentinel_password_file= and force_plaintext= are for "
+                         f"{SENTINEL_SCHEME}:// URLs")
     elif parts.scheme == "unix":
         if not parts.path:
             raise ValueError(f"{redact(url)}: give the socket's path, unix:///PATH")
@@ -405,6 +412,35 @@ def store_url_parts(url):
     except ValueError as exc:
         raise ValueError(f"{redact(url)}: {exc}") from None
     return parts, query, ours
+
+
+def sentinel_trust(scheme, sentinels, query, shown):
+    """ValueError unless a Sentinel URL protects the store's password: the primary that the
+    Sentinels name receives it, so they must need a password themselves (else anyone who
+    reaches one can tell it to name their own server), and without TLS the passwords go in
+    clear text, so to loopback Sentinels only, unless ``force_plaintext=yes`` says that the
+    network between the hosts is one nobody else can reach (docs/many-hosts.md)."""
+    def given(k):
+        return k in query and query[k][-1] != ""
+
+    forced = query.get("force_plaintext", [None])[-1]
+    if forced is not None:
+        if forced.lower() not in YES:
+            raise ValueError(f"{shown}: force_plaintext must be yes, not {forced!r} (leave it out for no)")
+        if scheme != SENTINEL_SCHEME:
+            raise ValueError(f"{shown}: force_plaintext= is for {SENTINEL_SCHEME}:// URLs (this one has TLS)")
+    if given("password_file") and not given("sentinel_password_file"):
+        raise ValueError(f"{shown}: with password_file= give the Sentinels' password too, "
+                         f"sentinel_password_file=PATH (their requirepass): a Sentinel anyone can reach without "
+                         f"one can be told to name any server as the primary, which then receives the store's "
+                         f"password")
+    if scheme == SENTINEL_SCHEME and (given("password_file") or given("sentinel_password_file")) \
+            and forced is None:
+        far = [host for host, _ in sentinels if not is_loopback(host)]
+        if far:
+            raise ValueError(f"{shown}: without TLS the passwords would go to {far[0]} in clear text: use "
+                             f"rediss+sentinel:// with ssl_ca_certs= (or, on a network nobody else can reach, "
+                             f"force_plaintext=yes)")
 
 
 def sentinel_group(parts, query, shown):
