@@ -258,17 +258,28 @@ def private_file(path, what="password file"):
 
 # -- the store's URL -----------------------------------------------------------------------------
 
-STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel")
+STORE_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 #: A Sentinel group's URL (``redis+sentinel://HOST:PORT,.../SERVICE/DB``, as redis-vl, LangChain
-#: and Redis-Sentinel-Url spell it), and a Sentinel's port when the URL gives none.
+#: and Redis-Sentinel-Url spell it; ``rediss+sentinel://``: TLS to the Sentinels and to every
+#: server they name), and a Sentinel's port when the URL gives none.
 SENTINEL_SCHEME = "redis+sentinel"
+SENTINEL_SCHEMES = ("redis+sentinel", "rediss+sentinel")
+#: The schemes that speak TLS (and so take redis-py's ``ssl_*`` parameters).
+TLS_SCHEMES = ("rediss", "rediss+sentinel")
 SENTINEL_PORT = 26379
 #: The query parameters the store reads itself; the others go to redis-py.
 STORE_OWN = ("prefix", "timeout", "password_file")
-#: ... and those of a Sentinel URL only (its Sentinels' password; replicas a learn waits for).
-SENTINEL_OWN = ("sentinel_password_file", "wait")
-#: redis-py's query parameters that name a file, read at the first request (said now instead).
+#: ... and those of a Sentinel URL only (its Sentinels' password; replicas a learn waits for;
+#: passwords in clear text beyond loopback, on a network nobody else can reach).
+SENTINEL_OWN = ("sentinel_password_file", "wait", "force_plaintext")
+#: What ``force_plaintext=`` says yes with.
+YES = ("1", "yes", "true")
+#: redis-py's query parameters that name a file, read at the first request (said now instead):
+#: TLS URLs only.
 STORE_FILES = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile")
+#: Every query parameter a store URL may hold; any other is refused by name (redis-py would
+#: pass it to its connection as a keyword, a TypeError at the first request).
+STORE_PARAMETERS = STORE_OWN + SENTINEL_OWN + ("db",) + STORE_FILES
 PASSWORD_IN_URL = ("give the password with ?password_file=PATH, not in the URL (a URL shows up in process "
                    "lists, shell history, unit files and logs)")
 
@@ -293,17 +304,27 @@ def redact(url):
             if ":" in user:
                 user = user.split(":", 1)[0] + ":***"
             head = scheme + colons + user + at + host + slash + path
+    def hidden(name):  # (its name as the URL spells it when that name holds a control character)
+        shown = unquote(name).strip().lower()
+        return (shown if shown.isprintable() else name.lower()) + "=***"
+
     if sep:
-        query = "&".join(unquote(p.partition("=")[0]).strip().lower() + "=***"
-                         if is_secret(unquote(p.partition("=")[0])) else p
+        query = "&".join(hidden(p.partition("=")[0]) if is_secret(unquote(p.partition("=")[0])) else p
                          for p in query.split("&"))
     return head + sep + query + hash_ + fragment
 
 
 def is_secret(name):
     """Whether a store URL's query parameter ``name`` holds a secret: ``password``, and
-    redis-py's ``ssl_password`` (the passphrase of the client's key), in any case."""
-    return name.strip().lower().endswith("password")
+    redis-py's ``ssl_password`` (the passphrase of the client's key), in any case, and with
+    anything but letters, digits and ``_`` left out (``password%00``, ``pass word``: a name
+    made to slip past the check still holds what its sender meant as a password)."""
+    return "".join(c for c in name.lower() if c.isalnum() or c == "_").endswith("password")
+
+
+def _count(text):
+    """Whether ``text`` is a count in ASCII digits (``str.isdigit`` takes ``²``, which int() refuses)."""
+    return text.isascii() and text.isdigit()
 
 
 def is_store_url(text):
@@ -328,10 +349,10 @@ def store_url_parts(url):
     _text(url)
     if not is_store_url(url):
         raise ValueError(f"{redact(url)}: not a store URL: give redis://HOST:PORT/DB, rediss://... (TLS), "
-                         f"unix:///PATH or redis+sentinel://HOST:PORT,.../SERVICE/DB")
+                         f"unix:///PATH or redis+sentinel://HOST:PORT,.../SERVICE/DB (rediss+sentinel://: TLS)")
     try:
         parts = urlsplit(url)
-        sentinel = parts.scheme == SENTINEL_SCHEME
+        sentinel = parts.scheme in SENTINEL_SCHEMES
         if not sentinel:  # (a Sentinel URL's host part is a list: sentinel_group reads it)
             parts.port  # noqa: B018 (urlsplit reads the port only when asked: a bad one raises here)
     except ValueError:
@@ -339,20 +360,33 @@ def store_url_parts(url):
     query = parse_qs(parts.query, keep_blank_values=True)
     if parts.password or any(is_secret(k) for k in query):
         raise ValueError(f"{redact(url)}: {PASSWORD_IN_URL}")
+    unknown = sorted(k for k in query if k not in STORE_PARAMETERS)
+    if unknown:
+        name = unknown[0] if unknown[0].isprintable() and "=" not in unknown[0] else repr(unknown[0])
+        raise ValueError(f"{redact(url)}: unknown parameter {name}= (a store URL takes "
+                         f"{', '.join(k + '=' for k in STORE_PARAMETERS)}: docs/many-hosts.md)")
+    tls = [k for k in STORE_FILES if k in query]
+    if tls and parts.scheme not in TLS_SCHEMES:
+        raise ValueError(f"{redact(url)}: {tls[0]}= is for TLS, {' and '.join(s + '://' for s in TLS_SCHEMES)} "
+                         f"URLs (this one is {parts.scheme}://)")
+    if "db" in query and not _count(query["db"][-1]):
+        raise ValueError(f"{redact(url)}: the database must be a number, not {query['db'][-1]!r}")
     if sentinel:
-        sentinel_group(parts, query, redact(url))
+        sentinels = sentinel_group(parts, query, redact(url))[0]
+        sentinel_trust(parts.scheme, sentinels, query, redact(url))
     elif any(k in query for k in SENTINEL_OWN):
-        raise ValueError(f"{redact(url)}: wait= and sentinel_password_file= are for {SENTINEL_SCHEME}:// URLs")
+        raise ValueError(f"{redact(url)}: wait=, sentinel_password_file= and force_plaintext= are for "
+                         f"{SENTINEL_SCHEME}:// URLs")
     elif parts.scheme == "unix":
         if not parts.path:
             raise ValueError(f"{redact(url)}: give the socket's path, unix:///PATH")
     elif not parts.hostname:
         raise ValueError(f"{redact(url)}: give the server's host, {parts.scheme}://HOST:PORT/DB")
     db = query.get("db", [""])[-1] if parts.scheme == "unix" else parts.path.strip("/")
-    if db and not db.isdigit() and not sentinel:
+    if db and not _count(db) and not sentinel:
         raise ValueError(f"{redact(url)}: the database must be a number, not {db!r}")
     ours = {k: query.pop(k)[-1] for k in STORE_OWN + SENTINEL_OWN if k in query}
-    if "wait" in ours and not (ours["wait"].isdigit() and int(ours["wait"]) < 1000):
+    if "wait" in ours and not (_count(ours["wait"]) and int(ours["wait"]) < 1000):
         raise ValueError(f"{redact(url)}: wait must be a number of replicas, not {ours['wait']!r}")
     if "prefix" in ours:
         prefix = ours["prefix"]
@@ -380,6 +414,35 @@ def store_url_parts(url):
     return parts, query, ours
 
 
+def sentinel_trust(scheme, sentinels, query, shown):
+    """ValueError unless a Sentinel URL protects the store's password: the primary that the
+    Sentinels name receives it, so they must need a password themselves (else anyone who
+    reaches one can tell it to name their own server), and without TLS the passwords go in
+    clear text, so to loopback Sentinels only, unless ``force_plaintext=yes`` says that the
+    network between the hosts is one nobody else can reach (docs/many-hosts.md)."""
+    def given(k):
+        return k in query and query[k][-1] != ""
+
+    forced = query.get("force_plaintext", [None])[-1]
+    if forced is not None:
+        if forced.lower() not in YES:
+            raise ValueError(f"{shown}: force_plaintext must be yes, not {forced!r} (leave it out for no)")
+        if scheme != SENTINEL_SCHEME:
+            raise ValueError(f"{shown}: force_plaintext= is for {SENTINEL_SCHEME}:// URLs (this one has TLS)")
+    if given("password_file") and not given("sentinel_password_file"):
+        raise ValueError(f"{shown}: with password_file= give the Sentinels' password too, "
+                         f"sentinel_password_file=PATH (their requirepass): a Sentinel anyone can reach without "
+                         f"one can be told to name any server as the primary, which then receives the store's "
+                         f"password")
+    if scheme == SENTINEL_SCHEME and (given("password_file") or given("sentinel_password_file")) \
+            and forced is None:
+        far = [host for host, _ in sentinels if not is_loopback(host)]
+        if far:
+            raise ValueError(f"{shown}: without TLS the passwords would go to {far[0]} in clear text: use "
+                             f"rediss+sentinel:// with ssl_ca_certs= (or, on a network nobody else can reach, "
+                             f"force_plaintext=yes)")
+
+
 def sentinel_group(parts, query, shown):
     """``(sentinels, service, db)`` of a Sentinel URL's urlsplit ``parts`` and query:
     ``[(host, port)...]`` of ``HOST[:PORT],[V6]:PORT...`` (port 26379 when not given),
@@ -388,7 +451,7 @@ def sentinel_group(parts, query, shown):
     sentinels = []
     for item in parts.netloc.rpartition("@")[2].split(","):
         host, colon, number_ = item.rpartition(":")
-        if not colon or not number_.isdigit() or (host.startswith("[") != host.endswith("]")):
+        if not colon or not _count(number_) or (host.startswith("[") != host.endswith("]")):
             host, number_ = item, ""  # no port (an IPv6 address without one is in brackets too)
         host = host.strip("[]")
         if not host or (number_ and not 1 <= int(number_) < 65536):
@@ -396,12 +459,8 @@ def sentinel_group(parts, query, shown):
         sentinels.append((host, int(number_ or SENTINEL_PORT)))
     path = [p for p in parts.path.split("/") if p]
     db = query.get("db", [path[1] if len(path) > 1 else "0"])[-1]
-    if not path or len(path) > 2 or not db.isdigit():
+    if not path or len(path) > 2 or not _count(db):
         raise ValueError(f"{shown}: name the Sentinels' service and the database: .../SERVICE[/DB] (e.g. /spamnb/0)")
-    extra = sorted(k for k in query if k not in STORE_OWN + SENTINEL_OWN + ("db",))
-    if extra:
-        raise ValueError(f"{shown}: unknown parameter {extra[0]}= (a Sentinel URL takes prefix=, timeout=, "
-                         f"password_file=, sentinel_password_file=, wait=, db=)")
     from urllib.parse import unquote
 
     return sentinels, unquote(path[0]), int(db)

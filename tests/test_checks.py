@@ -320,7 +320,12 @@ def password_file(tmp_path):
     ("redis://store.example/0?prefix=a*b:", "prefix must be"),
     ("redis://store.example/0?prefix=", "prefix must be"),
     ("redis://store.example/0?timeout=0", "timeout must be a number of seconds above 0"),
-    ("redis://store.example/0?ssl_ca_certs=/nonexistent/ca.pem", "cannot read ssl_ca_certs"),
+    ("rediss://store.example/0?ssl_ca_certs=/nonexistent/ca.pem", "cannot read ssl_ca_certs"),
+    ("redis://store.example/0?ssl_ca_certs=/etc/hostname", "ssl_ca_certs= is for TLS"),
+    ("redis://store.example/0?bogus=1", "unknown parameter bogus="),
+    ("unix:///run/redis.sock?db=1&socket_keepalive=1", "unknown parameter socket_keepalive="),
+    ("redis://store.example/0?password%00=s3cret-pw", "give the password with ?password_file=PATH"),
+    ("redis://store.example/0?db=x", "the database must be a number"),
     ("unix://", "give the socket's path"),
 ])
 def test_a_bad_store_url_is_refused_by_the_check_and_at_start_without_its_password(tmp_path, url, words):
@@ -342,6 +347,25 @@ def test_the_fast_filter_passes_mail_through_a_password_in_the_url_without_showi
     res = subprocess.run(SPAMNB + ["filter", "--store", url], input=MESSAGE, capture_output=True, timeout=60)
     assert res.returncode == 3 and res.stdout == MESSAGE and b"password_file" in res.stderr, res.stderr
     assert b"s3cret" not in res.stderr and res.stderr.count(b"\n") == 1
+
+
+@pytest.mark.parametrize("param", ["bogus=1", "password%00=s3cret-pw", "socket_keepalive=1", "ssl_ca_certs=/etc/hostname"])
+def test_a_store_url_parameter_the_store_does_not_take_is_one_line_in_every_command(tmp_path, param):
+    """`config --check` refuses it by name, and so does each command at start: `info` in one
+    line (exit 1), the fast `filter` delivers the message unchanged (exit 3), never redis-py's
+    TypeError at the first request nor an 'internal error'."""
+    url = f"redis://127.0.0.1:{free_port()}/0?{param}"
+    conf = tmp_path / "store.toml"
+    write(conf, {("store", "url"): url})
+    res = checked(conf)
+    assert res.exit_code == 2 and f"{conf}:2: [store] url: " in res.stderr and "s3cret" not in res.stderr, res.stderr
+    for args, code, stdin in ((["info", "--store", url], 1, None), (["filter", "--store", url], 3, MESSAGE)):
+        r = subprocess.run(SPAMNB + args, input=stdin, capture_output=True, timeout=60)
+        assert r.returncode == code and r.stderr.count(b"\n") == 1, (args, r.stderr)
+        assert b"Traceback" not in r.stderr and b"internal error" not in r.stderr and b"s3cret" not in r.stderr
+        assert param.partition("=")[0].encode() in r.stderr or b"password_file" in r.stderr, r.stderr
+        if stdin is not None:
+            assert r.stdout == MESSAGE
 
 
 @pytest.mark.parametrize("mode", [0o644, 0o640, 0o604])
@@ -387,6 +411,7 @@ def test_the_store_reads_its_password_file_only_when_private(tmp_path, password_
     ("unix://:pw1@/run/redis.sock?db=1&password=pw2", "unix://:***@/run/redis.sock?db=1&password=***"),
     ("redis://user@h/0?password_file=/p", "redis://user@h/0?password_file=/p"),
     ("rediss://h/0?ssl_keyfile=/k&SSL_Password=k3y", "rediss://h/0?ssl_keyfile=/k&ssl_password=***"),
+    ("redis://h/0?password%00=pw3&pass%20word=pw4", "redis://h/0?password%00=***&pass word=***"),
 ])
 def test_redact_hides_the_password_of_the_user_part_and_of_the_query(url, shown):
     assert checks.redact(url) == shown

@@ -7,6 +7,8 @@ writes the primary, and a failover keeps mail flowing without losing a learn.
 from __future__ import annotations
 
 import shutil
+import socket
+import ssl
 import struct
 import subprocess
 import sys
@@ -19,7 +21,7 @@ from conftest import ROOT
 from spamnb.mail.identity import message_key
 from spamnb.storage.filestore import FileBackend
 from spamnb.storage.store import ModelError
-from test_redis_store import SPAMC, Spamd, run, sample_messages, spamc
+from test_redis_store import OPENSSL, SPAMC, Spamd, run, sample_messages, server_certificate, spamc, throwaway_ca
 from test_spamd import _free_port
 
 sys.path.insert(0, str(ROOT))
@@ -63,6 +65,16 @@ def evalsha_calls(port) -> int:
     ("redis+sentinel://a/spamnb?wait=some", "wait must be a number of replicas"),
     ("redis+sentinel://spamnb:secret@a/spamnb", "give the password with ?password_file=PATH"),
     ("redis://127.0.0.1/0?wait=1", "are for redis+sentinel:// URLs"),
+    ("redis://127.0.0.1/0?force_plaintext=yes", "are for redis+sentinel:// URLs"),
+    ("redis+sentinel://a/spamnb?password_file=/nonexistent/pw", "give the Sentinels' password too"),
+    ("rediss+sentinel://a/spamnb?password_file=/nonexistent/pw", "sentinel_password_file=PATH"),
+    ("redis+sentinel://127.0.0.1,10.0.0.3/spamnb?password_file=/n/pw&sentinel_password_file=/n/spw",
+     "without TLS the passwords would go to 10.0.0.3 in clear text"),
+    ("redis+sentinel://10.0.0.3/spamnb?sentinel_password_file=/n/spw", "use rediss+sentinel://"),
+    ("redis+sentinel://a/spamnb?force_plaintext=maybe", "force_plaintext must be yes"),
+    ("rediss+sentinel://a/spamnb?force_plaintext=yes", "force_plaintext= is for redis+sentinel://"),
+    ("redis+sentinel://a/spamnb?ssl_ca_certs=/etc/hostname", "ssl_ca_certs= is for TLS"),
+    ("rediss+sentinel://a/spamnb?bogus=1", "unknown parameter bogus="),
 ])
 def test_a_bad_sentinel_url_is_one_line(url, wanted):
     r = run("info", "--store", url)
@@ -235,5 +247,248 @@ def test_a_failover_keeps_mail_flowing_and_loses_no_learn(tmp_path, trained_mode
             assert unscanned[-1][0] - killed < switch
         assert min(t for t in acked_at if t > killed) - killed < switch  # learning goes on, on the new primary
         assert max(m[2] for m in mail) < 5  # never held: a request's timeout (1 s) and its retries
+    finally:
+        g.stop()
+
+
+# -- a Sentinel that lies -------------------------------------------------------------------------
+
+STORE_PW, SENTINEL_PW = b"store-secret-pw", b"sentinel-secret-pw"
+
+
+def _resp(value):
+    """``value`` in RESP3, as a Sentinel writes it."""
+    if isinstance(value, dict):
+        return b"%%%d\r\n" % len(value) + b"".join(_resp(k) + _resp(v) for k, v in value.items())
+    if isinstance(value, list):
+        return b"*%d\r\n" % len(value) + b"".join(_resp(v) for v in value)
+    if isinstance(value, int):
+        return b":%d\r\n" % value
+    value = value.encode() if isinstance(value, str) else value
+    return b"$%d\r\n%s\r\n" % (len(value), value)
+
+
+def _command(buf):
+    """The first RESP command in ``buf`` (its words) and the rest; ``(None, buf)`` when incomplete."""
+    head, sep, rest = buf.partition(b"\r\n")
+    if not sep or not head.startswith(b"*"):
+        return (head.split(), rest) if sep else (None, buf)
+    words = []
+    for _ in range(int(head[1:])):
+        size, sep, rest = rest.partition(b"\r\n")
+        if not sep or len(rest) < int(size[1:]) + 2:
+            return None, buf
+        words.append(rest[:int(size[1:])])
+        rest = rest[int(size[1:]) + 2:]
+    return words, rest
+
+
+class FakeSentinel:
+    """A server on a private port of 127.0.0.1 that records every byte it receives (after
+    TLS, when given a ``tls`` context) and answers as a Sentinel naming ``names`` (host, port)
+    the primary of the service ``spamnb``; ``mode="ok"``: ``+OK`` to everything, HELLO too,
+    which is what no Redis answers (and, as a primary, what records a password sent to it)."""
+
+    def __init__(self, names=None, mode="sentinel", tls=None):
+        self.names, self.mode, self.tls = names, mode, tls
+        self.received = bytearray()
+        self.connections = 0
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._talk, args=(conn,), daemon=True).start()
+
+    def _talk(self, conn):
+        conn.settimeout(5)
+        try:
+            if self.tls is not None:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            buf = b""
+            while data := conn.recv(65536):
+                self.received += data
+                buf += data
+                while True:
+                    words, buf = _command(buf)
+                    if words is None:
+                        break
+                    conn.sendall(self._answer(words))
+        except OSError:  # ssl.SSLError too: a client that refuses our certificate
+            pass
+        finally:
+            conn.close()
+
+    def _answer(self, words):
+        if self.mode == "ok":
+            return b"+OK\r\n"
+        what = b" ".join(words[:2]).upper()
+        if words[0].upper() == b"HELLO":
+            return _resp({"server": "redis", "version": "7.0.15", "proto": 3, "id": 7, "mode": "sentinel",
+                          "role": "sentinel", "modules": []})
+        if what == b"SENTINEL MASTERS":
+            host, port = self.names
+            return _resp([{"name": "spamnb", "ip": host, "port": str(port), "flags": "master",
+                           "num-other-sentinels": "0", "num-slaves": "0", "quorum": "1"}])
+        if what in (b"SENTINEL SLAVES", b"SENTINEL REPLICAS", b"SENTINEL SENTINELS"):
+            return b"*0\r\n"
+        return b"+OK\r\n"
+
+    def stop(self):
+        self.sock.close()
+
+
+@pytest.fixture
+def passwords(tmp_path):
+    """``password_file=...&sentinel_password_file=...``: two private files."""
+    query = []
+    for name, pw in (("password_file", STORE_PW), ("sentinel_password_file", SENTINEL_PW)):
+        path = tmp_path / f"{name}.pw"
+        path.write_bytes(pw + b"\n")
+        path.chmod(0o600)
+        query.append(f"{name}={path}")
+    return "&".join(query)
+
+
+@pytest.fixture
+def fakes():
+    made = []
+
+    def make(*args, **kwargs):
+        made.append(FakeSentinel(*args, **kwargs))
+        return made[-1]
+    yield make
+    for fake in made:
+        fake.stop()
+
+
+def one_line_each_way(url, *words):
+    """``info`` says it in one line (exit 1), ``filter`` delivers the message unchanged with
+    one line (exit 3): never a traceback nor an internal error."""
+    raw = sample_messages()[0]
+    for args, code in ((["info", "--store", url], 1), (["filter", "--store", url], 3)):
+        r = run(*args, input=raw if args[0] == "filter" else None)
+        assert r.returncode == code and r.stderr.count(b"\n") == 1, (args, r.returncode, r.stderr)
+        assert b"Traceback" not in r.stderr and b"internal error" not in r.stderr, r.stderr
+        assert STORE_PW not in r.stderr and SENTINEL_PW not in r.stderr
+        for w in words:
+            assert w in r.stderr, (args, r.stderr)
+        if code == 3:
+            assert r.stdout == raw
+
+
+@pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
+def test_a_sentinel_without_a_password_never_gets_the_store_to_send_its_password(fakes, passwords):
+    """A Sentinel anyone can talk to names the attacker's port: a URL with the store's password
+    and none for the Sentinels is refused before spamnb connects anywhere."""
+    catcher = fakes(mode="ok")
+    sentinel = fakes(names=("127.0.0.1", catcher.port))
+    url = f"redis+sentinel://127.0.0.1:{sentinel.port}/spamnb/0?{passwords.split('&')[0]}"
+    one_line_each_way(url, b"sentinel_password_file=PATH")
+    assert (sentinel.connections, catcher.connections) == (0, 0) and STORE_PW not in catcher.received
+
+
+@pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
+def test_without_tls_the_store_password_goes_to_a_loopback_server_only(fakes, passwords):
+    """Loopback Sentinels (with their password) that name another host: refused before
+    connecting to it, as the password would cross the network in clear text."""
+    sentinel = fakes(names=("192.0.2.7", 6379))  # TEST-NET-1: nothing there
+    url = f"redis+sentinel://127.0.0.1:{sentinel.port}/spamnb/0?{passwords}&timeout=0.5"
+    one_line_each_way(url, b"the Sentinels name 192.0.2.7:6379", b"loopback addresses only", b"rediss+sentinel://")
+    assert SENTINEL_PW in sentinel.received  # it was asked (with its password: no TLS here)
+
+
+@pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
+def test_a_sentinel_answering_ok_to_hello_is_one_line(fakes):
+    sentinel = fakes(mode="ok")
+    one_line_each_way(f"redis+sentinel://127.0.0.1:{sentinel.port}/spamnb/0", b"answered what Redis does not")
+    assert sentinel.connections >= 1
+
+
+@pytest.fixture(scope="module")
+def ca(tmp_path_factory):
+    """``(folder, CA file, a server context of 127.0.0.1 signed by it, one signed by another CA)``."""
+    if OPENSSL is None:
+        pytest.skip("openssl is not installed (apt-get install openssl): the test makes its CA with it")
+    folder, other = tmp_path_factory.mktemp("sentinel-ca"), tmp_path_factory.mktemp("sentinel-other-ca")
+    ca_file = throwaway_ca(folder, "ca")
+    throwaway_ca(other, "other-ca")
+    contexts = []
+    for where, name in ((folder, "ca"), (other, "other-ca")):
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*server_certificate(where, name))
+        contexts.append(context)
+    return folder, ca_file, *contexts
+
+
+@pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
+def test_with_tls_a_server_a_sentinel_names_gets_nothing_without_the_cas_certificate(fakes, passwords, ca):
+    """``rediss+sentinel://`` with the CA: a Sentinel (one the CA vouches for, told to name
+    another server) names a plain port, then a TLS port whose certificate another CA signed;
+    neither receives the password, nor anything but a TLS handshake. A plain Sentinel
+    receives no password either."""
+    _, ca_file, good, other = ca
+    for catcher in (fakes(mode="ok"), fakes(mode="ok", tls=other)):
+        sentinel = fakes(names=("127.0.0.1", catcher.port), tls=good)
+        url = f"rediss+sentinel://127.0.0.1:{sentinel.port}/spamnb/0?{passwords}&ssl_ca_certs={ca_file}"
+        one_line_each_way(url, b"the store rediss+sentinel://127.0.0.1:")
+        assert b"SENTINEL" in sentinel.received and SENTINEL_PW in sentinel.received  # asked, over TLS
+        assert catcher.connections >= 1 and STORE_PW not in catcher.received
+        if catcher.tls is None:
+            assert catcher.received[:1] == b"\x16"  # a TLS ClientHello, then nothing
+        else:
+            assert not catcher.received  # its handshake failed: no byte of a command
+    plain = fakes(names=("127.0.0.1", 9))
+    url = f"rediss+sentinel://127.0.0.1:{plain.port}/spamnb/0?{passwords}&ssl_ca_certs={ca_file}"
+    one_line_each_way(url, b"the store rediss+sentinel://127.0.0.1:")
+    assert plain.connections >= 1 and SENTINEL_PW not in plain.received and STORE_PW not in plain.received
+
+
+@pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
+def test_a_tls_sentinel_url_passes_its_tls_files_to_the_sentinels_and_the_servers(passwords, ca):
+    from spamnb.storage.where import open_backend
+
+    _, ca_file, _, _ = ca
+    b = open_backend(None, f"rediss+sentinel://127.0.0.1:26390/spamnb/0?{passwords}&ssl_ca_certs={ca_file}")
+    sentinel = b.client.connection_pool.sentinel_manager.sentinels[0].connection_pool
+    assert sentinel.connection_kwargs["ssl_ca_certs"] == str(ca_file)
+    assert sentinel.connection_kwargs["password"] == SENTINEL_PW.decode()
+    assert issubclass(sentinel.connection_class, redis.SSLConnection)
+    for pool in (b.client.connection_pool, b.reader.connection_pool):
+        assert issubclass(pool.connection_class, redis.SSLConnection)
+        assert (pool.connection_kwargs["ssl_ca_certs"], pool.connection_kwargs["password"]) == \
+            (str(ca_file), STORE_PW.decode())
+
+
+@pytest.mark.skipif(redis is None or REDIS_SENTINEL is None, reason="redis-sentinel or the redis package is missing")
+def test_a_tls_sentinel_group_with_both_passwords_pushes_classifies_and_learns(tmp_path, passwords, ca,
+                                                                               trained_model_file):
+    """Debian's redis-server and redis-sentinel speaking TLS only, the servers and the
+    Sentinels each with their password: ``rediss+sentinel://`` with the CA and both
+    password files pushes, classifies on the replica and learns on the primary."""
+    folder, ca_file, _, _ = ca
+    g = Group(tmp_path, tls=(folder / "server.crt", folder / "server.key", ca_file),
+              password=STORE_PW.decode(), sentinel_password=SENTINEL_PW.decode())
+    try:
+        url = g.url(prefix="tls:") + f"&{passwords}&ssl_ca_certs={ca_file}"
+        assert url.startswith("rediss+sentinel://")
+        r = run("store", "push", trained_model_file, url)
+        assert r.returncode == 0, r.stderr
+        assert g.connect(g.ports[0]).hexists("tls:meta", "epoch")
+        raw = sample_messages()[0]
+        want = run("filter", "--model", trained_model_file, input=raw)
+        got = run("filter", "--store", url, input=raw)
+        assert got.returncode == want.returncode and b"model=store:tls:" in got.stdout, got.stderr
+        (tmp_path / "m.eml").write_bytes(raw)
+        r = run("learn", "--spam", "--store", url, tmp_path / "m.eml")
+        assert r.returncode == 0, r.stderr
     finally:
         g.stop()

@@ -890,6 +890,7 @@ MALFORMED = {
     "unknown-tokenizer-key": ("settings", "unknown tokenizer config keys: bogus"),
     "wrong-type": ("settings", "alpha must be a finite number"), "missing-field": ("settings", "no features"),
     "learned-class": ("registry", "a learned message has no class"),
+    "skip-headers-number": ("settings", "skip_headers must be a sequence of header names"),
 }
 
 
@@ -929,6 +930,8 @@ def malform(client, backend, raw, kind):
             s["alpha"] = "0.1"
         elif kind == "missing-field":
             del s["features"]
+        elif kind == "skip-headers-number":
+            s["tokenizer"]["skip_headers"] = 5
         client.hset(meta, mapping={"settings": "{not json" if kind == "settings-not-json" else json.dumps(s),
                                    "rev": f"edited-{kind}"})
 
@@ -982,7 +985,7 @@ def test_a_malformed_value_in_the_store_is_refused_and_mail_passes_through(serve
     assert keys_and_values(server.client(), backend.prefix) == before
 
 
-@pytest.mark.parametrize("kind", [k if k in ("settings-not-json", "nan-token") else
+@pytest.mark.parametrize("kind", [k if k in ("settings-not-json", "nan-token", "skip-headers-number") else
                                   pytest.param(k, marks=pytest.mark.slow) for k in sorted(MALFORMED)])
 def test_a_malformed_value_in_the_store_through_every_command(server, url, model_file, kind, tmp_path):
     """The click path of `filter --store` passes the message through as the fast path

@@ -13,7 +13,7 @@ def _store(url, user):
 
     if not is_store_url(url):
         raise click.UsageError(f"{redact(url)!r} is not a store URL: redis://HOST:PORT/DB, rediss://..., unix:///PATH "
-                               f"or redis+sentinel://HOST:PORT,.../SERVICE/DB")
+                               f"or redis+sentinel://HOST:PORT,.../SERVICE/DB (rediss+sentinel://: TLS)")
     backend = open_backend(None, url)
     return backend.for_user(user) if user else backend
 

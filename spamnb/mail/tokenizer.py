@@ -376,8 +376,9 @@ class TokenizerConfig:
         for name in ("only_headers", "skip_headers"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, tuple):
-                if isinstance(v, str):
-                    raise ValueError("%s must be a sequence of header names, not a string" % name)
+                if isinstance(v, str) or not isinstance(v, (list, tuple, set, frozenset)):
+                    raise ValueError("%s must be a sequence of header names, not %s"
+                                     % (name, "a string" if isinstance(v, str) else repr(v)[:40]))
                 object.__setattr__(self, name, tuple(v))
             v = getattr(self, name)
             if v is not None:

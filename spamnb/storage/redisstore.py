@@ -416,10 +416,12 @@ class RedisBackend(Backend):
     @classmethod
     def from_url(cls, url: str) -> "RedisBackend":
         """``redis://[USER@]HOST[:PORT][/DB]``, ``rediss://`` (TLS), ``unix:///PATH[?db=N]``,
-        ``redis+sentinel://HOST[:PORT],.../SERVICE[/DB]`` (a Sentinel group, ``?wait=N``), with
+        ``redis+sentinel://HOST[:PORT],.../SERVICE[/DB]`` (a Sentinel group, ``?wait=N``;
+        ``rediss+sentinel://``: TLS to the Sentinels and the servers they name), with
         ``?prefix=NAME:`` (keys), ``?timeout=SECONDS`` (each request) and ``?password_file=PATH``
         (the password, never in the URL or argv: docs/many-hosts.md).
-        Other query parameters go to redis-py (``ssl_ca_certs=``, ``ssl_certfile=``...)."""
+        redis-py's TLS files (``ssl_ca_certs=``, ``ssl_certfile=``, ``ssl_keyfile=``) go to it; no
+        other parameter passes the check."""
         redis = _redis()
         try:  # the rules `config --check` applies to [store] url: scheme, no password in it, prefix...
             parts, query, ours = checks.store_url_parts(url)
@@ -432,7 +434,7 @@ class RedisBackend(Backend):
             kwargs["password"] = _read_password(ours["password_file"])
         base = url.split("?", 1)[0]  # (urlunsplit writes unix:///PATH as unix:/PATH, which redis-py refuses)
         name = base + (f"?prefix={prefix}" if "prefix" in ours else "")
-        if parts.scheme == checks.SENTINEL_SCHEME:
+        if parts.scheme in checks.SENTINEL_SCHEMES:
             return cls._from_sentinel_url(parts, query, ours, kwargs, prefix, name)
         rest = base + ("?" + urllib.parse.urlencode(query, doseq=True) if query else "")
         try:
@@ -444,8 +446,12 @@ class RedisBackend(Backend):
     @classmethod
     def _from_sentinel_url(cls, parts, query, ours, kwargs, prefix, name):
         """``redis+sentinel://[USER@]HOST[:PORT][,HOST[:PORT]...]/SERVICE[/DB]`` (checked:
-        :func:`spamnb.checks.sentinel_group`): the primary of the Sentinels' SERVICE for
-        writing, its replicas (else the primary) for classifying."""
+        :func:`spamnb.checks.sentinel_group`, :func:`spamnb.checks.sentinel_trust`): the primary
+        of the Sentinels' SERVICE for writing, its replicas (else the primary) for classifying.
+        A server the Sentinels name is trusted as far as the URL's TLS lets it be: with
+        ``rediss+sentinel://`` it must show a certificate of the URL's CA (or the system's) for
+        the address named, before the password is sent; without TLS the password goes to a
+        loopback address only, unless ``force_plaintext=yes``."""
         from redis.sentinel import Sentinel
 
         sentinels, service, db = checks.sentinel_group(parts, query, name)
@@ -454,6 +460,12 @@ class RedisBackend(Backend):
         own = {k: kwargs[k] for k in ("socket_timeout", "socket_connect_timeout")}
         if "sentinel_password_file" in ours:
             own["password"] = _read_password(ours["sentinel_password_file"])
+        if parts.scheme in checks.TLS_SCHEMES:
+            tls = {"ssl": True, **{k: query[k][-1] for k in checks.STORE_FILES if k in query}}
+            own.update(tls)
+            kwargs.update(tls)
+        elif "password" in kwargs and ours.get("force_plaintext") is None:
+            kwargs["connection_class"] = _loopback_only()
         group = Sentinel(sentinels, sentinel_kwargs=own, db=db, **kwargs)
         return cls(group.master_for(service), prefix, name, reader=group.slave_for(service),
                    wait=int(ours.get("wait", 1)))
@@ -507,6 +519,12 @@ class RedisBackend(Backend):
         except redis.exceptions.RedisError:
             self._reach.ok = True  # it answered, with an error
             self._raise(what)
+        except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
+            # redis-py reading a reply no Redis or Sentinel gives (+OK to HELLO, a Sentinel's
+            # list that is not one): the server is not what the URL says, one line
+            self._reach.ok = False
+            raise StoreUnavailable(f"cannot {what}: the store {self.name} (or a Sentinel of it) answered what "
+                                   f"Redis does not ({type(exc).__name__}: {str(exc)[:120]})") from None
         self._reach.ok, self._reach.when = True, time.time()
         return out
 
@@ -570,7 +588,7 @@ class RedisBackend(Backend):
                 s = check_settings(json.loads(text))
                 if buckets != str(s["buckets"]).encode():  # the read script's buckets are the learner's
                     raise ValueError(f"the buckets ({buckets!r}) are not the settings' ({s['buckets']})")
-            except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+            except (ValueError, TypeError, KeyError, UnicodeDecodeError) as exc:  # JSONDecodeError: a ValueError
                 raise self.malformed(f"settings: {exc}") from None
             self._settings = Settings(epoch, s, rev or b"0")
         return self._settings
@@ -1045,6 +1063,47 @@ def _no_tokens():
     """A compiled scorer's arrays of no token (keys, weights, counts)."""
     empty = memoryview(b"")
     return empty.cast("Q"), empty.cast("d"), empty.cast("d")
+
+
+def _loopback_only():
+    """redis-py's connection to a server a Sentinel names, that sends the store's password to a
+    loopback address only: without TLS nothing shows that the server named is the store's,
+    and a Sentinel that names another host would have the password cross the network in
+    clear text (``force_plaintext=yes`` in the URL lifts this)."""
+    from redis.exceptions import ConnectionError
+    from redis.sentinel import SentinelManagedConnection, SlaveNotFoundError
+
+    class Refused(ConnectionError):
+        pass
+
+    class LoopbackOnly(SentinelManagedConnection):
+        def connect_to(self, address):
+            if not checks.is_loopback(str(address[0])):
+                raise Refused(f"the Sentinels name {address[0]}:{address[1]} for the store: without TLS the "
+                              f"store's password goes to loopback addresses only; use rediss+sentinel:// (or "
+                              f"force_plaintext=yes on a network nobody else can reach)")
+            return super().connect_to(address)
+
+        def _connect_retry(self):
+            # redis-py's, but a reader that tried every server the Sentinels name says why it
+            # refused them rather than "No slave found"
+            if self._sock or self.connection_pool.is_master:
+                return super()._connect_retry()
+            refused = None
+            try:
+                for address in self.connection_pool.rotate_slaves():
+                    try:
+                        return self.connect_to(address)
+                    except Refused as exc:
+                        refused = refused or exc
+                    except ConnectionError:
+                        continue
+            except SlaveNotFoundError:  # (what the generator raises once it has named them all)
+                if refused is None:
+                    raise
+            raise refused
+
+    return LoopbackOnly
 
 
 def _read_password(path) -> str:

@@ -48,10 +48,15 @@ def distinct_ports(n):
 class Group:
     """A primary, ``replicas`` replicas and ``sentinels`` Sentinels (quorum: a majority),
     each a process on a private port, started and ready (every Sentinel knows every
-    replica and the other Sentinels)."""
+    replica and the other Sentinels). ``tls``: ``(certificate, key, CA)`` files, every
+    server and Sentinel then speaks TLS only (replication too); ``password``: the servers'
+    (``requirepass``, ``masterauth``, the Sentinels' ``auth-pass``); ``sentinel_password``:
+    the Sentinels' own ``requirepass``."""
 
-    def __init__(self, folder: Path, replicas=1, sentinels=1, down_ms=1000, failover_ms=3000):
+    def __init__(self, folder: Path, replicas=1, sentinels=1, down_ms=1000, failover_ms=3000, *, tls=None,
+                 password=None, sentinel_password=None):
         self.folder = folder
+        self.tls, self.password, self.sentinel_password = tls, password, sentinel_password
         self.procs: dict[int, subprocess.Popen] = {}
         ports = distinct_ports(1 + replicas + sentinels)
         self.ports, self.sentinel_ports = ports[:1 + replicas], ports[1 + replicas:]
@@ -59,45 +64,69 @@ class Group:
             for i, port in enumerate(self.ports):
                 self._redis(port, *([] if i == 0 else ["--replicaof", "127.0.0.1", str(self.ports[0])]))
             for port in self.ports[1:]:
-                wait("replication", lambda p=port: self.client(p).info("replication").get("master_link_status") == "up")
+                wait("replication", lambda p=port: self.connect(p).info("replication").get("master_link_status") == "up")
             for port in self.sentinel_ports:
                 conf = folder / f"sentinel-{port}.conf"
-                conf.write_text(f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+                conf.write_text(f"{self._listen(port)}\nbind 127.0.0.1\ndir {folder}\n"
                                 f"sentinel monitor {SERVICE} 127.0.0.1 {self.ports[0]} {sentinels // 2 + 1}\n"
                                 f"sentinel down-after-milliseconds {SERVICE} {down_ms}\n"
-                                f"sentinel failover-timeout {SERVICE} {failover_ms}\n")
+                                f"sentinel failover-timeout {SERVICE} {failover_ms}\n"
+                                + (f"sentinel auth-pass {SERVICE} {password}\n" if password else "")
+                                + (f"requirepass {sentinel_password}\n" if sentinel_password else ""))
                 self.procs[port] = subprocess.Popen(["redis-sentinel", str(conf)], stdout=subprocess.DEVNULL,
                                                     stderr=subprocess.DEVNULL)
             for port in self.sentinel_ports:
                 wait("the Sentinels' discovery",
-                     lambda p=port: len(self.client(p).sentinel_slaves(SERVICE)) == replicas
-                     and len(self.client(p).sentinel_sentinels(SERVICE)) == sentinels - 1)
+                     lambda p=port: len(self.connect(p, True).sentinel_slaves(SERVICE)) == replicas
+                     and len(self.connect(p, True).sentinel_sentinels(SERVICE)) == sentinels - 1)
         except BaseException:
             self.stop()
             raise
 
+    def _listen(self, port):
+        """A server's or Sentinel's configuration lines for its port (TLS only, with ``tls``)."""
+        if not self.tls:
+            return f"port {port}"
+        cert, key, ca = self.tls
+        return (f"port 0\ntls-port {port}\ntls-cert-file {cert}\ntls-key-file {key}\ntls-ca-cert-file {ca}\n"
+                f"tls-auth-clients no\ntls-replication yes")
+
     def _redis(self, port, *extra):
+        lines = self._listen(port).split("\n")
+        if self.password:
+            lines += [f"requirepass {self.password}", f"masterauth {self.password}"]
+        options = [w for line in lines for w in ["--" + line.split(" ", 1)[0], line.split(" ", 1)[1]]]
         self.procs[port] = subprocess.Popen(
-            ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            ["redis-server", *options, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
              "--dir", str(self.folder), "--dbfilename", f"dump-{port}.rdb", *extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait("redis-server", lambda: self.client(port).ping())
+        wait("redis-server", lambda: self.connect(port).ping())
 
     @staticmethod
     def client(port):
+        """A client of a group without TLS or passwords."""
         import redis
 
         return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2)
 
+    def connect(self, port, sentinel=False):
+        """A client of a server (or, ``sentinel``, a Sentinel) of this group, with its TLS and password."""
+        import redis
+
+        tls = {"ssl": True, "ssl_ca_certs": str(self.tls[2])} if self.tls else {}
+        return redis.Redis(host="127.0.0.1", port=port, socket_timeout=2, **tls,
+                           password=self.sentinel_password if sentinel else self.password)
+
     def url(self, prefix="t:", **params):
-        """The store's ``redis+sentinel://`` URL, with ``?prefix=`` and ``params``."""
+        """The store's ``redis+sentinel://`` URL (``rediss+sentinel://`` with TLS), with ``?prefix=``
+        and ``params``."""
         query = "&".join([f"prefix={prefix}"] + [f"{k}={v}" for k, v in params.items()])
         hosts = ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports)
-        return f"redis+sentinel://{hosts}/{SERVICE}/0?{query}"
+        return f"{'rediss' if self.tls else 'redis'}+sentinel://{hosts}/{SERVICE}/0?{query}"
 
     def primary(self) -> int:
         """The primary's port, as the first Sentinel names it now."""
-        return int(self.client(self.sentinel_ports[0]).sentinel_get_master_addr_by_name(SERVICE)[1])
+        return int(self.connect(self.sentinel_ports[0], True).sentinel_get_master_addr_by_name(SERVICE)[1])
 
     def kill(self, port):
         self.procs[port].kill()
