@@ -37,6 +37,17 @@ def each(check):
     return all_of
 
 
+def local_user(name):
+    """The name of a user this machine knows."""
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except (KeyError, TypeError, ValueError):
+        raise ValueError(f"{name!r} is no user of this machine") from None
+    return name
+
+
 # -- listeners: addresses, networks, socket modes -------------------------------------------------
 
 
@@ -506,6 +517,7 @@ CHECKS = {
     ("spamd", "listen"): each(listen_address),
     ("spamd", "allow"): networks,
     ("spamd", "socket_mode"): socket_mode,
+    ("spamd", "trusted_users"): each(local_user),
     ("spamd", "user_models"): existing_folder,
     ("metrics", "listen"): tcp_address,
     ("metrics", "allow"): networks,

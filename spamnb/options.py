@@ -137,11 +137,16 @@ TABLE = (
              "(put there with `spamnb store push MODEL URL --user NAME`)."),
     Row("allow_tell", ("--allow-tell",), "spamd", "allow_tell", "bool", ("serve",),
         help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
-             "model, as spamd's --allow-tell. From this machine User: must be the client's own user (root "
-             "and the server's user may name anyone)."),
+             "model, as spamd's --allow-tell. From this machine User: must be the client's own user (root, "
+             "the server's user and --spamd-trusted-user may name anyone)."),
     Row("allow_tell_served", ("--allow-tell-served",), "spamd", "allow_tell_served", "bool", ("serve",),
         help="spamd: TELL may also change the served model, which scores everyone without a model of their "
              "own (implies --allow-tell)."),
+    Row("spamd_trusted_users", ("--spamd-trusted-user",), "spamd", "trusted_users", "list", ("serve",),
+        check=True, metavar="NAME",
+        help="spamd: a user of this machine who may name any user in User: (spamc -u), as root and the "
+             "server's user may: the MTA's, such as postfix or Debian-exim (repeatable). Any other process "
+             "of this machine may name only its own user; a client of another host in --allow, any."),
     Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",),
         default=10 * 1024 * 1024, metavar="BYTES", low=1,
         help="spamd: refuse at once a message declared (or found) larger than this; spamc then passes it "

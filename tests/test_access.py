@@ -117,3 +117,21 @@ def test_an_address_not_of_this_machine_is_another_hosts():
             conn, _ = listener.accept()
             with conn:
                 assert access.tcp_peer_uid(conn, (theirs, 1)) is None  # as accept() would give it
+
+
+def test_a_trusted_user_may_name_anyone_from_this_machine_and_shares_are_half():
+    import pwd
+
+    other = next(p for p in pwd.getpwall() if p.pw_uid not in (0, os.geteuid()))
+    peer = access.Peer(access.SPAMD, uid=other.pw_uid)
+    rules = access.Rules(tell=True)
+    assert "another user" in rules.refusal(peer, access.NAME_USER, user="bob")
+    assert rules.allows(peer, access.NAME_USER, user=other.pw_name)
+    assert access.Rules(trusted=(other.pw_name,)).allows(peer, access.NAME_USER, user="bob")
+    assert access.Rules(trusted=("bob",)).refusal(peer, access.NAME_USER, user="bob")  # not the peer's name
+    allowed = access.Rules(networks=access.LOOPBACK + (ipaddress.ip_network("192.0.2.0/24"),))
+    assert allowed.allows(access.Peer(access.SPAMD, address="192.0.2.1", uid=None), access.NAME_USER,
+                          user="bob")  # another host in --allow: as sent
+    assert [access.share(n) for n in (1, 2, 3, 32, 64)] == [1, 1, 1, 16, 32]
+    assert access.holder(peer) == ("uid", other.pw_uid)
+    assert access.holder(access.Peer(access.SPAMD, address="192.0.2.1", uid=None)) == ("address", "192.0.2.1")

@@ -73,6 +73,7 @@ def bad_values(tmp_path):
         ("spamd", "user_models"): str(tmp_path / "missing"),
         ("spamd", "socket_mode"): "999",
         ("spamd", "max_bytes"): 0,
+        ("spamd", "trusted_users"): ["spamnb-no-such-user"],
         ("web", "listen"): "nowhere",
         ("web", "allow"): ["10.0.0.0/33"],
         ("decision", "cost_fp"): -1,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import email
 import email.policy
+import encodings.idna  # noqa: F401 - loaded before a fork: the forked user may not read the venv
 import fcntl
 import io
 import os
@@ -745,6 +746,167 @@ def test_tell_on_a_unix_socket_is_for_the_peers_own_user(mallory, unix_spamd, tm
     out = ask_as(root, sock, request("TELL", raw, User="bob", Message_class="spam", Set="local"))
     assert b"DidSet: local" in out, out  # root (an MTA, the admin) may name anyone
     assert str(tmp_path).encode() not in out
+
+
+def test_a_local_user_may_name_only_itself_whatever_the_method(mallory, unix_spamd):
+    """``spamc -u victim -R`` lists the victim's tokens and scores the message as theirs (recorded
+    as theirs in the history): from this machine, only one's own user may be named, whatever the
+    method; root may name anyone."""
+    from test_spamd import request
+
+    sock, users, log = unix_spamd
+    raw = sample_message("spam", 3).read_bytes()
+    for method in ("REPORT", "SYMBOLS", "CHECK", "PROCESS", "HEADERS", "REPORT_IFSPAM"):
+        out = ask_as(mallory, sock, request(method, raw, User="bob"))
+        assert out.startswith(b"SPAMD/1.0 77 ") and b"another user" in out, (method, out)
+        assert f"{method} for user 'bob' refused".encode() in out, out
+    assert ask_as(mallory, sock, request("CHECK", raw, User=MALLORY)).startswith(b"SPAMD/1.1 0 EX_OK")
+    assert ask_as(mallory, sock, request("CHECK", raw)).startswith(b"SPAMD/1.1 0 EX_OK")
+    assert ask_as(pwd.getpwuid(0), sock, request("REPORT", raw, User="bob")).startswith(b"SPAMD/1.1 0 EX_OK")
+
+
+def test_over_tcp_from_this_machine_a_user_names_another_only_when_the_admin_trusts_it(mallory, compiled, tmp_path,
+                                                                                     trained_model):
+    """The same over TCP from this machine (its user from the socket table); a user the admin
+    names (``--spamd-trusted-user``: the MTA's) may name anyone."""
+    import dataclasses
+
+    from test_spamd import request
+
+    users = tmp_path / "users"
+    save_model(trained_model, users / "bob" / "model.joblib")
+    raw = sample_message("spam", 3).read_bytes()
+    s = _spamd_served(compiled, user_models=str(users))
+
+    def ask(data):
+        def go():
+            with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
+                c.sendall(data)
+                c.shutdown(socket.SHUT_WR)
+                out = b""
+                while chunk := c.recv(65536):
+                    out += chunk
+                return out
+        return forked_as(mallory, go)
+
+    try:
+        out = ask(request("SYMBOLS", raw, User="bob"))
+        assert out.startswith(b"SPAMD/1.0 77 ") and f"uid {mallory.pw_uid}".encode() in out, out
+        s.srv.rules = dataclasses.replace(s.srv.rules, trusted=(MALLORY,))
+        assert ask(request("SYMBOLS", raw, User="bob")).startswith(b"SPAMD/1.1 0 EX_OK")
+    finally:
+        s.stop()
+
+
+class _Held:
+    """``n`` connections held open by a forked process running as ``user`` (each made by
+    ``connect()`` and sent ``first``), until :meth:`close` or 60 seconds."""
+
+    def __init__(self, user, connect, n, first=b""):
+        ready_r, ready_w = os.pipe()
+        self._stop_r, self._stop_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # the child: never returns into pytest
+            try:
+                os.close(ready_r)
+                os.close(self._stop_w)
+                os.setgid(user.pw_gid)
+                os.setuid(user.pw_uid)
+                held = []
+                for _ in range(n):
+                    try:
+                        c = connect()
+                        c.sendall(first)
+                        held.append(c)
+                    except OSError:
+                        pass
+                    time.sleep(0.02)  # each accepted in turn
+                os.write(ready_w, str(len(held)).encode())
+                os.close(ready_w)
+                import select
+
+                select.select([self._stop_r], [], [], 60)
+            finally:
+                os._exit(0)
+        os.close(ready_w)
+        os.close(self._stop_r)
+        self.count = int(os.read(ready_r, 100) or 0)
+        os.close(ready_r)
+
+    def close(self):
+        os.close(self._stop_w)
+        os.waitpid(self.pid, 0)
+
+
+@pytest.mark.parametrize("where", ["tcp", "unix"])
+def test_one_users_idle_flood_leaves_another_users_spamc_served(mallory, unix_spamd, compiled, where):
+    """Another user holds idle connections to a spamd listener (far more than its cap): one
+    user holds at most half its slots and half its waiting places, so this user's CHECK is
+    still scanned at once."""
+    from test_spamd import request
+
+    raw = sample_message("spam", 0).read_bytes()
+    if where == "tcp":
+        s = _spamd_served(compiled, max_connections=4, timeout=20.0)
+        srv, target = s.srv, ("127.0.0.1", s.port)
+        connect = lambda: socket.create_connection(target, timeout=5)  # noqa: E731
+    else:
+        sock, users, log = unix_spamd
+        s, srv = None, None
+
+        def connect():
+            c = socket.socket(socket.AF_UNIX)
+            c.settimeout(5)
+            c.connect(str(sock))
+            return c
+    held = _Held(mallory, connect, 30, b"CHECK SPAMC/1.5\r\n")
+    try:
+        assert held.count >= 4
+        start = time.monotonic()
+        if where == "tcp":
+            out = s.ask(request("CHECK", raw), timeout=30)
+        else:
+            out = ask_as(pwd.getpwuid(0), sock, request("CHECK", raw))
+        assert out.startswith(b"SPAMD/1.1 0 EX_OK") and b"Spam: True" in out, out
+        assert time.monotonic() - start < 1.5, "served only after the wait for a slot"
+        if srv is not None:
+            assert max(srv._counts(("uid", mallory.pw_uid))) <= srv.share == 2
+    finally:
+        held.close()
+        if s is not None:
+            s.stop()
+
+
+def test_another_users_flood_never_closes_the_page_owners_connection(mallory, compiled, tmp_path):
+    """At the page's bound a new connection closes the oldest one not yet past the key: another
+    user's flood closes its own, never the owner's, whose request is on its way."""
+    from test_fastpath import messages
+    from webpage import WebHere, fill
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2], unsure={0})
+    web = WebHere(compiled, hist)
+    srv = web.server
+    srv.max_connections, srv.share = 6, 3
+    host, port = srv.server_address[:2]
+    owner = socket.create_connection((host, port), timeout=20)
+    held = None
+    try:
+        deadline = time.monotonic() + 10
+        while not srv.open:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        held = _Held(mallory, lambda: socket.create_connection((host, port), timeout=5), 4 * srv.max_connections,
+                     b"GET / HTTP/1.1\r\n")
+        owner.sendall(f"GET {srv.root}/unsure HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+        answer = owner.recv(1000)
+        assert answer.startswith(b"HTTP/1.0 200"), answer
+        assert sum(1 for who in srv.holders.values() if who == ("uid", mallory.pw_uid)) <= srv.share
+    finally:
+        owner.close()
+        if held is not None:
+            held.close()
+        web.stop()
 
 
 def test_spamd_replies_never_name_a_server_path(compiled, tmp_path, trained_model):

@@ -388,6 +388,41 @@ def test_many_idle_connections_do_not_take_the_page_from_its_owner(compiled, tmp
     assert "Traceback" not in web.log, web.log[-2000:]
 
 
+def test_the_pages_cap_closes_the_oldest_idle_connections_beyond_it(compiled, tmp_path):
+    """At most ``max_connections`` open: with the cap at 3, six idle connections (of one client
+    allowed them all) see the three oldest closed, the three newest still open; 64 by default,
+    half of them for one client."""
+    import socket
+
+    from spamnb.web import app
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2], unsure={0})
+    web = WebHere(compiled, hist)
+    srv = web.server
+    assert (app.MAX_CONNECTIONS, srv.max_connections, app.SHARE, srv.share) == (64, 64, 32, 32)
+    srv.max_connections, srv.share = 3, 3
+    host, port = srv.server_address[:2]
+    idle = []
+    try:
+        for _ in range(6):
+            idle.append(socket.create_connection((host, port), timeout=5))
+            time.sleep(0.05)  # each accepted in turn
+        time.sleep(0.3)
+        closed = []
+        for sock in idle:
+            sock.settimeout(0.5)
+            try:
+                closed.append(sock.recv(100) == b"")
+            except TimeoutError:
+                closed.append(False)
+        assert closed == [True, True, True, False, False, False], closed
+    finally:
+        for sock in idle:
+            sock.close()
+        web.stop()
+
+
 def test_a_flood_never_closes_a_connection_that_made_a_request_with_the_key(compiled, tmp_path):
     """At the bound, a new connection closes the oldest one that has not made a request with the
     page's key: the owner's, older than the flood but already past the key (its form still on

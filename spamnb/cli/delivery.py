@@ -129,7 +129,8 @@ def _history(history, backend):
 @options("socket_path", command="serve")
 @model_options
 @options("max_bytes", "timeout", "max_connections", "pidfile", "spamd_addresses", ("allow", "spamd"), "user_models",
-         "store_users", "allow_tell", "allow_tell_served", "spamd_max_bytes", "spamd_socket_mode")
+         "store_users", "allow_tell", "allow_tell_served", "spamd_max_bytes", "spamd_socket_mode",
+         "spamd_trusted_users")
 @decision_options
 @log_options(True)
 @metrics_options
@@ -137,7 +138,7 @@ def _history(history, backend):
 @click.pass_context
 def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
           spamd_addresses, allow, user_models, store_users, allow_tell, allow_tell_served, spamd_max_bytes,
-          spamd_socket_mode, decision, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
+          spamd_socket_mode, spamd_trusted_users, decision, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -172,7 +173,8 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
 
     # the checks `config --check` applies to the files' values (refused there with FILE:LINE)
     for option, check, value in (("--socket", checks.socket_path, socket_path), ("--pidfile", checks.pidfile, pidfile),
-                                 ("--spamd-socket-mode", checks.socket_mode, spamd_socket_mode)):
+                                 ("--spamd-socket-mode", checks.socket_mode, spamd_socket_mode),
+                                 ("--spamd-trusted-user", checks.each(checks.local_user), spamd_trusted_users)):
         try:
             value and check(value)
         except ValueError as exc:
@@ -207,7 +209,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
                                       allow_tell=allow_tell or allow_tell_served,
                                       tell_served=allow_tell_served, unix_mode=mode, max_connections=max_connections,
                                       compactor=compactor, log=log,
-                                      spamd_max_bytes=spamd_max_bytes)
+                                      spamd_max_bytes=spamd_max_bytes, trusted_users=spamd_trusted_users or ())
 
     def reload():
         new = reread_decision(ctx)

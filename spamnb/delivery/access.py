@@ -19,8 +19,9 @@ LEARN_OWN      connected (``-u``)     with ``--allow-tell``       -             
 LEARN_SHARED   connected              with ``--allow-tell-        -               -
                                       served`` as well
 NAME_USER      -                      a peer on this machine: its -               -
-                                      own user, unless root or
-                                      the server's user; another
+                                      own user, unless root, the
+                                      server's user or one of
+                                      ``trusted_users``; another
                                       host: as sent
 READ_METRICS   -                      -                           connected       -
 READ_PAGE      -                      -                           -               the page's key
@@ -34,6 +35,14 @@ its user is then the kernel's (``SO_PEERCRED``; for TCP the socket table, as ide
 reads it, :func:`tcp_peer_uid`), and one the kernel cannot name (a client that reset
 its connection) is :data:`UNKNOWN_PEER`, who may name no user. A peer on another
 host is trusted for ``User:``, as spamd trusts the addresses ``--allow`` admits.
+:data:`NAME_USER` is asked of every spamd request that names a user (``User:``,
+``spamc -u``), whatever its method: the named user's model scores, learns and
+lists its tokens, and the history records the message as theirs.
+
+**Shares.** No one client holds more than a share of a listener's connections
+(:func:`share`, half its cap): a client is its :func:`holder`, the user of a
+process on this machine (whichever address it connects from), the address of
+another host; so one user's flood of idle connections leaves the others served.
 """
 
 from __future__ import annotations
@@ -56,7 +65,7 @@ CONNECT = "connect"  # be accepted at all (checked before a byte is read)
 CHECK = "check"  # have a message scored
 LEARN_OWN = "learn_own"  # learn into one's own model (TELL with a model of one's own, filter -u)
 LEARN_SHARED = "learn_shared"  # learn into the served model, which scores everyone without one
-NAME_USER = "name_user"  # act for a named user (TELL's User:)
+NAME_USER = "name_user"  # act for a named user (spamd's User:, any method)
 READ_METRICS = "read_metrics"
 READ_PAGE = "read_page"
 TEACH_PAGE = "teach_page"  # learn from the page's form
@@ -119,12 +128,14 @@ class Rules:
     """One listener's settings of the rule: ``networks`` a TCP peer must come from
     (loopback and ``--allow``), ``owner`` the server's user (None: this process's
     effective user when asked), ``tell`` (``--allow-tell``) and ``tell_served``
-    (``--allow-tell-served``)."""
+    (``--allow-tell-served``); ``trusted``: the names of the users who may name any user
+    from this machine besides root and the server's (``--spamd-trusted-user``: the MTA's)."""
 
     networks: tuple = LOOPBACK
     owner: int | None = None
     tell: bool = False
     tell_served: bool = False
+    trusted: tuple = ()
 
     def allows(self, peer: Peer, action: str, *, user=None) -> bool:
         return self.refusal(peer, action, user=user) is None
@@ -147,7 +158,7 @@ class Rules:
         if action == LEARN_SHARED:
             return None if self.tell and self.tell_served else "TELL into the served model is not enabled"
         if action == NAME_USER:
-            return _naming(peer.uid, user, owner)
+            return _naming(peer.uid, user, owner, self.trusted)
         if action == READ_METRICS:
             return None
         if action == READ_PAGE:
@@ -166,13 +177,16 @@ def allows(peer: Peer, action: str, *, user=None) -> bool:
     return DEFAULT.allows(peer, action, user=user)
 
 
-def _naming(uid, user, owner):
+def _naming(uid, user, owner, trusted=()):
     """Why a peer whose user is ``uid`` may not act for ``user``; None when it may."""
     if uid is None:
         return None  # another host: User: as sent, as spamd takes it from --allow's addresses
     if uid == UNKNOWN_PEER:
         return "the connecting process on this machine could not be identified (its socket is gone)"
-    if uid in (0, owner) or user == _user_name(uid):
+    if uid in (0, owner):
+        return None
+    name = _user_name(uid)
+    if name is not None and (user == name or name in trusted):
         return None
     return f"the connecting process runs as another user (uid {uid})"
 
@@ -182,6 +196,23 @@ def _user_name(uid):
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
+
+
+# -- shares -----------------------------------------------------------------------------
+
+
+def share(cap):
+    """The most connections one client (:func:`holder`) may hold of a listener's ``cap``:
+    half of it (one, with a cap of one), so that no one client takes every slot."""
+    return max(1, cap // 2)
+
+
+def holder(peer: Peer):
+    """Who holds ``peer``'s connection, for :func:`share`: ``("uid", N)`` for a process on
+    this machine (its user, whichever of the machine's addresses it connects from; one
+    the kernel cannot name is :data:`UNKNOWN_PEER`), ``("address", IP)`` for another host."""
+    uid = peer.uid
+    return ("address", peer.address) if uid is None else ("uid", uid)
 
 
 # -- addresses -------------------------------------------------------------------------
@@ -273,14 +304,16 @@ def local_peer_uid(family, peer, mine):
         return "".join(f"{w:08X}" for w in words) + f":{address[1]:04X}"
 
     try:
-        want = (hexed(peer), hexed(mine))
+        want = f" {hexed(peer)} {hexed(mine)} ".encode()
         # /proc/self/net: /proc/net is hidden under systemd's ProcSubset=pid (the spamd unit's)
-        with open("/proc/self/net/tcp" if family == socket.AF_INET else "/proc/self/net/tcp6") as f:
-            next(f)  # the column names
-            for line in f:
-                fields = line.split()
-                if len(fields) > 7 and (fields[1], fields[2]) == want:
-                    return int(fields[7])
-    except (OSError, ValueError, StopIteration):
+        with open("/proc/self/net/tcp" if family == socket.AF_INET else "/proc/self/net/tcp6", "rb") as f:
+            table = f.read()
+        # the pair looked for at C speed, not line by line: it is asked of every connection
+        # naming a user, and of each one a flooded listener admits (:func:`holder`)
+        at = table.find(want)
+        if at < 0:
+            return None
+        fields = table[table.rfind(b"\n", 0, at) + 1:table.find(b"\n", at)].split()
+        return int(fields[7]) if len(fields) > 7 else None
+    except (OSError, ValueError):
         return None
-    return None

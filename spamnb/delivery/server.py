@@ -152,23 +152,29 @@ class BoundedThreads(socketserver.ThreadingMixIn):
     accept loop: a flood of idle connections costs each listener at most its
     own bound. With ``wait`` (spamd), up to ``max_connections`` more may wait
     that long for a slot, each in its own thread (a burst is served a moment
-    later), before the same refusal. With ``deadline`` (seconds), a connection
+    later), before the same refusal. With ``shared`` (spamd), one client
+    (:meth:`holder`: a local user, another host's address) holds at most
+    :attr:`share` of the slots and as many waiting, so that one user's flood
+    leaves the others served; who holds a connection is asked only once the
+    listener holds that many. With ``deadline`` (seconds), a connection
     still open that long after it was accepted is shut down, whatever its
     handler is doing (for handlers that have no deadline of their own: the
     metrics' HTTP one). One spare descriptor per listener lets it refuse a
     connection even when the process has none left (EMFILE), instead of
     leaving it in the backlog and the accept loop spinning."""
 
-    def bound_threads(self, max_connections, busy=b"", wait=0.0, deadline=None):
+    def bound_threads(self, max_connections, busy=b"", wait=0.0, deadline=None, shared=False):
         self.max_connections = max_connections
-        self.slots = threading.BoundedSemaphore(max_connections)
-        self.waiting = threading.BoundedSemaphore(max_connections) if wait > 0 else None
+        #: with ``shared``: the most of them one client (:meth:`holder`) may hold, served or
+        #: waiting (:func:`spamnb.delivery.access.share`); None: no such limit
+        self.share = access.share(max_connections) if shared else None
         self.busy = busy
         self.slot_wait = wait
         self.deadline_s = deadline
         self._waiters = set()  # connections accepted beyond the bound, waiting for a slot
+        self._held = {}  # connection -> [its holder (None: not asked yet), its client's address]
         self._open = {}  # connection -> the time it must be shut down by (with a deadline)
-        self._guard = threading.Lock()
+        self._guard = threading.Condition()
         self.refused = 0
         self._tallies = {}  # kind -> [when its last line was written, connections not yet in a line]
 
@@ -180,15 +186,56 @@ class BoundedThreads(socketserver.ThreadingMixIn):
 
     def descriptors(self):
         """The most file descriptors this listener's connections take at once (its own included)."""
-        return 2 + self.max_connections * (2 if self.waiting is not None else 1)
+        return 2 + self.max_connections * (2 if self.slot_wait > 0 else 1)
+
+    def holder(self, request, client_address):
+        """Who holds connection ``request``, for :attr:`share` (:func:`spamnb.delivery.access.holder`)."""
+        raise NotImplementedError
+
+    def _counts(self, who=None):
+        """(served, waiting) of every connection held, or of holder ``who``'s (with the guard held)."""
+        held = self._held if who is None else {c: h for c, h in self._held.items() if h[0] == who}
+        waiting = sum(1 for c in held if c in self._waiters)
+        return len(held) - waiting, waiting
+
+    def _holders(self, request, client_address):
+        """The holder of ``request``, and of every connection held not asked yet; None while
+        no client can reach its share (the holders are asked only then: over TCP a scan of
+        the kernel's socket table each)."""
+        with self._guard:
+            if self.share is None or len(self._held) + 1 < self.share:
+                return None
+            unknown = [(c, h[1]) for c, h in self._held.items() if h[0] is None]
+        found = {c: self._ask_holder(c, a) for c, a in unknown}  # (only this thread adds or asks)
+        with self._guard:
+            for c, who in found.items():
+                if c in self._held:
+                    self._held[c][0] = who
+        return self._ask_holder(request, client_address)
+
+    def _ask_holder(self, request, client_address):
+        try:
+            return self.holder(request, client_address)
+        except OSError:
+            return ("unknown", None)
 
     def process_request(self, request, client_address):
-        if not self.slots.acquire(blocking=False):
-            if self.waiting is None or not self.waiting.acquire(blocking=False):
-                self._refuse(request, client_address)
-                return
-            with self._guard:
+        who = self._holders(request, client_address)
+        with self._guard:
+            served, waiting = self._counts()
+            mine = self._counts(who) if who is not None else (0, 0)
+            limit = self.max_connections if self.share is None else self.share
+            if served < self.max_connections and mine[0] < limit:
+                pass
+            elif self.slot_wait > 0 and waiting < self.max_connections and mine[1] < limit:
                 self._waiters.add(request)  # it waits in its own thread, never in the accept loop
+            else:
+                who = False
+            if who is not False:
+                self._held[request] = [who, client_address]
+        if who is False:
+            self._refuse(request, client_address)
+            return
         try:
             super().process_request(request, client_address)
         except BaseException:
@@ -197,19 +244,28 @@ class BoundedThreads(socketserver.ThreadingMixIn):
 
     def _release(self, request):
         with self._guard:
-            waited = request in self._waiters
             self._waiters.discard(request)
-        (self.waiting if waited else self.slots).release()
+            self._held.pop(request, None)
+            self._guard.notify_all()
+
+    def _may_serve(self, request):
+        """Whether waiting connection ``request`` may take a slot now (with the guard held)."""
+        if self._counts()[0] >= self.max_connections:
+            return False
+        who = self._held[request][0]
+        return self.share is None or who is None or self._counts(who)[0] < self.share
 
     def process_request_thread(self, request, client_address):
         with self._guard:
-            waits = request in self._waiters
-        if waits:
-            got = self.slots.acquire(timeout=self.slot_wait)
-            self._release(request)
+            got = request not in self._waiters or self._guard.wait_for(lambda: self._may_serve(request),
+                                                                        timeout=self.slot_wait)
+            self._waiters.discard(request)
             if not got:
-                self._refuse(request, client_address)
-                return
+                self._held.pop(request, None)
+                self._guard.notify_all()
+        if not got:
+            self._refuse(request, client_address)
+            return
         if self.deadline_s is not None:
             with self._guard:
                 self._open[request] = time.monotonic() + self.deadline_s
@@ -218,7 +274,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         finally:
             with self._guard:
                 self._open.pop(request, None)
-            self.slots.release()
+            self._release(request)
 
     def service_actions(self):
         """Between accepts (every poll interval): shut down the connections past their deadline."""

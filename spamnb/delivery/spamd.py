@@ -4,7 +4,7 @@ The TCP (:class:`TCPServer`) and Unix (:class:`UnixServer`) listeners that
 ``serve --spamd`` opens (:func:`open_servers`), each connection answered in
 SpamAssassin's spamc/spamd protocol (:mod:`spamnb.delivery.spamd_protocol`) with
 the served or the user's model (:class:`spamnb.delivery.usermodels.Models`); who
-may connect, and who may name which user in a ``TELL``, is the rule of
+may connect, and who may name which user (``User:``, any method), is the rule of
 :mod:`spamnb.delivery.access`.
 
 **Limits.** A declared ``Content-length`` over ``spamd_max_bytes`` (``--spamd-max-bytes``,
@@ -20,7 +20,9 @@ connections served at once are capped (``--max-connections``): one beyond the
 cap waits up to :data:`SLOT_WAIT` for a slot while no more than the cap wait
 with it, else it is answered EX_TEMPFAIL and closed at once, so a slow or
 stalled client holds one thread for at most the deadline and a flood of idle
-ones at most twice the cap of descriptors.
+ones at most twice the cap of descriptors. One client (a user of this machine,
+another host's address) holds at most half the slots and half the waiting
+places, so that another user's spamc is served during its flood.
 
 **Who may connect**: loopback, and the ``--allow`` networks, checked before a
 byte is read; a Unix socket by its mode (``--spamd-socket-mode``)
@@ -43,7 +45,7 @@ from spamnb.delivery import access, events, pipeline
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
 from spamnb.delivery.access import LOOPBACK, client_ip
 from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer,
-                                            find_header_end, parse_headers, parse_request_line, reply,
+                                            find_header_end, may_name, parse_headers, parse_request_line, reply,
                                             spam_line, unreadable)
 from spamnb.delivery.usermodels import Models  # noqa: F401 - serve builds them as spamd.Models
 from spamnb.storage.store import ModelError
@@ -143,7 +145,7 @@ class _Handler(socketserver.BaseRequestHandler):
                                             f"got {len(raw)} bytes)")
         if len(raw) > srv.max_bytes:
             return self._unscanned(reader, method, version, headers, None, raw)
-        # The peer's user is looked up only when a rule reads it (a TELL that names a user):
+        # The peer's user is looked up only when a rule reads it (a request that names a user):
         # over TCP it is a scan of the kernel's socket table (/proc/self/net/tcp, every
         # connection of the host, TIME_WAIT ones too), which took 29% of the server's CPU
         # per CHECK on a host with 736 lines there (bench_ref.py --only server).
@@ -157,6 +159,7 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         if method == "TELL":
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
+        may_name(method, headers, srv.rules, srv.peer(self.request, self.client_address))
         backend, _ = srv.models.for_user(headers.get("User"))
         try:
             t = threshold(srv.models.decision_for(headers.get("User")).cutoffs(backend.view().cutoffs)[1])
@@ -267,22 +270,27 @@ class _SpamdServer(BoundedThreads):
     rules = access.Rules()
 
     def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
-                  tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES):
+                  tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES, trusted_users=()):
         self.models = models
         self.spamd_max_bytes = spamd_max_bytes
         self.max_bytes = min(max_bytes, spamd_max_bytes)
         self.timeout_s = timeout
-        self.rules = dataclasses.replace(self.rules, tell=allow_tell, tell_served=tell_served)
+        self.rules = dataclasses.replace(self.rules, tell=allow_tell, tell_served=tell_served,
+                                         trusted=tuple(trusted_users))
         self.log = log
         self.compactor = compactor
         # spamc passes a message through unfiltered when refused: a burst waits a moment instead,
         # as many as are served at most; beyond them (an idle flood) refused at once
+        # and no one client (a local user, another host) holds more than half of either
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
-                           wait=SLOT_WAIT)
+                           wait=SLOT_WAIT, shared=True)
 
     def peer(self, conn, client_address):
         """Who is at the other end of ``conn`` (:class:`spamnb.delivery.access.Peer`)."""
         raise NotImplementedError
+
+    def holder(self, request, client_address):
+        return access.holder(self.peer(request, client_address))
 
     def verify_request(self, request, client_address):
         """Connections the access rules refuse (from outside the allowed networks) are
@@ -367,7 +375,8 @@ def check_listening(addresses, allow=()):
 
 
 def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
-                 max_connections, compactor, log, tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES):
+                 max_connections, compactor, log, tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES,
+                 trusted_users=()):
     """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
     listen, nets = check_listening(addresses, allow)
     servers = []
@@ -383,7 +392,7 @@ def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=
                 raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
             srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
                           compactor=compactor, max_connections=max_connections, tell_served=tell_served,
-                          spamd_max_bytes=spamd_max_bytes)
+                          spamd_max_bytes=spamd_max_bytes, trusted_users=trusted_users)
             servers.append(srv)
     except BaseException:
         for srv in servers:

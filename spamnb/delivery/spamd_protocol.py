@@ -276,10 +276,11 @@ def answer(method, version, headers, raw, models, *, rules=None, peer=None, comp
            raddr=None) -> bytes:
     """The reply to one whole request (the message in ``raw``), through the one pipeline
     (:func:`spamnb.delivery.pipeline.filter_one`); ``rules`` and ``peer``: the listener's
-    access rules and who connected (:mod:`spamnb.delivery.access`, for TELL); ``raddr``:
-    the client's IP address, for the line."""
+    access rules and who connected (:mod:`spamnb.delivery.access`: who may name which
+    user, and TELL); ``raddr``: the client's IP address, for the line."""
     if method == "TELL":
         return tell(headers, raw, models, rules=rules, peer=peer, compact=compact, raddr=raddr)
+    may_name(method, headers, rules, peer)
     user = headers.get("User")
     backend, own = models.for_user(user)
     envelope, msg = envelope_split(raw)
@@ -340,6 +341,23 @@ def find_header_end(out: bytes):
     return min(ends) if ends else None
 
 
+def may_name(method, headers, rules=None, peer=None):
+    """EX_NOPERM unless who connected (``peer``; by default one this machine cannot
+    identify) may act for the user the request names (``User:``): a process on this
+    machine may name only its own user unless it is root, the server's user or one of
+    ``--spamd-trusted-user`` (:data:`spamnb.delivery.access.NAME_USER`). Whoever names a
+    user is scored by their model, reads their tokens (SYMBOLS, REPORT) and is recorded
+    in the history as them."""
+    user = headers.get("User")
+    if user is None:
+        return
+    rules = rules or access.Rules()
+    peer = peer or access.Peer(access.SPAMD, uid=access.UNKNOWN_PEER)
+    refused = rules.refusal(peer, access.NAME_USER, user=user)
+    if refused:
+        raise SpamdError("EX_NOPERM", f"{method} for user {user[:64]!r} refused: {refused}")
+
+
 def tell(headers, raw, models, *, rules=None, peer=None, compact=None, raddr=None) -> bytes:
     """TELL: learn (``Set: local``) or forget (``Remove: local``) into the user's model.
 
@@ -348,8 +366,8 @@ def tell(headers, raw, models, *, rules=None, peer=None, compact=None, raddr=Non
     machine cannot identify): only the user's own model learns unless the served
     model may (``--allow-tell-served``): it scores everyone else, so one client's
     TELL would change their verdicts too; a peer on this machine may name only its
-    own user in ``User:``, unless it is root or the server's own user (an MTA or a
-    script of the admin)."""
+    own user in ``User:``, unless it is root, the server's own user or one of
+    ``--spamd-trusted-user`` (an MTA or a script of the admin): :func:`may_name`."""
     rules = rules or access.Rules()
     peer = peer or access.Peer(access.SPAMD, uid=access.UNKNOWN_PEER)
     if not rules.allows(peer, access.LEARN_OWN):
@@ -363,9 +381,7 @@ def tell(headers, raw, models, *, rules=None, peer=None, compact=None, raddr=Non
     if set_local and label is None:
         raise SpamdError("EX_PROTOCOL", "(Set: local needs Message-class: spam or ham)")
     user = headers.get("User")
-    refused = None if user is None else rules.refusal(peer, access.NAME_USER, user=user)
-    if refused:
-        raise SpamdError("EX_NOPERM", f"TELL for user {user[:64]!r} refused: {refused}")
+    may_name("TELL", headers, rules, peer)
     backend, own = models.for_user(user)
     if models.per_user and user is not None and not own:
         raise SpamdError("EX_NOUSER", f"no model of user {user!r} (the administrator makes one with "

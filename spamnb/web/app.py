@@ -24,7 +24,10 @@ that keeps it safe is short enough to read here:
 * **Connections**: each read waits at most :data:`IDLE_TIMEOUT` seconds, and at
   most :data:`MAX_CONNECTIONS` are open at once; when they are, a new one closes
   the oldest that has not yet made an authorised request, so idle or slow
-  clients cannot use up the process's files or keep the owner out.
+  clients cannot use up the process's files or keep the owner out. One client
+  (a local user, whichever address it connects from; another host's address)
+  holds at most :data:`SHARE` (half): beyond, a new one of its own closes its
+  own oldest, so another user's flood never closes the owner's connections.
 * **Hostile mail**: the pages escape every value (:mod:`spamnb.web.pages`),
   have no script, and each answer carries a Content-Security-Policy
   (:data:`CSP`) that forbids scripts, inline styles, frames and any load
@@ -61,6 +64,7 @@ NUMBER = re.compile(r"[0-9]{1,9}")  # a page, a count of days: ASCII digits (not
 MESSAGE_ID = re.compile(r"[0-9]{1,18}")  # a history row's id: ASCII digits that fit SQLite's integer
 IDLE_TIMEOUT = 10.0  # seconds any read of a request may wait
 MAX_CONNECTIONS = 64  # open at once; a new one beyond closes the oldest not yet authorised
+SHARE = access.share(MAX_CONNECTIONS)  # held by one client at most; beyond, its own oldest not authorised
 
 
 class BadRequest(ValueError):
@@ -320,7 +324,10 @@ class WebServer(ThreadingHTTPServer):
         self.notes_lock = threading.Lock()
         self.idle_timeout = IDLE_TIMEOUT
         self.max_connections = MAX_CONNECTIONS
+        self.share = SHARE
         self.open = {}  # socket -> whether it made an authorised request; oldest first
+        self.holders = {}  # socket -> who holds it (access.holder; None: not asked yet)
+        self.addresses = {}  # socket -> its client's address
         self.open_lock = threading.Lock()
         super().__init__(address, Handler)
 
@@ -335,20 +342,49 @@ class WebServer(ThreadingHTTPServer):
     def process_request(self, request, client_address):
         """Each connection on a thread of its own, at most :attr:`max_connections` at once: at the
         bound, the oldest connection that has not made an authorised request is shut (an idle or
-        slow client's), else the new one is closed unread."""
+        slow client's), else the new one is closed unread. One client (a local user, another
+        host's address: :func:`spamnb.delivery.access.holder`) holds at most :attr:`share` of
+        them: beyond, its own oldest such connection is shut, never another client's."""
+        who = self._holders(request, client_address)
         with self.open_lock:
-            if len(self.open) >= self.max_connections:
-                idle = next((sock for sock, owner in self.open.items() if not owner), None)
+            mine = [sock for sock in self.open if who is not None and self.holders.get(sock) == who]
+            pool = mine if len(mine) >= self.share else self.open if len(self.open) >= self.max_connections else ()
+            if pool:
+                idle = next((sock for sock in pool if not self.open[sock]), None)
                 if idle is None:
                     self.shutdown_request(request, locked=True)
                     return
                 del self.open[idle]
+                self.holders.pop(idle, None)
                 try:
                     idle.shutdown(socket.SHUT_RDWR)  # its thread reads the end and closes it
                 except OSError:
                     pass
             self.open[request] = False
+            self.holders[request] = who
+            self.addresses[request] = client_address
         super().process_request(request, client_address)
+
+    def _holders(self, request, client_address):
+        """The holder of ``request``, and of every open connection not asked yet; None while no
+        client can reach its share (asked only then: a scan of the kernel's socket table each)."""
+        with self.open_lock:
+            if len(self.open) + 1 < min(self.share, self.max_connections):
+                return None
+            unknown = [(sock, self.addresses.get(sock)) for sock in self.open if self.holders.get(sock) is None]
+        found = {sock: self._holder(sock, address) for sock, address in unknown}  # (the accept loop's alone)
+        with self.open_lock:
+            for sock, who in found.items():
+                if sock in self.open:
+                    self.holders[sock] = who
+        return self._holder(request, client_address)
+
+    @staticmethod
+    def _holder(sock, client_address):
+        try:
+            return access.holder(access.Peer.tcp(access.WEB, client_address, sock))
+        except OSError:
+            return ("unknown", None)
 
     def authorised(self, sock):
         """The connection ``sock`` made a request with the page's key: no longer shut for a new one."""
@@ -360,6 +396,8 @@ class WebServer(ThreadingHTTPServer):
         if not locked:
             with self.open_lock:
                 self.open.pop(request, None)
+        self.holders.pop(request, None)
+        self.addresses.pop(request, None)
         super().shutdown_request(request)
 
     def handle_error(self, request, client_address):
