@@ -100,7 +100,8 @@ TABLE = (
                  "(redis://HOST:PORT/DB or another URL --store takes; docs/many-hosts.md).",
         help="Keep the model in a store shared by several hosts instead of a file: "
              "redis://HOST:PORT/DB, rediss:// (TLS), unix:///PATH or a Sentinel group, "
-             "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB, with ?prefix=NAME: "
+             "redis+sentinel://HOST:PORT,HOST:PORT/SERVICE/DB (rediss+sentinel:// with TLS, which "
+             "Sentinels across hosts need), with ?prefix=NAME: "
              "(default $SPAMNB_STORE; docs/many-hosts.md)."),
     *(Row(name, ("--" + name.replace("_", "-"),), "decision", name, "float", DECIDING, travels=True,
           help=_DECISION_HELP[name]) for name in DECISION_OPTIONS),
