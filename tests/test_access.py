@@ -135,3 +135,16 @@ def test_a_trusted_user_may_name_anyone_from_this_machine_and_shares_are_half():
     assert [access.share(n) for n in (1, 2, 3, 32, 64)] == [1, 1, 1, 16, 32]
     assert access.holder(peer) == ("uid", other.pw_uid)
     assert access.holder(access.Peer(access.SPAMD, address="192.0.2.1", uid=None)) == ("address", "192.0.2.1")
+
+
+def test_no_share_binds_root_the_servers_user_or_a_trusted_user():
+    """The MTA sends everyone's mail from one user: once trusted, only --max-connections binds it."""
+    import pwd
+
+    other = next(p for p in pwd.getpwall() if p.pw_uid not in (0, os.geteuid()))
+    peer = access.Peer(access.SPAMD, uid=other.pw_uid)
+    assert access.Rules().holder(peer) == ("uid", other.pw_uid)
+    assert access.Rules(trusted=(other.pw_name,)).holder(peer) is None
+    assert access.Rules().holder(access.Peer(access.SPAMD, uid=0)) is None
+    assert access.Rules().holder(access.Peer(access.SPAMD, uid=os.geteuid())) is None
+    assert access.Rules().holder(access.Peer(access.SPAMD, address="192.0.2.1", uid=None)) == ("address", "192.0.2.1")

@@ -140,6 +140,17 @@ class Rules:
     def allows(self, peer: Peer, action: str, *, user=None) -> bool:
         return self.refusal(peer, action, user=user) is None
 
+    def holder(self, peer: Peer):
+        """:func:`holder` of ``peer``, or None for a user of this machine that no share
+        binds: root, the server's user and the trusted users (the MTA's, which sends
+        everyone's mail from one user)."""
+        uid = peer.uid
+        if uid is not None and uid != UNKNOWN_PEER:
+            owner = os.geteuid() if self.owner is None else self.owner
+            if uid in (0, owner) or (self.trusted and _user_name(uid) in self.trusted):
+                return None
+        return holder(peer)
+
     def refusal(self, peer: Peer, action: str, *, user=None) -> str | None:
         """Why ``peer`` may not do ``action`` (for :data:`NAME_USER`: act for ``user``);
         None when it may."""

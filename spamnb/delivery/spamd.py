@@ -290,7 +290,7 @@ class _SpamdServer(BoundedThreads):
         raise NotImplementedError
 
     def holder(self, request, client_address):
-        return access.holder(self.peer(request, client_address))
+        return self.rules.holder(self.peer(request, client_address))
 
     def verify_request(self, request, client_address):
         """Connections the access rules refuse (from outside the allowed networks) are
