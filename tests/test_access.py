@@ -144,7 +144,7 @@ def test_no_share_binds_root_the_servers_user_or_a_trusted_user():
     other = next(p for p in pwd.getpwall() if p.pw_uid not in (0, os.geteuid()))
     peer = access.Peer(access.SPAMD, uid=other.pw_uid)
     assert access.Rules().holder(peer) == ("uid", other.pw_uid)
-    assert access.Rules(trusted=(other.pw_name,)).holder(peer) is None
-    assert access.Rules().holder(access.Peer(access.SPAMD, uid=0)) is None
-    assert access.Rules().holder(access.Peer(access.SPAMD, uid=os.geteuid())) is None
+    assert access.Rules(trusted=(other.pw_name,)).holder(peer) == access.UNBOUND
+    assert access.Rules().holder(access.Peer(access.SPAMD, uid=0)) == access.UNBOUND
+    assert access.Rules().holder(access.Peer(access.SPAMD, uid=os.geteuid())) == access.UNBOUND
     assert access.Rules().holder(access.Peer(access.SPAMD, address="192.0.2.1", uid=None)) == ("address", "192.0.2.1")

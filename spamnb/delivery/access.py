@@ -141,14 +141,14 @@ class Rules:
         return self.refusal(peer, action, user=user) is None
 
     def holder(self, peer: Peer):
-        """:func:`holder` of ``peer``, or None for a user of this machine that no share
-        binds: root, the server's user and the trusted users (the MTA's, which sends
+        """:func:`holder` of ``peer``, or :data:`UNBOUND` for a user of this machine that no
+        share binds: root, the server's user and the trusted users (the MTA's, which sends
         everyone's mail from one user)."""
         uid = peer.uid
         if uid is not None and uid != UNKNOWN_PEER:
             owner = os.geteuid() if self.owner is None else self.owner
             if uid in (0, owner) or (self.trusted and _user_name(uid) in self.trusted):
-                return None
+                return UNBOUND
         return holder(peer)
 
     def refusal(self, peer: Peer, action: str, *, user=None) -> str | None:
@@ -210,6 +210,10 @@ def _user_name(uid):
 
 
 # -- shares -----------------------------------------------------------------------------
+
+
+#: The holder of a connection no share binds (:meth:`Rules.holder`): only the listener's cap does.
+UNBOUND = ("unbound", None)
 
 
 def share(cap):

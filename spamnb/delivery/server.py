@@ -223,7 +223,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         who = self._holders(request, client_address)
         with self._guard:
             served, waiting = self._counts()
-            mine = self._counts(who) if who is not None else (0, 0)
+            mine = self._counts(who) if who not in (None, access.UNBOUND) else (0, 0)
             limit = self.max_connections if self.share is None else self.share
             if served < self.max_connections and mine[0] < limit:
                 pass
@@ -253,7 +253,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         if self._counts()[0] >= self.max_connections:
             return False
         who = self._held[request][0]
-        return self.share is None or who is None or self._counts(who)[0] < self.share
+        return self.share is None or who in (None, access.UNBOUND) or self._counts(who)[0] < self.share
 
     def process_request_thread(self, request, client_address):
         with self._guard:
