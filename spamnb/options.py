@@ -145,9 +145,10 @@ TABLE = (
              "own (implies --allow-tell)."),
     Row("spamd_trusted_users", ("--spamd-trusted-user",), "spamd", "trusted_users", "list", ("serve",),
         check=True, metavar="NAME",
-        help="spamd: a user of this machine who may name any user in User: (spamc -u), as root and the "
-             "server's user may: the MTA's, such as postfix or Debian-exim (repeatable). Any other process "
-             "of this machine may name only its own user; a client of another host in --allow, any."),
+        help="spamd: a person's account (a uid from login.defs' UID_MIN to UID_MAX) that may name any user "
+             "in User: (spamc -u), as root, the server's user and the system's accounts (an MTA's: nobody, "
+             "Debian-exim) may (repeatable). Any other person's account may name only itself; a client of "
+             "another host in --allow, any."),
     Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",),
         default=10 * 1024 * 1024, metavar="BYTES", low=1,
         help="spamd: refuse at once a message declared (or found) larger than this; spamc then passes it "

@@ -63,7 +63,7 @@ def test_a_tcp_peer_comes_from_loopback_or_the_allowed_networks():
 
 def test_tell_needs_its_switches_and_names_only_the_peers_own_user():
     me = pwd.getpwuid(os.geteuid())
-    other = next((u for u in pwd.getpwall() if u.pw_uid not in (0, os.geteuid())), None)
+    other = next((u for u in pwd.getpwall() if access.login_user(u.pw_uid) and u.pw_uid != os.geteuid()), None)
     off, tell, served = Rules(), Rules(tell=True), Rules(tell=True, tell_served=True)
     unix = Peer(SPAMD, uid=os.geteuid())
     assert not off.allows(unix, LEARN_OWN) and tell.allows(unix, LEARN_OWN)
@@ -122,7 +122,7 @@ def test_an_address_not_of_this_machine_is_another_hosts():
 def test_a_trusted_user_may_name_anyone_from_this_machine_and_shares_are_half():
     import pwd
 
-    other = next(p for p in pwd.getpwall() if p.pw_uid not in (0, os.geteuid()))
+    other = _a_person()
     peer = access.Peer(access.SPAMD, uid=other.pw_uid)
     rules = access.Rules(tell=True)
     assert "another user" in rules.refusal(peer, access.NAME_USER, user="bob")
@@ -141,10 +141,35 @@ def test_no_share_binds_root_the_servers_user_or_a_trusted_user():
     """The MTA sends everyone's mail from one user: once trusted, only --max-connections binds it."""
     import pwd
 
-    other = next(p for p in pwd.getpwall() if p.pw_uid not in (0, os.geteuid()))
+    other = _a_person()
     peer = access.Peer(access.SPAMD, uid=other.pw_uid)
     assert access.Rules().holder(peer) == ("uid", other.pw_uid)
     assert access.Rules(trusted=(other.pw_name,)).holder(peer) == access.UNBOUND
     assert access.Rules().holder(access.Peer(access.SPAMD, uid=0)) == access.UNBOUND
     assert access.Rules().holder(access.Peer(access.SPAMD, uid=os.geteuid())) == access.UNBOUND
     assert access.Rules().holder(access.Peer(access.SPAMD, address="192.0.2.1", uid=None)) == ("address", "192.0.2.1")
+
+
+def _a_person():
+    """A person's account of this machine (uid within login.defs' range), not ours."""
+    import pwd
+
+    found = next((p for p in pwd.getpwall() if access.login_user(p.pw_uid) and p.pw_uid != os.geteuid()), None)
+    if found is None:
+        pytest.skip("no person's account on this machine (a uid from UID_MIN to UID_MAX) besides ours")
+    return found
+
+
+def test_a_system_user_may_name_anyone_a_person_only_themselves():
+    """The mail system runs spamc -u RECIPIENT as a system user (Postfix's pipe as nobody, Exim
+    as Debian-exim): it names anyone; a person's account (the local attacker) only itself."""
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    assert not access.login_user(nobody.pw_uid) and not access.login_user(1) and access.login_user(1000)
+    rules = access.Rules()
+    assert rules.allows(access.Peer(access.SPAMD, uid=nobody.pw_uid), access.NAME_USER, user="bob")
+    assert rules.holder(access.Peer(access.SPAMD, uid=nobody.pw_uid)) == access.UNBOUND
+    person = _a_person()
+    assert "another user" in rules.refusal(access.Peer(access.SPAMD, uid=person.pw_uid), access.NAME_USER,
+                                           user="bob" if person.pw_name != "bob" else "carol")

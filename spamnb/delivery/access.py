@@ -147,7 +147,7 @@ class Rules:
         uid = peer.uid
         if uid is not None and uid != UNKNOWN_PEER:
             owner = os.geteuid() if self.owner is None else self.owner
-            if uid in (0, owner) or (self.trusted and _user_name(uid) in self.trusted):
+            if uid in (0, owner) or not login_user(uid) or (self.trusted and _user_name(uid) in self.trusted):
                 return UNBOUND
         return holder(peer)
 
@@ -194,12 +194,40 @@ def _naming(uid, user, owner, trusted=()):
         return None  # another host: User: as sent, as spamd takes it from --allow's addresses
     if uid == UNKNOWN_PEER:
         return "the connecting process on this machine could not be identified (its socket is gone)"
-    if uid in (0, owner):
+    if uid in (0, owner) or not login_user(uid):
         return None
     name = _user_name(uid)
     if name is not None and (user == name or name in trusted):
         return None
     return f"the connecting process runs as another user (uid {uid})"
+
+
+def login_user(uid) -> bool:
+    """Whether ``uid`` is a person's account: within ``/etc/login.defs``' ``UID_MIN`` to
+    ``UID_MAX`` (1000 to 60000 when it says nothing), the range ``useradd`` gives people.
+    The others are the system's (an MTA's user, ``nobody``, a daemon's): no local person
+    runs as one, and the mail system runs ``spamc -u RECIPIENT`` as one of them (Postfix's
+    pipe as ``nobody``, Exim as ``Debian-exim``), so they may name any user, as root may."""
+    low, high = _login_range()
+    return low <= uid <= high
+
+
+_LOGIN_RANGE = []
+
+
+def _login_range():
+    if not _LOGIN_RANGE:
+        found = {"UID_MIN": 1000, "UID_MAX": 60000}
+        try:
+            with open("/etc/login.defs") as f:
+                for line in f:
+                    words = line.split()
+                    if len(words) >= 2 and words[0] in found and words[1].isdigit():
+                        found[words[0]] = int(words[1])
+        except OSError:
+            pass
+        _LOGIN_RANGE.append((found["UID_MIN"], found["UID_MAX"]))
+    return _LOGIN_RANGE[0]
 
 
 def _user_name(uid):
