@@ -221,3 +221,46 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
         proc.wait(10)
         if srv.proc.poll() is None:
             srv.stop()
+
+
+def test_every_error_kind_the_code_emits_is_listed_and_documented():
+    """``events.ERROR_KINDS`` (the ``spamnb_errors_total`` series present from the start) is
+    every kind an error line can have, as the doors (spamnb/delivery, web, cli) write them:
+    the literal kinds handed to ``.error(``, the refusals tallied, a boundary's ``kind=``,
+    and spamd's error replies (their sysexits names in lower case); docs/admin.md's table
+    of kinds names each."""
+    import pathlib
+    import re
+
+    from spamnb.delivery.events import ERROR_KINDS
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    found = set()
+    doors = ("delivery", "web", "cli")  # where error lines are written (numpy's kind= is elsewhere)
+    for path in (p for d in doors for p in (root / "spamnb" / d).rglob("*.py")):
+        text = path.read_text()
+        found.update(re.findall(r'\.error\(\s*"([a-z_]+)"', text))
+        found.update(re.findall(r'tally_unserved\(\s*"([a-z_]+)"', text))
+        found.update(re.findall(r'\bkind="([a-z_]+)"', text))
+        if path.parent.name == "delivery" and path.name.startswith("spamd"):
+            found.update(n.lower() for n in re.findall(r'SpamdError\(\s*"(EX_[A-Z]+)"', text))
+            found.update(n.lower() for n in re.findall(r'\bname, text = "(EX_[A-Z]+)"', text))
+    assert found == set(ERROR_KINDS)
+    assert len(ERROR_KINDS) == len(set(ERROR_KINDS))
+    table = (root / "docs" / "admin.md").read_text().split("| `kind` | where | what |", 1)[1].split("\n\n", 1)[0]
+    documented = {k for row in table.strip().splitlines()[1:] for k in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    assert documented == set(ERROR_KINDS)
+
+
+def test_every_error_kind_is_at_zero_from_the_start_and_no_created_series():
+    m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+    from spamnb.delivery.events import ERROR_KINDS
+
+    page = m.page()[0].decode()
+    for kind in ERROR_KINDS:
+        assert f'spamnb_errors_total{{kind="{kind}"}} 0.0' in page
+    assert "_created" not in page
+    m.error("ex_ioerr")
+    page = m.page()[0].decode()
+    assert 'spamnb_errors_total{kind="ex_ioerr"} 1.0' in page and "_created" not in page
+    assert "_created" not in m.page("application/openmetrics-text; version=1.0.0")[0].decode()

@@ -5,8 +5,8 @@ events as the log lines); the model's size is read from the served model when
 Prometheus scrapes: a model file's from the model held in memory, a store's from
 its totals (one ``HGET`` per scrape, which also tells the store gauges whether it
 answers; a store that cannot answer leaves the size out of that scrape). The exposition is
-``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets and
-``_created`` series, content negotiation and OpenMetrics are its job, kept up to
+``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets,
+content negotiation and OpenMetrics are its job (without ``_created`` series: none is asked for), kept up to
 date with Prometheus by the Prometheus project itself; the HTTP listener is
 ours, so that it refuses clients outside loopback and ``--metrics-allow``
 before reading a byte, as the spamd listener does.
@@ -16,7 +16,7 @@ Metrics::
     spamnb_messages_total{verdict,via}     messages answered (via: socket, spamd, imap, filter)
     spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
     spamnb_forgotten_total{class,source}   messages forgotten (source: tell)
-    spamnb_errors_total{kind}              errors (a spamd error code in lower case, declined, ...)
+    spamnb_errors_total{kind}              errors, every kind of events.ERROR_KINDS from the start
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
     spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
@@ -37,7 +37,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from spamnb import checks
 from spamnb.delivery import access
-from spamnb.delivery.events import SOURCES, VIA
+from spamnb.delivery.events import ERROR_KINDS, SOURCES, VIA
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
 from spamnb.storage import upkeep
 from spamnb.verdict import ACTIONS, LABELS
@@ -85,6 +85,9 @@ class Metrics:
         except ValueError as exc:
             raise ValueError(f"--metrics {exc}") from None
         self.pc = pc
+        # a ``_created`` series per counter and histogram is one more series per label set for
+        # Prometheus to keep, which no query here needs (the switch is the library's, process-wide)
+        pc.disable_created_metrics()
         self.registry = pc.CollectorRegistry()
         self.messages = pc.Counter("spamnb_messages", "Messages answered, by verdict and by way in",
                                    ["verdict", "via"], registry=self.registry)
@@ -100,6 +103,8 @@ class Metrics:
         for v in ACTIONS:
             for way in VIA:
                 self.messages.labels(v, way)
+        for kind in ERROR_KINDS:  # at 0 from the start: increase() and rate() see the first error
+            self.errors.labels(kind)
         for c in LABELS:
             for s in SOURCES:
                 self._learned.labels(c, s)
