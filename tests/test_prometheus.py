@@ -264,3 +264,18 @@ def test_every_error_kind_is_at_zero_from_the_start_and_no_created_series():
     page = m.page()[0].decode()
     assert 'spamnb_errors_total{kind="ex_ioerr"} 1.0' in page and "_created" not in page
     assert "_created" not in m.page("application/openmetrics-text; version=1.0.0")[0].decode()
+
+
+def test_a_store_never_reached_has_its_gauges_from_the_start():
+    """A store that never answered: ``spamnb_store_up`` 0 and the answer age counting from
+    the start, so that ``spamnb_store_success_age_seconds > 60`` fires there too."""
+    pytest.importorskip("redis")
+    from spamnb.storage.redisstore import RedisBackend
+
+    m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+    m.backend = RedisBackend.from_url(f"redis://127.0.0.1:{free_port()}/")  # nothing listens there
+    m.started -= 90  # as if it had run for a minute and a half
+    page = m.page()[0].decode()
+    assert "spamnb_store_up 0.0" in page and "spamnb_model_tokens" not in page
+    age = [float(line.split()[1]) for line in page.splitlines() if line.startswith("spamnb_store_success_age_seconds ")]
+    assert age and 90 <= age[0] < 120

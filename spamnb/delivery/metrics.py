@@ -23,7 +23,8 @@ Metrics::
     spamnb_model_messages{class}           messages the served model learned, by class
     spamnb_journal_bytes                   size of the model's journal (a file: changes not yet compacted)
     spamnb_store_up                        1 when the store answered its last request, else 0 (a store)
-    spamnb_store_success_age_seconds       seconds since the store last answered (a store)
+    spamnb_store_success_age_seconds       seconds since the store last answered, or since the start
+                                           when it never has (a store)
 
 ``source`` of a learn: ``filter-u`` (``filter -u`` answered by the server's socket,
 or by itself), ``tell`` (spamd ``TELL``, ``spamc -L``), ``imap`` (a move
@@ -33,6 +34,7 @@ or by itself), ``tell`` (spamd ``TELL``, ``spamc -L``), ``imap`` (a move
 from __future__ import annotations
 
 import socket
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from spamnb import checks
@@ -85,6 +87,7 @@ class Metrics:
         except ValueError as exc:
             raise ValueError(f"--metrics {exc}") from None
         self.pc = pc
+        self.started = time.time()  # the store's answer age counts from here until it first answers
         # a ``_created`` series per counter and histogram is one more series per label set for
         # Prometheus to keep, which no query here needs (the switch is the library's, process-wide)
         pc.disable_created_metrics()
@@ -155,8 +158,6 @@ class _ModelCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
-        import time
-
         backend = self.metrics.backend
         if backend is None:
             return
@@ -172,12 +173,14 @@ class _ModelCollector:
         if health.journal_bytes is not None:
             yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
                                     health.journal_bytes)
-        if health.up is not None:
+        if health.store:
             yield GaugeMetricFamily("spamnb_store_up", "1 when the store answered its last request, else 0",
                                     1 if health.up else 0)
-        if health.last_success is not None:
-            yield GaugeMetricFamily("spamnb_store_success_age_seconds", "Seconds since the store last answered",
-                                    max(0.0, time.time() - health.last_success))
+            # never answered: the process's age, so that an alert on a long silence fires on a
+            # host that never reached its store too, once it has waited as long as the rule says
+            since = health.last_success if health.last_success is not None else self.metrics.started
+            yield GaugeMetricFamily("spamnb_store_success_age_seconds", "Seconds since the store last answered "
+                                    "(since the start, when it never has)", max(0.0, time.time() - since))
 
 
 class _Handler(BaseHTTPRequestHandler):

@@ -108,9 +108,11 @@ class Health:
     size: tuple | None
     #: a model file's journal, not yet compacted
     journal_bytes: int | None
-    #: a store: whether it answered its last request, and when it last answered
+    #: a store: whether it answered its last request, and when it last answered (None: never)
     up: bool | None
     last_success: float | None
+    #: whether the model is a store's (the two above are said of it)
+    store: bool = False
 
 
 def health(backend) -> Health:
@@ -119,4 +121,4 @@ def health(backend) -> Health:
     pending = journal_bytes(backend)
     if pending is not None:  # a model file is always there: no store to answer
         return Health(status.size, pending, None, None)
-    return Health(status.size, None, status.answered, status.answered_at)
+    return Health(status.size, None, status.answered, status.answered_at, store=True)
