@@ -279,3 +279,84 @@ def test_a_store_never_reached_has_its_gauges_from_the_start():
     assert "spamnb_store_up 0.0" in page and "spamnb_model_tokens" not in page
     age = [float(line.split()[1]) for line in page.splitlines() if line.startswith("spamnb_store_success_age_seconds ")]
     assert age and 90 <= age[0] < 120
+
+
+def _gauge(page, name):
+    found = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + " ")]
+    return found[0] if found else None
+
+
+def test_learning_gauge_of_a_model_file(model_file, tmp_path):
+    """``spamnb_learning_up`` of a model file: 1 when its folder (and journal) can be written,
+    by a probe of the modes when nothing was learned for a while; a learn that went through
+    says 1 for the next 30 s without a probe."""
+    from spamnb.storage.filestore import FileBackend
+
+    m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+    m.backend = FileBackend(str(model_file)).resident()
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 1
+    m.backend = FileBackend(str(tmp_path / "gone" / "model.joblib")).resident()  # its folder is gone
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 0
+    m.backend = FileBackend(str(model_file)).resident()
+    m.backend.writes.note(False)  # a learn that failed a moment ago: no probe overrides it yet
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 0
+    m.backend.learn([(messages()[0], "ham", None)])
+    assert m.backend.writes.ok is True
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 1
+
+
+def test_a_learn_s_outcome_is_what_the_learning_gauge_reads():
+    from spamnb.storage.backend import StoreUnavailable, Writes
+    from spamnb.storage.store import LockTimeout
+
+    def raising(exc):
+        def learn():
+            raise exc
+        return learn
+
+    w = Writes()
+    assert w.learning(lambda: {"learned": 1}) == {"learned": 1} and w.ok is True
+    for exc in (LockTimeout("busy"), ValueError("nothing to forget")):  # say nothing of learning itself
+        with pytest.raises(type(exc)):
+            w.learning(raising(exc))
+        assert w.ok is True
+    with pytest.raises(StoreUnavailable):
+        w.learning(raising(StoreUnavailable("cannot learn: a read-only replica")))
+    assert w.ok is False
+
+
+def test_learning_gauge_of_a_store_demoted_to_a_replica(trained_model_file, tmp_path):
+    """A store's primary made a replica (what a failover does to the old one): the reads
+    answer (``spamnb_store_up`` 1) while learning is refused, and ``spamnb_learning_up``
+    says so, from the learn refused or, without one, from its probe; back to 1 once the
+    store takes writes again."""
+    from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis
+
+    if REDIS_SERVER is None or redis is None:
+        pytest.skip("redis-server or the redis package is missing")
+    srv = RedisServer(tmp_path)
+    try:
+        backend = pushed(srv.url(prefix="site:"), trained_model_file).resident()
+        m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+        m.backend = backend
+        page = m.page()[0].decode()
+        assert _gauge(page, "spamnb_learning_up") == 1 and _gauge(page, "spamnb_store_up") == 1
+        srv.client().execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # no primary there
+        raw = messages()[0]
+        from spamnb.storage.backend import StoreUnavailable
+
+        with pytest.raises(StoreUnavailable, match="read-only"):
+            backend.learn([(raw, "spam", None)])
+        page = m.page()[0].decode()
+        assert _gauge(page, "spamnb_learning_up") == 0 and _gauge(page, "spamnb_store_up") == 1
+        backend.writes.at -= 60  # no learn for a minute: the probe asks the store
+        page = m.page()[0].decode()
+        assert _gauge(page, "spamnb_learning_up") == 0 and _gauge(page, "spamnb_store_up") == 1
+        srv.client().execute_command("REPLICAOF", "NO", "ONE")
+        backend.writes.at -= 60
+        assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 1
+        assert srv.client().ttl(b"site:probe") > 0  # the probe's key goes by itself
+        backend.learn([(raw, "spam", None)])
+        assert backend.writes.ok is True
+    finally:
+        srv.stop()

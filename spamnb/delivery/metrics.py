@@ -22,6 +22,7 @@ Metrics::
     spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
     spamnb_model_messages{class}           messages the served model learned, by class
     spamnb_journal_bytes                   size of the model's journal (a file: changes not yet compacted)
+    spamnb_learning_up                     1 when the served model can learn (its last learn, else a probe)
     spamnb_store_up                        1 when the store answered its last request, else 0 (a store)
     spamnb_store_success_age_seconds       seconds since the store last answered, or since the start
                                            when it never has (a store)
@@ -42,6 +43,7 @@ from spamnb.delivery import access
 from spamnb.delivery.events import ERROR_KINDS, SOURCES, VIA
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
 from spamnb.storage import upkeep
+from spamnb.storage.backend import PROBE_SECONDS
 from spamnb.verdict import ACTIONS, LABELS
 
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
@@ -173,6 +175,10 @@ class _ModelCollector:
         if health.journal_bytes is not None:
             yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
                                     health.journal_bytes)
+        if health.learning is not None:
+            yield GaugeMetricFamily("spamnb_learning_up", "1 when the served model can learn: its last learn went "
+                                    f"through, or a probe of a write when none for {PROBE_SECONDS:g} s, else 0",
+                                    1 if health.learning else 0)
         if health.store:
             yield GaugeMetricFamily("spamnb_store_up", "1 when the store answered its last request, else 0",
                                     1 if health.up else 0)
