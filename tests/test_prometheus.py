@@ -360,3 +360,49 @@ def test_learning_gauge_of_a_store_demoted_to_a_replica(trained_model_file, tmp_
         assert backend.writes.ok is True
     finally:
         srv.stop()
+
+
+def test_history_records_lost_are_counted_and_their_number_logged(trained_model_file, tmp_path):
+    """The store's history while the store is down: each record lost counts in
+    ``spamnb_history_lost_total`` (0 from the start), and the line when the store answers
+    again says how many were lost meanwhile."""
+    import time
+
+    from spamnb.delivery.events import Recorder
+    from spamnb.storage import redishistory
+    from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis
+
+    if REDIS_SERVER is None or redis is None:
+        pytest.skip("redis-server or the redis package is missing")
+    srv = RedisServer(tmp_path)
+    logged = []
+    try:
+        backend = pushed(srv.url(prefix="site:"), trained_model_file)
+        m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+        assert "spamnb_history_lost_total 0.0" in m.page()[0].decode()  # no history yet: none lost
+        hist = redishistory.Recorder(redishistory.RedisHistory(backend), logged.append)
+        rec = Recorder(lines=False, metrics=m, history=hist)
+        raws = messages()[:5]
+
+        def verdict(raw):
+            rec.message("spamd", "ham", -3.0, 0.01, (0.5, 0.95), len(raw), 0.001, raw=raw, user="alice")
+
+        verdict(raws[0])
+        assert until(lambda: hist.queue.empty() and not hist.failing, 10)
+        assert "spamnb_history_lost_total 0.0" in m.page()[0].decode()
+        srv.stop()
+        for raw in raws[1:4]:
+            verdict(raw)
+            time.sleep(0.2)  # each its own write, each failing
+        assert until(lambda: hist.lost == 3, 30), (hist.lost, logged)
+        assert "spamnb_history_lost_total 3.0" in m.page()[0].decode()
+        assert len([line for line in logged if "not written" in line]) == 1  # said once, not per record
+        srv.start()
+        verdict(raws[4])
+        assert until(lambda: any("records again" in line for line in logged), 30), logged
+        assert "3 record(s) lost while it did not" in logged[-1]
+        assert hist.lost == 3 and "spamnb_history_lost_total 3.0" in m.page()[0].decode()
+        rec.close()
+    finally:
+        if srv.proc.poll() is None:
+            srv.stop()

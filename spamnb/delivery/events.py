@@ -169,6 +169,8 @@ class Recorder:
         self.fmt = fmt
         self.metrics = metrics
         self.history = history
+        if metrics is not None:
+            metrics.history = history  # its records lost, counted at each scrape
         self._lock = threading.Lock()
         if write is not None:
             self._write = write

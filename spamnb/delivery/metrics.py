@@ -17,6 +17,7 @@ Metrics::
     spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
     spamnb_forgotten_total{class,source}   messages forgotten (source: tell)
     spamnb_errors_total{kind}              errors, every kind of events.ERROR_KINDS from the start
+    spamnb_history_lost_total              history records never written (the store or file failed, the queue full)
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
     spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
@@ -115,6 +116,7 @@ class Metrics:
                 self._learned.labels(c, s)
                 self._forgotten.labels(c, s)
         self.backend = None
+        self.history = None  # the server's history recorder (events.Recorder sets it), for its records lost
         self.registry.register(_ModelCollector(self))
 
     def message(self, via, label, seconds):
@@ -160,6 +162,12 @@ class _ModelCollector:
     def collect(self):
         from prometheus_client.core import GaugeMetricFamily
 
+        from prometheus_client.core import CounterMetricFamily
+
+        history = self.metrics.history
+        yield CounterMetricFamily("spamnb_history_lost", "History records never written: the history's store "
+                                  "or file failed, or its queue was full",
+                                  getattr(history, "lost", 0))  # no history: none lost
         backend = self.metrics.backend
         if backend is None:
             return
