@@ -406,3 +406,79 @@ def test_history_records_lost_are_counted_and_their_number_logged(trained_model_
     finally:
         if srv.proc.poll() is None:
             srv.stop()
+
+
+def documented_rules():
+    """The alerting rules of docs/admin.md (its YAML block of ``groups:``)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "admin.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("groups:")]
+    assert len(blocks) == 1, "docs/admin.md should have one block of alerting rules"
+    return blocks[0]
+
+
+#: ``promtool test rules`` of the documented rules: each alert fires on the series it is for,
+#: and an error counter that appears with its first error (no 0 before it) would not fire.
+RULE_TESTS = """\
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'spamnb_errors_total{kind="ex_ioerr",instance="mx1"}'
+        values: '0 0 0 1 1 1 1 1'
+      - series: 'spamnb_errors_total{kind="too_big",instance="mx3"}'
+        values: '_ _ _ 1 1 1 1 1'
+      - series: 'spamnb_store_up{instance="mx2"}'
+        values: '0x8'
+      - series: 'spamnb_store_success_age_seconds{instance="mx2"}'
+        values: '0+60x8'
+      - series: 'spamnb_store_up{instance="mx1"}'
+        values: '1x8'
+      - series: 'spamnb_store_success_age_seconds{instance="mx1"}'
+        values: '1x8'
+      - series: 'spamnb_learning_up{instance="mx1"}'
+        values: '1 1 0 0 0 0 0 0'
+      - series: 'spamnb_history_lost_total{instance="mx1"}'
+        values: '0 0 0 3 3 3 3 3'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: SpamnbMailUnscanned
+        exp_alerts:
+          - exp_labels: {severity: warning, kind: ex_ioerr, instance: mx1}
+            exp_annotations: {summary: "mx1: mail passed unscanned (ex_ioerr)"}
+      - eval_time: 4m
+        alertname: SpamnbStoreDown
+        exp_alerts:
+          - exp_labels: {severity: critical, instance: mx2}
+            exp_annotations: {summary: "mx2: the model's store does not answer"}
+      - eval_time: 2m
+        alertname: SpamnbLearningDown
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: SpamnbLearningDown
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: mx1}
+            exp_annotations: {summary: "mx1: the model cannot learn"}
+      - eval_time: 5m
+        alertname: SpamnbHistoryLost
+        exp_alerts:
+          - exp_labels: {severity: info, instance: mx1}
+            exp_annotations: {summary: "mx1: history records lost"}
+"""
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (apt-get install prometheus)")
+def test_the_documented_alerting_rules_check_and_fire(tmp_path):
+    (tmp_path / "rules.yml").write_text(documented_rules())
+    check = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "rules.yml")], capture_output=True,
+                           timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    (tmp_path / "tests.yml").write_text(RULE_TESTS)
+    test = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, timeout=60)
+    assert test.returncode == 0, test.stdout + test.stderr
+    for name in ("spamnb_errors_total", "spamnb_store_up", "spamnb_store_success_age_seconds",
+                 "spamnb_learning_up", "spamnb_history_lost_total"):
+        assert name in documented_rules()
