@@ -91,6 +91,8 @@ def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
         assert "spamnb_spamd_answer_seconds_count 12.0" in page  # every spamd request, none of the socket's
         assert 'spamnb_forgotten_total{class="ham",source="tell"} 0.0' in page
         assert "spamnb_store_up" not in page  # a model file has no store
+        assert "spamnb_learning_up 1.0" in page and "spamnb_history_lost_total 0.0" in page
+        assert 'spamnb_errors_total{kind="ex_ioerr"} 0.0' in page and "_created" not in page
         lint = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(), capture_output=True, timeout=60)
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
@@ -103,6 +105,11 @@ def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
         assert until(lambda: (counted() or {}).get("spamd") == 12, 60), counted()
         assert counted()["socket"] == 3
         assert float(query("spamnb_scan_seconds_count")[0]["value"][1]) == 15
+        from spamnb.delivery.events import ERROR_KINDS
+
+        kinds = {r["metric"]["kind"]: float(r["value"][1]) for r in query("spamnb_errors_total") or ()}
+        assert kinds == dict.fromkeys(ERROR_KINDS, 0.0)  # every kind, at 0, before any error
+        assert float(query("spamnb_learning_up")[0]["value"][1]) == 1
     finally:
         if prom is not None:
             prom.terminate()
@@ -148,7 +155,9 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
     """``serve --store --spamd --metrics`` with a real redis-server: the model's size is the
     store's (as pushed, and one more ham after a TELL), learns and forgets count by source,
     the spamd answer time is a histogram, and the store gauge reads 1, then 0 once Redis
-    stops (Prometheus sees both); promtool accepts the page."""
+    stops (Prometheus sees both); ``ex_ioerr`` is at 0 before its first error, so that
+    ``increase()`` sees the unscanned message; ``spamnb_learning_up`` goes from 1 to 0 when
+    a TELL is refused; promtool accepts the page."""
     from spamnb.storage.filestore import FileBackend
     from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis, sample_messages
 
@@ -206,6 +215,8 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
             return float(result[0]["value"][1]) if result else None
 
         assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 1, 60)
+        assert query('spamnb_errors_total{kind="ex_ioerr"}') == 0  # there before its first error
+        assert query("spamnb_learning_up") == 1 and query("spamnb_history_lost_total") == 0
         assert query('sum(spamnb_forgotten_total{source="tell"})') == 1
         assert query('spamnb_model_messages{class="ham"}') == ham + 1
         srv.stop()
@@ -213,6 +224,10 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
         assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 0, 60)
         assert until(lambda: (query('spamnb_store_success_age_seconds{job="spamnb"}') or 0) >= 1, 60)
         assert query('spamnb_errors_total{kind="ex_ioerr"}') >= 1
+        # what the documented alert reads: the kind's series rose from 0, so increase() sees it
+        assert until(lambda: (query('increase(spamnb_errors_total{kind="ex_ioerr"}[1m])') or 0) > 0, 60)
+        assert spamc(raws[3], "-L", "ham").returncode != 0  # learning refused: the store is down
+        assert until(lambda: query("spamnb_learning_up") == 0, 60)
     finally:
         if prom is not None:
             prom.terminate()
