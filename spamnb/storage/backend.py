@@ -29,6 +29,9 @@ surface is this table (the attributes, then the methods):
                            write guard, ``e`` an :class:`Edit` (cut-offs, ageing)
 ``describe(model)``        rows saying where and how the model is kept (``info``)
 ``status()``               what a gauge reads without loading: a :class:`Status`
+``writes``                 whether its last learn went through, and when (:class:`Writes`)
+``probe_write()``          whether the model could be written now, learning nothing
+``learning()``             whether learning works: the last learn's outcome, else a probe
 ``resident()``             serve a long-running process (keep what makes requests cheap)
 ``for_user(name)``         optional: the model of one user in the same store
 ``close()``                let go of what it holds
