@@ -4,7 +4,9 @@ The counts are what :class:`spamnb.delivery.events.Recorder` sees (the same
 events as the log lines); the model's size is read from the served model when
 Prometheus scrapes: a model file's from the model held in memory, a store's from
 its totals (one ``HGET`` per scrape, which also tells the store gauges whether it
-answers; a store that cannot answer leaves the size out of that scrape). The exposition is
+answers; a store that cannot answer leaves the size out of that scrape), and whether
+it can learn from the last learn, else from a write probe at most every
+:data:`spamnb.storage.backend.PROBE_SECONDS` (one ``HSET`` and ``EXPIRE`` on the primary). The exposition is
 ``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets,
 content negotiation and OpenMetrics are its job (without ``_created`` series: none is asked for), kept up to
 date with Prometheus by the Prometheus project itself; the HTTP listener is
@@ -160,9 +162,7 @@ class _ModelCollector:
         self.metrics = metrics
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
-
-        from prometheus_client.core import CounterMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         history = self.metrics.history
         yield CounterMetricFamily("spamnb_history_lost", "History records never written: the history's store "
