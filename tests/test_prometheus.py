@@ -91,6 +91,8 @@ def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
         assert "spamnb_spamd_answer_seconds_count 12.0" in page  # every spamd request, none of the socket's
         assert 'spamnb_forgotten_total{class="ham",source="tell"} 0.0' in page
         assert "spamnb_store_up" not in page  # a model file has no store
+        assert "spamnb_learning_up 1.0" in page and "spamnb_history_lost_total 0.0" in page
+        assert 'spamnb_errors_total{kind="ex_ioerr"} 0.0' in page and "_created" not in page
         lint = subprocess.run([PROMTOOL, "check", "metrics"], input=page.encode(), capture_output=True, timeout=60)
         assert lint.returncode == 0, lint.stdout + lint.stderr
 
@@ -103,6 +105,11 @@ def test_prometheus_scrapes_the_counts_sent(compiled, tmp_path):
         assert until(lambda: (counted() or {}).get("spamd") == 12, 60), counted()
         assert counted()["socket"] == 3
         assert float(query("spamnb_scan_seconds_count")[0]["value"][1]) == 15
+        from spamnb.delivery.events import ERROR_KINDS
+
+        kinds = {r["metric"]["kind"]: float(r["value"][1]) for r in query("spamnb_errors_total") or ()}
+        assert kinds == dict.fromkeys(ERROR_KINDS, 0.0)  # every kind, at 0, before any error
+        assert float(query("spamnb_learning_up")[0]["value"][1]) == 1
     finally:
         if prom is not None:
             prom.terminate()
@@ -148,7 +155,9 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
     """``serve --store --spamd --metrics`` with a real redis-server: the model's size is the
     store's (as pushed, and one more ham after a TELL), learns and forgets count by source,
     the spamd answer time is a histogram, and the store gauge reads 1, then 0 once Redis
-    stops (Prometheus sees both); promtool accepts the page."""
+    stops (Prometheus sees both); ``ex_ioerr`` is at 0 before its first error, so that
+    ``increase()`` sees the unscanned message; ``spamnb_learning_up`` goes from 1 to 0 when
+    a TELL is refused; promtool accepts the page."""
     from spamnb.storage.filestore import FileBackend
     from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis, sample_messages
 
@@ -206,6 +215,8 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
             return float(result[0]["value"][1]) if result else None
 
         assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 1, 60)
+        assert query('spamnb_errors_total{kind="ex_ioerr"}') == 0  # there before its first error
+        assert query("spamnb_learning_up") == 1 and query("spamnb_history_lost_total") == 0
         assert query('sum(spamnb_forgotten_total{source="tell"})') == 1
         assert query('spamnb_model_messages{class="ham"}') == ham + 1
         srv.stop()
@@ -213,6 +224,10 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
         assert until(lambda: query('spamnb_store_up{job="spamnb"}') == 0, 60)
         assert until(lambda: (query('spamnb_store_success_age_seconds{job="spamnb"}') or 0) >= 1, 60)
         assert query('spamnb_errors_total{kind="ex_ioerr"}') >= 1
+        # what the documented alert reads: the kind's series rose from 0, so increase() sees it
+        assert until(lambda: (query('increase(spamnb_errors_total{kind="ex_ioerr"}[1m])') or 0) > 0, 60)
+        assert spamc(raws[3], "-L", "ham").returncode != 0  # learning refused: the store is down
+        assert until(lambda: query("spamnb_learning_up") == 0, 60)
     finally:
         if prom is not None:
             prom.terminate()
@@ -221,3 +236,264 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
         proc.wait(10)
         if srv.proc.poll() is None:
             srv.stop()
+
+
+def test_every_error_kind_the_code_emits_is_listed_and_documented():
+    """``events.ERROR_KINDS`` (the ``spamnb_errors_total`` series present from the start) is
+    every kind an error line can have, as the doors (spamnb/delivery, web, cli) write them:
+    the literal kinds handed to ``.error(``, the refusals tallied, a boundary's ``kind=``,
+    and spamd's error replies (their sysexits names in lower case); docs/admin.md's table
+    of kinds names each."""
+    import pathlib
+    import re
+
+    from spamnb.delivery.events import ERROR_KINDS
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    found = set()
+    doors = ("delivery", "web", "cli")  # where error lines are written (numpy's kind= is elsewhere)
+    for path in (p for d in doors for p in (root / "spamnb" / d).rglob("*.py")):
+        text = path.read_text()
+        found.update(re.findall(r'\.error\(\s*"([a-z_]+)"', text))
+        found.update(re.findall(r'tally_unserved\(\s*"([a-z_]+)"', text))
+        found.update(re.findall(r'\bkind="([a-z_]+)"', text))
+        if path.parent.name == "delivery" and path.name.startswith("spamd"):
+            found.update(n.lower() for n in re.findall(r'SpamdError\(\s*"(EX_[A-Z]+)"', text))
+            found.update(n.lower() for n in re.findall(r'\bname, text = "(EX_[A-Z]+)"', text))
+    assert found == set(ERROR_KINDS)
+    assert len(ERROR_KINDS) == len(set(ERROR_KINDS))
+    table = (root / "docs" / "admin.md").read_text().split("| `kind` | where | what |", 1)[1].split("\n\n", 1)[0]
+    documented = {k for row in table.strip().splitlines()[1:] for k in re.findall(r"`([a-z_]+)`", row.split("|")[1])}
+    assert documented == set(ERROR_KINDS)
+
+
+def test_every_error_kind_is_at_zero_from_the_start_and_no_created_series():
+    m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+    from spamnb.delivery.events import ERROR_KINDS
+
+    page = m.page()[0].decode()
+    for kind in ERROR_KINDS:
+        assert f'spamnb_errors_total{{kind="{kind}"}} 0.0' in page
+    assert "_created" not in page
+    m.error("ex_ioerr")
+    page = m.page()[0].decode()
+    assert 'spamnb_errors_total{kind="ex_ioerr"} 1.0' in page and "_created" not in page
+    assert "_created" not in m.page("application/openmetrics-text; version=1.0.0")[0].decode()
+
+
+def test_a_store_never_reached_has_its_gauges_from_the_start():
+    """A store that never answered: ``spamnb_store_up`` 0 and the answer age counting from
+    the start, so that ``spamnb_store_success_age_seconds > 60`` fires there too."""
+    pytest.importorskip("redis")
+    from spamnb.storage.redisstore import RedisBackend
+
+    m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+    m.backend = RedisBackend.from_url(f"redis://127.0.0.1:{free_port()}/")  # nothing listens there
+    m.started -= 90  # as if it had run for a minute and a half
+    page = m.page()[0].decode()
+    assert "spamnb_store_up 0.0" in page and "spamnb_model_tokens" not in page
+    age = [float(line.split()[1]) for line in page.splitlines() if line.startswith("spamnb_store_success_age_seconds ")]
+    assert age and 90 <= age[0] < 120
+
+
+def _gauge(page, name):
+    found = [float(line.rsplit(" ", 1)[1]) for line in page.splitlines() if line.startswith(name + " ")]
+    return found[0] if found else None
+
+
+def test_learning_gauge_of_a_model_file(model_file, tmp_path):
+    """``spamnb_learning_up`` of a model file: 1 when its folder (and journal) can be written,
+    by a probe of the modes when nothing was learned for a while; a learn that went through
+    says 1 for the next 30 s without a probe."""
+    from spamnb.storage.filestore import FileBackend
+
+    m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+    m.backend = FileBackend(str(model_file)).resident()
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 1
+    m.backend = FileBackend(str(tmp_path / "gone" / "model.joblib")).resident()  # its folder is gone
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 0
+    m.backend = FileBackend(str(model_file)).resident()
+    m.backend.writes.note(False)  # a learn that failed a moment ago: no probe overrides it yet
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 0
+    m.backend.learn([(messages()[0], "ham", None)])
+    assert m.backend.writes.ok is True
+    assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 1
+
+
+def test_a_learn_s_outcome_is_what_the_learning_gauge_reads():
+    from spamnb.storage.backend import StoreUnavailable, Writes
+    from spamnb.storage.store import LockTimeout
+
+    def raising(exc):
+        def learn():
+            raise exc
+        return learn
+
+    w = Writes()
+    assert w.learning(lambda: {"learned": 1}) == {"learned": 1} and w.ok is True
+    for exc in (LockTimeout("busy"), ValueError("nothing to forget")):  # say nothing of learning itself
+        with pytest.raises(type(exc)):
+            w.learning(raising(exc))
+        assert w.ok is True
+    with pytest.raises(StoreUnavailable):
+        w.learning(raising(StoreUnavailable("cannot learn: a read-only replica")))
+    assert w.ok is False
+
+
+def test_learning_gauge_of_a_store_demoted_to_a_replica(trained_model_file, tmp_path):
+    """A store's primary made a replica (what a failover does to the old one): the reads
+    answer (``spamnb_store_up`` 1) while learning is refused, and ``spamnb_learning_up``
+    says so, from the learn refused or, without one, from its probe; back to 1 once the
+    store takes writes again."""
+    from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis
+
+    if REDIS_SERVER is None or redis is None:
+        pytest.skip("redis-server or the redis package is missing")
+    srv = RedisServer(tmp_path)
+    try:
+        backend = pushed(srv.url(prefix="site:"), trained_model_file).resident()
+        m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+        m.backend = backend
+        page = m.page()[0].decode()
+        assert _gauge(page, "spamnb_learning_up") == 1 and _gauge(page, "spamnb_store_up") == 1
+        srv.client().execute_command("REPLICAOF", "127.0.0.1", str(free_port()))  # no primary there
+        raw = messages()[0]
+        from spamnb.storage.backend import StoreUnavailable
+
+        with pytest.raises(StoreUnavailable, match="read-only"):
+            backend.learn([(raw, "spam", None)])
+        page = m.page()[0].decode()
+        assert _gauge(page, "spamnb_learning_up") == 0 and _gauge(page, "spamnb_store_up") == 1
+        backend.writes.at -= 60  # no learn for a minute: the probe asks the store
+        page = m.page()[0].decode()
+        assert _gauge(page, "spamnb_learning_up") == 0 and _gauge(page, "spamnb_store_up") == 1
+        srv.client().execute_command("REPLICAOF", "NO", "ONE")
+        backend.writes.at -= 60
+        assert _gauge(m.page()[0].decode(), "spamnb_learning_up") == 1
+        assert srv.client().ttl(b"site:probe") > 0  # the probe's key goes by itself
+        backend.learn([(raw, "spam", None)])
+        assert backend.writes.ok is True
+    finally:
+        srv.stop()
+
+
+def test_history_records_lost_are_counted_and_their_number_logged(trained_model_file, tmp_path):
+    """The store's history while the store is down: each record lost counts in
+    ``spamnb_history_lost_total`` (0 from the start), and the line when the store answers
+    again says how many were lost meanwhile."""
+    import time
+
+    from spamnb.delivery.events import Recorder
+    from spamnb.storage import redishistory
+    from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis
+
+    if REDIS_SERVER is None or redis is None:
+        pytest.skip("redis-server or the redis package is missing")
+    srv = RedisServer(tmp_path)
+    logged = []
+    try:
+        backend = pushed(srv.url(prefix="site:"), trained_model_file)
+        m = metrics.Metrics(f"127.0.0.1:{free_port()}")
+        assert "spamnb_history_lost_total 0.0" in m.page()[0].decode()  # no history yet: none lost
+        hist = redishistory.Recorder(redishistory.RedisHistory(backend), logged.append)
+        rec = Recorder(lines=False, metrics=m, history=hist)
+        raws = messages()[:5]
+
+        def verdict(raw):
+            rec.message("spamd", "ham", -3.0, 0.01, (0.5, 0.95), len(raw), 0.001, raw=raw, user="alice")
+
+        verdict(raws[0])
+        assert until(lambda: hist.queue.empty() and not hist.failing, 10)
+        assert "spamnb_history_lost_total 0.0" in m.page()[0].decode()
+        srv.stop()
+        for raw in raws[1:4]:
+            verdict(raw)
+            time.sleep(0.2)  # each its own write, each failing
+        assert until(lambda: hist.lost == 3, 30), (hist.lost, logged)
+        assert "spamnb_history_lost_total 3.0" in m.page()[0].decode()
+        assert len([line for line in logged if "not written" in line]) == 1  # said once, not per record
+        srv.start()
+        verdict(raws[4])
+        assert until(lambda: any("records again" in line for line in logged), 30), logged
+        assert "3 record(s) lost while it did not" in logged[-1]
+        assert hist.lost == 3 and "spamnb_history_lost_total 3.0" in m.page()[0].decode()
+        rec.close()
+    finally:
+        if srv.proc.poll() is None:
+            srv.stop()
+
+
+def documented_rules():
+    """The alerting rules of docs/admin.md (its YAML block of ``groups:``)."""
+    import pathlib
+    import re
+
+    text = (pathlib.Path(__file__).resolve().parent.parent / "docs" / "admin.md").read_text()
+    blocks = [b for b in re.findall(r"```yaml\n(.*?)```", text, re.S) if b.startswith("groups:")]
+    assert len(blocks) == 1, "docs/admin.md should have one block of alerting rules"
+    return blocks[0]
+
+
+#: ``promtool test rules`` of the documented rules: each alert fires on the series it is for,
+#: and an error counter that appears with its first error (no 0 before it) would not fire.
+RULE_TESTS = """\
+rule_files: [rules.yml]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'spamnb_errors_total{kind="ex_ioerr",instance="mx1"}'
+        values: '0 0 0 1 1 1 1 1'
+      - series: 'spamnb_errors_total{kind="too_big",instance="mx3"}'
+        values: '_ _ _ 1 1 1 1 1'
+      - series: 'spamnb_store_up{instance="mx2"}'
+        values: '0x8'
+      - series: 'spamnb_store_success_age_seconds{instance="mx2"}'
+        values: '0+60x8'
+      - series: 'spamnb_store_up{instance="mx1"}'
+        values: '1x8'
+      - series: 'spamnb_store_success_age_seconds{instance="mx1"}'
+        values: '1x8'
+      - series: 'spamnb_learning_up{instance="mx1"}'
+        values: '1 1 0 0 0 0 0 0'
+      - series: 'spamnb_history_lost_total{instance="mx1"}'
+        values: '0 0 0 3 3 3 3 3'
+    alert_rule_test:
+      - eval_time: 4m
+        alertname: SpamnbMailUnscanned
+        exp_alerts:
+          - exp_labels: {severity: warning, kind: ex_ioerr, instance: mx1}
+            exp_annotations: {summary: "mx1: mail passed unscanned (ex_ioerr)"}
+      - eval_time: 4m
+        alertname: SpamnbStoreDown
+        exp_alerts:
+          - exp_labels: {severity: critical, instance: mx2}
+            exp_annotations: {summary: "mx2: the model's store does not answer"}
+      - eval_time: 2m
+        alertname: SpamnbLearningDown
+        exp_alerts: []
+      - eval_time: 4m
+        alertname: SpamnbLearningDown
+        exp_alerts:
+          - exp_labels: {severity: warning, instance: mx1}
+            exp_annotations: {summary: "mx1: the model cannot learn"}
+      - eval_time: 5m
+        alertname: SpamnbHistoryLost
+        exp_alerts:
+          - exp_labels: {severity: info, instance: mx1}
+            exp_annotations: {summary: "mx1: history records lost"}
+"""
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is not installed (apt-get install prometheus)")
+def test_the_documented_alerting_rules_check_and_fire(tmp_path):
+    (tmp_path / "rules.yml").write_text(documented_rules())
+    check = subprocess.run([PROMTOOL, "check", "rules", str(tmp_path / "rules.yml")], capture_output=True,
+                           timeout=60)
+    assert check.returncode == 0, check.stdout + check.stderr
+    (tmp_path / "tests.yml").write_text(RULE_TESTS)
+    test = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, timeout=60)
+    assert test.returncode == 0, test.stdout + test.stderr
+    for name in ("spamnb_errors_total", "spamnb_store_up", "spamnb_store_success_age_seconds",
+                 "spamnb_learning_up", "spamnb_history_lost_total"):
+        assert name in documented_rules()

@@ -47,6 +47,14 @@ DESTINATIONS = ("stderr", "syslog")
 #: Where a message came in (``via=``) and who taught a learned one (``source=``).
 VIA = ("socket", "spamd", "imap", "filter")
 SOURCES = ("filter-u", "tell", "imap", "cli")
+#: Every ``kind`` of an error line (:meth:`Recorder.error`), each a ``spamnb_errors_total``
+#: series from the start: spamd's error replies (their sysexits name in lower case) and its
+#: refusals, the private socket's, and the failure boundary of ``filter`` and ``imap filter``
+#: (``tests/test_prometheus.py`` checks the list against the code and docs/admin.md's table).
+ERROR_KINDS = ("ex_dataerr", "ex_ioerr", "ex_noperm", "ex_nouser", "ex_protocol", "ex_software", "ex_tempfail",
+               "ex_timeout", "ex_unavailable", "too_big", "not_allowed",  # spamd (too_big: imap filter too)
+               "declined", "busy", "refused", "dropped",  # the private socket
+               "failed")  # filter, imap filter
 #: ``mail=`` of an error line after which the mail went on without a verdict.
 UNSCANNED = "unscanned"
 #: Characters a value may have and stay bare: printable ASCII but space, quote, backslash and ``=``.
@@ -161,6 +169,8 @@ class Recorder:
         self.fmt = fmt
         self.metrics = metrics
         self.history = history
+        if metrics is not None:
+            metrics.history = history  # its records lost, counted at each scrape
         self._lock = threading.Lock()
         if write is not None:
             self._write = write

@@ -4,9 +4,11 @@ The counts are what :class:`spamnb.delivery.events.Recorder` sees (the same
 events as the log lines); the model's size is read from the served model when
 Prometheus scrapes: a model file's from the model held in memory, a store's from
 its totals (one ``HGET`` per scrape, which also tells the store gauges whether it
-answers; a store that cannot answer leaves the size out of that scrape). The exposition is
-``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets and
-``_created`` series, content negotiation and OpenMetrics are its job, kept up to
+answers; a store that cannot answer leaves the size out of that scrape), and whether
+it can learn from the last learn, else from a write probe at most every
+:data:`spamnb.storage.backend.PROBE_SECONDS` (one ``HSET`` and ``EXPIRE`` on the primary). The exposition is
+``prometheus_client``'s (the ``metrics`` extra): the text format's escaping, the histogram's cumulative buckets,
+content negotiation and OpenMetrics are its job (without ``_created`` series: none is asked for), kept up to
 date with Prometheus by the Prometheus project itself; the HTTP listener is
 ours, so that it refuses clients outside loopback and ``--metrics-allow``
 before reading a byte, as the spamd listener does.
@@ -16,14 +18,17 @@ Metrics::
     spamnb_messages_total{verdict,via}     messages answered (via: socket, spamd, imap, filter)
     spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
     spamnb_forgotten_total{class,source}   messages forgotten (source: tell)
-    spamnb_errors_total{kind}              errors (a spamd error code in lower case, declined, ...)
+    spamnb_errors_total{kind}              errors, every kind of events.ERROR_KINDS from the start
+    spamnb_history_lost_total              history records never written (the store or file failed, the queue full)
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
     spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
     spamnb_model_messages{class}           messages the served model learned, by class
     spamnb_journal_bytes                   size of the model's journal (a file: changes not yet compacted)
+    spamnb_learning_up                     1 when the served model can learn (its last learn, else a probe)
     spamnb_store_up                        1 when the store answered its last request, else 0 (a store)
-    spamnb_store_success_age_seconds       seconds since the store last answered (a store)
+    spamnb_store_success_age_seconds       seconds since the store last answered, or since the start
+                                           when it never has (a store)
 
 ``source`` of a learn: ``filter-u`` (``filter -u`` answered by the server's socket,
 or by itself), ``tell`` (spamd ``TELL``, ``spamc -L``), ``imap`` (a move
@@ -33,13 +38,15 @@ or by itself), ``tell`` (spamd ``TELL``, ``spamc -L``), ``imap`` (a move
 from __future__ import annotations
 
 import socket
+import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from spamnb import checks
 from spamnb.delivery import access
-from spamnb.delivery.events import SOURCES, VIA
+from spamnb.delivery.events import ERROR_KINDS, SOURCES, VIA
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
 from spamnb.storage import upkeep
+from spamnb.storage.backend import PROBE_SECONDS
 from spamnb.verdict import ACTIONS, LABELS
 
 #: Scan-time buckets (seconds): a scorer answers in about a millisecond, a cold full model in seconds.
@@ -85,6 +92,10 @@ class Metrics:
         except ValueError as exc:
             raise ValueError(f"--metrics {exc}") from None
         self.pc = pc
+        self.started = time.time()  # the store's answer age counts from here until it first answers
+        # a ``_created`` series per counter and histogram is one more series per label set for
+        # Prometheus to keep, which no query here needs (the switch is the library's, process-wide)
+        pc.disable_created_metrics()
         self.registry = pc.CollectorRegistry()
         self.messages = pc.Counter("spamnb_messages", "Messages answered, by verdict and by way in",
                                    ["verdict", "via"], registry=self.registry)
@@ -100,11 +111,14 @@ class Metrics:
         for v in ACTIONS:
             for way in VIA:
                 self.messages.labels(v, way)
+        for kind in ERROR_KINDS:  # at 0 from the start: increase() and rate() see the first error
+            self.errors.labels(kind)
         for c in LABELS:
             for s in SOURCES:
                 self._learned.labels(c, s)
                 self._forgotten.labels(c, s)
         self.backend = None
+        self.history = None  # the server's history recorder (events.Recorder sets it), for its records lost
         self.registry.register(_ModelCollector(self))
 
     def message(self, via, label, seconds):
@@ -148,10 +162,12 @@ class _ModelCollector:
         self.metrics = metrics
 
     def collect(self):
-        from prometheus_client.core import GaugeMetricFamily
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        import time
-
+        history = self.metrics.history
+        yield CounterMetricFamily("spamnb_history_lost", "History records never written: the history's store "
+                                  "or file failed, or its queue was full",
+                                  getattr(history, "lost", 0))  # no history: none lost
         backend = self.metrics.backend
         if backend is None:
             return
@@ -167,12 +183,18 @@ class _ModelCollector:
         if health.journal_bytes is not None:
             yield GaugeMetricFamily("spamnb_journal_bytes", "Bytes in the model's journal, not yet compacted",
                                     health.journal_bytes)
-        if health.up is not None:
+        if health.learning is not None:
+            yield GaugeMetricFamily("spamnb_learning_up", "1 when the served model can learn: its last learn went "
+                                    f"through, or a probe of a write when none for {PROBE_SECONDS:g} s, else 0",
+                                    1 if health.learning else 0)
+        if health.store:
             yield GaugeMetricFamily("spamnb_store_up", "1 when the store answered its last request, else 0",
                                     1 if health.up else 0)
-        if health.last_success is not None:
-            yield GaugeMetricFamily("spamnb_store_success_age_seconds", "Seconds since the store last answered",
-                                    max(0.0, time.time() - health.last_success))
+            # never answered: the process's age, so that an alert on a long silence fires on a
+            # host that never reached its store too, once it has waited as long as the rule says
+            since = health.last_success if health.last_success is not None else self.metrics.started
+            yield GaugeMetricFamily("spamnb_store_success_age_seconds", "Seconds since the store last answered "
+                                    "(since the start, when it never has)", max(0.0, time.time() - since))
 
 
 class _Handler(BaseHTTPRequestHandler):

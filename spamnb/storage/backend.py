@@ -29,6 +29,9 @@ surface is this table (the attributes, then the methods):
                            write guard, ``e`` an :class:`Edit` (cut-offs, ageing)
 ``describe(model)``        rows saying where and how the model is kept (``info``)
 ``status()``               what a gauge reads without loading: a :class:`Status`
+``writes``                 whether its last learn went through, and when (:class:`Writes`)
+``probe_write()``          whether the model could be written now, learning nothing
+``learning()``             whether learning works: the last learn's outcome, else a probe
 ``resident()``             serve a long-running process (keep what makes requests cheap)
 ``for_user(name)``         optional: the model of one user in the same store
 ``close()``                let go of what it holds
@@ -47,9 +50,14 @@ picks one from the options.
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import dataclass
 
-from spamnb.storage.store import ModelError
+from spamnb.storage.store import LockTimeout, ModelError
+
+#: Seconds a learn's outcome says whether learning works (:meth:`Backend.learning`);
+#: older, a probe asks again (a server asks it at each scrape of its metrics).
+PROBE_SECONDS = 30.0
 
 
 class StoreUnavailable(ModelError):
@@ -69,6 +77,33 @@ class Status:
     answered: bool | None = None
     #: when (``time.time()``) the store last answered; None: never, or no store
     answered_at: float | None = None
+
+
+class Writes:
+    """Whether the model's last write (a learn, or a probe) went through, and when
+    (``time.monotonic()``): what :meth:`Backend.learning` reads."""
+
+    def __init__(self):
+        self.ok: bool | None = None
+        self.at: float | None = None
+
+    def note(self, ok: bool) -> None:
+        self.ok, self.at = ok, time.monotonic()
+
+    def learning(self, learn):
+        """``learn()``, its outcome noted: what it returns went through; a ModelError (the
+        store down, a read-only replica, a model file that cannot be written) did not,
+        but a lock busy for a while (LockTimeout) says nothing of whether learning works,
+        nor does a message refused (ValueError: nothing to forget)."""
+        try:
+            out = learn()
+        except LockTimeout:
+            raise
+        except (ModelError, OSError):
+            self.note(False)
+            raise
+        self.note(True)
+        return out
 
 
 class Edit(abc.ABC):
@@ -156,6 +191,30 @@ class Backend(abc.ABC):
     def status(self) -> Status:
         """What this backend can say without loading (:class:`Status`)."""
         return Status()
+
+    @property
+    def writes(self) -> Writes:
+        """The record of this backend's learns (:class:`Writes`)."""
+        rec = self.__dict__.get("_writes")
+        if rec is None:
+            rec = self.__dict__["_writes"] = Writes()
+        return rec
+
+    def probe_write(self) -> bool | None:
+        """Whether the model could be written now, found without learning anything
+        (None: this backend cannot say)."""
+        return None
+
+    def learning(self, within=PROBE_SECONDS) -> bool | None:
+        """Whether learning works: the outcome of the last learn when it is less than
+        ``within`` seconds old, else of a probe now (:meth:`probe_write`), which then
+        stands for ``within`` seconds; None: nothing to say."""
+        rec = self.writes
+        if rec.at is None or time.monotonic() - rec.at > within:
+            ok = self.probe_write()
+            if ok is not None:
+                rec.note(ok)
+        return rec.ok
 
     def resident(self) -> "Backend":
         """This backend serves a long-running process (a server, ``imap filter --watch``):

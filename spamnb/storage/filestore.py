@@ -191,8 +191,19 @@ class FileBackend(Backend):
         """:meth:`Backend.learn` through the journal when the model has a fresh scorer,
         else the whole model (:func:`spamnb.storage.modelfile.learn_messages`);
         ``journal_only``: raise :class:`spamnb.storage.journal.NeedsModel` instead."""
-        return learn_messages(self.path, items, forget=forget, create=create, allow_insecure=self.allow_insecure,
-                              timeout=timeout, warn=warn, later=later, journal_only=journal_only)
+        return self.writes.learning(lambda: learn_messages(
+            self.path, items, forget=forget, create=create, allow_insecure=self.allow_insecure, timeout=timeout,
+            warn=warn, later=later, journal_only=journal_only))
+
+    def probe_write(self) -> bool:
+        """Whether a learn could write here now, by the file modes alone (``os.access``):
+        the model's folder (its journal, lock and a compaction's new snapshot go there)
+        and the journal when there is one."""
+        folder = os.path.dirname(self.path)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            return False
+        pending = journal.journal_path(self.path)
+        return not os.path.exists(pending) or os.access(pending, os.W_OK)
 
     def replace(self, model) -> None:
         with model_lock(self.path):  # a concurrent learn/forget finishes first, then sees the new model

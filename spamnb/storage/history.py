@@ -466,9 +466,16 @@ class Recorder:
         self.log = log
         self.db = open_db(self.path)  # a history that cannot open is an error at start, not per message
         self.queue = queue.Queue(QUEUE)
-        self.dropped = 0
+        self.dropped = 0  # the queue was full
+        self.unwritten = 0  # their write failed
         self.thread = threading.Thread(target=self._run, name="spamnb-history", daemon=True)
         self.thread.start()
+
+    @property
+    def lost(self) -> int:
+        """Records that never reached the history: dropped with the queue full, or whose
+        write failed (``spamnb_history_lost_total``)."""
+        return self.dropped + self.unwritten
 
     def add(self, raw, label, score, p, **kw):
         """Queue one verdict (never blocks; a full queue drops it, logged once per 100)."""
@@ -515,6 +522,7 @@ class Recorder:
             try:
                 write(self.db, records, corrections=corrections)
             except (sqlite3.Error, OSError) as exc:
+                self.unwritten += len(records) + len(corrections)
                 self.log(f"history: {len(records) + len(corrections)} record(s) not written: {exc}")
             if stop:
                 return

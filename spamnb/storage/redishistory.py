@@ -390,7 +390,7 @@ class Recorder:
     """A server's recorder into the store: :meth:`add` and :meth:`correct` queue and return at
     once, as :class:`spamnb.storage.history.Recorder`'s; a writer thread sends what is queued
     in one pipeline (one round trip). A store that fails loses those records, said once in the
-    log until it answers again: the deliveries go on."""
+    log until it answers again, then with their number: the deliveries go on."""
 
     def __init__(self, hist: RedisHistory, log):
         import queue
@@ -401,10 +401,13 @@ class Recorder:
         self.log = log
         self.queue = queue.Queue(sqlhist.QUEUE)
         self.dropped = 0
+        self.unwritten = 0
         self.failing = False
+        self.lost_before = 0  # :attr:`lost` when the store stopped answering
         self.thread = threading.Thread(target=self._run, name="spamnb-history", daemon=True)
         self.thread.start()
 
+    lost = sqlhist.Recorder.lost
     add = sqlhist.Recorder.add
     correct = sqlhist.Recorder.correct
     _put = sqlhist.Recorder._put
@@ -416,13 +419,16 @@ class Recorder:
             try:
                 self.hist.write(records, corrections)
                 if self.failing:
-                    self.log("history: the store records again")
+                    self.log(f"history: the store records again; {self.lost - self.lost_before} record(s) "
+                             "lost while it did not")
                 self.failing = False
             except (ModelError, OSError, ValueError) as exc:
                 if not self.failing:
+                    self.lost_before = self.lost
                     self.log(f"history: {len(records) + len(corrections)} record(s) not written (and none until "
                              f"the store answers): {exc}")
                 self.failing = True
+                self.unwritten += len(records) + len(corrections)
             if stop:
                 return
             time.sleep(sqlhist.LINGER)  # let a burst gather: one round trip for many records

@@ -56,7 +56,7 @@ import time
 import urllib.parse
 
 from spamnb import checks
-from spamnb.storage.backend import Backend, Edit, Status, StoreUnavailable
+from spamnb.storage.backend import Backend, Edit, Status, StoreUnavailable, Writes
 from spamnb.storage.scorer import Scorer, token_hash
 from spamnb.storage.store import ModelError
 from spamnb.verdict import LABELS
@@ -373,11 +373,13 @@ class StoreEmpty(StoreUnavailable):
 
 class _Reach:
     """Whether a store's client reached it the last time it tried, and when it last
-    had an answer (what a server's gauge reads: :meth:`RedisBackend.status`)."""
+    had an answer (what a server's gauge reads: :meth:`RedisBackend.status`); whether
+    its last learn went through (:meth:`RedisBackend.learning`)."""
 
     def __init__(self):
         self.ok: bool | None = None
         self.when: float | None = None
+        self.writes = Writes()
 
 
 class RedisBackend(Backend):
@@ -653,7 +655,29 @@ class RedisBackend(Backend):
 
     # -- learning ------------------------------------------------------------------
 
+    @property
+    def writes(self) -> Writes:
+        return self._reach.writes
+
+    def probe_write(self) -> bool:
+        """Whether the primary takes a write now, as a learn needs: ``HSET`` of a probe key
+        (``P probe``, gone a minute later) and, with :attr:`wait`, the replicas' ``WAIT``.
+        A read-only replica, a primary that cannot be reached or is out of memory: False."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hset(self.prefix + b"probe", b"at", str(int(time.time())))
+        pipe.expire(self.prefix + b"probe", 60)
+        try:
+            self._call("write to the store", pipe.execute)
+            if self.wait:
+                self._replicated()
+        except ModelError:
+            return False
+        return True
+
     def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
+        return self.writes.learning(lambda: self._learn_or_start(items, forget, create))
+
+    def _learn_or_start(self, items, forget, create) -> dict:
         if create is not None and self.user and not self.exists():
             self.replace(create())
         try:

@@ -108,15 +108,22 @@ class Health:
     size: tuple | None
     #: a model file's journal, not yet compacted
     journal_bytes: int | None
-    #: a store: whether it answered its last request, and when it last answered
+    #: a store: whether it answered its last request, and when it last answered (None: never)
     up: bool | None
     last_success: float | None
+    #: whether the model is a store's (the two above are said of it)
+    store: bool = False
+    #: whether learning works (:meth:`spamnb.storage.backend.Backend.learning`); None: cannot say
+    learning: bool | None = None
 
 
 def health(backend) -> Health:
-    """The served model's :class:`Health`, without loading anything."""
+    """The served model's :class:`Health`, without loading anything. Whether learning
+    works is asked first (a store's probe writes to its primary), then the size (read
+    where classification reads): ``up`` is then said of what classification uses."""
+    learning = backend.learning()
     status = backend.status()
     pending = journal_bytes(backend)
     if pending is not None:  # a model file is always there: no store to answer
-        return Health(status.size, pending, None, None)
-    return Health(status.size, None, status.answered, status.answered_at)
+        return Health(status.size, pending, None, None, learning=learning)
+    return Health(status.size, None, status.answered, status.answered_at, store=True, learning=learning)
