@@ -123,6 +123,38 @@ redis.call('ZREM', K.queue, id)
 return 1
 """
 
+#: KEYS: the ``fix`` and ``queue`` keys. ARGV: "check" or "mark", label, now, the ids. The page's
+#: correction of those verdicts: each marked and out of the queue, all or none. Every command it
+#: writes with is first checked against the caller's ACL (``redis.acl_check_cmd``, Redis 7) and
+#: both keys' types, so that a refusal comes before any write (a script is not rolled back: an
+#: error half-way would leave what ran); "check" stops there, writing nothing (what the page asks
+#: before it learns). The page's writes need no MULTI: an ACL without ``+multi`` refuses MULTI and
+#: then runs the commands meant for the transaction one by one.
+MARK = r"""
+local probe = {{'HSET', KEYS[1], '0', '0'}, {'ZREM', KEYS[2], '0'}}
+if redis.acl_check_cmd then
+  for _, c in ipairs(probe) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      return redis.error_reply('NOPERM this user has no permissions to run the ' .. string.lower(c[1]) ..
+                               ' command on ' .. c[2] .. ': nothing was marked')
+    end
+  end
+end
+for _, want in ipairs({{KEYS[1], 'hash'}, {KEYS[2], 'zset'}}) do
+  local kind = redis.call('TYPE', want[1])['ok']
+  if kind ~= 'none' and kind ~= want[2] then
+    return redis.error_reply('WRONGTYPE ' .. want[1] .. ' is a ' .. kind .. ', not a ' .. want[2] ..
+                             ': nothing was marked')
+  end
+end
+if ARGV[1] ~= 'mark' then return 0 end
+for i = 4, #ARGV do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[2] .. ' ' .. ARGV[3])
+  redis.call('ZREM', KEYS[2], ARGV[i])
+end
+return #ARGV - 3
+"""
+
 LABELS = ("spam", "ham", "unsure")
 #: the row's columns and what each may hold
 TEXTS = ("sender", "subject", "message_id", "user", "via", "dest", "host")
@@ -195,6 +227,7 @@ class RedisHistory:
         self.host = host_name()
         self._record = self.client.register_script(RECORD)
         self._correct = self.client.register_script(CORRECT)
+        self._mark = self.client.register_script(MARK)
 
     def _call(self, what, fn, *args, **kwargs):
         return self.backend._call(what, fn, *args, **kwargs)
@@ -229,35 +262,40 @@ class RedisHistory:
         if calls:
             self._call("record the history", self._send, calls)
 
-    def _send(self, calls):
-        """EVALSHA each of ``calls`` in one pipeline; the scripts loaded and sent again when the
-        server lacks them (restarted, flushed). Not redis-py's pipelined Script, which asks
-        SCRIPT EXISTS first: a round trip more, and a command the documented ACL user lacks."""
+    def _send(self, calls, keys=None):
+        """EVALSHA each of ``calls`` in one pipeline (with ``keys``, :data:`KEYS`' by default); the
+        scripts loaded and sent again when the server lacks them (restarted, flushed). Not
+        redis-py's pipelined Script, which asks SCRIPT EXISTS first: a round trip more, and a
+        command the documented ACL user lacks."""
         import redis  # there: a RedisBackend was made
 
+        keys = self.keys if keys is None else keys
         for attempt in (0, 1):
             pipe = self.client.pipeline(transaction=False)
             for sha, args in calls:
-                pipe.evalsha(sha, len(self.keys), *self.keys, *args)
+                pipe.evalsha(sha, len(keys), *keys, *args)
             try:
                 return pipe.execute()
             except redis.exceptions.NoScriptError:
                 if attempt:
                     raise
-                self.client.script_load(RECORD)
-                self.client.script_load(CORRECT)
+                # every script, not just the missing one: a pipeline that found one loaded and
+                # another not would run its first calls, then all of them again
+                for script in (RECORD, CORRECT, MARK):
+                    self.client.script_load(script)
 
     def record(self, raw, label, score, p, **kw):
         """Record one verdict now (``filter --store``): one round trip."""
         self.write([sqlhist.row(raw, label, score, p, **kw)])
 
-    def mark(self, rids, label):
-        """The page's correction of verdicts ``rids`` to ``label``, now (one MULTI)."""
-        pipe = self.client.pipeline(transaction=True)
-        for rid in rids:
-            pipe.hset(self.k["fix"], rid, f"{label} {time.time()!r}")
-            pipe.zrem(self.k["queue"], rid)
-        self._call("record the correction", pipe.execute)
+    def mark(self, rids, label, *, check=False):
+        """The page's correction of verdicts ``rids`` to ``label``, now: one :data:`MARK` call,
+        every row marked and out of the queue or none (StoreUnavailable then, before any write).
+        ``check``: only ask whether the store would take it (this user's ACL, the keys' types),
+        writing nothing: what the page asks before it learns."""
+        args = ["check" if check else "mark", label, repr(time.time()), *rids]
+        self._call("check that the correction can be recorded" if check else "record the correction",
+                   self._send, [(self._mark.sha, args)], [self.k["fix"], self.k["queue"]])
 
     def rescored(self, updates):
         """``[(verdict, score, id)]`` of the page's re-scoring."""
