@@ -571,3 +571,69 @@ def test_a_mark_that_fails_after_the_learn_is_said_and_leaves_the_row_in_the_que
         web.stop()
     assert hist.rows([1])[0]["corrected"] == "spam" and hist.count("queue") == 0
     assert counts(backend) == (before[0], before[1] + 1)  # learned once
+
+
+# -- a correction marks its own message, not another sharing its Message-ID ------------------------------
+
+
+def twins():
+    """Two different messages that share a Message-ID (a spammer's reuse, a list's copy)."""
+    head = b"From: a@example.org\nTo: b@example.org\nSubject: %s\nMessage-ID: <same@ex>\n\n"
+    return head % b"first" + b"meeting agenda lunch tomorrow\n", head % b"second" + b"cheap pills now\n"
+
+
+def test_a_correction_marks_its_own_message_not_another_sharing_its_message_id(url, model_file):
+    """Two messages share a Message-ID, the second recorded last: a TELL (or learn) of the first
+    marks the first's row, not the newest row of that Message-ID; one of the second marks the
+    second's. A copy of the first as delivered (spamnb's header added, CRLF) is still the first."""
+    pushed(url, model_file)
+    hist = history_of(url)
+    first, second = twins()
+    hist.write([sqlhist.row(first, "ham", -3.0, 0.1, via="spamd", user="u"),
+                sqlhist.row(second, "ham", -3.0, 0.1, via="spamd", user="u")])
+    delivered = (b"X-Spam-Status: No, score=-3.0\n" + first).replace(b"\n", b"\r\n")
+    hist.write([], [(delivered, "spam", "u", False)])
+    assert [r["corrected"] for r in hist.rows([1, 2])] == ["spam", None]
+    hist.write([], [(second, "spam", None, False)])
+    assert [r["corrected"] for r in hist.rows([1, 2])] == ["spam", "spam"]
+    hist.write([], [(first, "spam", "u", True)])  # forgotten: the first's mark taken back, only it
+    assert [r["corrected"] for r in hist.rows([1, 2])] == [None, "spam"]
+
+
+def test_rows_recorded_before_they_held_their_messages_key_are_corrected_by_message_id(url, model_file):
+    """A row the previous layout recorded (no key in its JSON, its h:mid entries without one) is
+    found by its Message-ID alone, as it was; a newer row of another message with that Message-ID
+    is not taken for it, and the old row's keys go when it is dropped."""
+    pushed(url, model_file)
+    hist = history_of(url, max_rows=2)
+    first, second = twins()
+    cols, body = sqlhist.row(first, "ham", -3.0, 0.1, via="spamd", user="u")
+    cols.pop("message_key")
+    args = hist._record_args(cols, body, time.time())
+    assert b"same@ex>" in args[4] and args[4].endswith(b"same@ex>")  # the old layout's mid keys
+    hist._send([(hist._record.sha, args)])
+    hist.write([], [(first, "spam", "u", False)])
+    assert hist.rows([1])[0]["corrected"] == "spam"
+    hist.write([sqlhist.row(second, "ham", -3.0, 0.1, via="spamd", user="u")])  # keyed, the other message
+    hist.write([], [(second, "ham", "u", False)])
+    assert [r["corrected"] for r in hist.rows([1, 2])] == ["spam", "ham"]
+    hist.write([], [(first, "spam", "u", True)])  # the old row is still the first's
+    assert [r["corrected"] for r in hist.rows([1, 2])] == [None, "ham"]
+    c = hist.client
+    hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in messages(2, "later")])  # drops 1 and 2
+    assert hist.count() == 2 and not any(b"same@ex" in k for k in c.hkeys(hist.k["mid"]))
+
+
+def test_learn_through_the_store_marks_its_own_message_of_a_shared_message_id(url, model_file, tmp_path):
+    """``filter`` records both messages, ``spamnb learn`` of the first marks only its row."""
+    pushed(url, model_file)
+    first, second = twins()
+    for raw in (first, second):
+        r = run("filter", "--store", url, "--history-store", input=raw)
+        assert b"X-Spam-Status" in r.stdout, r.stderr
+    path = tmp_path / "first.eml"
+    path.write_bytes(first)
+    r = run("learn", "--spam", "--store", url, "--history-store", path)
+    assert r.returncode == 0, r.stderr
+    hist = history_of(url)
+    assert [(r["subject"], r["corrected"]) for r in hist.rows([1, 2])] == [("first", "spam"), ("second", None)]

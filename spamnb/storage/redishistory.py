@@ -4,7 +4,8 @@ site of several mail hosts (``[history] store = true``, ``--history-store``; sho
 
 The same records as :mod:`spamnb.storage.history` (its :func:`~spamnb.storage.history.row`,
 plus the host that answered), the same corrections (:func:`~spamnb.storage.history.correct`'s
-rule: the newest verdict of the message's Message-ID, of the user when given) and the
+rule: the newest verdict of the message's Message-ID and its key, of the user when given; a row
+recorded before rows held the key, by its Message-ID alone) and the
 same retention (rows for :data:`~spamnb.storage.history.ROW_DAYS` days, whole messages of
 unsure verdicts for :data:`~spamnb.storage.history.BODY_DAYS` days and of the
 :data:`~spamnb.storage.history.KEEP_RECENT` most recent others), and a bound on the
@@ -20,7 +21,8 @@ renewed by every record: nothing here lives without one under a volatile ``maxme
     P h:bt       sorted set: id -> time of the rows whose message is kept (its age bound)
     P h:kept     sorted set: id -> id of kept messages that were not unsure (their count bound)
     P h:queue    sorted set: id -> id of unsure verdicts kept whole and not corrected (the page's queue)
-    P h:mid      hash: "USER\\nMESSAGE-ID" and "\\nMESSAGE-ID" -> the newest verdict's id
+    P h:mid      hash: "USER\\nMESSAGE-ID\\nKEY" and "\\nMESSAGE-ID\\nKEY" -> the newest verdict's id
+                 (KEY: the message's, hex; rows recorded before they held it: without "\\nKEY")
     P h:fix      hash: id -> "LABEL TIME", the user's correction
     P h:now      hash: id -> "VERDICT SCORE", after the page re-scored it
 
@@ -49,7 +51,9 @@ TRIM = 100
 KEYS = ("next", "t", "row", "body", "bt", "kept", "queue", "mid", "fix", "now")
 
 #: KEYS: :data:`KEYS`. ARGV: row JSON, body, has body (1/0), verdict, mid key of the user,
-#: mid key of any user ("": none), t, now, max rows, row days, keep recent, body days.
+#: mid key of any user ("": none), t, now, max rows, row days, keep recent, body days. A row
+#: dropped takes its mid keys with it: with its message's key (its JSON's "key"), or without
+#: (a row recorded before rows held it).
 RECORD = r"""
 local K = {}
 for i, name in ipairs({'next', 't', 'row', 'body', 'bt', 'kept', 'queue', 'mid', 'fix', 'now'}) do K[name] = KEYS[i] end
@@ -79,7 +83,8 @@ local function drop(ids)
       local ok, r = pcall(cjson.decode, text)
       if ok and type(r) == 'table' and type(r.message_id) == 'string' and r.message_id ~= '' then
         local user = type(r.user) == 'string' and r.user or ''
-        for _, key in ipairs({user .. '\n' .. r.message_id, '\n' .. r.message_id}) do
+        local own = type(r.key) == 'string' and ('\n' .. r.key) or ''
+        for _, key in ipairs({user .. '\n' .. r.message_id .. own, '\n' .. r.message_id .. own}) do
           if redis.call('HGET', K.mid, key) == old then redis.call('HDEL', K.mid, key) end
         end
       end
@@ -99,13 +104,22 @@ for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ttl) end
 return id
 """
 
-#: KEYS: :data:`KEYS`. ARGV: the mid key, label, undo (1/0), now. The user's correction of the
-#: newest verdict of that key (:func:`spamnb.storage.history.correct`'s rule); 1 when a row changed.
+#: KEYS: :data:`KEYS`. ARGV: the mid key (with the message's key), label, undo (1/0), now, the mid
+#: key without the message's key. The user's correction of the newest verdict of that key, else of
+#: the newest row recorded before rows held their message's key, found by Message-ID alone (and
+#: only such a row: one holding another message's key is another message)
+#: (:func:`spamnb.storage.history.correct`'s rule); 1 when a row changed.
 CORRECT = r"""
 local K = {}
 for i, name in ipairs({'next', 't', 'row', 'body', 'bt', 'kept', 'queue', 'mid', 'fix', 'now'}) do K[name] = KEYS[i] end
 local id = redis.call('HGET', K.mid, ARGV[1])
-if not id or redis.call('HEXISTS', K.row, id) == 0 then return 0 end
+if not id then
+  id = redis.call('HGET', K.mid, ARGV[5])
+  if not id then return 0 end
+  local ok, r = pcall(cjson.decode, redis.call('HGET', K.row, id) or '')
+  if not ok or type(r) ~= 'table' or r.key ~= nil then return 0 end
+end
+if redis.call('HEXISTS', K.row, id) == 0 then return 0 end
 local fix = redis.call('HGET', K.fix, id)
 local was = fix and string.match(fix, '^(%a+) ') or nil
 if ARGV[3] == '1' then
@@ -237,18 +251,25 @@ class RedisHistory:
     def _record_args(self, cols, body, now):
         cols = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in cols.items()}
         cols["host"] = self.host
+        key = cols.pop("message_key", None)
+        if key is not None:
+            cols["key"] = key.hex()
         mid, user = cols.get("message_id") or "", cols.get("user") or ""
+        own = f"\n{cols['key']}" if key is not None else ""
         max_rows, row_days, keep_recent, body_days = self.bounds
-        keys = [f"{who}\n{mid}".encode("utf-8", "replace") for who in (user, "")] if mid else [b"", b""]
+        keys = [f"{who}\n{mid}{own}".encode("utf-8", "replace") for who in (user, "")] if mid else [b"", b""]
         return [json.dumps(cols, allow_nan=False), body or b"", int(body is not None), cols["verdict"], *keys,
                 repr(float(cols["t"])), repr(now), max_rows, row_days, keep_recent, body_days]
 
     def _corr_args(self, raw, label, user, undo, now):
+        from spamnb.mail.identity import message_key
+
         mid = sqlhist.fields(raw)["message_id"]
         if not mid:
             return None
-        return [(f"{user}\n{mid}" if user else f"\n{mid}").encode("utf-8", "replace"), label, int(bool(undo)),
-                repr(now)]
+        old = f"{user}\n{mid}" if user else f"\n{mid}"
+        return [f"{old}\n{message_key(raw).hex()}".encode("utf-8", "replace"), label, int(bool(undo)), repr(now),
+                old.encode("utf-8", "replace")]
 
     def write(self, records, corrections=()):
         """Write ``records`` (:func:`spamnb.storage.history.row`'s) and ``corrections``
