@@ -382,7 +382,8 @@ def correct(db, corrections):
     a Message-ID, as spammers' and some mailing lists' do, are told apart), of ``user`` when
     given (a server's history holds everyone's). A row recorded before rows held their
     message's key (a history of version 1) is found by its Message-ID alone, as it was. A
-    message without a Message-ID, or never recorded, has no row: nothing is marked. A row already corrected to that label is left (the first time counts).
+    message without a Message-ID, or never recorded, has no row: nothing is marked. A row
+    already corrected to that label is left (the first time counts).
     ``undo`` (``spamnb forget``, TELL ``Remove:``): the learning is taken back, so a
     row corrected to ``label`` is corrected no more. Inside the caller's transaction;
     the number of rows changed."""
