@@ -78,3 +78,21 @@ def test_each_docs_page_has_one_title():
     for page in sorted((ROOT / "docs").glob("*.md")):
         titles = [line for line in prose(page.read_text(encoding="utf-8")).splitlines() if line.startswith("# ")]
         assert len(titles) == 1, f"docs/{page.name}: {titles}"
+
+
+def test_the_documented_acl_user_may_run_every_redis_command_spamnb_sends():
+    """docs/many-hosts.md's ``ACL SETUSER`` line grants every command the store's code sends
+    (redis-py's calls and the Lua scripts' ``redis.call``), and MULTI only if something sends it
+    (redis-py's ``pipeline(transaction=True)``): an ACL missing one refuses it at run time."""
+    text = " ".join((ROOT / "docs" / "many-hosts.md").read_text().split())
+    granted = {w[1:].lower() for w in re.search(r"`(ACL SETUSER [^`]+)`", text).group(1).split() if w[:1] == "+"}
+    source = "".join(p.read_text() for p in (ROOT / "spamnb" / "storage").glob("redis*.py"))
+    sent = {c.lower() for c in re.findall(r"redis\.call\('([A-Z]+)'", source)}
+    sent |= set(re.findall(r"\b(?:pipe|client)\.(h[a-z]+|z[a-z]+|expire|incr|type|unlink|ping|info|evalsha|eval|"
+                           r"get|set|delete|exists|keys|scan)\(", source))
+    sent |= {c.lower() for c in re.findall(r"execute_command, \"([A-Z]+)\"", source)}
+    sent |= {c for c in re.findall(r"client\.([a-z]+), ", source) if c not in ("pipeline",)}
+    sent |= {"script|load"} if "script_load(" in source else set()
+    sent |= {"multi", "exec"} if "transaction=True" in source else set()
+    assert sent >= {"evalsha", "hset", "zrem", "wait", "incr", "type"}, sent  # the search finds what it should
+    assert sent - granted == set(), f"docs/many-hosts.md's ACL lacks {sorted(sent - granted)}"

@@ -440,3 +440,61 @@ def test_a_history_made_before_corrections_gets_its_index_at_the_first(tmp_path)
                       ).fetchone() == first
     assert db.execute("SELECT user, corrected FROM verdicts WHERE id = 3").fetchone() == ("bob", "ham")
     db.close()
+
+
+def twins():
+    """Two different messages that share a Message-ID (a spammer's reuse, a list's copy)."""
+    head = b"From: a@example.org\nTo: b@example.org\nSubject: %s\nMessage-ID: <same@ex>\n\n"
+    return head % b"first" + b"meeting agenda lunch tomorrow\n", head % b"second" + b"cheap pills now\n"
+
+
+@pytest.mark.parametrize("way", ["fast", "click"])
+def test_learn_marks_its_own_message_not_another_sharing_its_message_id(compiled, tmp_path, way):
+    """Both messages filtered, the second last: `spamnb learn` of the first marks the first's
+    row, not the newest row of the Message-ID; a copy of it as delivered (spamnb's header
+    added, CRLF line ends) is still the first; a TELL-like correction of the second marks
+    the second's."""
+    path = str(compiled) + ".history.sqlite"
+    first, second = twins()
+    for raw in (first, second):
+        assert filter_(compiled, raw).returncode in (0, 1, 2)
+    msg = tmp_path / "first.eml"
+    msg.write_bytes((b"X-Spam-Status: No, score=-3.0\n" + first).replace(b"\n", b"\r\n"))
+    proc = learn_cli(way, compiled, "spam", msg)
+    assert proc.returncode == 0 and b"history" not in proc.stderr, proc.stderr
+    assert query(path, "SELECT subject, corrected FROM verdicts ORDER BY id") == [("first", "spam"), ("second", None)]
+    history.correct_now(path, [second], "ham", log=print)
+    assert query(path, "SELECT subject, corrected FROM verdicts ORDER BY id") == [("first", "spam"), ("second", "ham")]
+
+
+def test_a_history_whose_rows_lack_their_messages_key_is_upgraded_and_its_rows_found_by_message_id(tmp_path):
+    """A history of version 1 (no message_key column): opened for writing, it gets the column
+    (version 2); its old rows keep none and a correction finds them by Message-ID alone, the
+    newest as before; a row recorded since holds its key and is not taken for another message."""
+    import re
+
+    path = str(tmp_path / "h.sqlite")
+    old = re.sub(r"\n\s*message_key BLOB[^\n]*", "", history.SCHEMA).replace("spam_cut REAL,", "spam_cut REAL")
+    db = sqlite3.connect(path)
+    db.executescript(old + "PRAGMA user_version = 1;")
+    db.close()
+    os.chmod(path, 0o600)
+    first, second = twins()
+    for t, raw in ((1e9, first), (1e9 + 1, second)):
+        cols, _ = history.row(raw, "ham", -3.0, 0.1, via="spamd", user="u", t=t)
+        cols.pop("message_key")
+        db = sqlite3.connect(path)
+        db.execute(f"INSERT INTO verdicts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                   list(cols.values()))
+        db.commit()
+        db.close()
+    history.correct_now(path, [first], "spam", log=print, user="u")  # old rows: by Message-ID, the newest
+    assert query(path, "PRAGMA user_version") == [(2,)]
+    assert query(path, "SELECT subject, corrected, message_key FROM verdicts ORDER BY id") == [
+        ("first", None, None), ("second", "spam", None)]
+    history.record_now(path, second, "spam", 3.0, 0.9, log=print, via="spamd", user="u")
+    history.correct_now(path, [first], "ham", log=print, user="u")  # the new row is the other message's
+    got = query(path, "SELECT subject, corrected, message_key IS NOT NULL FROM verdicts ORDER BY id")
+    assert got == [("first", None, 0), ("second", "ham", 0), ("second", None, 1)]
+    history.correct_now(path, [second], "spam", log=print, user="u")  # its own row, the newest
+    assert query(path, "SELECT corrected FROM verdicts WHERE id = 3") == [("spam",)]

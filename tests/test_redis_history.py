@@ -382,7 +382,7 @@ def test_a_record_is_one_script_call_and_a_flushed_server_gets_the_scripts_again
     c.script_flush()
     client_calls()
     hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in messages(2, "again")])
-    assert client_calls() == {"evalsha": 4, "script|load": 2}
+    assert client_calls() == {"evalsha": 4, "script|load": 3}  # every script the history sends
     assert hist.count() == 8
 
 
@@ -444,3 +444,196 @@ def test_every_page_of_web_store_reads_the_store(url, model_file):
         web.stop()
     assert decide(backend.view(), unsure).score > before
     assert "Traceback" not in web.log
+
+
+# -- a correction on the page: learned and marked, or neither, whatever the ACL -------------------------
+
+
+def acl_url(server, url, name, tmp_path, drop=()):
+    """A URL logging in to ``server`` as the ACL user ``name``, made exactly as docs/many-hosts.md
+    documents the spamnb user (its words read from the page) but for the prefix of ``url``, and
+    without the commands in ``drop``."""
+    from test_redis_store import documented_acl
+
+    prefix = url.split("prefix=", 1)[1]
+    words = documented_acl()
+    assert words[:3] == ["ACL", "SETUSER", "spamnb"] and "~spamnb:*" in words
+    words = [name if i == 2 else f"~{prefix}*" if w == "~spamnb:*" else f">pw-{name}" if w == ">PASSWORD" else w
+             for i, w in enumerate(words) if w not in drop]
+    c = server.client()
+    c.execute_command("ACL", "DELUSER", name)
+    c.execute_command(*words)
+    pw = tmp_path / f"{name}.pw"
+    pw.write_text(f"pw-{name}\n")
+    pw.chmod(0o600)
+    return f"unix://{name}@{server.sock}?prefix={prefix}&password_file={pw}"
+
+
+UNSURE = (b"From: u@example.org\nTo: me@example.org\nSubject: which one\nMessage-ID: <u1@ex>\n\n"
+          b"cheap pills meeting agenda lunch tomorrow\n")
+
+
+def counts(backend):
+    return tuple(int(n) for n in backend.model().messages)
+
+
+@pytest.mark.parametrize("drop", [(), ("+multi", "+exec")], ids=["documented", "no-multi"])
+def test_a_correction_on_the_page_as_the_documented_acl_user_is_learned_once_and_marked(
+        server, url, model_file, tmp_path, drop):
+    """``web --store`` logged in as the spamnb user of docs/many-hosts.md (and the same user
+    without ``+multi +exec``): learning an unsure message answers a redirect, the model learns
+    it once, its row is marked and leaves the queue."""
+    backend = pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(UNSURE, "unsure", 0.2, 0.55, via="spamd")])
+    before = counts(backend)
+    web = Web(None, None, where=["--store", acl_url(server, url, "page-nomulti" if drop else "page-doc",
+                                                    tmp_path, drop)])
+    try:
+        _, _, page = web.get("/unsure")
+        status, _, text = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
+        assert status == 303, text
+        _, _, page = web.get("/history")
+        assert "Learned #1 as spam." in page and "not marked" not in page
+    finally:
+        web.stop()
+    assert counts(backend) == (before[0], before[1] + 1)
+    assert hist.rows([1])[0]["corrected"] == "spam" and hist.count("queue") == 0
+    assert "Traceback" not in web.log
+
+
+def test_a_store_that_refuses_the_mark_refuses_it_before_the_model_learns(server, url, model_file, tmp_path):
+    """An ACL that lets the page learn but not mark (no ``+zrem`` here, nor ``+multi``): nothing
+    is learned and nothing marked, and the page says so; no command of the mark ran on its own."""
+    backend = pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(UNSURE, "unsure", 0.2, 0.55, via="spamd")])
+    before = counts(backend)
+    web = Web(None, None, where=["--store", acl_url(server, url, "nozrem", tmp_path, ("+zrem", "+multi", "+exec"))])
+    try:
+        _, _, page = web.get("/unsure")
+        status, _, text = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
+        assert status == 500 and "not learned" in text and "nothing was marked in the history" in text, text
+        assert "zrem" in text.lower()
+    finally:
+        web.stop()
+    assert counts(backend) == before
+    assert hist.rows([1])[0]["corrected"] is None and hist.count("queue") == 1
+
+
+def test_a_mark_that_fails_after_the_learn_is_said_and_leaves_the_row_in_the_queue(url, model_file):
+    """The store takes the learn, then refuses the mark (another program's value where the
+    corrections go, put there in between): a redirect saying "learned, but not marked in the
+    history", the row still in the queue and unmarked (the mark is one script that refuses
+    before it writes); choosing it again marks it, and the model learned it once."""
+    from spamnb.delivery.access import LOOPBACK
+    from spamnb.web.app import WebServer
+    from spamnb.web.storesite import StoreSite
+    from webpage import WebHere
+
+    backend = pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(UNSURE, "unsure", 0.2, 0.55, via="spamd")])
+    before = counts(backend)
+    real = hist.mark
+    planted = []
+
+    def mark(rids, label, check=False):
+        if not check and not planted:
+            planted.append(hist.client.set(hist.k["fix"], b"not a hash"))
+            try:
+                return real(rids, label)
+            finally:
+                hist.client.delete(hist.k["fix"])
+        return real(rids, label, check=check)
+
+    hist.mark = mark
+    web = WebHere.__new__(WebHere)
+    web.logged, web.cookie = [], None
+    web.server = WebServer(("127.0.0.1", 0), StoreSite(backend, hist=hist), allowed=LOOPBACK, log=web.logged.append)
+    import threading
+
+    threading.Thread(target=web.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    web.at(web.server.url())
+    try:
+        _, _, page = web.get("/unsure")
+        status, _, text = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
+        assert status == 303, text
+        assert hist.rows([1])[0]["corrected"] is None and hist.count("queue") == 1
+        assert counts(backend) == (before[0], before[1] + 1)
+        _, _, page = web.get("/unsure")
+        assert "Learned #1 as spam, but not marked in the history" in page and "WRONGTYPE" in page, page
+        status, _, _ = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
+        assert status == 303
+        _, _, page = web.get("/history")
+        assert "Learned #1 as spam." in page
+    finally:
+        web.stop()
+    assert hist.rows([1])[0]["corrected"] == "spam" and hist.count("queue") == 0
+    assert counts(backend) == (before[0], before[1] + 1)  # learned once
+
+
+# -- a correction marks its own message, not another sharing its Message-ID ------------------------------
+
+
+def twins():
+    """Two different messages that share a Message-ID (a spammer's reuse, a list's copy)."""
+    head = b"From: a@example.org\nTo: b@example.org\nSubject: %s\nMessage-ID: <same@ex>\n\n"
+    return head % b"first" + b"meeting agenda lunch tomorrow\n", head % b"second" + b"cheap pills now\n"
+
+
+def test_a_correction_marks_its_own_message_not_another_sharing_its_message_id(url, model_file):
+    """Two messages share a Message-ID, the second recorded last: a TELL (or learn) of the first
+    marks the first's row, not the newest row of that Message-ID; one of the second marks the
+    second's. A copy of the first as delivered (spamnb's header added, CRLF) is still the first."""
+    pushed(url, model_file)
+    hist = history_of(url)
+    first, second = twins()
+    hist.write([sqlhist.row(first, "ham", -3.0, 0.1, via="spamd", user="u"),
+                sqlhist.row(second, "ham", -3.0, 0.1, via="spamd", user="u")])
+    delivered = (b"X-Spam-Status: No, score=-3.0\n" + first).replace(b"\n", b"\r\n")
+    hist.write([], [(delivered, "spam", "u", False)])
+    assert [r["corrected"] for r in hist.rows([1, 2])] == ["spam", None]
+    hist.write([], [(second, "spam", None, False)])
+    assert [r["corrected"] for r in hist.rows([1, 2])] == ["spam", "spam"]
+    hist.write([], [(first, "spam", "u", True)])  # forgotten: the first's mark taken back, only it
+    assert [r["corrected"] for r in hist.rows([1, 2])] == [None, "spam"]
+
+
+def test_rows_recorded_before_they_held_their_messages_key_are_corrected_by_message_id(url, model_file):
+    """A row the previous layout recorded (no key in its JSON, its h:mid entries without one) is
+    found by its Message-ID alone, as it was; a newer row of another message with that Message-ID
+    is not taken for it, and the old row's keys go when it is dropped."""
+    pushed(url, model_file)
+    hist = history_of(url, max_rows=2)
+    first, second = twins()
+    cols, body = sqlhist.row(first, "ham", -3.0, 0.1, via="spamd", user="u")
+    cols.pop("message_key")
+    args = hist._record_args(cols, body, time.time())
+    assert b"same@ex>" in args[4] and args[4].endswith(b"same@ex>")  # the old layout's mid keys
+    hist._send([(hist._record.sha, args)])
+    hist.write([], [(first, "spam", "u", False)])
+    assert hist.rows([1])[0]["corrected"] == "spam"
+    hist.write([sqlhist.row(second, "ham", -3.0, 0.1, via="spamd", user="u")])  # keyed, the other message
+    hist.write([], [(second, "ham", "u", False)])
+    assert [r["corrected"] for r in hist.rows([1, 2])] == ["spam", "ham"]
+    hist.write([], [(first, "spam", "u", True)])  # the old row is still the first's
+    assert [r["corrected"] for r in hist.rows([1, 2])] == [None, "ham"]
+    c = hist.client
+    hist.write([sqlhist.row(m, "ham", -1.0, 0.2, via="spamd") for m in messages(2, "later")])  # drops 1 and 2
+    assert hist.count() == 2 and not any(b"same@ex" in k for k in c.hkeys(hist.k["mid"]))
+
+
+def test_learn_through_the_store_marks_its_own_message_of_a_shared_message_id(url, model_file, tmp_path):
+    """``filter`` records both messages, ``spamnb learn`` of the first marks only its row."""
+    pushed(url, model_file)
+    first, second = twins()
+    for raw in (first, second):
+        r = run("filter", "--store", url, "--history-store", input=raw)
+        assert b"X-Spam-Status" in r.stdout, r.stderr
+    path = tmp_path / "first.eml"
+    path.write_bytes(first)
+    r = run("learn", "--spam", "--store", url, "--history-store", path)
+    assert r.returncode == 0, r.stderr
+    hist = history_of(url)
+    assert [(r["subject"], r["corrected"]) for r in hist.rows([1, 2])] == [("first", "spam"), ("second", None)]

@@ -631,3 +631,34 @@ def test_an_out_of_range_time_in_the_history_file_is_the_page_naming_the_row(com
     finally:
         web.stop()
     assert "Traceback" not in web.log
+
+
+def test_a_choice_whose_mark_fails_is_learned_said_so_and_marks_no_row(compiled, tmp_path, monkeypatch):
+    """The history refuses the second row's mark (locked, full) after the model learned the
+    page's two messages: the marks are one transaction, so neither row is marked and both stay
+    in the queue; the page redirects saying "learned, but not marked in the history"."""
+    from spamnb.storage import history as hist_mod
+
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:4], unsure={0, 1})
+    web = WebHere(compiled, hist)
+    real, calls = hist_mod.mark, []
+
+    def mark(db, row_id, label):
+        calls.append(row_id)
+        if len(calls) == 2:
+            raise sqlite3.OperationalError("database is locked")
+        return real(db, row_id, label)
+
+    monkeypatch.setattr(hist_mod, "mark", mark)
+    try:
+        status, _, body = web.get("/learn", data=f"id=1&id=2&label=spam&csrf={web.server.csrf}".encode())
+        assert status == 303, body
+        _, _, body = web.get("/unsure")
+        assert "Learned #1, #2 as spam, but not marked in the history: database is locked" in body
+        assert body.count('<tr id="m') == 2  # both still waiting
+    finally:
+        web.stop()
+    with sqlite3.connect(hist) as db:
+        assert db.execute("SELECT count(*) FROM verdicts WHERE corrected IS NOT NULL").fetchone()[0] == 0
+    assert calls == [1, 2]

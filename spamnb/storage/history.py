@@ -6,7 +6,8 @@
 from it. One row per verdict (time, verdict, score, P(spam), From, Subject,
 Message-ID, user, size, which way answered, where the message went, learned
 or not, the user's correction: made on the page, or learned by an IMAP move,
-spamd TELL or ``spamnb learn``, its row found by Message-ID: :func:`correct`),
+spamd TELL or ``spamnb learn``, its row found by Message-ID and the message's own
+key: :func:`correct`),
 and the whole message beside it for unsure ones (and the :data:`KEEP_RECENT`
 most recent others) up to :data:`MAX_BODY` bytes, for :data:`BODY_DAYS` days:
 enough to show them and learn them later.
@@ -74,12 +75,18 @@ CREATE TABLE IF NOT EXISTS verdicts (
     corrected_t REAL,
     now_verdict TEXT,           -- after the last re-scoring on the page
     now_score REAL,
-    ham_cut REAL, spam_cut REAL -- the cut-offs the verdict was decided with (re-scoring uses them)
+    ham_cut REAL, spam_cut REAL, -- the cut-offs the verdict was decided with (re-scoring uses them)
+    message_key BLOB            -- the message's identity (spamnb.mail.identity.message_key): its corrections
 );
 CREATE INDEX IF NOT EXISTS verdicts_t ON verdicts (t);
 CREATE INDEX IF NOT EXISTS verdicts_verdict ON verdicts (verdict, id);
 CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
 """ + MID_INDEX
+
+#: The history's version (``PRAGMA user_version``): 2 since rows hold their message's key. A
+#: history of version 1 (rows without it) gets the column when first opened for writing; its
+#: old rows keep none, and a correction finds them by Message-ID alone, as it did.
+VERSION = 2
 
 
 class HistoryError(Exception):
@@ -221,9 +228,12 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
             if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
                 raise HistoryError(f"history {path}: cannot switch to WAL mode")
             db.execute("PRAGMA synchronous = NORMAL")
-            if db.execute("PRAGMA user_version").fetchone()[0] == 0:
-                db.executescript(SCHEMA + "PRAGMA user_version = 1;")
-        elif db.execute("PRAGMA user_version").fetchone()[0] != 1:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version == 0:
+                db.executescript(SCHEMA + f"PRAGMA user_version = {VERSION};")
+            elif version == 1:
+                upgrade(db)
+        elif db.execute("PRAGMA user_version").fetchone()[0] not in (1, VERSION):
             raise HistoryError(f"{path} is not a spamnb history")
     except sqlite3.DatabaseError as exc:
         db.close()
@@ -234,6 +244,20 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
         db.close()
         raise
     return db
+
+
+def upgrade(db):
+    """Give a history of version 1 the ``message_key`` column (its rows keep none), once: inside
+    a write lock, so that two processes opening it together add it once."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        if db.execute("PRAGMA user_version").fetchone()[0] == 1:
+            db.execute("ALTER TABLE verdicts ADD COLUMN message_key BLOB")
+            db.execute(f"PRAGMA user_version = {VERSION}")
+        db.execute("COMMIT")
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
 
 
 #: Mode bits a history file (or its -wal, -shm, -journal) may not have: written by
@@ -296,11 +320,14 @@ def check_folder(path):
 
 def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoffs=(None, None), t=None):
     """The record of one verdict: ``(columns, body or None)``; ``cutoffs``: the
-    ``(ham, spam)`` cut-offs it was decided with."""
+    ``(ham, spam)`` cut-offs it was decided with; ``message_key``: the message's identity
+    (:func:`spamnb.mail.identity.message_key`), by which its corrections find it."""
+    from spamnb.mail.identity import message_key
+
     f = fields(raw)
     cols = {"t": time.time() if t is None else t, "verdict": label, "score": float(score), "p": float(p),
             **f, "user": user or local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned,
-            "ham_cut": cutoffs[0], "spam_cut": cutoffs[1]}
+            "ham_cut": cutoffs[0], "spam_cut": cutoffs[1], "message_key": message_key(raw)}
     return cols, raw if len(raw) <= MAX_BODY else None
 
 
@@ -351,20 +378,26 @@ def unmark(db, row_id):
 def correct(db, corrections):
     """Mark the row of each ``(raw, label, user, undo)`` the user corrected (an IMAP move,
     TELL, ``spamnb learn``): the newest verdict of the message's Message-ID (as
-    :func:`fields` recorded it), of ``user`` when given (a server's history holds
-    everyone's). A message without a Message-ID, or never recorded, has no row: nothing
-    is marked. A row already corrected to that label is left (the first time counts).
+    :func:`fields` recorded it) and of the message itself (its key: two messages that share
+    a Message-ID, as spammers' and some mailing lists' do, are told apart), of ``user`` when
+    given (a server's history holds everyone's). A row recorded before rows held their
+    message's key (a history of version 1) is found by its Message-ID alone, as it was. A
+    message without a Message-ID, or never recorded, has no row: nothing is marked. A row
+    already corrected to that label is left (the first time counts).
     ``undo`` (``spamnb forget``, TELL ``Remove:``): the learning is taken back, so a
     row corrected to ``label`` is corrected no more. Inside the caller's transaction;
     the number of rows changed."""
+    from spamnb.mail.identity import message_key
+
     n = 0
     for raw, label, user, undo in corrections:
         mid = fields(raw)["message_id"]
         if not mid:
             continue
         found = db.execute("SELECT id, corrected FROM verdicts WHERE message_id = ?"
-                           + (" AND user = ?" if user else "") + " ORDER BY id DESC LIMIT 1",
-                           (mid, user) if user else (mid,)).fetchone()
+                           + (" AND user = ?" if user else "")
+                           + " AND (message_key = ? OR message_key IS NULL) ORDER BY id DESC LIMIT 1",
+                           (mid, *([user] if user else []), message_key(raw))).fetchone()
         if not found:
             continue
         if undo and found[1] == label:

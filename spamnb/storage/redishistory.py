@@ -4,7 +4,8 @@ site of several mail hosts (``[history] store = true``, ``--history-store``; sho
 
 The same records as :mod:`spamnb.storage.history` (its :func:`~spamnb.storage.history.row`,
 plus the host that answered), the same corrections (:func:`~spamnb.storage.history.correct`'s
-rule: the newest verdict of the message's Message-ID, of the user when given) and the
+rule: the newest verdict of the message's Message-ID and its key, of the user when given; a row
+recorded before rows held the key, by its Message-ID alone) and the
 same retention (rows for :data:`~spamnb.storage.history.ROW_DAYS` days, whole messages of
 unsure verdicts for :data:`~spamnb.storage.history.BODY_DAYS` days and of the
 :data:`~spamnb.storage.history.KEEP_RECENT` most recent others), and a bound on the
@@ -20,7 +21,8 @@ renewed by every record: nothing here lives without one under a volatile ``maxme
     P h:bt       sorted set: id -> time of the rows whose message is kept (its age bound)
     P h:kept     sorted set: id -> id of kept messages that were not unsure (their count bound)
     P h:queue    sorted set: id -> id of unsure verdicts kept whole and not corrected (the page's queue)
-    P h:mid      hash: "USER\\nMESSAGE-ID" and "\\nMESSAGE-ID" -> the newest verdict's id
+    P h:mid      hash: "USER\\nMESSAGE-ID\\nKEY" and "\\nMESSAGE-ID\\nKEY" -> the newest verdict's id
+                 (KEY: the message's, hex; rows recorded before they held it: without "\\nKEY")
     P h:fix      hash: id -> "LABEL TIME", the user's correction
     P h:now      hash: id -> "VERDICT SCORE", after the page re-scored it
 
@@ -49,7 +51,9 @@ TRIM = 100
 KEYS = ("next", "t", "row", "body", "bt", "kept", "queue", "mid", "fix", "now")
 
 #: KEYS: :data:`KEYS`. ARGV: row JSON, body, has body (1/0), verdict, mid key of the user,
-#: mid key of any user ("": none), t, now, max rows, row days, keep recent, body days.
+#: mid key of any user ("": none), t, now, max rows, row days, keep recent, body days. A row
+#: dropped takes its mid keys with it: with its message's key (its JSON's "key"), or without
+#: (a row recorded before rows held it).
 RECORD = r"""
 local K = {}
 for i, name in ipairs({'next', 't', 'row', 'body', 'bt', 'kept', 'queue', 'mid', 'fix', 'now'}) do K[name] = KEYS[i] end
@@ -79,7 +83,8 @@ local function drop(ids)
       local ok, r = pcall(cjson.decode, text)
       if ok and type(r) == 'table' and type(r.message_id) == 'string' and r.message_id ~= '' then
         local user = type(r.user) == 'string' and r.user or ''
-        for _, key in ipairs({user .. '\n' .. r.message_id, '\n' .. r.message_id}) do
+        local own = type(r.key) == 'string' and ('\n' .. r.key) or ''
+        for _, key in ipairs({user .. '\n' .. r.message_id .. own, '\n' .. r.message_id .. own}) do
           if redis.call('HGET', K.mid, key) == old then redis.call('HDEL', K.mid, key) end
         end
       end
@@ -99,13 +104,22 @@ for _, key in ipairs(KEYS) do redis.call('EXPIRE', key, ttl) end
 return id
 """
 
-#: KEYS: :data:`KEYS`. ARGV: the mid key, label, undo (1/0), now. The user's correction of the
-#: newest verdict of that key (:func:`spamnb.storage.history.correct`'s rule); 1 when a row changed.
+#: KEYS: :data:`KEYS`. ARGV: the mid key (with the message's key), label, undo (1/0), now, the mid
+#: key without the message's key. The user's correction of the newest verdict of that key, else of
+#: the newest row recorded before rows held their message's key, found by Message-ID alone (and
+#: only such a row: one holding another message's key is another message)
+#: (:func:`spamnb.storage.history.correct`'s rule); 1 when a row changed.
 CORRECT = r"""
 local K = {}
 for i, name in ipairs({'next', 't', 'row', 'body', 'bt', 'kept', 'queue', 'mid', 'fix', 'now'}) do K[name] = KEYS[i] end
 local id = redis.call('HGET', K.mid, ARGV[1])
-if not id or redis.call('HEXISTS', K.row, id) == 0 then return 0 end
+if not id then
+  id = redis.call('HGET', K.mid, ARGV[5])
+  if not id then return 0 end
+  local ok, r = pcall(cjson.decode, redis.call('HGET', K.row, id) or '')
+  if not ok or type(r) ~= 'table' or r.key ~= nil then return 0 end
+end
+if redis.call('HEXISTS', K.row, id) == 0 then return 0 end
 local fix = redis.call('HGET', K.fix, id)
 local was = fix and string.match(fix, '^(%a+) ') or nil
 if ARGV[3] == '1' then
@@ -121,6 +135,38 @@ if was == ARGV[2] then return 0 end
 redis.call('HSET', K.fix, id, ARGV[2] .. ' ' .. ARGV[4])
 redis.call('ZREM', K.queue, id)
 return 1
+"""
+
+#: KEYS: the ``fix`` and ``queue`` keys. ARGV: "check" or "mark", label, now, the ids. The page's
+#: correction of those verdicts: each marked and out of the queue, all or none. Every command it
+#: writes with is first checked against the caller's ACL (``redis.acl_check_cmd``, Redis 7) and
+#: both keys' types, so that a refusal comes before any write (a script is not rolled back: an
+#: error half-way would leave what ran); "check" stops there, writing nothing (what the page asks
+#: before it learns). The page's writes need no MULTI: an ACL without ``+multi`` refuses MULTI and
+#: then runs the commands meant for the transaction one by one.
+MARK = r"""
+local probe = {{'HSET', KEYS[1], '0', '0'}, {'ZREM', KEYS[2], '0'}}
+if redis.acl_check_cmd then
+  for _, c in ipairs(probe) do
+    if not redis.acl_check_cmd(unpack(c)) then
+      return redis.error_reply('NOPERM this user has no permissions to run the ' .. string.lower(c[1]) ..
+                               ' command on ' .. c[2] .. ': nothing was marked')
+    end
+  end
+end
+for _, want in ipairs({{KEYS[1], 'hash'}, {KEYS[2], 'zset'}}) do
+  local kind = redis.call('TYPE', want[1])['ok']
+  if kind ~= 'none' and kind ~= want[2] then
+    return redis.error_reply('WRONGTYPE ' .. want[1] .. ' is a ' .. kind .. ', not a ' .. want[2] ..
+                             ': nothing was marked')
+  end
+end
+if ARGV[1] ~= 'mark' then return 0 end
+for i = 4, #ARGV do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[2] .. ' ' .. ARGV[3])
+  redis.call('ZREM', KEYS[2], ARGV[i])
+end
+return #ARGV - 3
 """
 
 LABELS = ("spam", "ham", "unsure")
@@ -195,6 +241,7 @@ class RedisHistory:
         self.host = host_name()
         self._record = self.client.register_script(RECORD)
         self._correct = self.client.register_script(CORRECT)
+        self._mark = self.client.register_script(MARK)
 
     def _call(self, what, fn, *args, **kwargs):
         return self.backend._call(what, fn, *args, **kwargs)
@@ -204,18 +251,25 @@ class RedisHistory:
     def _record_args(self, cols, body, now):
         cols = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in cols.items()}
         cols["host"] = self.host
+        key = cols.pop("message_key", None)
+        if key is not None:
+            cols["key"] = key.hex()
         mid, user = cols.get("message_id") or "", cols.get("user") or ""
+        own = f"\n{cols['key']}" if key is not None else ""
         max_rows, row_days, keep_recent, body_days = self.bounds
-        keys = [f"{who}\n{mid}".encode("utf-8", "replace") for who in (user, "")] if mid else [b"", b""]
+        keys = [f"{who}\n{mid}{own}".encode("utf-8", "replace") for who in (user, "")] if mid else [b"", b""]
         return [json.dumps(cols, allow_nan=False), body or b"", int(body is not None), cols["verdict"], *keys,
                 repr(float(cols["t"])), repr(now), max_rows, row_days, keep_recent, body_days]
 
     def _corr_args(self, raw, label, user, undo, now):
+        from spamnb.mail.identity import message_key
+
         mid = sqlhist.fields(raw)["message_id"]
         if not mid:
             return None
-        return [(f"{user}\n{mid}" if user else f"\n{mid}").encode("utf-8", "replace"), label, int(bool(undo)),
-                repr(now)]
+        old = f"{user}\n{mid}" if user else f"\n{mid}"
+        return [f"{old}\n{message_key(raw).hex()}".encode("utf-8", "replace"), label, int(bool(undo)), repr(now),
+                old.encode("utf-8", "replace")]
 
     def write(self, records, corrections=()):
         """Write ``records`` (:func:`spamnb.storage.history.row`'s) and ``corrections``
@@ -229,35 +283,40 @@ class RedisHistory:
         if calls:
             self._call("record the history", self._send, calls)
 
-    def _send(self, calls):
-        """EVALSHA each of ``calls`` in one pipeline; the scripts loaded and sent again when the
-        server lacks them (restarted, flushed). Not redis-py's pipelined Script, which asks
-        SCRIPT EXISTS first: a round trip more, and a command the documented ACL user lacks."""
+    def _send(self, calls, keys=None):
+        """EVALSHA each of ``calls`` in one pipeline (with ``keys``, :data:`KEYS`' by default); the
+        scripts loaded and sent again when the server lacks them (restarted, flushed). Not
+        redis-py's pipelined Script, which asks SCRIPT EXISTS first: a round trip more, and a
+        command the documented ACL user lacks."""
         import redis  # there: a RedisBackend was made
 
+        keys = self.keys if keys is None else keys
         for attempt in (0, 1):
             pipe = self.client.pipeline(transaction=False)
             for sha, args in calls:
-                pipe.evalsha(sha, len(self.keys), *self.keys, *args)
+                pipe.evalsha(sha, len(keys), *keys, *args)
             try:
                 return pipe.execute()
             except redis.exceptions.NoScriptError:
                 if attempt:
                     raise
-                self.client.script_load(RECORD)
-                self.client.script_load(CORRECT)
+                # every script, not just the missing one: a pipeline that found one loaded and
+                # another not would run its first calls, then all of them again
+                for script in (RECORD, CORRECT, MARK):
+                    self.client.script_load(script)
 
     def record(self, raw, label, score, p, **kw):
         """Record one verdict now (``filter --store``): one round trip."""
         self.write([sqlhist.row(raw, label, score, p, **kw)])
 
-    def mark(self, rids, label):
-        """The page's correction of verdicts ``rids`` to ``label``, now (one MULTI)."""
-        pipe = self.client.pipeline(transaction=True)
-        for rid in rids:
-            pipe.hset(self.k["fix"], rid, f"{label} {time.time()!r}")
-            pipe.zrem(self.k["queue"], rid)
-        self._call("record the correction", pipe.execute)
+    def mark(self, rids, label, *, check=False):
+        """The page's correction of verdicts ``rids`` to ``label``, now: one :data:`MARK` call,
+        every row marked and out of the queue or none (StoreUnavailable then, before any write).
+        ``check``: only ask whether the store would take it (this user's ACL, the keys' types),
+        writing nothing: what the page asks before it learns."""
+        args = ["check" if check else "mark", label, repr(time.time()), *rids]
+        self._call("check that the correction can be recorded" if check else "record the correction",
+                   self._send, [(self._mark.sha, args)], [self.k["fix"], self.k["queue"]])
 
     def rescored(self, updates):
         """``[(verdict, score, id)]`` of the page's re-scoring."""

@@ -52,7 +52,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from spamnb.delivery import access
 from spamnb.verdict import cutoffs_from
 from spamnb.web import pages
-from spamnb.web.data import PAGE, Site
+from spamnb.web.data import PAGE, NotMarked, Site
 
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
        "base-uri 'none'")
@@ -252,9 +252,16 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError as exc:
             self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
-        except Exception as exc:  # noqa: BLE001 - said on the page; nothing was half done in the history
+        except NotMarked as exc:  # learned: said with the next page, as a choice is
+            which = ", ".join(f"#{mid}" for mid in sorted(mids))
+            srv.remember(f"Learned {which} as {pages.e(label)}, but not marked in the history: {pages.e(str(exc))}. "
+                         f"They stay in the queue: choose them again to mark them (a message is learned once).")
+            self.redirect(srv.root + back)
+            return
+        except Exception as exc:  # noqa: BLE001 - said on the page; raised before any mark (the site's learn)
             srv.log(f"learning failed: {exc.__class__.__name__}: {exc}")
-            self.send(500, pages.error_page(500, f"not learned: {exc}", root=srv.root))
+            self.send(500, pages.error_page(500, f"not learned: {exc}; nothing was marked in the history",
+                                            root=srv.root))
             return
         which = ", ".join(f"#{mid}" for mid in sorted(mids))
         srv.remember(f"Learned {which} as {pages.e(label)}. " + pages.moved_note(moved, srv.root))

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import sqlite3
 import threading
 import time
 
@@ -29,6 +30,21 @@ LABELS = ("spam", "ham", "unsure")
 COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id", "user", "size", "via",
            "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score")
 
+
+class NotMarked(Exception):
+    """The page's choice was learned, but its rows could not be marked in the history (the
+    reason): they stay in the queue, and choosing them again marks them (a message is
+    learned once). What the page says, with the next page, instead of an error."""
+
+
+def rescored_queue(site, log):
+    """``site.rescore()``, after a choice was learned and marked: a re-scoring that fails is
+    a line to ``log`` and None (nothing said of it on the page), never the choice's error."""
+    try:
+        return site.rescore()
+    except Exception as exc:  # noqa: BLE001 - the choice stands; the next choice re-scores again
+        log(f"re-scoring the unsure messages failed: {exc.__class__.__name__}: {exc}")
+        return None
 
 
 def rescored(model, raw, spam_cut, ham_cut):
@@ -235,11 +251,25 @@ class Site:
                 raws.append(found[1])
             pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure),
                            [(raw, label) for raw in raws], via="web", create=default_seed, warn=self.log)
-            with self.db() as db:
-                for mid in mids:
-                    history.mark(db, mid, label)
-            self.log(f"learned message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))} as {label}")
-            return self.rescore()
+            # learned first, then marked (in one transaction: every row or none): a mark that fails
+            # leaves the rows in the queue, learned, and choosing them again marks them (a message
+            # is learned once); marking first would hide a message a failed learn never taught
+            which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
+            try:
+                with self.db() as db:
+                    db.execute("BEGIN IMMEDIATE")
+                    try:
+                        for mid in mids:
+                            history.mark(db, mid, label)
+                        db.execute("COMMIT")
+                    except BaseException:
+                        db.execute("ROLLBACK")
+                        raise
+            except (sqlite3.Error, history.HistoryError, OSError) as exc:
+                self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
+                raise NotMarked(str(exc)) from None
+            self.log(f"learned {which} as {label}")
+            return rescored_queue(self, self.log)
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the unsure queue again with the model as it

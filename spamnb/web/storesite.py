@@ -19,7 +19,8 @@ from spamnb.delivery import pipeline
 from spamnb.delivery.hook import scored
 from spamnb.storage import upkeep
 from spamnb.storage.redishistory import RedisHistory
-from spamnb.web.data import LABELS, PAGE, RESCORE, day_start, rescored
+from spamnb.storage.store import ModelError
+from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, rescored, rescored_queue
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -129,7 +130,16 @@ class StoreSite:
 
     def learn(self, mids, label):
         """Teach the store's model the messages of verdicts ``mids`` as ``label`` (what a TELL
-        does: every host's next verdict follows), mark their rows, re-score the queue."""
+        does: every host's next verdict follows), mark their rows, re-score the queue.
+
+        Learned and marked, or neither, as far as the store lets anything be: the mark is asked
+        for first (:meth:`~spamnb.storage.redishistory.RedisHistory.mark` with ``check``: this
+        user's ACL, the keys), so a store that would refuse it refuses before the model learns
+        anything (StoreUnavailable). Then the learn, then the mark (one script: every row or
+        none). Learning first: a mark that fails after it (the store gone in between) leaves
+        the rows in the queue, learned (:class:`~spamnb.web.data.NotMarked`, which the page
+        says), and choosing them again marks them (a message is learned once); marking first
+        would take out of the queue a message that a failed learn never taught."""
         if label not in ("spam", "ham"):
             raise ValueError("learn it as spam or ham")
         mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
@@ -142,10 +152,16 @@ class StoreSite:
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
+            self.hist.mark(mids, label, check=True)
             pipeline.learn(self.backend, [(raw, label) for raw in raws], via="web", warn=self.log)
-            self.hist.mark(mids, label)
-            self.log(f"learned message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))} as {label}")
-            return self.rescore()
+            which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
+            try:
+                self.hist.mark(mids, label)
+            except ModelError as exc:
+                self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
+                raise NotMarked(str(exc)) from None
+            self.log(f"learned {which} as {label}")
+            return rescored_queue(self, self.log)
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the queue again; ``[(id, subject, was, now)]``
