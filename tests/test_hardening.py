@@ -48,12 +48,20 @@ def mallory():
         pytest.skip("the attacks by another user need root to make a throwaway user (useradd)")
     if shutil.which("useradd") is None:
         pytest.skip("useradd is not installed")
+    from spamnb.delivery.access import login_user
+
     try:
-        return pwd.getpwnam(MALLORY)
+        found = pwd.getpwnam(MALLORY)
+        if login_user(found.pw_uid):
+            return found
+        # made by an older run as a system account, which spamd lets name anyone (an MTA's):
+        # the neighbour is a person's account
+        subprocess.run(["userdel", MALLORY], check=True, capture_output=True)
     except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", MALLORY],
-                       check=True, capture_output=True)
-        return pwd.getpwnam(MALLORY)
+        pass
+    subprocess.run(["useradd", "--no-create-home", "--shell", "/usr/sbin/nologin", MALLORY],
+                   check=True, capture_output=True)
+    return pwd.getpwnam(MALLORY)
 
 
 @pytest.fixture
