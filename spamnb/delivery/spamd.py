@@ -159,8 +159,9 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         if method == "TELL":
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
-        may_name(method, headers, srv.rules, srv.peer(self.request, self.client_address))
-        backend, _ = srv.models.for_user(headers.get("User"))
+        backend, own = srv.models.for_user(headers.get("User"))
+        if own:  # as answer() asks it
+            may_name(method, headers, srv.rules, srv.peer(self.request, self.client_address))
         try:
             t = threshold(srv.models.decision_for(headers.get("User")).cutoffs(backend.view().cutoffs)[1])
         except (ModelError, OSError) as exc:

@@ -280,9 +280,10 @@ def answer(method, version, headers, raw, models, *, rules=None, peer=None, comp
     user, and TELL); ``raddr``: the client's IP address, for the line."""
     if method == "TELL":
         return tell(headers, raw, models, rules=rules, peer=peer, compact=compact, raddr=raddr)
-    may_name(method, headers, rules, peer)
     user = headers.get("User")
     backend, own = models.for_user(user)
+    if own:  # only a model of the user's own tells them apart: asked only then (a socket-table scan)
+        may_name(method, headers, rules, peer)
     envelope, msg = envelope_split(raw)
 
     def scan(backend):  # view(): refused unless trusted
@@ -347,7 +348,10 @@ def may_name(method, headers, rules=None, peer=None):
     machine may name only its own user unless it is root, the server's user or one of
     ``--spamd-trusted-user`` (:data:`spamnb.delivery.access.NAME_USER`). Whoever names a
     user is scored by their model, reads their tokens (SYMBOLS, REPORT) and is recorded
-    in the history as them."""
+    in the history as them. A scan asks it only when the user has a model of their own
+    (a user without one is scored by the served model, as anyone is): over TCP the
+    question is a scan of the kernel's socket table, which would cost every CHECK
+    several times its scoring."""
     user = headers.get("User")
     if user is None:
         return
