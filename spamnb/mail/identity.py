@@ -6,8 +6,12 @@ learner (:mod:`spamnb.storage.journal`) compute it without numpy.
 
 from __future__ import annotations
 
-import hashlib
 import re
+
+try:  # hashlib.blake2b itself, without hashlib's OpenSSL start (milliseconds of every cold filter process)
+    from _blake2 import blake2b
+except ImportError:  # an interpreter built without it
+    from hashlib import blake2b
 
 KEY_BYTES = 16  # length of a message key (a BLAKE2b digest)
 
@@ -58,7 +62,7 @@ def message_key(raw: bytes) -> bytes:
         ident = b"key2\0" + b"\0".join(fields) + b"\0\0" + body
     else:
         ident = b"key2-content\0" + head + b"\0\0" + body
-    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
+    return blake2b(ident, digest_size=KEY_BYTES).digest()
 
 
 def _identity_fields(head: bytes) -> list[bytes]:
@@ -88,6 +92,8 @@ _LEGACY_MESSAGE_ID = re.compile(rb"^message-id:[ \t]*(<[^>\r\n]{1,500}>)", re.I 
 def legacy_message_key(raw: bytes) -> bytes:
     """The key models of format version 1 stored: Message-ID and the body's exact
     bytes, else the message's exact bytes (kept to find their messages again)."""
+    import hashlib  # (sha256: models of that format only)
+
     cuts = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i != -1]
     head, body = raw, b""
     if cuts:
@@ -98,4 +104,4 @@ def legacy_message_key(raw: bytes) -> bytes:
         ident = b"mid:" + m.group(1).strip() + b"\0" + hashlib.sha256(body).digest()
     else:
         ident = b"sha256:" + hashlib.sha256(raw).digest()
-    return hashlib.blake2b(ident, digest_size=KEY_BYTES).digest()
+    return blake2b(ident, digest_size=KEY_BYTES).digest()
