@@ -205,7 +205,8 @@ def filter_here(raw, source, opts, rec, *, learn=None):
     click command filters through this too."""
     outcome = pipeline.filter_one(raw, source, via="filter", decision=Decision.of(opts),
                                   learn=opts["learn_"] if learn is None else learn,
-                                  evidence=opts.get("evidence") or 0, recorder=rec, user=login())
+                                  evidence=opts.get("evidence") or 0, recorder=rec,
+                                  user=locate.local_user() if rec is not None else None)
     if outcome.not_learned:  # the verdict stands: delivered, unlearned
         sys.stderr.write(pipeline.not_learned(outcome.not_learned) + "\n")
     return outcome.message(), outcome.label
@@ -321,9 +322,12 @@ def answer(raw, opts, env=os.environ):
             result = via_server(sock, raw, path, is_default, opts, facts)
             label = result[1]
             if opts["log_messages"]:  # the server keeps the history; the line is ours
-                line_recorder(opts).message("filter", label, facts["score"], facts["p"], None, len(raw),
-                                            time.perf_counter() - start, raw=raw, user=login(),
-                                            learned=facts["learned"], why="filter-u")
+                try:
+                    line_recorder(opts).message("filter", label, facts["score"], facts["p"], None, len(raw),
+                                                time.perf_counter() - start, raw=raw, user=locate.local_user(),
+                                                learned=facts["learned"], why="filter-u")
+                except Exception as exc:  # noqa: BLE001 - answered (and learned) already: not filtered again
+                    pipeline.note(f"warning: no log line: {exc}")
         except Fallback:
             result = None
     if result is None:
@@ -345,16 +349,6 @@ def via_store(raw, url, opts):
 
 
 # -- what a filter process records --------------------------------------------------------
-
-
-def login():
-    """The user running the filter, for its line."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
 
 
 def line_recorder(opts, history=None):
@@ -401,7 +395,7 @@ def filter_boundary(got, note=None):
 
     return pipeline.boundary("filter", lambda reason, exc: deliver_unchanged(message(), reason, got["exit_zero"]),
                              recorder=lambda: line_recorder(got.get("opts")),
-                             facts=lambda: {"raw": message(), "user": login()}, interrupts=True,
+                             facts=lambda: {"raw": message(), "user": locate.local_user()}, interrupts=True,
                              warn=note or warn)
 
 
