@@ -459,9 +459,7 @@ def main(args, load_cli, env=os.environ):
 
 def _filter(args, load_cli, env, got):
     """:func:`main`'s work; ``got`` receives the message and the ``--exit-zero`` in force."""
-    from spamnb.storage import settings
-
-    opts = settings.command_line("filter", args, env, only=FAST)  # the table's parser and the one resolver
+    opts = settings_of(args, env)
     if opts is None:
         full_path(load_cli, args)
         return
