@@ -75,7 +75,7 @@ def check_cost(name, value):
     """A cost must be a positive, finite real number (NaN fails too): TypeError for
     what is not a number, DecisionError for a number that is not a cost."""
     try:
-        # x - x == 0 holds for finite numbers only (not inf, not NaN): no `math` import
+        # x - x == 0 holds for finite numbers only (not inf, not NaN), and for any numeric type
         ok = not isinstance(value, bool) and value - value == 0 and value > 0
     except TypeError:  # not a number at all, or complex
         ok = None
