@@ -47,9 +47,9 @@ import time  # loaded by the interpreter's own start-up: free here
 from spamnb import options
 from spamnb.delivery import pipeline
 from spamnb.storage import locate
-from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Decision, DecisionError, Fallback,
-                            default_model_notice, deliver_unchanged, is_verdict_block, may_hold_verdicts,
-                            model_name)
+from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, Decision, DecisionError, Fallback, default_model_notice,
+                            deliver_unchanged, filtered_status, is_verdict_block, may_hold_verdicts, model_name,
+                            write_out)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -432,11 +432,7 @@ def _write_and_exit(out, code):
     it is a noticeable share of a delivery through the server, and this
     process holds nothing that needs it.
     """
-    try:
-        sys.stdout.buffer.write(out)
-        sys.stdout.buffer.flush()
-    except (OSError, ValueError):
-        code = EXIT_ERROR
+    code = write_out(out, code)
     try:
         sys.stderr.flush()
     except (OSError, ValueError):
@@ -471,7 +467,7 @@ def _filter(args, load_cli, env, got):
         return
     if opts["store"]:  # the resolver's choice: --model and --store never both
         out, label = via_store(raw, opts["store"], opts)
-        _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+        _write_and_exit(out, filtered_status(label, opts["exit_zero"]))
     try:
         out, label = answer(raw, opts, env)
     except NoScorer as exc:
@@ -486,4 +482,4 @@ def _filter(args, load_cli, env, got):
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
         full_path(load_cli, args, raw)
         return
-    _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+    _write_and_exit(out, filtered_status(label, opts["exit_zero"]))
