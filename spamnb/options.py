@@ -139,7 +139,7 @@ TABLE = (
     Row("allow_tell", ("--allow-tell",), "spamd", "allow_tell", "bool", ("serve",),
         help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
              "model, as spamd's --allow-tell. From this machine User: must be the client's own user (root, "
-             "the server's user and --spamd-trusted-user may name anyone)."),
+             "the server's user, the system's accounts (an MTA's) and --spamd-trusted-user may name anyone)."),
     Row("allow_tell_served", ("--allow-tell-served",), "spamd", "allow_tell_served", "bool", ("serve",),
         help="spamd: TELL may also change the served model, which scores everyone without a model of their "
              "own (implies --allow-tell)."),
@@ -259,7 +259,8 @@ VARIABLES = {
                             "(for packagers and tests).",
     "SPAMNB_CORPUS": "The archive the default model is trained from, the first time it is needed "
                      "(default: the shipped corpora/spamassassin.tar.xz).",
-    "SPAMNB_LOCK_TIMEOUT": "Seconds a writer waits for the model's lock (120).",
+    "SPAMNB_LOCK_TIMEOUT": "Seconds a writer waits for the model's lock (default 120; a learn during a "
+                           "delivery, 10), this value for both when set.",
     "SPAMNB_DEBUG": "Set to 1: show the traceback of an error instead of its one line.",
 }
 

@@ -75,7 +75,7 @@ def check_cost(name, value):
     """A cost must be a positive, finite real number (NaN fails too): TypeError for
     what is not a number, DecisionError for a number that is not a cost."""
     try:
-        # x - x == 0 holds for finite numbers only (not inf, not NaN): no `math` import
+        # x - x == 0 holds for finite numbers only (not inf, not NaN), and for any numeric type
         ok = not isinstance(value, bool) and value - value == 0 and value > 0
     except TypeError:  # not a number at all, or complex
         ok = None
@@ -329,6 +329,23 @@ def unchanged_status(exit_zero):
     return 0 if exit_zero else EXIT_ERROR
 
 
+def filtered_status(label, exit_zero):
+    """``spamnb filter``'s exit status for a message it filtered: by its verdict
+    (:data:`EXIT_CODES`), or 0 with ``--exit-zero``."""
+    return 0 if exit_zero else EXIT_CODES[label]
+
+
+def write_out(out, code):
+    """Write ``out`` to standard output: ``code``, or 3 when it could not be written whole
+    (no delivery agent may take a cut message for a filtered one)."""
+    try:
+        sys.stdout.buffer.write(out)
+        sys.stdout.buffer.flush()
+    except (OSError, ValueError):
+        return EXIT_ERROR
+    return code
+
+
 def deliver_unchanged(raw, reason, exit_zero):
     """What ``spamnb filter`` does when anything fails (every filter path's ``fail``,
     :class:`Boundary`): the reason on stderr in one line (:func:`passed_through`),
@@ -339,12 +356,7 @@ def deliver_unchanged(raw, reason, exit_zero):
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
-    try:
-        sys.stdout.buffer.write(raw)
-        sys.stdout.buffer.flush()
-    except (OSError, ValueError):
-        return EXIT_ERROR
-    return unchanged_status(exit_zero)
+    return write_out(raw, unchanged_status(exit_zero))
 
 
 def failure_reason(exc):

@@ -430,3 +430,26 @@ def test_learn_and_forget_use_the_configured_model_and_history_on_every_path(use
         (history.fields(ham)["message_id"], "ham")]
     db.close()
     assert run("learn", "--ham", "--no-history", msg, env=env).returncode == 0  # the click path takes it too
+
+
+def test_learn_with_the_history_in_the_store_never_marks_the_files_history(user_file, compiled, a_spam, tmp_path):
+    """``[history] store = true`` is the click command's to honour (the store's history):
+    learn's fast path, which records in a file only, leaves it to the click command, so the
+    correction is never marked in the file beside the model."""
+    import sqlite3
+
+    from spamnb.storage.modelfile import load_model, save_model
+
+    mine = tmp_path / "mine.joblib"
+    save_model(load_model(compiled), mine)
+    env = {"SPAMNB_SOCKET": str(tmp_path / "no-server.sock")}
+    assert run("filter", "--model", mine, input=a_spam, env=env).returncode == 0  # a row in the file's history
+    write(user_file, "[history]\nstore = true\n")
+    msg = tmp_path / "m.eml"
+    msg.write_bytes(a_spam)
+    for command in ("learn", "forget", "learn"):  # the first checks the changed file; then a fast path's turn
+        res = run(command, "--ham", "--model", mine, msg, env=env)
+        assert res.returncode == 0, res.stderr
+    db = sqlite3.connect(str(mine) + ".history.sqlite")
+    assert db.execute("SELECT count(*), count(corrected) FROM verdicts").fetchone() == (1, 0)
+    db.close()

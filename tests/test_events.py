@@ -64,7 +64,7 @@ def test_a_recorder_with_a_history_records_each_verdict_as_decided(tmp_path):
     filter -u's rule learned it, the cut-offs it was decided with; lines or not."""
     import sqlite3
 
-    from spamnb.storage import history
+    from spamnb.storage import history, locate
 
     path = str(tmp_path / "h.sqlite")
     rec = events.Recorder(lines=False, history=history.Recorder(path, print))
@@ -74,7 +74,7 @@ def test_a_recorder_with_a_history_records_each_verdict_as_decided(tmp_path):
     rec.close()
     db = sqlite3.connect(path)
     assert db.execute("SELECT verdict, via, user, learned, ham_cut, spam_cut FROM verdicts ORDER BY id").fetchall() \
-        == [("spam", "serve", history.local_user(), "spam", 0.5, 0.95), ("ham", "spamd", "alice", None, 0.2, 0.9)]
+        == [("spam", "serve", locate.local_user(), "spam", 0.5, 0.95), ("ham", "spamd", "alice", None, 0.2, 0.9)]
     db.close()
 
 

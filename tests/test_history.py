@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from spamnb.storage import history
+from spamnb.storage import history, locate
 from spamnb.web.data import Site
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages as sample_messages  # noqa: F401 (compiled: a fixture)
@@ -266,7 +266,7 @@ def test_serve_records_both_protocols_off_the_delivery_path(compiled, messages, 
         while time.monotonic() < deadline and len(rows(path)) < 2:
             time.sleep(0.05)
         got = rows(path)
-        assert [(r[1], r[4]) for r in got] == [("serve", history.local_user()), ("spamd", "alice")]
+        assert [(r[1], r[4]) for r in got] == [("serve", locate.local_user()), ("spamd", "alice")]
         assert got[0][3] == history.fields(messages[0])["subject"]
     finally:
         proc.terminate()

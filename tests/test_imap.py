@@ -666,3 +666,17 @@ def test_without_a_model_of_ones_own_the_default_is_opened_once_a_run(dovecot, t
     learn([(raws[0], "ham" if label == "spam" else "spam")])  # the first correction makes the user's model
     assert os.path.exists(own) and judge(raws[0])[1] != p  # judged by it now
     assert opened.count(default) == 3 and opened.count(own) == 1, opened  # once, then found gone and built
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("force_plaintext", "no", "force_plaintext: must be true or false"),  # a string, not TOML's false
+    ("port", 70000, "port: must be from 1 to 65535"),
+    ("interval", "soon", "interval: must be a number"),
+])
+def test_every_imap_key_of_a_file_is_checked_by_its_row(key, value, said):
+    """Each ``[imap]`` key a file gives has its row's kind and bounds: ``force_plaintext =
+    "no"`` is refused, not taken as true (which would send the password in clear text)."""
+    config = {"host": "mail.example.com", "user": "alice", "password_file": "/nonexistent", "security": "none",
+              key: value}
+    with pytest.raises(imap.ImapError, match=said):
+        imap.settings_from(config, {})

@@ -80,3 +80,36 @@ def test_a_fresh_home_filters_with_the_default_model_built_from_the_install(inst
     info = subprocess.run([spamnb, "info"], capture_output=True, env=env, cwd=tmp_path, timeout=120)
     assert info.returncode == 0, info.stderr.decode()
     assert os.path.exists(Path(env["HOME"]) / ".cache" / "spamnb" / f"default-model-{locate.DEFAULT_RECIPE}.joblib")
+
+
+def quick_start_block() -> str:
+    """The README's first Quick start block, as a person pastes it."""
+    text = (ROOT / "README.md").read_text()
+    return text.split("## Quick start: your own mailbox", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.slow
+def test_the_quick_start_works_pasted_into_a_fresh_accounts_shell(tmp_path):
+    """About 2 minutes (pip installs spamnb and its dependencies, as the README says). The
+    block runs as written, line after line, in a shell with a fresh HOME and the PATH a
+    login gives a new account, which has no ``~/.local/bin`` yet (Debian's ``~/.profile``
+    adds it only when it exists at login): every line must work there, ``spamnb setup
+    --install`` included, not only after the next login."""
+    home = tmp_path / "home"
+    home.mkdir(mode=0o700)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin:/usr/games", "HOME": str(home), "LANG": "C.UTF-8",
+           # where pip keeps what it downloaded: this user's cache, so a second run downloads nothing
+           "PIP_CACHE_DIR": os.environ.get("PIP_CACHE_DIR", str(Path.home() / ".cache" / "pip")),
+           "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
+    shell = subprocess.run(["bash", "-e"], input=quick_start_block(), capture_output=True, text=True, env=env,
+                           cwd=ROOT, timeout=1200)
+    said = shell.stdout + shell.stderr
+    if shell.returncode != 0 and ("No matching distribution" in said or "NewConnectionError" in said):
+        pytest.skip(f"pip cannot reach the package index: {said.strip()[-200:]}")
+    assert shell.returncode == 0, said[-2000:]
+    assert "command not found" not in said
+    spamnb = home / ".local" / "bin" / "spamnb"
+    assert f"| {spamnb} filter --exit-zero -u" in (home / ".procmailrc").read_text()
+    assert (home / "Maildir" / ".Junk").is_dir() and (home / "Maildir" / ".Unsure").is_dir()
+    assert subprocess.run([str(spamnb), "--version"], capture_output=True, env=env).returncode == 0
+    assert any((home / ".local" / "share" / "man" / "man1").glob("spamnb*.1"))

@@ -160,3 +160,17 @@ def test_learn_records_a_correction_only_when_the_model_learned_one():
         pipeline.learn(_Store(changed), [(b"Subject: a\n\nb\n", "spam")], via="tell", forget=True,
                        recorder=lines.rec)
         assert lines.out.getvalue().count("event=forget") == want
+
+
+def test_a_record_that_fails_never_costs_the_verdict(trained_model, capsys):
+    """A log line or history row that cannot be written (stderr gone, a disk full) is a
+    warning: the message keeps the verdict it was given (and what it learned), so no door
+    filters it a second time."""
+    class Broken:
+        def message(self, *args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+    raw = sample_message("spam").read_bytes()
+    out = pipeline.filter_one(raw, pipeline.ModelSource(trained_model, "m"), via="filter", recorder=Broken())
+    assert out.label == "spam" and b"X-Spam-Status: Yes" in out.message()
+    assert "warning: the verdict was not recorded: [Errno 28] No space left on device" in capsys.readouterr().err

@@ -96,8 +96,9 @@ def test_a_sentinel_url_names_the_sentinels_the_service_and_the_database():
                 pool.connection_kwargs["socket_timeout"]) == (2, "ops", 0.5)
     assert (b.prefix, b.wait, b.reader is not b.client) == (b"mx:", 1, True)
     assert open_backend(None, "redis+sentinel://s/spamnb?db=3&wait=0").wait == 0
-    with pytest.raises(ModelError, match="cannot reach the store"):  # no Sentinel there: as a server down
-        open_backend(None, f"redis+sentinel://127.0.0.1:{_free_port()}/spamnb").view()
+    port = _free_port()
+    with pytest.raises(ModelError, match=rf"no Sentinel of the store .* answers \(127.0.0.1:{port}\)"):
+        open_backend(None, f"redis+sentinel://127.0.0.1:{port}/spamnb").view()  # not "No slave found"
 
 
 # -- a group --------------------------------------------------------------------------------------
@@ -128,6 +129,20 @@ def test_classification_reads_a_replica_and_learning_writes_the_primary(group, t
     st, key = backend.settings(), message_key(raw)
     registry = backend._reg(st.epoch, int.from_bytes(key[:4], "little") % st.registry_buckets)
     assert group.client(replica).hget(registry, key) == b"1"  # WAIT 1: the replica holds it once acknowledged
+
+
+@pytest.mark.skipif(redis is None or REDIS_SENTINEL is None, reason="redis-sentinel or the redis package is missing")
+def test_sentinels_that_answer_without_a_primary_are_told_from_none_answering(group):
+    """Sentinels that answer but name no primary up (here: a service they do not monitor)
+    are one line saying so, not redis-py's "No master found" / "No slave found"."""
+    from spamnb.storage.where import open_backend
+
+    url = group.url(prefix="nosuch:").replace("/spamnb", "/nosuch", 1)
+    assert "/nosuch" in url
+    for ask in ("view", "size"):
+        with pytest.raises(ModelError, match="answer but name no primary up for its service") as caught:
+            getattr(open_backend(None, url), ask)()
+        assert "No master" not in str(caught.value) and "No slave" not in str(caught.value)
 
 
 def view_tokens(view, raw):

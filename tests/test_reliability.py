@@ -293,10 +293,10 @@ def _mime_tokens(toks):
 @pytest.mark.parametrize("name", BIG_DEFAULT + [pytest.param(n, marks=pytest.mark.slow) for n in BIG_SLOW])
 def test_big_inputs_tokenize_fast_within_the_caps(big_inputs, name):
     raw = big_inputs(name)
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: other processes sharing the machine do not count
     toks = tokenize(raw)
-    took = time.perf_counter() - start
-    print(f"{name}: {len(raw):,} bytes tokenized in {took:.3f} s; {_mime_tokens(toks)}")
+    took = time.thread_time() - start
+    print(f"{name}: {len(raw):,} bytes tokenized in {took:.3f} s of CPU; {_mime_tokens(toks)}")
     assert "tokenizer:error" not in toks
     assert took < 5, f"{name} took {took:.1f} s"
     expected = {"nested_1000": "mime:parse-error", "nested_rfc822_1000": "mime:parse-error",

@@ -187,16 +187,25 @@ def test_the_parsers_switches_are_options_without_a_key(command):
 
 def test_fast_learn_reads_its_command_line_with_the_tables_parser():
     from spamnb.delivery import fastlearn
+    from spamnb.storage import settings
 
-    assert fastlearn.parse_args(["--spam", "a", "--model", "m", "b"]) == ("spam", "m", ["a", "b"])
-    assert fastlearn.parse_args(["--model=m", "--ham", "a"], "forget") == ("ham", "m", ["a"])
-    assert fastlearn.parse_args(["--ham", "a"]) == ("ham", None, ["a"])
+    def parsed(args, command="learn", layers=None):
+        out = fastlearn.parse_args(args, command, {}, layers or settings.Layers([], {}))
+        return out and ((out[0]["label"], out[0]["model_path"], bool(out[0]["no_history"])), out[1])
+
+    assert parsed(["--spam", "a", "--model", "m", "b"]) == (("spam", "m", False), ["a", "b"])
+    assert parsed(["--model=m", "--ham", "a"], "forget") == (("ham", "m", False), ["a"])
+    assert parsed(["--ham", "a"]) == (("ham", None, False), ["a"])
+    assert parsed(["--spam", "--no-history", "a"]) == (("spam", None, True), ["a"])
     for declined in (["--spam"], ["a"], ["--spam", "--ham", "a"], ["--spam", "--spam", "a"], ["--spam=x", "a"],
                      ["--spam", "a", "--model"], ["--spam", "--model", "m", "--model", "n", "a"],
                      ["--spam", "-r", "a"], ["--spam", "--store", "redis://h/0", "a"], ["--spam", "-", "a"],
-                     ["--spam", "--", "a"], ["--spam", "--no-history", "a"],
+                     ["--spam", "--", "a"], ["--spam", "--history-store", "a"],
                      ["--spam", "--model", "m", "--store", "redis://h/0", "a"]):
-        assert fastlearn.parse_args(declined) is None, declined
+        assert parsed(declined) is None, declined
+    # a configuration that keeps the history in the store: the click command, which records there
+    in_store = settings.Layers([("config file", {"history": {"store": True}}, "f.toml")], {})
+    assert parsed(["--spam", "a"], layers=in_store) is None
 
 
 def test_exit_zero_is_read_by_one_rule():

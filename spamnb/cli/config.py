@@ -113,7 +113,7 @@ def problems(group, layers, command=None):
                     out.append((first[2], first[3], f"[{keys[0][0]}] {keys[0][1]}: {exc}"))
     if not out and applies(group, "decision", DECISION_OPTIONS[0], command):
         try:
-            settings.decision(layers).cutoffs((0.5, 0.95))
+            settings.decision(layers).check()
         except settings.ConfigError:  # a value of a wrong type, a conflict: reported above
             pass
         except (verdict.DecisionError, TypeError) as exc:

@@ -8,7 +8,7 @@ import click
 
 from spamnb.cli.options import (checked, decision_options, history_of, history_options, log_options, metrics_from,
                                 metrics_options, model_options, notice, open_backend, options, pass_through, recorder)
-from spamnb.verdict import EXIT_CODES, EXIT_ERROR
+from spamnb.verdict import filtered_status, write_out
 
 
 class _FilterCommand(click.Command):
@@ -93,13 +93,7 @@ def filter_(model_path, store, allow_insecure_model, exit_zero, learn_, evidence
                                             fastfilter.recorder_for(opts, _history(history, backend)))
     if boundary.result is not None:
         sys.exit(boundary.result)
-    code = 0 if exit_zero else EXIT_CODES[label]
-    try:
-        sys.stdout.buffer.write(out)
-        sys.stdout.buffer.flush()
-    except (OSError, ValueError):
-        code = EXIT_ERROR
-    sys.exit(code)
+    sys.exit(write_out(out, filtered_status(label, exit_zero)))
 
 
 def _history(history, backend):

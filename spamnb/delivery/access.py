@@ -20,9 +20,10 @@ LEARN_SHARED   connected              with ``--allow-tell-        -             
                                       served`` as well
 NAME_USER      -                      a peer on this machine: its -               -
                                       own user, unless root, the
-                                      server's user or one of
-                                      ``trusted_users``; another
-                                      host: as sent
+                                      server's user, a system
+                                      account (an MTA's) or one
+                                      of ``trusted_users``;
+                                      another host: as sent
 READ_METRICS   -                      -                           connected       -
 READ_PAGE      -                      -                           -               the page's key
 TEACH_PAGE     -                      -                           -               the key and the
@@ -35,9 +36,11 @@ its user is then the kernel's (``SO_PEERCRED``; for TCP the socket table, as ide
 reads it, :func:`tcp_peer_uid`), and one the kernel cannot name (a client that reset
 its connection) is :data:`UNKNOWN_PEER`, who may name no user. A peer on another
 host is trusted for ``User:``, as spamd trusts the addresses ``--allow`` admits.
-:data:`NAME_USER` is asked of every spamd request that names a user (``User:``,
-``spamc -u``), whatever its method: the named user's model scores, learns and
-lists its tokens, and the history records the message as theirs.
+:data:`NAME_USER` is asked of a spamd request that names a user (``User:``,
+``spamc -u``) with a model of their own, whatever its method (that model would
+score, learn and list its tokens), and of every ``TELL``; a user without a model
+is scored by the served model, as anyone is, without asking (the history then
+records the name as sent).
 
 **Shares.** No one client holds more than a share of a listener's connections
 (:func:`share`, half its cap): a client is its :func:`holder`, the user of a
@@ -49,6 +52,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import functools
 import ipaddress
 import os
 import pwd
@@ -129,7 +133,8 @@ class Rules:
     (loopback and ``--allow``), ``owner`` the server's user (None: this process's
     effective user when asked), ``tell`` (``--allow-tell``) and ``tell_served``
     (``--allow-tell-served``); ``trusted``: the names of the users who may name any user
-    from this machine besides root and the server's (``--spamd-trusted-user``: the MTA's)."""
+    from this machine besides root, the server's user and the system's accounts
+    (``--spamd-trusted-user``: a person's account an MTA runs as)."""
 
     networks: tuple = LOOPBACK
     owner: int | None = None
@@ -142,22 +147,27 @@ class Rules:
 
     def holder(self, peer: Peer):
         """:func:`holder` of ``peer``, or :data:`UNBOUND` for a user of this machine that no
-        share binds: root, the server's user and the trusted users (the MTA's, which sends
-        everyone's mail from one user)."""
+        share binds: one who may act for anyone (:meth:`names_anyone`), as an MTA sends
+        everyone's mail from one user."""
         uid = peer.uid
-        if uid is not None and uid != UNKNOWN_PEER:
-            owner = os.geteuid() if self.owner is None else self.owner
-            if uid in (0, owner) or not login_user(uid) or (self.trusted and _user_name(uid) in self.trusted):
-                return UNBOUND
+        if uid is not None and uid != UNKNOWN_PEER and self.names_anyone(uid):
+            return UNBOUND
         return holder(peer)
+
+    def names_anyone(self, uid) -> bool:
+        """Whether the process user ``uid`` of this machine may act for any user: root, the
+        server's user, the system's accounts (an MTA's: :func:`login_user`) and
+        ``trusted`` (a person's account an MTA runs as, named by the admin)."""
+        owner = os.geteuid() if self.owner is None else self.owner
+        return uid in (0, owner) or not login_user(uid) or uid in _uids(self.trusted)
 
     def refusal(self, peer: Peer, action: str, *, user=None) -> str | None:
         """Why ``peer`` may not do ``action`` (for :data:`NAME_USER`: act for ``user``);
         None when it may."""
         if action not in OFFERED.get(peer.door, ()):
             return f"no {action} at the {peer.door} door"
-        owner = os.geteuid() if self.owner is None else self.owner
         if peer.door == SOCKET:
+            owner = os.geteuid() if self.owner is None else self.owner
             if peer.uid != owner:  # another user: the socket is the owner's alone
                 return f"the connecting process runs as another user (uid {peer.uid})"
         elif peer.address is not None and not client_allowed((peer.address,), self.networks):
@@ -169,7 +179,7 @@ class Rules:
         if action == LEARN_SHARED:
             return None if self.tell and self.tell_served else "TELL into the served model is not enabled"
         if action == NAME_USER:
-            return _naming(peer.uid, user, owner, self.trusted)
+            return self._naming(peer.uid, user)
         if action == READ_METRICS:
             return None
         if action == READ_PAGE:
@@ -179,6 +189,17 @@ class Rules:
         return f"no {action} at the {peer.door} door"
 
 
+    def _naming(self, uid, user):
+        """Why a peer whose user is ``uid`` may not act for ``user``; None when it may."""
+        if uid is None:
+            return None  # another host: User: as sent, as spamd takes it from --allow's addresses
+        if uid == UNKNOWN_PEER:
+            return "the connecting process on this machine could not be identified (its socket is gone)"
+        if self.names_anyone(uid) or (user is not None and user_name(uid) == user):
+            return None
+        return f"the connecting process runs as another user (uid {uid})"
+
+
 #: The rule where nothing but the defaults apply: serve's private socket.
 DEFAULT = Rules()
 
@@ -186,20 +207,6 @@ DEFAULT = Rules()
 def allows(peer: Peer, action: str, *, user=None) -> bool:
     """:meth:`Rules.allows` under :data:`DEFAULT`."""
     return DEFAULT.allows(peer, action, user=user)
-
-
-def _naming(uid, user, owner, trusted=()):
-    """Why a peer whose user is ``uid`` may not act for ``user``; None when it may."""
-    if uid is None:
-        return None  # another host: User: as sent, as spamd takes it from --allow's addresses
-    if uid == UNKNOWN_PEER:
-        return "the connecting process on this machine could not be identified (its socket is gone)"
-    if uid in (0, owner) or not login_user(uid):
-        return None
-    name = _user_name(uid)
-    if name is not None and (user == name or name in trusted):
-        return None
-    return f"the connecting process runs as another user (uid {uid})"
 
 
 def login_user(uid) -> bool:
@@ -230,11 +237,26 @@ def _login_range():
     return _LOGIN_RANGE[0]
 
 
-def _user_name(uid):
+@functools.lru_cache(maxsize=4096)
+def user_name(uid):
+    """The name of user ``uid`` (None: no such user), looked up once a process: the password
+    database can take milliseconds (NSS), and a spamd request may ask it."""
     try:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return None
+
+
+@functools.lru_cache(maxsize=64)
+def _uids(names) -> frozenset:
+    """The uids of the users ``names`` (those that exist), looked up once a process."""
+    found = set()
+    for name in names:
+        try:
+            found.add(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            pass
+    return frozenset(found)
 
 
 # -- shares -----------------------------------------------------------------------------

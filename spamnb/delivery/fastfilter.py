@@ -47,9 +47,9 @@ import time  # loaded by the interpreter's own start-up: free here
 from spamnb import options
 from spamnb.delivery import pipeline
 from spamnb.storage import locate
-from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, EXIT_ERROR, Decision, DecisionError, Fallback,
-                            default_model_notice, deliver_unchanged, is_verdict_block, may_hold_verdicts,
-                            model_name)
+from spamnb.verdict import (DECISION_OPTIONS, EXIT_CODES, Decision, DecisionError, Fallback, default_model_notice,
+                            deliver_unchanged, filtered_status, is_verdict_block, may_hold_verdicts, model_name,
+                            write_out)
 
 # Seconds to wait for the server before doing the work here.
 SOCKET_TIMEOUT = 10.0
@@ -205,7 +205,8 @@ def filter_here(raw, source, opts, rec, *, learn=None):
     click command filters through this too."""
     outcome = pipeline.filter_one(raw, source, via="filter", decision=Decision.of(opts),
                                   learn=opts["learn_"] if learn is None else learn,
-                                  evidence=opts.get("evidence") or 0, recorder=rec, user=login())
+                                  evidence=opts.get("evidence") or 0, recorder=rec,
+                                  user=locate.local_user() if rec is not None else None)
     if outcome.not_learned:  # the verdict stands: delivered, unlearned
         sys.stderr.write(pipeline.not_learned(outcome.not_learned) + "\n")
     return outcome.message(), outcome.label
@@ -321,9 +322,12 @@ def answer(raw, opts, env=os.environ):
             result = via_server(sock, raw, path, is_default, opts, facts)
             label = result[1]
             if opts["log_messages"]:  # the server keeps the history; the line is ours
-                line_recorder(opts).message("filter", label, facts["score"], facts["p"], None, len(raw),
-                                            time.perf_counter() - start, raw=raw, user=login(),
-                                            learned=facts["learned"], why="filter-u")
+                try:
+                    line_recorder(opts).message("filter", label, facts["score"], facts["p"], None, len(raw),
+                                                time.perf_counter() - start, raw=raw, user=locate.local_user(),
+                                                learned=facts["learned"], why="filter-u")
+                except Exception as exc:  # noqa: BLE001 - answered (and learned) already: not filtered again
+                    pipeline.note(f"warning: no log line: {exc}")
         except Fallback:
             result = None
     if result is None:
@@ -345,16 +349,6 @@ def via_store(raw, url, opts):
 
 
 # -- what a filter process records --------------------------------------------------------
-
-
-def login():
-    """The user running the filter, for its line."""
-    import pwd
-
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
 
 
 def line_recorder(opts, history=None):
@@ -401,7 +395,7 @@ def filter_boundary(got, note=None):
 
     return pipeline.boundary("filter", lambda reason, exc: deliver_unchanged(message(), reason, got["exit_zero"]),
                              recorder=lambda: line_recorder(got.get("opts")),
-                             facts=lambda: {"raw": message(), "user": login()}, interrupts=True,
+                             facts=lambda: {"raw": message(), "user": locate.local_user()}, interrupts=True,
                              warn=note or warn)
 
 
@@ -438,11 +432,7 @@ def _write_and_exit(out, code):
     it is a noticeable share of a delivery through the server, and this
     process holds nothing that needs it.
     """
-    try:
-        sys.stdout.buffer.write(out)
-        sys.stdout.buffer.flush()
-    except (OSError, ValueError):
-        code = EXIT_ERROR
+    code = write_out(out, code)
     try:
         sys.stderr.flush()
     except (OSError, ValueError):
@@ -465,9 +455,7 @@ def main(args, load_cli, env=os.environ):
 
 def _filter(args, load_cli, env, got):
     """:func:`main`'s work; ``got`` receives the message and the ``--exit-zero`` in force."""
-    from spamnb.storage import settings
-
-    opts = settings.command_line("filter", args, env, only=FAST)  # the table's parser and the one resolver
+    opts = settings_of(args, env)
     if opts is None:
         full_path(load_cli, args)
         return
@@ -479,7 +467,7 @@ def _filter(args, load_cli, env, got):
         return
     if opts["store"]:  # the resolver's choice: --model and --store never both
         out, label = via_store(raw, opts["store"], opts)
-        _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+        _write_and_exit(out, filtered_status(label, opts["exit_zero"]))
     try:
         out, label = answer(raw, opts, env)
     except NoScorer as exc:
@@ -494,4 +482,4 @@ def _filter(args, load_cli, env, got):
     except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
         full_path(load_cli, args, raw)
         return
-    _write_and_exit(out, 0 if opts["exit_zero"] else EXIT_CODES[label])
+    _write_and_exit(out, filtered_status(label, opts["exit_zero"]))

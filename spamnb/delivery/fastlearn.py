@@ -29,25 +29,25 @@ import sys
 
 from spamnb.storage import locate
 
-#: The settings this path implements; a command line that gives another goes to the click command.
-FAST = frozenset(("label", "model_path"))
+#: The settings this path implements; a command line or configuration that sets any other
+#: (a store, the history in a store, a lock timeout...) goes to the click command.
+FAST = frozenset(("label", "model_path", "history", "no_history"))
 
 
-def parse_args(args, command="learn"):
-    """``(label, model, files)`` of a learn/forget command line, read by the table's
-    parser (:func:`spamnb.options.parse`: ``--model`` and the label, ``--spam``/``--ham``,
-    of :data:`spamnb.options.SWITCHES`), or None when this module does not handle it
-    (other options, a repeated one, no label or no files...)."""
-    from spamnb import options
+def parse_args(args, command="learn", env=os.environ, layers=None):
+    """``(settings, files)`` of a learn/forget command line: the options (``--model``, the
+    label: ``--spam``/``--ham`` of :data:`spamnb.options.SWITCHES`), the environment and
+    the configuration, read and ordered as every fast path reads them
+    (:func:`spamnb.storage.settings.command_line`); None when this module does not handle
+    it: another option, a setting this path does not implement (a store, the history in
+    the store) set, no label or no files."""
+    from spamnb.storage import settings
 
     files = []
-    try:
-        given = options.parse(args, command, arguments=files)
-    except (LookupError, ValueError):  # the click command says what is wrong
+    given = settings.command_line(command, args, env, layers, only=FAST, arguments=files)
+    if given is None or given.get("label") is None or not files:
         return None
-    if any(name not in FAST for name in given) or "label" not in given or not files:
-        return None
-    return given["label"], given.get("model_path"), files
+    return given, files
 
 
 def forgot(n, label) -> str:
@@ -115,34 +115,16 @@ def _only_message(path):
         return None
 
 
-def configured(command, model=None, env=os.environ):
-    """``{"model": ..., "store": ..., "history": ...}`` of the command line's ``--model``, the
-    environment and the configuration files, as the one resolver orders them
-    (:func:`spamnb.storage.settings.resolve`), or None when only the click command can
-    answer (:func:`spamnb.storage.settings.checked_layers`, or a layer it must refuse)."""
-    from spamnb.storage import settings
-
-    layers = settings.checked_layers(env)
-    if layers is None:
-        return None
-    try:
-        found = settings.resolve(command, {"model_path": model}, env, layers=layers)
-    except ValueError:
-        return None
-    history = False if found["no_history"].value else found["history"].value
-    return {"model": found["model_path"].value, "store": found["store"].value, "history": history}
-
-
 def main(command, args, load_cli, env=os.environ):
     """``spamnb learn|forget ARGS``: through the journal when it can, else the click command."""
-    parsed = parse_args(args, command)
-    config = configured(command, parsed[1], env) if parsed is not None else None
-    if config is not None and not config["store"]:  # a store: click
-        label, _, files = parsed
-        path, is_default = locate.resolve_model(config["model"], env)
+    parsed = parse_args(args, command, env)
+    if parsed is not None:
+        given, files = parsed
+        path, is_default = locate.resolve_model(given["model_path"], env)
         raws = None if is_default or not os.path.isfile(path) else [_read_single(f) for f in files]
         if raws is not None and all(r is not None for r in raws):
-            code = _update(command, path, label, raws, config["history"])
+            history = False if given["no_history"] else given["history"]  # the history unit
+            code = _update(command, path, given["label"], raws, history)
             if code is not None:
                 sys.stderr.flush()
                 sys.exit(code)

@@ -12,8 +12,7 @@ YES`` or ``X-Spam-Status: No``, an earlier filter's: :data:`spamnb.verdict.VERDI
 are removed first (:func:`spamnb.mail.mime.strip_verdicts`), so the only verdict
 the next program reads is spamnb's; the tokenizer never reads those fields, so
 the message scores as it came. Everything else is copied byte for byte:
-:func:`add_headers` only *inserts* lines, at :func:`header_end`; ours come last
-in the header block.
+:func:`verdict_block` only *inserts* lines, at the end of the header block.
 This module imports nothing heavy (no numpy): it is on the per-message path.
 """
 
@@ -91,7 +90,10 @@ def replace_verdicts(raw: bytes, lines: list[bytes]) -> bytes:
 def message_tokens(model, raw):
     """The tokens of ``raw`` under the tokenizer settings of ``model`` (a scorer or a model)."""
     if isinstance(model, Scorer):
-        return tokenize(raw, TokenizerConfig.from_dict(model.tokenizer))
+        config = getattr(model, "tokenizer_config", None)
+        if config is None:  # once per scorer: a server scores every message with the one it keeps
+            config = model.tokenizer_config = TokenizerConfig.from_dict(model.tokenizer)
+        return tokenize(raw, config)
     return model.tokens(raw)
 
 
@@ -121,11 +123,8 @@ def scored(model, raw, n_evidence=0, toks=None):
 
 def decide(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None, name=None) -> verdict.Decided:
     """The verdict of ``raw`` under ``model`` and ``decision`` (a
-    :class:`spamnb.verdict.Decision`, or its values in the order of
-    :data:`spamnb.verdict.DECISION_OPTIONS`), with its header lines when the model's
-    ``name`` is given (:func:`spamnb.verdict.judge`)."""
-    if not isinstance(decision, verdict.Decision):
-        decision = verdict.Decision(decision)
+    :class:`spamnb.verdict.Decision`), with its header lines when the model's ``name``
+    is given (:func:`spamnb.verdict.judge`)."""
     score, p, evidence, known = scored(model, raw, n_evidence, toks)
     # after scoring: a store's model reads its settings with the counts, cut-offs included
     return verdict.judge(p, score, known, model.cutoffs, decision, evidence, name)

@@ -143,6 +143,13 @@ def read_config(path, *, explicit=False) -> dict:
 def settings_from(config: dict, options: dict) -> Settings:
     """Options given on the command line over the config file's keys over the defaults."""
     merged = {**config, **{k: v for k, v in options.items() if v not in (None, (), False)}}
+    for key, value in merged.items():  # every [imap] key's kind and bounds, from its row of the table
+        row = table.BY_KEY.get(("imap", key))
+        if row is not None and value is not None:
+            try:
+                merged[key] = table.within(row, table.convert(row, value))
+            except ValueError as exc:
+                raise ImapError(f"{key}: {exc}") from None
     for key in ("ham", "spam"):
         value = merged.get(key, ())
         merged[key] = tuple([value] if isinstance(value, str) else value)
@@ -162,13 +169,13 @@ def settings_from(config: dict, options: dict) -> Settings:
         checks.plaintext(s.security, s.host, s.force_plaintext)  # before the password file is opened
     except ValueError as exc:
         raise ImapError(str(exc)) from None
-    for name in ("host", "security", "port", "cafile", "password_file"):
-        value = getattr(s, name)
-        if value is not None:
+    for key in merged:  # then the rows' own checks (a file of ours, a host name), as `config --check` does
+        row = table.BY_KEY.get(("imap", key))
+        if row is not None and row.check and merged[key] is not None:
             try:
-                table.check(table.BY_KEY[("imap", name)], value)
+                table.check(row, merged[key])
             except ValueError as exc:
-                raise ImapError(f"{name}: {exc}" if name in ("security", "port") else str(exc)) from None
+                raise ImapError(str(exc)) from None
     return s
 
 

@@ -29,6 +29,7 @@ Standard library only at import: the filter's fast path runs this for every deli
 and imports the tokenizer and the scorer only when it scores here.
 """
 
+import sys
 import time  # loaded by the interpreter's own start-up: free here
 
 from spamnb.verdict import MODELS_OWN, Boundary, model_name, threshold
@@ -166,10 +167,22 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
         why_not = source.learn(raw, d.label, toks, model)
         learned = None if why_not else d.label
     if recorder is not None:
-        recorder.message(via, d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start, raw=raw,
-                         user=user, raddr=raddr, learned=learned, why="filter-u",
-                         folder=folder(d.label) if folder else None)
+        try:
+            recorder.message(via, d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
+                             raw=raw, user=user, raddr=raddr, learned=learned, why="filter-u",
+                             folder=folder(d.label) if folder else None)
+        except Exception as exc:  # noqa: BLE001 - judged (and learned) already: a record never undoes that
+            note(f"warning: the verdict was not recorded: {exc}")
     return Outcome(d, kept, pos, block, learned, why_not, name)
+
+
+def note(text):
+    """A warning on stderr that cannot fail the message it is about (stderr itself may be
+    gone: a closed pipe, a full disk under the log)."""
+    try:
+        sys.stderr.write(text + "\n")
+    except (OSError, ValueError):
+        pass
 
 
 def learn(store, items, *, via, forget=False, recorder=None, user=None, raddr=None, create=None, timeout=None,

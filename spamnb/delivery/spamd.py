@@ -229,7 +229,7 @@ class _Seen:
     for its Message-ID."""
 
     def __init__(self, head, rest):
-        self.rest = rest  # the pieces after ``head``, which the caller has already
+        self.rest = rest  # the pieces after ``head`` (the first, which the caller has read already)
         self.size = len(head)
         self.top = head[:65536]
         self.failed = True  # until every piece went by
@@ -357,9 +357,6 @@ class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
             pass
 
 # -- addresses -------------------------------------------------------------------------
-
-DEFAULT_PORT = 783
-
 
 def check_listening(addresses, allow=()):
     """``([listen address...], networks)`` of ``--spamd`` and ``--allow``

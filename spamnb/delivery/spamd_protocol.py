@@ -41,7 +41,8 @@ What each method answers (:func:`answer`):
   ``--allow-tell-served`` as well; a process on this machine (on a Unix socket, or
   over TCP from loopback or any other address of this machine) must name its own
   user in ``User:`` (``SO_PEERCRED``; over TCP the kernel's socket table) unless it
-  runs as root or as the server's user. From another host ``User:`` is taken as
+  runs as root, as the server's user, as a system account (an MTA's) or as one of
+  ``--spamd-trusted-user``. From another host ``User:`` is taken as
   sent, as spamd takes it from the addresses ``--allow`` admits.
 
 **The score scale.** S and T in ``Spam: True ; S / T`` are log-odds:
@@ -345,8 +346,9 @@ def find_header_end(out: bytes):
 def may_name(method, headers, rules=None, peer=None):
     """EX_NOPERM unless who connected (``peer``; by default one this machine cannot
     identify) may act for the user the request names (``User:``): a process on this
-    machine may name only its own user unless it is root, the server's user or one of
-    ``--spamd-trusted-user`` (:data:`spamnb.delivery.access.NAME_USER`). Whoever names a
+    machine may name only its own user unless it is root, the server's user, a system
+    account (an MTA's) or one of ``--spamd-trusted-user``
+    (:data:`spamnb.delivery.access.NAME_USER`). Whoever names a
     user is scored by their model, reads their tokens (SYMBOLS, REPORT) and is recorded
     in the history as them. A scan asks it only when the user has a model of their own
     (a user without one is scored by the served model, as anyone is): over TCP the
@@ -370,8 +372,9 @@ def tell(headers, raw, models, *, rules=None, peer=None, compact=None, raddr=Non
     machine cannot identify): only the user's own model learns unless the served
     model may (``--allow-tell-served``): it scores everyone else, so one client's
     TELL would change their verdicts too; a peer on this machine may name only its
-    own user in ``User:``, unless it is root, the server's own user or one of
-    ``--spamd-trusted-user`` (an MTA or a script of the admin): :func:`may_name`."""
+    own user in ``User:``, unless it is root, the server's own user, a system account
+    (an MTA's) or one of ``--spamd-trusted-user`` (a person's account an MTA or the
+    admin's script runs as): :func:`may_name`."""
     rules = rules or access.Rules()
     peer = peer or access.Peer(access.SPAMD, uid=access.UNKNOWN_PEER)
     if not rules.allows(peer, access.LEARN_OWN):

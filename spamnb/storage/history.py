@@ -45,6 +45,8 @@ import os
 import stat
 import time
 
+from spamnb.storage import locate
+
 MAX_BODY = 512 * 1024  # bytes: a bigger message is recorded without its body
 KEEP_RECENT = 200  # bodies of the most recent messages that are not unsure
 BODY_DAYS = 30  # days a kept body stays
@@ -168,21 +170,6 @@ def fields(raw: bytes) -> dict:
     except Exception:  # noqa: BLE001 - hostile headers give empty fields, never a failed record
         pass
     return out
-
-
-def local_user() -> str:
-    """The name of the user running this (for the row's user): $LOGNAME or $USER,
-    which login, procmail and systemd set, before a password-database lookup,
-    which can take milliseconds (NSS) on the cold filter's path."""
-    name = os.environ.get("LOGNAME") or os.environ.get("USER")
-    if name:
-        return name[:64]
-    try:
-        import pwd
-
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except (ImportError, KeyError):
-        return str(os.geteuid())
 
 
 # -- the database ----------------------------------------------------------------------
@@ -326,7 +313,7 @@ def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoff
 
     f = fields(raw)
     cols = {"t": time.time() if t is None else t, "verdict": label, "score": float(score), "p": float(p),
-            **f, "user": user or local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned,
+            **f, "user": user or locate.local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned,
             "ham_cut": cutoffs[0], "spam_cut": cutoffs[1], "message_key": message_key(raw)}
     return cols, raw if len(raw) <= MAX_BODY else None
 

@@ -120,3 +120,18 @@ def default_socket_path(env=os.environ) -> str:
     if runtime and os.path.isabs(runtime):
         return os.path.join(runtime, "spamnb", "socket")
     return os.path.join("/tmp", f"spamnb-{os.geteuid()}", "socket")
+
+
+def local_user() -> str:
+    """The name of the user running this (a history row's and a log line's ``user``):
+    $LOGNAME or $USER, which login, procmail and systemd set, before a password-database
+    lookup, which can take milliseconds (NSS) on the cold filter's path."""
+    name = os.environ.get("LOGNAME") or os.environ.get("USER")
+    if name:
+        return name[:64]
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.geteuid())

@@ -454,8 +454,6 @@ class RedisBackend(Backend):
         ``rediss+sentinel://`` it must show a certificate of the URL's CA (or the system's) for
         the address named, before the password is sent; without TLS the password goes to a
         loopback address only, unless ``force_plaintext=yes``."""
-        from redis.sentinel import Sentinel
-
         sentinels, service, db = checks.sentinel_group(parts, query, name)
         if parts.username:
             kwargs["username"] = urllib.parse.unquote(parts.username)
@@ -468,7 +466,7 @@ class RedisBackend(Backend):
             kwargs.update(tls)
         elif "password" in kwargs and ours.get("force_plaintext") is None:
             kwargs["connection_class"] = _loopback_only()
-        group = Sentinel(sentinels, sentinel_kwargs=own, db=db, **kwargs)
+        group = _sentinel_class()(sentinels, sentinel_kwargs=own, db=db, **kwargs)
         return cls(group.master_for(service), prefix, name, reader=group.slave_for(service),
                    wait=int(ours.get("wait", 1)))
 
@@ -543,6 +541,8 @@ class RedisBackend(Backend):
         except redis.exceptions.AuthenticationError as exc:
             raise StoreUnavailable(f"cannot {what}: the store {self.name} refused the login ({exc}){self._hint(exc)}") \
                 from None
+        except _sentinel_errors() as exc:
+            raise StoreUnavailable(f"cannot {what}: {self._no_primary(exc)}") from None
         except (redis.exceptions.ConnectionError, OSError) as exc:
             raise StoreUnavailable(f"cannot {what}: cannot reach the store {self.name} ({exc}){self._hint(exc)}") \
                 from None
@@ -554,6 +554,17 @@ class RedisBackend(Backend):
             raise StoreUnavailable(f"cannot {what}: the store {self.name} answered: {text}") from None
         except redis.exceptions.RedisError as exc:
             raise StoreUnavailable(f"cannot {what}: the store {self.name}: {exc}") from None
+
+    def _no_primary(self, exc) -> str:
+        """Why the Sentinels named no server: none of them answered (a different outage from a
+        group whose Sentinels answer but see no primary up, which a failover resolves)."""
+        group = getattr(self.client.connection_pool, "sentinel_manager", None)
+        if getattr(group, "answered", None) == 0:
+            where = ", ".join(f"{c.connection_pool.connection_kwargs.get('host')}:"
+                              f"{c.connection_pool.connection_kwargs.get('port')}" for c in group.sentinels)
+            return f"no Sentinel of the store {self.name} answers ({where}): nothing names its primary"
+        return (f"the Sentinels of the store {self.name} answer but name no primary up for its service now "
+                f"(a failover under way, every server of the group down, or a service they do not monitor)")
 
     def _hint(self, exc) -> str:
         """What to change in the URL when a connection fails the way a TLS mismatch fails."""
@@ -1087,6 +1098,41 @@ def _no_tokens():
     """A compiled scorer's arrays of no token (keys, weights, counts)."""
     empty = memoryview(b"")
     return empty.cast("Q"), empty.cast("d"), empty.cast("d")
+
+
+def _sentinel_errors():
+    """redis-py's errors for "the Sentinels named no server" (both are ConnectionErrors)."""
+    from redis.sentinel import MasterNotFoundError, SlaveNotFoundError
+
+    return MasterNotFoundError, SlaveNotFoundError
+
+
+def _sentinel_class():
+    """redis-py's Sentinel, counting the Sentinels that answered its last search for the
+    primary (``answered``), so that an error can say whether none of them answers (every
+    Sentinel down, or unreachable) or they answer without naming a primary up."""
+    from redis.sentinel import Sentinel
+
+    class Group(Sentinel):
+        answered = None
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            for sentinel in self.sentinels:
+                sentinel.sentinel_masters = self._counted(sentinel.sentinel_masters)
+
+        def _counted(self, ask):
+            def counted():
+                reply = ask()
+                self.answered += 1
+                return reply
+            return counted
+
+        def discover_master(self, service_name):
+            self.answered = 0  # (a race between threads can only miscount this message's wording)
+            return super().discover_master(service_name)
+
+    return Group
 
 
 def _loopback_only():

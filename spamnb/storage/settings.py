@@ -441,16 +441,17 @@ def decision(layers):
     return Decision.of({n: s.value for n, s in found.items()})
 
 
-def command_line(command, args, env=os.environ, layers=None, only=None):
+def command_line(command, args, env=os.environ, layers=None, only=None, arguments=None):
     """``{name: value}`` of every setting of a ``command`` command line for a fast path:
     the options (:func:`spamnb.options.parse`, from the table), then the environment and
     the configuration as the click command last read and checked it
     (:func:`checked_layers`), ordered by :func:`resolve`. None when only the click command
     can answer: an option or value the table's parser does not take, options that exclude
     each other, files changed since, or a setting outside ``only`` (the names that fast
-    path implements) given or set to other than its default."""
+    path implements) given or set to other than its default. ``arguments``: a list the
+    command line's arguments are added to (none are taken without it)."""
     try:
-        given = _table.parse(args, command)
+        given = _table.parse(args, command, arguments=arguments)
     except (LookupError, ValueError):  # the click command says what is wrong
         return None
     if only is not None and any(name not in only for name in given):
@@ -466,4 +467,4 @@ def command_line(command, args, env=os.environ, layers=None, only=None):
     rows = _table.rows_of(command)
     if only is not None and any(n not in only and s.value != rows[n].default for n, s in resolved.items()):
         return None
-    return {name: s.value for name, s in resolved.items()}
+    return {**given, **{name: s.value for name, s in resolved.items()}}  # (given: switches no layer sets)
