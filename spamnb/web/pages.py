@@ -284,7 +284,7 @@ def hosts_table(view, most):
         rate = "–" if r["per_minute"] is None else f"{r['per_minute']:.1f}"
         counts = " / ".join(shown(r[k]) for k in ("ham", "unsure", "spam"))
         rows.append(f'<tr class="host"><td class="name">{e(r["host"])}</td><td>{e(r["role"])}</td>'
-                    f'<td>{host_state(r, now)}</td><td class="n">{rate}</td><td class="n">{counts}</td>'
+                    f'<td class="st">{host_state(r, now)}</td><td class="n">{rate}</td><td class="n">{counts}</td>'
                     f'<td class="n">{shown(r["unscanned"])}</td><td class="n">{shown(r["errors"])}</td>'
                     f'<td class="n">{shown(r["learned"])} / {shown(r["forgotten"])}</td>'
                     f'<td>{e(r["version"])}</td><td class="when">{e(clock(r["started"], now))}</td></tr>')
@@ -375,5 +375,6 @@ form.batch{margin:8px 0}td.pick{width:1em}
 .pager{margin:10px 0}
 .state{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}.state.up{background:#2e7d32}
 .state.silent{background:#c0392b}.state.stopped{background:#78909c}
-td.n{text-align:right;white-space:nowrap}td.name{font-weight:600;overflow-wrap:anywhere}
+td.n{text-align:right;white-space:nowrap}td.name{font-weight:600;min-width:8em}td.st{white-space:nowrap}
+table.site td{overflow-wrap:anywhere}
 """
