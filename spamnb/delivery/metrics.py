@@ -23,7 +23,8 @@ Metrics::
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
     spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
-    spamnb_model_messages{class}           messages the served model learned, by class
+    spamnb_model_messages{class}           messages as the decision counts them, by class (not what
+                                           spamnb info prints: the help below says why)
     spamnb_journal_bytes                   size of the model's journal (a file: changes not yet compacted)
     spamnb_learning_up                     1 when the served model can learn (its last learn, else a probe)
     spamnb_store_up                        1 when the store answered its last request, else 0 (a store)
@@ -184,8 +185,10 @@ class _ModelCollector:
         if health.size is not None:
             tokens, messages = health.size
             yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows", tokens)
-            g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
-                                  labels=["class"])
+            g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class, as the "
+                                  "decision counts them: with the copies training's refine rounds added and, for a "
+                                  "model file, as of its last compaction, where spamnb info prints the messages "
+                                  "learned, without those copies and with the journal's learns", labels=["class"])
             for label, n in zip(LABELS, messages):
                 g.add_metric([label], n)
             yield g
