@@ -180,6 +180,35 @@ def test_serve_beats_what_it_answered_and_says_when_it_stopped(server, url, mode
     assert sockets.gethostname()[:255] == redissite.host_name()
 
 
+def test_imap_filter_watch_beats_as_imap_and_its_login(server, url, model_file, dovecot, tmp_path):
+    """``imap filter --watch --store`` against a real Dovecot beats as ``HOST imap LOGIN``: its
+    verdicts show in a beat, and its stop in the last one."""
+    import subprocess
+
+    from test_e2e import SPAMNB
+    from test_imap import _stop, _wait_for, account
+    from test_redis_store import sample_messages
+
+    pushed(url, model_file)
+    backend = RedisBackend.from_url(url)
+    member = f"{redissite.host_name()} imap {dovecot.user}"
+    for raw in sample_messages()[:2]:
+        dovecot.append("INBOX", raw)
+    proc = subprocess.Popen(SPAMNB + ["imap", "filter", *account(dovecot, tmp_path), "--store", url, "--watch",
+                                      "--interval", "2", "--no-learn-verdicts"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        def verdicts():
+            held = hash_of(server, backend, member)
+            return held and sum(int(held[k]) for k in ("ham", "unsure", "spam"))
+        assert _wait_for(lambda: verdicts() == 2, redissite.BEAT + 20), hash_of(server, backend, member)
+    finally:
+        code, err = _stop(proc)
+    assert code == 0 and "Traceback" not in err, err
+    held = hash_of(server, backend, member)
+    assert held["role"] == f"imap {dovecot.user}" and float(held["stopped"]) > 0
+
+
 def test_a_host_silent_for_a_day_leaves_the_index(server, url):
     backend = RedisBackend.from_url(url)
     c = server.client()
