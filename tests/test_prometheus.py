@@ -275,7 +275,7 @@ def test_every_error_kind_is_at_zero_from_the_start_and_no_created_series():
     for kind in ERROR_KINDS:
         assert f'spamnb_errors_total{{kind="{kind}"}} 0.0' in page
     assert "_created" not in page
-    m.error("ex_ioerr")
+    m.counts.error("ex_ioerr")
     page = m.page()[0].decode()
     assert 'spamnb_errors_total{kind="ex_ioerr"} 1.0' in page and "_created" not in page
     assert "_created" not in m.page("application/openmetrics-text; version=1.0.0")[0].decode()

@@ -93,6 +93,17 @@ def test_first_page_is_the_unsure_queue_and_every_answer_has_a_strict_csp(site):
     assert body.count('<tr id="m') == 5 and "<script" not in body
 
 
+def test_the_site_tab_of_a_model_file_says_it_is_for_a_store(site):
+    """Every page links the Site view; over a model file it says that the site's hosts beat
+    into a store (``spamnb web --store``), without asking anything."""
+    web, _, _ = site
+    _, _, body = web.get("/unsure")
+    assert f'<a href="{web.root}/site">Site</a>' in body
+    status, headers, body = web.get("/site")
+    assert status == 200 and "run <code>spamnb web --store URL</code>" in body
+    assert "default-src 'none'" in headers["Content-Security-Policy"]
+
+
 def test_hostile_fields_are_escaped_everywhere(site):
     web, mail, _ = site
     hostile_id = len(mail) + 1

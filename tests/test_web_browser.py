@@ -233,3 +233,160 @@ def test_nothing_the_page_uses_to_know_its_owner_reaches_another_port(browser, s
     key = web.root.rsplit("/", 1)[1]
     for path, headers in received:  # neither the token nor the page's address got there
         assert web.token not in repr((path, headers)) and key not in repr((path, headers))
+
+
+# -- the Site view: every host's beat, and the store's servers ---------------------------------------
+
+
+def site_rows(driver):
+    """``{host: [cell texts]}`` of the Site view's hosts table."""
+    out = {}
+    for tr in driver.find_elements("css selector", "table.site tbody tr"):
+        cells = [td.text for td in tr.find_elements("tag name", "td")]
+        out[cells[0]] = cells
+    return out
+
+
+def servers_shown(driver):
+    """``[(role, address, state)]`` of the Site view's servers table."""
+    return [tuple(td.text for td in tr.find_elements("tag name", "td")[:3])
+            for tr in driver.find_elements("css selector", "table.servers tbody tr")]
+
+
+def reload_until(driver, test, what, timeout=60):
+    """Reload the page until ``test(driver)`` holds (the page has no script: it shows what was
+    true when it was drawn)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        driver.refresh()
+        if test(driver):
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not {what} within {timeout} s: {driver.find_element('tag name', 'main').text}")
+        time.sleep(1)
+
+
+def verdicts(cells):
+    """The messages a host row counts (its "ham / unsure / spam" cell), None for "?"."""
+    try:
+        return sum(int(n) for n in cells[4].split(" / "))
+    except ValueError:
+        return None
+
+
+@pytest.mark.slow  # about 60 s: a Sentinel group, two hosts that beat every 10 s, a failover
+def test_the_site_view_shows_two_hosts_and_a_failover(browser, tmp_path, trained_model_file):
+    """A primary, two replicas and a Sentinel (tools/harnesses/redis_sentinel.py); two ``serve
+    --spamd`` hosts, mx1 and mx2 (a UTS namespace each), mail through the real spamc. The Site
+    view shows both hosts up with the messages each answered, and the Sentinel's primary; the
+    primary is killed (-9): after the failover the page names the new primary, the old one down,
+    and both hosts beat again (mail sent after the failover is counted)."""
+    import sys
+
+    from conftest import ROOT
+    from test_redis_history import NAMED, Host
+    from test_redis_store import REDIS_SERVER, SPAMC, run, sample_messages, spamc
+
+    if REDIS_SERVER is None or shutil.which("redis-sentinel") is None or SPAMC is None:
+        pytest.skip("redis-server, redis-sentinel or spamc is not installed")
+    if NAMED.args[0]:  # (skipif's condition) no UTS namespace here: the two hosts would share one name
+        pytest.skip(NAMED.kwargs["reason"])
+    sys.path.insert(0, str(ROOT))
+    try:
+        from tools.harnesses.redis_sentinel import Group, wait
+    finally:
+        sys.path.remove(str(ROOT))
+    (tmp_path / "group").mkdir()
+    g = Group(tmp_path / "group", replicas=2, sentinels=1, down_ms=1000, failover_ms=3000)
+    hosts, web = [], None
+    try:
+        url = g.url(prefix="site:", timeout="1")
+        assert run("store", "push", trained_model_file, url).returncode == 0
+        hosts = [Host(url, tmp_path / "a", "mx1"), Host(url, tmp_path / "b", "mx2")]
+        mail = sample_messages()[:5]
+        for i, raw in enumerate(mail):  # three to mx1, two to mx2
+            _, r = spamc(hosts[0 if i < 3 else 1].port, raw)
+            assert r.returncode == 0 and b"X-Spam" in r.stdout, r
+        web = Web(None, None, where=["--store", url])
+        browser.get(web.url)
+        follow(browser, "Site")
+        reload_until(browser, lambda b: {h: verdicts(c) for h, c in site_rows(b).items()} == {"mx1": 3, "mx2": 2},
+                     "both hosts' counts on the page", timeout=40)
+        shown = site_rows(browser)
+        assert all(cells[1] == "serve" and cells[2].startswith("up") for cells in shown.values()), shown
+        old = g.ports[0]
+        assert servers_shown(browser)[0] == ("primary", f"127.0.0.1:{old}", "up")
+        assert sorted(s[1] for s in servers_shown(browser)[1:]) == sorted(f"127.0.0.1:{p}" for p in g.ports[1:])
+        shot(browser, "site")
+
+        g.kill(old)
+        wait("the failover", lambda: g.primary() != old, seconds=30)
+        new = g.primary()
+        for raw in mail[:2]:  # mail after the failover, to mx2: counted once its beats reach the new primary
+            _, r = spamc(hosts[1].port, raw)
+            assert r.returncode == 0, r
+
+        def after(b):
+            servers, rows_now = servers_shown(b), site_rows(b)
+            return (servers and servers[0] == ("primary", f"127.0.0.1:{new}", "up")
+                    and (f"127.0.0.1:{old}" in {s[1] for s in servers if s[2] == "down"})
+                    and verdicts(rows_now.get("mx2", [""] * 5)) == 4
+                    and all(c[2].startswith("up") for c in rows_now.values()))
+        reload_until(browser, after, "the new primary, the old one down and both hosts beating", timeout=60)
+        assert "mx1" in site_rows(browser)
+        shot(browser, "site-after-failover")
+        browser.save_screenshot("/tmp/site-view.png")
+        assert "Sentinel group, service spamnb" in browser.find_element("tag name", "main").text
+    finally:
+        if web is not None:
+            web.stop()
+        logs = [h.stop() for h in hosts]
+        g.stop()
+    assert all("Traceback" not in log for log in logs), logs
+    for log in logs:  # the failover: at most one line when the beats stopped, one when they resumed
+        assert log.count("heartbeat: not written") <= 1 and log.count("heartbeat: the store answers again") <= 1, log
+    assert "Traceback" not in web.log
+
+
+def test_hostile_host_names_in_the_site_view_are_text_and_never_run(browser, tmp_path, trained_model_file):
+    """Beats any host with the store's password can write: a host name of HTML that would run
+    a script, one of terminal escapes and a bidi override, one of 100,000 characters, counts
+    that are not numbers. Chromium shows them as text, clipped, runs nothing, and the page
+    answers."""
+    import time
+
+    from test_redis_store import REDIS_SERVER, RedisServer, pushed, redis
+
+    if REDIS_SERVER is None or redis is None:
+        pytest.skip("redis-server or the redis package is not installed")
+    srv = RedisServer(tmp_path)
+    try:
+        url = srv.url(prefix="hostile:")
+        pushed(url, trained_model_file)
+        c, now = srv.client(), time.time()
+        beats = {HOSTILE + " serve": {"host": HOSTILE, "role": "serve", "spam": "<b>9</b>", "ham": "-1"},
+                 "esc serve": {"host": "evil\x1b[2J\u202eroot\r\nmx9", "role": "serve", "version": "\x07" * 50},
+                 "long serve": {"host": "L" * 100_000, "role": "serve", "ham": "9" * 40, "beat": "nan"}}
+        for i, (member, fields) in enumerate(beats.items()):
+            c.zadd(b"hostile:site", {member: now - i})
+            c.hset(b"hostile:site:" + member.encode(), mapping={"beat": repr(now - i), "every": "10", **fields})
+        web = Web(None, None, where=["--store", url])
+        try:
+            browser.get(web.url)
+            follow(browser, "Site")
+            assert browser.title != "pwned"
+            assert browser.find_elements("css selector", "main img, main script, main b") == []
+            shown = site_rows(browser)
+            assert HOSTILE[:79] in "".join(shown)  # as text, clipped to 80 characters
+            assert len(shown) == 3 and all(len(name) <= 80 for name in shown)
+            assert not any(ch in "".join(shown) for ch in "\x1b\u202e\r\n\x07")
+            hostile = next(cells for name, cells in shown.items() if name.startswith("<img"))
+            assert hostile[4] == "? / ? / ?"  # counts that are not numbers
+            shot(browser, "site-hostile")
+        finally:
+            web.stop()
+        assert "Traceback" not in web.log
+    finally:
+        srv.stop()

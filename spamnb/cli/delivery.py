@@ -6,8 +6,9 @@ import sys
 
 import click
 
-from spamnb.cli.options import (checked, decision_options, history_of, history_options, log_options, metrics_from,
-                                metrics_options, model_options, notice, open_backend, options, pass_through, recorder)
+from spamnb.cli.options import (checked, decision_options, heartbeat, history_of, history_options, log_options,
+                                metrics_from, metrics_options, model_options, notice, open_backend, options,
+                                pass_through, recorder)
 from spamnb.verdict import filtered_status, write_out
 
 
@@ -211,10 +212,11 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
             models.decision = new  # one assignment: a request in flight keeps the decision it read
         return f"configuration reread; decision {new.shown()}"
 
+    beats = []  # a store's heartbeat (the Site view of `spamnb web --store`), once every listener listens
     try:
         run_server(socket_path or default_socket_path(), backend, max_bytes=max_bytes, timeout=timeout,
                    pidfile=pidfile, max_connections=max_connections, others=others, recorder=rec, reload=reload,
-                   metrics=meter and meter.listener)
+                   metrics=meter and meter.listener, ready=lambda: beats.append(heartbeat(backend, rec, "serve")))
     except ValueError as exc:
         raise click.UsageError(str(exc)) from None
     except ServerError as exc:
@@ -222,6 +224,8 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     except OSError as exc:
         raise click.ClickException(f"cannot listen: {exc.strerror or exc}") from None
     finally:
+        for beat in filter(None, beats):
+            beat.close()
         rec.close()
 
 

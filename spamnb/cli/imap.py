@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from spamnb.cli.options import (decision_options, history_of, history_options, log_options, metrics_from,
-                                metrics_options, notice, options, recorder, run_alone, store_option)
+from spamnb.cli.options import (decision_options, heartbeat, history_of, history_options, log_options,
+                                metrics_from, metrics_options, notice, options, recorder, run_alone, store_option)
 from spamnb.verdict import MODELS_OWN
 
 _SETTING_KEYS = ("host", "port", "user", "password_file", "password_command", "security", "cafile",
@@ -159,7 +159,7 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
     beside = None if url else own  # a store's model has no file to sit beside
     rec = recorder(log_messages, log_format, log_to, meter,
                    None if dry_run else history_of(history, url=url, model_path=beside))
-    listener = None
+    listener = beat = None
     try:
         folders = {"spam": s.junk or "Junk", "unsure": s.unsure_folder}
         judge, learn = _judge_and_learn(s.model, learn_verdicts, decision, rec, s.user, store,
@@ -181,6 +181,8 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
             return out
 
         if watch:
+            if url and not dry_run:  # a store's heartbeat, for the Site view of `spamnb web --store`
+                beat = heartbeat(url, rec, f"imap {s.user}")
             _watch(s, one_pass, say, interval)
         else:
             client = _connect(s)
@@ -199,6 +201,8 @@ def filter_(folder, junk, unsure_folder, watch, interval, learn_verdicts, dry_ru
         if listener is not None:
             listener.shutdown()
             listener.close()
+        if beat is not None:
+            beat.close()
         rec.close()
         os.close(lock)
 

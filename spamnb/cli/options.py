@@ -490,6 +490,27 @@ def recorder(log_messages, log_format, log_to, metrics=None, history=None, log=n
     return Recorder(lines=log_messages, fmt=log_format, to=log_to, metrics=metrics, history=kept)
 
 
+def heartbeat(backend, rec, role, log=notice):
+    """A running :class:`spamnb.storage.redissite.Heartbeat` of ``rec``'s counts (a
+    :class:`spamnb.delivery.events.Recorder`) into the store of ``backend`` (a
+    :class:`~spamnb.storage.backend.Backend`, or a store's URL), as ``role``; None for a
+    model file. Close it at the end."""
+    from spamnb.storage.redisstore import RedisBackend
+    from spamnb.storage.store import ModelError
+
+    if isinstance(backend, str):
+        try:
+            backend = RedisBackend.from_url(backend)
+        except ModelError as exc:  # said again where the model is read; the command goes on
+            log(f"no heartbeat: {exc}")
+            return None
+    if not isinstance(backend, RedisBackend):
+        return None
+    from spamnb.storage.redissite import Heartbeat
+
+    return Heartbeat(backend, rec.counts, role, log=log).start()
+
+
 def metrics_from(address, allow):
     """The :class:`spamnb.delivery.metrics.Metrics` of --metrics, or None."""
     if not address:

@@ -21,8 +21,10 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
     `spamnb learn` does, and re-score the rest; tick several to learn them at
     once), History (every verdict the filter, the server and imap filter
     recorded, searchable, with a "wrong?" button), Overview (pictures of the
-    last days) and Model (what `spamnb info` says, a word lookup as `spamnb
-    explain --word`, and a prune preview).
+    last days), Model (what `spamnb info` says, a word lookup as `spamnb
+    explain --word`, and a prune preview) and, with --store, Site (every
+    host's heartbeat: up or silent, its counts; the store's servers as its
+    Sentinels report them).
 
     It prints its address with a secret token, as Jupyter does: open that
     URL, which leads to the page's own address (/s/KEY/...); every request

@@ -33,6 +33,10 @@ survive, so a message cannot end its line or write a ``verdict=`` of its own.
 A :class:`Recorder` given a ``history`` (a :class:`spamnb.storage.history.Recorder`)
 also records each message there, and marks the row of each message learned
 as the user's correction, lines or not, for ``spamnb web``.
+
+Every event is counted once, in the recorder's :class:`Counts`, lines or not: the
+metrics read those counts at each scrape, and a server's heartbeat in a store
+(:mod:`spamnb.storage.redissite`) reads them every few seconds.
 """
 
 from __future__ import annotations
@@ -158,9 +162,51 @@ def now_iso(t=None) -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1000):03d}Z"
 
 
+class Counts:
+    """What the doors of one process did since it started, counted once: messages by verdict
+    and way in, learns and forgets by class and source, errors by kind, and the messages that
+    went on unscanned. A few dict increments under a lock per event, whoever reads them: the
+    metrics at a scrape, the heartbeat at a beat (:meth:`snapshot`), never the delivery."""
+
+    def __init__(self):
+        self.started = time.time()
+        self._lock = threading.Lock()
+        self.messages = {}  # (verdict, via) -> n
+        self.learned = {}  # (class, source) -> n
+        self.forgotten = {}  # (class, source) -> n
+        self.errors = {}  # kind -> n
+        self.unscanned = 0
+
+    def _add(self, table, key, n=1):
+        with self._lock:
+            table[key] = table.get(key, 0) + n
+
+    def message(self, via, label):
+        self._add(self.messages, (label, via))
+
+    def learn(self, label, source):
+        self._add(self.learned, (label, source))
+
+    def forget(self, label, source):
+        self._add(self.forgotten, (label, source))
+
+    def error(self, kind, count=1, unscanned=False):
+        with self._lock:
+            self.errors[kind] = self.errors.get(kind, 0) + count
+            if unscanned:
+                self.unscanned += count
+
+    def snapshot(self) -> dict:
+        """A copy of every count, taken at once."""
+        with self._lock:
+            return {"messages": dict(self.messages), "learned": dict(self.learned),
+                    "forgotten": dict(self.forgotten), "errors": dict(self.errors), "unscanned": self.unscanned}
+
+
 class Recorder:
-    """Writes the event lines (when ``lines``), counts them in ``metrics`` and records
-    each message in ``history`` (each when given)."""
+    """Writes the event lines (when ``lines``), counts them (:attr:`counts`: the metrics'
+    own when given ``metrics``, which also times them) and records each message in
+    ``history`` (each when given)."""
 
     def __init__(self, *, lines=True, fmt="text", to="stderr", metrics=None, write=None, history=None):
         if fmt not in FORMATS or to not in DESTINATIONS:
@@ -168,6 +214,7 @@ class Recorder:
         self.lines = lines
         self.fmt = fmt
         self.metrics = metrics
+        self.counts = metrics.counts if metrics is not None else Counts()
         self.history = history
         if metrics is not None:
             metrics.history = history  # its records lost, counted at each scrape
@@ -204,10 +251,11 @@ class Recorder:
         server answered has ``learned`` "?" (by the server's rule) and no ``cutoffs``,
         and that recorder has no history (the server records the verdict): a history
         is always handed a class or None, and the cut-offs."""
+        self.counts.message(via, label)
+        if learned:
+            self.counts.learn(learned, why or "filter-u")
         if self.metrics is not None:
-            self.metrics.message(via, label, seconds)
-            if learned:
-                self.metrics.learned(learned, why or "filter-u")
+            self.metrics.scanned(seconds)
         if self.history is not None and raw is not None:
             self.history.add(raw, label, score, p, via=HISTORY_VIA.get(via, via), user=user, dest=folder,
                              learned=learned, cutoffs=cutoffs)
@@ -223,8 +271,7 @@ class Recorder:
     def learned(self, label, source, *, raw=None, mid=None, user=None, was=None, raddr=None):
         """A message learned by the user's hand (``source``: TELL, an IMAP move, the
         command line); ``was``: the class it was filed as before, for a correction."""
-        if self.metrics is not None:
-            self.metrics.learned(label, source)
+        self.counts.learn(label, source)
         if self.history is not None and raw is not None:
             self.history.correct(raw, label, user=user)
         if not self.lines:
@@ -237,8 +284,7 @@ class Recorder:
     def forgotten(self, label, source, *, raw=None, mid=None, user=None, raddr=None):
         """A message the user took back (``source``: TELL ``Remove:``): learned as
         ``label`` no more, so a correction to ``label`` in the history stands no more."""
-        if self.metrics is not None:
-            self.metrics.forgotten(label, source)
+        self.counts.forget(label, source)
         if self.history is not None and raw is not None:
             self.history.correct(raw, label, user=user, undo=True)
         if self.lines:
@@ -253,8 +299,7 @@ class Recorder:
         message ``raw`` (or of ``size`` bytes and Message-ID ``mid``) where there is
         one; ``unscanned``: the mail went on without a verdict. ``count``: the line
         stands for that many (connections refused in a flood, one line a second)."""
-        if self.metrics is not None:
-            self.metrics.error(kind, count)
+        self.counts.error(kind, count, unscanned)
         if self.lines:
             if mid is None and raw is not None:
                 mid = message_id(raw)

@@ -23,7 +23,8 @@ Metrics::
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
     spamnb_model_tokens                    tokens the served model knows (a file: its snapshot)
-    spamnb_model_messages{class}           messages the served model learned, by class
+    spamnb_model_messages{class}           messages as the decision counts them, by class (not what
+                                           spamnb info prints: the help below says why)
     spamnb_journal_bytes                   size of the model's journal (a file: changes not yet compacted)
     spamnb_learning_up                     1 when the served model can learn (its last learn, else a probe)
     spamnb_store_up                        1 when the store answered its last request, else 0 (a store)
@@ -43,7 +44,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 from spamnb import checks
 from spamnb.delivery import access
-from spamnb.delivery.events import ERROR_KINDS, SOURCES, VIA
+from spamnb.delivery.events import ERROR_KINDS, SOURCES, VIA, Counts
 from spamnb.delivery.server import TIMEOUT, BoundedThreads
 from spamnb.storage import upkeep
 from spamnb.storage.backend import PROBE_SECONDS
@@ -97,42 +98,20 @@ class Metrics:
         # Prometheus to keep, which no query here needs (the switch is the library's, process-wide)
         pc.disable_created_metrics()
         self.registry = pc.CollectorRegistry()
-        self.messages = pc.Counter("spamnb_messages", "Messages answered, by verdict and by way in",
-                                   ["verdict", "via"], registry=self.registry)
-        self._learned = pc.Counter("spamnb_learned", "Messages learned, by class and by who taught it",
-                                   ["class", "source"], registry=self.registry)
-        self.errors = pc.Counter("spamnb_errors", "Errors, by kind", ["kind"], registry=self.registry)
-        self._forgotten = pc.Counter("spamnb_forgotten", "Messages forgotten, by class and by who took them "
-                                     "back", ["class", "source"], registry=self.registry)
+        # the counts are the recorder's (events.Counts), read at each scrape: one count of each
+        # event, which the heartbeat in a store reads too
+        self.counts = Counts()
         self.scan = pc.Histogram("spamnb_scan_seconds", "Seconds to score one message", buckets=BUCKETS,
                                  registry=self.registry)
         self.answer = pc.Histogram("spamnb_spamd_answer_seconds", "Seconds from accepting a spamd request to "
                                    "its answer", buckets=BUCKETS, registry=self.registry)
-        for v in ACTIONS:
-            for way in VIA:
-                self.messages.labels(v, way)
-        for kind in ERROR_KINDS:  # at 0 from the start: increase() and rate() see the first error
-            self.errors.labels(kind)
-        for c in LABELS:
-            for s in SOURCES:
-                self._learned.labels(c, s)
-                self._forgotten.labels(c, s)
         self.backend = None
         self.history = None  # the server's history recorder (events.Recorder sets it), for its records lost
+        self.registry.register(_CountsCollector(self.counts))
         self.registry.register(_ModelCollector(self))
 
-    def message(self, via, label, seconds):
-        self.messages.labels(label, via).inc()
+    def scanned(self, seconds):
         self.scan.observe(seconds)
-
-    def learned(self, label, source):
-        self._learned.labels(label, source).inc()
-
-    def forgotten(self, label, source):
-        self._forgotten.labels(label, source).inc()
-
-    def error(self, kind, count=1):
-        self.errors.labels(kind).inc(count)
 
     def answered(self, seconds):
         self.answer.observe(seconds)
@@ -157,6 +136,37 @@ class Metrics:
                                f"{exc.strerror or exc}") from None
 
 
+#: The counters: (name, help, labels, the counts' table, every label set at 0 from the start,
+#: so that increase() and rate() see the first event of each).
+COUNTERS = (
+    ("spamnb_messages", "Messages answered, by verdict and by way in", ["verdict", "via"], "messages",
+     [(v, way) for v in ACTIONS for way in VIA]),
+    ("spamnb_learned", "Messages learned, by class and by who taught it", ["class", "source"], "learned",
+     [(c, s) for c in LABELS for s in SOURCES]),
+    ("spamnb_errors", "Errors, by kind", ["kind"], "errors", list(ERROR_KINDS)),
+    ("spamnb_forgotten", "Messages forgotten, by class and by who took them back", ["class", "source"],
+     "forgotten", [(c, s) for c in LABELS for s in SOURCES]),
+)
+
+
+class _CountsCollector:
+    """The counters, read from :class:`spamnb.delivery.events.Counts` at each scrape."""
+
+    def __init__(self, counts):
+        self.counts = counts
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily
+
+        now = self.counts.snapshot()
+        for name, text, labels, table, start in COUNTERS:
+            family = CounterMetricFamily(name, text, labels=labels)
+            seen = now[table]
+            for key in dict.fromkeys([*start, *seen]):  # the fixed ones first, then any other seen
+                family.add_metric(list(key) if isinstance(key, tuple) else [key], seen.get(key, 0))
+            yield family
+
+
 class _ModelCollector:
     def __init__(self, metrics):
         self.metrics = metrics
@@ -175,8 +185,10 @@ class _ModelCollector:
         if health.size is not None:
             tokens, messages = health.size
             yield GaugeMetricFamily("spamnb_model_tokens", "Tokens the served model knows", tokens)
-            g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class",
-                                  labels=["class"])
+            g = GaugeMetricFamily("spamnb_model_messages", "Messages the served model learned, by class, as the "
+                                  "decision counts them: with the copies training's refine rounds added and, for a "
+                                  "model file, as of its last compaction, where spamnb info prints the messages "
+                                  "learned, without those copies and with the journal's learns", labels=["class"])
             for label, n in zip(LABELS, messages):
                 g.add_metric([label], n)
             yield g

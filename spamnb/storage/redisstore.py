@@ -389,8 +389,10 @@ class RedisBackend(Backend):
     per_user = True
 
     def __init__(self, client, prefix=DEFAULT_PREFIX, name=None, *, url_parts=None, user=False, reach=None,
-                 reader=None, wait=0):
+                 reader=None, wait=0, sentinel=None):
         self.client = client
+        # (redis-py's Sentinel, the service) of a Sentinel URL: what the page asks them (redissite.servers)
+        self.sentinel = sentinel
         # classification reads here (a Sentinel group's replicas), everything else on the primary
         self.reader = reader if reader is not None else client
         # replicas that must hold a learn before it is acknowledged (WAIT; a Sentinel URL's default 1)
@@ -468,7 +470,7 @@ class RedisBackend(Backend):
             kwargs["connection_class"] = _loopback_only()
         group = _sentinel_class()(sentinels, sentinel_kwargs=own, db=db, **kwargs)
         return cls(group.master_for(service), prefix, name, reader=group.slave_for(service),
-                   wait=int(ours.get("wait", 1)))
+                   wait=int(ours.get("wait", 1)), sentinel=(group, service))
 
     def for_user(self, user) -> "RedisBackend":
         if not user or len(user) > 128 or any(c in user for c in ":*?[]\\") or not user.isprintable() \
@@ -510,22 +512,32 @@ class RedisBackend(Backend):
     def _call(self, what, fn, *args, **kwargs):
         """``fn(*args)``, with redis-py's errors as one clear ModelError line; notes
         whether the store answered (:meth:`status`)."""
+        return self._request(self._reach, what, fn, args, kwargs)
+
+    def ask(self, what, fn, *args, note=True, **kwargs):
+        """:meth:`_call` for the modules beside this one (the site's heartbeats and what the
+        page reads of them: :mod:`spamnb.storage.redissite`); ``note=False``: the answer is
+        not what :meth:`status` reports (a heartbeat writes the primary, where the store's
+        gauges say whether the reads are answered)."""
+        return self._request(self._reach if note else _Reach(), what, fn, args, kwargs)
+
+    def _request(self, reach, what, fn, args, kwargs):
         redis = _redis()
         try:
             out = fn(*args, **kwargs)
         except (redis.exceptions.TimeoutError, TimeoutError, redis.exceptions.ConnectionError, OSError):
-            self._reach.ok = False
+            reach.ok = False
             self._raise(what)
         except redis.exceptions.RedisError:
-            self._reach.ok = True  # it answered, with an error
+            reach.ok = True  # it answered, with an error
             self._raise(what)
         except (AttributeError, TypeError, ValueError, KeyError, IndexError) as exc:
             # redis-py reading a reply no Redis or Sentinel gives (+OK to HELLO, a Sentinel's
             # list that is not one): the server is not what the URL says, one line
-            self._reach.ok = False
+            reach.ok = False
             raise StoreUnavailable(f"cannot {what}: the store {self.name} (or a Sentinel of it) answered what "
                                    f"Redis does not ({type(exc).__name__}: {str(exc)[:120]})") from None
-        self._reach.ok, self._reach.when = True, time.time()
+        reach.ok, reach.when = True, time.time()
         return out
 
     def _raise(self, what):

@@ -300,6 +300,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send(200, pages.overview_page(site.per_day(), days, site.score_bins(),
                                                cutoffs_from(model.cutoffs), site.corrections(days=30), facts,
                                                root=root))
+        elif path == "/site":
+            self.send(200, pages.site_page(site.site_view(), root=root))
         elif path == "/model":
             older, most = number(q, "older_than", 90), number(q, "max_messages", 1)
             word = q.get("word", "").strip()[:200]

@@ -295,6 +295,12 @@ class Site:
                 raise
         return moved
 
+    # -- the site ---------------------------------------------------------------------
+
+    def site_view(self):
+        """None: a model file has no site; hosts beat into a store (``spamnb web --store``)."""
+        return None
+
     # -- the overview ---------------------------------------------------------------
 
     def per_day(self, days=30):

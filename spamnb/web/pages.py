@@ -13,6 +13,7 @@ import html
 from urllib.parse import urlencode
 
 from spamnb.mail.tokennames import describe
+from spamnb.storage.redissite import BEAT, MAX_HOSTS, UP_BEATS
 from spamnb.storage.scorer import sigmoid
 from spamnb.web import charts
 from spamnb.web.data import PAGE, logit
@@ -33,7 +34,7 @@ def layout(title, body, *, active="", flash="", nav=True, root=""):
     on = ' class="on"'
     nav = "" if not nav else "".join(f'<a href="{e(root)}/{p}"{on if p == active else ""}>{name}</a>'
                   for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
-                                  ("model", "Model")))
+                                  ("model", "Model"), ("site", "Site")))
     note = f'<p class="flash">{flash}</p>' if flash else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} - spamnb</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -240,6 +241,108 @@ def word_lookup(word, found, root):
             f'messages holding it; log-odds: what it alone adds to a score.</p>')
 
 
+def ago(seconds) -> str:
+    """A duration in words: "4 s", "3 min", "2 h"."""
+    seconds = max(0.0, seconds)
+    return (f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200
+            else f"{seconds / 3600:.0f} h")
+
+
+def clock(t, now) -> str:
+    """A beat's time: the time of day when it is today, else the date too."""
+    if t is None:
+        return "?"
+    day = datetime.date.fromtimestamp
+    return datetime.datetime.fromtimestamp(t).strftime("%H:%M:%S" if day(t) == day(now) else "%Y-%m-%d %H:%M:%S")
+
+
+def shown(n) -> str:
+    """A count of the store, or "?" for one that is not a count (a hostile or damaged value)."""
+    return "?" if n is None else str(n)
+
+
+def host_state(r, now) -> str:
+    """Up (its last beat under three beats old), stopped (its last beat said so), or silent since
+    its last beat."""
+    if r["up"]:
+        return f'<span class="state up">up</span> <span class="muted">beat {ago(now - r["beat"])} ago</span>'
+    if r["stopped"] is not None:
+        return f'<span class="state stopped">stopped</span> at {e(clock(r["stopped"], now))}'
+    return (f'<span class="state silent">silent</span> since {e(clock(r["beat"], now))} '
+            f'<span class="muted">({ago(now - r["beat"]) if r["beat"] is not None else "?"})</span>')
+
+
+def hosts_table(view, most):
+    now = view["now"]
+    if view["error"]:
+        return f'<p class="flash">The store did not answer: {e(view["error"])}</p>'
+    if not view["hosts"]:
+        return ('<p>No host beat in the last hour: a <code>spamnb serve</code> or <code>spamnb imap filter '
+                '--watch</code> using this store beats every few seconds.</p>')
+    rows = []
+    for r in view["hosts"]:
+        rate = "–" if r["per_minute"] is None else f"{r['per_minute']:.1f}"
+        counts = " / ".join(shown(r[k]) for k in ("ham", "unsure", "spam"))
+        rows.append(f'<tr class="host"><td class="name">{e(r["host"])}</td><td>{e(r["role"])}</td>'
+                    f'<td class="st">{host_state(r, now)}</td><td class="n">{rate}</td><td class="n">{counts}</td>'
+                    f'<td class="n">{shown(r["unscanned"])}</td><td class="n">{shown(r["errors"])}</td>'
+                    f'<td class="n">{shown(r["learned"])} / {shown(r["forgotten"])}</td>'
+                    f'<td>{e(r["version"])}</td><td class="when">{e(clock(r["started"], now))}</td></tr>')
+    more = (f'<p class="muted">Other hosts beat in the last hour too: the {most} whose beats are newest are '
+            f'shown.</p>' if view["more"] else "")
+    return (f'<table class="list site"><thead><tr><th>Host</th><th>Process</th><th>State</th><th>Messages a '
+            f'minute</th><th>Ham / unsure / spam</th><th>Unscanned</th><th>Errors</th><th>Learned / forgotten</th>'
+            f'<th>Version</th><th>Started</th></tr></thead><tbody>{"".join(rows)}</tbody></table>{more}')
+
+
+def server_rows(role, servers):
+    return "".join(f'<tr class="server"><td>{e(role)}</td><td><code>{e(s["address"])}</code></td>'
+                   f'<td><span class="state {"up" if s["up"] else "silent"}">{"up" if s["up"] else "down"}</span>'
+                   f'</td><td><code>{e(s["flags"])}</code></td></tr>' for s in servers)
+
+
+def store_servers(servers):
+    """The store's servers: a Sentinel group's as its Sentinels report them, or one Redis's role."""
+    if "sentinels" not in servers:
+        if "error" in servers:
+            return f'<p class="flash">The store did not say its role: {e(servers["error"])}</p>'
+        replicas = "" if servers.get("replicas") is None else f', {servers["replicas"]} replica(s) connected'
+        return f'<p>One Redis (no Sentinels in the URL): its role is <strong>{e(servers["role"])}</strong>{replicas}.</p>'
+    items, table = [], ""
+    for address, view in servers["sentinels"]:
+        if "error" in view:
+            items.append(f'<li><code>{e(address)}</code>: did not answer ({e(view["error"])})</li>')
+            continue
+        items.append(f'<li><code>{e(address)}</code>: names <code>{e(view["primary"]["address"])}</code> the primary'
+                     f' and {len(view["replicas"])} replica(s)</li>')
+        if not table:  # the servers as the first Sentinel that answered reports them
+            table = (f'<p>As <code>{e(address)}</code> reports them:</p><table class="list servers"><thead><tr>'
+                     f'<th>Role</th><th>Address</th><th>State</th><th>Flags</th></tr></thead><tbody>'
+                     f'{server_rows("primary", [view["primary"]])}{server_rows("replica", view["replicas"])}'
+                     f'</tbody></table>')
+    if not table:
+        table = ('<p class="flash">No Sentinel answered: the store\'s servers cannot be shown now (the hosts '
+                 'above are read from the store itself).</p>')
+    return (f'<p>A Sentinel group, service <code>{e(servers["service"])}</code>. Its Sentinels:</p>'
+            f'<ul class="sentinels">{"".join(items)}</ul>{table}')
+
+
+def site_page(view, *, most=MAX_HOSTS, root=""):
+    """The Site view: every host that beat into the store in the last hour, and the store's
+    servers (``view``: :meth:`spamnb.web.storesite.StoreSite.site_view`; None for a model file)."""
+    if view is None:
+        body = ('<p>The Site view shows the hosts that share a store: run <code>spamnb web --store URL</code>. '
+                'With a model file there is one host, this one.</p>')
+        return layout("Site", body, active="site", root=root)
+    intro = (f'<p class="muted">Every <code>spamnb serve</code> and <code>spamnb imap filter --watch</code> using this '
+             f'store beats every {BEAT:g} s with what it counted since it started. A host is up while its last beat '
+             f'is younger than {UP_BEATS} of its beats, silent after (stopped: it said so as it stopped); the hosts '
+             f'that beat in the last hour are shown, newest beat first, {most} at most. Messages a minute: the '
+             f'verdicts between its beat of about a minute before and its last.</p>')
+    body = (intro + hosts_table(view, most) + "<h2>The store</h2>" + store_servers(view["servers"]))
+    return layout("Site", body, active="site", root=root)
+
+
 def error_page(status, text, nav=True, root=""):
     """An error; with ``nav`` (and the page's ``root``), the page's links."""
     return layout(f"{status}", f"<p>{e(text)}</p>", nav=nav, root=root)
@@ -270,4 +373,8 @@ dd{margin:0;overflow-wrap:anywhere}
 form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
 form.batch{margin:8px 0}td.pick{width:1em}
 .pager{margin:10px 0}
+.state{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}.state.up{background:#2e7d32}
+.state.silent{background:#c0392b}.state.stopped{background:#78909c}
+td.n{text-align:right;white-space:nowrap}td.name{font-weight:600;min-width:8em}td.st{white-space:nowrap}
+table.site td{overflow-wrap:anywhere}
 """

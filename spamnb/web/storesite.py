@@ -17,7 +17,7 @@ import time
 
 from spamnb.delivery import pipeline
 from spamnb.delivery.hook import scored
-from spamnb.storage import upkeep
+from spamnb.storage import redissite, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
 from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, rescored, rescored_queue
@@ -178,6 +178,22 @@ class StoreSite:
                 moved.append((r["id"], r["subject"], was, d.label))
         self.hist.rescored(updates)
         return moved
+
+    # -- the site ---------------------------------------------------------------------
+
+    def site_view(self) -> dict:
+        """What the Site view shows, read-only: the hosts that beat in the last hour
+        (:func:`spamnb.storage.redissite.hosts`, read where classification reads, so that a
+        failover's replicas still answer), whether more did, and the store's servers as the
+        Sentinels report them, or one Redis's role (:func:`~spamnb.storage.redissite.servers`).
+        A store or Sentinel that does not answer is said in the view, never raised."""
+        now = time.time()
+        try:
+            rows, more = redissite.hosts(self.backend, now)
+            error = None
+        except ModelError as exc:
+            rows, more, error = [], False, str(exc)
+        return {"now": now, "hosts": rows, "more": more, "error": error, "servers": redissite.servers(self.backend)}
 
     # -- the overview ---------------------------------------------------------------
 
