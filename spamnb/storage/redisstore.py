@@ -1136,7 +1136,7 @@ def _sentinel_class():
         def _counted(self, ask):
             def counted():
                 reply = ask()
-                self.answered += 1
+                self.answered = (self.answered or 0) + 1  # (None: asked outside a search)
                 return reply
             return counted
 
