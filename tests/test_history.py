@@ -389,6 +389,35 @@ def test_spamnb_learn_marks_the_row_of_each_message_it_learns(compiled, messages
     assert len(corrections(path)) == 1
 
 
+@pytest.mark.parametrize("way", ["fast", "click"])
+def test_learning_again_what_was_learned_marks_nothing(compiled, messages, tmp_path, way):
+    """A message learned as spam, delivered again (a newer row of it), then learned as spam
+    again in a batch with a new one: the model changes for the new one only, so its row
+    alone is marked; the newer row of the one learned already stays as it was, and the
+    summary counts it apart. Learning the batch once more changes and marks nothing."""
+    from spamnb.storage.modelfile import load_model
+
+    path = str(compiled) + ".history.sqlite"
+    old, new = messages[0], messages[1]
+    files = [tmp_path / "old.eml", tmp_path / "new.eml"]
+    for f, raw in zip(files, (old, new)):
+        f.write_bytes(raw)
+    assert filter_(compiled, old).returncode in (0, 1, 2)
+    assert learn_cli(way, compiled, "spam", files[0]).returncode == 0
+    for raw in (old, new):  # the old one comes again: a newer row of it
+        assert filter_(compiled, raw).returncode in (0, 1, 2)
+    counts = load_model(compiled).messages.tolist()
+    proc = learn_cli(way, compiled, "spam", *files)
+    assert proc.returncode == 0 and proc.stderr == b"learned 1 as spam, moved 0; already learned: 1\n", proc.stderr
+    assert load_model(compiled).messages.tolist() == [counts[0], counts[1] + 1]
+    marks = query(path, "SELECT id, corrected FROM verdicts ORDER BY id")
+    assert marks == [(1, "spam"), (2, None), (3, "spam")]
+    proc = learn_cli(way, compiled, "spam", *files)
+    assert proc.stderr == b"learned 0 as spam, moved 0; already learned: 2\n", proc.stderr
+    assert query(path, "SELECT id, corrected FROM verdicts ORDER BY id") == marks
+    assert load_model(compiled).messages.tolist() == [counts[0], counts[1] + 1]
+
+
 def test_spamnb_learn_without_a_history_or_behind_a_locked_one_learns(compiled, messages, tmp_path):
     """No history: none is made. A locked one: the learning stands, a line says the
     correction was not recorded, and the wait is bounded."""

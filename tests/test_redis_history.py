@@ -361,6 +361,31 @@ def test_learn_and_forget_through_the_store_mark_the_row_in_its_history(url, mod
     assert hist.rows([row["id"]])[0]["corrected"] is None
 
 
+def test_learning_again_what_the_store_learned_marks_nothing(url, model_file, tmp_path):
+    """The store's learn script knows a message learned already: in a batch with a new one,
+    only the new one's row is marked; the newer row of the one learned before stays as it
+    was, the summary counts it apart, and the store's counts grow by the new one only."""
+    backend = pushed(url, model_file)
+    old, new = messages(2, "again")
+    files = [tmp_path / "old.eml", tmp_path / "new.eml"]
+    for f, raw in zip(files, (old, new)):
+        f.write_bytes(raw)
+    assert run("filter", "--store", url, "--history-store", input=old).returncode in (0, 1, 2)
+    assert run("learn", "--spam", "--store", url, "--history-store", files[0]).returncode == 0
+    for raw in (old, new):
+        assert run("filter", "--store", url, "--history-store", input=raw).returncode in (0, 1, 2)
+    before = backend.status().size[1]
+    r = run("learn", "--spam", "--store", url, "--history-store", *files)
+    assert r.returncode == 0 and r.stderr == b"learned 1 as spam, moved 0; already learned: 1\n", r.stderr
+    hist = history_of(url)
+    assert [row["corrected"] for row in hist.rows([1, 2, 3])] == ["spam", None, "spam"]
+    assert backend.status().size[1] == (before[0], before[1] + 1)
+    r = run("learn", "--spam", "--store", url, "--history-store", *files)
+    assert r.stderr == b"learned 0 as spam, moved 0; already learned: 2\n", r.stderr
+    assert [row["corrected"] for row in hist.rows([1, 2, 3])] == ["spam", None, "spam"]
+    assert backend.status().size[1] == (before[0], before[1] + 1)
+
+
 def test_a_record_is_one_script_call_and_a_flushed_server_gets_the_scripts_again(server, url, model_file):
     """What reaches Redis from the client: one EVALSHA per record (a burst in one pipeline), no
     SCRIPT EXISTS; after SCRIPT FLUSH (a restarted server) the scripts are loaded and sent again."""

@@ -161,12 +161,13 @@ def test_learn_forget_and_move_give_the_counts_of_the_file(url, model_file, smal
     labels = gold_labels()
     names = sorted(p.name for p in (SAMPLE_MAILDIR / "cur").iterdir())[:30]
     steps = [([(raw, labels[n], None) for raw, n in zip(news, names)], False),  # learn
-             ([(raw, "spam", None) for raw in news[:10]], False),  # move (or unchanged)
+             ([(raw, "spam", None) for raw in news[:10] + news[:1]], False),  # move (or unchanged), a copy
              ([(raw, "spam", None) for raw in news[:5]], True)]  # forget
     keys = ("learned", "moved", "unchanged", "duplicates", "forgotten")
     for items, forget in steps:
         got, want = store.learn(items, forget=forget), file_.learn(items, forget=forget)
         assert [got.get(k, 0) for k in keys] == [want.get(k, 0) for k in keys]
+        assert got["outcomes"] == want["outcomes"] and len(got["outcomes"]) == len(items)  # what each one did
     a, b = file_.model(), store.model()
     assert a.registry == b.registry
     assert len(a.vocabulary) == len(b.vocabulary)

@@ -166,12 +166,14 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
-        """Learn (or forget) ``(raw, label, tokens or None)`` items: the counts of
-        :meth:`spamnb.model.SpamModel.learn` (``learned``, ``moved``, ``unchanged``,
-        ``duplicates``, ``forgotten``). A message not learned under that label
-        refuses a forget with ValueError before anything changes. ``create()``: the
-        model to start from when there is none yet; ``later(fn)``: run upkeep (a
-        compaction) in the background instead of now."""
+        """Learn (or forget) ``(raw, label, tokens or None)`` items: the counts
+        (``learned``, ``moved``, ``unchanged``, ``duplicates``, ``forgotten``) and, under
+        ``outcomes``, what it did to each item in the order given
+        (:func:`spamnb.mail.identity.tally`): only an item whose outcome is in
+        :data:`spamnb.mail.identity.CHANGED` changed the model. A message not learned
+        under that label refuses a forget with ValueError before anything changes.
+        ``create()``: the model to start from when there is none yet; ``later(fn)``:
+        run upkeep (a compaction) in the background instead of now."""
 
     @abc.abstractmethod
     def replace(self, model) -> None:
