@@ -418,6 +418,31 @@ def test_learning_again_what_was_learned_marks_nothing(compiled, messages, tmp_p
     assert load_model(compiled).messages.tolist() == [counts[0], counts[1] + 1]
 
 
+def test_the_overview_counts_the_three_kinds_of_correction_web_md_describes(tmp_path):
+    """Spam taught as ham, ham as spam, unsure either way: the Overview's kinds, each named in
+    docs/web.md's table; a verdict taught as it stood is no correction and is left out."""
+    import re
+
+    from conftest import ROOT
+    from spamnb.web.data import CORRECTIONS
+
+    path = tmp_path / "h.sqlite"
+    pairs = [("spam", "ham"), ("ham", "spam"), ("unsure", "spam"), ("unsure", "ham"), ("spam", "spam"),
+             ("ham", "ham")]
+    db = history.open_db(path)
+    try:
+        history.write(db, [history.row(f"Subject: {i}\n\nbody {i}\n".encode(), verdict, 0.0, 0.5, via="filter")
+                           for i, (verdict, _) in enumerate(pairs)])
+        for i, (_, taught) in enumerate(pairs, 1):
+            history.mark(db, i, taught)
+    finally:
+        db.close()
+    (day, kinds), = Site(str(tmp_path / "m"), False, str(path)).corrections().items()
+    assert kinds == {"false positive": 1, "false negative": 1, "unsure taught": 2}
+    table = (ROOT / "docs" / "web.md").read_text().split("### Overview")[1].split("###")[0]
+    assert set(re.findall(r"^\| ([a-z ]+) \| (?:spam|ham|unsure) \|", table, re.M)) == set(CORRECTIONS)
+
+
 def test_spamnb_learn_without_a_history_or_behind_a_locked_one_learns(compiled, messages, tmp_path):
     """No history: none is made. A locked one: the learning stands, a line says the
     correction was not recorded, and the wait is bounded."""

@@ -31,6 +31,22 @@ COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id"
            "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score")
 
 
+#: The Overview's kinds of correction (docs/web.md), of a row's verdict and the class taught.
+CORRECTIONS = ("false positive", "false negative", "unsure taught")
+
+
+def correction_kind(verdict, corrected):
+    """Which of :data:`CORRECTIONS` a verdict taught as ``corrected`` is: spam taught as ham
+    (false positive), ham taught as spam (false negative), unsure taught either way; None
+    for a verdict taught as it stood (``spamnb learn --spam`` of mail filed as spam): the
+    model learned it, but the filter made no mistake there, so the Overview leaves it out."""
+    if verdict == "unsure":
+        return "unsure taught"
+    if verdict == corrected:
+        return None
+    return "false positive" if verdict == "spam" else "false negative"
+
+
 class NotMarked(Exception):
     """The page's choice was learned, but its rows could not be marked in the history (the
     reason): they stay in the queue, and choosing them again marks them (a message is
@@ -320,17 +336,16 @@ class Site:
         return [lo + i * width for i in range(bins + 1)], counts
 
     def corrections(self, days=90):
-        """``{day: {"false positive"|"false negative"|"unsure taught": n}}``."""
+        """``{day: {kind: n}}``, a kind of :data:`CORRECTIONS` (:func:`correction_kind`)."""
         out = {}
         for day, verdict, corrected, n in self.query(
                 "SELECT date(corrected_t, 'unixepoch', 'localtime') d, verdict, corrected, count(*) FROM verdicts "
                 "WHERE corrected IS NOT NULL AND corrected_t >= ? GROUP BY d, verdict, corrected",
                 (time.time() - days * 86400,)):
-            kind = ("false positive" if (verdict, corrected) == ("spam", "ham") else
-                    "false negative" if (verdict, corrected) == ("ham", "spam") else
-                    "unsure taught" if verdict == "unsure" else "confirmed")
-            out.setdefault(day, {}).setdefault(kind, 0)
-            out[day][kind] += n
+            kind = correction_kind(verdict, corrected)
+            if kind is not None:
+                out.setdefault(day, {}).setdefault(kind, 0)
+                out[day][kind] += n
         return out
 
 

@@ -20,7 +20,7 @@ from spamnb.delivery.hook import scored
 from spamnb.storage import upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, rescored, rescored_queue
+from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, correction_kind, day_start, rescored, rescored_queue
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -203,16 +203,16 @@ class StoreSite:
         return [lo + i * width for i in range(bins + 1)], counts
 
     def corrections(self, days=90):
-        """``{day: {"false positive"|"false negative"|"unsure taught": n}}`` (of the rows still kept)."""
+        """``{day: {kind: n}}``, a kind of :data:`spamnb.web.data.CORRECTIONS` (of the rows still kept)."""
         since = time.time() - days * 86400
         out = {}
         ids = sorted(self.hist.corrected_ids(), reverse=True)
         for r in (r for i in range(0, len(ids), CHUNK) for r in self.hist.rows(ids[i:i + CHUNK])):
             if r["corrected"] is None or r["corrected_t"] < since:
                 continue
-            pair = (r["verdict"], r["corrected"])
-            kind = ("false positive" if pair == ("spam", "ham") else "false negative" if pair == ("ham", "spam")
-                    else "unsure taught" if r["verdict"] == "unsure" else "confirmed")
+            kind = correction_kind(r["verdict"], r["corrected"])
+            if kind is None:
+                continue
             day = datetime.date.fromtimestamp(r["corrected_t"]).isoformat()
             out.setdefault(day, {}).setdefault(kind, 0)
             out[day][kind] += 1
