@@ -588,10 +588,13 @@ class SpamModel:
         """What the model holds of ``word`` (a word lookup, as bogofilter's ``bogoutil -w``): of
         the token itself, or of a plain word as a body word and in each namespace it is known
         in (:func:`spamnb.mail.tokennames.lookups`), the body word first. A row for each token
-        it knows: ``{"token", "ham", "spam", "messages", "weight"}``, where ham and spam
-        are the class's feature counts (message counts with ``features="counts"`` or
-        ``"presence"``; sums of each message's normalised weight with the ``-l2`` features),
-        messages the learned messages holding it, and weight its log-odds (what a message
+        it knows: ``{"token", "ham", "spam", "messages", "by_class", "weight"}``, where ham and
+        spam are the class's feature counts, the weights the estimates come from (occurrences
+        with ``features="counts"``; sums of each message's normalised weight with the ``-l2``
+        features; with refine's copies of hard messages counted again), messages the learned
+        messages holding it (of both classes: the model keeps one count, :attr:`doc_freq`),
+        by_class those messages as ``(ham, spam)`` where the counts tell (a token that one
+        class alone holds), else None, and weight its log-odds (what a message
         holding it once, and nothing else, scores beyond the prior: :meth:`linear_weights`'
         weight of that token alone). With hashed features, a token's row is its column's,
         shared with the tokens hashed there, and a column no learned message holds is no row."""
@@ -615,7 +618,8 @@ class SpamModel:
         weights = (jll[:, SPAM] - jll[:, HAM]) - (empty[0, SPAM] - empty[0, HAM])
         fc = est.feature_count_
         return [{"token": tok, "ham": float(fc[HAM, i]), "spam": float(fc[SPAM, i]),
-                 "messages": int(self.doc_freq[i]), "weight": float(w)}
+                 "messages": int(self.doc_freq[i]), "by_class": _by_class(fc[:, i], int(self.doc_freq[i])),
+                 "weight": float(w)}
                 for (tok, i), w in zip(found, weights)]
 
     def explain(self, raw: bytes, n: int = 15, *, toks=None) -> Evidence:
@@ -710,6 +714,19 @@ class SpamModel:
                 raise
             raise ModelFormatError(f"model file is damaged: {exc}") from None
         return model
+
+
+def _by_class(counts, messages):
+    """``(ham, spam)`` of the ``messages`` holding a token whose feature counts per class are
+    ``counts``, where they tell: all of one class when the other's count is zero
+    (:data:`spamnb.nb.membership.ZERO`); None when both classes hold it (the model keeps
+    one count of messages for both)."""
+    held = [c > ZERO for c in counts]
+    if held == [True, False]:
+        return messages, 0
+    if held == [False, True]:
+        return 0, messages
+    return None
 
 
 def _pack_registry(registry: dict) -> dict:
