@@ -386,6 +386,27 @@ def test_learning_again_what_the_store_learned_marks_nothing(url, model_file, tm
     assert backend.status().size[1] == (before[0], before[1] + 1)
 
 
+def test_spamnb_history_lists_the_stores_history_as_the_page_does(url, model_file, tmp_path):
+    """``spamnb history --store URL``: every host's verdicts, newest first, searched by the
+    page's StoreSite; a --history FILE beside --store is a usage error."""
+    pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(m, label, score, 0.5, via="spamd", user=user)
+                for m, label, score, user in zip(messages(3, "listed"), ("ham", "spam", "unsure"), (-5.0, 9.0, 0.1),
+                                                 ("alice", "bob", "alice"))])
+    r = run("history", "--store", url, "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["message_id"] for row in rows] == ["<listed2@ex>", "<listed1@ex>", "<listed0@ex>"]
+    assert all(row["host"] == socket.gethostname() for row in rows)
+    assert r.stderr.decode().startswith("3 of 3 verdicts matching, newest first, in the store ")
+    r = run("history", "--store", url, "--user", "alice", "--search", "LISTED 2")
+    assert r.returncode == 0 and r.stdout.decode().splitlines()[1].endswith("<listed2@ex>"), r.stdout
+    assert len(r.stdout.splitlines()) == 2
+    r = run("history", "--store", url, "--history", tmp_path / "h.sqlite")
+    assert r.returncode == 2 and b"--history FILE is for a model file" in r.stderr
+
+
 def test_a_record_is_one_script_call_and_a_flushed_server_gets_the_scripts_again(server, url, model_file):
     """What reaches Redis from the client: one EVALSHA per record (a burst in one pipeline), no
     SCRIPT EXISTS; after SCRIPT FLUSH (a restarted server) the scripts are loaded and sent again."""

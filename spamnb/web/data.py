@@ -142,8 +142,9 @@ class Site:
         return self.rows("JOIN bodies k ON k.id = v.id WHERE v.verdict = 'unsure' AND v.corrected IS NULL",
                          page=page, bodies=bodies)
 
-    def search(self, *, q="", verdict="", since="", until="", page=0, bodies=False):
-        """History rows by sender/subject text, verdict, and dates (YYYY-MM-DD, local time)."""
+    def search(self, *, q="", verdict="", since="", until="", user="", page=0, size=PAGE, bodies=False):
+        """History rows by sender/subject text, verdict, user and time (:func:`time_bound`'s
+        ``since`` and ``until``: a day, YYYY-MM-DD in local time, or seconds since the epoch)."""
         where, args = [], []
         if q:
             like = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -152,12 +153,16 @@ class Site:
         if verdict in LABELS:
             where.append("v.verdict = ?")
             args.append(verdict)
-        for day, op, extra in ((since, ">=", 0), (until, "<", 86400)):
-            t = day_start(day)
+        if user:
+            where.append("v.user = ?")
+            args.append(user)
+        for value, op, end in ((since, ">=", False), (until, "<", True)):
+            t = time_bound(value, end=end)
             if t is not None:
                 where.append(f"v.t {op} ?")
-                args.append(t + extra)
-        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page, bodies=bodies)
+                args.append(t)
+        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page, size=size,
+                         bodies=bodies)
 
     def message(self, mid):
         """``(row, raw or None)`` of verdict ``mid``; None when there is no such row."""
@@ -363,6 +368,16 @@ def day_start(text):
         return time.mktime(time.strptime(text, "%Y-%m-%d"))
     except (ValueError, TypeError, OverflowError):
         return None
+
+
+def time_bound(value, *, end=False):
+    """Seconds since the epoch of a search's bound ``value``: a number as it is, a day
+    (YYYY-MM-DD, local time) at its midnight, or with ``end`` the next midnight (the day
+    is in the search); None for anything else (no bound)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    t = day_start(value)
+    return None if t is None else t + (86400 if end else 0)
 
 
 def logit(p):
