@@ -420,6 +420,36 @@ def test_forget_undoes_learn_exactly(model_file, spam_msg):
     np.testing.assert_allclose(after.estimator.feature_count_[:, n:], 0, atol=1e-9)
 
 
+def test_learned_says_how_a_message_was_learned_without_learning_it(model_file, spam_msg, tmp_path):
+    """`spamnb learned`: learned as spam / as ham / not learned, by the message's identity (a
+    copy as delivered is the same message), the model untouched; exit 0 when every message
+    was learned (as --spam or --ham asks), 3 when one was not."""
+    def files():
+        return {p.name: p.read_bytes() for p in model_file.parent.iterdir()}
+
+    raw = strip_from_line(spam_msg.read_bytes())
+    delivered = tmp_path / "delivered.eml"
+    delivered.write_bytes((b"X-Spam-Flag: YES\nStatus: RO\n" + raw).replace(b"\n", b"\r\n"))
+    res = run(["learned", "--model", model_file, delivered], code=3)
+    assert res.stdout == f"{delivered}: not learned\n"
+    assert res.stderr == f"1 message: 0 learned as spam, 0 as ham, 1 not learned, in {model_file}\n"
+    run(["learn", "--spam", "--model", model_file, spam_msg])
+    before = files()
+    res = run(["learned", "--model", model_file, delivered])
+    assert res.stdout == f"{delivered}: learned as spam\n"
+    run(["learned", "--spam", "--model", model_file, delivered])
+    assert run(["learned", "--ham", "--model", model_file, delivered], code=3).stdout.endswith("learned as spam\n")
+    other = tmp_path / "other.eml"
+    other.write_bytes(b"From: a@example.org\nSubject: never seen\n\nnot learned at all\n")
+    res = run(["learned", "--model", model_file, delivered, other], code=3)
+    assert res.stdout.splitlines() == [f"{delivered}: learned as spam", f"{other}: not learned"]
+    assert files() == before  # nothing learned, nothing written
+    assert "one class" in run(["learned", "--spam", "--ham", "--model", model_file, other], code=2).stderr
+    assert run(["learned", "--model", model_file, tmp_path / "missing.eml"], code=1).stderr.count("\n") == 1
+    run(["forget", "--spam", "--model", model_file, spam_msg])
+    assert run(["learned", "--model", model_file, delivered], code=3).stdout.endswith(": not learned\n")
+
+
 def test_forget_what_was_not_learned_is_refused(model_file, spam_msg):
     before = model_file.read_bytes()
     out = run(["forget", "--spam", spam_msg, "--model", model_file], code=1).output

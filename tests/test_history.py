@@ -416,6 +416,9 @@ def test_learning_again_what_was_learned_marks_nothing(compiled, messages, tmp_p
     assert proc.stderr == b"learned 0 as spam, moved 0; already learned: 2\n", proc.stderr
     assert query(path, "SELECT id, corrected FROM verdicts ORDER BY id") == marks
     assert load_model(compiled).messages.tolist() == [counts[0], counts[1] + 1]
+    proc = subprocess.run(SPAMNB + ["learned", "--spam", "--model", str(compiled), *map(str, files)],
+                          capture_output=True)  # the journal's learning, read back
+    assert proc.returncode == 0 and proc.stdout.decode().count(": learned as spam\n") == 2, proc
 
 
 def test_the_overview_counts_the_three_kinds_of_correction_web_md_describes(tmp_path):

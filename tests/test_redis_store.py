@@ -181,6 +181,25 @@ def test_learn_forget_and_move_give_the_counts_of_the_file(url, model_file, smal
         store.learn([(news[0], "spam", None)], forget=True)  # forgotten above
 
 
+def test_learned_asks_the_stores_registry(url, model_file, tmp_path):
+    """`spamnb learned --store URL`: each message's class in the store's registry of learned
+    messages, read without the model; the store is not written."""
+    store = pushed(url, model_file)
+    raws = sample_messages()[40:43]
+    store.learn([(raws[0], "spam", None), (raws[1], "ham", None)])
+    paths = []
+    for i, raw in enumerate(raws):
+        paths.append(tmp_path / f"{i}.eml")
+        paths[-1].write_bytes(raw)
+    before = store.status().size
+    r = run("learned", "--store", url, *paths)
+    assert r.returncode == 3, r.stderr
+    assert [line.split(": ", 1)[1] for line in r.stdout.decode().splitlines()] == [
+        "learned as spam", "learned as ham", "not learned"]
+    assert run("learned", "--store", url, "--ham", paths[1]).returncode == 0
+    assert list(store.learned_as(iter(raws))) == ["spam", "ham", None] and store.status().size == before
+
+
 # -- cost: round trips and memory ------------------------------------------------------------------
 
 

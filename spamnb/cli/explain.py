@@ -1,4 +1,4 @@
-"""``spamnb explain``, ``info`` and ``tokens``: look inside a model and a message."""
+"""``spamnb explain``, ``info``, ``tokens`` and ``learned``: look inside a model and a message."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import sys
 
 import click
 
-from spamnb.cli.options import decision_note, model_options, open_backend
+from spamnb.cli.options import decision_note, model_options, open_backend, skipper, source_options
+
+#: ``spamnb learned``'s exit status when a message was not learned (or not as the class asked):
+#: apart from 1, an error, and 2, a bad command line, as for every command.
+NOT_LEARNED = 3
 
 
 @click.command()
@@ -204,3 +208,59 @@ def tokens(message, model_path, store, allow_insecure_model, default_settings):
             out.write(tok + "\n")
 
 
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, metavar="MSG...")
+@model_options
+@click.option("--spam", is_flag=True, help="Ask whether each was learned as spam.")
+@click.option("--ham", is_flag=True, help="Ask whether each was learned as ham.")
+@source_options
+def learned(sources, model_path, store, allow_insecure_model, spam, ham, recursive, strict):
+    """Say whether each message was learned, and as what, learning nothing.
+
+    A line a message: "learned as spam", "learned as ham" or "not learned",
+    found by the message's identity (as learn and forget know it, whatever
+    delivery or a mail client added) among the messages the model (or the
+    store, with --store) learned. MSG is a message file, a folder, an mbox,
+    or - for standard input.
+
+    Exit status: 0 when every message was learned (as --spam or --ham says,
+    when given), 3 when one was not (or could not be read), 1 on an error,
+    2 on a bad command line.
+
+    \b
+    Examples:
+      spamnb learned ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
+      spamnb learned --spam message.eml && echo "learned as spam already"
+    """
+    import collections
+
+    from spamnb.mail.sources import iter_messages
+
+    if spam and ham:
+        raise click.UsageError("ask about one class: --spam or --ham, not both")
+    want = "spam" if spam else "ham" if ham else None
+    backend = open_backend(model_path, store, allow_insecure_model)
+    skipped, pending, counts = [0], collections.deque(), collections.Counter()
+    readers = [iter_messages(spec, recursive=recursive, strict=strict, on_error=skipper(skipped)) for spec in sources]
+
+    def raws():
+        for m in (m for reader in readers for m in reader):
+            pending.append(m.source)
+            yield m.raw
+
+    for label in backend.learned_as(raws()):
+        counts[label] += 1
+        click.echo(f"{pending.popleft()}: {'learned as ' + label if label else 'not learned'}")
+    click.echo(summary(counts, backend, skipped[0]), err=True)
+    if counts[None] or any(counts[other] for other in ("spam", "ham") if want and other != want) or skipped[0]:
+        raise click.exceptions.Exit(NOT_LEARNED)
+
+
+def summary(counts, backend, skipped) -> str:
+    """The line ``spamnb learned`` ends with, on stderr."""
+    n = sum(counts.values())
+    return (f"{n} message{'s' * (n != 1)}: {counts['spam']} learned as spam, {counts['ham']} as ham, "
+            f"{counts[None]} not learned, in {backend.name}" + (" (the default model)" if backend.is_default else "")
+            + (f"; skipped {skipped} unreadable" if skipped else ""))
