@@ -18,9 +18,9 @@ and says what is wrong:
   ``[model] path`` and ``[history] path`` apply here as there (a ``[store] url``,
   or files not checked since they changed: the click command).
 
-The summary line is the click command's (:func:`summary`), the messages'
-rows in the history are marked as corrected
-(:func:`spamnb.storage.history.correct_now`), and
+The summary line is the click command's (:func:`summary`), the rows in the
+history of the messages the model learned (not of those learned already) are
+marked as corrected (:func:`spamnb.storage.history.correct_now`), and
 the journal is folded in the background when it has grown past its bound.
 """
 
