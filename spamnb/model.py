@@ -36,7 +36,8 @@ from spamnb._version import __version__
 from spamnb.nb.decision import Cutoffs
 from spamnb.nb.estimator import Transformer, not_fitted
 from spamnb.nb.membership import ZERO
-from spamnb.mail.identity import KEY_BYTES, legacy_message_key, message_key
+from spamnb.mail.identity import (ALREADY, DUPLICATE, FORGOTTEN, KEY_BYTES, LEARNED, MOVED, legacy_message_key,
+                                  message_key, tally)
 from spamnb.mail.tokenizer import TokenizerConfig, tokenize
 from spamnb.nb.vocabulary import HashingVocabulary, Vocabulary, vocabulary_from_state
 from spamnb.verdict import DEFAULT_COSTS, LABELS, evidence, label_for
@@ -319,14 +320,20 @@ class SpamModel:
         subtracted from the old class first). Returns a dict of counts:
         ``learned``, ``moved``, ``unchanged`` (known before this call) and
         ``duplicates`` (copies of a message given earlier in this call, under
-        the same label).
+        the same label). :meth:`learn_each` says it of each message.
         """
-        done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0}
+        done = tally(self.learn_each(messages, registry=registry))
+        return {k: done[k] for k in ("learned", "moved", "unchanged", "duplicates")}
+
+    def learn_each(self, messages, *, registry=True) -> list[str]:
+        """:meth:`learn`, saying what it did to each message, in the order given: one of
+        :data:`spamnb.mail.identity.COUNTS`' outcomes (learned, moved, already, duplicate)."""
+        out = []
         given: set = set()  # keys of the messages of this call so far
         for batch in batches(messages, BATCH):
             if not registry:
                 self._update([self.tokens(raw) for raw, _ in batch], [label_id(lb) for _, lb in batch], +1)
-                done["learned"] += len(batch)
+                out += [LEARNED] * len(batch)
                 continue
             add: dict[bytes, tuple[list, int]] = {}  # key -> (tokens, class) to add
             sub_toks, sub_y = [], []
@@ -337,22 +344,19 @@ class SpamModel:
                 again = key in given
                 given.add(key)
                 if old == y:
-                    done["duplicates" if again else "unchanged"] += 1
+                    out.append(DUPLICATE if again else ALREADY)
                     continue
                 toks = self.tokens(raw)
-                if old is None:
-                    done["learned"] += 1
-                else:
-                    done["moved"] += 1
-                    if key not in add:  # learned in an earlier batch: take it out of its class
-                        sub_toks.append(toks)
-                        sub_y.append(old)
+                out.append(LEARNED if old is None else MOVED)
+                if old is not None and key not in add:  # learned in an earlier batch: out of its class
+                    sub_toks.append(toks)
+                    sub_y.append(old)
                 add[key] = (toks, y)  # a move within this batch just replaces the pending add
             emptied = self._update(sub_toks, sub_y, -1)
             self._update([t for t, _ in add.values()], [y for _, y in add.values()], +1)
             self._drop_emptied(emptied)  # after the adds: a moved message's tokens stay where they are
             self.registry.update((key, y) for key, (_, y) in add.items())
-        return done
+        return out
 
     def learn_tokens(self, token_lists, labels):
         """Learn already tokenized messages (no registry): labels 'ham'/'spam' or 0/1."""
@@ -445,13 +449,20 @@ class SpamModel:
         A message the registry knows under the other label, or not at all, is
         refused with ValueError before anything changes (bogofilter would
         subtract anyway and corrupt its counts). A message given twice is
-        forgotten once. Returns the number forgotten.
+        forgotten once. Returns the number forgotten (:meth:`forget_each`: what
+        it did to each message).
         """
-        toks, ys, keys = [], [], {}
+        return self.forget_each(messages).count(FORGOTTEN)
+
+    def forget_each(self, messages) -> list[str]:
+        """:meth:`forget`, saying what it did to each message, in the order given:
+        forgotten, or duplicate (a copy of one forgotten earlier in this call)."""
+        toks, ys, keys, out = [], [], {}, []
         for raw, label in messages:
             y = label_id(label)
             key = message_key(raw)
             if key in keys:  # another copy of a message forgotten here: once is all
+                out.append(DUPLICATE)
                 continue
             known = self.known(key, raw)
             if known != y:
@@ -460,10 +471,11 @@ class SpamModel:
             toks.append(self.tokens(raw))
             ys.append(y)
             keys[key] = None
+            out.append(FORGOTTEN)
         self._drop_emptied(self._update(toks, ys, -1))
         for key in keys:
             del self.registry[key]
-        return len(keys)
+        return out
 
     def known(self, key: bytes, raw: bytes):
         """The class ``raw`` (whose :func:`message_key` is ``key``) was learned as, else None.
@@ -576,10 +588,13 @@ class SpamModel:
         """What the model holds of ``word`` (a word lookup, as bogofilter's ``bogoutil -w``): of
         the token itself, or of a plain word as a body word and in each namespace it is known
         in (:func:`spamnb.mail.tokennames.lookups`), the body word first. A row for each token
-        it knows: ``{"token", "ham", "spam", "messages", "weight"}``, where ham and spam
-        are the class's feature counts (message counts with ``features="counts"`` or
-        ``"presence"``; sums of each message's normalised weight with the ``-l2`` features),
-        messages the learned messages holding it, and weight its log-odds (what a message
+        it knows: ``{"token", "ham", "spam", "messages", "by_class", "weight"}``, where ham and
+        spam are the class's feature counts, the weights the estimates come from (occurrences
+        with ``features="counts"``; sums of each message's normalised weight with the ``-l2``
+        features; with refine's copies of hard messages counted again), messages the learned
+        messages holding it (of both classes: the model keeps one count, :attr:`doc_freq`),
+        by_class those messages as ``(ham, spam)`` where the counts tell (a token that one
+        class alone holds), else None, and weight its log-odds (what a message
         holding it once, and nothing else, scores beyond the prior: :meth:`linear_weights`'
         weight of that token alone). With hashed features, a token's row is its column's,
         shared with the tokens hashed there, and a column no learned message holds is no row."""
@@ -603,7 +618,8 @@ class SpamModel:
         weights = (jll[:, SPAM] - jll[:, HAM]) - (empty[0, SPAM] - empty[0, HAM])
         fc = est.feature_count_
         return [{"token": tok, "ham": float(fc[HAM, i]), "spam": float(fc[SPAM, i]),
-                 "messages": int(self.doc_freq[i]), "weight": float(w)}
+                 "messages": int(self.doc_freq[i]), "by_class": _by_class(fc[:, i], int(self.doc_freq[i])),
+                 "weight": float(w)}
                 for (tok, i), w in zip(found, weights)]
 
     def explain(self, raw: bytes, n: int = 15, *, toks=None) -> Evidence:
@@ -698,6 +714,19 @@ class SpamModel:
                 raise
             raise ModelFormatError(f"model file is damaged: {exc}") from None
         return model
+
+
+def _by_class(counts, messages):
+    """``(ham, spam)`` of the ``messages`` holding a token whose feature counts per class are
+    ``counts``, where they tell: all of one class when the other's count is zero
+    (:data:`spamnb.nb.membership.ZERO`); None when both classes hold it (the model keeps
+    one count of messages for both)."""
+    held = [c > ZERO for c in counts]
+    if held == [True, False]:
+        return messages, 0
+    if held == [False, True]:
+        return 0, messages
+    return None
 
 
 def _pack_registry(registry: dict) -> dict:

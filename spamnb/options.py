@@ -74,7 +74,7 @@ DECIDING = ("classify", "sort", "evaluate", "filter", "serve", "imap filter")
 IMAP = ("imap train", "imap filter")
 LOGGING = ("serve", "filter", "imap filter")
 METRICS = ("serve", "imap filter")
-HISTORY = ("serve", "filter", "imap filter", "web", "learn", "forget", "learn-moves")
+HISTORY = ("serve", "filter", "imap filter", "web", "history", "learn", "forget", "learn-moves")
 NO_HISTORY = ("serve", "filter", "imap filter", "learn", "forget", "learn-moves")
 
 _DECISION_HELP = {
@@ -180,7 +180,9 @@ TABLE = (
         help={None: "Record each verdict in this SQLite file (default MODEL.history.sqlite, beside the model; "
                     "`spamnb web` shows it).",
               "web": "The history to show (default MODEL.history.sqlite, beside the model; with --store, the "
-                     "store's: every host's verdicts)."}),
+                     "store's: every host's verdicts).",
+              "history": "The history to read (default MODEL.history.sqlite, beside the model, as `spamnb web` "
+                         "shows; with --store, the store's: every host's verdicts)."}),
     Row("history_store", ("--history-store",), "history", "store", "bool", NO_HISTORY,
         help="Record each verdict in the model's store (--store URL), where `spamnb web --store URL` shows "
              "every host's: one history for a site."),

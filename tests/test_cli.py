@@ -298,10 +298,10 @@ def test_classify_errors(trained_model_file, args, code, text):
 def test_learn_counts_once_and_moves(model_file, spam_msg):
     before = load_model(model_file)
     out = run(["learn", "--spam", spam_msg, "--model", model_file]).output
-    assert "learned 1 as spam, moved 0, 0 already known" in out
+    assert "learned 1 as spam, moved 0; already learned: 0" in out
     assert load_model(model_file).messages.tolist() == [150, 151]
     out = run(["learn", "--spam", spam_msg, "--model", model_file]).output
-    assert "learned 0 as spam, moved 0, 1 already known" in out
+    assert "learned 0 as spam, moved 0; already learned: 1" in out
     assert load_model(model_file).messages.tolist() == [150, 151]
     out = run(["learn", "--ham", spam_msg, "--model", model_file]).output
     assert "moved 1" in out
@@ -320,11 +320,11 @@ def test_learn_identity_is_the_message_id(model_file, tmp_path):
     # the same message after a filter added its verdict
     b.write_bytes(b"Message-ID: <same@example.org>\nSubject: one\nX-Spam-Flag: YES\n\nfirst body\n")
     run(["learn", "--spam", a, "--model", model_file])
-    assert "1 already known" in run(["learn", "--spam", b, "--model", model_file]).output
+    assert "already learned: 1" in run(["learn", "--spam", b, "--model", model_file]).output
     c = tmp_path / "c.eml"  # no Message-ID: the content is the identity
     c.write_bytes(b"Subject: three\n\nthird body\n")
     run(["learn", "--spam", c, "--model", model_file])
-    assert "1 already known" in run(["learn", "--spam", c, "--model", model_file]).output
+    assert "already learned: 1" in run(["learn", "--spam", c, "--model", model_file]).output
     assert load_model(model_file).messages.tolist() == [150, 152]
 
 
@@ -379,7 +379,7 @@ def test_filter_learned_message_is_known_to_learn_after_delivery(model_file, how
     saved = model_file.parent / "saved.eml"
     for copy in (_delivered(raw, how), _delivered(out, how)):  # as delivered, and as spamnb filed it
         saved.write_bytes(copy)
-        assert "1 already known" in run(["learn", "--spam", saved, "--model", model_file]).output
+        assert "already learned: 1" in run(["learn", "--spam", saved, "--model", model_file]).output
         assert load_model(model_file).messages.tolist() == [150, 151]
     assert "moved 1" in run(["learn", "--ham", saved, "--model", model_file]).output
     assert load_model(model_file).messages.tolist() == [151, 150]
@@ -401,10 +401,10 @@ def test_learn_says_how_many_duplicates_it_dropped(model_file, spam_msg, tmp_pat
     (folder / "2.eml").write_bytes(raw + b"\n")  # the same message, saved twice
     (folder / "3.eml").write_bytes(sample_message("spam", 4).read_bytes())
     out = run(["learn", "--spam", folder, "--model", model_file]).output
-    assert "learned 2 as spam, moved 0, 0 already known, 1 duplicate dropped (given twice)" in out
+    assert "learned 2 as spam, moved 0; already learned: 0; 1 duplicate dropped (given twice)" in out
     assert load_model(model_file).messages.tolist() == [150, 152]
     out = run(["learn", "--spam", folder, "--model", model_file]).output
-    assert "learned 0 as spam, moved 0, 2 already known, 1 duplicate dropped (given twice)" in out
+    assert "learned 0 as spam, moved 0; already learned: 2; 1 duplicate dropped (given twice)" in out
 
 
 def test_forget_undoes_learn_exactly(model_file, spam_msg):
@@ -418,6 +418,36 @@ def test_forget_undoes_learn_exactly(model_file, spam_msg):
     np.testing.assert_allclose(after.estimator.feature_count_[:, :n], before.estimator.feature_count_,
                                rtol=0, atol=1e-9)
     np.testing.assert_allclose(after.estimator.feature_count_[:, n:], 0, atol=1e-9)
+
+
+def test_learned_says_how_a_message_was_learned_without_learning_it(model_file, spam_msg, tmp_path):
+    """`spamnb learned`: learned as spam / as ham / not learned, by the message's identity (a
+    copy as delivered is the same message), the model untouched; exit 0 when every message
+    was learned (as --spam or --ham asks), 3 when one was not."""
+    def files():
+        return {p.name: p.read_bytes() for p in model_file.parent.iterdir()}
+
+    raw = strip_from_line(spam_msg.read_bytes())
+    delivered = tmp_path / "delivered.eml"
+    delivered.write_bytes((b"X-Spam-Flag: YES\nStatus: RO\n" + raw).replace(b"\n", b"\r\n"))
+    res = run(["learned", "--model", model_file, delivered], code=3)
+    assert res.stdout == f"{delivered}: not learned\n"
+    assert res.stderr == f"1 message: 0 learned as spam, 0 as ham, 1 not learned, in {model_file}\n"
+    run(["learn", "--spam", "--model", model_file, spam_msg])
+    before = files()
+    res = run(["learned", "--model", model_file, delivered])
+    assert res.stdout == f"{delivered}: learned as spam\n"
+    run(["learned", "--spam", "--model", model_file, delivered])
+    assert run(["learned", "--ham", "--model", model_file, delivered], code=3).stdout.endswith("learned as spam\n")
+    other = tmp_path / "other.eml"
+    other.write_bytes(b"From: a@example.org\nSubject: never seen\n\nnot learned at all\n")
+    res = run(["learned", "--model", model_file, delivered, other], code=3)
+    assert res.stdout.splitlines() == [f"{delivered}: learned as spam", f"{other}: not learned"]
+    assert files() == before  # nothing learned, nothing written
+    assert "one class" in run(["learned", "--spam", "--ham", "--model", model_file, other], code=2).stderr
+    assert run(["learned", "--model", model_file, tmp_path / "missing.eml"], code=1).stderr.count("\n") == 1
+    run(["forget", "--spam", "--model", model_file, spam_msg])
+    assert run(["learned", "--model", model_file, delivered], code=3).stdout.endswith(": not learned\n")
 
 
 def test_forget_what_was_not_learned_is_refused(model_file, spam_msg):

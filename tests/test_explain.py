@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
@@ -43,25 +44,51 @@ def test_explain_shows_both_sides_and_they_add_up_to_the_score(trained_model, tr
     assert score == pytest.approx(trained_model.classify(raw).score, abs=5e-4)
 
 
+ROW = re.compile(r"^ *([\d.]+) +([\d.]+) +(\d+)(?:, all (ham|spam))? +([+-][\d.]+) +([\d.]+)  (\S+)  \(")
+
+
 def test_word_lookup_prints_what_the_model_knows(trained_model, trained_model_file):
+    """Each token once (the plain word's namespaces hold subject:free, named again), its weights,
+    the messages holding it (and the class, where one alone does), under a header naming the
+    columns, as bogoutil -w gives message counts."""
     out = run(["explain", "--model", trained_model_file, "--word", "Free", "-w", "subject:free",
                "-w", "zzqqxxnever"]).stdout
-    rows = {line.split()[5]: line.split() for line in out.splitlines()[1:] if line[:1] == " " and "(" in line
-            and "not in the model" not in line}
+    lines = out.splitlines()
+    assert lines[0].startswith("messages: how many learned messages hold the token (150 ham and 150 spam")
+    assert lines[1].startswith("ham weight, spam weight: ") and "features presence-l2" in lines[1]
+    assert lines[3].split()[:5] == ["ham", "weight", "spam", "weight", "messages"]
+    found = [ROW.match(line) for line in lines[4:] if "not in the model" not in line]
+    assert all(found) and len(found) == len(lines) - 5, out
+    rows = {m.group(7): m.groups() for m in found}
+    assert len(rows) == len(found)  # subject:free, a namespace of Free and asked for again, once
     voc = trained_model.vocabulary
     fc = trained_model.estimator.feature_count_
     assert "free" in rows and "subject:free" in rows  # the plain word in its namespaces, folded
     assert all(tok == "free" or tok.endswith(":free") for tok in rows)
     bias, weights = trained_model.linear_weights()
-    for tok, cols in rows.items():
+    for tok, (ham, spam, messages, only, logodds, p, _) in rows.items():
         i = voc.index(tok)
-        ham, spam, messages, logodds, p = map(float, cols[:5])
-        assert (ham, spam) == (pytest.approx(fc[0, i], abs=5e-4), pytest.approx(fc[1, i], abs=5e-4))
-        assert messages == trained_model.doc_freq[i]
-        assert logodds == pytest.approx(weights[i], abs=5e-4)
-        assert p == pytest.approx(1 / (1 + math.exp(-weights[i])), abs=5e-5)
+        assert (float(ham), float(spam)) == (pytest.approx(fc[0, i], abs=5e-4), pytest.approx(fc[1, i], abs=5e-4))
+        assert int(messages) == trained_model.doc_freq[i]
+        assert only == ("spam" if fc[0, i] == 0 else "ham" if fc[1, i] == 0 else None)
+        assert float(logodds) == pytest.approx(weights[i], abs=5e-4)
+        assert float(p) == pytest.approx(1 / (1 + math.exp(-weights[i])), abs=5e-5)
     assert "zzqqxxnever: not in the model" in out
     assert "(the word “free”)" in out and "(“free” in the Subject header)" in out
+
+
+def test_word_lookup_names_the_class_of_a_token_one_class_alone_holds():
+    """The model keeps one count of messages for both classes; a token only spam (or only ham)
+    holds has them all in that class, however many weights refine added."""
+    from spamnb.model import SpamModel
+
+    model = SpamModel()
+    model.learn([(b"Subject: hi\n\ncheap pills\n", "spam"), (b"Subject: re\n\ncheap pills now\n", "spam"),
+                 (b"Subject: lunch\n\ncheap lunch\n", "ham")])
+    rows = {r["token"]: r for r in model.lookup("pills") + model.lookup("cheap") + model.lookup("lunch")}
+    assert (rows["pills"]["messages"], rows["pills"]["by_class"]) == (2, (0, 2))
+    assert (rows["lunch"]["messages"], rows["lunch"]["by_class"]) == (1, (1, 0))
+    assert (rows["cheap"]["messages"], rows["cheap"]["by_class"]) == (3, None)
 
 
 def test_word_lookup_and_a_message_are_one_or_the_other(trained_model_file, spam_msg):

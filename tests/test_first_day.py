@@ -78,8 +78,8 @@ def test_stdin_mbox_is_many_messages(trained_model_file, mbox_file, model_file):
     assert "learned" in res.stderr
     after = load_model(model_file)
     # 12 messages read; those the model had already learned count once (moved or unchanged)
-    assert after.messages.sum() - before + int(res.stderr.split("already known")[0].split()[-1]) \
-        + int(res.stderr.split("moved ")[1].split(",")[0]) == 12
+    assert after.messages.sum() - before + int(res.stderr.split("already learned: ")[1].split()[0]) \
+        + int(res.stderr.split("moved ")[1].split(";")[0]) == 12
 
 
 def test_stdin_single_message_is_one(trained_model_file):

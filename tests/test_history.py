@@ -389,6 +389,63 @@ def test_spamnb_learn_marks_the_row_of_each_message_it_learns(compiled, messages
     assert len(corrections(path)) == 1
 
 
+@pytest.mark.parametrize("way", ["fast", "click"])
+def test_learning_again_what_was_learned_marks_nothing(compiled, messages, tmp_path, way):
+    """A message learned as spam, delivered again (a newer row of it), then learned as spam
+    again in a batch with a new one: the model changes for the new one only, so its row
+    alone is marked; the newer row of the one learned already stays as it was, and the
+    summary counts it apart. Learning the batch once more changes and marks nothing."""
+    from spamnb.storage.modelfile import load_model
+
+    path = str(compiled) + ".history.sqlite"
+    old, new = messages[0], messages[1]
+    files = [tmp_path / "old.eml", tmp_path / "new.eml"]
+    for f, raw in zip(files, (old, new)):
+        f.write_bytes(raw)
+    assert filter_(compiled, old).returncode in (0, 1, 2)
+    assert learn_cli(way, compiled, "spam", files[0]).returncode == 0
+    for raw in (old, new):  # the old one comes again: a newer row of it
+        assert filter_(compiled, raw).returncode in (0, 1, 2)
+    counts = load_model(compiled).messages.tolist()
+    proc = learn_cli(way, compiled, "spam", *files)
+    assert proc.returncode == 0 and proc.stderr == b"learned 1 as spam, moved 0; already learned: 1\n", proc.stderr
+    assert load_model(compiled).messages.tolist() == [counts[0], counts[1] + 1]
+    marks = query(path, "SELECT id, corrected FROM verdicts ORDER BY id")
+    assert marks == [(1, "spam"), (2, None), (3, "spam")]
+    proc = learn_cli(way, compiled, "spam", *files)
+    assert proc.stderr == b"learned 0 as spam, moved 0; already learned: 2\n", proc.stderr
+    assert query(path, "SELECT id, corrected FROM verdicts ORDER BY id") == marks
+    assert load_model(compiled).messages.tolist() == [counts[0], counts[1] + 1]
+    proc = subprocess.run(SPAMNB + ["learned", "--spam", "--model", str(compiled), *map(str, files)],
+                          capture_output=True)  # the journal's learning, read back
+    assert proc.returncode == 0 and proc.stdout.decode().count(": learned as spam\n") == 2, proc
+
+
+def test_the_overview_counts_the_three_kinds_of_correction_web_md_describes(tmp_path):
+    """Spam taught as ham, ham as spam, unsure either way: the Overview's kinds, each named in
+    docs/web.md's table; a verdict taught as it stood is no correction and is left out."""
+    import re
+
+    from conftest import ROOT
+    from spamnb.web.data import CORRECTIONS
+
+    path = tmp_path / "h.sqlite"
+    pairs = [("spam", "ham"), ("ham", "spam"), ("unsure", "spam"), ("unsure", "ham"), ("spam", "spam"),
+             ("ham", "ham")]
+    db = history.open_db(path)
+    try:
+        history.write(db, [history.row(f"Subject: {i}\n\nbody {i}\n".encode(), verdict, 0.0, 0.5, via="filter")
+                           for i, (verdict, _) in enumerate(pairs)])
+        for i, (_, taught) in enumerate(pairs, 1):
+            history.mark(db, i, taught)
+    finally:
+        db.close()
+    (day, kinds), = Site(str(tmp_path / "m"), False, str(path)).corrections().items()
+    assert kinds == {"false positive": 1, "false negative": 1, "unsure taught": 2}
+    table = (ROOT / "docs" / "web.md").read_text().split("### Overview")[1].split("###")[0]
+    assert set(re.findall(r"^\| ([a-z ]+) \| (?:spam|ham|unsure) \|", table, re.M)) == set(CORRECTIONS)
+
+
 def test_spamnb_learn_without_a_history_or_behind_a_locked_one_learns(compiled, messages, tmp_path):
     """No history: none is made. A locked one: the learning stands, a line says the
     correction was not recorded, and the wait is bounded."""
@@ -498,3 +555,101 @@ def test_a_history_whose_rows_lack_their_messages_key_is_upgraded_and_its_rows_f
     assert got == [("first", None, 0), ("second", "ham", 0), ("second", None, 1)]
     history.correct_now(path, [second], "spam", log=print, user="u")  # its own row, the newest
     assert query(path, "SELECT corrected FROM verdicts WHERE id = 3") == [("spam",)]
+
+
+# -- spamnb history: the history listed and searched from the command line ----------------
+
+
+def listed(path, days_ago=(10, 1, 0)):
+    """A history at ``path`` of three verdicts ``days_ago`` days old: Bob's spam with a hostile
+    Subject (an escape, a right-to-left override, a tab), Alice's ham from José, her unsure
+    taught as spam."""
+    now = time.time()
+    raws = [b"From: spam@bad.example\nSubject: Cheap \x1b[31mPILLS\xe2\x80\xae now\tforever " + b"and ever " * 9
+            + b"\nMessage-ID: <b2@x>\n\nbuy\n",
+            b"From: =?utf-8?q?Jos=C3=A9?= <j@example.org>\nSubject: =?utf-8?q?caf=C3=A9_menu?=\n"
+            b"Message-ID: <a1@x>\n\nhi\n",
+            b"From: who@example.org\nSubject: maybe\nMessage-ID: <c3@x>\n\nhmm\n"]
+    db = history.open_db(path)
+    try:
+        history.write(db, [history.row(raw, label, score, 0.5, via="filter", user=user, t=now - ago * 86400)
+                           for raw, label, score, user, ago in zip(raws, ("spam", "ham", "unsure"), (20.5, -8.0, 0.3),
+                                                                   ("bob", "alice", "alice"), days_ago)])
+        history.mark(db, 3, "spam")
+    finally:
+        db.close()
+    return raws
+
+
+def spamnb_history(*args, code=0):
+    from test_cli import run
+
+    return run(["history", *map(str, args)], code=code)
+
+
+def test_history_lists_the_newest_first_one_printable_line_each(tmp_path):
+    path = tmp_path / "h.sqlite"
+    listed(path)
+    res = spamnb_history("--history", path)
+    head, *lines = res.stdout.splitlines()
+    assert head.split() == ["time", "verdict", "score", "taught", "from", "subject", "message-id"]
+    assert [line.split()[2:5] for line in lines] == [["unsure", "+0.30", "spam"], ["ham", "-8.00", "-"],
+                                                    ["spam", "+20.50", "-"]]
+    assert "José <j@example.org>" in lines[1] and "café menu" in lines[1]  # decoded
+    hostile = lines[2]
+    assert "\x1b" not in hostile and "\u202e" not in hostile and "\t" not in hostile
+    assert "Cheap ?[31mPILLS? now forever and" in hostile and "…  <b2@x>" in hostile  # clipped, Message-ID whole
+    assert len({line.rindex("  <") for line in lines}) == 1  # the Message-IDs line up
+    assert res.stderr == f"3 of 3 verdicts matching, newest first, in {path}\n"
+
+
+def test_history_searches_as_the_page_does(tmp_path):
+    """--verdict, --search, --user, --since/--until (a day or a time ago), --limit: the rows the
+    page's search gives, through its own query."""
+    import json
+
+    path = tmp_path / "h.sqlite"
+    listed(path)
+
+    def mids(*args):
+        res = spamnb_history("--history", path, "--format", "jsonl", *args)
+        return [json.loads(line)["message_id"] for line in res.stdout.splitlines()]
+
+    assert mids() == ["<c3@x>", "<a1@x>", "<b2@x>"]
+    assert mids("--verdict", "spam") == ["<b2@x>"]
+    assert mids("--search", "café") == ["<a1@x>"] and mids("--search", "EXAMPLE.ORG") == ["<c3@x>", "<a1@x>"]
+    assert mids("--user", "alice") == ["<c3@x>", "<a1@x>"] and mids("--user", "carol") == []
+    assert mids("--since", "2d") == ["<c3@x>", "<a1@x>"] and mids("--since", "12h") == ["<c3@x>"]
+    assert mids("--until", "2d") == ["<b2@x>"]
+    today = time.strftime("%Y-%m-%d")
+    assert mids("--since", today, "--until", today) == ["<c3@x>"]
+    assert mids("--limit", "1") == ["<c3@x>"]
+    site = Site(str(tmp_path / "m"), False, str(path))
+    assert [r["message_id"] for r in site.search(user="alice", since=time.time() - 2 * 86400)[0]] == \
+        mids("--user", "alice", "--since", "2d")
+    row = json.loads(spamnb_history("--history", path, "--format", "jsonl", "--limit", "1").stdout)
+    assert (row["verdict"], row["corrected"], row["user"], row["kept"]) == ("unsure", "spam", "alice", True)
+    tsv = spamnb_history("--history", path, "--format", "tsv").stdout.splitlines()
+    assert all(line.count("\t") == 18 for line in tsv) and "\x1b" not in tsv[2]
+
+
+def test_history_reads_the_file_beside_the_model_and_says_what_is_wrong_in_one_line(tmp_path):
+    model = tmp_path / "model.joblib"
+    listed(str(model) + ".history.sqlite")
+    assert spamnb_history("--model", model).stdout.count("\n") == 4  # the history beside the model as named
+    res = spamnb_history("--model", tmp_path / "other.joblib", code=1)
+    assert res.stderr.startswith("spamnb: error: no history at ") and res.stderr.count("\n") == 1
+    assert not (tmp_path / "other.joblib.history.sqlite").exists()  # reading makes none
+    for bad in ("yesterday", "7y", "-3d"):
+        res = spamnb_history("--model", model, "--since", bad, code=2)
+        assert "neither a day (YYYY-MM-DD) nor a time ago" in res.stderr and "Traceback" not in res.stderr
+    os.chmod(str(model) + ".history.sqlite", 0o644)
+    res = spamnb_history("--model", model, code=1)
+    assert "may be read by others" in res.stderr and res.stderr.count("\n") == 1
+    os.chmod(str(model) + ".history.sqlite", 0o600)
+    db = sqlite3.connect(str(model) + ".history.sqlite")
+    db.execute("UPDATE verdicts SET t = 1e300 WHERE id = 2")
+    db.commit()
+    db.close()
+    res = spamnb_history("--model", model, code=1)
+    assert "malformed row (verdict 2" in res.stderr and res.stderr.count("\n") == 1

@@ -129,7 +129,7 @@ def test_moves_by_rename_are_learned_once_each(box):
     code, err = box.run()
     assert code == 0 and "moved from INBOX to .Junk: learning it as spam" in err, err
     assert box.known(a) == SPAM and box.counts() == (ham0, spam0 + 1)
-    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}\n")
+    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}; already learned: 0\n")
 
     box.rename(a, "INBOX", info=":2,RS")  # flags change too
     code, err = box.run()
@@ -191,6 +191,38 @@ def test_a_message_delivered_twice_and_moved_twice_is_learned_once(box):
     code, err = box.run()
     assert code == 0 and "learned 1 as spam and 0 as ham" in err, err
     assert box.counts() == (ham0, spam0 + 1)
+
+
+def test_moves_learned_already_are_said_apart_and_mark_nothing(box):
+    """The same moves learned twice (their state put back, as when another way, IMAP or a
+    Sieve script, learned them first): the second run says they were learned already,
+    changes no count, and leaves their rows in the history as they were."""
+    from spamnb.storage import history
+
+    a, b = sample("ham", 2)
+    box.deliver("INBOX", a)
+    box.deliver("INBOX", b)
+    assert box.run()[0] == 0
+    box.rename(a, ".Junk")
+    box.rename(b, ".Junk")
+    seen = box.state.read_bytes()
+    code, err = box.run()
+    assert code == 0 and err.endswith(f"learned 2 as spam and 0 as ham from your moves in {box.root}; "
+                                      f"already learned: 0\n"), err
+    counts = box.counts()
+    where = str(box.model) + ".history.sqlite"
+    for raw in (a, b):  # a newer row of each, delivered again since
+        history.record_now(where, raw, "ham", -3.0, 0.05, via="filter", log=print)
+    box.state.write_bytes(seen)
+    code, err = box.run()
+    assert code == 0 and err.endswith(f"learned 0 as spam and 0 as ham from your moves in {box.root}; "
+                                      f"already learned: 2\n"), err
+    assert box.counts() == counts
+    db = history.open_db(where, create=False)
+    try:
+        assert db.execute("SELECT corrected FROM verdicts").fetchall() == [(None,), (None,)]
+    finally:
+        db.close()
 
 
 def test_moves_out_of_the_unsure_folder(box):
@@ -364,7 +396,7 @@ def test_large_mail_moved_into_junk_is_skipped_in_bounded_memory(box):
     assert len(lines) == 8 and all("not learned" in line and "over the 4000000" in line for line in lines), err
     assert sorted(line.split(": ")[-1].split(" holds")[0] for line in lines) == sorted(map(str, big))
     assert box.known(b) == SPAM
-    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}\n")
+    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}; already learned: 0\n")
 
 
 _DIES = r"""
@@ -433,7 +465,7 @@ def test_a_run_that_dies_midway_is_resumed_by_the_next(box, tmp_path, monkeypatc
     assert sorted(set(first[:4]) | set(again)) == sorted(message_key(raw).hex() for raw in moved)
     assert not set(first[:4]) & set(again) and len(again) == 7 - 4
     assert all(box.known(raw) == SPAM for raw in moved) and box.counts() == (ham0, spam0 + 7)
-    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}\n")
+    assert box.run() == (0, f"learned 0 as spam and 0 as ham from your moves in {box.root}; already learned: 0\n")
 
 
 def test_not_a_maildir(tmp_path, model_file):

@@ -110,7 +110,7 @@ def test_learn_fast_path_equals_the_click_command(compiled, tmp_path):
     assert code == 0 and _no_numpy(err_fast)
     err_fast = "".join(line + "\n" for line in err_fast.splitlines() if not line.startswith("import time:"))
     _, code, err_slow = _run(["learn", "--spam", "--strict", "--model", str(slow), *map(str, files)])  # click
-    assert code == 0 and err_fast == err_slow == "learned 3 as spam, moved 0, 0 already known\n"
+    assert code == 0 and err_fast == err_slow == "learned 3 as spam, moved 0; already learned: 0\n"
     _same(load_model(fast), load_model(slow))
     _, code, err = _run(["forget", "--spam", "--model", str(fast), str(files[0])])
     assert (code, err) == (0, "forgot 1 spam message(s)\n")

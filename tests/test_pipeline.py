@@ -137,29 +137,39 @@ def test_filter_one_decides_places_the_headers_and_records_once(trained_model):
 
 
 class _Store:
-    """A store whose learn says what changed."""
+    """A store whose learn says what it did to each message (``outcomes``, in order)."""
 
-    def __init__(self, changed):
-        self.changed = changed
+    def __init__(self, *outcomes):
+        self.outcomes = list(outcomes)
         self.calls = []
 
     def learn(self, items, *, forget=False, **kw):
+        from spamnb.mail.identity import tally
+
         self.calls.append((items, forget))
-        key = "forgotten" if forget else "learned"
-        return {key: self.changed, "moved": 0, "unchanged": len(items) - self.changed, "duplicates": 0}
+        return tally(self.outcomes)
 
 
-def test_learn_records_a_correction_only_when_the_model_learned_one():
-    for changed, want in ((1, 1), (0, 0)):
+def _mail(n):
+    return f"Message-ID: <{n}@example.org>\nSubject: {n}\n\nbody {n}\n".encode()
+
+
+def test_learn_records_only_the_messages_that_changed_the_model():
+    """A batch where one message was learned and others were learned so already (or given
+    twice) records the one: a correction is marked only where the model learned one."""
+    lines = _Lines()
+    store = _Store("already", "learned", "duplicate", "moved")
+    done = pipeline.learn(store, [(_mail(i), "spam") for i in range(4)], via="tell", recorder=lines.rec, user="u")
+    assert (done["learned"], done["unchanged"], done["duplicates"], done["moved"]) == (1, 1, 1, 1)
+    out = lines.out.getvalue()
+    assert out.count("event=learn") == 2 and "<1@example.org>" in out and "<3@example.org>" in out
+    assert "<0@example.org>" not in out and "<2@example.org>" not in out
+    assert "was=ham" in out.splitlines()[1] and "was=" not in out.splitlines()[0]  # the move says what it was
+    for outcomes, want in ((("already",), 0), (("forgotten", "duplicate"), 1)):
         lines = _Lines()
-        store = _Store(changed)
-        done = pipeline.learn(store, [(b"Subject: a\n\nb\n", "spam")], via="tell", recorder=lines.rec, user="u")
-        assert done["learned"] == changed and len(store.calls) == 1
-        assert lines.out.getvalue().count("event=learn") == want
-        lines = _Lines()
-        pipeline.learn(_Store(changed), [(b"Subject: a\n\nb\n", "spam")], via="tell", forget=True,
-                       recorder=lines.rec)
-        assert lines.out.getvalue().count("event=forget") == want
+        pipeline.learn(_Store(*outcomes), [(_mail(i), "spam") for i in range(len(outcomes))], via="tell",
+                       forget=outcomes[0] == "forgotten", recorder=lines.rec)
+        assert lines.out.getvalue().count("event=learn" if outcomes == ("already",) else "event=forget") == want
 
 
 def test_a_record_that_fails_never_costs_the_verdict(trained_model, capsys):

@@ -361,6 +361,52 @@ def test_learn_and_forget_through_the_store_mark_the_row_in_its_history(url, mod
     assert hist.rows([row["id"]])[0]["corrected"] is None
 
 
+def test_learning_again_what_the_store_learned_marks_nothing(url, model_file, tmp_path):
+    """The store's learn script knows a message learned already: in a batch with a new one,
+    only the new one's row is marked; the newer row of the one learned before stays as it
+    was, the summary counts it apart, and the store's counts grow by the new one only."""
+    backend = pushed(url, model_file)
+    old, new = messages(2, "again")
+    files = [tmp_path / "old.eml", tmp_path / "new.eml"]
+    for f, raw in zip(files, (old, new)):
+        f.write_bytes(raw)
+    assert run("filter", "--store", url, "--history-store", input=old).returncode in (0, 1, 2)
+    assert run("learn", "--spam", "--store", url, "--history-store", files[0]).returncode == 0
+    for raw in (old, new):
+        assert run("filter", "--store", url, "--history-store", input=raw).returncode in (0, 1, 2)
+    before = backend.status().size[1]
+    r = run("learn", "--spam", "--store", url, "--history-store", *files)
+    assert r.returncode == 0 and r.stderr == b"learned 1 as spam, moved 0; already learned: 1\n", r.stderr
+    hist = history_of(url)
+    assert [row["corrected"] for row in hist.rows([1, 2, 3])] == ["spam", None, "spam"]
+    assert backend.status().size[1] == (before[0], before[1] + 1)
+    r = run("learn", "--spam", "--store", url, "--history-store", *files)
+    assert r.stderr == b"learned 0 as spam, moved 0; already learned: 2\n", r.stderr
+    assert [row["corrected"] for row in hist.rows([1, 2, 3])] == ["spam", None, "spam"]
+    assert backend.status().size[1] == (before[0], before[1] + 1)
+
+
+def test_spamnb_history_lists_the_stores_history_as_the_page_does(url, model_file, tmp_path):
+    """``spamnb history --store URL``: every host's verdicts, newest first, searched by the
+    page's StoreSite; a --history FILE beside --store is a usage error."""
+    pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(m, label, score, 0.5, via="spamd", user=user)
+                for m, label, score, user in zip(messages(3, "listed"), ("ham", "spam", "unsure"), (-5.0, 9.0, 0.1),
+                                                 ("alice", "bob", "alice"))])
+    r = run("history", "--store", url, "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [row["message_id"] for row in rows] == ["<listed2@ex>", "<listed1@ex>", "<listed0@ex>"]
+    assert all(row["host"] == socket.gethostname() for row in rows)
+    assert r.stderr.decode().startswith("3 of 3 verdicts matching, newest first, in the store ")
+    r = run("history", "--store", url, "--user", "alice", "--search", "LISTED 2")
+    assert r.returncode == 0 and r.stdout.decode().splitlines()[1].endswith("<listed2@ex>"), r.stdout
+    assert len(r.stdout.splitlines()) == 2
+    r = run("history", "--store", url, "--history", tmp_path / "h.sqlite")
+    assert r.returncode == 2 and b"--history FILE is for a model file" in r.stderr
+
+
 def test_a_record_is_one_script_call_and_a_flushed_server_gets_the_scripts_again(server, url, model_file):
     """What reaches Redis from the client: one EVALSHA per record (a burst in one pipeline), no
     SCRIPT EXISTS; after SCRIPT FLUSH (a restarted server) the scripts are loaded and sent again."""

@@ -161,12 +161,13 @@ def test_learn_forget_and_move_give_the_counts_of_the_file(url, model_file, smal
     labels = gold_labels()
     names = sorted(p.name for p in (SAMPLE_MAILDIR / "cur").iterdir())[:30]
     steps = [([(raw, labels[n], None) for raw, n in zip(news, names)], False),  # learn
-             ([(raw, "spam", None) for raw in news[:10]], False),  # move (or unchanged)
+             ([(raw, "spam", None) for raw in news[:10] + news[:1]], False),  # move (or unchanged), a copy
              ([(raw, "spam", None) for raw in news[:5]], True)]  # forget
     keys = ("learned", "moved", "unchanged", "duplicates", "forgotten")
     for items, forget in steps:
         got, want = store.learn(items, forget=forget), file_.learn(items, forget=forget)
         assert [got.get(k, 0) for k in keys] == [want.get(k, 0) for k in keys]
+        assert got["outcomes"] == want["outcomes"] and len(got["outcomes"]) == len(items)  # what each one did
     a, b = file_.model(), store.model()
     assert a.registry == b.registry
     assert len(a.vocabulary) == len(b.vocabulary)
@@ -178,6 +179,25 @@ def test_learn_forget_and_move_give_the_counts_of_the_file(url, model_file, smal
     np.testing.assert_allclose(counts[2:4], a.estimator.feature_count_.sum(axis=1), rtol=1e-12)
     with pytest.raises(ValueError, match="not learned"):
         store.learn([(news[0], "spam", None)], forget=True)  # forgotten above
+
+
+def test_learned_asks_the_stores_registry(url, model_file, tmp_path):
+    """`spamnb learned --store URL`: each message's class in the store's registry of learned
+    messages, read without the model; the store is not written."""
+    store = pushed(url, model_file)
+    raws = sample_messages()[40:43]
+    store.learn([(raws[0], "spam", None), (raws[1], "ham", None)])
+    paths = []
+    for i, raw in enumerate(raws):
+        paths.append(tmp_path / f"{i}.eml")
+        paths[-1].write_bytes(raw)
+    before = store.status().size
+    r = run("learned", "--store", url, *paths)
+    assert r.returncode == 3, r.stderr
+    assert [line.split(": ", 1)[1] for line in r.stdout.decode().splitlines()] == [
+        "learned as spam", "learned as ham", "not learned"]
+    assert run("learned", "--store", url, "--ham", paths[1]).returncode == 0
+    assert list(store.learned_as(iter(raws))) == ["spam", "ham", None] and store.status().size == before
 
 
 # -- cost: round trips and memory ------------------------------------------------------------------

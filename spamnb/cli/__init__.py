@@ -2,7 +2,8 @@
 
 One module per command group (``train``, ``evaluate``, ``mailbox``: classify
 and sort, ``learning``: learn, forget, compact, prune and cutoffs, ``delivery``: filter and serve,
-``explain``: explain, info and tokens, ``imap``: imap train and filter, ``web``: the page), the
+``explain``: explain, info, tokens and learned, ``imap``: imap train and filter, ``web``: the page,
+``history``: the history listed), the
 options they share in ``options``; this module is the group. Commands import the library inside
 their own bodies, so that the click path of the per-message ``filter`` hook
 does not pay for modules it never uses. Errors the
@@ -21,8 +22,8 @@ from spamnb._version import __version__
 from spamnb.cli.options import EXIT_ZERO_GIVEN, pass_through, take_settings
 from spamnb.options import TABLE, exit_zero_given
 from spamnb.verdict import failure_reason
-from spamnb.cli import (config, delivery, evaluate, explain, imap, learning, mailbox, remote, setup, stats, train,
-                        web)
+from spamnb.cli import (config, delivery, evaluate, explain, history, imap, learning, mailbox, remote, setup, stats,
+                        train, web)
 
 
 class _Group(click.Group):
@@ -124,7 +125,8 @@ def main(ctx, config_file):
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
                  learning.learn_moves, learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
-                 explain.tokens, imap.imap, config.config, stats.stats, remote.store, web.web, setup.setup):
+                 explain.tokens, explain.learned, imap.imap, config.config, stats.stats, remote.store, web.web,
+                 history.history, setup.setup):
     main.add_command(_command)
 
 # every command that takes a setting runs with the one resolver's values (options.take_settings)

@@ -1,4 +1,4 @@
-"""``spamnb explain``, ``info`` and ``tokens``: look inside a model and a message."""
+"""``spamnb explain``, ``info``, ``tokens`` and ``learned``: look inside a model and a message."""
 
 from __future__ import annotations
 
@@ -6,7 +6,11 @@ import sys
 
 import click
 
-from spamnb.cli.options import decision_note, model_options, open_backend
+from spamnb.cli.options import decision_note, model_options, open_backend, skipper, source_options
+
+#: ``spamnb learned``'s exit status when a message was not learned (or not as the class asked):
+#: apart from 1, an error, and 2, a bad command line, as for every command.
+NOT_LEARNED = 3
 
 
 @click.command()
@@ -28,9 +32,13 @@ def explain(message, model_path, store, allow_insecure_model, count, words):
     in log-odds (natural log); positive means spammier. MSG is a message
     file or - for standard input.
 
-    With --word, for each token found: its counts in each class, how many
-    learned messages hold it, its log-odds (what it alone adds to a
-    message's score) and the probability it alone gives from even odds.
+    With --word, for each token found (each once): its weight in each class
+    (what the estimates count: with the default features, each message
+    holding it adds 1/sqrt of its distinct tokens), how many learned
+    messages hold it (the class too, when one alone does), its log-odds
+    (what it alone adds to a message's score) and the probability it alone
+    gives from even odds; the lines above the table say which column is
+    which.
 
     \b
     Example:
@@ -67,24 +75,53 @@ def explain(message, model_path, store, allow_insecure_model, count, words):
     click.echo(f"{result.n_tokens} tokens, {result.n_unknown} not in the vocabulary")
 
 
+#: What each message holding a token adds to ``explain --word``'s weights, by the model's features.
+WEIGHTS = {"counts": "the token's occurrences in it", "presence": "1",
+           "presence-l2": "1/√n, n its distinct tokens, so that a long message weighs less",
+           "logtf-l2": "log(1 + the token's occurrences), the message scaled to length 1"}
+
+
 def explain_words(model, words):
-    """``explain --word``: a table of what ``model`` knows of each of ``words``."""
+    """``explain --word``: a table of what ``model`` knows of each of ``words``, each token
+    once (a plain word and a token of its namespaces may name the same), under a header
+    saying what each column is."""
     from spamnb.mail.tokennames import describe
     from spamnb.storage.scorer import sigmoid
 
-    click.echo(f"{'ham':>10} {'spam':>10} {'messages':>9} {'log-odds':>9} {'P(spam)':>8}  token")
+    for line in columns(model):
+        click.echo(line)
+    click.echo(f"{'ham weight':>11} {'spam weight':>11} {'messages':>14} {'log-odds':>9} {'P(spam)':>8}  token")
+    shown = set()
     for word in words:
         rows = model.lookup(word)
         if not rows:
-            click.echo(f"{'':>10} {'':>10} {'':>9} {'':>9} {'':>8}  {word}: not in the model")
-        for r in rows:
-            p = sigmoid(r["weight"])
-            click.echo(f"{r['ham']:>10.3f} {r['spam']:>10.3f} {r['messages']:>9} {r['weight']:>+9.3f} {p:>8.4f}"
-                       f"  {r['token']}  ({describe(r['token'])})")
-    counts = {"presence": "messages holding it", "counts": "its occurrences"}.get(
-        model.features, "the sums of its normalised weight in each message")
-    click.echo(f"(the model learned {int(model.messages[0])} ham and {int(model.messages[1])} spam; ham and spam "
-               f"are {counts}, as features {model.features} counts them)")
+            click.echo(f"{'':>11} {'':>11} {'':>14} {'':>9} {'':>8}  {word}: not in the model")
+        for r in (r for r in rows if r["token"] not in shown):
+            shown.add(r["token"])
+            click.echo(f"{r['ham']:>11.3f} {r['spam']:>11.3f} {held_by(r):>14} {r['weight']:>+9.3f} "
+                       f"{sigmoid(r['weight']):>8.4f}  {r['token']}  ({describe(r['token'])})")
+
+
+def columns(model) -> list[str]:
+    """The lines above ``explain --word``'s table: which column is which, in ``model``'s terms."""
+    copies = sum(model.stats.get("refine_copies", (0, 0)))
+    return [f"messages: how many learned messages hold the token ({int(model.messages[0])} ham and "
+            f"{int(model.messages[1])} spam were learned); the model keeps one count for both classes, so a "
+            f"class is named only where it alone holds the token",
+            f"ham weight, spam weight: what the estimates count, each message of that class holding the token "
+            f"adding {WEIGHTS.get(model.features, 'its feature value')} (features {model.features})"
+            + ("; training's repeats of hard messages (refine) add again" if copies else ""),
+            "log-odds: what the token alone adds to a score; P(spam): the probability it alone gives from even "
+            "odds"]
+
+
+def held_by(row) -> str:
+    """The messages column of a :meth:`spamnb.model.SpamModel.lookup` row: how many, and
+    the class when one alone holds the token."""
+    n, by_class = row["messages"], row["by_class"]
+    if by_class is None or n == 0:
+        return str(n)
+    return f"{n}, all {'ham' if by_class[0] else 'spam'}"
 
 
 @click.command()
@@ -171,3 +208,59 @@ def tokens(message, model_path, store, allow_insecure_model, default_settings):
             out.write(tok + "\n")
 
 
+
+
+@click.command()
+@click.argument("sources", nargs=-1, required=True, metavar="MSG...")
+@model_options
+@click.option("--spam", is_flag=True, help="Ask whether each was learned as spam.")
+@click.option("--ham", is_flag=True, help="Ask whether each was learned as ham.")
+@source_options
+def learned(sources, model_path, store, allow_insecure_model, spam, ham, recursive, strict):
+    """Say whether each message was learned, and as what, learning nothing.
+
+    A line a message: "learned as spam", "learned as ham" or "not learned",
+    found by the message's identity (as learn and forget know it, whatever
+    delivery or a mail client added) among the messages the model (or the
+    store, with --store) learned. MSG is a message file, a folder, an mbox,
+    or - for standard input.
+
+    Exit status: 0 when every message was learned (as --spam or --ham says,
+    when given), 3 when one was not (or could not be read), 1 on an error,
+    2 on a bad command line.
+
+    \b
+    Examples:
+      spamnb learned ~/Maildir/.Junk/cur/1700000000.M1P2.host:2,S
+      spamnb learned --spam message.eml && echo "learned as spam already"
+    """
+    import collections
+
+    from spamnb.mail.sources import iter_messages
+
+    if spam and ham:
+        raise click.UsageError("ask about one class: --spam or --ham, not both")
+    want = "spam" if spam else "ham" if ham else None
+    backend = open_backend(model_path, store, allow_insecure_model)
+    skipped, pending, counts = [0], collections.deque(), collections.Counter()
+    readers = [iter_messages(spec, recursive=recursive, strict=strict, on_error=skipper(skipped)) for spec in sources]
+
+    def raws():
+        for m in (m for reader in readers for m in reader):
+            pending.append(m.source)
+            yield m.raw
+
+    for label in backend.learned_as(raws()):
+        counts[label] += 1
+        click.echo(f"{pending.popleft()}: {'learned as ' + label if label else 'not learned'}")
+    click.echo(summary(counts, backend, skipped[0]), err=True)
+    if counts[None] or any(counts[other] for other in ("spam", "ham") if want and other != want) or skipped[0]:
+        raise click.exceptions.Exit(NOT_LEARNED)
+
+
+def summary(counts, backend, skipped) -> str:
+    """The line ``spamnb learned`` ends with, on stderr."""
+    n = sum(counts.values())
+    return (f"{n} message{'s' * (n != 1)}: {counts['spam']} learned as spam, {counts['ham']} as ham, "
+            f"{counts[None]} not learned, in {backend.name}" + (" (the default model)" if backend.is_default else "")
+            + (f"; skipped {skipped} unreadable" if skipped else ""))

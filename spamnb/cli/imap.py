@@ -287,15 +287,22 @@ def _judge_and_learn(model_path, learn_verdicts=True, decision=MODELS_OWN, rec=N
         return default_seed() if shared.is_default else shared.model()
 
     def learn(items):
-        """The pass's batch: its own verdicts (learned, not corrections) and the user's moves."""
-        verdicts, moves = [], []
-        for raw, label in items:
+        """The pass's batch: its own verdicts (learned, not corrections) and the user's moves;
+        what learning did to each item, in order (:func:`spamnb.mail.identity.tally`'s outcomes)."""
+        moved = []  # per item: a move of the user's (a correction), else one of its verdicts
+        for raw, _ in items:
             digest = hashlib.sha256(raw).digest()
-            (verdicts if digest in own else moves).append((raw, label))
+            moved.append(digest not in own)
             own.discard(digest)
-        for batch, records in ((verdicts, None), (moves, rec)):
-            if batch:
-                pipeline.learn(mine, batch, via="imap", recorder=records, user=user, create=seed, warn=notice)
+        outcomes = [None] * len(items)
+        for is_move, records in ((False, None), (True, rec)):
+            which = [i for i, m in enumerate(moved) if m == is_move]
+            if which:
+                done = pipeline.learn(mine, [items[i] for i in which], via="imap", recorder=records, user=user,
+                                      create=seed, warn=notice)
+                for i, outcome in zip(which, done["outcomes"]):
+                    outcomes[i] = outcome
+        return outcomes
 
     return judge, learn
 

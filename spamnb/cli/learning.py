@@ -137,10 +137,10 @@ def forget(label, sources, model_path, store, allow_insecure_model, recursive, s
     marks = corrections(history, backend)
     messages, _ = _labelled(sources, label, recursive, strict)
     try:
-        n = pipeline.learn(backend, messages, via="forget", forget=True, recorder=marks, warn=notice)["forgotten"]
+        done = pipeline.learn(backend, messages, via="forget", forget=True, recorder=marks, warn=notice)
     finally:
         marks.close()
-    click.echo(forgot(n, label), err=True)
+    click.echo(forgot(done, label), err=True)
 
 
 @click.command()
@@ -333,7 +333,7 @@ def _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say, 
     final = dict(now)
     for move, _ in out.skipped:
         lib.settle(done, now, move)
-    learn, learned = [], {"spam": 0, "ham": 0}
+    learn, learned = [], {"spam": 0, "ham": 0, "already": 0}
     for batch in lib.batches(out.learn):
         _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, say)
         del batch  # before the next batch is read: one batch of mail in memory at a time
@@ -342,13 +342,16 @@ def _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say, 
     state.record(where, final)
     state.save()
     if not out.first:
-        say(f"learned {learned['spam']} as spam and {learned['ham']} as ham from your moves in {maildir}")
+        say(f"learned {learned['spam']} as spam and {learned['ham']} as ham from your moves in {maildir}; "
+            f"already learned: {learned['already']}")
 
 
 def _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, say):
-    """Learn one batch (``[(move, raw), ...]``) and settle its moves in ``done``; a
+    """Learn one batch (``[(move, raw), ...]``) and settle its moves in ``done``, counting in
+    ``learned`` what changed the model (by class) and what was learned already; a
     message gone since the comparison is left for the next run in ``final``."""
     from spamnb.delivery.imap import subject_line
+    from spamnb.mail.identity import CHANGED
 
     items = []
     for move, raw in batch:
@@ -357,15 +360,17 @@ def _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, sa
             lib.unsettle(final, seen or {}, move)
             continue
         say(f"{move.what}: learning it as {move.label}: {subject_line(raw)}")
-        items.append((raw, move.label))
+        items.append((move, raw))
     if items:
         if not learn:
             learn.append(learner())  # the model opened once, at the first batch that learns
-        learn[0](sorted(items, key=lambda item: item[1] != "spam"))
+        items.sort(key=lambda item: item[0].label != "spam")
+        outcomes = learn[0]([(raw, move.label) for move, raw in items])["outcomes"]
+        for (move, _), outcome in zip(items, outcomes):
+            learned[move.label if outcome in CHANGED else "already"] += 1
     for move, raw in batch:
         if raw is not None:
             lib.settle(done, now, move)
-            learned[move.label] += 1
 
 
 def _maildir_folder(name, option):

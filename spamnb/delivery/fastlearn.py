@@ -18,9 +18,9 @@ and says what is wrong:
   ``[model] path`` and ``[history] path`` apply here as there (a ``[store] url``,
   or files not checked since they changed: the click command).
 
-The summary line is the click command's (:func:`summary`), the messages'
-rows in the history are marked as corrected
-(:func:`spamnb.storage.history.correct_now`), and
+The summary line is the click command's (:func:`summary`), the rows in the
+history of the messages the model learned (not of those learned already) are
+marked as corrected (:func:`spamnb.storage.history.correct_now`), and
 the journal is folded in the background when it has grown past its bound.
 """
 
@@ -50,17 +50,21 @@ def parse_args(args, command="learn", env=os.environ, layers=None):
     return given, files
 
 
-def forgot(n, label) -> str:
-    """The line ``spamnb forget`` ends with."""
-    return f"forgot {n} {label} message(s)"
+def forgot(done, label) -> str:
+    """The line ``spamnb forget`` ends with (``done``: the learn's counts)."""
+    return f"forgot {done['forgotten']} {label} message(s)" + given_twice(done)
 
 
 def summary(done, label, skipped=0) -> str:
-    """The line ``spamnb learn`` ends with."""
+    """The line ``spamnb learn`` ends with: what changed the model, then what did not."""
+    return (f"learned {done['learned']} as {label}, moved {done['moved']}; already learned: {done['unchanged']}"
+            + given_twice(done) + (f"; skipped {skipped}" if skipped else ""))
+
+
+def given_twice(done) -> str:
+    """What a learn's summary says of the copies given twice in one call (learned once)."""
     n = done["duplicates"]
-    return (f"learned {done['learned']} as {label}, moved {done['moved']}, {done['unchanged']} already known"
-            + (f", {n} duplicate{'s' * (n != 1)} dropped (given twice)" if n else "")
-            + (f"; skipped {skipped}" if skipped else ""))
+    return f"; {n} duplicate{'s' * (n != 1)} dropped (given twice)" if n else ""
 
 
 def _read_single(path):
@@ -168,7 +172,7 @@ def _update(command, path, label, raws, history=None):
         return None  # nothing was written: the click command does it, or says what is wrong
     marks.close()
     if forget:
-        sys.stderr.write(forgot(done["forgotten"], label) + "\n")
+        sys.stderr.write(forgot(done, label) + "\n")
     else:
         sys.stderr.write(summary(done, label) + "\n")
     return 0

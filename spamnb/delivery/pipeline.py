@@ -195,21 +195,22 @@ def learn(store, items, *, via, forget=False, recorder=None, user=None, raddr=No
     path, ``learn-moves`` and the IMAPSieve pipe program (through ``learn``), spamd's
     TELL, ``imap filter``'s moves, the page's buttons.
 
-    A batch that changed nothing (every message already learned so; nothing to forget)
-    records nothing: a correction is marked only when the model learned one. Returns the
-    counts of :meth:`spamnb.storage.backend.Backend.learn`; errors are raised (each door
-    says them its way) and nothing is recorded then."""
+    Only a message the model learned, moved or forgot is recorded: one already learned
+    as that class (or a copy given twice) changed nothing, and its row is left as it
+    was. Returns what :meth:`spamnb.storage.backend.Backend.learn` returns (the counts,
+    and each item's outcome); errors are raised (each door says them its way) and
+    nothing is recorded then."""
+    from spamnb.mail.identity import FORGOTTEN, LEARNED, MOVED
+
     items = [(raw, label, None) for raw, label, *_ in items]
     done = store.learn(items, forget=forget, create=create, timeout=timeout, warn=warn, later=later)
     if recorder is None:
         return done
-    if forget:
-        if done.get("forgotten", 0):
-            for raw, label, _ in items:
-                recorder.forgotten(label, via, raw=raw, user=user, raddr=raddr)
-    elif done.get("learned", 0) + done.get("moved", 0):
-        for raw, label, _ in items:
-            was = ("ham" if label == "spam" else "spam") if done.get("moved") and len(items) == 1 else None
+    for (raw, label, _), outcome in zip(items, done["outcomes"]):
+        if outcome == FORGOTTEN:
+            recorder.forgotten(label, via, raw=raw, user=user, raddr=raddr)
+        elif outcome in (LEARNED, MOVED):
+            was = ("ham" if label == "spam" else "spam") if outcome == MOVED else None
             recorder.learned(label, via, raw=raw, user=user, was=was, raddr=raddr)
     return done
 

@@ -15,6 +15,16 @@ except ImportError:  # an interpreter built without it
 
 KEY_BYTES = 16  # length of a message key (a BLAKE2b digest)
 
+#: What learning (or forgetting) did to one message given, known by its identity: every
+#: backend's learn says one per message (``outcomes``, in the order given). ``already``:
+#: learned as that class before; ``duplicate``: a copy of a message given earlier in the
+#: same call (the first copy's outcome says what happened to it).
+LEARNED, MOVED, ALREADY, DUPLICATE, FORGOTTEN = "learned", "moved", "already", "duplicate", "forgotten"
+#: The outcomes that changed the model: only these are a correction to record.
+CHANGED = frozenset((LEARNED, MOVED, FORGOTTEN))
+#: The count each outcome adds to, in a learn's counts.
+COUNTS = {LEARNED: "learned", MOVED: "moved", ALREADY: "unchanged", DUPLICATE: "duplicates", FORGOTTEN: "forgotten"}
+
 # The header fields of a message's identity: those its author's mail program
 # writes, which nothing on the way changes. Delivery agents add trace fields
 # (Received, Return-Path, Delivered-To) above them, filters (spamnb's own
@@ -63,6 +73,16 @@ def message_key(raw: bytes) -> bytes:
     else:
         ident = b"key2-content\0" + head + b"\0\0" + body
     return blake2b(ident, digest_size=KEY_BYTES).digest()
+
+
+def tally(outcomes) -> dict:
+    """A learn's counts of ``outcomes`` (:data:`COUNTS`' keys, each present), with the
+    outcomes themselves under ``outcomes``: what a backend's learn returns."""
+    done = dict.fromkeys(COUNTS.values(), 0)
+    for outcome in outcomes:
+        done[COUNTS[outcome]] += 1
+    done["outcomes"] = list(outcomes)
+    return done
 
 
 def _identity_fields(head: bytes) -> list[bytes]:

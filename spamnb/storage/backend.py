@@ -24,6 +24,8 @@ surface is this table (the attributes, then the methods):
 ``tokenizer()``            the model's tokenizer settings
 ``learn(items)``           apply a learn, forget or move of messages, each once by its
                            identity (:func:`spamnb.mail.identity.message_key`)
+``learned_as(raws)``       the class each message was learned as, by its identity,
+                           learning nothing (``spamnb learned``)
 ``replace(model)``         the store now holds this model (``train``, ``store push``)
 ``edit(change)``           ``change(e)`` on the stored model in place, under the store's
                            write guard, ``e`` an :class:`Edit` (cut-offs, ageing)
@@ -166,12 +168,27 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def learn(self, items, *, forget=False, create=None, timeout=None, warn=None, later=None) -> dict:
-        """Learn (or forget) ``(raw, label, tokens or None)`` items: the counts of
-        :meth:`spamnb.model.SpamModel.learn` (``learned``, ``moved``, ``unchanged``,
-        ``duplicates``, ``forgotten``). A message not learned under that label
-        refuses a forget with ValueError before anything changes. ``create()``: the
-        model to start from when there is none yet; ``later(fn)``: run upkeep (a
-        compaction) in the background instead of now."""
+        """Learn (or forget) ``(raw, label, tokens or None)`` items: the counts
+        (``learned``, ``moved``, ``unchanged``, ``duplicates``, ``forgotten``) and, under
+        ``outcomes``, what it did to each item in the order given
+        (:func:`spamnb.mail.identity.tally`): only an item whose outcome is in
+        :data:`spamnb.mail.identity.CHANGED` changed the model. A message not learned
+        under that label refuses a forget with ValueError before anything changes.
+        ``create()``: the model to start from when there is none yet; ``later(fn)``:
+        run upkeep (a compaction) in the background instead of now."""
+
+    def learned_as(self, raws):
+        """The class (``"spam"``, ``"ham"``, None: not learned) each message of ``raws`` was
+        learned as, found by its identity in the model's registry of learned messages, in
+        order, as they are read (a generator: a folder is never held whole). Nothing is
+        learned, and the stored model is not written."""
+        from spamnb.mail.identity import message_key
+        from spamnb.verdict import LABELS
+
+        model = self.model()  # with its journal: what learn, forget and TELL did since
+        for raw in raws:
+            c = model.known(message_key(raw), raw)
+            yield None if c is None else LABELS[c]
 
     @abc.abstractmethod
     def replace(self, model) -> None:

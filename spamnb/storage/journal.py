@@ -528,14 +528,14 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
     :meth:`spamnb.model.SpamModel.forget` (a message not learned under that
     label refuses the whole call with ValueError, before anything is written).
 
-    Returns ``{"learned", "moved", "unchanged", "duplicates", "forgotten",
-    "needs_compaction"}``. Raises NeedsModel when only the full model can do it.
+    Returns the counts and each message's outcome (:func:`spamnb.mail.identity.tally`)
+    and ``needs_compaction``. Raises NeedsModel when only the full model can do it.
     """
-    from spamnb.mail.identity import message_key
+    from spamnb.mail.identity import ALREADY, DUPLICATE, FORGOTTEN, LEARNED, MOVED, message_key, tally
     from spamnb.mail.tokenizer import TokenizerConfig, tokenize
     from spamnb.storage import scorer
 
-    done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}
+    outcomes = []
     uid = None if allow_insecure else store.planted_by(journal_path(model_path))
     if uid is not None:
         raise ModelError(store.planted_message(journal_path(model_path), uid, "the journal",
@@ -566,20 +566,22 @@ def update(model_path, items, *, forget=False, allow_insecure=False, timeout=Non
             given.add(key)
             if forget:
                 if again:
+                    outcomes.append(DUPLICATE)
                     continue
                 if now != y:
                     where = "not learned" if now is None else f"learned as {'ham' if now == 0 else 'spam'}"
                     raise ValueError(f"message was {where}, not as {label}: nothing to forget")
             elif now == y:
-                done["duplicates" if again else "unchanged"] += 1
+                outcomes.append(DUPLICATE if again else ALREADY)
                 continue
             rec = counter.record(key, now, -1 if forget else y, toks, hashed)
             ov.add(rec, only=only)
             records.append(rec.encode())
-            done["forgotten" if forget else "learned" if now is None else "moved"] += 1
+            outcomes.append(FORGOTTEN if forget else LEARNED if now is None else MOVED)
         if records:
             append(model_path, journal, h["save_id"], records, warn=warn)
         size = os.stat(journal_path(model_path)).st_size if records or journal else 0
+    done = tally(outcomes)
     done["needs_compaction"] = size > MAX_BYTES or (bool(records) and h.get("model_type") != "multinomial")
     lock = os.fspath(model_path) + ".compact.lock"
     if done["needs_compaction"] and warn and (uid := store.planted_by(lock, lock=True)) is not None:

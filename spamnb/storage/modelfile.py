@@ -429,7 +429,7 @@ def learn_messages(path, messages, *, forget=False, create=None, allow_insecure=
                    warn=None, later=None, journal_only=False) -> dict:
     """Learn (or forget) ``(raw, label)`` messages (or ``(raw, label, tokens)``) into
     the model at ``path``: what ``learn``, ``forget`` and ``filter -u`` do. Returns
-    the counts of :func:`spamnb.storage.journal.update` (``forgotten`` when forgetting).
+    the counts and each message's outcome (:func:`spamnb.mail.identity.tally`).
 
     Through the journal when the model has a fresh scorer (the cost of the
     messages), folding it in when it has grown past its bound (now, or through
@@ -437,6 +437,7 @@ def learn_messages(path, messages, *, forget=False, create=None, allow_insecure=
     lock (``create()`` makes the model when there is none yet), unless
     ``journal_only``: :class:`spamnb.storage.journal.NeedsModel` then.
     """
+    from spamnb.mail.identity import tally
     from spamnb.storage import journal
 
     path = Path(path)
@@ -457,9 +458,7 @@ def learn_messages(path, messages, *, forget=False, create=None, allow_insecure=
                 fold() if later is None else later(fold)
             return done
     with updating(path, allow_insecure=allow_insecure, create=create, timeout=timeout) as model:
-        if forget:
-            return {"forgotten": model.forget(messages)}
-        return model.learn(messages)
+        return tally(model.forget_each(messages) if forget else model.learn_each(messages))
 
 
 def remove_journal(path) -> None:

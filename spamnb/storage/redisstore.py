@@ -77,6 +77,8 @@ AGE_MAX_MESSAGES = 1
 KEEP_FACTOR = 10
 #: longer token texts go to the ``long`` hash
 INLINE_TEXT = 40
+#: messages whose class ``learned_as`` asks in one round trip
+LOOKUPS = 500
 VALUE = struct.Struct("<ddiI")
 COUNTS = struct.Struct("<ddddd")
 FORMAT = "spamnb-store"
@@ -712,40 +714,49 @@ class RedisBackend(Backend):
             return self._learn_items(items, forget)
 
     def _learn_items(self, items, forget) -> dict:
-        from spamnb.mail.identity import message_key
+        from spamnb.mail.identity import ALREADY, DUPLICATE, FORGOTTEN, LEARNED, MOVED, message_key, tally
         from spamnb.mail.tokenizer import tokenize
 
         st = self.settings()
         config = self.tokenizer()
-        done = {"learned": 0, "moved": 0, "unchanged": 0, "duplicates": 0, "forgotten": 0}
+        outcomes = [DUPLICATE] * len(items)  # each copy of a message given earlier in the call stays one
         todo, given = [], set()
-        for item in items:
+        for i, item in enumerate(items):
             raw, label = item[0], item[1]
             toks = item[2] if len(item) > 2 and item[2] is not None else None
             key = message_key(raw)
             if key in given:
-                if not forget:
-                    done["duplicates"] += 1
                 continue
             given.add(key)
             if label not in LABELS:
                 raise ValueError(f"unknown label {label!r}: expected 'ham' or 'spam'")
-            todo.append((raw, LABELS.index(label), key, toks))
+            todo.append((i, raw, LABELS.index(label), key, toks))
         if forget:  # a message not learned so refuses the whole call, before anything changes
-            for (_, y, key, _), now in zip(todo, self._classes(st, [k for _, _, k, _ in todo])):
+            for (_, _, y, key, _), now in zip(todo, self._classes(st, [t[3] for t in todo])):
                 if now != y:
                     where = "not learned" if now is None else f"learned as {'ham' if now == 0 else 'spam'}"
                     raise ValueError(f"message was {where}, not as {'ham' if y == 0 else 'spam'}: nothing to forget")
-        for raw, y, key, toks in todo:
+        for i, raw, y, key, toks in todo:
             toks = tokenize(raw, config) if toks is None else toks
             outcome = self._learn_one(key, y, toks, forget)
-            if outcome == "unchanged":
-                done["unchanged"] += 1
-            elif forget:
-                done["forgotten"] += 1
-            else:
-                done["learned" if outcome is None else "moved"] += 1
-        return done
+            outcomes[i] = (ALREADY if outcome == "unchanged" else FORGOTTEN if forget
+                           else LEARNED if outcome is None else MOVED)
+        return tally(outcomes)
+
+    def learned_as(self, raws):
+        """:meth:`Backend.learned_as` from the store's registry of learned messages, without
+        reading the model: one round trip for each :data:`LOOKUPS` messages."""
+        from spamnb.mail.identity import message_key
+
+        st = self.settings()
+        batch = []
+        for raw in raws:
+            batch.append(message_key(raw))
+            if len(batch) == LOOKUPS:
+                yield from (None if c is None else LABELS[c] for c in self._classes(st, batch))
+                batch = []
+        if batch:
+            yield from (None if c is None else LABELS[c] for c in self._classes(st, batch))
 
     def _classes(self, st, keys):
         pipe = self.client.pipeline(transaction=False)

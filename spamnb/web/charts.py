@@ -10,7 +10,7 @@ from __future__ import annotations
 from html import escape
 
 COLOURS = {"spam": "#c0392b", "ham": "#2e7d32", "unsure": "#e0a800", "false positive": "#8e24aa",
-           "false negative": "#1565c0", "unsure taught": "#e0a800", "confirmed": "#78909c"}
+           "false negative": "#1565c0", "unsure taught": "#e0a800"}
 W, H, LEFT, BOTTOM, TOP = 720, 220, 44, 36, 14
 
 

@@ -31,6 +31,22 @@ COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id"
            "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score")
 
 
+#: The Overview's kinds of correction (docs/web.md), of a row's verdict and the class taught.
+CORRECTIONS = ("false positive", "false negative", "unsure taught")
+
+
+def correction_kind(verdict, corrected):
+    """Which of :data:`CORRECTIONS` a verdict taught as ``corrected`` is: spam taught as ham
+    (false positive), ham taught as spam (false negative), unsure taught either way; None
+    for a verdict taught as it stood (``spamnb learn --spam`` of mail filed as spam): the
+    model learned it, but the filter made no mistake there, so the Overview leaves it out."""
+    if verdict == "unsure":
+        return "unsure taught"
+    if verdict == corrected:
+        return None
+    return "false positive" if verdict == "spam" else "false negative"
+
+
 class NotMarked(Exception):
     """The page's choice was learned, but its rows could not be marked in the history (the
     reason): they stay in the queue, and choosing them again marks them (a message is
@@ -126,8 +142,9 @@ class Site:
         return self.rows("JOIN bodies k ON k.id = v.id WHERE v.verdict = 'unsure' AND v.corrected IS NULL",
                          page=page, bodies=bodies)
 
-    def search(self, *, q="", verdict="", since="", until="", page=0, bodies=False):
-        """History rows by sender/subject text, verdict, and dates (YYYY-MM-DD, local time)."""
+    def search(self, *, q="", verdict="", since="", until="", user="", page=0, size=PAGE, bodies=False):
+        """History rows by sender/subject text, verdict, user and time (:func:`time_bound`'s
+        ``since`` and ``until``: a day, YYYY-MM-DD in local time, or seconds since the epoch)."""
         where, args = [], []
         if q:
             like = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
@@ -136,12 +153,16 @@ class Site:
         if verdict in LABELS:
             where.append("v.verdict = ?")
             args.append(verdict)
-        for day, op, extra in ((since, ">=", 0), (until, "<", 86400)):
-            t = day_start(day)
+        if user:
+            where.append("v.user = ?")
+            args.append(user)
+        for value, op, end in ((since, ">=", False), (until, "<", True)):
+            t = time_bound(value, end=end)
             if t is not None:
                 where.append(f"v.t {op} ?")
-                args.append(t + extra)
-        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page, bodies=bodies)
+                args.append(t)
+        return self.rows(("WHERE " + " AND ".join(where)) if where else "", args, page=page, size=size,
+                         bodies=bodies)
 
     def message(self, mid):
         """``(row, raw or None)`` of verdict ``mid``; None when there is no such row."""
@@ -326,17 +347,16 @@ class Site:
         return [lo + i * width for i in range(bins + 1)], counts
 
     def corrections(self, days=90):
-        """``{day: {"false positive"|"false negative"|"unsure taught": n}}``."""
+        """``{day: {kind: n}}``, a kind of :data:`CORRECTIONS` (:func:`correction_kind`)."""
         out = {}
         for day, verdict, corrected, n in self.query(
                 "SELECT date(corrected_t, 'unixepoch', 'localtime') d, verdict, corrected, count(*) FROM verdicts "
                 "WHERE corrected IS NOT NULL AND corrected_t >= ? GROUP BY d, verdict, corrected",
                 (time.time() - days * 86400,)):
-            kind = ("false positive" if (verdict, corrected) == ("spam", "ham") else
-                    "false negative" if (verdict, corrected) == ("ham", "spam") else
-                    "unsure taught" if verdict == "unsure" else "confirmed")
-            out.setdefault(day, {}).setdefault(kind, 0)
-            out[day][kind] += n
+            kind = correction_kind(verdict, corrected)
+            if kind is not None:
+                out.setdefault(day, {}).setdefault(kind, 0)
+                out[day][kind] += n
         return out
 
 
@@ -354,6 +374,16 @@ def day_start(text):
         return time.mktime(time.strptime(text, "%Y-%m-%d"))
     except (ValueError, TypeError, OverflowError):
         return None
+
+
+def time_bound(value, *, end=False):
+    """Seconds since the epoch of a search's bound ``value``: a number as it is, a day
+    (YYYY-MM-DD, local time) at its midnight, or with ``end`` the next midnight (the day
+    is in the search); None for anything else (no bound)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    t = day_start(value)
+    return None if t is None else t + (86400 if end else 0)
 
 
 def logit(p):

@@ -16,7 +16,7 @@ from spamnb.mail.tokennames import describe
 from spamnb.storage.redissite import BEAT, MAX_HOSTS, UP_BEATS
 from spamnb.storage.scorer import sigmoid
 from spamnb.web import charts
-from spamnb.web.data import PAGE, logit
+from spamnb.web.data import CORRECTIONS, PAGE, logit
 
 MAX_SHOWN = 200_000  # characters of a message's source shown on its page
 
@@ -194,9 +194,8 @@ def overview_page(per_day, days, bins, cutoffs, corrections, facts, *, root=""):
     hist = charts.stacked_bars("Scores (log-odds) of the last 30 days", [f"{x:g}" for x in edges[:-1]],
                                {v: counts[v] for v in ("ham", "unsure", "spam")}, markers=markers,
                                tick_every=5, x_range=(lo, hi))
-    kinds = ("false positive", "false negative", "unsure taught", "confirmed")
     corr = charts.stacked_bars("Corrections per day", day_labels,
-                               {k: [corrections.get(d, {}).get(k, 0) for d in days] for k in kinds},
+                               {k: [corrections.get(d, {}).get(k, 0) for d in days] for k in CORRECTIONS},
                                tick_every=3) if corrections else '<p class="muted">No corrections yet.</p>'
     size = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if k in ("messages", "vocabulary", "size"))
     per_day_chart = charts.stacked_bars("Messages per day by verdict", day_labels, day_series, tick_every=3)

@@ -20,7 +20,8 @@ from spamnb.delivery.hook import scored
 from spamnb.storage import redissite, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, rescored, rescored_queue
+from spamnb.web.data import (LABELS, PAGE, RESCORE, NotMarked, correction_kind, rescored, rescored_queue,
+                             time_bound)
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -61,11 +62,11 @@ class StoreSite:
             out += [r["id"] for r in self.hist.rows(ids[i:i + CHUNK]) if test(r)]
         return out
 
-    def search(self, *, q="", verdict="", since="", until="", page=0, bodies=False, size=PAGE):
-        """History rows by sender/subject text, verdict, and dates (YYYY-MM-DD, local time)."""
-        lo, hi = day_start(since), day_start(until)
-        hi = None if hi is None else hi + 86400
-        if not q and verdict not in LABELS:
+    def search(self, *, q="", verdict="", since="", until="", user="", page=0, bodies=False, size=PAGE):
+        """History rows by sender/subject text, verdict, user and time (as
+        :meth:`spamnb.web.data.Site.search`)."""
+        lo, hi = time_bound(since), time_bound(until, end=True)
+        if not q and verdict not in LABELS and not user:
             if lo is None and hi is None:
                 ids = self.hist.ids("t", page * size, (page + 1) * size - 1)
                 return self.hist.rows(ids, bodies=bodies), self.hist.count("t")
@@ -74,7 +75,7 @@ class StoreSite:
             needle = q.casefold()
 
             def test(r):
-                return (verdict not in LABELS or r["verdict"] == verdict) and (
+                return (verdict not in LABELS or r["verdict"] == verdict) and (not user or r["user"] == user) and (
                     not needle or needle in (r["sender"] or "").casefold() or needle in (r["subject"] or "").casefold())
             ids = self._matching(lo, hi, test)
         return self._page(ids, page, size, bodies), len(ids)
@@ -219,16 +220,16 @@ class StoreSite:
         return [lo + i * width for i in range(bins + 1)], counts
 
     def corrections(self, days=90):
-        """``{day: {"false positive"|"false negative"|"unsure taught": n}}`` (of the rows still kept)."""
+        """``{day: {kind: n}}``, a kind of :data:`spamnb.web.data.CORRECTIONS` (of the rows still kept)."""
         since = time.time() - days * 86400
         out = {}
         ids = sorted(self.hist.corrected_ids(), reverse=True)
         for r in (r for i in range(0, len(ids), CHUNK) for r in self.hist.rows(ids[i:i + CHUNK])):
             if r["corrected"] is None or r["corrected_t"] < since:
                 continue
-            pair = (r["verdict"], r["corrected"])
-            kind = ("false positive" if pair == ("spam", "ham") else "false negative" if pair == ("ham", "spam")
-                    else "unsure taught" if r["verdict"] == "unsure" else "confirmed")
+            kind = correction_kind(r["verdict"], r["corrected"])
+            if kind is None:
+                continue
             day = datetime.date.fromtimestamp(r["corrected_t"]).isoformat()
             out.setdefault(day, {}).setdefault(kind, 0)
             out[day][kind] += 1
