@@ -11,6 +11,7 @@ Pigeonhole (dovecot-sieve) is missing.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
@@ -92,11 +93,49 @@ def _spamnb(folder):
     return str(launcher)
 
 
+def mail_user_venv(parent: Path) -> Path:
+    """A venv of the system's python3 (of this version) in ``parent``, with this tree and
+    its dependencies on its path (a .pth file) and a ``spamnb`` script: what an admin would
+    install under /opt, where this interpreter (root's pyenv, a .venv) may be where no other
+    user can go. Skipped when there is no /usr/bin/python3 of this version, or when other
+    users cannot reach this tree."""
+    from spamnb.delivery import mailuser
+
+    system = shutil.which("python3", path="/usr/bin:/bin")
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    if system is None or subprocess.run([system, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                                        capture_output=True, text=True).stdout.strip() != version:
+        pytest.skip(f"no /usr/bin/python3 {version} to make a venv every user can run")
+    problem = mailuser.unreachable(ROOT / "spamnb" / "__init__.py", mailuser.READ)
+    if problem:
+        pytest.skip(f"other users cannot reach this tree: {problem}")
+    import click
+
+    venv = parent / "venv"
+    subprocess.run([system, "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True, timeout=120)
+    deps = Path(click.__file__).resolve().parent.parent
+    (venv / "lib" / f"python{version}" / "site-packages" / "spamnb-tree.pth").write_text(f"{ROOT}\n{deps}\n")
+    script = venv / "bin" / "spamnb"
+    script.write_text(f"#!{venv}/bin/python\nfrom spamnb._entry import main\nmain()\n")
+    script.chmod(0o755)
+    return venv
+
+
+@pytest.fixture(scope="module")
+def runnable():
+    """A venv every user can run spamnb from (:func:`mail_user_venv`), in an admin's folder."""
+    folder = admin_folder()
+    try:
+        yield mail_user_venv(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 class Mailbox:
     """A Dovecot with the shipped IMAPSieve files, its user's own model, and a look at both."""
 
-    def __init__(self, server, model: Path, calls: Path):
-        self.server, self.model, self.calls = server, model, calls
+    def __init__(self, server, model: Path, calls: Path, spamnb=None):
+        self.server, self.model, self.calls, self.spamnb = server, model, calls, spamnb
 
     def counts(self):
         return tuple(int(n) for n in load_model(self.model, allow_insecure=True).messages)
@@ -125,30 +164,51 @@ class Mailbox:
         self.server.copy(src, self.uid_of(src, raw), dst)
 
 
-@pytest.fixture
-def mailbox(make_dovecot, trained_model_file, request):
-    """A user's Dovecot; parametrized indirectly, the options of the server (``home_in_userdb``)."""
+def admin_folder() -> Path:
+    """A folder of the admin's that the mail user can read (pytest's tmp_path is 0700)."""
+    folder = Path(tempfile.mkdtemp(prefix="spamnb-sieve-"))
+    folder.chmod(0o755)
+    return folder
+
+
+def serve_mailbox(make_dovecot, scripts, trained_model_file, calls=None, spamnb=None, **options) -> Mailbox:
+    """A Dovecot running the IMAPSieve files in ``scripts``, its user with a model of their
+    own (owned by the mail user) and the folders the moves go between."""
+    import dovecot as harness
+
+    server = make_dovecot(imapsieve=scripts, **options)
+    model = server.home / ".local" / "share" / "spamnb" / "model.joblib"
+    model.parent.mkdir(parents=True, mode=0o700)
+    shutil.copyfile(trained_model_file, model)
+    model.chmod(0o600)
+    if server.root:
+        for p in (model, model.parent, model.parent.parent, model.parent.parent.parent):
+            os.chown(p, harness.NOBODY, harness.NOBODY)
+    for name in ("Archive", "Other", "Trash", "Unsure"):
+        server.create_folder(name)
+    return Mailbox(server, model, calls, spamnb)
+
+
+def needs_imapsieve():
     import dovecot as harness
 
     if harness.imapsieve_missing():
         pytest.skip(harness.imapsieve_missing())
     pytest.importorskip("imapclient", reason="imapclient is not installed (it is in the test and imap extras)")
-    folder = Path(tempfile.mkdtemp(prefix="spamnb-sieve-"))  # the admin's: readable by the mail user
-    folder.chmod(0o755)
+
+
+@pytest.fixture
+def mailbox(make_dovecot, trained_model_file, request):
+    """A user's Dovecot; parametrized indirectly, the options of the server (``home_in_userdb``)."""
+    needs_imapsieve()
+    folder = admin_folder()
     try:
         scripts = folder / "sieve"
-        imapsieve.install(scripts, spamnb_for_mail_user(folder))
-        server = make_dovecot(imapsieve=scripts, **getattr(request, "param", {}))
-        model = server.home / ".local" / "share" / "spamnb" / "model.joblib"
-        model.parent.mkdir(parents=True, mode=0o700)
-        shutil.copyfile(trained_model_file, model)
-        model.chmod(0o600)
-        if server.root:
-            for p in (model, model.parent, model.parent.parent, model.parent.parent.parent):
-                os.chown(p, harness.NOBODY, harness.NOBODY)
-        for name in ("Archive", "Other", "Trash", "Unsure"):
-            server.create_folder(name)
-        yield Mailbox(server, model, folder / "calls")
+        spamnb = spamnb_for_mail_user(folder)
+        imapsieve.install(scripts, spamnb)
+        (folder / "calls").write_text("")  # setup ran `spamnb --version` as the mail user: not a learn
+        yield serve_mailbox(make_dovecot, scripts, trained_model_file, folder / "calls", spamnb,
+                            **getattr(request, "param", {}))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -252,12 +312,11 @@ def test_the_contrib_files_are_what_install_writes(tmp_path):
     assert shipped == written
 
 
-def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
+def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path, runnable):
     """`spamnb setup --imapsieve DIR` writes the four files with this spamnb's full path
     (nothing else: no mail read, no model), says what to add to dovecot.conf, and leaves
     a file already there as it is."""
-    from test_e2e import SPAMNB
-
+    SPAMNB = [str(runnable / "bin" / "spamnb")]  # noqa: N806 - one a mail user can run
     env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
            **({"PYTHONPATH": os.environ["PYTHONPATH"]} if os.environ.get("PYTHONPATH") else {})}
     (tmp_path / "home").mkdir()
@@ -277,11 +336,11 @@ def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path):
     assert (folder / "report-ham.sieve").read_text() == "# the admin's own\n"
 
 
-def test_setup_imapsieve_refuses_a_folder_or_file_others_could_have_written(tmp_path):
+def test_setup_imapsieve_refuses_a_folder_or_file_others_could_have_written(tmp_path, runnable):
     """Dovecot runs the pipe program as every mail user: a folder others may write to (sticky
     too), or a file there another user owns or may write, is refused in one line and nothing
     is written or kept from it."""
-    from test_e2e import SPAMNB
+    SPAMNB = [str(runnable / "bin" / "spamnb")]  # noqa: N806 - one a mail user can run
 
     def setup(folder):
         return subprocess.run([*SPAMNB, "setup", "--imapsieve", str(folder)], capture_output=True, text=True,
@@ -332,7 +391,7 @@ def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path,
         hang = folder / "spamnb"
         hang.write_text("#!/bin/sh\nexec sleep 60\n")
         hang.chmod(0o755)
-        imapsieve.install(folder / "sieve", str(hang))
+        imapsieve.install(folder / "sieve", str(hang), check_runs=False)  # `--version` would hang too
         server = harness.Dovecot(imapsieve=folder / "sieve")
         server.extra_config = "plugin {\n  sieve_pipe_exec_timeout = 2s\n}\n"
         server.start()
@@ -376,28 +435,73 @@ def test_the_pipe_program_runs_spamnb_at_a_path_with_a_quote_and_a_space(tmp_pat
 # -- what another local user could make of setup --imapsieve, and users without a home -----------
 
 
-def test_setup_imapsieve_run_as_python_m_writes_a_program_that_learns(tmp_path, trained_model_file):
-    """`python -m spamnb setup --imapsieve DIR`: the pipe program runs the interpreter with
-    `-I -m spamnb` as separate words, and a message piped to it is learned into the user's
-    own model (not `python -m spamnb: not found` for every move)."""
-    folder, home = tmp_path / "sieve-spamnb", tmp_path / "home"
-    model = home / ".local" / "share" / "spamnb" / "model.joblib"
-    model.parent.mkdir(parents=True, mode=0o700)
-    shutil.copyfile(trained_model_file, model)
-    model.chmod(0o600)
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    proc = subprocess.run([sys.executable, "-m", "spamnb", "setup", "--imapsieve", str(folder)], cwd=elsewhere,
-                          env={"HOME": str(home), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-                          timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    program = folder / imapsieve.PIPE
-    raw = sample("spam", 1)[0]
-    proc = subprocess.run([str(program), "spam"], input=raw, cwd="/", env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, timeout=120)
-    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
-    assert load_model(model).known(message_key(raw), raw) == SPAM
-    assert f"{sys.executable} -I -m spamnb learn" in program.read_text()
+def test_python_m_setup_writes_a_program_a_mail_user_learns_with(make_dovecot, trained_model_file, runnable):
+    """`python3 -m spamnb setup --imapsieve DIR` with no spamnb on PATH: the pipe program runs
+    the interpreter with `-I -m spamnb` as separate words, and a real Dovecot's mail user (not
+    root: nobody, when root runs the tests) learns a move into Junk into their own model."""
+    needs_imapsieve()
+    assert shutil.which("spamnb", path="/usr/bin:/bin") is None
+    folder = admin_folder()
+    try:
+        scripts, python = folder / "sieve", runnable / "bin" / "python"
+        proc = subprocess.run([str(python), "-m", "spamnb", "setup", "--imapsieve", str(scripts)], cwd=folder,
+                              env={"HOME": str(folder), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{python} -I -m spamnb learn" in (scripts / imapsieve.PIPE).read_text()
+        box = serve_mailbox(make_dovecot, scripts, trained_model_file)
+        a = sample("spam", 1)[0]
+        box.server.append("INBOX", a)
+        ham0, spam0 = box.counts()
+        box.move(a, "INBOX", "Junk")
+        assert box.known(a) == SPAM and box.counts() == (ham0, spam0 + 1)
+        assert box.log() == []
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.parametrize("form", ["python -m spamnb", "the spamnb script"])
+def test_setup_imapsieve_refuses_a_spamnb_a_mail_user_cannot_run(form, tmp_path):
+    """A venv in a folder only root may enter (as one built on root's own Python, under /root):
+    Dovecot's mail users could run nothing, and every learn would fail. Refused in one line
+    naming that folder and what to do, and nothing is written."""
+    closed = Path(tempfile.mkdtemp(prefix="spamnb-closed-"))  # 0700
+    try:
+        venv = mail_user_venv(closed)
+        command = [str(venv / "bin" / "python"), "-m", "spamnb"] if form.startswith("python") \
+            else [str(venv / "bin" / "spamnb")]
+        folder = tmp_path / "sieve-spamnb"
+        proc = subprocess.run([*command, "setup", "--imapsieve", str(folder)], cwd=tmp_path, capture_output=True,
+                              text=True, env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=120)
+        assert proc.returncode == 1, proc.stdout
+        who = "user nobody" if os.geteuid() == 0 else "other users"
+        assert f"{who} cannot enter {closed} (mode 0700" in proc.stderr, proc.stderr
+        assert "install spamnb where every user can run it, e.g. a venv under /opt" in proc.stderr
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr and not folder.exists()
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)
+
+
+def test_setup_as_a_user_checks_that_others_can_reach_spamnb(mallory, tmp_path):
+    """Run by a user who is not root (who cannot try it as another user): every folder on the
+    way must be open to others, the files readable and runnable by them. Their own venv in
+    their own 0700 folder is refused, naming it; nothing is written."""
+    closed = Path(tempfile.mkdtemp(prefix="spamnb-theirs-"))
+    try:
+        venv = mail_user_venv(closed)
+        for top, dirs, files in os.walk(closed):
+            for name in [top, *(os.path.join(top, n) for n in dirs + files)]:
+                os.lchown(name, mallory.pw_uid, mallory.pw_gid)
+        folder = closed / "sieve-spamnb"
+        proc = subprocess.run([str(venv / "bin" / "python"), "-m", "spamnb", "setup", "--imapsieve", str(folder)],
+                              cwd="/", env={"HOME": str(closed), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                              text=True, timeout=120, user=mallory.pw_uid, group=mallory.pw_gid, extra_groups=[])
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"a mail user could not run spamnb ({venv}/bin/python -I -m spamnb): other users cannot enter " \
+               f"{closed} (mode 0700, uid {mallory.pw_uid})" in proc.stderr, proc.stderr
+        assert proc.stderr.count("\n") == 1 and not folder.exists()
+    finally:
+        shutil.rmtree(closed, ignore_errors=True)
 
 
 @pytest.fixture
@@ -446,20 +550,21 @@ def test_setup_imapsieve_refuses_a_folder_under_another_users_folder(mallory, th
     spamnb.parent.mkdir()
     spamnb.write_text("#!/bin/sh\n")
     spamnb.chmod(0o755)
+    install = functools.partial(imapsieve.install, check_runs=False)  # the folder is refused, whoever runs it
     with pytest.raises(ValueError, match=f"{theirs} is owned by uid {mallory.pw_uid}"):
-        imapsieve.install(theirs / "sieve", str(spamnb))
+        install(theirs / "sieve", str(spamnb))
     assert list(theirs.iterdir()) == []
     (theirs / "made").mkdir()
     os.chown(theirs / "made", 0, 0)  # even a folder of root's in it: they can rename it away
     with pytest.raises(ValueError, match=f"{theirs} is owned by uid {mallory.pw_uid}"):
-        imapsieve.install(theirs / "made", str(spamnb))
+        install(theirs / "made", str(spamnb))
     assert list((theirs / "made").iterdir()) == []
     shared = Path(tempfile.mkdtemp(prefix="spamnb-shared-", dir="/tmp"))
     try:
         shared.chmod(0o1777)
         forked_as(mallory, lambda: os.symlink(theirs, shared / "sieve") or b"")
         with pytest.raises(ValueError, match=f"symbolic link {shared}/sieve, owned by uid {mallory.pw_uid}"):
-            imapsieve.install(shared / "sieve", str(spamnb))
+            install(shared / "sieve", str(spamnb))
         assert sorted(p.name for p in theirs.iterdir()) == ["made"]
     finally:
         shutil.rmtree(shared, ignore_errors=True)
@@ -517,3 +622,4 @@ def test_the_pipe_program_learns_only_for_a_home_of_the_users_own(tmp_path, home
         assert b"no home of their own" in proc.stderr and b"not learned as spam" in proc.stderr
     else:
         assert proc.stderr == b"" and said.read_text().splitlines()[:2] == ["learn", "--spam"]
+

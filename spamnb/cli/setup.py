@@ -74,7 +74,8 @@ def _finite(ctx, param, value):
               help="For a Dovecot server's administrator: write the IMAPSieve scripts and settings that learn "
                    "each user's moves into and out of Junk into DIR (e.g. /etc/dovecot/sieve-spamnb; files "
                    "there are kept), say what to add to dovecot.conf, and do nothing else. Refuses DIR, or the "
-                   "spamnb it names, when another user could change them or a folder above them.")
+                   "spamnb it names, when another user could change them or a folder above them, and a "
+                   "spamnb a mail user cannot run (as root: tried as Dovecot's mail_uid, else nobody).")
 @click.pass_context
 def setup(ctx, yes, delivery, install, no_unsure, young_days, model_path, imapsieve_dir):
     """Start from your own mail: find it, learn it, estimate, and give the recipe.

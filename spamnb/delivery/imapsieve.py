@@ -211,7 +211,7 @@ def check_command(spamnb, package=None) -> None:
         raise ValueError(f"spamnb's command {shlex.join(words)!r} does not start with a full path")
     if tuple(words[1:]) == MODULE:
         trusted_path(words[0], "the Python interpreter", EVERY_USER)
-        package = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package = package or _package()
         real = trusted_path(package, "spamnb's package folder", EVERY_USER)
         probe = [words[0], "-I", "-c", "import os, spamnb; print(os.path.dirname(os.path.realpath(spamnb.__file__)))"]
         try:
@@ -232,7 +232,22 @@ def check_command(spamnb, package=None) -> None:
                          f"{' '.join(MODULE)}")
 
 
-def install(folder: str, spamnb, junk: str = "Junk") -> tuple:
+def check_mail_user(spamnb, package=None) -> None:
+    """ValueError (one line: what is in the way, and what to do) unless a mail user can run
+    what ``spamnb`` names: Dovecot runs it as each of them, and a learn that cannot run
+    spamnb fails for every move (:func:`spamnb.delivery.mailuser.check`)."""
+    from spamnb._version import __version__
+    from spamnb.delivery import mailuser
+
+    words = [os.fspath(w) for w in command(spamnb)]
+    mailuser.check(words, package or _package(), __version__)
+
+
+def _package() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def install(folder: str, spamnb, junk: str = "Junk", *, check_runs: bool = True) -> tuple:
     """Write :func:`files` into ``folder`` (made 0755 where missing): ``(its real path,
     [(path, written)])``, written False where a file was there already (never replaced:
     an admin's edits stay). The settings name the real path.
@@ -245,10 +260,14 @@ def install(folder: str, spamnb, junk: str = "Junk") -> tuple:
     (the folder itself not even sticky: they could create a file there before we or
     ``sievec`` do), or when the way to it goes through a link another user could change.
     Each folder is opened from the one above without following a link and checked on its
-    descriptor, one made here too, and the files are written through that descriptor."""
+    descriptor, one made here too, and the files are written through that descriptor.
+    ``check_runs``: also refuse, before anything is made, a spamnb a mail user cannot run
+    (:func:`check_mail_user`)."""
     from spamnb.storage.store import open_trusted_folder, owner_problem
 
     check_command(spamnb)
+    if check_runs:
+        check_mail_user(spamnb)
     fd, real = open_trusted_folder(os.path.abspath(folder), "the IMAPSieve folder", EVERY_USER)
     try:
         written = files(spamnb, real, junk)
