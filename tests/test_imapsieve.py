@@ -325,7 +325,7 @@ def test_setup_imapsieve_writes_the_files_and_keeps_an_admins_edits(tmp_path, ru
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert f"cp {folder}/90-spamnb-imapsieve.conf /etc/dovecot/conf.d/" in proc.stdout
-    assert f"sievec {folder}/report-spam.sieve" in proc.stdout
+    assert f"sievec -c {folder}/{imapsieve.CONF} {folder}/report-spam.sieve" in proc.stdout
     got = {p.name: (stat.S_IMODE(p.stat().st_mode), p.read_text()) for p in folder.iterdir()}
     assert got == imapsieve.files(SPAMNB[0], str(folder))
     assert os.listdir(tmp_path / "home") == []  # no model, no configuration, no mail read
@@ -374,6 +374,36 @@ def test_the_docs_show_the_settings_as_shipped():
     block = doc[start:doc.index("```", start)].splitlines()
     conf = [line for line in imapsieve.conf().splitlines() if line.strip() and not line.lstrip().startswith("#")]
     assert block == conf
+
+
+def test_the_documented_commands_run_as_written(runnable):
+    """docs/delivery.md's commands for the administrator, run as written (`doveadm reload`
+    aside: no Dovecot of the system's runs here) as root, in a private mount namespace whose
+    /etc/dovecot is an empty folder of the test's: setup writes the files, the settings are
+    copied, and `sievec -c SETTINGS` compiles both scripts, with nothing else configured."""
+    import dovecot as harness
+
+    if os.geteuid() != 0 or shutil.which("unshare") is None or not Path("/etc/dovecot").is_dir():
+        pytest.skip("needs root, unshare and /etc/dovecot, to run the commands on /etc/dovecot unchanged")
+    if harness.SIEVEC is None:
+        pytest.skip(harness.NO_SIEVE)
+    doc = (ROOT / "docs" / "delivery.md").read_text()
+    start = doc.index("```sh\nspamnb setup --imapsieve") + len("```sh\n")
+    commands = [line for line in doc[start:doc.index("```", start)].splitlines() if line != "doveadm reload"]
+    assert len(commands) == 4 and all("sievec -c " in c for c in commands[2:]), commands
+    etc, before = admin_folder(), sorted(os.listdir("/etc/dovecot"))
+    try:
+        (etc / "conf.d").mkdir(mode=0o755)
+        script = "\n".join(["set -e", f"mount --bind {etc} /etc/dovecot", *commands])
+        proc = subprocess.run(["unshare", "--mount", "sh", "-c", script], capture_output=True, text=True,
+                              timeout=120, env={"PATH": f"{runnable}/bin:/usr/bin:/bin:/usr/sbin:/sbin"}, cwd="/")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert (etc / "conf.d" / imapsieve.CONF).exists()
+        assert sorted(p.name for p in (etc / "sieve-spamnb").glob("*.svbin")) == ["report-ham.svbin",
+                                                                                   "report-spam.svbin"]
+        assert sorted(os.listdir("/etc/dovecot")) == before  # the system's, untouched
+    finally:
+        shutil.rmtree(etc, ignore_errors=True)
 
 
 def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path, trained_model_file):

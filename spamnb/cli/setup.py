@@ -294,8 +294,10 @@ Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
   cp {folder}/{imapsieve.CONF} /etc/dovecot/conf.d/
   # merge it with your settings if you set mail_plugins, sieve_plugins, sieve_global_extensions
   # or imapsieve_mailbox1 to 3 elsewhere (doveconf -n shows them)
-  sievec {folder}/report-spam.sieve && sievec {folder}/report-ham.sieve
+  sievec -c {folder}/{imapsieve.CONF} {folder}/report-spam.sieve
+  sievec -c {folder}/{imapsieve.CONF} {folder}/report-ham.sieve
   doveadm reload
+(sievec -c: the scripts compile with the settings file itself, whatever dovecot.conf holds.)
 Each user's moves into and out of Junk are then learned into their own model, as
 that user (a model of their own first: spamnb setup). What was learned: syslog
 (journalctl -t spamnb-learn); a learn that failed: Dovecot's log. A failing learn

@@ -155,8 +155,10 @@ def conf(folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: str = "Unsure") 
 # If your configuration sets mail_plugins for imap, sieve_plugins or
 # sieve_global_extensions elsewhere, merge these values into those lines, and
 # renumber the imapsieve_mailboxN rules after yours. Then compile the scripts
-# as root (`sievec {folder}/report-spam.sieve`, and report-ham.sieve) and
-# reload Dovecot (`doveadm reload`).
+# as root with this file as sievec's configuration, so that they compile with
+# these settings whatever dovecot.conf holds (`sievec -c {folder}/{CONF}
+# {folder}/report-spam.sieve`, and report-ham.sieve), and reload Dovecot
+# (`doveadm reload`).
 protocol imap {{
   mail_plugins = $mail_plugins imap_sieve
 }}
