@@ -11,6 +11,7 @@ Pigeonhole (dovecot-sieve) is missing.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, gold_labels, SAMPLE_MAILDIR, strip_from_line
-from spamnb.delivery import imapsieve
+from spamnb.delivery import imapsieve, learnqueue
 from spamnb.mail.identity import message_key
 from spamnb.storage.modelfile import load_model
 from test_hardening import forked_as, mallory  # noqa: F401 - the other local user, a fixture
@@ -143,13 +144,30 @@ class Mailbox:
     def known(self, raw):
         return load_model(self.model, allow_insecure=True).known(message_key(raw), raw)
 
+    @property
+    def state(self) -> Path:
+        """The mail user's ~/.local/state/spamnb: the learn queue and the learn log."""
+        return self.server.home / ".local" / "state" / "spamnb"
+
+    def queued(self):
+        """The names of the learns waiting in the queue, oldest first."""
+        queue = self.state / "learn-queue"
+        return sorted(p.name for p in queue.iterdir() if not p.name.startswith(".")) if queue.exists() else []
+
+    def learn_log(self):
+        """The lines of the user's learn log (no syslog needed)."""
+        log = self.state / "learn.log"
+        return log.read_text().splitlines() if log.exists() else []
+
     def log(self):
         """What the pipe program wrote to Dovecot's log (its failures)."""
         return [line for line in self.server.log.read_text(errors="replace").splitlines() if "spamnb-learn:" in line]
 
     def learns(self):
-        """The labels of the `spamnb learn` commands the pipe program ran, in order."""
-        return [line.split()[1] for line in self.calls.read_text().splitlines()]
+        """The labels of the `spamnb learn` commands the pipe program ran, in order
+        (``learn-queue`` for a run that learned the queue)."""
+        return [line.split()[1] if line.startswith("learn ") else line.split()[0]
+                for line in self.calls.read_text().splitlines()]
 
     def uid_of(self, folder, raw):
         key = message_key(raw)
@@ -303,6 +321,194 @@ def test_a_failing_learn_never_blocks_or_loses_the_move(mailbox):
     del harness
 
 
+@contextlib.contextmanager
+def _unwritable(folder: Path):
+    """The model's folder and files read-only for the mail user: every learn fails."""
+    for p in folder.iterdir():
+        p.chmod(0o400)
+    folder.chmod(0o500)
+    try:
+        yield
+    finally:
+        folder.chmod(0o700)
+        for p in folder.iterdir():
+            p.chmod(0o600)
+
+
+def test_a_failed_learn_is_kept_and_the_next_move_learns_the_queue_in_order(mailbox):
+    """The model cannot be written: a move into Junk is done at once, its learn kept in the
+    queue; moved back out, that learn waits behind the first. Once the model can be written,
+    the next move learns the queue first, oldest first (the message ends as ham, as the
+    person last said), then its own; the queue is empty, and each step is a line in the
+    user's learn log (no syslog needed)."""
+    a, b = sample("spam", 2)
+    for raw in (a, b):
+        mailbox.server.append("INBOX", raw)
+        assert mailbox.known(raw) is None
+    ham0, spam0 = mailbox.counts()
+    with _unwritable(mailbox.model.parent):
+        started = time.monotonic()
+        mailbox.move(a, "INBOX", "Junk")
+        assert time.monotonic() - started < 5  # the move is not held up
+        assert [name.rsplit(".", 1)[1] for name in mailbox.queued()] == ["spam"]
+        mailbox.move(a, "Junk", "INBOX")
+        assert [name.rsplit(".", 1)[1] for name in mailbox.queued()] == ["spam", "ham"]
+    assert mailbox.known(a) is None and mailbox.counts() == (ham0, spam0)
+    lines = mailbox.log()
+    assert len(lines) == 2 and "alice: learning as spam failed (the move is done)" in lines[0], lines
+    assert "alice: learning as ham failed (the move is done; it waits in" in lines[1], lines
+
+    mailbox.move(b, "INBOX", "Junk")
+    assert mailbox.known(a) == HAM and mailbox.known(b) == SPAM
+    assert mailbox.counts() == (ham0 + 1, spam0 + 1)
+    assert mailbox.queued() == [] and len(mailbox.log()) == 2
+    assert mailbox.learns() == ["--spam", "learn-queue", "learn-queue"]
+    ida, idb = learnqueue.message_id(a), learnqueue.message_id(b)
+    said = [line.split()[1:4] for line in mailbox.learn_log()]
+    assert said == [["queued", "spam", ida + ":"], ["queued", "ham", ida + ":"], ["failed", "spam", ida + ":"],
+                    ["queued", "spam", idb + ":"], ["learned", "spam", ida + ":"], ["learned", "ham", ida + ":"],
+                    ["learned", "spam", idb + ":"]], mailbox.learn_log()
+    assert "Traceback" not in mailbox.server.log.read_text()
+
+
+def test_the_retry_command_learns_the_queue_as_the_mail_user(mailbox):
+    """`spamnb learn-queue`, as a timer runs it for the mail user, learns what waits and
+    empties the queue; `--list` shows what waits, with its label and Message-ID."""
+    import dovecot as harness
+
+    a = sample("spam", 1)[0]
+    mailbox.server.append("INBOX", a)
+    with _unwritable(mailbox.model.parent):
+        mailbox.move(a, "INBOX", "Junk")
+    assert len(mailbox.queued()) == 1
+
+    def as_mail_user(*args):
+        who = {"user": harness.NOBODY, "group": harness.NOBODY, "extra_groups": []} if mailbox.server.root else {}
+        return subprocess.run([mailbox.spamnb, "learn-queue", *args], capture_output=True, text=True, timeout=120,
+                              cwd="/", env={"HOME": str(mailbox.server.home), "PATH": "/usr/bin:/bin"}, **who)
+
+    listed = as_mail_user("--list")
+    assert listed.returncode == 0 and f" waiting spam {learnqueue.message_id(a)}: " in listed.stdout, listed
+    assert "1 learn(s) wait in" in listed.stderr and len(mailbox.queued()) == 1
+    done = as_mail_user("-q")
+    assert done.returncode == 0 and done.stdout == done.stderr == "", done
+    assert mailbox.known(a) == SPAM and mailbox.queued() == []
+    assert mailbox.learn_log()[-1].split()[1:3] == ["learned", "spam"]
+
+
+def _pipe(tmp_path, spamnb_script: str) -> Path:
+    fake = tmp_path / "spamnb"
+    fake.write_text("#!/bin/sh\n" + spamnb_script)
+    fake.chmod(0o755)
+    program = tmp_path / imapsieve.PIPE
+    program.write_text(imapsieve.pipe_program(str(fake)))
+    program.chmod(0o755)
+    return program
+
+
+def log_file(home) -> Path:
+    return home / ".local" / "state" / "spamnb" / "learn.log"
+
+
+def _run_pipe(program, home, label, raw):
+    return subprocess.run([str(program), label], input=raw, env={"HOME": str(home), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, timeout=60)
+
+
+def test_the_queue_holds_at_most_200_messages_and_20_mb_the_oldest_dropped(tmp_path):
+    """A queue past its bound drops its oldest learns until it is within it, a line each in
+    the learn log: at most 200 messages, and 20 MB, wait (the message just kept is dropped
+    only when it alone is over)."""
+    program = _pipe(tmp_path, "echo 'spamnb: error: the model is locked' >&2; exit 1\n")
+    home = tmp_path / "home"
+    queue = home / ".local" / "state" / "spamnb" / "learn-queue"
+    queue.mkdir(parents=True, mode=0o700)
+    old = 1_000_000_000_000_000_000  # 2001: older than any learn queued now
+    for i in range(learnqueue.MAX_MESSAGES):
+        (queue / f"{old + i}.{i}.spam").write_bytes(b"Message-ID: <old%d@x>\n\nx\n" % i)
+    proc = _run_pipe(program, home, "ham", b"Message-ID: <new@x>\nSubject: x\n\nhello\n")
+    assert proc.returncode == 0 and b"the model is locked" in proc.stderr
+    names = sorted(p.name for p in queue.iterdir() if p.name[0] != ".")
+    assert len(names) == learnqueue.MAX_MESSAGES and names[0] == f"{old + 1}.1.spam" and names[-1].endswith(".ham")
+    log = log_file(home).read_text()
+    assert " dropped spam <old0@x>: the queue is full (at most 200 messages, 20 MB)" in log, log
+    assert " queued ham <new@x>: learns wait before it" in log
+
+    for p in queue.iterdir():
+        p.unlink()
+    for i in range(2):  # 10 MiB each (sparse): 20 MiB, the bound, reached
+        with open(queue / f"{old + i}.{i}.spam", "wb") as f:
+            f.truncate(learnqueue.MAX_BYTES // 2)
+    _run_pipe(program, home, "spam", b"Message-ID: <newer@x>\n\nhello\n")
+    names = sorted(p.name for p in queue.iterdir() if p.name[0] != ".")
+    assert names[0] == f"{old + 1}.1.spam" and len(names) == 2, names
+    assert sum((queue / n).stat().st_size for n in names) <= learnqueue.MAX_BYTES
+
+    huge = b"Message-ID: <huge@x>\n\n" + b"x" * learnqueue.MAX_BYTES
+    _run_pipe(program, home, "spam", huge)
+    assert sorted(p.name for p in queue.iterdir() if p.name[0] != ".") == []  # all older, then itself
+    assert " dropped spam <huge@x>: the queue is full" in log_file(home).read_text()
+
+
+@pytest.mark.parametrize("head, mid", [
+    (b"Message-ID: <a@example.org>\nSubject: x\n", "<a@example.org>"),
+    (b"Subject: x\r\nmessage-id:\r\n <folded@example.org>\r\nFrom: y\r\n", "<folded@example.org>"),
+    (b"Subject: x\n", "-"),
+    (b"Message-ID: <sp ace\x01@x>\n", "<space@x>"),
+    (b"Subject: x\n\nMessage-ID: <in-the-body@x>\n", "-"),
+])
+def test_a_learn_is_a_line_in_the_users_log_with_no_syslog(tmp_path, head, mid):
+    """Each learn is a line in ~/.local/state/spamnb/learn.log, written by the pipe program
+    itself (this machine may have no /dev/log at all): the time, "learned", the label, the
+    Message-ID as spamnb.delivery.learnqueue gives it (printable, no spaces; - without one)
+    and what spamnb said. The log is rotated to learn.log.1 at 1 MiB."""
+    program = _pipe(tmp_path, "echo 'learned 1 as spam, moved 0, 0 already known' >&2\n")
+    raw = head + b"\nhello\n"
+    assert learnqueue.message_id(raw) == mid
+    log = tmp_path / ".local" / "state" / "spamnb" / "learn.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("x" * learnqueue.LOG_MAX_BYTES)
+    proc = _run_pipe(program, tmp_path, "spam", raw)
+    assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
+    lines = log.read_text().splitlines()
+    assert len(lines) == 1 and lines[0].split(" ", 1)[1] == f"learned spam {mid}: learned 1 as spam, moved 0, " \
+                                                            "0 already known", lines
+    assert (tmp_path / ".local" / "state" / "spamnb" / "learn.log.1").stat().st_size == learnqueue.LOG_MAX_BYTES
+
+
+def test_a_retry_learns_oldest_first_stops_at_a_failure_and_drops_what_is_not_mail(tmp_path):
+    """learnqueue.retry: oldest first, each removed once learned; not mail: dropped at once,
+    never retried; a failure stops the retry there (the rest keep their order); a queue
+    others could write to is refused."""
+    queue, log = tmp_path / "learn-queue", tmp_path / "learn.log"
+    queue.mkdir(mode=0o700)
+    mail = b"Message-ID: <%d@x>\nSubject: x\n\nhello\n"
+    (queue / "1000000000000000003.3.ham").write_bytes(mail % 3)
+    (queue / "1000000000000000001.1.spam").write_bytes(mail % 1)
+    (queue / "1000000000000000002.2.spam").write_bytes(b"\x00\x01 not mail")
+    (queue / "1000000000000000004.4.spam").write_bytes(mail % 4)
+    (queue / ".new.99").write_bytes(mail % 9)  # being written: not yet a learn
+    seen = []
+
+    def learn(raw, label):
+        seen.append((learnqueue.message_id(raw), label))
+        if raw == mail % 4:
+            raise learnqueue.Failed("the model is locked")
+        return "learned 1"
+
+    done = learnqueue.retry(queue, log, learn)
+    assert seen == [("<1@x>", "spam"), ("<3@x>", "ham"), ("<4@x>", "spam")]
+    assert (done.learned, done.dropped, done.left, done.failed) == (2, 1, 1, "the model is locked")
+    assert sorted(p.name for p in queue.iterdir()) == [".new.99", "1000000000000000004.4.spam"]
+    words = [line.split()[1:4] for line in log.read_text().splitlines()]
+    assert words == [["learned", "spam", "<1@x>:"], ["dropped", "spam", "-:"], ["learned", "ham", "<3@x>:"],
+                     ["failed", "spam", "<4@x>:"]]
+    assert "not a mail message" in log.read_text() and "never retried" in log.read_text()
+    queue.chmod(0o777)
+    with pytest.raises(ValueError, match="not a private folder of yours"):
+        learnqueue.retry(queue, log, learn)
+
+
 def test_the_contrib_files_are_what_install_writes(tmp_path):
     """contrib/dovecot/ is what `spamnb setup --imapsieve DIR` writes for /usr/local/bin/spamnb
     in /etc/dovecot/sieve-spamnb, mode for mode."""
@@ -436,6 +642,8 @@ def test_a_learn_that_hangs_holds_the_move_only_until_dovecots_timeout(tmp_path,
         log = server.log.read_text()
         assert "alice: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as spam" in log, log
         assert "signal 9" not in log, log  # it ended at Dovecot's SIGTERM, not at the SIGKILL after
+        queue = server.home / ".local" / "state" / "spamnb" / "learn-queue"
+        assert [p.name.rsplit(".", 1)[1] for p in queue.iterdir() if p.name[0] != "."] == ["spam"]  # kept
     finally:
         if server is not None:
             server.stop()
@@ -455,7 +663,8 @@ def test_the_pipe_program_runs_spamnb_at_a_path_with_a_quote_and_a_space(tmp_pat
     program = tmp_path / imapsieve.PIPE
     program.write_text(imapsieve.pipe_program(str(fake)))
     program.chmod(0o755)
-    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", capture_output=True, timeout=60)
+    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", capture_output=True, timeout=60,
+                          env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"})  # its learn log goes there
     assert proc.returncode == 0 and proc.stderr == b"", proc.stderr
     args = said.read_text().splitlines()
     assert args[:1] == ["learn"] and args[1] == "--spam" and len(args) == 3, args
@@ -478,14 +687,15 @@ def test_python_m_setup_writes_a_program_a_mail_user_learns_with(make_dovecot, t
                               env={"HOME": str(folder), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
                               timeout=120)
         assert proc.returncode == 0, proc.stderr
-        assert f"{python} -I -m spamnb learn" in (scripts / imapsieve.PIPE).read_text()
+        assert f'{python} -I -m spamnb "$@"' in (scripts / imapsieve.PIPE).read_text()
         box = serve_mailbox(make_dovecot, scripts, trained_model_file)
         a = sample("spam", 1)[0]
         box.server.append("INBOX", a)
         ham0, spam0 = box.counts()
         box.move(a, "INBOX", "Junk")
         assert box.known(a) == SPAM and box.counts() == (ham0, spam0 + 1)
-        assert box.log() == []
+        assert box.log() == [] and box.queued() == []
+        assert [line.split()[1:3] for line in box.learn_log()] == [["learned", "spam"]]
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -644,8 +854,9 @@ def test_the_pipe_program_learns_only_for_a_home_of_the_users_own(tmp_path, home
         env["HOME"] = {"SYSTEM": system, "SYSTEM/": system + "/", "OWN": str(tmp_path)}.get(home, home)
     if user is not None:
         env["USER"] = user.replace("LOGIN", pwd.getpwuid(os.getuid()).pw_name)
-    proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", env=env, capture_output=True,
-                          timeout=60)
+    with _state_kept_as_it_was(Path(system)):  # HOME the runner's own: its learn log is put back
+        proc = subprocess.run([str(program), "spam"], input=b"Subject: x\n\nhello\n", env=env, capture_output=True,
+                              timeout=60)
     assert proc.returncode == 0
     if refused:
         assert said.exists() is False and proc.stderr.count(b"\n") == 1, proc.stderr
@@ -653,3 +864,22 @@ def test_the_pipe_program_learns_only_for_a_home_of_the_users_own(tmp_path, home
     else:
         assert proc.stderr == b"" and said.read_text().splitlines()[:2] == ["learn", "--spam"]
 
+
+@contextlib.contextmanager
+def _state_kept_as_it_was(home: Path):
+    """The pipe program logs each learn into ``home``'s ~/.local/state/spamnb/learn.log: for a
+    test whose HOME is the runner's real one, that log is as it was afterwards."""
+    made = [home / ".local", home / ".local" / "state", home / ".local" / "state" / "spamnb"]
+    made = [p for p in made if not p.exists()]
+    log = home / ".local" / "state" / "spamnb" / "learn.log"
+    before = log.read_bytes() if log.exists() else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            log.write_bytes(before)
+        else:
+            log.unlink(missing_ok=True)
+        for p in reversed(made):
+            with contextlib.suppress(OSError):
+                p.rmdir()

@@ -299,8 +299,11 @@ Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
   doveadm reload
 (sievec -c: the scripts compile with the settings file itself, whatever dovecot.conf holds.)
 Each user's moves into and out of Junk are then learned into their own model, as
-that user (a model of their own first: spamnb setup). What was learned: syslog
-(journalctl -t spamnb-learn); a learn that failed: Dovecot's log. A failing learn
-never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).
+that user (a model of their own first: spamnb setup). A failing learn never blocks
+or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout): the
+message is kept in the user's ~/.local/state/spamnb/learn-queue/ and learned by
+their next move, or by `spamnb learn-queue` (a timer: docs/delivery.md). Each
+learn, queued learn and drop is a line in their ~/.local/state/spamnb/learn.log
+(and syslog: journalctl -t spamnb-learn); a failure is one in Dovecot's log too.
 A user without a home of their own in the userdb (virtual users under one uid) learns
 nothing, so that no model is shared: give each a home (mail_home = /var/vmail/%d/%n).""")
