@@ -74,8 +74,8 @@ DECIDING = ("classify", "sort", "evaluate", "filter", "serve", "imap filter")
 IMAP = ("imap train", "imap filter")
 LOGGING = ("serve", "filter", "imap filter")
 METRICS = ("serve", "imap filter")
-HISTORY = ("serve", "filter", "imap filter", "web", "history", "learn", "forget", "learn-moves")
-NO_HISTORY = ("serve", "filter", "imap filter", "learn", "forget", "learn-moves")
+HISTORY = ("serve", "filter", "imap filter", "web", "history", "learn", "forget", "learn-moves", "learn-queue")
+NO_HISTORY = ("serve", "filter", "imap filter", "learn", "forget", "learn-moves", "learn-queue")
 
 _DECISION_HELP = {
     "ham_cutoff": "Decide ham when P(spam|x) <= this.",
@@ -285,6 +285,8 @@ PER_INVOCATION = {
     "learn-moves": {"--junk": "names a folder of the Maildir given", "--unsure-folder": "names a folder "
                     "of the Maildir given", "--dry-run": "a rehearsal of one run",
                     "--quiet": "how much one run says"},
+    "learn-queue": {"--list": "what this run does", "--max-seconds": "how long this run may take (the pipe "
+                    "program's budget)", "--quiet": "how much one run says"},
 }
 #: The options of :data:`PER_INVOCATION` that :func:`parse` reads too, for the fast paths:
 #: ``{command: {flag: (name, value)}}``, a flag that sets ``name`` to ``value``.

@@ -22,8 +22,8 @@ from spamnb._version import __version__
 from spamnb.cli.options import EXIT_ZERO_GIVEN, pass_through, take_settings
 from spamnb.options import TABLE, exit_zero_given
 from spamnb.verdict import failure_reason
-from spamnb.cli import (config, delivery, evaluate, explain, history, imap, learning, mailbox, remote, setup, stats,
-                        train, web)
+from spamnb.cli import (config, delivery, evaluate, explain, history, imap, learning, mailbox, queue, remote, setup,
+                        stats, train, web)
 
 
 class _Group(click.Group):
@@ -123,7 +123,7 @@ def main(ctx, config_file):
 
 
 for _command in (train.train, evaluate.evaluate, mailbox.classify, learning.learn, learning.forget,
-                 learning.learn_moves, learning.compact, learning.prune, learning.cutoffs_,
+                 learning.learn_moves, queue.learn_queue, learning.compact, learning.prune, learning.cutoffs_,
                  delivery.filter_, delivery.serve, mailbox.sort, explain.explain, explain.info,
                  explain.tokens, explain.learned, imap.imap, config.config, stats.stats, remote.store, web.web,
                  history.history, setup.setup):

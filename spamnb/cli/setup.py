@@ -74,7 +74,8 @@ def _finite(ctx, param, value):
               help="For a Dovecot server's administrator: write the IMAPSieve scripts and settings that learn "
                    "each user's moves into and out of Junk into DIR (e.g. /etc/dovecot/sieve-spamnb; files "
                    "there are kept), say what to add to dovecot.conf, and do nothing else. Refuses DIR, or the "
-                   "spamnb it names, when another user could change them or a folder above them.")
+                   "spamnb it names, when another user could change them or a folder above them, and a "
+                   "spamnb a mail user cannot run (as root: tried as Dovecot's mail_uid, else nobody).")
 @click.pass_context
 def setup(ctx, yes, delivery, install, no_unsure, young_days, model_path, imapsieve_dir):
     """Start from your own mail: find it, learn it, estimate, and give the recipe.
@@ -293,11 +294,16 @@ Then, as root on the mail server (Debian: apt-get install dovecot-sieve):
   cp {folder}/{imapsieve.CONF} /etc/dovecot/conf.d/
   # merge it with your settings if you set mail_plugins, sieve_plugins, sieve_global_extensions
   # or imapsieve_mailbox1 to 3 elsewhere (doveconf -n shows them)
-  sievec {folder}/report-spam.sieve && sievec {folder}/report-ham.sieve
+  sievec -c {folder}/{imapsieve.CONF} {folder}/report-spam.sieve
+  sievec -c {folder}/{imapsieve.CONF} {folder}/report-ham.sieve
   doveadm reload
+(sievec -c: the scripts compile with the settings file itself, whatever dovecot.conf holds.)
 Each user's moves into and out of Junk are then learned into their own model, as
-that user (a model of their own first: spamnb setup). What was learned: syslog
-(journalctl -t spamnb-learn); a learn that failed: Dovecot's log. A failing learn
-never blocks or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout).
+that user (a model of their own first: spamnb setup). A failing learn never blocks
+or undoes the move (Dovecot stops a slow one after sieve_pipe_exec_timeout): the
+message is kept in the user's ~/.local/state/spamnb/learn-queue/ and learned by
+their next move, or by `spamnb learn-queue` (a timer: docs/delivery.md). Each
+learn, queued learn and drop is a line in their ~/.local/state/spamnb/learn.log
+(and syslog: journalctl -t spamnb-learn); a failure is one in Dovecot's log too.
 A user without a home of their own in the userdb (virtual users under one uid) learns
 nothing, so that no model is shared: give each a home (mail_home = /var/vmail/%d/%n).""")

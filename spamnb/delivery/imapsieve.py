@@ -16,9 +16,11 @@ as the mail user. This module writes those files, with spamnb's full path:
   the message, which learns it into the mail user's own model once (learning a
   message known under the same label again changes nothing, and learning it
   under the other label moves it: forgets it as spam and learns it as ham in
-  one journal record). It always exits 0 and writes one line to stderr, which
-  Dovecot puts in its log: the move is done before the script runs, and a
-  failing learn must neither block nor undo it. It learns nothing for a mail
+  one journal record). It always exits 0: the move is done before the script
+  runs, and a failing learn must neither block nor undo it. A learn that fails is
+  one line on stderr (Dovecot's log) and is kept in the user's queue, learned by
+  their next move or ``spamnb learn-queue``; every learn is a line in their learn
+  log (:mod:`spamnb.delivery.learnqueue`). It learns nothing for a mail
   user without a home of their own (HOME unset, ``/``, or the uid's own home
   under another user name: virtual users under one vmail uid), whose moves
   would go into a model every such user shares;
@@ -88,15 +90,33 @@ MODULE = ("-I", "-m", "spamnb")
 def pipe_program(spamnb) -> str:
     """The program the Sieve scripts pipe a moved message to (``spamnb-learn spam|ham``);
     ``spamnb``: its full path, or the words that run it (:data:`MODULE`)."""
+    from spamnb.delivery import learnqueue as q
+
     words = shlex.join(os.fspath(w) for w in command(spamnb))
-    return f"""#!/bin/sh
+    values = {"@SPAMNB@": words, "@MAX_MESSAGES@": str(q.MAX_MESSAGES), "@MAX_BYTES@": str(q.MAX_BYTES),
+              "@MAX_MB@": str(q.MAX_BYTES // 2**20), "@LOG_MAX_BYTES@": str(q.LOG_MAX_BYTES),
+              "@PIPE_SECONDS@": str(q.PIPE_SECONDS)}
+    text = _PIPE
+    for key, value in values.items():
+        text = text.replace(key, value)
+    return text
+
+
+#: :func:`pipe_program`'s text, @NAME@ filled in (its awk and shell braces would make an
+#: f-string unreadable).
+_PIPE = r"""#!/bin/sh
 # spamnb-learn spam|ham: learn the message on standard input into the mail
 # user's own model. Piped to by report-spam.sieve and report-ham.sieve (Dovecot's
 # IMAPSieve, vnd.dovecot.pipe); runs as the mail user, with their HOME.
 #
 # It always exits 0: the move is done before this runs, and a failing learn must
-# neither block nor undo it. What it learned goes to syslog (`journalctl -t
-# spamnb-learn`, or the mail log), a failure or a refusal to stderr, which is
+# neither block nor undo it. A learn that fails, or that Dovecot stops, is not lost:
+# the message is kept in ~/.local/state/spamnb/learn-queue/ (at most @MAX_MESSAGES@
+# messages and @MAX_MB@ MB; past that the oldest are dropped), and the next move learns
+# the queue, oldest first, before its own message (`spamnb learn-queue` does too, from
+# a timer). Each learn, queued learn and dropped learn is a line in
+# ~/.local/state/spamnb/learn.log (rotated at 1 MiB), and in syslog when there is one
+# (`journalctl -t spamnb-learn`); a failure is also a line on stderr, which is
 # Dovecot's log. The message goes through a private temporary file, so that
 # `spamnb learn` takes its fast path (no numpy: a journal append).
 #
@@ -111,8 +131,8 @@ case "$1" in
     *) echo "spamnb-learn: called with '$1', not spam or ham: nothing learned" >&2; exit 0 ;;
 esac
 umask 077
-dir=$(mktemp -d "${{TMPDIR:-/tmp}}/spamnb-learn.XXXXXXXXXX") || {{
-    echo "spamnb-learn: no temporary folder: the message is not learned as $label" >&2; exit 0; }}
+dir=$(mktemp -d "${TMPDIR:-/tmp}/spamnb-learn.XXXXXXXXXX") || {
+    echo "spamnb-learn: no temporary folder: the message is not learned as $label" >&2; exit 0; }
 trap 'rm -rf "$dir"' EXIT
 trap 'exit 0' HUP INT TERM
 if ! cat > "$dir/message"; then
@@ -120,29 +140,108 @@ if ! cat > "$dir/message"; then
 fi
 uid=$(id -u)
 login=$(id -un 2>/dev/null || echo "$uid")
-who=${{USER:-$login}}
-home=$(printf '%s' "${{HOME:-}}" | sed 's:/*$::')
+who=${USER:-$login}
+home=$(printf '%s' "${HOME:-}" | sed 's:/*$::')
 system_home=$(getent passwd "$uid" | cut -d: -f6 | sed 's:/*$::')
 case "$home" in
     /?*) shared= ;;
     *) shared=yes ;;
 esac
-if [ "$home" = "$system_home" ] && [ "$who" != "$login" ] && [ "${{who%%@*}}" != "$login" ]; then
+if [ "$home" = "$system_home" ] && [ "$who" != "$login" ] && [ "${who%%@*}" != "$login" ]; then
     shared=yes
 fi
 if [ -n "$shared" ]; then
-    echo "spamnb-learn: $who: no home of their own (HOME=${{HOME-unset}}, uid $login): not learned as $label, so that nothing goes into a model other users share (give each user a home in Dovecot's userdb)" >&2
+    echo "spamnb-learn: $who: no home of their own (HOME=${HOME-unset}, uid $login): not learned as $label, so that nothing goes into a model other users share (give each user a home in Dovecot's userdb)" >&2
     exit 0
 fi
-# In the background and waited for, so that Dovecot's SIGTERM (sieve_pipe_exec_timeout)
-# ends this script at once rather than when spamnb is done.
-{words} learn --"$label" "$dir/message" > "$dir/said" 2>&1 &
-learner=$!
-trap 'kill "$learner" 2>/dev/null; echo "spamnb-learn: $who: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as $label" >&2; exit 0' HUP INT TERM
-if wait "$learner"; then
-    logger -t spamnb-learn -p mail.info -- "$who: $(cat "$dir/said")" 2>/dev/null || :
+state=$home/.local/state/spamnb
+queue=$state/learn-queue
+log=$state/learn.log
+queued=
+
+mid_of() {  # the Message-ID of a message file as the log gives it (spamnb.delivery.learnqueue.message_id)
+    LC_ALL=C awk '
+        /^\r?$/ { exit }
+        found && /^[ \t]/ { v = v $0; next }
+        found { exit }
+        tolower(substr($0, 1, 11)) == "message-id:" { found = 1; v = substr($0, 12) }
+        END { gsub(/[^!-~]/, "", v); print (v == "" ? "-" : substr(v, 1, 200)) }' "$1" 2>/dev/null || echo -
+}
+mid=$(mid_of "$dir/message")
+
+note() {  # note WHAT LABEL MESSAGE-ID TEXT: a line in the learn log, and in syslog when there is one
+    line="$(date -u +%Y-%m-%dT%H:%M:%SZ) $1 $2 $3: $(printf '%s' "$4" | tr -s '\t\r\n' '   ')"
+    {
+        mkdir -p "$state"
+        if [ -f "$log" ] && [ "$(wc -c < "$log")" -ge @LOG_MAX_BYTES@ ]; then mv -f "$log" "$log.1"; fi
+        printf '%s\n' "$line" >> "$log"
+    } 2>/dev/null
+    case "$1" in learned) level=info ;; *) level=warning ;; esac
+    if [ -S /dev/log ]; then logger -t spamnb-learn -p "mail.$level" -- "$who: $line" 2>/dev/null; fi
+}
+
+said() {  # what spamnb said, on one line
+    head -n 3 "$dir/said" 2>/dev/null | tr -s '\t\r' '  ' | paste -s -d ' ' -
+}
+
+keep() {  # keep WHY: the message kept for a retry, written whole before it is named STAMP.PID.LABEL
+    stamp=$(date +%s%N)
+    case "$stamp" in *[!0-9]*|'') stamp=$(date +%s)000000000 ;; esac
+    if { mkdir -p "$queue" && cp "$dir/message" "$queue/.new.$$" &&
+         mv -f "$queue/.new.$$" "$queue/$stamp.$$.$label"; } 2>/dev/null; then
+        queued=yes
+        note queued "$label" "$mid" "$1; kept in $queue for a retry"
+        bound
+        return 0
+    fi
+    rm -f "$queue/.new.$$" 2>/dev/null
+    echo "spamnb-learn: $who: cannot keep the message in $queue: not learned as $label" >&2
+    note dropped "$label" "$mid" "$1; and it cannot be kept in $queue: not learned"
+    return 1
+}
+
+bound() {  # at most @MAX_MESSAGES@ learns and @MAX_BYTES@ bytes wait: the oldest are dropped until they do, a line each
+    (cd "$queue" && set -- [0-9]* && [ -e "$1" ] && wc -c -- "$@") 2>/dev/null |
+        awk -v n=@MAX_MESSAGES@ -v b=@MAX_BYTES@ '$2 != "total" { size[++k] = $1; name[k] = $2; s += $1 }
+            END { for (i = 1; i <= k && (k - i + 1 > n || s > b); i++) { print name[i]; s -= size[i] } }' |
+        while read -r old; do
+            note dropped "${old##*.}" "$(mid_of "$queue/$old")" "the queue is full (at most @MAX_MESSAGES@ messages, @MAX_MB@ MB): the oldest learn is dropped, not learned"
+            rm -f "$queue/$old"
+        done
+}
+
+stopped() {  # Dovecot's SIGTERM (sieve_pipe_exec_timeout): spamnb stopped, the message kept
+    kill "$learner" 2>/dev/null
+    echo "spamnb-learn: $who: stopped by Dovecot (sieve_pipe_exec_timeout): not learned as $label now; kept in $queue for a retry" >&2
+    [ -n "$queued" ] || keep "stopped by Dovecot (sieve_pipe_exec_timeout)"
+    exit 0
+}
+
+run() {  # run spamnb in the background and wait for it, so that Dovecot's SIGTERM ends this at once
+    @SPAMNB@ "$@" > "$dir/said" 2>&1 &
+    learner=$!
+    trap stopped HUP INT TERM
+    wait "$learner"
+}
+
+set -- "$queue"/[0-9]*
+if [ -e "$1" ]; then
+    # learns wait: this one goes after them, so that the last move of a message is what is learned
+    # (when it cannot be kept, it is learned now all the same)
+    if keep "learns wait before it"; then
+        if ! run learn-queue -q --max-seconds @PIPE_SECONDS@; then
+            echo "spamnb-learn: $who: learning as $label failed (the move is done; it waits in $queue): $(said)" >&2
+        fi
+        exit 0
+    fi
+fi
+run learn --"$label" "$dir/message"
+code=$?
+if [ "$code" -eq 0 ]; then
+    note learned "$label" "$mid" "$(said)"
 else
-    echo "spamnb-learn: $who: learning as $label failed (the move is done): $(head -n 3 "$dir/said")" >&2
+    echo "spamnb-learn: $who: learning as $label failed (the move is done): $(said); kept in $queue for a retry" >&2
+    keep "spamnb failed (exit $code): $(said)"
 fi
 exit 0
 """
@@ -155,8 +254,10 @@ def conf(folder: str = DEFAULT_DIR, junk: str = "Junk", unsure: str = "Unsure") 
 # If your configuration sets mail_plugins for imap, sieve_plugins or
 # sieve_global_extensions elsewhere, merge these values into those lines, and
 # renumber the imapsieve_mailboxN rules after yours. Then compile the scripts
-# as root (`sievec {folder}/report-spam.sieve`, and report-ham.sieve) and
-# reload Dovecot (`doveadm reload`).
+# as root with this file as sievec's configuration, so that they compile with
+# these settings whatever dovecot.conf holds (`sievec -c {folder}/{CONF}
+# {folder}/report-spam.sieve`, and report-ham.sieve), and reload Dovecot
+# (`doveadm reload`).
 protocol imap {{
   mail_plugins = $mail_plugins imap_sieve
 }}
@@ -211,7 +312,7 @@ def check_command(spamnb, package=None) -> None:
         raise ValueError(f"spamnb's command {shlex.join(words)!r} does not start with a full path")
     if tuple(words[1:]) == MODULE:
         trusted_path(words[0], "the Python interpreter", EVERY_USER)
-        package = package or os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package = package or _package()
         real = trusted_path(package, "spamnb's package folder", EVERY_USER)
         probe = [words[0], "-I", "-c", "import os, spamnb; print(os.path.dirname(os.path.realpath(spamnb.__file__)))"]
         try:
@@ -232,7 +333,22 @@ def check_command(spamnb, package=None) -> None:
                          f"{' '.join(MODULE)}")
 
 
-def install(folder: str, spamnb, junk: str = "Junk") -> tuple:
+def check_mail_user(spamnb, package=None) -> None:
+    """ValueError (one line: what is in the way, and what to do) unless a mail user can run
+    what ``spamnb`` names: Dovecot runs it as each of them, and a learn that cannot run
+    spamnb fails for every move (:func:`spamnb.delivery.mailuser.check`)."""
+    from spamnb._version import __version__
+    from spamnb.delivery import mailuser
+
+    words = [os.fspath(w) for w in command(spamnb)]
+    mailuser.check(words, package or _package(), __version__)
+
+
+def _package() -> str:
+    return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def install(folder: str, spamnb, junk: str = "Junk", *, check_runs: bool = True) -> tuple:
     """Write :func:`files` into ``folder`` (made 0755 where missing): ``(its real path,
     [(path, written)])``, written False where a file was there already (never replaced:
     an admin's edits stay). The settings name the real path.
@@ -245,10 +361,14 @@ def install(folder: str, spamnb, junk: str = "Junk") -> tuple:
     (the folder itself not even sticky: they could create a file there before we or
     ``sievec`` do), or when the way to it goes through a link another user could change.
     Each folder is opened from the one above without following a link and checked on its
-    descriptor, one made here too, and the files are written through that descriptor."""
+    descriptor, one made here too, and the files are written through that descriptor.
+    ``check_runs``: also refuse, before anything is made, a spamnb a mail user cannot run
+    (:func:`check_mail_user`)."""
     from spamnb.storage.store import open_trusted_folder, owner_problem
 
     check_command(spamnb)
+    if check_runs:
+        check_mail_user(spamnb)
     fd, real = open_trusted_folder(os.path.abspath(folder), "the IMAPSieve folder", EVERY_USER)
     try:
         written = files(spamnb, real, junk)

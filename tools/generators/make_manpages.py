@@ -51,6 +51,10 @@ FILES = [
                                              "built the first time a command needs it; N is its recipe, "
                                              "so a release with another corpus or defaults builds it anew."),
     ("~/.config/spamnb/imap.toml", "The settings of spamnb imap (mode 0600)."),
+    ("~/.local/state/spamnb/learn-queue/", "The learns Dovecot's IMAPSieve pipe program could not do, kept "
+                                           "for a retry (spamnb learn-queue)."),
+    ("~/.local/state/spamnb/learn.log", "A line per learn, queued learn, failed retry and dropped learn "
+                                        "of the IMAPSieve pipe program (rotated to learn.log.1 at 1 MiB)."),
 ]
 SEE_ALSO_PEERS = ["bogofilter(1)", "spamc(1)", "procmail(1)", "maildrop(1)"]
 
