@@ -494,7 +494,7 @@ def test_a_correction_on_the_page_as_the_documented_acl_user_is_learned_once_and
         status, _, text = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
         assert status == 303, text
         _, _, page = web.get("/history")
-        assert "Learned #1 as spam." in page and "not marked" not in page
+        assert "Learned as spam: “which one”." in page and "not marked" not in page
     finally:
         web.stop()
     assert counts(backend) == (before[0], before[1] + 1)
@@ -562,11 +562,11 @@ def test_a_mark_that_fails_after_the_learn_is_said_and_leaves_the_row_in_the_que
         assert hist.rows([1])[0]["corrected"] is None and hist.count("queue") == 1
         assert counts(backend) == (before[0], before[1] + 1)
         _, _, page = web.get("/unsure")
-        assert "Learned #1 as spam, but not marked in the history" in page and "WRONGTYPE" in page, page
+        assert "Learned as spam: “which one”, but not marked in the history" in page and "WRONGTYPE" in page, page
         status, _, _ = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
         assert status == 303
         _, _, page = web.get("/history")
-        assert "Learned #1 as spam." in page
+        assert "Learned as spam: “which one”." in page
     finally:
         web.stop()
     assert hist.rows([1])[0]["corrected"] == "spam" and hist.count("queue") == 0

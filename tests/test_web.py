@@ -16,7 +16,7 @@ from spamnb.storage import history
 from spamnb.storage.modelfile import load_model
 from spamnb.web.data import Site
 from spamnb.mail.tokennames import describe
-from spamnb.web.pages import clue_list
+from spamnb.web.pages import clue_list, learned_note
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
 from webpage import HOSTILE, Web, WebHere, fill, hostile_message
@@ -124,7 +124,8 @@ def test_learning_from_the_page_is_spamnb_learn_and_rescores(site):
     assert after[1] == before[1] + 1 and after[0] == before[0]
     _, _, body = web.get("/unsure")
     assert 'id="m1"' not in body and body.count('<tr id="m') == 4
-    assert "Learned #1 as spam" in body and "Re-scored the unsure messages" in body
+    assert learned_note([history.fields(mail[0])["subject"]], "spam") + ". " in body
+    assert "Re-scored the unsure messages" in body
     # the same message again through the command line: already learned, counted once
     proc = subprocess.run(SPAMNB + ["learn", "--spam", "--model", str(model), "-"], input=mail[0],
                           capture_output=True)
@@ -564,7 +565,7 @@ def test_the_model_page_and_overview_count_what_was_learned_anywhere(site):
 
 
 def test_the_unsure_page_learns_a_batch_in_one_post(site):
-    web, _, model = site
+    web, mail, model = site
     _, _, body = web.get("/unsure")
     assert body.count('form="batch"') == 5 and 'id="batch"' in body
     before = load_model(model).messages.copy()
@@ -574,7 +575,7 @@ def test_the_unsure_page_learns_a_batch_in_one_post(site):
     assert after[1] == before[1] + 2 and after[0] == before[0]  # each once
     _, _, body = web.get("/unsure")
     assert 'id="m2"' not in body and 'id="m4"' not in body and body.count('<tr id="m') == 3
-    assert "Learned #2, #4 as spam" in body
+    assert learned_note([history.fields(mail[i])["subject"] for i in (1, 3)], "spam") + ". " in body
     _, _, body = web.get("/history?verdict=unsure")
     assert body.count("taught as") == 2
     # nothing ticked: nothing learned, and said; a row not kept: nothing of the batch learned
@@ -585,6 +586,33 @@ def test_the_unsure_page_learns_a_batch_in_one_post(site):
     assert (load_model(model).messages == after).all()
     status, _, _ = web.get("/learn", data=b"id=1&id=3&label=ham")  # and a batch needs the CSRF token too
     assert status == 403 and (load_model(model).messages == after).all()
+
+
+def test_subjects_are_shown_decoded_and_a_choice_names_its_messages_by_them(compiled, tmp_path):
+    """Raw UTF-8 and RFC 2047 subjects read as written on every page; a choice is named by its
+    messages' subjects (quoted, clipped, escaped), three of them, and the rest counted."""
+    body = b"\n\nPlease find the offer attached.\n"
+    mail = [b"Subject: Prognose f\xc3\xbcr Sie\nMessage-ID: <p1@x>" + body,
+            b"Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe_aus_K=C3=B6ln?=\nMessage-ID: <p2@x>" + body,
+            b"Subject: <b>bold</b> " + b"very long " * 20 + b"\nMessage-ID: <p3@x>" + body,
+            b"Message-ID: <p4@x>" + body]
+    hist = tmp_path / "h.sqlite"
+    fill(hist, mail, unsure={0, 1, 2, 3})
+    web = WebHere(compiled, hist)
+    try:
+        for path in ("/unsure", "/history", "/message/1", "/message/2"):
+            _, _, page = web.get(path)
+            assert "Prognose für Sie" in page or "Grüße aus Köln" in page, path
+            assert "Ã" not in page and "=?utf-8?" not in page.split("<pre")[0], path
+        status, _, _ = web.get("/learn", data=f"id=1&id=2&id=3&id=4&label=ham&csrf={web.server.csrf}".encode())
+        assert status == 303
+        note = re.search(r'<p class="flash">(.*?)</p>', web.get("/unsure")[2], re.S).group(1)
+        assert note.startswith("Learned as ham: “Prognose für Sie”, “Grüße aus Köln”, “&lt;b&gt;bold&lt;/b&gt; "
+                               "very long very long") and "<b>" not in note, note
+        assert "…” and 1 more. " in note and "#" not in note.split(". ")[0], note
+        assert learned_note([""], "spam") == "Learned as spam: (no subject)"
+    finally:
+        web.stop()
 
 
 def test_clues_are_shown_in_words_with_the_probability_they_push_towards(site):
@@ -655,7 +683,8 @@ def test_a_choice_whose_mark_fails_is_learned_said_so_and_marks_no_row(compiled,
         status, _, body = web.get("/learn", data=f"id=1&id=2&label=spam&csrf={web.server.csrf}".encode())
         assert status == 303, body
         _, _, body = web.get("/unsure")
-        assert "Learned #1, #2 as spam, but not marked in the history: database is locked" in body
+        subjects = [history.fields(raw)["subject"] for raw in messages()[:2]]
+        assert learned_note(subjects, "spam") + ", but not marked in the history: database is locked" in body
         assert body.count('<tr id="m') == 2  # both still waiting
     finally:
         web.stop()

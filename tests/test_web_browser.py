@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from spamnb.storage import history
 from spamnb.storage.modelfile import load_model
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
 from webpage import HOSTILE, Web, fill, hostile_message, output_dir
@@ -73,7 +74,7 @@ def rows(driver):
 
 
 def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
-    web, _, model = site
+    web, mail, model = site
     browser.get(web.url)
     assert browser.current_url == web.base + web.root + "/unsure"  # the token left the address bar
     assert browser.find_element("tag name", "h1").text == "Unsure mail"
@@ -88,7 +89,8 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
     after_rows = rows(browser)
     assert "m4" not in after_rows and len(after_rows) == 5
     flash = browser.find_element("css selector", ".flash").text
-    assert "Learned #4 as spam" in flash and "Re-scored the unsure messages" in flash
+    assert f"Learned as spam: “{history.fields(mail[3])['subject']}”." in flash
+    assert "Re-scored the unsure messages" in flash
     shot(browser, "unsure-after-learning")
     follow(browser, "History")  # the page's links carry its address
     assert "taught as" in browser.find_element("id", "m4").text
@@ -96,7 +98,7 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
 
 
 def test_tick_several_unsure_messages_and_mark_them_ham_at_once(browser, site):
-    web, _, model = site
+    web, mail, model = site
     browser.get(web.url)
     for row in ("m2", "m3", "m8"):
         browser.find_element("css selector", f"#{row} td.pick input").click()
@@ -106,7 +108,9 @@ def test_tick_several_unsure_messages_and_mark_them_ham_at_once(browser, site):
     WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))
     assert load_model(model).messages[0] == before[0] + 3 and load_model(model).messages[1] == before[1]
     assert not {"m2", "m3", "m8"} & set(rows(browser)) and len(rows(browser)) == 3
-    assert "Learned #2, #3, #8 as ham" in browser.find_element("css selector", ".flash").text
+    named = ", ".join(f"“{history.fields(mail[i])['subject']}”" for i in (1, 2))
+    assert f"Learned as ham: {named} and “{history.fields(mail[7])['subject']}”." in \
+        browser.find_element("css selector", ".flash").text
 
 
 def test_a_hostile_subject_is_shown_as_text_and_never_runs(browser, site):

@@ -248,14 +248,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.redirect(srv.root + back)
                 return
             with srv.site.request():
-                moved = srv.site.learn(mids, label)
+                subjects, moved = srv.site.learn(mids, label)
         except ValueError as exc:
             self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
         except NotMarked as exc:  # learned: said with the next page, as a choice is
-            which = ", ".join(f"#{mid}" for mid in sorted(mids))
-            srv.remember(f"Learned {which} as {pages.e(label)}, but not marked in the history: {pages.e(str(exc))}. "
-                         f"They stay in the queue: choose them again to mark them (a message is learned once).")
+            srv.remember(f"{pages.learned_note(exc.subjects, label)}, but not marked in the history: "
+                         f"{pages.e(str(exc))}. They stay in the queue: choose them again to mark them (a message "
+                         f"is learned once).")
             self.redirect(srv.root + back)
             return
         except Exception as exc:  # noqa: BLE001 - said on the page; raised before any mark (the site's learn)
@@ -263,8 +263,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send(500, pages.error_page(500, f"not learned: {exc}; nothing was marked in the history",
                                             root=srv.root))
             return
-        which = ", ".join(f"#{mid}" for mid in sorted(mids))
-        srv.remember(f"Learned {which} as {pages.e(label)}. " + pages.moved_note(moved, srv.root))
+        srv.remember(f"{pages.learned_note(subjects, label)}. " + pages.moved_note(moved, srv.root))
         self.redirect(srv.root + back)
 
     def route_get(self, path, q):

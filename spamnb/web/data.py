@@ -34,7 +34,12 @@ COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id"
 class NotMarked(Exception):
     """The page's choice was learned, but its rows could not be marked in the history (the
     reason): they stay in the queue, and choosing them again marks them (a message is
-    learned once). What the page says, with the next page, instead of an error."""
+    learned once). What the page says, with the next page, instead of an error;
+    ``subjects``: those of the messages learned, by which it names them."""
+
+    def __init__(self, reason, subjects=()):
+        super().__init__(reason)
+        self.subjects = list(subjects)
 
 
 def rescored_queue(site, log):
@@ -234,21 +239,23 @@ class Site:
     def learn(self, mids, label):
         """Learn the messages of verdicts ``mids`` (an id, or a page's selection) as ``label``,
         in one update (the path of ``spamnb learn``: the journal, the model's store), mark
-        their rows, then re-score the unsure queue once: ``[(id, subject, was, now)]`` of the
-        messages whose verdict moved. ValueError when a message is not there to learn
-        (then nothing is learned)."""
+        their rows, then re-score the unsure queue once: ``(subjects, moved)``, the subjects
+        of the messages learned (by which the page names them) and ``[(id, subject, was,
+        now)]`` of the messages whose verdict moved. ValueError when a message is not there
+        to learn (then nothing is learned)."""
         if label not in ("spam", "ham"):
             raise ValueError("learn it as spam or ham")
         mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
         if not mids:
             raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            raws = []
+            raws, subjects = [], []
             for mid in mids:
                 found = self.message(mid)
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
+                subjects.append(found[0]["subject"])
             pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure),
                            [(raw, label) for raw in raws], via="web", create=default_seed, warn=self.log)
             # learned first, then marked (in one transaction: every row or none): a mark that fails
@@ -267,9 +274,9 @@ class Site:
                         raise
             except (sqlite3.Error, history.HistoryError, OSError) as exc:
                 self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
-                raise NotMarked(str(exc)) from None
+                raise NotMarked(str(exc), subjects) from None
             self.log(f"learned {which} as {label}")
-            return rescored_queue(self, self.log)
+            return subjects, rescored_queue(self, self.log)
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the unsure queue again with the model as it

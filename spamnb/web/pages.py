@@ -12,6 +12,7 @@ import datetime
 import html
 from urllib.parse import urlencode
 
+from spamnb.mail.mime import clipped
 from spamnb.mail.tokennames import describe
 from spamnb.storage.scorer import sigmoid
 from spamnb.web import charts
@@ -83,12 +84,31 @@ def pager(page, total, base, params):
     return '<p class="pager">' + " · ".join(links) + "</p>"
 
 
+NAMED = 3  # messages a note names by subject; the rest it counts
+SUBJECT_WIDTH = 60  # characters of a subject a note shows
+
+
+def named(subject) -> str:
+    """A message named by its subject in a sentence: quoted, clipped, escaped."""
+    return f"“{e(clipped(subject, SUBJECT_WIDTH))}”" if subject else "(no subject)"
+
+
+def learned_note(subjects, label) -> str:
+    """What a choice learned, by subject: 'Learned as ham: “Prognose für Sie”, “Re: meeting”
+    and 1 more' (the rows' numbers say nothing to a person)."""
+    names = [named(s) for s in subjects[:NAMED]]
+    if len(subjects) > NAMED:
+        names.append(f"{len(subjects) - NAMED} more")
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"Learned as {e(label)}: {listed}"
+
+
 def moved_note(moved, root=""):
     if moved is None:
         return ""
     if not moved:
         return "Re-scored the unsure messages: none moved."
-    items = ", ".join(f'<a href="{e(root)}/message/{int(mid)}">#{int(mid)} {e(subject or "(no subject)")}</a> '
+    items = ", ".join(f'<a href="{e(root)}/message/{int(mid)}">#{int(mid)} {named(subject)}</a> '
                       f'{e(was)} → {verdict_badge(now)}' for mid, subject, was, now in moved[:20])
     more = f" and {len(moved) - 20} more" if len(moved) > 20 else ""
     return f"Re-scored the unsure messages: {len(moved)} moved: {items}{more}."

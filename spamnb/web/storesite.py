@@ -130,7 +130,8 @@ class StoreSite:
 
     def learn(self, mids, label):
         """Teach the store's model the messages of verdicts ``mids`` as ``label`` (what a TELL
-        does: every host's next verdict follows), mark their rows, re-score the queue.
+        does: every host's next verdict follows), mark their rows, re-score the queue:
+        ``(subjects, moved)``, as :meth:`spamnb.web.data.Site.learn`.
 
         Learned and marked, or neither, as far as the store lets anything be: the mark is asked
         for first (:meth:`~spamnb.storage.redishistory.RedisHistory.mark` with ``check``: this
@@ -146,12 +147,13 @@ class StoreSite:
         if not mids:
             raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            raws = []
+            raws, subjects = [], []
             for mid in mids:
                 found = self.message(mid)
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
+                subjects.append(found[0]["subject"])
             self.hist.mark(mids, label, check=True)
             pipeline.learn(self.backend, [(raw, label) for raw in raws], via="web", warn=self.log)
             which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
@@ -159,9 +161,9 @@ class StoreSite:
                 self.hist.mark(mids, label)
             except ModelError as exc:
                 self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
-                raise NotMarked(str(exc)) from None
+                raise NotMarked(str(exc), subjects) from None
             self.log(f"learned {which} as {label}")
-            return rescored_queue(self, self.log)
+            return subjects, rescored_queue(self, self.log)
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the queue again; ``[(id, subject, was, now)]``
