@@ -13,10 +13,11 @@ import time
 import pytest
 
 from spamnb.storage import history
+from spamnb.verdict import threshold
 from spamnb.storage.modelfile import load_model
 from spamnb.web.data import Site
 from spamnb.mail.tokennames import describe
-from spamnb.web.pages import clue_list, learned_note
+from spamnb.web.pages import LIST_CHIPS, PAGE_CHIPS, clue_chips, learned_note
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
 from webpage import HOSTILE, Web, WebHere, fill, hostile_message
@@ -225,7 +226,7 @@ def test_a_list_page_reads_its_rows_and_messages_in_one_connection_and_the_same_
                 cost[path, n] = (len(opened), len(statements))
                 clues = Site(compiled, False, hist).clues
                 for raw in mail[:n]:  # the clues `spamnb explain` lists, under their row
-                    assert clue_list(clues(raw)) in body, path
+                    assert clue_chips(clues(raw)) in body, path
         finally:
             web.stop()
             monkeypatch.undo()
@@ -511,9 +512,10 @@ def test_hostile_from_and_clue_tokens_are_escaped_on_every_page(hostile_site):
     web, hostile, model = hostile_site
     sender = history.fields(hostile)["sender"]
     assert "<b>" in sender
-    clues = [tok for tok, _ in Site(model, False, web.base).clues(hostile)]
-    odd = [tok for tok in clues if set(tok) & set("<\"'")]
-    assert len(odd) >= 3, clues  # the hostile tokens are among the strongest clues
+    clues = Site(model, False, web.base).clues(hostile)
+    shown = [tok for _, group, _, _ in clues.sides(*LIST_CHIPS) for tok, _ in group]
+    odd = [tok for tok in shown if set(tok) & set("<\"'")]
+    assert len(odd) >= 3, shown  # the hostile tokens are among the strongest clues
     for path in ("/unsure", "/history", "/message/4"):
         status, _, body = web.get(path)
         assert status == 200
@@ -615,16 +617,74 @@ def test_subjects_are_shown_decoded_and_a_choice_names_its_messages_by_them(comp
         web.stop()
 
 
-def test_clues_are_shown_in_words_with_the_probability_they_push_towards(site):
-    from spamnb.web.pages import leaning
-
+def test_clues_are_shown_in_words_with_what_they_add_to_the_score(site):
     web, mail, model = site
     _, _, body = web.get("/unsure")
     clues = Site(model, False, web.base).clues(mail[0])
-    assert clues
-    for tok, c in clues:
-        assert f'title="{html.escape(tok, quote=True)} ({c:+.2f} log-odds)">{html.escape(describe(tok))} ' \
-               f'<b>{leaning(c)}</b></li>' in body
+    assert clues.terms and clue_chips(clues) in body
+    for _, group, _, _ in clues.sides(*LIST_CHIPS):
+        for tok, c in group:
+            assert f'title="{html.escape(tok, quote=True)} (' in body
+            assert f'>{html.escape(describe(tok))}' in body and f"<b>{c:+.2f}</b>" in body
+
+
+CHIP = re.compile(r'<li class="(s|h|prior)( more)?"[^>]*>(.*?) <b>([+-][0-9]+\.[0-9]{2})</b> <small>([^<]*)</small></li>')
+
+
+def chips_of(page):
+    """``[(class, more, text, contribution, share)]`` of the chips of a message's page."""
+    section = page.split("<h2>What moved its score</h2>", 1)[1].split("</ul>", 1)[0]
+    return [(cls, bool(more), text, float(c), shown) for cls, more, text, c, shown in CHIP.findall(section)]
+
+
+def spam_with_a_high_score(model):
+    """A spam of the shipped sample that ``model`` scores above +10, and that score."""
+    from conftest import gold_labels, SAMPLE_MAILDIR
+
+    site = Site(model, False, "unused")
+    for name, label in sorted(gold_labels().items()):
+        raw = (SAMPLE_MAILDIR / "cur" / name).read_bytes()
+        if label == "spam" and site.clues(raw).score > 10:
+            return raw, site.clues(raw)
+    raise AssertionError("no sample spam scores above +10")
+
+
+def test_a_spams_chips_add_up_to_its_score_and_the_largest_pushes_toward_spam(compiled, tmp_path):
+    """The chips say what moved this message's score: each clue's contribution (weight times
+    count), spam-pushing first; with the rest ("N more") and the prior they add up to the
+    score, within the rounding of what is shown; the shares add up to 100% (within rounding)."""
+    raw, clues = spam_with_a_high_score(compiled)
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [raw], unsure={0})
+    web = WebHere(compiled, hist)
+    try:
+        status, _, page = web.get("/message/1")
+    finally:
+        web.stop()
+    assert status == 200
+    chips = chips_of(page)
+    assert f"= score <b>{clues.score:+.2f}</b>" in page
+    assert abs(sum(c for _, _, _, c, _ in chips) - clues.score) <= 0.005 * len(chips) + 1e-9, (chips, clues.score)
+    named = [chip for chip in chips if chip[0] != "prior" and not chip[1]]
+    assert max(named, key=lambda chip: abs(chip[3]))[0] == "s" and max(c for *_, c, _ in named) > 0
+    spam = [chip for chip in named if chip[0] == "s"]
+    assert chips[0][0] == "s" and len(spam) >= PAGE_CHIPS[0]  # spam-ward first, ten of them at least
+    # and as many as make the verdict on their own: with the prior and every ham-ward clue, above the cut-off
+    toward = clues.sides(*PAGE_CHIPS, enough=True)[0][1]
+    against = sum(c for _, c in clues.terms if c < 0)
+    assert len(toward) == len(spam) and clues.label == "spam"
+    assert clues.prior + against + sum(c for _, c in toward) > threshold(clues.cutoffs[1])
+    if len(toward) > PAGE_CHIPS[0]:  # and no more than it takes
+        assert clues.prior + against + sum(c for _, c in toward[:-1]) <= threshold(clues.cutoffs[1])
+    assert [c for *_, c, _ in spam] == sorted((c for *_, c, _ in spam), reverse=True)
+    assert all(c > 0 for cls, _, _, c, _ in chips if cls == "s") and all(c < 0 for cls, _, _, c, _ in chips
+                                                                          if cls == "h")
+    assert [chip[0] for chip in chips if chip[1]] == ["s", "h"]  # one "N more" a side
+    shares = [int(text[:-1]) for *_, text in chips if text != "&lt;1%"]
+    assert abs(sum(shares) - 100) <= len(chips)
+    counted = [(tok, n) for tok, n in clues.counts.items() if n > 1 and tok in dict(clues.sides()[0][1])]
+    for tok, n in counted:  # a clue seen n times says so
+        assert f"{html.escape(describe(tok))} ×{n} <b>" in page
 
 
 def test_the_model_page_looks_a_word_up(site):

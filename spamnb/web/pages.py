@@ -57,13 +57,66 @@ def leaning(logodds) -> str:
     return f"{shown} {side}"
 
 
-def clue_list(clues):
-    """A message's clues: each token in words (the token itself on hover) and where it pushes."""
-    if not clues:
+LIST_CHIPS = (4, 2)  # clues a row of a list shows: toward the score's side, against it
+PAGE_CHIPS = (10, 10)  # on a message's own page and the Scan page
+
+
+def signed(x) -> str:
+    return f"{x:+.2f}"
+
+
+def clue_chips(clues, shown=LIST_CHIPS, *, prior=False):
+    """What moved a message's score (a :class:`spamnb.web.data.Clues`), as chips: each clue
+    in words (the token on hover) with its contribution to the score in log-odds and its
+    share of all the pushing, those pushing toward the score's side first (largest first),
+    then those pushing against it; red pushes toward spam, green toward ham. The clues not
+    shown are one chip a side ("31 more +4.20"); with ``prior`` (a message's own page), the
+    prior is one too, every chip adds up to the score, and the side toward the verdict shows
+    enough clues to give the verdict on their own (:meth:`spamnb.web.data.Clues.sides`)."""
+    if clues is None or not clues.terms:
         return '<span class="muted">no known tokens</span>'
-    return '<ul class="clues">' + "".join(
-        f'<li class="{"s" if c > 0 else "h"}" title="{e(tok)} ({c:+.2f} log-odds)">{e(describe(tok))} '
-        f'<b>{leaning(c)}</b></li>' for tok, c in clues) + "</ul>"
+    items = []
+    for side, group, rest_n, rest_sum in clues.sides(*shown, enough=prior):
+        cls = "s" if side == "spam" else "h"
+        for tok, c in group:
+            n = clues.counts.get(tok, 0)
+            times = f" ×{n}" if n > 1 else ""
+            items.append(f'<li class="{cls}" title="{e(tok)} ({f"{n} times in the message, " if n > 1 else ""}'
+                         f'{signed(c)} log-odds, pushing toward {side})">{e(describe(tok))}{times} '
+                         f'<b>{signed(c)}</b> <small>{share(clues, c)}</small></li>')
+        if rest_n:
+            items.append(f'<li class="{cls} more" title="the other {rest_n} clues pushing toward {side}">'
+                         f'{rest_n} more <b>{signed(rest_sum)}</b> <small>{share(clues, rest_sum)}</small></li>')
+    if prior:
+        items.append(f'<li class="prior" title="the score of a message with no known token: the classes\' '
+                     f'learned proportion">prior <b>{signed(clues.prior)}</b> <small>{share(clues, clues.prior)}'
+                     f'</small></li>')
+    return '<ul class="clues">' + "".join(items) + "</ul>"
+
+
+def share(clues, c) -> str:
+    """A contribution's share of all the pushing, as a chip shows it."""
+    part = clues.share(c)
+    return f"{100 * part:.0f}%" if part >= 0.005 or not part else "&lt;1%"
+
+
+def clue_sum(clues) -> str:
+    """The sum the chips make, in one line: prior + toward spam + toward ham = score."""
+    spam = sum(c for _, c in clues.terms if c > 0)
+    ham = sum(c for _, c in clues.terms if c < 0)
+    return (f'<p class="sum">prior {signed(clues.prior)} + toward spam {signed(spam)} + toward ham {signed(ham)} '
+            f'= score <b>{signed(clues.score)}</b>, P(spam) = {clues.p:.6f}</p>')
+
+
+def clue_section(clues, shown=PAGE_CHIPS, title="What moved its score", note=""):
+    """A message's chips with their sum and what the numbers mean (its page, the Scan page)."""
+    if clues is None or not clues.terms:
+        return f"<h2>{e(title)}</h2>{clue_chips(clues)}"
+    return (f'<h2>{e(title)}</h2>{note}{clue_sum(clues)}{clue_chips(clues, shown, prior=True)}'
+            f'<p class="muted">Each chip is what that clue adds to the score, in log-odds: its weight in the '
+            f'model times its count in the message (×n). Red ones push toward spam (+), green ones toward ham '
+            f'(−); the percentage is the clue\'s share of all the pushing, both ways. With the prior they add up '
+            f'to the score; P(spam) = 1 / (1 + e<sup>−score</sup>).</p>')
 
 
 def learn_form(mid, label, csrf, back, text=None, root=""):
@@ -128,7 +181,7 @@ def unsure_page(rows, total, page, clues, csrf, flash="", *, root=""):
             f'<tr id="m{r["id"]}"><td class="pick"><input type="checkbox" name="id" value="{int(r["id"])}" '
             f'form="batch" aria-label="choose #{int(r["id"])}"></td><td class="when">{e(when(r["t"]))}</td>'
             f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
-            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues.get(r["id"]))}</td>'
+            f'<div class="from">{e(r["sender"])}</div>{clue_chips(clues.get(r["id"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}{now}</td>'
             f'<td class="act">{learn_form(r["id"], "spam", csrf, back, root=root)}'
             f'{learn_form(r["id"], "ham", csrf, back, root=root)}</td></tr>')
@@ -170,7 +223,7 @@ def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
             f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}</td>'
             f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
-            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
+            f'<div class="from">{e(r["sender"])}</div>{clue_chips(clues[r["id"]]) if r["id"] in clues else ""}</td>'
             f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
             f'{" on " + e(r["host"]) if r.get("host") else ""}'
             f'<div class="muted">{e(r["user"])}</div></td><td>{state}</td><td class="act">{act}</td></tr>')
@@ -196,7 +249,10 @@ def message_page(row, raw, clues, csrf, flash="", *, root=""):
     else:
         body.append(f'<p>{learn_form(row["id"], "spam", csrf, back, root=root)} '
                     f'{learn_form(row["id"], "ham", csrf, back, root=root)}</p>')
-        body.append(f"<h2>Clues</h2>{clue_list(clues)}")
+        now = "" if clues is None or row["score"] is None or round(clues.score, 2) == round(row["score"], 2) else \
+            f'<p class="muted">Scored {signed(row["score"])} when it came; the model now scores it ' \
+            f'{signed(clues.score)}: these are its clues now.</p>'
+        body.append(clue_section(clues, note=now))
         text = raw.decode("utf-8", "replace")
         cut = len(text) > MAX_SHOWN
         body.append(f'<h2>Source (as text, never rendered)</h2><pre class="source">{e(text[:MAX_SHOWN])}</pre>'
@@ -280,6 +336,8 @@ table.list td,table.list th{border-bottom:1px solid #ddd;padding:6px;vertical-al
 ul.clues{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px}
 ul.clues li{font-size:12px;padding:0 4px;border-radius:3px}ul.clues li.s{background:#fbe3e0}
 ul.clues li.h{background:#e3f1e4}code{overflow-wrap:anywhere}
+ul.clues li.s b{color:#a32a1e}ul.clues li.h b{color:#1f6b24}ul.clues small{color:#555}
+ul.clues li.more{border:1px dashed #999}ul.clues li.prior{background:#eceff1}p.sum{margin:4px 0}
 form.inline{display:inline}button{margin:2px;padding:3px 10px;cursor:pointer}
 button.spam{background:#c0392b;color:#fff;border:0}button.ham{background:#2e7d32;color:#fff;border:0}
 .flash{background:#fff8e1;border:1px solid #e0c060;padding:6px}

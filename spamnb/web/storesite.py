@@ -16,11 +16,10 @@ import threading
 import time
 
 from spamnb.delivery import pipeline
-from spamnb.delivery.hook import scored
 from spamnb.storage import upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, rescored, rescored_queue
+from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, explained, rescored, rescored_queue
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -92,8 +91,8 @@ class StoreSite:
     def model(self):
         return self.backend.view()
 
-    def clues(self, raw, n=8, model=None):
-        return scored(self.model() if model is None else model, raw, n)[2] or []
+    def clues(self, raw, model=None):
+        return explained(self.model() if model is None else model, raw)
 
     def clues_of(self, rows):
         model = self.model()
