@@ -20,7 +20,7 @@ from spamnb.mail.tokennames import describe
 from spamnb.web.pages import LIST_CHIPS, PAGE_CHIPS, clue_chips, learned_note
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
-from webpage import HOSTILE, Web, WebHere, fill, hostile_message
+from webpage import HOSTILE, Web, WebHere, fill, hostile_message, multipart_form
 
 
 @pytest.fixture
@@ -751,3 +751,105 @@ def test_a_choice_whose_mark_fails_is_learned_said_so_and_marks_no_row(compiled,
     with sqlite3.connect(hist) as db:
         assert db.execute("SELECT count(*) FROM verdicts WHERE corrected IS NOT NULL").fetchone()[0] == 0
     assert calls == [1, 2]
+
+
+# -- the Scan page: a message pasted or uploaded --------------------------------------------------
+
+
+def fresh(raw: bytes, n: int) -> bytes:
+    """``raw`` as a message the model never learned: a Message-ID of its own (its identity)."""
+    head, sep, body = raw.partition(b"\n\n")
+    lines = [line for line in head.split(b"\n") if not line.lower().startswith(b"message-id:")]
+    return b"\n".join([*lines, b"Message-ID: <scan-%d@example.org>" % n]) + sep + body
+
+
+def verdict_shown(page):
+    """``(label, score)`` of the Scan page's verdict badge."""
+    label, score = re.search(r'<section id="verdict"><p><span class="v ([a-z]+)">[a-z]+ ([+-][0-9.]+)</span>',
+                             page).groups()
+    return label, float(score)
+
+
+def test_a_pasted_spam_is_scored_by_the_pipeline_explained_and_learned_once(compiled, tmp_path):
+    """Pasted as a browser sends a textarea (CRLF lines): the verdict, score, P(spam) and chips
+    of the one pipeline under the model now; Learn as spam teaches it once (the counts move
+    once, the history's row of it is marked, the queue re-scored), and again is "already
+    learned"."""
+    raw, _ = spam_with_a_high_score(compiled)
+    raw = fresh(raw, 1)
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [raw, *messages()[:2]], unsure={0})
+    web = WebHere(compiled, hist)
+    try:
+        status, _, page = web.get("/scan")
+        assert status == 200 and 'enctype="multipart/form-data"' in page and 'type="file" name="file"' in page
+        status, _, page = web.scan(web.server.csrf, ("message", raw.replace(b"\n", b"\r\n")), ("file", b"", ""))
+        assert status == 200, page[-500:]
+        clues = Site(compiled, False, hist).clues(raw)  # the same bytes: the page made the lines LF again
+        assert verdict_shown(page) == ("spam", round(clues.score, 1)) and f"P(spam) = {clues.p:.6f}" in page
+        assert f"= score <b>{clues.score:+.2f}</b>" in page and chips_of(page)[0][0] == "s"
+        before = load_model(compiled).messages.copy()
+        raw64 = re.search(r'name="raw64" value="([A-Za-z0-9+/=]+)"', page).group(1)
+        status, _, page = web.scan(web.server.csrf, ("raw64", raw64.encode()), ("label", b"spam"))
+        subject = html.escape(history.fields(raw)["subject"])
+        assert status == 200 and f"Learned as spam: “{subject}”." in page and "Re-scored the unsure" in page
+        after = load_model(compiled).messages
+        assert after[1] == before[1] + 1 and after[0] == before[0]
+        status, _, page = web.scan(web.server.csrf, ("raw64", raw64.encode()), ("label", b"spam"))
+        assert status == 200 and f"“{subject}” was already learned as spam: nothing changed." in page
+        assert (load_model(compiled).messages == after).all()
+        assert "taught as" in web.get("/history?verdict=unsure")[2]  # its row in the history, marked
+        assert 'id="m1"' not in web.get("/unsure")[2]
+    finally:
+        web.stop()
+
+
+def test_an_uploaded_file_is_scanned_as_its_bytes_and_its_subject_read_as_written(site):
+    web, mail, _ = site
+    _, _, page = web.get("/unsure")
+    raw = fresh(mail[0], 2).replace(b"Subject:", b"Subject: Prognose f\xc3\xbcr Sie, was:", 1) + b"\xff\xfe\x00\n"
+    status, _, page = web.scan(csrf_of(page), ("message", b"ignored when a file is chosen"), ("file", raw, "m.eml"))
+    assert status == 200 and "<dt>Subject</dt><dd>Prognose für Sie, was:" in page
+    assert base64_of(page) == raw  # the Learn buttons send back exactly the bytes uploaded
+
+
+def base64_of(page):
+    import base64
+
+    return base64.b64decode(re.search(r'name="raw64" value="([^"]*)"', page).group(1))
+
+
+@pytest.mark.parametrize("case", ["script", "binary", "huge", "over", "empty", "urlencoded", "cut", "raw64", "label",
+                                  "csrf"])
+def test_a_hostile_scan_is_answered_never_a_500(site, case):
+    """HTML and script in the Subject and the body shown as text; 10 MB pasted, a 4.5 MB file: one
+    clear sentence (413), nothing scanned; random bytes scored; a form that is not one: 400;
+    without the CSRF token: 403. Nothing learned by any."""
+    import os
+
+    web, mail, model = site
+    csrf = csrf_of(web.get("/unsure")[2])
+    before = load_model(model).messages.copy()
+    fields = {"script": [("message", hostile_message())], "binary": [("file", os.urandom(200_000), "x.bin")],
+              "huge": [("message", b"Subject: big\n\n" + b"spam " * 2_000_000)],
+              "over": [("file", b"Subject: big\n\n" + b"x" * 4_500_000, "big.eml")],
+              "empty": [("message", b" \r\n "), ("file", b"", "")], "raw64": [("raw64", b"%%%"), ("label", b"spam")],
+              "label": [("message", mail[0]), ("label", b"evil")]}.get(case, [("message", mail[0])])
+    if case == "urlencoded":
+        status, _, page = web.get("/scan", data=f"csrf={csrf}&message=x".encode())
+    elif case == "cut":
+        body, headers = multipart_form([("csrf", csrf.encode()), ("message", mail[0])])
+        status, _, page = web.get("/scan", data=body[:-40], headers=headers)
+    else:
+        status, _, page = web.scan("0123" if case == "csrf" else csrf, *fields)
+    want = {"script": 200, "binary": 200, "huge": 413, "over": 413, "csrf": 403}.get(case, 400)
+    assert status == want, (case, status, page[-600:])
+    assert "<script>document" not in page and "<img src=x" not in page
+    if case == "script":
+        assert html.escape(HOSTILE, quote=True) in page and verdict_shown(page)
+    if case in ("huge", "over"):
+        assert "the page takes messages up to 4 MB" in page and "Nothing was scanned or learned" in page
+        assert 'id="scan"' in page  # the form, to try again
+    assert (load_model(model).messages == before).all()
+    web.stop()
+    assert "Traceback" not in web.log and "error on" not in web.log, web.log

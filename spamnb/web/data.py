@@ -20,12 +20,16 @@ import threading
 import time
 
 from spamnb.delivery import pipeline
+from spamnb.mail.mime import MAX_PARSE_BYTES
 from spamnb.storage.filestore import FileBackend, ModelHolder, file_state
 from spamnb.storage import history
 from spamnb.storage.modelfile import default_seed, load_model, own_model_path
 from spamnb.verdict import Decision
 
 PAGE = 25
+#: The largest message the Scan page takes: the most the tokenizer reads of one (a larger
+#: one would be scored, and learned, on its first 4 MB).
+MAX_MESSAGE = MAX_PARSE_BYTES
 RESCORE = 200  # unsure messages re-scored after a choice (the newest)
 LABELS = ("spam", "ham", "unsure")
 COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id", "user", "size", "via",
@@ -362,6 +366,19 @@ class Site:
             self.log(f"learned {which} as {label}")
             return subjects, rescored_queue(self, self.log)
 
+    def teach(self, raw, label):
+        """Learn a message pasted on the Scan page as ``label``, as ``spamnb learn`` does (the
+        journal, the model's store; its row in the history marked when the history holds it),
+        then re-score the queue when the model changed: ``(done, moved)``, the counts of
+        :func:`spamnb.delivery.pipeline.learn` (``unchanged``: learned so already) and
+        :meth:`rescore`'s moves (None when nothing changed)."""
+        with self.lock:
+            marks = pipeline.HistoryOnly(history.Now(self.history_path, self.log))
+            done = pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure), [(raw, label)],
+                                  via="web", recorder=marks, create=default_seed, warn=self.log)
+            marks.close()
+            return done, rescored_queue(self, self.log) if changed(done) else None
+
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the unsure queue again with the model as it
         is now; ``[(id, subject, was, now)]`` of those whose verdict changed."""
@@ -423,6 +440,11 @@ class Site:
             out.setdefault(day, {}).setdefault(kind, 0)
             out[day][kind] += n
         return out
+
+
+def changed(done):
+    """Whether a learn's counts (:func:`spamnb.delivery.pipeline.learn`'s) changed the model."""
+    return bool(done.get("learned", 0) + done.get("moved", 0))
 
 
 def file_identity(path):

@@ -14,9 +14,10 @@ from urllib.parse import urlencode
 
 from spamnb.mail.mime import clipped
 from spamnb.mail.tokennames import describe
+from spamnb.storage import history
 from spamnb.storage.scorer import sigmoid
 from spamnb.web import charts
-from spamnb.web.data import PAGE, logit
+from spamnb.web.data import MAX_MESSAGE, PAGE, logit
 
 MAX_SHOWN = 200_000  # characters of a message's source shown on its page
 
@@ -34,7 +35,7 @@ def layout(title, body, *, active="", flash="", nav=True, root=""):
     on = ' class="on"'
     nav = "" if not nav else "".join(f'<a href="{e(root)}/{p}"{on if p == active else ""}>{name}</a>'
                   for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
-                                  ("model", "Model")))
+                                  ("model", "Model"), ("scan", "Scan")))
     note = f'<p class="flash">{flash}</p>' if flash else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} - spamnb</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -260,6 +261,61 @@ def message_page(row, raw, clues, csrf, flash="", *, root=""):
     return layout(f"Message #{row['id']}", "".join(body), flash=flash, root=root)
 
 
+def scan_page(csrf, *, root="", raw=None, clues=None, flash="", error=""):
+    """The Scan page: a form to paste or upload a message; with ``raw`` and its ``clues``, its
+    verdict, what moved its score, buttons that learn it, and its source as text. ``error``:
+    HTML (escaped by the caller) said above the form."""
+    body = [f'<p class="flash error">{error}</p>' if error else ""]
+    if raw is not None:
+        body.append(scan_result(raw, clues, csrf, root))
+    body.append(f'<h2>{"Scan another message" if raw is not None else "Paste or upload a message"}</h2>'
+                f'<form method="post" action="{e(root)}/scan" enctype="multipart/form-data" id="scan" class="scan">'
+                f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+                f'<label for="message">The message as its mail file holds it, headers and body (Show original, '
+                f'View source):</label><textarea name="message" id="message" rows="12" spellcheck="false">'
+                f'</textarea><label>or a mail file: <input type="file" name="file" id="file"></label>'
+                f'<p><button type="submit">Scan</button> <span class="muted">Nothing is kept or learned until you '
+                f'press a Learn button; at most {MAX_MESSAGE / 1e6:.0f} MB.</span></p></form>')
+    return layout("Scan a message", "".join(body), active="scan", flash=flash, root=root)
+
+
+def scan_result(raw, clues, csrf, root):
+    """A scanned message: its From and Subject, its verdict under the model now, the buttons
+    that learn it (they send it back whole, as base64: nothing of it is kept between two
+    requests), what moved its score and its source as text."""
+    import base64
+
+    f = history.fields(raw)
+    facts = "".join(f"<dt>{k}</dt><dd>{e(v)}</dd>" for k, v in (("From", f["sender"]), ("Subject", f["subject"]))
+                    if v)
+    teach = (f'<form method="post" action="{e(root)}/scan" enctype="multipart/form-data" id="teach">'
+             f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+             f'<input type="hidden" name="raw64" value="{base64.b64encode(raw).decode("ascii")}">'
+             f'<button class="spam" type="submit" name="label" value="spam">Learn as spam</button>'
+             f'<button class="ham" type="submit" name="label" value="ham">Learn as ham</button></form>')
+    text = raw.decode("utf-8", "replace")
+    cut = '<p class="muted">(cut)</p>' if len(text) > MAX_SHOWN else ""
+    return (f'<section id="verdict"><p>{verdict_badge(clues.label, clues.score)} P(spam) = {clues.p:.6f} '
+            f'<span class="muted">({len(raw)} bytes, under the model as it is now)</span></p><dl>{facts}</dl>'
+            f'{teach}{clue_section(clues)}<h2>Source (as text, never rendered)</h2><pre class="source">'
+            f'{e(text[:MAX_SHOWN])}</pre>{cut}</section>')
+
+
+def taught_note(raw, label, done) -> str:
+    """What a Learn button of the Scan page did (``done``: the counts of the learn)."""
+    name = named(history.fields(raw)["subject"])
+    if done.get("moved"):
+        return f"Learned as {e(label)}: {name} (it was learned as the other class before: moved)."
+    if done.get("learned"):
+        return f"Learned as {e(label)}: {name}."
+    return f"{name} was already learned as {e(label)}: nothing changed."
+
+
+def too_large_note(size) -> str:
+    return (f"This message is {size / 1e6:.1f} MB: the page takes messages up to {MAX_MESSAGE / 1e6:.0f} MB, the "
+            f"most the tokenizer reads of one. Nothing was scanned or learned.")
+
+
 def overview_page(per_day, days, bins, cutoffs, corrections, facts, *, root=""):
     day_labels = [d[5:] for d in days]
     day_series = {v: [per_day.get(d, {}).get(v, 0) for d in days] for v in ("ham", "unsure", "spam")}
@@ -347,5 +403,7 @@ dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weig
 dd{margin:0;overflow-wrap:anywhere}
 form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
 form.batch{margin:8px 0}td.pick{width:1em}
+form.scan textarea{display:block;width:100%;box-sizing:border-box;font:12px/1.3 monospace;margin:4px 0 8px}
+.flash.error{background:#fdecea;border-color:#e0a0a0}#teach{margin:8px 0}
 .pager{margin:10px 0}
 """

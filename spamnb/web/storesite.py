@@ -16,10 +16,11 @@ import threading
 import time
 
 from spamnb.delivery import pipeline
-from spamnb.storage import upkeep
+from spamnb.storage import redishistory, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import LABELS, PAGE, RESCORE, NotMarked, day_start, explained, rescored, rescored_queue
+from spamnb.web.data import (LABELS, PAGE, RESCORE, NotMarked, changed, day_start, explained, rescored,
+                             rescored_queue)
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -163,6 +164,16 @@ class StoreSite:
                 raise NotMarked(str(exc), subjects) from None
             self.log(f"learned {which} as {label}")
             return subjects, rescored_queue(self, self.log)
+
+    def teach(self, raw, label):
+        """Teach the store's model a message pasted on the Scan page, as a TELL does (its row
+        in the store's history marked when the history holds it): ``(done, moved)``, as
+        :meth:`spamnb.web.data.Site.teach`."""
+        with self.lock:
+            marks = pipeline.HistoryOnly(redishistory.Now(self.hist, self.log))
+            done = pipeline.learn(self.backend, [(raw, label)], via="web", recorder=marks, warn=self.log)
+            marks.close()
+            return done, rescored_queue(self, self.log) if changed(done) else None
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the queue again; ``[(id, subject, was, now)]``
