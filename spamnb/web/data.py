@@ -83,8 +83,9 @@ class Clues:
     ``score = prior + sum of every contribution``; a contribution's share is its size
     over the sum of every size, the prior's included: the shares add up to 1."""
 
-    def __init__(self, decided, counts):
+    def __init__(self, decided, counts, features=None):
         self.label, self.score, self.p = decided.label, decided.score, decided.p
+        self.features = features  # the model's (spamnb.model.FEATURES): what a count becomes
         self.cutoffs = decided.cutoffs
         self.terms = list(decided.evidence or ())  # (token, contribution), the largest size first
         self.prior = self.score - math.fsum(c for _, c in self.terms)
@@ -137,7 +138,7 @@ def explained(model, raw) -> Clues:
     one pipeline's, writing and recording nothing, as :func:`rescored`'s."""
     source = Reading(model, "")
     decided = pipeline.filter_one(raw, source, via="web", evidence=EVERY, headers=False).decided
-    return Clues(decided, collections.Counter(source.toks))
+    return Clues(decided, collections.Counter(source.toks), getattr(model, "features", None))
 
 
 def rescored(model, raw, spam_cut, ham_cut):

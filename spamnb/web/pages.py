@@ -78,6 +78,8 @@ def clue_chips(clues, shown=LIST_CHIPS, *, prior=False):
         return '<span class="muted">no known tokens</span>'
     items = []
     for side, group, rest_n, rest_sum in clues.sides(*shown, enough=prior):
+        if prior and items:  # on a message's own page, each side on lines of its own
+            items.append('<li class="break" aria-hidden="true"></li>')
         cls = "s" if side == "spam" else "h"
         for tok, c in group:
             n = clues.counts.get(tok, 0)
@@ -115,9 +117,16 @@ def clue_section(clues, shown=PAGE_CHIPS, title="What moved its score", note="")
         return f"<h2>{e(title)}</h2>{clue_chips(clues)}"
     return (f'<h2>{e(title)}</h2>{note}{clue_sum(clues)}{clue_chips(clues, shown, prior=True)}'
             f'<p class="muted">Each chip is what that clue adds to the score, in log-odds: its weight in the '
-            f'model times its count in the message (×n). Red ones push toward spam (+), green ones toward ham '
-            f'(−); the percentage is the clue\'s share of all the pushing, both ways. With the prior they add up '
-            f'to the score; P(spam) = 1 / (1 + e<sup>−score</sup>).</p>')
+            f'model times its value in this message ({e(FEATURE_VALUE.get(clues.features, "its feature value"))}; '
+            f'×n: it occurs n times). Red ones push toward spam (+), green ones toward ham (−); the percentage is '
+            f'the clue\'s share of all the pushing, both ways. With the prior they add up to the score; '
+            f'P(spam) = 1 / (1 + e<sup>−score</sup>).</p>')
+
+
+#: What a token's count in a message becomes, by the model's features (spamnb.model.FEATURES).
+FEATURE_VALUE = {"counts": "its count", "presence": "1, however often it occurs",
+                 "presence-l2": "1/√N for each of the message's N known tokens, however often it occurs",
+                 "logtf-l2": "log(1 + its count), scaled so that the message's values have length 1"}
 
 
 def learn_form(mid, label, csrf, back, text=None, root=""):
@@ -393,7 +402,7 @@ ul.clues{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;ga
 ul.clues li{font-size:12px;padding:0 4px;border-radius:3px}ul.clues li.s{background:#fbe3e0}
 ul.clues li.h{background:#e3f1e4}code{overflow-wrap:anywhere}
 ul.clues li.s b{color:#a32a1e}ul.clues li.h b{color:#1f6b24}ul.clues small{color:#555}
-ul.clues li.more{border:1px dashed #999}ul.clues li.prior{background:#eceff1}p.sum{margin:4px 0}
+ul.clues li.more{border:1px dashed #999}ul.clues li.break{flex-basis:100%;height:0;padding:0}ul.clues li.prior{background:#eceff1}p.sum{margin:4px 0}
 form.inline{display:inline}button{margin:2px;padding:3px 10px;cursor:pointer}
 button.spam{background:#c0392b;color:#fff;border:0}button.ham{background:#2e7d32;color:#fff;border:0}
 .flash{background:#fff8e1;border:1px solid #e0c060;padding:6px}
