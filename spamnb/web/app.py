@@ -1,7 +1,8 @@
 """``spamnb web``: the HTTP server of the page, on the standard library's ``http.server``.
 
 Why no web framework: the page is a handful of server-drawn HTML pages and
-two kinds of form; ``http.server`` (threaded) does that, and every rule
+three kinds of form (a search, the learn buttons, the Scan form's message, the one
+multipart body: :func:`multipart`); ``http.server`` (threaded) does that, and every rule
 that keeps it safe is short enough to read here:
 
 * **Who may connect**: loopback by default; another address only with
@@ -33,7 +34,9 @@ that keeps it safe is short enough to read here:
   (:data:`CSP`) that forbids scripts, inline styles, frames and any load
   from elsewhere.
 * **Bad requests**: too many fields, a number that is not one or is out of
-  range: 400 (or 404 for a message), one line, never a traceback.
+  range: 400 (or 404 for a message), one line, never a traceback. A body over its
+  bound (:data:`MAX_POST`, the Scan form's :data:`MAX_SCAN_POST`): 413, after reading
+  it (:meth:`Handler.too_large`), so that a browser shows the answer.
 """
 
 from __future__ import annotations
@@ -344,22 +347,10 @@ class Handler(BaseHTTPRequestHandler):
         """The Scan form: the message pasted or uploaded, its verdict and what moved its score;
         with a label (its Learn buttons), learned first. Nothing is kept of it."""
         srv = self.server
-        label = form.get("label", [b""])[0].decode("ascii", "replace")
-        try:
-            raw = pasted(form)
-        except BadRequest as exc:
-            self.send(400, pages.scan_page(srv.csrf, root=srv.root, error=pages.e(str(exc))))
+        given = self.scan_input(form)
+        if given is None:
             return
-        if raw is None:
-            self.send(400, pages.scan_page(srv.csrf, root=srv.root, error="Paste a message or choose a file: "
-                                                                          "there was nothing to scan."))
-            return
-        if len(raw) > MAX_MESSAGE:
-            self.send(413, pages.scan_page(srv.csrf, root=srv.root, error=pages.too_large_note(len(raw))))
-            return
-        if label and label not in ("spam", "ham"):
-            self.send(400, pages.error_page(400, "learn it as spam or ham", root=srv.root))
-            return
+        raw, label = given
         try:
             with srv.site.request():
                 note = self.taught(raw, label) if label else ""
@@ -371,6 +362,26 @@ class Handler(BaseHTTPRequestHandler):
             self.send(500, pages.error_page(500, f"{exc.__class__.__name__}: {exc}", root=srv.root))
             return
         self.send(200, pages.scan_page(srv.csrf, root=srv.root, raw=raw, clues=clues, flash=note))
+
+    def scan_input(self, form):
+        """``(raw, label)`` of the Scan form (label "" to scan only), or None when it holds no
+        message to take: its answer (400, or 413 beyond :data:`MAX_MESSAGE`) sent."""
+        srv = self.server
+        label = form.get("label", [b""])[0].decode("ascii", "replace")
+        try:
+            raw = pasted(form)
+        except BadRequest as exc:
+            raw, error = None, pages.e(str(exc))
+        else:
+            error = "Paste a message or choose a file: there was nothing to scan." if raw is None else ""
+        if error or len(raw) > MAX_MESSAGE:
+            status, error = (400, error) if error else (413, pages.too_large_note(len(raw)))
+            self.send(status, pages.scan_page(srv.csrf, root=srv.root, error=error))
+            return None
+        if label not in ("", "spam", "ham"):
+            self.send(400, pages.error_page(400, "learn it as spam or ham", root=srv.root))
+            return None
+        return raw, label
 
     def taught(self, raw, label):
         """Learn the scanned message ``raw`` as ``label``: the note saying what it did, or None
