@@ -84,6 +84,17 @@ def test_message_id_is_read_from_the_header_block_only():
     assert events.message_id(b"message-id: <" + b"a" * 1000 + b">\n\n") == "<" + "a" * 199
 
 
+def test_an_8bit_message_id_is_read_as_utf8_then_escaped_for_the_line():
+    """A reader of the line sees JSON's escape of "ü" (\\u00fc), not of its two UTF-8 bytes
+    read as Latin-1 (\\u00c3\\u00bc); the value still cannot end its line or forge a field."""
+    raw = b"Message-ID: <f\xc3\xbcr=verdict=spam@x>\nSubject: x\n\nbody\n"
+    assert events.message_id(raw) == "<für=verdict=spam@x>"
+    line = events.format_line({"event": "message", "mid": events.message_id(raw)})
+    assert line == 'event=message mid="<f\\u00fcr\\u003dverdict\\u003dspam@x>"'
+    assert events.parse("ts=x " + line)["mid"] == "<für=verdict=spam@x>"
+    assert events.message_id(b"Message-ID: <K\xf6ln@x>\n\n") == "<Köln@x>"  # not UTF-8: cp1252
+
+
 def test_json_lines_are_objects():
     rec, lines = recorded("json")
     rec.learned("ham", "tell", raw=FORGED, user="u", was="spam")

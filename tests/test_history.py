@@ -62,6 +62,18 @@ def test_fields_are_decoded_unfolded_and_bounded():
     assert history.fields(b"\xff\xfe not mail at all") == {"sender": "", "subject": "", "message_id": ""}
 
 
+def test_fields_read_raw_8bit_headers_as_written():
+    """About one recent spam in ten has a raw 8-bit Subject: UTF-8 is read as UTF-8, other bytes in
+    the message's charset, never as mojibake ("fÃ¼r") or a guessed CJK charset."""
+    raw = (b"From: J\xc3\xb6rg <j@example.org>\nSubject: Prognose f\xc3\xbcr Sie\nMessage-ID: <p@x>\n"
+           b"Content-Type: text/plain; charset=iso-8859-1\n\nbody")
+    assert history.fields(raw) == {"sender": "Jörg <j@example.org>", "subject": "Prognose für Sie",
+                                   "message_id": "<p@x>"}
+    raw = b"Content-Type: text/plain;\n charset=\"windows-1251\"\nSubject: \xcf\xf0\xe8\xe2\xe5\xf2\n\nbody"
+    assert history.fields(raw)["subject"] == "Привет"  # the declared charset, folded parameter and all
+    assert history.fields(b"Subject: Gr\xfc\xdfe aus K\xf6ln\n\nbody")["subject"] == "Grüße aus Köln"
+
+
 def test_cold_filter_records_each_verdict_beside_the_model(compiled, messages):
     for raw in messages[:3]:
         proc = filter_(compiled, raw)

@@ -274,6 +274,33 @@ def test_dry_run_learns_and_records_nothing(box):
     assert box.run()[0] == 0 and box.known(a) == SPAM
 
 
+def with_subject(raw: bytes, subject: bytes) -> bytes:
+    """``raw`` with its Subject field replaced by ``subject`` (bytes as a message holds them)."""
+    head, sep, body = raw.partition(b"\n\n")
+    lines = [line for line in head.split(b"\n") if not line.lower().startswith(b"subject:")]
+    return b"\n".join([*lines, b"Subject: " + subject]) + sep + body
+
+
+def test_moves_name_raw_utf8_and_encoded_subjects_as_written(box):
+    """A raw UTF-8 Subject (as about one recent spam in ten has) and an RFC 2047 one are named as
+    written in each line, the dry run's too: never escaped, never "fÃ¼r"."""
+    a, b = sample("ham", 2)
+    a = with_subject(a, "Prognose für Sie".encode())
+    b = with_subject(b, b"=?utf-8?q?Gr=C3=BC=C3=9Fe_aus_K=C3=B6ln?=")
+    box.deliver("INBOX", a)
+    box.deliver("INBOX", b)
+    assert box.run()[0] == 0
+    box.rename(a, ".Junk")
+    box.rename(b, ".Junk")
+    for args in (("--dry-run",), ()):
+        code, err = box.run(*args)
+        assert code == 0, err
+        assert "moved from INBOX to .Junk: learning it as spam: Prognose für Sie\n" in err, err
+        assert "moved from INBOX to .Junk: learning it as spam: Grüße aus Köln\n" in err, err
+        assert "\\u00" not in err and "Ã" not in err
+    assert box.known(a) == SPAM and box.known(b) == SPAM
+
+
 def _moved_after_first_run(box):
     a = sample("ham", 1)[0]
     box.deliver("INBOX", a)

@@ -102,6 +102,42 @@ def test_decode_header_unfolds():
     assert mime.decode_header("a\r\n\tb\n c") == "a b c"
 
 
+# -- a header as a person reads it ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("value, declared, shown", [
+    (b"Prognose f\xc3\xbcr Sie", None, "Prognose für Sie"),  # raw UTF-8: as written
+    (b"Personalisierte Prognose f\xc3\xbcr", "iso-8859-1", "Personalisierte Prognose für"),  # UTF-8 first
+    (b"=?utf-8?q?Prognose_f=C3=BCr_Sie?=", None, "Prognose für Sie"),
+    (b"=?ISO-8859-1?B?R3L832UgYXVzIEv2bG4=?=", None, "Grüße aus Köln"),
+    (b"Gr\xfc\xdfe aus K\xf6ln", None, "Grüße aus Köln"),  # Latin-1 is never guessed as Chinese
+    (b"\xc4\xe3\xba\xc3", "gb2312", "你好"),  # the message's charset, when it decodes them
+    (b"Stra\xc3\x9fe =?utf-8?q?f=C3=BCr?= Sie", None, "Straße für Sie"),  # raw bytes and a word
+    (b"bad =?utf-8?q?f=FCr?=", None, "bad für"),  # a word whose bytes are not its charset's
+    (b"\xe2\x80\x9cQuoted\xe2\x80\x9d \x80uro", None, "“Quoted” €uro"),  # UTF-8 and one stray byte
+    (b"=?utf-8?b?5Lit5paH?=\r\n =?utf-8?b?5qCH6aKY?=\n\t tail", None, "中文标题 tail"),
+    (b"a\x1b[2Jred\xe2\x80\xaeevil\x07", None, "a\ufffd[2Jred\ufffdevil\ufffd"),  # no terminal escape, no RLO
+    ("Stra\udcc3\udc9fe", None, "Straße"),  # a str read with surrogateescape
+    (b"=?utf-8?q?broken", None, "=?utf-8?q?broken"),
+])
+def test_header_text_is_what_a_person_reads(value, declared, shown):
+    assert mime.header_text(value, declared) == shown
+
+
+def test_header_text_never_raises_and_leaves_the_tokenizers_reading_alone():
+    for value in (b"", b"\xff" * 50, b"=?" * 300, b"=?x?b?!!!?=", b"=?utf-8?q?" + bytes(range(256)) + b"?=", 12):
+        assert isinstance(mime.header_text(value), str)
+    # the tokenizer still guesses (a token may be a guess; a subject shown may not)
+    assert mime.decode_header("\xd6\xd0\xce\xc4".encode("latin-1").decode("utf-8", "surrogateescape")) == "中文"
+    assert mime.header_text(b"\xd6\xd0\xce\xc4") == "ÖÐÎÄ"
+
+
+def test_clipped():
+    assert mime.clipped("Prognose für Sie", 20) == "Prognose für Sie"
+    assert mime.clipped("Prognose für Sie", 9) == "Prognose…" and len(mime.clipped("x" * 99, 9)) == 9
+
+
+
 # -- parsing, walking, payloads ---------------------------------------------------
 
 def _nest(n):

@@ -523,6 +523,35 @@ def counts(backend):
     return tuple(int(n) for n in backend.model().messages)
 
 
+def test_the_scan_page_of_web_store_scores_and_teaches_the_stores_model(url, model_file):
+    """A message pasted on `spamnb web --store`'s Scan page is scored by the store's model, with
+    its chips; Learn as spam teaches the store (its counts move once, the row of the message in
+    the store's history is marked), and again: "already learned"."""
+    from spamnb.delivery.hook import decide
+
+    backend = pushed(url, model_file)
+    hist = history_of(url)
+    hist.write([sqlhist.row(UNSURE, "unsure", 0.2, 0.55, via="spamd")])
+    before = counts(backend)
+    web = Web(None, None, where=["--store", url])
+    try:
+        csrf = csrf_of(web.get("/unsure")[2])
+        status, _, page = web.scan(csrf, ("message", UNSURE.replace(b"\n", b"\r\n")))
+        assert status == 200 and "What moved its score" in page, page[-2000:]
+        assert f"= score <b>{decide(backend.view(), UNSURE).score:+.2f}</b>" in page
+        raw64 = re.search(r'name="raw64" value="([^"]*)"', page).group(1).encode()
+        status, _, page = web.scan(csrf, ("raw64", raw64), ("label", b"spam"))
+        assert status == 200 and "Learned as spam: “which one”." in page, page[-2000:]
+        assert counts(backend) == (before[0], before[1] + 1)
+        assert hist.rows([1])[0]["corrected"] == "spam" and hist.count("queue") == 0
+        status, _, page = web.scan(csrf, ("raw64", raw64), ("label", b"spam"))
+        assert status == 200 and "“which one” was already learned as spam: nothing changed." in page
+        assert counts(backend) == (before[0], before[1] + 1)
+    finally:
+        web.stop()
+    assert "Traceback" not in web.log
+
+
 @pytest.mark.parametrize("drop", [(), ("+multi", "+exec")], ids=["documented", "no-multi"])
 def test_a_correction_on_the_page_as_the_documented_acl_user_is_learned_once_and_marked(
         server, url, model_file, tmp_path, drop):
@@ -540,7 +569,7 @@ def test_a_correction_on_the_page_as_the_documented_acl_user_is_learned_once_and
         status, _, text = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
         assert status == 303, text
         _, _, page = web.get("/history")
-        assert "Learned #1 as spam." in page and "not marked" not in page
+        assert "Learned as spam: “which one”." in page and "not marked" not in page
     finally:
         web.stop()
     assert counts(backend) == (before[0], before[1] + 1)
@@ -608,11 +637,11 @@ def test_a_mark_that_fails_after_the_learn_is_said_and_leaves_the_row_in_the_que
         assert hist.rows([1])[0]["corrected"] is None and hist.count("queue") == 1
         assert counts(backend) == (before[0], before[1] + 1)
         _, _, page = web.get("/unsure")
-        assert "Learned #1 as spam, but not marked in the history" in page and "WRONGTYPE" in page, page
+        assert "Learned as spam: “which one”, but not marked in the history" in page and "WRONGTYPE" in page, page
         status, _, _ = web.get("/learn", data=f"id=1&label=spam&csrf={csrf_of(page)}&back=/unsure".encode())
         assert status == 303
         _, _, page = web.get("/history")
-        assert "Learned #1 as spam." in page
+        assert "Learned as spam: “which one”." in page
     finally:
         web.stop()
     assert hist.rows([1])[0]["corrected"] == "spam" and hist.count("queue") == 0

@@ -13,13 +13,14 @@ import time
 import pytest
 
 from spamnb.storage import history
+from spamnb.verdict import threshold
 from spamnb.storage.modelfile import load_model
 from spamnb.web.data import Site
 from spamnb.mail.tokennames import describe
-from spamnb.web.pages import clue_list
+from spamnb.web.pages import LIST_CHIPS, PAGE_CHIPS, clue_chips, learned_note
 from test_e2e import SPAMNB
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
-from webpage import HOSTILE, Web, WebHere, fill, hostile_message
+from webpage import HOSTILE, Web, WebHere, fill, hostile_message, multipart_form
 
 
 @pytest.fixture
@@ -135,7 +136,8 @@ def test_learning_from_the_page_is_spamnb_learn_and_rescores(site):
     assert after[1] == before[1] + 1 and after[0] == before[0]
     _, _, body = web.get("/unsure")
     assert 'id="m1"' not in body and body.count('<tr id="m') == 4
-    assert "Learned #1 as spam" in body and "Re-scored the unsure messages" in body
+    assert learned_note([history.fields(mail[0])["subject"]], "spam") + ". " in body
+    assert "Re-scored the unsure messages" in body
     # the same message again through the command line: already learned, counted once
     proc = subprocess.run(SPAMNB + ["learn", "--spam", "--model", str(model), "-"], input=mail[0],
                           capture_output=True)
@@ -235,7 +237,7 @@ def test_a_list_page_reads_its_rows_and_messages_in_one_connection_and_the_same_
                 cost[path, n] = (len(opened), len(statements))
                 clues = Site(compiled, False, hist).clues
                 for raw in mail[:n]:  # the clues `spamnb explain` lists, under their row
-                    assert clue_list(clues(raw)) in body, path
+                    assert clue_chips(clues(raw)) in body, path
         finally:
             web.stop()
             monkeypatch.undo()
@@ -521,9 +523,10 @@ def test_hostile_from_and_clue_tokens_are_escaped_on_every_page(hostile_site):
     web, hostile, model = hostile_site
     sender = history.fields(hostile)["sender"]
     assert "<b>" in sender
-    clues = [tok for tok, _ in Site(model, False, web.base).clues(hostile)]
-    odd = [tok for tok in clues if set(tok) & set("<\"'")]
-    assert len(odd) >= 3, clues  # the hostile tokens are among the strongest clues
+    clues = Site(model, False, web.base).clues(hostile)
+    shown = [tok for _, group, _, _ in clues.sides(*LIST_CHIPS) for tok, _ in group]
+    odd = [tok for tok in shown if set(tok) & set("<\"'")]
+    assert len(odd) >= 3, shown  # the hostile tokens are among the strongest clues
     for path in ("/unsure", "/history", "/message/4"):
         status, _, body = web.get(path)
         assert status == 200
@@ -575,7 +578,7 @@ def test_the_model_page_and_overview_count_what_was_learned_anywhere(site):
 
 
 def test_the_unsure_page_learns_a_batch_in_one_post(site):
-    web, _, model = site
+    web, mail, model = site
     _, _, body = web.get("/unsure")
     assert body.count('form="batch"') == 5 and 'id="batch"' in body
     before = load_model(model).messages.copy()
@@ -585,7 +588,7 @@ def test_the_unsure_page_learns_a_batch_in_one_post(site):
     assert after[1] == before[1] + 2 and after[0] == before[0]  # each once
     _, _, body = web.get("/unsure")
     assert 'id="m2"' not in body and 'id="m4"' not in body and body.count('<tr id="m') == 3
-    assert "Learned #2, #4 as spam" in body
+    assert learned_note([history.fields(mail[i])["subject"] for i in (1, 3)], "spam") + ". " in body
     _, _, body = web.get("/history?verdict=unsure")
     assert body.count("taught as") == 2
     # nothing ticked: nothing learned, and said; a row not kept: nothing of the batch learned
@@ -598,16 +601,101 @@ def test_the_unsure_page_learns_a_batch_in_one_post(site):
     assert status == 403 and (load_model(model).messages == after).all()
 
 
-def test_clues_are_shown_in_words_with_the_probability_they_push_towards(site):
-    from spamnb.web.pages import leaning
+def test_subjects_are_shown_decoded_and_a_choice_names_its_messages_by_them(compiled, tmp_path):
+    """Raw UTF-8 and RFC 2047 subjects read as written on every page; a choice is named by its
+    messages' subjects (quoted, clipped, escaped), three of them, and the rest counted."""
+    body = b"\n\nPlease find the offer attached.\n"
+    mail = [b"Subject: Prognose f\xc3\xbcr Sie\nMessage-ID: <p1@x>" + body,
+            b"Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe_aus_K=C3=B6ln?=\nMessage-ID: <p2@x>" + body,
+            b"Subject: <b>bold</b> " + b"very long " * 20 + b"\nMessage-ID: <p3@x>" + body,
+            b"Message-ID: <p4@x>" + body]
+    hist = tmp_path / "h.sqlite"
+    fill(hist, mail, unsure={0, 1, 2, 3})
+    web = WebHere(compiled, hist)
+    try:
+        for path in ("/unsure", "/history", "/message/1", "/message/2"):
+            _, _, page = web.get(path)
+            assert "Prognose für Sie" in page or "Grüße aus Köln" in page, path
+            assert "Ã" not in page and "=?utf-8?" not in page.split("<pre")[0], path
+        status, _, _ = web.get("/learn", data=f"id=1&id=2&id=3&id=4&label=ham&csrf={web.server.csrf}".encode())
+        assert status == 303
+        note = re.search(r'<p class="flash">(.*?)</p>', web.get("/unsure")[2], re.S).group(1)
+        assert note.startswith("Learned as ham: “Prognose für Sie”, “Grüße aus Köln”, “&lt;b&gt;bold&lt;/b&gt; "
+                               "very long very long") and "<b>" not in note, note
+        assert "…” and 1 more. " in note and "#" not in note.split(". ")[0], note
+        assert learned_note([""], "spam") == "Learned as spam: (no subject)"
+    finally:
+        web.stop()
 
+
+def test_clues_are_shown_in_words_with_what_they_add_to_the_score(site):
     web, mail, model = site
     _, _, body = web.get("/unsure")
     clues = Site(model, False, web.base).clues(mail[0])
-    assert clues
-    for tok, c in clues:
-        assert f'title="{html.escape(tok, quote=True)} ({c:+.2f} log-odds)">{html.escape(describe(tok))} ' \
-               f'<b>{leaning(c)}</b></li>' in body
+    assert clues.terms and clue_chips(clues) in body
+    for _, group, _, _ in clues.sides(*LIST_CHIPS):
+        for tok, c in group:
+            assert f'title="{html.escape(tok, quote=True)} (' in body
+            assert f'>{html.escape(describe(tok))}' in body and f"<b>{c:+.2f}</b>" in body
+
+
+CHIP = re.compile(r'<li class="(s|h|prior)( more)?"[^>]*>(.*?) <b>([+-][0-9]+\.[0-9]{2})</b> <small>([^<]*)</small></li>')
+
+
+def chips_of(page):
+    """``[(class, more, text, contribution, share)]`` of the chips of a message's page."""
+    section = page.split("<h2>What moved its score</h2>", 1)[1].split("</ul>", 1)[0]
+    return [(cls, bool(more), text, float(c), shown) for cls, more, text, c, shown in CHIP.findall(section)]
+
+
+def spam_with_a_high_score(model):
+    """A spam of the shipped sample that ``model`` scores above +10, and that score."""
+    from conftest import gold_labels, SAMPLE_MAILDIR
+
+    site = Site(model, False, "unused")
+    for name, label in sorted(gold_labels().items()):
+        raw = (SAMPLE_MAILDIR / "cur" / name).read_bytes()
+        if label == "spam" and site.clues(raw).score > 10:
+            return raw, site.clues(raw)
+    raise AssertionError("no sample spam scores above +10")
+
+
+def test_a_spams_chips_add_up_to_its_score_and_the_largest_pushes_toward_spam(compiled, tmp_path):
+    """The chips say what moved this message's score: each clue's contribution (weight times
+    count), spam-pushing first; with the rest ("N more") and the prior they add up to the
+    score, within the rounding of what is shown; the shares add up to 100% (within rounding)."""
+    raw, clues = spam_with_a_high_score(compiled)
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [raw], unsure={0})
+    web = WebHere(compiled, hist)
+    try:
+        status, _, page = web.get("/message/1")
+    finally:
+        web.stop()
+    assert status == 200
+    chips = chips_of(page)
+    assert f"= score <b>{clues.score:+.2f}</b>" in page
+    assert abs(sum(c for _, _, _, c, _ in chips) - clues.score) <= 0.005 * len(chips) + 1e-9, (chips, clues.score)
+    named = [chip for chip in chips if chip[0] != "prior" and not chip[1]]
+    assert max(named, key=lambda chip: abs(chip[3]))[0] == "s" and max(c for *_, c, _ in named) > 0
+    spam = [chip for chip in named if chip[0] == "s"]
+    assert chips[0][0] == "s" and len(spam) >= PAGE_CHIPS[0]  # spam-ward first, ten of them at least
+    # and as many as make the verdict on their own: with the prior and every ham-ward clue, above the cut-off
+    toward = clues.sides(*PAGE_CHIPS, enough=True)[0][1]
+    against = sum(c for _, c in clues.terms if c < 0)
+    assert len(toward) == len(spam) and clues.label == "spam"
+    assert clues.prior + against + sum(c for _, c in toward) > threshold(clues.cutoffs[1])
+    if len(toward) > PAGE_CHIPS[0]:  # and no more than it takes
+        assert clues.prior + against + sum(c for _, c in toward[:-1]) <= threshold(clues.cutoffs[1])
+    assert [c for *_, c, _ in spam] == sorted((c for *_, c, _ in spam), reverse=True)
+    assert all(c > 0 for cls, _, _, c, _ in chips if cls == "s") and all(c < 0 for cls, _, _, c, _ in chips
+                                                                          if cls == "h")
+    assert [chip[0] for chip in chips if chip[1]] == ["s", "h"]  # one "N more" a side
+    shares = [int(text[:-1]) for *_, text in chips if text != "&lt;1%"]
+    assert abs(sum(shares) - 100) <= len(chips)
+    counted = [(tok, n) for tok, n in clues.counts.items() if n > 1 and tok in dict(clues.sides()[0][1])]
+    for tok, n in counted:  # a clue seen n times says so
+        assert f"{html.escape(describe(tok))} ×{n} <b>" in page
 
 
 def test_the_model_page_looks_a_word_up(site):
@@ -666,10 +754,113 @@ def test_a_choice_whose_mark_fails_is_learned_said_so_and_marks_no_row(compiled,
         status, _, body = web.get("/learn", data=f"id=1&id=2&label=spam&csrf={web.server.csrf}".encode())
         assert status == 303, body
         _, _, body = web.get("/unsure")
-        assert "Learned #1, #2 as spam, but not marked in the history: database is locked" in body
+        subjects = [history.fields(raw)["subject"] for raw in messages()[:2]]
+        assert learned_note(subjects, "spam") + ", but not marked in the history: database is locked" in body
         assert body.count('<tr id="m') == 2  # both still waiting
     finally:
         web.stop()
     with sqlite3.connect(hist) as db:
         assert db.execute("SELECT count(*) FROM verdicts WHERE corrected IS NOT NULL").fetchone()[0] == 0
     assert calls == [1, 2]
+
+
+# -- the Scan page: a message pasted or uploaded --------------------------------------------------
+
+
+def fresh(raw: bytes, n: int) -> bytes:
+    """``raw`` as a message the model never learned: a Message-ID of its own (its identity)."""
+    head, sep, body = raw.partition(b"\n\n")
+    lines = [line for line in head.split(b"\n") if not line.lower().startswith(b"message-id:")]
+    return b"\n".join([*lines, b"Message-ID: <scan-%d@example.org>" % n]) + sep + body
+
+
+def verdict_shown(page):
+    """``(label, score)`` of the Scan page's verdict badge."""
+    label, score = re.search(r'<section id="verdict"><p><span class="v ([a-z]+)">[a-z]+ ([+-][0-9.]+)</span>',
+                             page).groups()
+    return label, float(score)
+
+
+def test_a_pasted_spam_is_scored_by_the_pipeline_explained_and_learned_once(compiled, tmp_path):
+    """Pasted as a browser sends a textarea (CRLF lines): the verdict, score, P(spam) and chips
+    of the one pipeline under the model now; Learn as spam teaches it once (the counts move
+    once, the history's row of it is marked, the queue re-scored), and again is "already
+    learned"."""
+    raw, _ = spam_with_a_high_score(compiled)
+    raw = fresh(raw, 1)
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [raw, *messages()[:2]], unsure={0})
+    web = WebHere(compiled, hist)
+    try:
+        status, _, page = web.get("/scan")
+        assert status == 200 and 'enctype="multipart/form-data"' in page and 'type="file" name="file"' in page
+        status, _, page = web.scan(web.server.csrf, ("message", raw.replace(b"\n", b"\r\n")), ("file", b"", ""))
+        assert status == 200, page[-500:]
+        clues = Site(compiled, False, hist).clues(raw)  # the same bytes: the page made the lines LF again
+        assert verdict_shown(page) == ("spam", round(clues.score, 1)) and f"P(spam) = {clues.p:.6f}" in page
+        assert f"= score <b>{clues.score:+.2f}</b>" in page and chips_of(page)[0][0] == "s"
+        before = load_model(compiled).messages.copy()
+        raw64 = re.search(r'name="raw64" value="([A-Za-z0-9+/=]+)"', page).group(1)
+        status, _, page = web.scan(web.server.csrf, ("raw64", raw64.encode()), ("label", b"spam"))
+        subject = html.escape(history.fields(raw)["subject"])
+        assert status == 200 and f"Learned as spam: “{subject}”." in page and "Re-scored the unsure" in page
+        after = load_model(compiled).messages
+        assert after[1] == before[1] + 1 and after[0] == before[0]
+        status, _, page = web.scan(web.server.csrf, ("raw64", raw64.encode()), ("label", b"spam"))
+        assert status == 200 and f"“{subject}” was already learned as spam: nothing changed." in page
+        assert (load_model(compiled).messages == after).all()
+        assert "taught as" in web.get("/history?verdict=unsure")[2]  # its row in the history, marked
+        assert 'id="m1"' not in web.get("/unsure")[2]
+    finally:
+        web.stop()
+
+
+def test_an_uploaded_file_is_scanned_as_its_bytes_and_its_subject_read_as_written(site):
+    web, mail, _ = site
+    _, _, page = web.get("/unsure")
+    raw = fresh(mail[0], 2).replace(b"Subject:", b"Subject: Prognose f\xc3\xbcr Sie, was:", 1) + b"\xff\xfe\x00\n"
+    status, _, page = web.scan(csrf_of(page), ("message", b"ignored when a file is chosen"), ("file", raw, "m.eml"))
+    assert status == 200 and "<dt>Subject</dt><dd>Prognose für Sie, was:" in page
+    assert base64_of(page) == raw  # the Learn buttons send back exactly the bytes uploaded
+
+
+def base64_of(page):
+    import base64
+
+    return base64.b64decode(re.search(r'name="raw64" value="([^"]*)"', page).group(1))
+
+
+@pytest.mark.parametrize("case", ["script", "binary", "huge", "over", "empty", "urlencoded", "cut", "raw64", "label",
+                                  "csrf"])
+def test_a_hostile_scan_is_answered_never_a_500(site, case):
+    """HTML and script in the Subject and the body shown as text; 10 MB pasted, a 4.5 MB file: one
+    clear sentence (413), nothing scanned; random bytes scored; a form that is not one: 400;
+    without the CSRF token: 403. Nothing learned by any."""
+    import os
+
+    web, mail, model = site
+    csrf = csrf_of(web.get("/unsure")[2])
+    before = load_model(model).messages.copy()
+    fields = {"script": [("message", hostile_message())], "binary": [("file", os.urandom(200_000), "x.bin")],
+              "huge": [("message", b"Subject: big\n\n" + b"spam " * 2_000_000)],
+              "over": [("file", b"Subject: big\n\n" + b"x" * 4_500_000, "big.eml")],
+              "empty": [("message", b" \r\n "), ("file", b"", "")], "raw64": [("raw64", b"%%%"), ("label", b"spam")],
+              "label": [("message", mail[0]), ("label", b"evil")]}.get(case, [("message", mail[0])])
+    if case == "urlencoded":
+        status, _, page = web.get("/scan", data=f"csrf={csrf}&message=x".encode())
+    elif case == "cut":
+        body, headers = multipart_form([("csrf", csrf.encode()), ("message", mail[0])])
+        status, _, page = web.get("/scan", data=body[:-40], headers=headers)
+    else:
+        status, _, page = web.scan("0123" if case == "csrf" else csrf, *fields)
+    want = {"script": 200, "binary": 200, "huge": 413, "over": 413, "csrf": 403}.get(case, 400)
+    assert status == want, (case, status, page[-600:])
+    assert "<script>document" not in page and "<img src=x" not in page
+    if case == "script":
+        assert html.escape(HOSTILE, quote=True) in page and verdict_shown(page)
+    if case in ("huge", "over"):
+        assert "the page takes messages up to 4 MB" in page and "Nothing was scanned or learned" in page
+        assert 'id="scan"' in page  # the form, to try again
+    assert (load_model(model).messages == before).all()
+    web.stop()
+    assert "Traceback" not in web.log and "error on" not in web.log, web.log

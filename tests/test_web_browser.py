@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from spamnb.storage import history
 from spamnb.storage.modelfile import load_model
 from test_fastpath import compiled, messages  # noqa: F401 (compiled: a fixture)
 from webpage import HOSTILE, Web, fill, hostile_message, output_dir
@@ -73,7 +74,7 @@ def rows(driver):
 
 
 def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
-    web, _, model = site
+    web, mail, model = site
     browser.get(web.url)
     assert browser.current_url == web.base + web.root + "/unsure"  # the token left the address bar
     assert browser.find_element("tag name", "h1").text == "Unsure mail"
@@ -88,7 +89,8 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
     after_rows = rows(browser)
     assert "m4" not in after_rows and len(after_rows) == 5
     flash = browser.find_element("css selector", ".flash").text
-    assert "Learned #4 as spam" in flash and "Re-scored the unsure messages" in flash
+    assert f"Learned as spam: “{history.fields(mail[3])['subject']}”." in flash
+    assert "Re-scored the unsure messages" in flash
     shot(browser, "unsure-after-learning")
     follow(browser, "History")  # the page's links carry its address
     assert "taught as" in browser.find_element("id", "m4").text
@@ -96,7 +98,7 @@ def test_open_with_the_token_and_mark_an_unsure_message_as_spam(browser, site):
 
 
 def test_tick_several_unsure_messages_and_mark_them_ham_at_once(browser, site):
-    web, _, model = site
+    web, mail, model = site
     browser.get(web.url)
     for row in ("m2", "m3", "m8"):
         browser.find_element("css selector", f"#{row} td.pick input").click()
@@ -106,7 +108,9 @@ def test_tick_several_unsure_messages_and_mark_them_ham_at_once(browser, site):
     WebDriverWait(browser, 60).until(lambda b: b.find_elements("css selector", ".flash"))
     assert load_model(model).messages[0] == before[0] + 3 and load_model(model).messages[1] == before[1]
     assert not {"m2", "m3", "m8"} & set(rows(browser)) and len(rows(browser)) == 3
-    assert "Learned #2, #3, #8 as ham" in browser.find_element("css selector", ".flash").text
+    named = ", ".join(f"“{history.fields(mail[i])['subject']}”" for i in (7, 2))  # the rows' order, newest first
+    assert f"Learned as ham: {named} and “{history.fields(mail[1])['subject']}”." in \
+        browser.find_element("css selector", ".flash").text
 
 
 def test_a_hostile_subject_is_shown_as_text_and_never_runs(browser, site):
@@ -390,3 +394,107 @@ def test_hostile_host_names_in_the_site_view_are_text_and_never_run(browser, tmp
         assert "Traceback" not in web.log
     finally:
         srv.stop()
+
+
+# -- what moved a score, and the Scan page -----------------------------------------------------------
+
+
+def short_spam(model):
+    """The shortest spam of the shipped sample that ``model`` scores above +10 (typed into a
+    textarea key by key: the shorter the quicker)."""
+    from conftest import gold_labels, SAMPLE_MAILDIR
+    from spamnb.web.data import Site
+
+    site = Site(model, False, "unused")
+    spam = sorted(((SAMPLE_MAILDIR / "cur" / name).read_bytes() for name, label in gold_labels().items()
+                   if label == "spam"), key=len)
+    return next(raw for raw in spam if site.clues(raw).score > 10)
+
+
+def submit(driver, css):
+    """Click the button ``css`` and wait for the page its form leads to (the old one gone)."""
+    from selenium.webdriver.support.expected_conditions import staleness_of
+
+    old = driver.find_element("tag name", "main")
+    driver.find_element("css selector", css).click()
+    WebDriverWait(driver, 120).until(staleness_of(old))
+
+
+def chips(driver):
+    """``(class, text)`` of the chips of the page's section "What moved its score"."""
+    return [(li.get_attribute("class"), li.text) for li in driver.find_elements("css selector", "ul.clues li")
+            if li.get_attribute("class") != "break"]
+
+
+def test_a_spams_page_shows_what_moved_its_score(browser, compiled, tmp_path):
+    raw = short_spam(compiled)
+    hist = tmp_path / "h.sqlite"
+    fill(hist, [raw], unsure={0})
+    web = Web(compiled, hist)
+    try:
+        browser.get(web.url)
+        browser.find_element("css selector", "#m1 a.subject").click()
+        WebDriverWait(browser, 60).until(lambda b: b.current_url.endswith("/message/1"))
+        shown = chips(browser)
+        assert shown[0][0] == "s" and shown[-1][0] == "prior" and ("s more" in dict(shown))
+        first = shown[0][1]
+        assert re.search(r" \+[0-9]+\.[0-9]{2} [0-9<]+%$", first), first  # its contribution and share
+        total = browser.find_element("css selector", "p.sum").text
+        assert total.startswith("prior ") and "= score +" in total
+        values = [float(re.search(r" ([+-][0-9]+\.[0-9]{2}) ", text + " ").group(1)) for _, text in shown]
+        assert abs(sum(values) - float(total.split("= score ")[1].split(",")[0])) <= 0.005 * len(values)
+        shot(browser, "message-chips")
+    finally:
+        web.stop()
+
+
+def test_paste_a_spam_see_its_verdict_and_chips_and_teach_it_once(browser, compiled, tmp_path):
+    raw = short_spam(compiled).replace(b"Subject:", b"Message-ID: <pasted-1@example.org>\nSubject:", 1)
+    hist = tmp_path / "h.sqlite"
+    fill(hist, messages()[:2])
+    web = Web(compiled, hist)
+    try:
+        browser.get(web.url)
+        follow(browser, "Scan")
+        browser.find_element("id", "message").send_keys(raw.decode("latin-1"))
+        shot(browser, "scan-form")
+        submit(browser, "#scan button")
+        assert browser.find_element("css selector", "#verdict .v").text.startswith("spam +")
+        assert chips(browser)[0][0] == "s" and "P(spam) = 0.99" in browser.find_element("id", "verdict").text
+        shot(browser, "scan-result")
+        before = load_model(compiled).messages.copy()
+        submit(browser, "#teach button.spam")
+        assert browser.find_element("css selector", ".flash").text.startswith("Learned as spam: “")
+        assert load_model(compiled).messages[1] == before[1] + 1
+        submit(browser, "#teach button.spam")  # again: nothing more
+        assert "was already learned as spam: nothing changed" in browser.find_element("css selector", ".flash").text
+        assert load_model(compiled).messages[1] == before[1] + 1 and load_model(compiled).messages[0] == before[0]
+        shot(browser, "scan-learned")
+    finally:
+        web.stop()
+    assert "Traceback" not in web.log
+
+
+def test_hostile_pastes_and_uploads_are_shown_as_text_or_refused_in_a_sentence(browser, site, tmp_path):
+    web, _, model = site
+    before = load_model(model).messages.copy()
+    browser.get(web.url)
+    follow(browser, "Scan")
+    browser.find_element("id", "message").send_keys(hostile_message().decode())
+    submit(browser, "#scan button")
+    assert browser.title != "pwned" and browser.find_elements("css selector", "main img, main script") == []
+    assert HOSTILE in browser.find_element("css selector", "#verdict dl").text
+    uploads = {"binary.bin": os.urandom(100_000), "huge.eml": b"Subject: big\n\n" + b"spam " * 2_000_000}
+    for name, data in uploads.items():
+        (tmp_path / name).write_bytes(data)
+        browser.find_element("id", "file").send_keys(str(tmp_path / name))
+        submit(browser, "#scan button")
+        if name == "binary.bin":
+            assert browser.find_element("css selector", "#verdict .v").text.split()[0] in ("ham", "unsure", "spam")
+        else:  # 10 MB: the page, not a reset connection, saying why
+            text = browser.find_element("css selector", ".flash.error").text
+            assert "This message is 10.0 MB: the page takes messages up to 4 MB" in text, text
+            shot(browser, "scan-too-large")
+    assert (load_model(model).messages == before).all()
+    web.stop()
+    assert "Traceback" not in web.log

@@ -41,6 +41,19 @@ def fill(path, messages, *, unsure=(), extra=0, t0=None):
         db.close()
 
 
+def multipart_form(fields):
+    """``(body, headers)`` of a multipart/form-data POST, as a browser sends the Scan form:
+    ``fields`` are ``(name, bytes)``, or ``(name, bytes, file name)`` for a file."""
+    boundary = "----spamnbTestBoundary" + "7MA4YWxkTrZu0gW"
+    body = b""
+    for name, value, *filename in fields:
+        head = f'Content-Disposition: form-data; name="{name}"'
+        if filename:
+            head += f'; filename="{filename[0]}"\r\nContent-Type: application/octet-stream'
+        body += f"--{boundary}\r\n{head}\r\n\r\n".encode() + value + b"\r\n"
+    return body + f"--{boundary}--\r\n".encode(), {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+
+
 class Web:
     """``spamnb web`` in a subprocess; ``url`` is the one it printed (with the token). ``where``:
     the options naming what it shows, instead of ``--model MODEL --history HIST``."""
@@ -96,6 +109,12 @@ class Web:
                 return r.status, r.headers, r.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.headers, exc.read().decode()
+
+    def scan(self, csrf, *fields):
+        """``(status, headers, body)`` of the Scan form sent with ``fields`` (``(name, bytes[,
+        file name])``) and the CSRF token ``csrf``."""
+        body, headers = multipart_form([("csrf", csrf.encode()), *fields])
+        return self.get("/scan", data=body, headers=headers)
 
     def stop(self):
         """Stop it; what it wrote to stderr after its address is kept in ``log``."""

@@ -22,9 +22,12 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
     once), History (every verdict the filter, the server and imap filter
     recorded, searchable, with a "wrong?" button), Overview (pictures of the
     last days), Model (what `spamnb info` says, a word lookup as `spamnb
-    explain --word`, and a prune preview) and, with --store, Site (every
-    host's heartbeat: up or silent, its counts; the store's servers as its
-    Sentinels report them).
+    explain --word`, and a prune preview), Scan (paste or upload a
+    message: its verdict, what moved its score, and buttons that learn it)
+    and, with --store, Site (every host's heartbeat: up or silent, its
+    counts; the store's servers as its Sentinels report them). A message's
+    chips show what each clue added to its score (log-odds) and its share of
+    all the pushing.
 
     It prints its address with a secret token, as Jupyter does: open that
     URL, which leads to the page's own address (/s/KEY/...); every request

@@ -25,9 +25,11 @@ where it is)::
 ``raddr`` is the client's IP address (spamd over TCP); spamd's ``rhost``, the
 name of that address, is not written: it would cost a DNS lookup per message.
 ``learn`` and ``forget`` lines say who taught (``source=``) what (``class=``). Values that come from the
-message or the client (Message-ID, user, folder) are escaped
-(:func:`quote`): no line break, no control or non-ASCII character and no ``=``
-survive, so a message cannot end its line or write a ``verdict=`` of its own.
+message or the client (Message-ID, user, folder) are escaped (:func:`quote`), once 8-bit
+bytes were read as a person reads them (UTF-8 when they are: "für" is written
+``f\\u00fcr``, not its two bytes' ``f\\u00c3\\u00bcr``): no line break, no control or
+non-ASCII character and no ``=`` survive, so a message cannot end its line or write a
+``verdict=`` of its own.
 :func:`parse` reads both forms back (``spamnb stats``).
 
 A :class:`Recorder` given a ``history`` (a :class:`spamnb.storage.history.Recorder`)
@@ -92,8 +94,14 @@ def message_id(raw: bytes) -> str | None:
     value = head[at + len(b"message-id:"):]
     lines = value.split(b"\n")
     parts = [lines[0]] + [x for x in _continuation(lines[1:])]
-    text = b" ".join(p.strip() for p in parts).decode("latin-1").strip()
-    return text[:MAX_VALUE] or None
+    data = b" ".join(p.strip() for p in parts).strip()
+    if data.isascii():
+        return data.decode("ascii")[:MAX_VALUE] or None
+    # 8-bit bytes read as a person reads them (UTF-8 when they are: "für", not "fÃ¼r"), then
+    # escaped by the line (quote): no encoded words, which a Message-ID never holds (RFC 2047)
+    from spamnb.mail.mime import readable
+
+    return readable(data, "utf-8")[:MAX_VALUE] or None
 
 
 def _continuation(lines):

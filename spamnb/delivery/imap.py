@@ -710,20 +710,12 @@ class Filter:
 
 
 def subject_line(raw: bytes) -> str:
-    """The message's Subject for a report line (decoded, shortened)."""
-    from email.header import decode_header, make_header
+    """The message's Subject for a report line (``imap filter``'s, ``learn-moves``'): as the
+    history and the page show it (:func:`spamnb.storage.history.fields`), shortened."""
+    from spamnb.mail.mime import clipped
+    from spamnb.storage import history
 
-    head = raw.split(b"\r\n\r\n", 1)[0].split(b"\n\n", 1)[0]
-    for line in head.replace(b"\r\n", b"\n").replace(b"\n ", b" ").replace(b"\n\t", b" ").split(b"\n"):
-        if line[:8].lower() == b"subject:":
-            text = line[8:].strip().decode("latin-1")
-            try:
-                text = str(make_header(decode_header(text)))
-            except (ValueError, LookupError):
-                pass
-            text = " ".join(text.split())
-            return verdict.header_safe(text[:70]) if not text.isprintable() else text[:70]
-    return "(no subject)"
+    return clipped(history.fields(raw)["subject"], 70) or "(no subject)"
 
 
 # -- watching ----------------------------------------------------------------------------------

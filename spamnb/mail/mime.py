@@ -49,6 +49,9 @@ __all__ = [
     "payload_bytes",
     "decode_bytes",
     "decode_header",
+    "header_text",
+    "readable",
+    "clipped",
     "normalize_charset",
     "header_charset",
     "split_params",
@@ -638,8 +641,27 @@ def _encoded_words(value):
     return _encoded_words(value)
 
 
+def _word_chunks(value):
+    """The ``(bytes or str, charset or None)`` chunks of a value holding ``=?``: its RFC 2047
+    encoded words decoded to their bytes, as ``email.header.decode_header`` gives them.
+    The common shapes are read by rfc2047, which gives the standard library's chunks
+    (tests/test_rfc2047.py); the rest by the stdlib. Over modern-spam-dev's 4,495 values
+    with an encoded word :func:`decode_header` takes 0.23 CPU s instead of 0.61
+    (docs/tokenizer-speed.md)."""
+    parts = _encoded_words(value)
+    if parts is None:
+        import email.header
+        try:
+            parts = email.header.decode_header(value)
+        except Exception:
+            parts = [(value, None)]
+    return parts
+
+
 def decode_header(value, fallback=None):
-    """Decode a header value: RFC 2047 encoded words and raw 8-bit bytes.
+    """Decode a header value for the tokenizer: RFC 2047 encoded words and raw 8-bit
+    bytes (:func:`decode_bytes`: guessed as a CJK charset when they look like one, a
+    guess a token can afford; what a person reads is :func:`header_text`'s).
 
     Folding whitespace is unfolded.  Never raises: a broken encoded word is
     left as it is.
@@ -650,19 +672,8 @@ def decode_header(value, fallback=None):
         except Exception:
             return ""
     if "=?" in value:
-        # The common shapes of encoded words are read by rfc2047, which gives the
-        # standard library's chunks (tests/test_rfc2047.py); the rest by the stdlib.
-        # Over modern-spam-dev's 4,495 values with an encoded word this function
-        # takes 0.23 CPU s instead of 0.61 (docs/tokenizer-speed.md).
-        parts = _encoded_words(value)
-        if parts is None:
-            import email.header
-            try:
-                parts = email.header.decode_header(value)
-            except Exception:
-                parts = [(value, None)]
         out = []
-        for chunk, cs in parts:
+        for chunk, cs in _word_chunks(value):
             if isinstance(chunk, str):
                 chunk = chunk.encode("utf-8", "surrogateescape")
             out.append(decode_bytes(chunk, cs or fallback)[0])
@@ -672,3 +683,80 @@ def decode_header(value, fallback=None):
     if "\n" in value or "\r" in value:
         value = " ".join(value.split())
     return value
+
+
+# -- a header as a person reads it ------------------------------------------------------
+
+# Characters a header shown to a person must not carry: they would reorder the text
+# around them (bidirectional overrides and isolates, a "Subject" that reads backwards).
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# A value cut in segments: ASCII runs, where encoded words may stand, and the words holding
+# other characters (RFC 2047 puts an encoded word between blanks, never inside such a word).
+_NOT_ASCII_WORD = re.compile(r"(\S*[^\x00-\x7f]\S*)")
+
+
+def _as_cp1252(exc):
+    """The ``spamnb.cp1252`` error handler: bytes that are not UTF-8 read as cp1252."""
+    return exc.object[exc.start:exc.end].decode("cp1252", "replace"), exc.end
+
+
+codecs.register_error("spamnb.cp1252", _as_cp1252)
+
+
+def readable(data: bytes, *charsets) -> str:
+    """``data`` as text a person can read: decoded by the first of ``charsets`` (labels, as
+    :func:`normalize_charset` reads them; None skipped) that decodes it whole, else as UTF-8
+    where it is and cp1252 (Latin-1 with Windows' characters in 0x80-0x9f) for the bytes
+    that are not (a UTF-8 subject with one stray byte, or Latin-1 text). Never raises. No
+    guess beyond these: a guessed CJK charset turns "Köln" in Latin-1 into Chinese."""
+    if data.isascii():
+        return data.decode("ascii")
+    for label in charsets:
+        codec = normalize_charset(label)
+        text = _strict(data, codec) if codec else None
+        if text is not None:
+            return text
+    return data.decode("utf-8", "spamnb.cp1252")
+
+
+def header_text(value, declared=None) -> str:
+    """A header value as a person reads it: on the page, in a report line, in the history,
+    in a log line (which escapes it again for grep). One line; never raises.
+
+    ``value``: the value's bytes as the message holds them (folded or not), or a str read
+    from them with surrogateescape. Raw 8-bit bytes are read as UTF-8 when they are, else in
+    the message's ``declared`` charset (its Content-Type's) when that decodes them, else as
+    UTF-8 and cp1252 for the bytes that are not UTF-8 (:func:`readable`): a raw UTF-8
+    "für" is "für", never "fÃ¼r". RFC 2047 encoded words are decoded (the tokenizer's
+    reading of them, :func:`_word_chunks`), each by its own charset, else the same way. Control characters and the
+    bidirectional ones are shown as U+FFFD: a Subject cannot move a terminal's cursor."""
+    if not isinstance(value, bytes):
+        value = str(value).encode("utf-8", "surrogateescape")
+    text = " ".join(readable(value, "utf-8", declared).split())
+    if "=?" in text:
+        text = "".join(_words_read(seg) if seg.isascii() else seg for seg in _NOT_ASCII_WORD.split(text))
+    if not text.isprintable():
+        import unicodedata
+
+        text = "".join("\ufffd" if c in _BIDI_CONTROLS or unicodedata.category(c) == "Cc" else c for c in text)
+    return text
+
+
+def _words_read(segment: str) -> str:
+    """An ASCII segment of a value with its encoded words decoded, its blanks at either end
+    kept (the segment stands between words that are not ASCII)."""
+    core = segment.strip()
+    if "=?" not in core:
+        return segment
+    lead, trail = segment[:len(segment) - len(segment.lstrip())], segment[len(segment.rstrip()):]
+    out = []
+    for chunk, cs in _word_chunks(core):
+        if isinstance(chunk, str):  # no encoded word found: the text as it was
+            chunk = chunk.encode("utf-8", "surrogateescape")
+        out.append(readable(chunk, cs, "utf-8"))
+    return lead + "".join(out) + trail
+
+
+def clipped(text: str, width: int) -> str:
+    """``text`` in at most ``width`` characters: cut with "…" when longer."""
+    return text if len(text) <= width else text[:max(width - 1, 0)] + "…"

@@ -145,11 +145,14 @@ def check_numbers(r, now=None):
 
 
 def fields(raw: bytes) -> dict:
-    """From, Subject and Message-ID of ``raw``, decoded (RFC 2047), unfolded, each cut
-    to 300 characters: what a row shows. Never raises."""
-    from spamnb.mail.mime import decode_header, header_block_end
+    """From, Subject and Message-ID of ``raw`` as a person reads them
+    (:func:`spamnb.mail.mime.header_text`: RFC 2047 and raw 8-bit bytes decoded, in the
+    message's charset when they are not UTF-8), unfolded, each cut to 300 characters:
+    what a row shows. Never raises."""
+    from spamnb.mail.mime import header_block_end, header_text, split_params
 
-    want = {b"from": "sender", b"subject": "subject", b"message-id": "message_id"}
+    want = {b"from": "sender", b"subject": "subject", b"message-id": "message_id", b"content-type": "type"}
+    found = {}
     out = {"sender": "", "subject": "", "message_id": ""}
     try:
         head = raw[:header_block_end(raw[:256 * 1024])]
@@ -157,16 +160,17 @@ def fields(raw: bytes) -> dict:
         for line in head.splitlines():
             if line[:1] in (b" ", b"\t"):
                 if current:
-                    out[current] += " " + line.strip().decode("utf-8", "surrogateescape")
+                    found[current] += b" " + line.strip()
                 continue
             name, colon, value = line.partition(b":")
             current = want.get(name.strip().lower()) if colon else None
-            if current and out[current]:
+            if current and current in found:
                 current = None  # the first of a repeated field counts
             elif current:
-                out[current] = value.strip().decode("utf-8", "surrogateescape")
-        for k, v in out.items():
-            out[k] = decode_header(v)[:300].encode("utf-8", "replace").decode("utf-8")
+                found[current] = value.strip()
+        declared = split_params(found.pop("type", b"").decode("latin-1"))[1].get("charset")
+        for k, v in found.items():
+            out[k] = header_text(v, declared)[:300]
     except Exception:  # noqa: BLE001 - hostile headers give empty fields, never a failed record
         pass
     return out

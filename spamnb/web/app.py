@@ -1,7 +1,8 @@
 """``spamnb web``: the HTTP server of the page, on the standard library's ``http.server``.
 
 Why no web framework: the page is a handful of server-drawn HTML pages and
-two kinds of form; ``http.server`` (threaded) does that, and every rule
+three kinds of form (a search, the learn buttons, the Scan form's message, the one
+multipart body: :func:`multipart`); ``http.server`` (threaded) does that, and every rule
 that keeps it safe is short enough to read here:
 
 * **Who may connect**: loopback by default; another address only with
@@ -33,12 +34,15 @@ that keeps it safe is short enough to read here:
   (:data:`CSP`) that forbids scripts, inline styles, frames and any load
   from elsewhere.
 * **Bad requests**: too many fields, a number that is not one or is out of
-  range: 400 (or 404 for a message), one line, never a traceback.
+  range: 400 (or 404 for a message), one line, never a traceback. A body over its
+  bound (:data:`MAX_POST`, the Scan form's :data:`MAX_SCAN_POST`): 413, after reading
+  it (:meth:`Handler.too_large`), so that a browser shows the answer.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 import re
@@ -52,7 +56,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from spamnb.delivery import access
 from spamnb.verdict import cutoffs_from
 from spamnb.web import pages
-from spamnb.web.data import PAGE, NotMarked, Site
+from spamnb.web.data import MAX_MESSAGE, PAGE, NotMarked, Site
 
 CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
        "base-uri 'none'")
@@ -65,6 +69,16 @@ MESSAGE_ID = re.compile(r"[0-9]{1,18}")  # a history row's id: ASCII digits that
 IDLE_TIMEOUT = 10.0  # seconds any read of a request may wait
 MAX_CONNECTIONS = 64  # open at once; a new one beyond closes the oldest not yet authorised
 SHARE = access.share(MAX_CONNECTIONS)  # held by one client at most; beyond, its own oldest not authorised
+
+
+#: The Scan form's body: a message at the bound as a Learn button sends it back (base64), and
+#: the form's own lines.
+MAX_SCAN_POST = MAX_MESSAGE * 4 // 3 + 64 * 1024
+#: A body over its bound is read and dropped up to this much before the 413 (a larger one is not
+#: read: the connection closes after the answer).
+DRAIN_MAX = 64 * 1024 * 1024
+BOUNDARY = re.compile(r'boundary=(?:"([^"]{1,200})"|([^\s;"]{1,200}))', re.IGNORECASE)
+FIELD_NAME = re.compile(rb';\s*name="([^"]*)"', re.IGNORECASE)
 
 
 class BadRequest(ValueError):
@@ -88,6 +102,44 @@ def fields(text, limit):
         return parse_qs(text, keep_blank_values=True, max_num_fields=limit)
     except ValueError:
         raise BadRequest(f"too many fields (at most {limit})") from None
+
+
+def multipart(body: bytes, ctype: str, limit: int) -> dict:
+    """``{name: [bytes]}`` of a multipart/form-data body (the Scan form's: a file's bytes as
+    sent, a textarea's as the browser encoded them); BadRequest for another body, one cut
+    short, or beyond ``limit`` fields."""
+    found = BOUNDARY.search(ctype)
+    if not ctype.lower().startswith("multipart/form-data") or not found:
+        raise BadRequest("the Scan form is sent as multipart/form-data")
+    delimiter = b"\r\n--" + (found.group(1) or found.group(2)).encode("latin-1")
+    parts = (b"\r\n" + body).split(delimiter)
+    if len(parts) < 2 or not parts[-1].startswith(b"--"):
+        raise BadRequest("the form came cut short: send it again")
+    if len(parts) - 2 > limit:
+        raise BadRequest(f"too many fields (at most {limit})")
+    form = {}
+    for part in parts[1:-1]:
+        head, blank, value = part.partition(b"\r\n\r\n")
+        disposition = next((line for line in head.split(b"\r\n") if line[:20].lower() == b"content-disposition:"),
+                           b"")
+        name = FIELD_NAME.search(disposition)
+        if blank and name:
+            form.setdefault(name.group(1).decode("utf-8", "replace"), []).append(value)
+    return form
+
+
+def pasted(form):
+    """The message of the Scan form, or None: the one a Learn button sends back (base64 of the
+    bytes scanned), else the file uploaded, else the text pasted, whose lines the browser sent
+    with CRLF (HTML's rule for a textarea) and which are made LF again, as the mail file held
+    them. BadRequest for base64 that is not."""
+    if form.get("raw64"):
+        try:
+            return base64.b64decode(form["raw64"][0], validate=True) or None
+        except (binascii.Error, ValueError):
+            raise BadRequest("the message to learn did not come back whole: scan it again") from None
+    raw = form.get("file", [b""])[0] or form.get("message", [b""])[0].replace(b"\r\n", b"\n")
+    return raw if raw.strip() else None
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -217,18 +269,26 @@ class Handler(BaseHTTPRequestHandler):
             length = int(self.headers.get("Content-Length", "0"))
         except ValueError:
             length = -1
-        if not 0 <= length <= MAX_POST:
-            self.send(413, pages.error_page(413, "request too large", root=srv.root))
+        scan = path == "/scan"  # the Scan form: a whole message, sent as multipart/form-data
+        if not 0 <= length <= (MAX_SCAN_POST if scan else MAX_POST):
+            self.too_large(length, scan)
             return
         try:
-            form = fields(self.rfile.read(length).decode("utf-8", "replace"), MAX_FORM_FIELDS)
+            body = self.rfile.read(length)
+            form = multipart(body, self.headers.get("Content-Type", ""), MAX_FORM_FIELDS) if scan else \
+                fields(body.decode("utf-8", "replace"), MAX_FORM_FIELDS)
         except BadRequest as exc:
             self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
-        csrf = hmac.compare_digest(form.get("csrf", [""])[0].encode(), srv.csrf.encode())
+        given = form.get("csrf", [""])[0]
+        given = given.encode() if isinstance(given, str) else given
+        csrf = hmac.compare_digest(given, srv.csrf.encode())
         if not self.may(access.TEACH_PAGE, key=True, csrf=csrf):  # (its key: own_path above)
             self.send(403, pages.error_page(403, "The form's CSRF token is missing or wrong: reload the page.",
                                             root=srv.root))
+            return
+        if scan:
+            self.scan(form)
             return
         if path != "/learn":
             self.send(404, pages.error_page(404, "no such page", root=srv.root))
@@ -248,14 +308,14 @@ class Handler(BaseHTTPRequestHandler):
                 self.redirect(srv.root + back)
                 return
             with srv.site.request():
-                moved = srv.site.learn(mids, label)
+                subjects, moved = srv.site.learn(mids, label)
         except ValueError as exc:
             self.send(400, pages.error_page(400, str(exc), root=srv.root))
             return
         except NotMarked as exc:  # learned: said with the next page, as a choice is
-            which = ", ".join(f"#{mid}" for mid in sorted(mids))
-            srv.remember(f"Learned {which} as {pages.e(label)}, but not marked in the history: {pages.e(str(exc))}. "
-                         f"They stay in the queue: choose them again to mark them (a message is learned once).")
+            srv.remember(f"{pages.learned_note(exc.subjects, label)}, but not marked in the history: "
+                         f"{pages.e(str(exc))}. They stay in the queue: choose them again to mark them (a message "
+                         f"is learned once).")
             self.redirect(srv.root + back)
             return
         except Exception as exc:  # noqa: BLE001 - said on the page; raised before any mark (the site's learn)
@@ -263,9 +323,78 @@ class Handler(BaseHTTPRequestHandler):
             self.send(500, pages.error_page(500, f"not learned: {exc}; nothing was marked in the history",
                                             root=srv.root))
             return
-        which = ", ".join(f"#{mid}" for mid in sorted(mids))
-        srv.remember(f"Learned {which} as {pages.e(label)}. " + pages.moved_note(moved, srv.root))
+        srv.remember(f"{pages.learned_note(subjects, label)}. " + pages.moved_note(moved, srv.root))
         self.redirect(srv.root + back)
+
+    def too_large(self, length, scan):
+        """A body over the bound: 413, after reading it when it is at most :data:`DRAIN_MAX`, so
+        that a browser still sending an upload reads the answer instead of a reset connection;
+        the connection closes after it."""
+        left = length if length <= DRAIN_MAX else 0
+        try:
+            while left > 0 and (chunk := self.rfile.read(min(left, 1 << 16))):
+                left -= len(chunk)
+        except OSError:  # the client stopped sending (the read's timeout): answered all the same
+            pass
+        self.close_connection = True
+        srv = self.server
+        if scan:
+            self.send(413, pages.scan_page(srv.csrf, root=srv.root, error=pages.too_large_note(length)))
+        else:
+            self.send(413, pages.error_page(413, "request too large", root=srv.root))
+
+    def scan(self, form):
+        """The Scan form: the message pasted or uploaded, its verdict and what moved its score;
+        with a label (its Learn buttons), learned first. Nothing is kept of it."""
+        srv = self.server
+        given = self.scan_input(form)
+        if given is None:
+            return
+        raw, label = given
+        try:
+            with srv.site.request():
+                note = self.taught(raw, label) if label else ""
+                if note is None:
+                    return
+                clues = srv.site.clues(raw)
+        except Exception as exc:  # noqa: BLE001 - the model cannot be read: a page, the server goes on
+            srv.log(f"error on /scan: {exc.__class__.__name__}: {exc}")
+            self.send(500, pages.error_page(500, f"{exc.__class__.__name__}: {exc}", root=srv.root))
+            return
+        self.send(200, pages.scan_page(srv.csrf, root=srv.root, raw=raw, clues=clues, flash=note))
+
+    def scan_input(self, form):
+        """``(raw, label)`` of the Scan form (label "" to scan only), or None when it holds no
+        message to take: its answer (400, or 413 beyond :data:`MAX_MESSAGE`) sent."""
+        srv = self.server
+        label = form.get("label", [b""])[0].decode("ascii", "replace")
+        try:
+            raw = pasted(form)
+        except BadRequest as exc:
+            raw, error = None, pages.e(str(exc))
+        else:
+            error = "Paste a message or choose a file: there was nothing to scan." if raw is None else ""
+        if error or len(raw) > MAX_MESSAGE:
+            status, error = (400, error) if error else (413, pages.too_large_note(len(raw)))
+            self.send(status, pages.scan_page(srv.csrf, root=srv.root, error=error))
+            return None
+        if label not in ("", "spam", "ham"):
+            self.send(400, pages.error_page(400, "learn it as spam or ham", root=srv.root))
+            return None
+        return raw, label
+
+    def taught(self, raw, label):
+        """Learn the scanned message ``raw`` as ``label``: the note saying what it did, or None
+        when learning failed (its 500 page sent, as the queue's buttons answer one)."""
+        srv = self.server
+        try:
+            done, moved = srv.site.teach(raw, label)
+        except Exception as exc:  # noqa: BLE001 - said on the page; nothing learned
+            srv.log(f"learning failed: {exc.__class__.__name__}: {exc}")
+            self.send(500, pages.error_page(500, f"not learned: {exc}", root=srv.root))
+            return None
+        return pages.taught_note(raw, label, done) + (" " + pages.moved_note(moved, srv.root) if moved is not None
+                                                      else "")
 
     def route_get(self, path, q):
         srv, site = self.server, self.server.site
@@ -291,6 +420,8 @@ class Handler(BaseHTTPRequestHandler):
             row, raw = found
             self.send(200, pages.message_page(row, raw, site.clues(raw) if raw else None, srv.csrf, srv.flash(),
                                               root=root))
+        elif path == "/scan":
+            self.send(200, pages.scan_page(srv.csrf, root=root, flash=srv.flash()))
         elif path == "/overview":
             import datetime
 

@@ -10,21 +10,26 @@ go through one connection (:meth:`Site.request`).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 
 from spamnb.delivery import pipeline
-from spamnb.delivery.hook import scored
+from spamnb.mail.mime import MAX_PARSE_BYTES
 from spamnb.storage.filestore import FileBackend, ModelHolder, file_state
 from spamnb.storage import history
 from spamnb.storage.modelfile import default_seed, load_model, own_model_path
 from spamnb.verdict import Decision
 
 PAGE = 25
+#: The largest message the Scan page takes: the most the tokenizer reads of one (a larger
+#: one would be scored, and learned, on its first 4 MB).
+MAX_MESSAGE = MAX_PARSE_BYTES
 RESCORE = 200  # unsure messages re-scored after a choice (the newest)
 LABELS = ("spam", "ham", "unsure")
 COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id", "user", "size", "via",
@@ -50,7 +55,12 @@ def correction_kind(verdict, corrected):
 class NotMarked(Exception):
     """The page's choice was learned, but its rows could not be marked in the history (the
     reason): they stay in the queue, and choosing them again marks them (a message is
-    learned once). What the page says, with the next page, instead of an error."""
+    learned once). What the page says, with the next page, instead of an error;
+    ``subjects``: those of the messages learned, by which it names them."""
+
+    def __init__(self, reason, subjects=()):
+        super().__init__(reason)
+        self.subjects = list(subjects)
 
 
 def rescored_queue(site, log):
@@ -61,6 +71,90 @@ def rescored_queue(site, log):
     except Exception as exc:  # noqa: BLE001 - the choice stands; the next choice re-scores again
         log(f"re-scoring the unsure messages failed: {exc.__class__.__name__}: {exc}")
         return None
+
+
+#: Evidence asked of the pipeline for a message's chips: every token of it the model knows.
+EVERY = sys.maxsize
+
+
+class Reading(pipeline.ModelSource):
+    """:class:`spamnb.delivery.pipeline.ModelSource` keeping the tokens the pipeline read: a
+    chip shows its token's count in the message, which the evidence does not carry, and the
+    message is tokenized once."""
+
+    toks = ()
+
+    def read(self, raw):
+        model, self.toks = super().read(raw)
+        return model, self.toks
+
+
+class Clues:
+    """What moved one message's score, for its chips: the pipeline's verdict
+    (:class:`spamnb.verdict.Decided`) with every known token's contribution to the score
+    (its weight times its feature value in the message, the terms the scorer sums:
+    ``spamnb explain``'s and ``X-Spam-Evidence``'s numbers), the prior (the rest of the
+    score: what a message with no known token scores) and each token's count.
+
+    ``score = prior + sum of every contribution``; a contribution's share is its size
+    over the sum of every size, the prior's included: the shares add up to 1."""
+
+    def __init__(self, decided, counts, features=None):
+        self.label, self.score, self.p = decided.label, decided.score, decided.p
+        self.features = features  # the model's (spamnb.model.FEATURES): what a count becomes
+        self.cutoffs = decided.cutoffs
+        self.terms = list(decided.evidence or ())  # (token, contribution), the largest size first
+        self.prior = self.score - math.fsum(c for _, c in self.terms)
+        self.counts = counts
+        self.total = abs(self.prior) + math.fsum(abs(c) for _, c in self.terms)
+
+    def share(self, c):
+        return abs(c) / self.total if self.total else 0.0
+
+    def direction(self):
+        """+1 when the verdict is spam's side, -1 when ham's; an unsure verdict, its score's."""
+        return {"spam": 1, "ham": -1}.get(self.label, 1 if self.score > 0 else -1)
+
+    def sides(self, toward=10, against=10, *, enough=False):
+        """``[(side, shown, rest_n, rest_sum)]``: the clues pushing toward the verdict (spam's
+        side or ham's), then those pushing against it, each side's ``toward`` / ``against``
+        largest shown, and the count and the sum of the others. With ``enough``, the side
+        toward a spam or ham verdict shows more, up to :data:`MAX_TOWARD`, until the clues
+        shown would give the verdict on their own (with the prior and every clue against):
+        the chips then explain it, even when it is made of many small pushes."""
+        sign = self.direction()
+        groups = [[(tok, c) for tok, c in self.terms if c * d > 0] for d in (sign, -sign)]
+        if enough and self.label in ("spam", "ham"):
+            toward = max(toward, min(self._sufficient(groups[0], groups[1]), MAX_TOWARD))
+        out = []
+        for n, d, group in ((toward, sign, groups[0]), (against, -sign, groups[1])):
+            rest = group[n:]
+            out.append(("spam" if d > 0 else "ham", group[:n], len(rest), math.fsum(c for _, c in rest)))
+        return out
+
+    def _sufficient(self, toward, against):
+        """How many of the clues ``toward`` (largest first) give the verdict with the prior
+        and every clue ``against``: a spam's score above the spam cut-off (as log-odds), a
+        ham's at or below the ham cut-off."""
+        ham_cut, spam_cut = (logit(c) for c in self.cutoffs)
+        score = self.prior + math.fsum(c for _, c in against)
+        for n, (_, c) in enumerate(toward):
+            if (score > spam_cut) if self.label == "spam" else (score <= ham_cut):
+                return n
+            score += c
+        return len(toward)
+
+
+#: The most clues toward the verdict a message's page shows to explain it (:meth:`Clues.sides`).
+MAX_TOWARD = 40
+
+
+def explained(model, raw) -> Clues:
+    """The verdict of ``raw`` under ``model`` now with every known token's contribution: the
+    one pipeline's, writing and recording nothing, as :func:`rescored`'s."""
+    source = Reading(model, "")
+    decided = pipeline.filter_one(raw, source, via="web", evidence=EVERY, headers=False).decided
+    return Clues(decided, collections.Counter(source.toks), getattr(model, "features", None))
 
 
 def rescored(model, raw, spam_cut, ham_cut):
@@ -186,9 +280,9 @@ class Site:
         """The user's own model once learning made it, else the one served."""
         return self.learn_path if os.path.exists(self.learn_path) else self.model_path
 
-    def clues(self, raw, n=8, model=None):
-        """The ``n`` strongest ``(token, log-odds)`` of ``raw`` (what ``spamnb explain`` lists)."""
-        return scored(self.model() if model is None else model, raw, n)[2] or []
+    def clues(self, raw, model=None):
+        """What moved the score of ``raw`` under the model now (:class:`Clues`)."""
+        return explained(self.model() if model is None else model, raw)
 
     def clues_of(self, rows):
         """``{id: clues}`` of the ``rows`` read with their messages (``bodies``) that were kept,
@@ -255,21 +349,23 @@ class Site:
     def learn(self, mids, label):
         """Learn the messages of verdicts ``mids`` (an id, or a page's selection) as ``label``,
         in one update (the path of ``spamnb learn``: the journal, the model's store), mark
-        their rows, then re-score the unsure queue once: ``[(id, subject, was, now)]`` of the
-        messages whose verdict moved. ValueError when a message is not there to learn
-        (then nothing is learned)."""
+        their rows, then re-score the unsure queue once: ``(subjects, moved)``, the subjects
+        of the messages learned (by which the page names them) and ``[(id, subject, was,
+        now)]`` of the messages whose verdict moved. ValueError when a message is not there
+        to learn (then nothing is learned)."""
         if label not in ("spam", "ham"):
             raise ValueError("learn it as spam or ham")
         mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
         if not mids:
             raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            raws = []
+            raws, subjects = [], []
             for mid in mids:
                 found = self.message(mid)
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
+                subjects.append(found[0]["subject"])
             pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure),
                            [(raw, label) for raw in raws], via="web", create=default_seed, warn=self.log)
             # learned first, then marked (in one transaction: every row or none): a mark that fails
@@ -288,9 +384,22 @@ class Site:
                         raise
             except (sqlite3.Error, history.HistoryError, OSError) as exc:
                 self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
-                raise NotMarked(str(exc)) from None
+                raise NotMarked(str(exc), subjects) from None
             self.log(f"learned {which} as {label}")
-            return rescored_queue(self, self.log)
+            return subjects, rescored_queue(self, self.log)
+
+    def teach(self, raw, label):
+        """Learn a message pasted on the Scan page as ``label``, as ``spamnb learn`` does (the
+        journal, the model's store; its row in the history marked when the history holds it),
+        then re-score the queue when the model changed: ``(done, moved)``, the counts of
+        :func:`spamnb.delivery.pipeline.learn` (``unchanged``: learned so already) and
+        :meth:`rescore`'s moves (None when nothing changed)."""
+        with self.lock:
+            marks = pipeline.HistoryOnly(history.Now(self.history_path, self.log))
+            done = pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure), [(raw, label)],
+                                  via="web", recorder=marks, create=default_seed, warn=self.log)
+            marks.close()
+            return done, rescored_queue(self, self.log) if changed(done) else None
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the unsure queue again with the model as it
@@ -358,6 +467,11 @@ class Site:
                 out.setdefault(day, {}).setdefault(kind, 0)
                 out[day][kind] += n
         return out
+
+
+def changed(done):
+    """Whether a learn's counts (:func:`spamnb.delivery.pipeline.learn`'s) changed the model."""
+    return bool(done.get("learned", 0) + done.get("moved", 0))
 
 
 def file_identity(path):

@@ -12,11 +12,13 @@ import datetime
 import html
 from urllib.parse import urlencode
 
+from spamnb.mail.mime import clipped
 from spamnb.mail.tokennames import describe
+from spamnb.storage import history
 from spamnb.storage.redissite import BEAT, MAX_HOSTS, UP_BEATS
 from spamnb.storage.scorer import sigmoid
 from spamnb.web import charts
-from spamnb.web.data import CORRECTIONS, PAGE, logit
+from spamnb.web.data import CORRECTIONS, MAX_MESSAGE, PAGE, logit
 
 MAX_SHOWN = 200_000  # characters of a message's source shown on its page
 
@@ -34,7 +36,7 @@ def layout(title, body, *, active="", flash="", nav=True, root=""):
     on = ' class="on"'
     nav = "" if not nav else "".join(f'<a href="{e(root)}/{p}"{on if p == active else ""}>{name}</a>'
                   for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
-                                  ("model", "Model"), ("site", "Site")))
+                                  ("model", "Model"), ("scan", "Scan"), ("site", "Site")))
     note = f'<p class="flash">{flash}</p>' if flash else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} - spamnb</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -57,13 +59,75 @@ def leaning(logodds) -> str:
     return f"{shown} {side}"
 
 
-def clue_list(clues):
-    """A message's clues: each token in words (the token itself on hover) and where it pushes."""
-    if not clues:
+LIST_CHIPS = (4, 2)  # clues a row of a list shows: toward the score's side, against it
+PAGE_CHIPS = (10, 10)  # on a message's own page and the Scan page
+
+
+def signed(x) -> str:
+    return f"{x:+.2f}"
+
+
+def clue_chips(clues, shown=LIST_CHIPS, *, prior=False):
+    """What moved a message's score (a :class:`spamnb.web.data.Clues`), as chips: each clue
+    in words (the token on hover) with its contribution to the score in log-odds and its
+    share of all the pushing, those pushing toward the score's side first (largest first),
+    then those pushing against it; red pushes toward spam, green toward ham. The clues not
+    shown are one chip a side ("31 more +4.20"); with ``prior`` (a message's own page), the
+    prior is one too, every chip adds up to the score, and the side toward the verdict shows
+    enough clues to give the verdict on their own (:meth:`spamnb.web.data.Clues.sides`)."""
+    if clues is None or not clues.terms:
         return '<span class="muted">no known tokens</span>'
-    return '<ul class="clues">' + "".join(
-        f'<li class="{"s" if c > 0 else "h"}" title="{e(tok)} ({c:+.2f} log-odds)">{e(describe(tok))} '
-        f'<b>{leaning(c)}</b></li>' for tok, c in clues) + "</ul>"
+    items = []
+    for side, group, rest_n, rest_sum in clues.sides(*shown, enough=prior):
+        if prior and items:  # on a message's own page, each side on lines of its own
+            items.append('<li class="break" aria-hidden="true"></li>')
+        cls = "s" if side == "spam" else "h"
+        for tok, c in group:
+            n = clues.counts.get(tok, 0)
+            times = f" ×{n}" if n > 1 else ""
+            items.append(f'<li class="{cls}" title="{e(tok)} ({f"{n} times in the message, " if n > 1 else ""}'
+                         f'{signed(c)} log-odds, pushing toward {side})">{e(describe(tok))}{times} '
+                         f'<b>{signed(c)}</b> <small>{share(clues, c)}</small></li>')
+        if rest_n:
+            items.append(f'<li class="{cls} more" title="the other {rest_n} clues pushing toward {side}">'
+                         f'{rest_n} more <b>{signed(rest_sum)}</b> <small>{share(clues, rest_sum)}</small></li>')
+    if prior:
+        items.append(f'<li class="prior" title="the score of a message with no known token: the classes\' '
+                     f'learned proportion">prior <b>{signed(clues.prior)}</b> <small>{share(clues, clues.prior)}'
+                     f'</small></li>')
+    return '<ul class="clues">' + "".join(items) + "</ul>"
+
+
+def share(clues, c) -> str:
+    """A contribution's share of all the pushing, as a chip shows it."""
+    part = clues.share(c)
+    return f"{100 * part:.0f}%" if part >= 0.005 or not part else "&lt;1%"
+
+
+def clue_sum(clues) -> str:
+    """The sum the chips make, in one line: prior + toward spam + toward ham = score."""
+    spam = sum(c for _, c in clues.terms if c > 0)
+    ham = sum(c for _, c in clues.terms if c < 0)
+    return (f'<p class="sum">prior {signed(clues.prior)} + toward spam {signed(spam)} + toward ham {signed(ham)} '
+            f'= score <b>{signed(clues.score)}</b>, P(spam) = {clues.p:.6f}</p>')
+
+
+def clue_section(clues, shown=PAGE_CHIPS, title="What moved its score", note=""):
+    """A message's chips with their sum and what the numbers mean (its page, the Scan page)."""
+    if clues is None or not clues.terms:
+        return f"<h2>{e(title)}</h2>{clue_chips(clues)}"
+    return (f'<h2>{e(title)}</h2>{note}{clue_sum(clues)}{clue_chips(clues, shown, prior=True)}'
+            f'<p class="muted">Each chip is what that clue adds to the score, in log-odds: its weight in the '
+            f'model times its value in this message ({e(FEATURE_VALUE.get(clues.features, "its feature value"))}; '
+            f'×n: it occurs n times). Red ones push toward spam (+), green ones toward ham (−); the percentage is '
+            f'the clue\'s share of all the pushing, both ways. With the prior they add up to the score; '
+            f'P(spam) = 1 / (1 + e<sup>−score</sup>).</p>')
+
+
+#: What a token's count in a message becomes, by the model's features (spamnb.model.FEATURES).
+FEATURE_VALUE = {"counts": "its count", "presence": "1, however often it occurs",
+                 "presence-l2": "1/√N for each of the message's N known tokens, however often it occurs",
+                 "logtf-l2": "log(1 + its count), scaled so that the message's values have length 1"}
 
 
 def learn_form(mid, label, csrf, back, text=None, root=""):
@@ -84,12 +148,31 @@ def pager(page, total, base, params):
     return '<p class="pager">' + " · ".join(links) + "</p>"
 
 
+NAMED = 3  # messages a note names by subject; the rest it counts
+SUBJECT_WIDTH = 60  # characters of a subject a note shows
+
+
+def named(subject) -> str:
+    """A message named by its subject in a sentence: quoted, clipped, escaped."""
+    return f"“{e(clipped(subject, SUBJECT_WIDTH))}”" if subject else "(no subject)"
+
+
+def learned_note(subjects, label) -> str:
+    """What a choice learned, by subject: 'Learned as ham: “Prognose für Sie”, “Re: meeting”
+    and 1 more' (the rows' numbers say nothing to a person)."""
+    names = [named(s) for s in subjects[:NAMED]]
+    if len(subjects) > NAMED:
+        names.append(f"{len(subjects) - NAMED} more")
+    listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+    return f"Learned as {e(label)}: {listed}"
+
+
 def moved_note(moved, root=""):
     if moved is None:
         return ""
     if not moved:
         return "Re-scored the unsure messages: none moved."
-    items = ", ".join(f'<a href="{e(root)}/message/{int(mid)}">#{int(mid)} {e(subject or "(no subject)")}</a> '
+    items = ", ".join(f'<a href="{e(root)}/message/{int(mid)}">#{int(mid)} {named(subject)}</a> '
                       f'{e(was)} → {verdict_badge(now)}' for mid, subject, was, now in moved[:20])
     more = f" and {len(moved) - 20} more" if len(moved) > 20 else ""
     return f"Re-scored the unsure messages: {len(moved)} moved: {items}{more}."
@@ -109,7 +192,7 @@ def unsure_page(rows, total, page, clues, csrf, flash="", *, root=""):
             f'<tr id="m{r["id"]}"><td class="pick"><input type="checkbox" name="id" value="{int(r["id"])}" '
             f'form="batch" aria-label="choose #{int(r["id"])}"></td><td class="when">{e(when(r["t"]))}</td>'
             f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
-            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues.get(r["id"]))}</td>'
+            f'<div class="from">{e(r["sender"])}</div>{clue_chips(clues.get(r["id"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}{now}</td>'
             f'<td class="act">{learn_form(r["id"], "spam", csrf, back, root=root)}'
             f'{learn_form(r["id"], "ham", csrf, back, root=root)}</td></tr>')
@@ -151,7 +234,7 @@ def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
             f'<tr id="m{r["id"]}"><td class="when">{e(when(r["t"]))}</td>'
             f'<td>{verdict_badge(r["verdict"], r["score"])}</td>'
             f'<td><a href="{e(root)}/message/{r["id"]}" class="subject">{e(r["subject"] or "(no subject)")}</a>'
-            f'<div class="from">{e(r["sender"])}</div>{clue_list(clues[r["id"]]) if r["id"] in clues else ""}</td>'
+            f'<div class="from">{e(r["sender"])}</div>{clue_chips(clues[r["id"]]) if r["id"] in clues else ""}</td>'
             f'<td>{e(r["via"])}{" → " + e(r["dest"]) if r["dest"] else ""}'
             f'{" on " + e(r["host"]) if r.get("host") else ""}'
             f'<div class="muted">{e(r["user"])}</div></td><td>{state}</td><td class="act">{act}</td></tr>')
@@ -177,12 +260,70 @@ def message_page(row, raw, clues, csrf, flash="", *, root=""):
     else:
         body.append(f'<p>{learn_form(row["id"], "spam", csrf, back, root=root)} '
                     f'{learn_form(row["id"], "ham", csrf, back, root=root)}</p>')
-        body.append(f"<h2>Clues</h2>{clue_list(clues)}")
+        now = "" if clues is None or row["score"] is None or round(clues.score, 2) == round(row["score"], 2) else \
+            f'<p class="muted">Scored {signed(row["score"])} when it came; the model now scores it ' \
+            f'{signed(clues.score)}: these are its clues now.</p>'
+        body.append(clue_section(clues, note=now))
         text = raw.decode("utf-8", "replace")
         cut = len(text) > MAX_SHOWN
         body.append(f'<h2>Source (as text, never rendered)</h2><pre class="source">{e(text[:MAX_SHOWN])}</pre>'
                     + ('<p class="muted">(cut)</p>' if cut else ""))
     return layout(f"Message #{row['id']}", "".join(body), flash=flash, root=root)
+
+
+def scan_page(csrf, *, root="", raw=None, clues=None, flash="", error=""):
+    """The Scan page: a form to paste or upload a message; with ``raw`` and its ``clues``, its
+    verdict, what moved its score, buttons that learn it, and its source as text. ``error``:
+    HTML (escaped by the caller) said above the form."""
+    body = [f'<p class="flash error">{error}</p>' if error else ""]
+    if raw is not None:
+        body.append(scan_result(raw, clues, csrf, root))
+    body.append(f'<h2>{"Scan another message" if raw is not None else "Paste or upload a message"}</h2>'
+                f'<form method="post" action="{e(root)}/scan" enctype="multipart/form-data" id="scan" class="scan">'
+                f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+                f'<label for="message">The message as its mail file holds it, headers and body (Show original, '
+                f'View source):</label><textarea name="message" id="message" rows="12" spellcheck="false">'
+                f'</textarea><label>or a mail file: <input type="file" name="file" id="file"></label>'
+                f'<p><button type="submit">Scan</button> <span class="muted">Nothing is kept or learned until you '
+                f'press a Learn button; at most {MAX_MESSAGE / 1e6:.0f} MB.</span></p></form>')
+    return layout("Scan a message", "".join(body), active="scan", flash=flash, root=root)
+
+
+def scan_result(raw, clues, csrf, root):
+    """A scanned message: its From and Subject, its verdict under the model now, the buttons
+    that learn it (they send it back whole, as base64: nothing of it is kept between two
+    requests), what moved its score and its source as text."""
+    import base64
+
+    f = history.fields(raw)
+    facts = "".join(f"<dt>{k}</dt><dd>{e(v)}</dd>" for k, v in (("From", f["sender"]), ("Subject", f["subject"]))
+                    if v)
+    teach = (f'<form method="post" action="{e(root)}/scan" enctype="multipart/form-data" id="teach">'
+             f'<input type="hidden" name="csrf" value="{e(csrf)}">'
+             f'<input type="hidden" name="raw64" value="{base64.b64encode(raw).decode("ascii")}">'
+             f'<button class="spam" type="submit" name="label" value="spam">Learn as spam</button>'
+             f'<button class="ham" type="submit" name="label" value="ham">Learn as ham</button></form>')
+    text = raw.decode("utf-8", "replace")
+    cut = '<p class="muted">(cut)</p>' if len(text) > MAX_SHOWN else ""
+    return (f'<section id="verdict"><p>{verdict_badge(clues.label, clues.score)} P(spam) = {clues.p:.6f} '
+            f'<span class="muted">({len(raw)} bytes, under the model as it is now)</span></p><dl>{facts}</dl>'
+            f'{teach}{clue_section(clues)}<h2>Source (as text, never rendered)</h2><pre class="source">'
+            f'{e(text[:MAX_SHOWN])}</pre>{cut}</section>')
+
+
+def taught_note(raw, label, done) -> str:
+    """What a Learn button of the Scan page did (``done``: the counts of the learn)."""
+    name = named(history.fields(raw)["subject"])
+    if done.get("moved"):
+        return f"Learned as {e(label)}: {name} (it was learned as the other class before: moved)."
+    if done.get("learned"):
+        return f"Learned as {e(label)}: {name}."
+    return f"{name} was already learned as {e(label)}: nothing changed."
+
+
+def too_large_note(size) -> str:
+    return (f"This message is {size / 1e6:.1f} MB: the page takes messages up to {MAX_MESSAGE / 1e6:.0f} MB, the "
+            f"most the tokenizer reads of one. Nothing was scanned or learned.")
 
 
 def overview_page(per_day, days, bins, cutoffs, corrections, facts, *, root=""):
@@ -362,6 +503,8 @@ table.list td,table.list th{border-bottom:1px solid #ddd;padding:6px;vertical-al
 ul.clues{list-style:none;margin:4px 0 0;padding:0;display:flex;flex-wrap:wrap;gap:4px}
 ul.clues li{font-size:12px;padding:0 4px;border-radius:3px}ul.clues li.s{background:#fbe3e0}
 ul.clues li.h{background:#e3f1e4}code{overflow-wrap:anywhere}
+ul.clues li.s b{color:#a32a1e}ul.clues li.h b{color:#1f6b24}ul.clues small{color:#555}
+ul.clues li.more{border:1px dashed #999}ul.clues li.break{flex-basis:100%;height:0;padding:0}ul.clues li.prior{background:#eceff1}p.sum{margin:4px 0}
 form.inline{display:inline}button{margin:2px;padding:3px 10px;cursor:pointer}
 button.spam{background:#c0392b;color:#fff;border:0}button.ham{background:#2e7d32;color:#fff;border:0}
 .flash{background:#fff8e1;border:1px solid #e0c060;padding:6px}
@@ -371,6 +514,8 @@ dl{display:grid;grid-template-columns:max-content auto;gap:2px 12px}dt{font-weig
 dd{margin:0;overflow-wrap:anywhere}
 form.search{margin:8px 0;display:flex;gap:8px;flex-wrap:wrap;align-items:center}
 form.batch{margin:8px 0}td.pick{width:1em}
+form.scan textarea{display:block;width:100%;box-sizing:border-box;font:12px/1.3 monospace;margin:4px 0 8px}
+.flash.error{background:#fdecea;border-color:#e0a0a0}#teach{margin:8px 0}
 .pager{margin:10px 0}
 .state{padding:1px 6px;border-radius:3px;color:#fff;font-size:12px}.state.up{background:#2e7d32}
 .state.silent{background:#c0392b}.state.stopped{background:#78909c}

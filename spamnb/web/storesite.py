@@ -16,12 +16,11 @@ import threading
 import time
 
 from spamnb.delivery import pipeline
-from spamnb.delivery.hook import scored
-from spamnb.storage import redissite, upkeep
+from spamnb.storage import redishistory, redissite, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import (LABELS, PAGE, RESCORE, NotMarked, correction_kind, rescored, rescored_queue,
-                             time_bound)
+from spamnb.web.data import (LABELS, PAGE, RESCORE, NotMarked, changed, correction_kind, explained, rescored,
+                             rescored_queue, time_bound)
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -93,8 +92,8 @@ class StoreSite:
     def model(self):
         return self.backend.view()
 
-    def clues(self, raw, n=8, model=None):
-        return scored(self.model() if model is None else model, raw, n)[2] or []
+    def clues(self, raw, model=None):
+        return explained(self.model() if model is None else model, raw)
 
     def clues_of(self, rows):
         model = self.model()
@@ -131,7 +130,8 @@ class StoreSite:
 
     def learn(self, mids, label):
         """Teach the store's model the messages of verdicts ``mids`` as ``label`` (what a TELL
-        does: every host's next verdict follows), mark their rows, re-score the queue.
+        does: every host's next verdict follows), mark their rows, re-score the queue:
+        ``(subjects, moved)``, as :meth:`spamnb.web.data.Site.learn`.
 
         Learned and marked, or neither, as far as the store lets anything be: the mark is asked
         for first (:meth:`~spamnb.storage.redishistory.RedisHistory.mark` with ``check``: this
@@ -147,12 +147,13 @@ class StoreSite:
         if not mids:
             raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            raws = []
+            raws, subjects = [], []
             for mid in mids:
                 found = self.message(mid)
                 if found is None or found[1] is None:
                     raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
                 raws.append(found[1])
+                subjects.append(found[0]["subject"])
             self.hist.mark(mids, label, check=True)
             pipeline.learn(self.backend, [(raw, label) for raw in raws], via="web", warn=self.log)
             which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
@@ -160,9 +161,19 @@ class StoreSite:
                 self.hist.mark(mids, label)
             except ModelError as exc:
                 self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
-                raise NotMarked(str(exc)) from None
+                raise NotMarked(str(exc), subjects) from None
             self.log(f"learned {which} as {label}")
-            return rescored_queue(self, self.log)
+            return subjects, rescored_queue(self, self.log)
+
+    def teach(self, raw, label):
+        """Teach the store's model a message pasted on the Scan page, as a TELL does (its row
+        in the store's history marked when the history holds it): ``(done, moved)``, as
+        :meth:`spamnb.web.data.Site.teach`."""
+        with self.lock:
+            marks = pipeline.HistoryOnly(redishistory.Now(self.hist, self.log))
+            done = pipeline.learn(self.backend, [(raw, label)], via="web", recorder=marks, warn=self.log)
+            marks.close()
+            return done, rescored_queue(self, self.log) if changed(done) else None
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the queue again; ``[(id, subject, was, now)]``
