@@ -610,7 +610,7 @@ def test_history_lists_the_newest_first_one_printable_line_each(tmp_path):
     assert "José <j@example.org>" in lines[1] and "café menu" in lines[1]  # decoded
     hostile = lines[2]
     assert "\x1b" not in hostile and "\u202e" not in hostile and "\t" not in hostile
-    assert "Cheap ?[31mPILLS? now forever and" in hostile and "…  <b2@x>" in hostile  # clipped, Message-ID whole
+    assert "Cheap \ufffd[31mPILLS\ufffd now forever and" in hostile and "…  <b2@x>" in hostile  # clipped, Message-ID whole
     assert len({line.rindex("  <") for line in lines}) == 1  # the Message-IDs line up
     assert res.stderr == f"3 of 3 verdicts matching, newest first, in {path}\n"
 
