@@ -47,7 +47,7 @@ def spamnb(*args, input=None, code=0):
 def added_lines(delivered: bytes, original: bytes) -> list[bytes]:
     """The header lines the filter inserted (X-Spam-Flag on spam only, X-Spam-Status),
     checking nothing else changed but incoming verdict fields removed."""
-    lines = [line for line in delivered.split(b"\n") if line.startswith(b"X-Spam-")]
+    lines = [line.rstrip(b"\r") for line in delivered.split(b"\n") if line.startswith(b"X-Spam-")]
     assert [line.split(b":")[0] for line in lines] in ([b"X-Spam-Flag", b"X-Spam-Status"], [b"X-Spam-Status"])
     assert delivered == replace_verdicts(original, lines)
     return lines
@@ -231,6 +231,43 @@ def test_procmail_readme_recipe_files_spam_into_junk(user_home, confident):
         assert added_lines(got, raw)[0].startswith(b"X-Spam-Status: No, score=")
         assert b"99.0" not in got and b"X-Spam-Level" not in got
     assert not (maildir / ".Junk" / ".lock").exists()  # :0, not :0: -- a maildir takes no lock file
+
+
+@pytest.mark.skipif(shutil.which("procmail") is None,
+                    reason="procmail is not installed (scripts/test.sh installs it when run as root)")
+def test_what_procmail_changes_it_changes_in_any_message(user_home, confident, tmp_path):
+    """spamnb's output is its input with its header lines added (forged verdicts gone), byte
+    for byte; what the delivered file then differs in is procmail's, the same for any
+    message: a newline added where the message has none at its end, a blank line after a
+    last line, ``Content-Length:`` rewritten (docs/delivery.md says so). Each message is
+    delivered through the recipe with spamnb, and spamnb's own output through the same
+    recipe with ``cat`` in its place: the two files are the same."""
+    ham = confident["ham"][0]
+    head, _, body = ham.partition(b"\n\n")
+    cases = {"no newline at the end": ham.rstrip(b"\n"), "one newline at the end": head + b"\n\n" + body.rstrip(b"\n")
+             + b"\n", "a Content-Length": head + b"\nContent-Length: 999\n\n" + body,
+             "CRLF": ham.replace(b"\n", b"\r\n")}
+    recipe = as_installed(readme_block("procmail"))
+    command = f"| {shlex.join(SPAMNB)} filter --exit-zero -u"
+    assert command in recipe
+    plain = user_home / "cat.procmailrc"
+    plain.write_text(recipe.replace(command, "| cat"))
+    for what, raw in cases.items():
+        out = spamnb("filter", "--exit-zero", "--model", user_home / ".local" / "share" / "spamnb" / "model.joblib",
+                     input=raw).stdout
+        added_lines(out, raw)  # spamnb itself: the input and its lines, nothing else
+        for rc, message in ((None, raw), (plain, out)):
+            if rc is None:
+                procmail_deliver(user_home, message)
+            else:
+                subprocess.run(["procmail", "-m", f"HOME={user_home}", str(rc)], input=message, check=True,
+                               timeout=60)
+        files = delivered(user_home / "Maildir")
+        assert len(files) == 2 and files[0] == files[1], what
+        if what == "no newline at the end":
+            assert files[0] == out + b"\n"  # procmail's newline
+        for f in (user_home / "Maildir" / "new").iterdir():
+            f.unlink()
 
 
 @pytest.mark.skipif(shutil.which("procmail") is None,
