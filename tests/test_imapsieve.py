@@ -390,7 +390,12 @@ def test_the_retry_command_learns_the_queue_as_the_mail_user(mailbox):
     listed = as_mail_user("--list")
     assert listed.returncode == 0 and f" waiting spam {learnqueue.message_id(a)}: " in listed.stdout, listed
     assert "1 learn(s) wait in" in listed.stderr and len(mailbox.queued()) == 1
-    done = as_mail_user("-q")
+    service = ROOT / "contrib" / "systemd" / "user" / "spamnb-learn-queue.service"
+    exec_start = next(line.split("=", 1)[1] for line in service.read_text().splitlines()
+                      if line.startswith("ExecStart="))
+    program, command, *args = exec_start.split()
+    assert (program, command) == ("/usr/local/bin/spamnb", "learn-queue")
+    done = as_mail_user(*args)  # what the user timer's service runs
     assert done.returncode == 0 and done.stdout == done.stderr == "", done
     assert mailbox.known(a) == SPAM and mailbox.queued() == []
     assert mailbox.learn_log()[-1].split()[1:3] == ["learned", "spam"]
@@ -883,3 +888,16 @@ def _state_kept_as_it_was(home: Path):
         for p in reversed(made):
             with contextlib.suppress(OSError):
                 p.rmdir()
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_the_learn_queue_timer_and_its_service_pass_systemd_analyze_verify(tmp_path):
+    from test_contrib import complaints, verify
+    from test_e2e import SPAMNB
+
+    for name in ("spamnb-learn-queue.service", "spamnb-learn-queue.timer"):
+        text = (ROOT / "contrib" / "systemd" / "user" / name).read_text()
+        (tmp_path / name).write_text(text.replace("/usr/local/bin/spamnb", " ".join(SPAMNB)))
+    for name in ("spamnb-learn-queue.service", "spamnb-learn-queue.timer"):
+        proc = verify("user", tmp_path / name, tmp_path)
+        assert proc.returncode == 0 and not complaints(proc, name), proc.stdout + proc.stderr
