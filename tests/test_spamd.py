@@ -606,6 +606,11 @@ def test_spamc_user_and_size_limit(compiled, user_models, spam_and_ham):
         assert r.stdout == spam
         r = spamc(s.port, "-u", "alice", "-c", raw=spam)
         assert r.stdout == b"0.0/4.6\n" and r.returncode == 0
+        # her model unreadable: answered with the served model's threshold, as a scan would be
+        (user_models / "alice" / "model.joblib").chmod(0o666)
+        r = spamc(s.port, "-u", "alice", "-c", raw=spam)
+        assert r.stdout == b"0.0/2.9\n" and r.returncode == 0
+        assert any("cannot read user model" in line for line in s.log_lines), s.log_lines
     finally:
         s.stop()
 

@@ -239,7 +239,7 @@ def reread_decision(ctx):
 
     from spamnb.cli.config import describe, problems
     from spamnb.storage import settings
-    from spamnb.verdict import DECISION_OPTIONS, Decision
+    from spamnb.verdict import DECISION_OPTIONS
 
     root = ctx.find_root()
     layers = settings.Layers.load(named=root.params.get("config_file"))
@@ -248,5 +248,4 @@ def reread_decision(ctx):
     if found:
         raise settings.ConfigError(describe(found[0]))
     given = {n: ctx.params[n] for n in DECISION_OPTIONS if ctx.get_parameter_source(n) == ParameterSource.COMMANDLINE}
-    fresh = settings.resolve(command, given, layers=layers, names=DECISION_OPTIONS)
-    return checked(Decision.of({n: s.value for n, s in fresh.items()}))
+    return checked(settings.decision(layers, command, given))

@@ -183,18 +183,17 @@ class ColdSource(pipeline.Source):
         """One record appended to the journal (as ``spamnb learn`` would), waiting at most
         :data:`spamnb.delivery.pipeline.LEARN_TIMEOUT` for the lock; Fallback when only the
         full model can learn it (nothing is written then)."""
+        from spamnb.delivery.fastlearn import JournalStore
         from spamnb.storage import journal
         from spamnb.storage.store import ModelError, lock_timeout
 
         try:
-            done = journal.update(self.path, [(raw, label, toks)], allow_insecure=self.allow,
-                                  timeout=lock_timeout(pipeline.LEARN_TIMEOUT), warn=warn)
+            JournalStore(self.path, self.allow).learn([(raw, label, toks)], warn=warn,
+                                                      timeout=lock_timeout(pipeline.LEARN_TIMEOUT))
         except journal.NeedsModel as exc:
             raise Fallback(str(exc)) from None
         except ModelError as exc:
             return str(exc)
-        if done["needs_compaction"]:
-            compact_in_background(self.path, self.allow)
         return None
 
 

@@ -140,16 +140,16 @@ class JournalStore:
     one journal record per message (:func:`spamnb.storage.journal.update`), a compaction
     started in the background when that takes the journal past its bound."""
 
-    def __init__(self, path):
-        self.path = path
+    def __init__(self, path, allow_insecure=False):
+        self.path, self.allow = path, allow_insecure
 
-    def learn(self, items, *, forget=False, warn=None, **_):
+    def learn(self, items, *, forget=False, warn=None, timeout=None, **_):
         from spamnb.delivery.fastfilter import compact_in_background
         from spamnb.storage import journal
 
-        done = journal.update(self.path, items, forget=forget, warn=warn)
+        done = journal.update(self.path, items, forget=forget, warn=warn, allow_insecure=self.allow, timeout=timeout)
         if done["needs_compaction"]:
-            compact_in_background(self.path)
+            compact_in_background(self.path, self.allow)
         return done
 
 

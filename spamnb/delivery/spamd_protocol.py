@@ -273,6 +273,34 @@ def reply(headers=(), body=b"", *, length=True) -> bytes:
 # -- answering -------------------------------------------------------------------------
 
 
+def pick_model(method, headers, models, rules=None, peer=None):
+    """``(backend, own)``: the model that answers for the request's ``User:`` (theirs, else
+    the served one), once who connected may name them (:func:`may_name`), asked only for a
+    model of the user's own: only that tells users apart, and over TCP the question is a
+    scan of the kernel's socket table."""
+    backend, own = models.for_user(headers.get("User"))
+    if own:
+        may_name(method, headers, rules, peer)
+    return backend, own
+
+
+def with_fallback(models, backend, own, use):
+    """``use(backend)``; when a user's own model cannot be read (copied by root at 0600,
+    damaged, a store that cannot answer), ``use`` of the served model, whose name the
+    verdict header then carries, and the log says why (once per user model and reason).
+    An unreadable served model is spamd's EX_IOERR (:func:`unreadable`)."""
+    try:
+        return use(backend)
+    except (ModelError, OSError) as exc:
+        if not own:
+            raise unreadable(exc) from None
+        models.fell_back(backend, exc)
+    try:
+        return use(models.served)
+    except (ModelError, OSError) as exc:
+        raise unreadable(exc) from None
+
+
 def answer(method, version, headers, raw, models, *, rules=None, peer=None, compact=None,
            raddr=None) -> bytes:
     """The reply to one whole request (the message in ``raw``), through the one pipeline
@@ -282,9 +310,7 @@ def answer(method, version, headers, raw, models, *, rules=None, peer=None, comp
     if method == "TELL":
         return tell(headers, raw, models, rules=rules, peer=peer, compact=compact, raddr=raddr)
     user = headers.get("User")
-    backend, own = models.for_user(user)
-    if own:  # only a model of the user's own tells them apart: asked only then (a socket-table scan)
-        may_name(method, headers, rules, peer)
+    backend, own = pick_model(method, headers, models, rules, peer)
     envelope, msg = envelope_split(raw)
 
     def scan(backend):  # view(): refused unless trusted
@@ -293,19 +319,7 @@ def answer(method, version, headers, raw, models, *, rules=None, peer=None, comp
                                    raddr=raddr, evidence=N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM")
                                    else 0, headers=method in ("PROCESS", "HEADERS"))
 
-    try:
-        out = scan(backend)
-    except (ModelError, OSError) as exc:
-        if not own:
-            raise unreadable(exc) from None
-        # A user's model the server cannot read (copied by root at 0600, damaged, a store
-        # that cannot answer): the message is still scanned, with the site's model, whose
-        # name the verdict header carries; the log says why (once per user model and reason).
-        models.fell_back(backend, exc)
-        try:
-            out = scan(models.served)
-        except (ModelError, OSError) as exc2:
-            raise unreadable(exc2) from None
+    out = with_fallback(models, backend, own, scan)
     d, t = out.decided, out.required()
     line = spam_line(d.label, d.score, t, method)
     if method == "CHECK":

@@ -107,8 +107,7 @@ class Models:
         try:
             # the one resolver over the user's own file alone: the decision as a unit, its values numbers
             layers = settings.Layers([(settings.USER, conf, *settings.read(conf))], env={})
-            found = settings.resolve("serve", env={}, layers=layers, names=verdict.DECISION_OPTIONS)
-            decision = verdict.Decision.of({n: s.value for n, s in found.items()}).check()
+            decision = settings.decision(layers, "serve").check()
         except (ValueError, TypeError) as exc:  # settings.ConfigError and verdict.DecisionError are ValueErrors
             self.log(f"spamd: {conf}: {exc}; the site's decision applies")
             return None

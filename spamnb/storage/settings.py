@@ -431,13 +431,15 @@ def write_cache(layers, stamped, env=os.environ):
         pass
 
 
-def decision(layers):
-    """The decision the files give the deciding commands, as the one resolver gives it
+def decision(layers, command=None, given=None):
+    """The decision the files give a deciding ``command`` (by default the first of them),
+    over the decision options ``given`` on its command line, as the one resolver gives it
     (:func:`resolve`: one unit, from the most specific layer naming any of it), as one
     :class:`spamnb.verdict.Decision`. ConfigError as :func:`resolve`'s."""
     from spamnb.verdict import DECISION_OPTIONS, Decision
 
-    found = resolve(_table.DECIDING[0], env=layers.env, layers=layers, names=DECISION_OPTIONS)
+    found = resolve(command or _table.DECIDING[0], given or {}, env=layers.env, layers=layers,
+                    names=DECISION_OPTIONS)
     return Decision.of({n: s.value for n, s in found.items()})
 
 
