@@ -152,6 +152,23 @@ class NoScorer(Fallback):
         self.kind = kind
 
 
+class JournalStore:
+    """The model at ``path`` as :func:`spamnb.delivery.pipeline.learn` learns into it here:
+    one journal record per message (:func:`spamnb.storage.journal.update`), a compaction
+    started in the background when that takes the journal past its bound."""
+
+    def __init__(self, path, allow_insecure=False):
+        self.path, self.allow = path, allow_insecure
+
+    def learn(self, items, *, forget=False, warn=None, timeout=None, **_):
+        from spamnb.storage import journal
+
+        done = journal.update(self.path, items, forget=forget, warn=warn, allow_insecure=self.allow, timeout=timeout)
+        if done["needs_compaction"]:
+            compact_in_background(self.path, self.allow)
+        return done
+
+
 class ColdSource(pipeline.Source):
     """The model's compiled scorer with the changes of its journal (standard library
     only); ``filter -u`` learns by one journal record (:meth:`learn`)."""
@@ -183,7 +200,6 @@ class ColdSource(pipeline.Source):
         """One record appended to the journal (as ``spamnb learn`` would), waiting at most
         :data:`spamnb.delivery.pipeline.LEARN_TIMEOUT` for the lock; Fallback when only the
         full model can learn it (nothing is written then)."""
-        from spamnb.delivery.fastlearn import JournalStore
         from spamnb.storage import journal
         from spamnb.storage.store import ModelError, lock_timeout
 

@@ -135,29 +135,11 @@ def main(command, args, load_cli, env=os.environ):
     load_cli()(args=[command, *args])
 
 
-class JournalStore:
-    """The model at ``path`` as :func:`spamnb.delivery.pipeline.learn` learns into it here:
-    one journal record per message (:func:`spamnb.storage.journal.update`), a compaction
-    started in the background when that takes the journal past its bound."""
-
-    def __init__(self, path, allow_insecure=False):
-        self.path, self.allow = path, allow_insecure
-
-    def learn(self, items, *, forget=False, warn=None, timeout=None, **_):
-        from spamnb.delivery.fastfilter import compact_in_background
-        from spamnb.storage import journal
-
-        done = journal.update(self.path, items, forget=forget, warn=warn, allow_insecure=self.allow, timeout=timeout)
-        if done["needs_compaction"]:
-            compact_in_background(self.path, self.allow)
-        return done
-
-
 def _update(command, path, label, raws, history=None):
     """Exit status, or None to let the click command do it (and report any error);
     ``history``: ``[history] path``, for :func:`spamnb.storage.locate.history_path`."""
     from spamnb.delivery import pipeline
-    from spamnb.delivery.fastfilter import warn
+    from spamnb.delivery.fastfilter import JournalStore, warn
     from spamnb.storage import journal
     from spamnb.storage.history import Now
     from spamnb.storage.store import ModelError

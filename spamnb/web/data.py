@@ -157,6 +157,39 @@ def explained(model, raw) -> Clues:
     return Clues(decided, collections.Counter(source.toks), getattr(model, "features", None))
 
 
+def chosen(site, mids, label):
+    """``(mids, raws, subjects)`` of the verdicts a page chose to learn as ``label`` (an
+    id, or a selection: each once), their messages read from ``site``'s history;
+    ValueError when the label is not one, nothing was chosen, or a message is not kept."""
+    if label not in ("spam", "ham"):
+        raise ValueError("learn it as spam or ham")
+    mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
+    if not mids:
+        raise ValueError("no message chosen: tick the messages to learn")
+    raws, subjects = [], []
+    for mid in mids:
+        found = site.message(mid)
+        if found is None or found[1] is None:
+            raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
+        raws.append(found[1])
+        subjects.append(found[0]["subject"])
+    return mids, raws, subjects
+
+
+def marked(site, mids, label, subjects, mark, errors):
+    """After the learn: ``mark()`` the rows, then re-score the queue: ``(subjects, moved)``.
+    A mark that fails with one of ``errors`` is a line and :class:`NotMarked` (learned,
+    not marked: the page says so, and the rows stay in the queue)."""
+    which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
+    try:
+        mark()
+    except errors as exc:
+        site.log(f"learned {which} as {label}, but not marked in the history: {exc}")
+        raise NotMarked(str(exc), subjects) from None
+    site.log(f"learned {which} as {label}")
+    return subjects, rescored_queue(site, site.log)
+
+
 def rescored(model, raw, spam_cut, ham_cut):
     """The verdict (:class:`spamnb.verdict.Decided`) of a kept message under
     ``model`` now, at the cut-offs it was delivered with (None: the model's): the one
@@ -353,40 +386,26 @@ class Site:
         of the messages learned (by which the page names them) and ``[(id, subject, was,
         now)]`` of the messages whose verdict moved. ValueError when a message is not there
         to learn (then nothing is learned)."""
-        if label not in ("spam", "ham"):
-            raise ValueError("learn it as spam or ham")
-        mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
-        if not mids:
-            raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            raws, subjects = [], []
-            for mid in mids:
-                found = self.message(mid)
-                if found is None or found[1] is None:
-                    raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
-                raws.append(found[1])
-                subjects.append(found[0]["subject"])
+            mids, raws, subjects = chosen(self, mids, label)
             pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure),
                            [(raw, label) for raw in raws], via="web", create=default_seed, warn=self.log)
             # learned first, then marked (in one transaction: every row or none): a mark that fails
             # leaves the rows in the queue, learned, and choosing them again marks them (a message
             # is learned once); marking first would hide a message a failed learn never taught
-            which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
+            return marked(self, mids, label, subjects, lambda: self._mark(mids, label),
+                          (sqlite3.Error, history.HistoryError, OSError))
+
+    def _mark(self, mids, label):
+        with self.db() as db:
+            db.execute("BEGIN IMMEDIATE")
             try:
-                with self.db() as db:
-                    db.execute("BEGIN IMMEDIATE")
-                    try:
-                        for mid in mids:
-                            history.mark(db, mid, label)
-                        db.execute("COMMIT")
-                    except BaseException:
-                        db.execute("ROLLBACK")
-                        raise
-            except (sqlite3.Error, history.HistoryError, OSError) as exc:
-                self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
-                raise NotMarked(str(exc), subjects) from None
-            self.log(f"learned {which} as {label}")
-            return subjects, rescored_queue(self, self.log)
+                for mid in mids:
+                    history.mark(db, mid, label)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
 
     def teach(self, raw, label):
         """Learn a message pasted on the Scan page as ``label``, as ``spamnb learn`` does (the

@@ -19,7 +19,7 @@ from spamnb.delivery import pipeline
 from spamnb.storage import redishistory, redissite, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import (LABELS, PAGE, RESCORE, NotMarked, changed, correction_kind, explained, rescored,
+from spamnb.web.data import (LABELS, PAGE, RESCORE, changed, chosen, correction_kind, explained, marked, rescored,
                              rescored_queue, time_bound)
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
@@ -141,29 +141,11 @@ class StoreSite:
         the rows in the queue, learned (:class:`~spamnb.web.data.NotMarked`, which the page
         says), and choosing them again marks them (a message is learned once); marking first
         would take out of the queue a message that a failed learn never taught."""
-        if label not in ("spam", "ham"):
-            raise ValueError("learn it as spam or ham")
-        mids = [mids] if isinstance(mids, int) else list(dict.fromkeys(mids))
-        if not mids:
-            raise ValueError("no message chosen: tick the messages to learn")
         with self.lock:
-            raws, subjects = [], []
-            for mid in mids:
-                found = self.message(mid)
-                if found is None or found[1] is None:
-                    raise ValueError(f"message {mid} is not kept in the history: it cannot be learned from here")
-                raws.append(found[1])
-                subjects.append(found[0]["subject"])
+            mids, raws, subjects = chosen(self, mids, label)
             self.hist.mark(mids, label, check=True)
             pipeline.learn(self.backend, [(raw, label) for raw in raws], via="web", warn=self.log)
-            which = f"message{'s' if len(mids) > 1 else ''} {', '.join(map(str, mids))}"
-            try:
-                self.hist.mark(mids, label)
-            except ModelError as exc:
-                self.log(f"learned {which} as {label}, but not marked in the history: {exc}")
-                raise NotMarked(str(exc), subjects) from None
-            self.log(f"learned {which} as {label}")
-            return subjects, rescored_queue(self, self.log)
+            return marked(self, mids, label, subjects, lambda: self.hist.mark(mids, label), ModelError)
 
     def teach(self, raw, label):
         """Teach the store's model a message pasted on the Scan page, as a TELL does (its row
