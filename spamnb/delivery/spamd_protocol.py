@@ -282,30 +282,18 @@ def answer(method, version, headers, raw, models, *, rules=None, peer=None, comp
     if method == "TELL":
         return tell(headers, raw, models, rules=rules, peer=peer, compact=compact, raddr=raddr)
     user = headers.get("User")
-    backend, own = models.for_user(user)
-    if own:  # only a model of the user's own tells them apart: asked only then (a socket-table scan)
-        may_name(method, headers, rules, peer)
     envelope, msg = envelope_split(raw)
 
-    def scan(backend):  # view(): refused unless trusted
-        return pipeline.filter_one(msg, pipeline.BackendSource(backend), via="spamd",
-                                   decision=models.decision_for(user), recorder=models.recorder, user=user,
-                                   raddr=raddr, evidence=N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM")
-                                   else 0, headers=method in ("PROCESS", "HEADERS"))
+    def named(user):  # only a model of the user's own tells them apart: asked only then (a socket-table scan)
+        may_name(method, headers, rules, peer)
+        return True
 
     try:
-        out = scan(backend)
+        out = models.filter(user, msg, via="spamd", may_name=named, raddr=raddr,
+                            evidence=N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0,
+                            headers=method in ("PROCESS", "HEADERS"))
     except (ModelError, OSError) as exc:
-        if not own:
-            raise unreadable(exc) from None
-        # A user's model the server cannot read (copied by root at 0600, damaged, a store
-        # that cannot answer): the message is still scanned, with the site's model, whose
-        # name the verdict header carries; the log says why (once per user model and reason).
-        models.fell_back(backend, exc)
-        try:
-            out = scan(models.served)
-        except (ModelError, OSError) as exc2:
-            raise unreadable(exc2) from None
+        raise unreadable(exc) from None
     d, t = out.decided, out.required()
     line = spam_line(d.label, d.score, t, method)
     if method == "CHECK":
