@@ -379,3 +379,82 @@ def test_serve_milter_usage_errors_are_one_line(compiled, tmp_path):  # noqa: F8
         r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled),
                                      *args], capture_output=True, timeout=60)
         assert r.returncode == 2 and message in r.stderr and b"Traceback" not in r.stderr, r.stderr
+
+
+# -- miltertest: an independent MTA side ---------------------------------------------------
+
+
+def lua_string(b: bytes) -> str:
+    """``b`` as a Lua string literal (every byte outside printable ASCII escaped)."""
+    return '"' + "".join(chr(c) if 32 <= c < 127 and chr(c) not in '"\\\\' else f"\\{c:03d}" for c in b) + '"'
+
+
+def lua_message(raw: bytes, chunk: int) -> str:
+    """The Lua calls sending ``raw``'s header fields and body (in ``chunk``-byte pieces)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    fields = []
+    for line in head.split(b"\r\n"):
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] += b"\n" + line
+        else:
+            fields.append(line)
+    calls = []
+    for f in fields:
+        name, _, value = f.partition(b":")
+        calls.append(f"check(mt.header(conn, {lua_string(name)}, {lua_string(value.lstrip(b' '))}), 'header')")
+    calls.append("if not mt.test_option(conn, SMFIP_NOEOH) then check(mt.eoh(conn), 'eoh') end")
+    calls += [f"check(mt.bodystring(conn, {lua_string(body[i:i + chunk])}), 'body')" for i in range(0, len(body), chunk)]
+    return "\n".join(calls)
+
+
+MILTERTEST_SCRIPT = """
+local function check(err, what) if err ~= nil then error(what .. ": " .. err) end end
+conn = mt.connect("inet:{port}@127.0.0.1")
+if conn == nil then error("mt.connect() failed") end
+check(mt.negotiate(conn, nil, nil, nil), "negotiate")
+if not mt.test_action(conn, SMFIF_ADDHDRS) or not mt.test_action(conn, SMFIF_CHGHDRS) then error("actions") end
+if mt.test_action(conn, SMFIF_CHGBODY) then error("asked to change bodies") end
+if not mt.test_option(conn, SMFIP_NOEOH) or mt.test_option(conn, SMFIP_NOBODY) then error("steps") end
+check(mt.macro(conn, SMFIC_CONNECT, "j", "mx.example.com"), "macro")
+check(mt.conninfo(conn, "client.example.net", "192.0.2.7"), "conninfo")
+check(mt.helo(conn, "client.example.net"), "helo")
+-- a message aborted halfway: nothing of it remains
+check(mt.mailfrom(conn, "<x@example.org>"), "mailfrom")
+check(mt.rcptto(conn, "<bob@example.com>"), "rcptto")
+check(mt.header(conn, "Subject", "aborted"), "header")
+check(mt.abort(conn), "abort")
+-- the spam, with a forged flag, its body in small chunks
+check(mt.mailfrom(conn, "<a@example.org>"), "mailfrom")
+check(mt.rcptto(conn, "<bob@example.com>"), "rcptto")
+check(mt.header(conn, "X-Spam-Flag", "NO"), "header")
+{spam}
+check(mt.eom(conn), "eom")
+if mt.getreply(conn) ~= SMFIR_ACCEPT then error("spam: not accepted") end
+if not mt.eom_check(conn, MT_HDRADD, "X-Spam-Flag", " YES") then error("spam: no X-Spam-Flag: YES") end
+if not mt.eom_check(conn, MT_HDRADD, "X-Spam-Status") then error("spam: no X-Spam-Status") end
+if not mt.eom_check(conn, MT_HDRDELETE, "X-Spam-Flag") then error("spam: the forged flag stays") end
+if mt.eom_check(conn, MT_BODYCHANGE) then error("spam: body changed") end
+mt.echo("spam: " .. mt.getheader(conn, "X-Spam-Status", 0))
+-- the ham, on the same connection
+check(mt.mailfrom(conn, "<a@example.org>"), "mailfrom")
+check(mt.rcptto(conn, "<bob@example.com>"), "rcptto")
+{ham}
+check(mt.eom(conn), "eom")
+if mt.getreply(conn) ~= SMFIR_ACCEPT then error("ham: not accepted") end
+if mt.eom_check(conn, MT_HDRADD, "X-Spam-Flag") then error("ham: flagged") end
+mt.echo("ham: " .. mt.getheader(conn, "X-Spam-Status", 0))
+mt.disconnect(conn)
+"""
+
+
+@needs_miltertest
+def test_miltertest_negotiates_aborts_and_gets_the_verdicts(spam_and_ham, served_milter, tmp_path):
+    spam, ham = (crlf(x) for x in spam_and_ham)
+    script = tmp_path / "t.lua"
+    script.write_text(MILTERTEST_SCRIPT.replace("{port}", str(served_milter.port))
+                      .replace("{spam}", lua_message(spam, 100)).replace("{ham}", lua_message(ham, 65535)))
+    r = subprocess.run([MILTERTEST, "-v", "-s", str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "spam:  Yes, score=" in r.stdout and "ham:  No, score=" in r.stdout, r.stdout
+    lines = [x for x in served_milter.lines.parsed() if x["event"] == "message"]
+    assert [x["verdict"] for x in lines] == ["spam", "ham"] and lines[0]["raddr"] == "192.0.2.7"

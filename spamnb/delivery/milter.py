@@ -293,9 +293,7 @@ class _MilterServer(BoundedThreads):
     def close(self):
         """Stop: the sessions idle between messages end now (their reads see the end),
         a message being answered is answered; then the listener closes."""
-        with self._guard:
-            held = list(self._held)
-        for conn in held:
+        for conn in self.connections():
             try:
                 conn.shutdown(socket.SHUT_RD)
             except OSError:
