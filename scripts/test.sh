@@ -15,7 +15,8 @@
 # primary, a replica and three Sentinels and kills the primary), dovecot-sieve (Pigeonhole:
 # the IMAPSieve tests and sievec, which compiles the shipped Sieve recipes), openssl (makes that server's throwaway CA), chromium and
 # chromium-driver (the `spamnb web` tests drive Debian's headless Chromium with
-# selenium; nothing downloads a browser). Missing ones are installed when we are
+# selenium; nothing downloads a browser), miltertest (OpenDKIM's MTA-side milter
+# test client: tests/test_milter_door.py drives `spamnb serve --milter` with it). Missing ones are installed when we are
 # root and apt-get is there, except one whose install would remove another package
 # (exim4 and postfix each replace the other MTA); otherwise, or when that fails, each missing one is
 # named here and its tests are skipped with the reason.
@@ -28,7 +29,7 @@ missing_tools() {  # "command:package" pairs whose command is neither on PATH no
     for pair in procmail:procmail maildrop:maildrop systemd-analyze:systemd spamc:spamc dovecot:dovecot-imapd \
                 exim4:exim4-daemon-heavy prometheus:prometheus promtool:prometheus \
                 redis-server:redis-server redis-sentinel:redis-sentinel sievec:dovecot-sieve openssl:openssl \
-                chromium:chromium chromedriver:chromium-driver; do
+                chromium:chromium chromedriver:chromium-driver miltertest:miltertest; do
         # dovecot and exim4 are daemons in /usr/sbin, off a user's PATH (their tests look there too)
         PATH="$PATH:$SBIN" command -v "${pair%%:*}" >/dev/null || echo "$pair"
     done

@@ -53,9 +53,11 @@ def local_user(name):
 
 def listen_address(text, any_port=False):
     """``("unix", path)`` or ``("tcp", host, port)`` of a listener: a path (with a
-    ``/``), ``HOST:PORT``, ``[V6]:PORT``, or a bare ``PORT`` on 127.0.0.1
-    (``any_port``: port 0 too, which picks a free one)."""
+    ``/``, or after ``unix:`` as Postfix writes it), ``HOST:PORT``, ``[V6]:PORT``, or a
+    bare ``PORT`` on 127.0.0.1 (``any_port``: port 0 too, which picks a free one)."""
     _text(text)
+    if text.startswith("unix:"):
+        return ("unix", _unix_path(_text(text[5:])))
     if "/" in text:
         return ("unix", _unix_path(text))
     return ("tcp", *_host_port(text, any_port, "give HOST:PORT (a port from 1 to 65535), a port, or a socket path"))
@@ -519,6 +521,7 @@ CHECKS = {
     ("spamd", "socket_mode"): socket_mode,
     ("spamd", "trusted_users"): each(local_user),
     ("spamd", "user_models"): existing_folder,
+    ("milter", "listen"): each(listen_address),
     ("metrics", "listen"): tcp_address,
     ("metrics", "allow"): networks,
     ("history", "path"): history_file,
@@ -543,6 +546,7 @@ def _exposed(allow, tcp_only, any_port=False):
 #: an error said at the first key's line; applied when the first key is set.
 TOGETHER = [
     ((("spamd", "listen"), ("spamd", "allow")), _exposed('[spamd] allow (e.g. allow = ["192.0.2.0/24"])', False)),
+    ((("milter", "listen"), ("spamd", "allow")), _exposed('[spamd] allow (e.g. allow = ["192.0.2.0/24"])', False)),
     ((("metrics", "listen"), ("metrics", "allow")), _exposed("[metrics] allow (the Prometheus server's address)", True)),
     ((("web", "listen"), ("web", "allow")), _exposed('[web] allow (e.g. allow = ["192.0.2.0/24"])', True, True)),
     ((("imap", "security"), ("imap", "host"), ("imap", "force_plaintext")), plaintext),

@@ -129,12 +129,14 @@ TABLE = (
         help="Also serve SpamAssassin's spamc/spamd protocol here: HOST:PORT, a PORT on 127.0.0.1, or a "
              "Unix socket path (repeatable). For spamc, Exim's spam= ACL, Haraka."),
     Row("allow", ("--allow",), "spamd", "allow", "list", ("serve",), check=True, metavar="CIDR",
-        help="Networks whose clients may use --spamd on TCP besides this machine (repeatable); needed to "
-             "listen on an address other than loopback."),
+        help="Networks whose clients may use --spamd and --milter on TCP besides this machine (repeatable); "
+             "needed to listen on an address other than loopback."),
     Row("user_models", ("--user-models",), "spamd", "user_models", "folder", ("serve",), check=True,
-        metavar="DIR", exists=True, help="spamd: the User: header picks DIR/USER/model.joblib when it exists."),
+        metavar="DIR", exists=True, help="spamd: the User: header picks DIR/USER/model.joblib when it exists; "
+                                        "milter: a message's one recipient (its local part) does."),
     Row("store_users", ("--store-users",), "spamd", "store_users", "bool", ("serve",),
-        help="spamd, with --store: the User: header picks that user's model in the store when there is one "
+        help="spamd and milter, with --store: the User: header (the milter: a message's one recipient) picks "
+             "that user's model in the store when there is one "
              "(put there with `spamnb store push MODEL URL --user NAME`)."),
     Row("allow_tell", ("--allow-tell",), "spamd", "allow_tell", "bool", ("serve",),
         help="spamd: let clients learn and forget messages (TELL, spamc -L) in their own --user-models "
@@ -152,10 +154,23 @@ TABLE = (
     Row("spamd_max_bytes", ("--spamd-max-bytes",), "spamd", "max_bytes", "int", ("serve",),
         default=10 * 1024 * 1024, metavar="BYTES", low=1,
         help="spamd: refuse at once a message declared (or found) larger than this; spamc then passes it "
-             "through unscanned (spamc's own -s limit is 500 KB by default)."),
+             "through unscanned (spamc's own -s limit is 500 KB by default). milter: a message larger than "
+             "this or --max-bytes is accepted unscanned, never held beyond it."),
     Row("spamd_socket_mode", ("--spamd-socket-mode",), "spamd", "socket_mode", "str", ("serve",), check=True,
         default="0600", metavar="OCTAL",
-        help="Mode of --spamd Unix sockets (0660: the socket's group may connect too)."),
+        help="Mode of --spamd and --milter Unix sockets (0660: the socket's group may connect too; Postfix's "
+             "smtpd connects as postfix)."),
+    Row("milter_addresses", ("--milter",), "milter", "listen", "list", ("serve",), check=True, metavar="ADDRESS",
+        help="Also speak the milter protocol (version 6) here, for Postfix's smtpd_milters and Sendmail's "
+             "INPUT_MAIL_FILTER: HOST:PORT, a PORT on 127.0.0.1, or unix:PATH (repeatable). Who may connect: "
+             "--allow; a message's one recipient picks its --user-models model."),
+    Row("milter_reject", ("--milter-reject",), "milter", "reject", "bool", ("serve",),
+        help="milter: refuse spam at the end of DATA (550 5.7.1) instead of tagging it; unsure mail is "
+             "tagged, never refused."),
+    Row("milter_on_error", ("--milter-on-error",), "milter", "on_error", "choice", ("serve",),
+        choices=("accept", "tempfail"), default="accept",
+        help="milter: a message that could not be scanned is accepted unscanned (accept), or refused for now "
+             "with 451 4.3.0 (tempfail: the client sends it again later)."),
     Row("exit_zero", ("--exit-zero",), "filter", "exit_zero", "bool", ("filter",),
         help="Exit 0 for any classification (for procmail's :0fw)."),
     Row("learn_", ("--learn", "-u"), "filter", "learn", "bool", ("filter",), travels=True,

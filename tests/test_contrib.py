@@ -27,6 +27,7 @@ from test_e2e import README_SPAMNB, SPAMNB
 UNITS = {"user": ROOT / "contrib" / "systemd" / "user" / "spamnb.service",
          "system": ROOT / "contrib" / "systemd" / "system" / "spamnb@.service"}
 SPAMD_UNIT = ROOT / "contrib" / "systemd" / "system" / "spamnb-spamd.service"
+MILTER_UNIT = ROOT / "contrib" / "systemd" / "system" / "spamnb-milter.service"
 IMAP_UNIT = ROOT / "contrib" / "systemd" / "user" / "spamnb-imap.service"
 NO_ANALYZE = "systemd-analyze is not installed (Debian's systemd package; scripts/test.sh installs it when root)"
 
@@ -134,11 +135,56 @@ def spamd_unit_here(tmp_path: Path) -> str:
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=NO_ANALYZE)
-def test_spamd_unit_passes_systemd_analyze_verify(tmp_path):
-    unit = tmp_path / SPAMD_UNIT.name
-    unit.write_text(installed(SPAMD_UNIT).replace("User=spamnb", f"User={user_name()}"))
+@pytest.mark.parametrize("path", [SPAMD_UNIT, MILTER_UNIT], ids=lambda p: p.stem)
+def test_spamd_and_milter_units_pass_systemd_analyze_verify(tmp_path, path):
+    unit = tmp_path / path.name
+    unit.write_text(installed(path).replace("User=spamnb", f"User={user_name()}"))
     proc = verify("system", unit, tmp_path)
     assert proc.returncode == 0 and not complaints(proc, unit.name), proc.stdout + proc.stderr
+
+
+def test_milter_unit_command_answers_a_milter_negotiation(tmp_path, trained_model):
+    """The milter unit's ExecStart (its port moved off 11332, its folders under tmp_path)
+    answers an MTA's option negotiation, and stops on SIGTERM."""
+    import socket
+    import struct
+
+    text = (installed(MILTER_UNIT).replace("User=spamnb", f"User={user_name()}")
+            .replace("/var/lib/spamnb", str(tmp_path / "lib")).replace("/run/", f"{tmp_path}/run/"))
+    lines = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    argv = shlex.split(lines["ExecStart"].replace("127.0.0.1:11332", f"127.0.0.1:{port}"))
+    (tmp_path / "lib" / "users").mkdir(parents=True, mode=0o700)
+    save_model(trained_model, tmp_path / "lib" / "model.joblib")
+    (tmp_path / "run" / lines["RuntimeDirectory"]).mkdir(parents=True, mode=0o700)
+    system = tmp_path / "etc" / "spamnb.toml"
+    system.parent.mkdir(mode=0o755)
+    system.write_text(f'[model]\npath = "{tmp_path / "lib" / "model.joblib"}"\n')
+    system.chmod(0o644)
+    env = {**os.environ, "SPAMNB_SYSTEM_CONFIG": str(system)}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                            preexec_fn=lambda: os.umask(0o077))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            assert time.monotonic() < deadline
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+                    s.sendall(struct.pack("!LcLLL", 13, b"O", 6, 0x1FF, 0x1FFFFF))
+                    reply = s.recv(64)
+                break
+            except ConnectionRefusedError:
+                time.sleep(0.05)
+        assert reply[:5] == b"\x00\x00\x00\x0dO"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(15)
+        proc.stdout.close()
+        proc.stderr.close()
+    assert code == 0
 
 
 def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):

@@ -54,3 +54,22 @@ def test_leading_blank_lines_dropped_is_only_that():
     assert postfix_milter.leading_blank_lines_dropped(b"Subject: s\nX: y\n\nbody\n", sent)
     assert not postfix_milter.leading_blank_lines_dropped(b"Subject: s\n\nbodY\n", sent)
     assert not postfix_milter.leading_blank_lines_dropped(b"Subject: s\n\nbody\n", b"Subject: s\n\nbody\n")
+
+
+@pytest.mark.slow  # about 30 s: two private Postfix instances in front of spamnb serve --milter; .ci/run runs it
+@pytest.mark.skipif(FOUND is None, reason=f"{WHY_NOT}; test.sh unpacks Postfix only as root (installing Postfix "
+                                          "would remove another MTA)")
+def test_spamnbs_own_milter_tags_refuses_and_keeps_bodies(compiled, spam_and_ham):  # noqa: F811
+    from tools.harnesses import postfix_own_milter
+
+    spam, ham = spam_and_ham
+    transcript = []
+    problems = postfix_own_milter.run(compiled, ham, spam, postfix=FOUND[0], out=transcript.append)
+    text = "\n".join(transcript)
+    assert problems == [], text
+    # tagging: ham, spam, both starting with blank lines, the forged ham, the ham after the garbage;
+    # refusing: the ham
+    assert text.count("every other byte as sent") == 7, text
+    assert text.count("added by spamnb:    X-Spam-Flag: YES") == 2
+    assert text.count("-> 550 5.7.1 Message refused as spam by spamnb") == 1
+    assert "a packet claiming 2 GiB sent to the milter's port: closed" in text

@@ -125,7 +125,7 @@ def _history(history, backend):
 @model_options
 @options("max_bytes", "timeout", "max_connections", "pidfile", "spamd_addresses", ("allow", "spamd"), "user_models",
          "store_users", "allow_tell", "allow_tell_served", "spamd_max_bytes", "spamd_socket_mode",
-         "spamd_trusted_users")
+         "spamd_trusted_users", "milter_addresses", "milter_reject", "milter_on_error")
 @decision_options
 @log_options(True)
 @metrics_options
@@ -133,7 +133,7 @@ def _history(history, backend):
 @click.pass_context
 def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, timeout, max_connections, pidfile,
           spamd_addresses, allow, user_models, store_users, allow_tell, allow_tell_served, spamd_max_bytes,
-          spamd_socket_mode, spamd_trusted_users, decision, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
+          spamd_socket_mode, spamd_trusted_users, milter_addresses, milter_reject, milter_on_error, decision, log_messages, log_format, log_to, metrics_address, metrics_allow, history):
     """Keep the model loaded and filter messages for `spamnb filter`.
 
     `spamnb filter` uses the server when its socket is there and it serves the
@@ -142,11 +142,15 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     Only your own processes may connect. Stops on SIGTERM or Ctrl-C.
     A socket folder that does not exist yet is made, mode 0700.
 
-    With --spamd it also answers SpamAssassin's protocol (CHECK, SYMBOLS,
-    REPORT, REPORT_IFSPAM, PROCESS, HEADERS, PING, SKIP, TELL) for spamc,
-    Exim and Haraka; see docs/spamd.md. The decision options
-    (and the [decision] table of the configuration files) override every
-    model's cut-offs for spamd clients; `spamnb filter` sends its own.
+    With --milter it speaks the milter protocol for Postfix (smtpd_milters)
+    and Sendmail (INPUT_MAIL_FILTER): each message gets X-Spam-Status (and
+    X-Spam-Flag: YES when spam), or with --milter-reject a spam is refused
+    with 550 5.7.1; see docs/admin.md. With --spamd it also answers
+    SpamAssassin's protocol (CHECK, SYMBOLS, REPORT, REPORT_IFSPAM, PROCESS,
+    HEADERS, PING, SKIP, TELL) for spamc, Exim and Haraka; see docs/spamd.md.
+    The decision options (and the [decision] table of the configuration
+    files) override every model's cut-offs for spamd and milter clients;
+    `spamnb filter` sends its own.
 
     One line per message on stderr (--log-to syslog, --log-format json);
     Prometheus metrics with --metrics HOST:PORT. On SIGHUP (or `spamnb config
@@ -161,6 +165,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
       spamnb serve &
       spamnb filter --exit-zero < message.eml
       spamnb serve --spamd 127.0.0.1:783 --user-models /var/lib/spamnb/users --allow-tell
+      spamnb serve --milter 127.0.0.1:11332 --user-models /var/lib/spamnb/users
     """
     from spamnb import checks
     from spamnb.delivery.server import ServerError, serve as run_server
@@ -175,16 +180,21 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint=option) from None
     mode = checks.socket_mode(spamd_socket_mode)
-    if (allow or user_models or store_users or allow_tell or allow_tell_served) and not spamd_addresses:
-        raise click.UsageError("--allow, --user-models, --store-users and --allow-tell are for --spamd "
-                               "([spamd] listen)")
-    if spamd_addresses:  # bad addresses and networks are refused before any model is loaded
-        from spamnb.delivery.spamd import check_listening
+    if (allow or user_models or store_users) and not (spamd_addresses or milter_addresses):
+        raise click.UsageError("--allow, --user-models and --store-users are for --spamd ([spamd] listen) "
+                               "and --milter ([milter] listen)")
+    if (allow_tell or allow_tell_served) and not spamd_addresses:
+        raise click.UsageError("--allow-tell is for --spamd ([spamd] listen)")
+    if (milter_reject or milter_on_error != "accept") and not milter_addresses:
+        raise click.UsageError("--milter-reject and --milter-on-error are for --milter ([milter] listen)")
+    for addresses, option in ((spamd_addresses, "--spamd"), (milter_addresses, "--milter")):
+        if addresses:  # bad addresses and networks are refused before any model is loaded
+            from spamnb.delivery.spamd import check_listening
 
-        try:
-            check_listening(spamd_addresses, allow)
-        except ValueError as exc:
-            raise click.UsageError(str(exc)) from None
+            try:
+                check_listening(addresses, allow)
+            except ValueError as exc:
+                raise click.UsageError(str(exc).replace("--spamd", option, 1)) from None
     checked(decision)  # a bad decision: a usage error now
     meter = metrics_from(metrics_address, metrics_allow)
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
@@ -193,18 +203,31 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
         notice(f"recording verdicts in {rec.history.path}")
     spamd_models = []
     others = None
-    if spamd_addresses:
-        from spamnb.delivery import spamd
+    if spamd_addresses or milter_addresses:
+        from spamnb.delivery import milter, spamd
 
         def others(backend, compactor, log):
+            # one set of models for both doors: one cache of users' models, one decision to reload
             models = spamd.Models(backend, user_models, log, store_users=store_users, decision=decision,
                                   recorder=rec)
             spamd_models.append(models)
-            return spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
-                                      allow_tell=allow_tell or allow_tell_served,
-                                      tell_served=allow_tell_served, unix_mode=mode, max_connections=max_connections,
-                                      compactor=compactor, log=log,
-                                      spamd_max_bytes=spamd_max_bytes, trusted_users=spamd_trusted_users or ())
+            servers = spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
+                                         allow_tell=allow_tell or allow_tell_served,
+                                         tell_served=allow_tell_served, unix_mode=mode,
+                                         max_connections=max_connections, compactor=compactor, log=log,
+                                         spamd_max_bytes=spamd_max_bytes,
+                                         trusted_users=spamd_trusted_users or ()) if spamd_addresses else []
+            try:
+                servers += milter.open_servers(milter_addresses or (), models, allow=allow,
+                                               limit=min(max_bytes, spamd_max_bytes), timeout=timeout,
+                                               reject=milter_reject, on_error=milter_on_error, unix_mode=mode,
+                                               max_connections=max_connections, log=log,
+                                               trusted_users=spamd_trusted_users or ())
+            except BaseException:
+                for srv in servers:
+                    srv.close()
+                raise
+            return servers
 
     def reload():
         new = reread_decision(ctx)

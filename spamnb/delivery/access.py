@@ -30,6 +30,12 @@ TEACH_PAGE     -                      -                           -             
                                                                                   form's CSRF token
 =============  =====================  ==========================  ==============  ==================
 
+The milter door (``--milter``) is spamd's column without TELL: its MTAs connect from
+loopback and ``--allow`` (the same list: the hosts whose mail spamnb may scan are the
+site's MTAs, whichever protocol they speak), or through a Unix socket's mode; the
+recipient names the user (:data:`NAME_USER`, asked as of spamd's ``User:``: an MTA runs
+as a system account, which may name anyone); refused, the served model scores.
+
 A peer is on this machine when it comes over a Unix socket, or over TCP from one
 of this machine's own addresses (loopback or any other, :func:`is_local_address`):
 its user is then the kernel's (``SO_PEERCRED``; for TCP the socket table, as identd
@@ -63,7 +69,7 @@ from spamnb import checks
 from spamnb.delivery import wire
 
 #: The doors.
-SOCKET, SPAMD, METRICS, WEB = "socket", "spamd", "metrics", "web"
+SOCKET, SPAMD, MILTER, METRICS, WEB = "socket", "spamd", "milter", "metrics", "web"
 #: The actions.
 CONNECT = "connect"  # be accepted at all (checked before a byte is read)
 CHECK = "check"  # have a message scored
@@ -78,6 +84,7 @@ TEACH_PAGE = "teach_page"  # learn from the page's form
 OFFERED = {
     SOCKET: {CONNECT, CHECK, LEARN_OWN, LEARN_SHARED},
     SPAMD: {CONNECT, CHECK, LEARN_OWN, LEARN_SHARED, NAME_USER},
+    MILTER: {CONNECT, CHECK, NAME_USER},
     METRICS: {CONNECT, READ_METRICS},
     WEB: {CONNECT, READ_PAGE, TEACH_PAGE},
 }

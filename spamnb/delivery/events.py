@@ -51,7 +51,7 @@ import time
 FORMATS = ("text", "json")
 DESTINATIONS = ("stderr", "syslog")
 #: Where a message came in (``via=``) and who taught a learned one (``source=``).
-VIA = ("socket", "spamd", "imap", "filter")
+VIA = ("socket", "spamd", "milter", "imap", "filter")
 SOURCES = ("filter-u", "tell", "imap", "cli")
 #: Every ``kind`` of an error line (:meth:`Recorder.error`), each a ``spamnb_errors_total``
 #: series from the start: spamd's error replies (their sysexits name in lower case) and its
@@ -109,6 +109,18 @@ def _continuation(lines):
         if not line[:1] in (b" ", b"\t"):
             return
         yield line
+
+
+#: The SMTP envelope's fields a line may carry, in their order: the client's HELO name, the
+#: sender, the recipients (comma-separated) and the MTA's queue id (a milter's ``{i}``).
+ENVELOPE = ("helo", "sender", "rcpt", "qid")
+
+
+def envelope_fields(envelope) -> dict:
+    """The line's fields of ``envelope`` (a dict of :data:`ENVELOPE`'s keys, or None)."""
+    if not envelope:
+        return {}
+    return {key: envelope.get(key) or None for key in ENVELOPE}
 
 
 def format_line(fields: dict, fmt: str = "text") -> str:
@@ -253,9 +265,10 @@ class Recorder:
             self._write(line)
 
     def message(self, via, label, score, p, cutoffs, size, seconds, *, raw=None, mid=None, user=None,
-                learned=None, why=None, folder=None, raddr=None):
+                learned=None, why=None, folder=None, raddr=None, envelope=None):
         """One message's verdict; ``learned`` the class it was learned as (None: not learned);
-        ``folder``: where it was filed. Only the fast filter's line for a message the
+        ``folder``: where it was filed; ``envelope``: the SMTP envelope's fields the door
+        knows (the milter's: :func:`envelope_fields`). Only the fast filter's line for a message the
         server answered has ``learned`` "?" (by the server's rule) and no ``cutoffs``,
         and that recorder has no history (the server records the verdict): a history
         is always handed a class or None, and the cut-offs."""
@@ -273,8 +286,8 @@ class Recorder:
             mid = message_id(raw)
         self.emit({"event": "message", "via": via, "verdict": label, "score": f"{score:.2f}",
                    "p": f"{p:.6f}", "cutoff": f"{cutoffs[0]:g}/{cutoffs[1]:g}" if cutoffs else None,
-                   "size": size, "ms": f"{seconds * 1000:.1f}", "user": user, "raddr": raddr, "folder": folder,
-                   "mid": mid or "-", "learned": learned or "no", "why": why if learned and learned != "?" else None})
+                   "size": size, "ms": f"{seconds * 1000:.1f}", "user": user, "raddr": raddr,
+                   **envelope_fields(envelope), "folder": folder, "mid": mid or "-", "learned": learned or "no", "why": why if learned and learned != "?" else None})
 
     def learned(self, label, source, *, raw=None, mid=None, user=None, was=None, raddr=None):
         """A message learned by the user's hand (``source``: TELL, an IMAP move, the
@@ -302,7 +315,7 @@ class Recorder:
                        "mid": mid or "-"})
 
     def error(self, kind, text=None, *, via=None, unscanned=False, raw=None, mid=None, size=None, user=None,
-              raddr=None, count=1):
+              raddr=None, count=1, envelope=None):
         """An error a client or the model caused (``kind``: a short word), for the
         message ``raw`` (or of ``size`` bytes and Message-ID ``mid``) where there is
         one; ``unscanned``: the mail went on without a verdict. ``count``: the line
@@ -315,7 +328,7 @@ class Recorder:
                 size = len(raw)
             self.emit({"event": "error", "via": via, "kind": kind, "mail": UNSCANNED if unscanned else None,
                        "count": count if count != 1 else None, "size": size, "user": user, "raddr": raddr,
-                       "mid": mid, "text": text})
+                       **envelope_fields(envelope), "mid": mid, "text": text})
 
     def answered(self, seconds):
         """A spamd request answered (or refused) ``seconds`` after it was accepted."""

@@ -144,7 +144,7 @@ class BackendSource(Source):
 
 
 def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0, recorder=None, user=None,
-               raddr=None, folder=None, name=None, headers=True):
+               raddr=None, folder=None, name=None, headers=True, envelope=None):
     """Filter one message: its :class:`Outcome` under ``source``'s model.
 
     ``via``: the door (the line's ``via=``); ``decision``: the
@@ -154,6 +154,8 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
     metrics, the history), None for nothing; ``user``, ``raddr``: who it is for and
     where it came from, for the record; ``folder(label)``: where the door files a
     verdict; ``name``: the model's name in the header (``source.name`` by default);
+    ``envelope``: what the door knows of the SMTP envelope, for the line (the milter's
+    ``helo``, ``sender``, ``rcpt``, ``qid``);
     ``headers``: False when the door writes no header lines (spamd's CHECK).
     Errors are raised: the door's :func:`boundary` turns them into its answer."""
     from spamnb.delivery.hook import verdict_of
@@ -170,7 +172,7 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
         try:
             recorder.message(via, d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
                              raw=raw, user=user, raddr=raddr, learned=learned, why="filter-u",
-                             folder=folder(d.label) if folder else None)
+                             folder=folder(d.label) if folder else None, **({"envelope": envelope} if envelope else {}))
         except Exception as exc:  # noqa: BLE001 - judged (and learned) already: a record never undoes that
             note(f"warning: the verdict was not recorded: {exc}")
     return Outcome(d, kept, pos, block, learned, why_not, name)

@@ -188,6 +188,11 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         """The most file descriptors this listener's connections take at once (its own included)."""
         return 2 + self.max_connections * (2 if self.slot_wait > 0 else 1)
 
+    def connections(self) -> list:
+        """The connections held now (served or waiting for a slot)."""
+        with self._guard:
+            return list(self._held)
+
     def holder(self, request, client_address):
         """Who holds connection ``request``, for :attr:`share` (:func:`spamnb.delivery.access.holder`)."""
         raise NotImplementedError

@@ -44,9 +44,9 @@ from spamnb import checks
 from spamnb.delivery import access, events, pipeline
 from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
 from spamnb.delivery.access import LOOPBACK, client_ip
-from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer, find_header_end,
-                                            parse_headers, parse_request_line, pick_model, reply, spam_line,
-                                            with_fallback)
+from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer, find_header_end, namer,
+                                            parse_headers, parse_request_line, reply, spam_line, unreadable)
+from spamnb.storage.store import ModelError
 from spamnb.delivery.usermodels import Models  # noqa: F401 - serve builds them as spamd.Models
 from spamnb.options import BY_KEY
 from spamnb.verdict import threshold
@@ -158,10 +158,13 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         if method == "TELL":
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
-        user = headers.get("User")
-        backend, own = pick_model(method, headers, srv.models, srv.rules, srv.peer(self.request, self.client_address))
-        decision = srv.models.decision_for(user)
-        t = with_fallback(srv.models, backend, own, lambda b: threshold(decision.cutoffs(b.view().cutoffs)[1]))
+        user, models = headers.get("User"), srv.models
+        backend, own = models.pick(user, namer(method, headers, srv.rules, srv.peer(self.request, self.client_address)))
+        decision = models.decision_for(user)
+        try:
+            t = models.with_fallback(backend, own, lambda b: threshold(decision.cutoffs(b.view().cutoffs)[1]))
+        except (ModelError, OSError) as exc:
+            raise unreadable(exc) from None
         line = spam_line("ham", 0.0, t, method)
         srv.log(f"spamd: message over {srv.max_bytes} bytes answered unscanned")
         rest = reader.chunks(None if length is None else length - len(head))

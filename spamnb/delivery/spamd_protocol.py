@@ -273,32 +273,15 @@ def reply(headers=(), body=b"", *, length=True) -> bytes:
 # -- answering -------------------------------------------------------------------------
 
 
-def pick_model(method, headers, models, rules=None, peer=None):
-    """``(backend, own)``: the model that answers for the request's ``User:`` (theirs, else
-    the served one), once who connected may name them (:func:`may_name`), asked only for a
-    model of the user's own: only that tells users apart, and over TCP the question is a
-    scan of the kernel's socket table."""
-    backend, own = models.for_user(headers.get("User"))
-    if own:
+def namer(method, headers, rules=None, peer=None):
+    """The ``may_name`` of :meth:`spamnb.delivery.usermodels.Models.pick` for a spamd
+    request: :func:`may_name`, which refuses (EX_NOPERM) rather than answer no. Asked only
+    for a user with a model of their own: only that tells users apart, and over TCP the
+    question is a scan of the kernel's socket table."""
+    def named(user):
         may_name(method, headers, rules, peer)
-    return backend, own
-
-
-def with_fallback(models, backend, own, use):
-    """``use(backend)``; when a user's own model cannot be read (copied by root at 0600,
-    damaged, a store that cannot answer), ``use`` of the served model, whose name the
-    verdict header then carries, and the log says why (once per user model and reason).
-    An unreadable served model is spamd's EX_IOERR (:func:`unreadable`)."""
-    try:
-        return use(backend)
-    except (ModelError, OSError) as exc:
-        if not own:
-            raise unreadable(exc) from None
-        models.fell_back(backend, exc)
-    try:
-        return use(models.served)
-    except (ModelError, OSError) as exc:
-        raise unreadable(exc) from None
+        return True
+    return named
 
 
 def answer(method, version, headers, raw, models, *, rules=None, peer=None, compact=None,
@@ -310,16 +293,14 @@ def answer(method, version, headers, raw, models, *, rules=None, peer=None, comp
     if method == "TELL":
         return tell(headers, raw, models, rules=rules, peer=peer, compact=compact, raddr=raddr)
     user = headers.get("User")
-    backend, own = pick_model(method, headers, models, rules, peer)
     envelope, msg = envelope_split(raw)
 
-    def scan(backend):  # view(): refused unless trusted
-        return pipeline.filter_one(msg, pipeline.BackendSource(backend), via="spamd",
-                                   decision=models.decision_for(user), recorder=models.recorder, user=user,
-                                   raddr=raddr, evidence=N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM")
-                                   else 0, headers=method in ("PROCESS", "HEADERS"))
-
-    out = with_fallback(models, backend, own, scan)
+    try:
+        out = models.filter(user, msg, via="spamd", may_name=namer(method, headers, rules, peer), raddr=raddr,
+                            evidence=N_SYMBOLS if method in ("SYMBOLS", "REPORT", "REPORT_IFSPAM") else 0,
+                            headers=method in ("PROCESS", "HEADERS"))
+    except (ModelError, OSError) as exc:
+        raise unreadable(exc) from None
     d, t = out.decided, out.required()
     line = spam_line(d.label, d.score, t, method)
     if method == "CHECK":

@@ -21,9 +21,10 @@ import threading
 import time
 
 from spamnb import verdict
-from spamnb.delivery import events
+from spamnb.delivery import events, pipeline
 from spamnb.delivery.spamd_protocol import SpamdError
 from spamnb.storage.backend import Backend
+from spamnb.storage.store import ModelError
 
 #: A user name that picks a per-user model: a login or mailbox name, never a path.
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@+=-]{0,127}\Z")
@@ -143,6 +144,42 @@ class Models:
             self.no_model.pop(name, None)
             _put_bounded(self._backends, name, backend, self.CACHE, dropped=lambda b: b.close())
         return backend, True
+
+    def filter(self, user, raw, *, via, may_name=None, **kw):
+        """One message for ``user`` (None: the served model's) through the one pipeline
+        (:func:`spamnb.delivery.pipeline.filter_one`, with ``kw``): their own model when
+        they have one and ``may_name(user)`` (the door's access rule, asked only then: over
+        TCP a socket-table scan) does not say no, else the served model. A user's model the
+        server cannot read (copied by root at 0600, damaged, a store that cannot answer)
+        scans with the served one, whose name the verdict header carries; the log says why
+        (:meth:`fell_back`). ModelError/OSError when the served model cannot be read."""
+        backend, own = self.pick(user, may_name)
+
+        def scan(backend):  # view(): refused unless trusted
+            return pipeline.filter_one(raw, pipeline.BackendSource(backend), via=via, decision=self.decision_for(user),
+                                       recorder=self.recorder, user=user, **kw)
+
+        return self.with_fallback(backend, own, scan)
+
+    def pick(self, user, may_name=None):
+        """``(backend, own)``: the model that answers for ``user``: their own when they
+        have one and ``may_name(user)`` does not say no (asked only then), else the
+        served model."""
+        backend, own = self.for_user(user)
+        if own and may_name is not None and not may_name(user):
+            backend, own = self.served, False
+        return backend, own
+
+    def with_fallback(self, backend, own, use):
+        """``use(backend)``, or when a user's own model cannot be read, ``use`` of the
+        served model, the log saying why (:meth:`fell_back`)."""
+        try:
+            return use(backend)
+        except (ModelError, OSError) as exc:
+            if not own:
+                raise
+            self.fell_back(backend, exc)
+        return use(self.served)
 
     def _has_none(self, name, path) -> bool:
         """Whether user ``name`` is known to have no model: ``path``, their model file, is

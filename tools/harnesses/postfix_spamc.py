@@ -317,11 +317,13 @@ class Instance:
 
 @contextlib.contextmanager
 def instance(model: Path, pf: Postfix, *, workdir: Path | None = None, keep: bool = False, out=print,
-             spamnb: list[str] | None = None, smtpd_options=lambda ports: "-o content_filter=spamnb:dummy"):
+             spamnb: list[str] | None = None, smtpd_options=lambda ports: "-o content_filter=spamnb:dummy",
+             serve_options=()):
     """``spamnb serve --spamd`` and a private Postfix in front of it, started; yields
     an :class:`Instance`, and stops both (and removes the folder unless ``keep``) at the end.
     ``smtpd_options(ports)`` gives the smtpd service's options; ``ports`` is the list
-    of ports already taken, which it may extend with its own.
+    of ports already taken, which it may extend with its own. ``serve_options``: more of
+    ``spamnb serve``'s options (``--milter 127.0.0.1:PORT``).
 
     Raises :class:`Unavailable` when Postfix cannot run here, RuntimeError when a part
     does not start.
@@ -348,7 +350,7 @@ def instance(model: Path, pf: Postfix, *, workdir: Path | None = None, keep: boo
         (etc / "main.cf").write_text(main_cf(d, pf, owner, group))
         (etc / "master.cf").write_text(master_cf(smtp_port, spamd_port, d, smtpd_options([spamd_port, smtp_port])))
 
-        serve = start_serve(spamnb, model, d, spamd_port, out)
+        serve = start_serve(spamnb, model, d, spamd_port, out, options=serve_options)
 
         # postfix check makes the queue's folders (post-install create-missing); then maildrop open to spamc's sendmail
         pi = subprocess.run([*postfix_cmd, "check"], capture_output=True, text=True, env=env, timeout=60)

@@ -1,0 +1,368 @@
+"""``spamnb serve --milter ADDRESS``: the milter door, for Postfix and Sendmail.
+
+The MTA connects (``smtpd_milters = inet:127.0.0.1:PORT``, Sendmail's
+``INPUT_MAIL_FILTER``) and sends each SMTP session's steps in the milter protocol
+(:mod:`spamnb.delivery.milter_protocol`); at the end of each message's body this
+door hands the message, assembled as the MTA will deliver it, to the one pipeline
+(:func:`spamnb.delivery.usermodels.Models.filter`, as spamd's answer does) and
+translates its :class:`spamnb.delivery.pipeline.Outcome`: the forged incoming
+verdict fields removed (SMFIR_CHGHEADER to an empty value, by index), spamnb's
+header lines (the Outcome's block) added, the body never touched; with
+``--milter-reject`` a spam is refused instead (550 5.7.1), an unsure message is
+tagged, never refused.
+
+**Who**: loopback and ``--allow`` (TCP), a Unix socket's mode, checked before a
+byte is read (:mod:`spamnb.delivery.access`). A message with one recipient is
+scored by that user's model (its local part, without a ``+extension``), when
+``--user-models``/``--store-users`` has one; with several, by the served model.
+
+**Limits**: per listener, ``--max-connections`` served at once (Postfix holds one
+connection per SMTP session), as spamd's. A packet over
+:data:`~spamnb.delivery.milter_protocol.MAX_PACKET`, garbage, a connection closed
+inside a message or an MTA that stalls (nothing for :data:`IDLE` seconds between
+the steps of a session, or ``--timeout`` once a message's content has started)
+closes that connection with one line: the MTA applies its
+``milter_default_action`` (accept). A message over the limit (the smaller of
+``--max-bytes`` and ``--spamd-max-bytes``) is accepted unscanned with one line,
+never held beyond it.
+
+**Errors**: whatever fails in scanning is one line (:func:`spamnb.delivery.pipeline.boundary`)
+and the message is accepted unscanned, or with ``on_error = tempfail`` refused
+for now (451 4.3.0).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import socketserver
+import stat
+import time
+
+from spamnb.delivery import access, pipeline
+from spamnb.delivery import milter_protocol as mp
+from spamnb.delivery.access import client_ip
+from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
+from spamnb.delivery.spamd import SLOT_WAIT, check_listening
+from spamnb.delivery.spamd_protocol import SpamdError
+from spamnb.delivery.usermodels import plain_user
+from spamnb.verdict import VERDICT_FIELDS
+
+#: Seconds an MTA may leave a session idle between its steps: the pace of its SMTP
+#: client (Postfix waits smtpd_timeout, 300 s, for each command), with a margin. A
+#: deadline shorter than that would close sessions the MTA still holds, and their
+#: next message would pass unscanned.
+IDLE = 660.0
+REJECT = "550 5.7.1 Message refused as spam by spamnb"
+TEMPFAIL = "451 4.3.0 Message not scanned for spam now, try again later"
+
+
+class Session:
+    """One MTA connection: what was negotiated, the session's envelope so far and the
+    message being sent. :meth:`step` takes a packet and gives the packets to answer."""
+
+    def __init__(self, srv, peer, mta_address):
+        self.srv, self.peer, self.mta_address = srv, peer, mta_address
+        self.actions = self.agreed = 0
+        self.done = False
+        self._reset()
+
+    def _reset(self):
+        """A new SMTP session (a connection, or ``K`` on it)."""
+        self.macros, self.client, self.helo, self.message = {}, None, None, None
+
+    def started(self) -> bool:
+        """Whether a message's content (a header field or body) has begun."""
+        return self.message is not None and (bool(self.message.fields or self.message.body) or self.message.over)
+
+    def deadline(self) -> float:
+        return time.monotonic() + (self.srv.timeout_s if self.started() else IDLE)
+
+    def step(self, cmd, data) -> list[bytes]:
+        handle = _STEPS.get(cmd)
+        if handle is None:
+            raise mp.MilterError(f"unknown command {cmd!r}: not a milter client")
+        out = handle(self, data)
+        if out is None:  # a step answered CONTINUE, unless the negotiation said it is not answered
+            return [mp.packet(mp.CONTINUE)] if mp.answers(cmd, self.agreed) else []
+        return out
+
+    # -- the steps (None: CONTINUE unless negotiated away) --
+
+    def _optneg(self, data):
+        reply, self.actions, self.agreed = mp.negotiate(data)
+        return [reply]
+
+    def _macro(self, data):
+        self.macros.update(mp.macros(data)[1])
+        return []
+
+    def _connect(self, data):
+        self._reset()
+        self.client = mp.connect(data)
+
+    def _helo(self, data):
+        self.helo = (mp.strings(data) or [b""])[0].decode("latin-1")
+
+    def _mail(self, data):
+        self.macros.pop("i", None)  # the queue id of the message before
+        self.message = mp.Message(self.srv.limit)
+        self.message.sender = mp.address(data)
+
+    def _rcpt(self, data):
+        self._current().rcpts.append(mp.address(data))
+
+    def _nothing(self, data):
+        return None
+
+    def _header(self, data):
+        name, value = mp.header(data)
+        self._current().add_field(name, value, bool(self.agreed & mp.HDR_LEADSPC))
+
+    def _body(self, data):
+        self._current().add_body(data)
+
+    def _eob(self, data):
+        msg = self._current()
+        msg.add_body(data)
+        self.message = None
+        return self.srv.answer(self, msg)
+
+    def _abort(self, data):
+        self.message = None
+        return []
+
+    def _quit(self, data):
+        self.done = True
+        return []
+
+    def _quit_nc(self, data):
+        self._reset()
+        return []
+
+    def _current(self):
+        if self.message is None:  # a step the MTA sends without MAIL (NOMAIL is never asked)
+            self.message = mp.Message(self.srv.limit)
+        return self.message
+
+    # -- what the line says --
+
+    def raddr(self):
+        """The SMTP client's address (the MTA's own before CONNECT)."""
+        return (self.client[1] if self.client else None) or self.mta_address
+
+    def envelope(self, msg) -> dict:
+        return {"helo": self.helo, "sender": msg.sender if msg else None,
+                "rcpt": ",".join(msg.rcpts) if msg else None, "qid": self.macros.get("i")}
+
+    def user(self, msg):
+        """The user whose model scores ``msg``: its one recipient's local part (without
+        a ``+extension``), a plain name; None for several recipients, or none."""
+        if len(set(msg.rcpts)) != 1:
+            return None
+        local = msg.rcpts[0].rpartition("@")[0] or msg.rcpts[0]
+        try:
+            return plain_user(local.split("+", 1)[0])
+        except SpamdError:
+            return None
+
+
+_STEPS = {mp.OPTNEG: Session._optneg, mp.MACRO: Session._macro, mp.CONNECT: Session._connect,
+          mp.HELO: Session._helo, mp.MAIL: Session._mail, mp.RCPT: Session._rcpt, mp.DATA: Session._nothing,
+          mp.HEADER: Session._header, mp.EOH: Session._nothing, mp.BODY: Session._body, mp.EOB: Session._eob,
+          mp.UNKNOWN: Session._nothing, mp.ABORT: Session._abort, mp.QUIT: Session._quit,
+          mp.QUIT_NC: Session._quit_nc}
+
+
+class _Handler(socketserver.BaseRequestHandler):
+    def handle(self):
+        srv = self.server
+        conn = self.request
+        session = Session(srv, srv.peer(conn, self.client_address), client_ip(self.client_address))
+        reader = mp.PacketReader(conn)
+        try:
+            while not session.done:
+                got = reader.next(session.deadline())
+                if got is None:
+                    if session.started():
+                        raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
+                    return
+                replies = session.step(*got)
+                if replies:
+                    conn.settimeout(srv.timeout_s)
+                    conn.sendall(b"".join(replies))
+        except (mp.MilterError, OSError) as exc:
+            srv.failed(session, exc)
+
+
+class _MilterServer(BoundedThreads):
+    daemon_threads = False
+    block_on_close = True
+    request_queue_size = 128
+    what = "the milter protocol"
+    rules = access.Rules()
+
+    def configure(self, models, *, limit, timeout, reject, on_error, log, max_connections, trusted_users=()):
+        self.models = models
+        self.limit, self.timeout_s = limit, timeout
+        self.reject, self.on_error = reject, on_error
+        self.log = log
+        self.rules = dataclasses.replace(self.rules, trusted=tuple(trusted_users))
+        # a connection beyond the cap: closed, the MTA applies milter_default_action
+        self.bound_threads(max_connections, wait=SLOT_WAIT, shared=True)
+
+    # -- one message's answer --
+
+    def answer(self, session, msg) -> list[bytes]:
+        """The replies at the end of ``msg``'s body: the verdict's header changes and
+        ACCEPT, the refusal of a spam with ``reject``, or the error's answer."""
+        rec = self.models.recorder
+        facts = {"raddr": session.raddr(), "envelope": session.envelope(msg), "size": msg.size}
+        if msg.over:
+            rec.error("too_big", f"over {self.limit} bytes: accepted unscanned", via="milter", unscanned=True,
+                      **facts)
+            return [mp.packet(mp.ACCEPT)]
+        raw = msg.raw()
+        tempfail = self.on_error == "tempfail"
+
+        def failed(reason, exc):
+            if not rec.lines:
+                self.log(f"milter: {reason}")
+            return [mp.reply_code(TEMPFAIL) if tempfail else mp.packet(mp.ACCEPT)]
+
+        with pipeline.boundary("milter", failed, recorder=rec, facts={**facts, "raw": raw},
+                               unscanned=not tempfail) as boundary:
+            return self._verdict(session, msg, raw, facts)
+        return boundary.result
+
+    def _verdict(self, session, msg, raw, facts):
+        user = session.user(msg)
+        refuse = self.reject
+
+        def filed(label):  # the line's and the history's folder= of a refused spam
+            return "refused" if refuse and label == "spam" else None
+
+        out = self.models.filter(user, raw, via="milter", raddr=facts["raddr"], envelope=facts["envelope"],
+                                 may_name=lambda u: self.rules.allows(session.peer, access.NAME_USER, user=u),
+                                 folder=filed)
+        if filed(out.label):
+            return [mp.reply_code(REJECT)]
+        leadspc = bool(session.agreed & mp.HDR_LEADSPC)
+        changes = [mp.remove_header(i, name) for i, name in msg.indexes(VERDICT_FIELDS)] \
+            if session.actions & mp.CHGHDRS else []
+        changes += [mp.add_header(name, value) for name, value in mp.block_fields(out.block, leadspc)]
+        return [*changes, mp.packet(mp.ACCEPT)]
+
+    # -- a connection's end --
+
+    def failed(self, session, exc):
+        """One line for a connection closed on ``exc`` (garbage, a stall, one closed
+        inside a message): the MTA then applies its default action to the message."""
+        kind = exc.kind if isinstance(exc, mp.MilterError) else "dropped"
+        text = str(exc) if isinstance(exc, mp.MilterError) else f"connection lost: {exc.strerror or exc}"
+        msg = session.message
+        if not self.models.recorder.lines:
+            self.log(f"milter: connection closed: {text}")
+        self.models.recorder.error(kind, f"{text}: connection closed", via="milter", unscanned=session.started(),
+                                   raddr=session.raddr(), envelope=session.envelope(msg) if msg else None,
+                                   size=msg.size if msg and session.started() else None)
+
+    # -- who --
+
+    def peer(self, conn, client_address):
+        raise NotImplementedError
+
+    def holder(self, request, client_address):
+        return self.rules.holder(self.peer(request, client_address))
+
+    def verify_request(self, request, client_address):
+        if self.rules.allows(self.peer(request, client_address), access.CONNECT):
+            return True
+        self.log(f"milter: connection from {client_address[0]} refused (not in --allow)")
+        self.tally_unserved("not_allowed", client_address)
+        return False
+
+    def unserved(self, kind, client_address, count):
+        """Beyond ``--max-connections`` (and the wait), or outside ``--allow``: closed
+        unread; the MTA applies its milter_default_action."""
+        self.models.recorder.error(kind, "too many connections" if kind == "busy" else "not in --allow: closed unread",
+                                   via="milter", unscanned=True, count=count,
+                                   raddr=client_ip(client_address) if client_address else None)
+
+    def close(self):
+        """Stop: the sessions idle between messages end now (their reads see the end),
+        a message being answered is answered; then the listener closes."""
+        for conn in self.connections():
+            try:
+                conn.shutdown(socket.SHUT_RD)
+            except OSError:
+                pass
+        self.server_close()
+
+
+class TCPServer(_MilterServer, socketserver.TCPServer):
+    allow_reuse_address = True
+
+    def __init__(self, host, port, allowed):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.rules = access.Rules(networks=tuple(allowed))
+        super().__init__((host, port), _Handler)
+
+    def peer(self, conn, client_address):
+        return access.Peer.tcp(access.MILTER, client_address, conn)
+
+    def where(self):
+        host, port = self.server_address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class UnixServer(_MilterServer, socketserver.UnixStreamServer):
+    def __init__(self, path, mode):
+        claim_socket_path(path)
+        old = os.umask(0o177)
+        try:
+            super().__init__(path, _Handler)
+        finally:
+            os.umask(old)
+        os.chmod(path, mode)
+        self.path = path
+
+    def peer(self, conn, client_address):
+        return access.Peer.unix(access.MILTER, conn)
+
+    def where(self):
+        return f"unix:{self.path}"
+
+    def close(self):
+        super().close()
+        try:
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+
+def open_servers(addresses, models, *, allow=(), limit, timeout, reject=False, on_error="accept",
+                 unix_mode=0o600, max_connections, log, trusted_users=()):
+    """The listening milter servers of ``addresses`` (ValueError/ServerError when one cannot)."""
+    try:
+        listen, nets = check_listening(addresses, allow)
+    except ValueError as exc:
+        raise ValueError(str(exc).replace("--spamd", "--milter", 1)) from None
+    servers = []
+    try:
+        for text, (kind, *where) in zip(addresses, listen):
+            try:
+                srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1],
+                                                                                      access.LOOPBACK + nets)
+            except OSError as exc:
+                raise ServerError(f"cannot listen on {text} (--milter): {exc.strerror or exc}") from None
+            srv.configure(models, limit=limit, timeout=timeout, reject=reject, on_error=on_error, log=log,
+                          max_connections=max_connections, trusted_users=trusted_users)
+            servers.append(srv)
+    except BaseException:
+        for srv in servers:
+            srv.close()
+        raise
+    return servers

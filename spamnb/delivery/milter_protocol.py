@@ -1,0 +1,282 @@
+"""The milter protocol (Sendmail's libmilter, version 6, as Postfix and Sendmail speak it).
+
+Each packet is a 4-byte length in network order (counting the command byte), a
+command byte and its data::
+
+    00 00 00 0d  'O'  <version> <actions> <protocol>     option negotiation (12 bytes)
+
+The MTA sends the steps of an SMTP session as it goes (connect, HELO, MAIL,
+RCPT, the header fields, the body in chunks, end of body), each preceded by the
+macros it defines for that step (``D``); the milter answers each step unless the
+negotiation said it would not (the ``NR_*`` flags), and at the end of the body it
+may ask for header changes before its final answer. ``A`` (abort) ends a message,
+``Q`` the connection, ``K`` (quit, new connection) starts over on the same one.
+
+This module is the codec alone: packets read (:class:`PacketReader`) and made
+(:func:`packet` and the replies), the negotiation (:func:`negotiate`), the
+commands' data parsed, and a message assembled as the MTA will deliver it
+(:class:`Message`). The door that serves it is :mod:`spamnb.delivery.milter`.
+Written here rather than taken from a library: pymilter needs libmilter and a
+compiler; the pure-Python ones (``purepythonmilter``: asyncio, its own server
+loop; ``ppymilter``: unmaintained since 2012) would not run in the threaded,
+capped listeners every other door uses (CONTRIBUTING.md says more).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+#: The protocol version spoken (Sendmail 8.14+, Postfix 2.6+).
+VERSION = 6
+
+# -- commands (MTA to milter) -------------------------------------------------------
+ABORT, BODY, CONNECT, MACRO, EOB, HELO, QUIT_NC = b"A", b"B", b"C", b"D", b"E", b"H", b"K"
+HEADER, MAIL, EOH, OPTNEG, QUIT, RCPT, DATA, UNKNOWN = b"L", b"M", b"N", b"O", b"Q", b"R", b"T", b"U"
+
+# -- replies (milter to MTA) ---------------------------------------------------------
+ACCEPT, CONTINUE, TEMPFAIL, REPLYCODE = b"a", b"c", b"t", b"y"
+ADDHEADER, CHGHEADER = b"h", b"m"
+
+# -- actions the milter may take (SMFIF_*) -------------------------------------------
+ADDHDRS, CHGHDRS = 0x01, 0x10
+#: What this milter does: add its header fields, remove forged ones. Never the body.
+ACTIONS = ADDHDRS | CHGHDRS
+
+# -- protocol flags (SMFIP_*): steps not sent, steps not answered ------------------------
+NOCONNECT, NOHELO, NOMAIL, NORCPT, NOBODY, NOHDRS, NOEOH = 0x1, 0x2, 0x4, 0x8, 0x10, 0x20, 0x40
+NR_HDR, NOUNKNOWN, NODATA, SKIP, RCPT_REJ = 0x80, 0x100, 0x200, 0x400, 0x800
+NR_CONN, NR_HELO, NR_MAIL, NR_RCPT, NR_DATA, NR_UNKN, NR_EOH, NR_BODY = (
+    0x1000, 0x2000, 0x4000, 0x8000, 0x10000, 0x20000, 0x40000, 0x80000)
+HDR_LEADSPC = 0x100000
+#: Steps this milter has no use for: the MTA need not send them.
+UNUSED = NOEOH | NODATA | NOUNKNOWN
+#: Steps it never answers but at the end of the body (and leading spaces of header
+#: values as sent, so that a field is rebuilt byte for byte), when the MTA offers them.
+NO_REPLY = NR_CONN | NR_HELO | NR_MAIL | NR_RCPT | NR_DATA | NR_UNKN | NR_EOH | NR_HDR | NR_BODY | HDR_LEADSPC
+#: The no-reply flag of each step (a step without one, or not negotiated, is answered CONTINUE).
+STEP_NR = {CONNECT: NR_CONN, HELO: NR_HELO, MAIL: NR_MAIL, RCPT: NR_RCPT, DATA: NR_DATA, UNKNOWN: NR_UNKN,
+           EOH: NR_EOH, HEADER: NR_HDR, BODY: NR_BODY}
+
+#: The largest packet taken: a body chunk is at most 64 KiB (libmilter's MILTER_CHUNK_SIZE,
+#: Postfix's too), a header field at most Postfix's header_size_limit (100 KiB); anything
+#: near 2 GiB is garbage or an attack, refused before a byte of it is read.
+MAX_PACKET = 1 << 20
+_LEN = struct.Struct(">I")
+
+
+class MilterError(Exception):
+    """A packet the protocol does not allow (its connection is closed); ``kind``: the
+    error line's kind (:data:`spamnb.delivery.events.ERROR_KINDS`)."""
+
+    def __init__(self, text, kind="ex_protocol"):
+        super().__init__(text)
+        self.kind = kind
+
+
+def packet(cmd: bytes, data: bytes = b"") -> bytes:
+    """One packet: length, command byte, data."""
+    return _LEN.pack(len(data) + 1) + cmd + data
+
+
+class PacketReader:
+    """Packets from a socket, each whole by a deadline (:meth:`next`)."""
+
+    def __init__(self, sock):
+        self.sock = sock
+        self.buf = bytearray()
+
+    def next(self, deadline):
+        """``(cmd, data)`` of the next packet; None when the MTA closed the connection
+        between packets; MilterError for a length out of bounds, a connection closed
+        inside a packet, or one not whole by ``deadline`` (time.monotonic())."""
+        if not self._fill(4, deadline, between=True):
+            return None
+        (size,) = _LEN.unpack_from(self.buf)
+        if not 1 <= size <= MAX_PACKET:
+            raise MilterError(f"a packet of {size} bytes (the limit is {MAX_PACKET}): not a milter client")
+        self._fill(4 + size, deadline)
+        cmd, data = bytes(self.buf[4:5]), bytes(self.buf[5:4 + size])
+        del self.buf[:4 + size]
+        return cmd, data
+
+    def _fill(self, n, deadline, between=False) -> bool:
+        while len(self.buf) < n:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise MilterError("the MTA sent nothing in time", "ex_timeout")
+            self.sock.settimeout(left)
+            try:
+                got = self.sock.recv(max(65536, n - len(self.buf)))
+            except socket.timeout:
+                raise MilterError("the MTA sent nothing in time", "ex_timeout") from None
+            if not got:
+                if between and not self.buf:
+                    return False
+                raise MilterError("the MTA closed the connection inside a packet", "dropped")
+            self.buf += got
+        return True
+
+
+# -- negotiation -----------------------------------------------------------------------
+
+
+def negotiate(data: bytes) -> tuple[bytes, int, int]:
+    """``(reply, actions, flags)``: the reply to the MTA's ``O`` (its version, the actions
+    and protocol flags it offers), the actions agreed (this milter's among those offered)
+    and the protocol flags agreed: the steps it does not need and the no-reply flags, each only where
+    offered (a version 2 MTA offers none: every step is answered)."""
+    if len(data) < 12:
+        raise MilterError(f"option negotiation of {len(data)} bytes, not 12")
+    version, actions, offered = struct.unpack(">III", data[:12])
+    if version < 2:
+        raise MilterError(f"milter protocol version {version}: 2 to {VERSION} are spoken")
+    if not actions & ADDHDRS:
+        raise MilterError("the MTA lets no milter add a header field")
+    agreed = offered & (UNUSED | NO_REPLY)
+    reply = packet(OPTNEG, struct.pack(">III", min(version, VERSION), actions & ACTIONS, agreed))
+    return reply, actions & ACTIONS, agreed
+
+
+def answers(cmd: bytes, agreed: int) -> bool:
+    """Whether the MTA waits for an answer to step ``cmd`` (not negotiated away)."""
+    flag = STEP_NR.get(cmd)
+    return flag is None or not agreed & flag
+
+
+# -- the commands' data ------------------------------------------------------------------
+
+
+def strings(data: bytes) -> list[bytes]:
+    """The NUL-terminated strings of ``data``."""
+    items = data.split(b"\0")
+    return items[:-1] if items and items[-1] == b"" else items
+
+
+def macros(data: bytes) -> tuple[bytes, dict]:
+    """``(step, {name: value})`` of a ``D`` packet; names without their braces (``{i}``: ``i``)."""
+    if not data:
+        raise MilterError("an empty macro packet")
+    items = strings(data[1:])
+    found = {}
+    for name, value in zip(items[::2], items[1::2]):
+        found[name.decode("latin-1").strip("{}")] = value.decode("latin-1")
+    return data[:1], found
+
+
+def connect(data: bytes) -> tuple[str, str | None]:
+    """``(host name, address)`` of a ``C`` packet (address None for a Unix or unknown family)."""
+    host, _, rest = data.partition(b"\0")
+    family = rest[:1]
+    address = None
+    if family in (b"4", b"6") and len(rest) >= 3:
+        address = rest[3:].split(b"\0", 1)[0].decode("latin-1")
+        if address.lower().startswith("ipv6:"):
+            address = address[5:]
+    return host.decode("latin-1"), address
+
+
+def header(data: bytes) -> tuple[bytes, bytes]:
+    """``(name, value)`` of an ``L`` packet."""
+    items = data.split(b"\0")
+    if len(items) < 2 or not items[0]:
+        raise MilterError("a header packet without a name and a value")
+    return items[0], items[1]
+
+
+def address(data: bytes) -> str:
+    """The address of a MAIL or RCPT packet (its first string), without its angle brackets."""
+    items = strings(data)
+    first = items[0].decode("latin-1") if items else ""
+    return first[1:-1] if first.startswith("<") and first.endswith(">") else first
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+def add_header(name: bytes, value: bytes) -> bytes:
+    return packet(ADDHEADER, name + b"\0" + value + b"\0")
+
+
+def remove_header(index: int, name: bytes) -> bytes:
+    """Remove the ``index``-th (from 1) field called ``name``: a change to an empty value."""
+    return packet(CHGHEADER, struct.pack(">I", index) + name + b"\0\0")
+
+
+def reply_code(text: str) -> bytes:
+    """An SMTP reply of the milter's own (``550 5.7.1 ...``, ``451 4.3.0 ...``)."""
+    return packet(REPLYCODE, text.replace("%", "%%").encode("ascii", "replace") + b"\0")
+
+
+# -- the message --------------------------------------------------------------------------
+
+
+def field_value(value: bytes, leadspc: bool) -> bytes:
+    """A header value as sent by the MTA, as it is in the message: with its leading space
+    (the MTA removes it unless HDR_LEADSPC was agreed), its line breaks CRLF."""
+    value = value.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    return value if leadspc else b" " + value
+
+
+class Message:
+    """One message as the MTA sends it, assembled as it will deliver it: each field
+    ``Name:value`` CRLF, a blank line, the body as sent (CRLF lines). ``limit``: the
+    most bytes held; past it the rest is counted, not kept (:attr:`over`)."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.fields = []  # (name, value as in the message)
+        self.body = []
+        self.size = 2  # the blank line
+        self.over = False
+        self.sender = None
+        self.rcpts = []
+
+    def _grow(self, n) -> bool:
+        self.size += n
+        if self.size > self.limit:
+            self.over, self.fields, self.body = True, [], []
+        return not self.over
+
+    def add_field(self, name: bytes, value: bytes, leadspc: bool):
+        value = field_value(value, leadspc)
+        if self._grow(len(name) + len(value) + 3):
+            self.fields.append((name, value))
+
+    def add_body(self, chunk: bytes):
+        if chunk and self._grow(len(chunk)):
+            self.body.append(chunk)
+
+    def raw(self) -> bytes:
+        head = b"".join(name + b":" + value + b"\r\n" for name, value in self.fields)
+        return head + b"\r\n" + b"".join(self.body)
+
+    def indexes(self, names) -> list[tuple[int, bytes]]:
+        """``(index, name)`` of each field called one of ``names`` (any case), its index
+        among the fields of its name from 1, last first (removing one then leaves the
+        indexes of those before it as they were)."""
+        wanted = {n.lower() for n in names}
+        seen, found = {}, []
+        for name, _ in self.fields:
+            low = name.decode("latin-1").lower()
+            seen[low] = seen.get(low, 0) + 1
+            if low in wanted:
+                found.append((seen[low], name))
+        return found[::-1]
+
+
+def block_fields(block: bytes, leadspc: bool) -> list[tuple[bytes, bytes]]:
+    """The header lines of a verdict block (``Name: value`` CRLF or LF, folded lines
+    starting with a tab) as ``(name, value)`` for SMFIR_ADDHEADER: line breaks LF (as
+    libmilter's smfi_addheader takes a folded value), the leading space as agreed."""
+    fields = []
+    for line in block.replace(b"\r\n", b"\n").split(b"\n"):
+        if not line:
+            continue
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1][1] += b"\n" + line
+            continue
+        name, _, value = line.partition(b":")
+        fields.append([name, value if leadspc else value.lstrip(b" ")])
+    return [(n, v) for n, v in fields]

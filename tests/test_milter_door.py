@@ -1,0 +1,460 @@
+"""``spamnb serve --milter``: spamnb's own milter, for Postfix and Sendmail.
+
+The server runs in-process on an ephemeral port; the MTA's side is
+``tests/milter_client.py`` (written from the protocol's description, sharing no
+code with the server) and, where Debian's ``miltertest`` is installed (OpenDKIM's
+MTA-side test client, Lua scripts), that too. The real Postfix is
+``tests/test_milter.py``'s (``tools/harnesses/postfix_own_milter.py``).
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import struct
+import subprocess
+import threading
+import time
+
+import pytest
+
+from milter_client import MTA, added, changed
+from spamnb.delivery import access, events, milter, usermodels
+from spamnb.delivery import milter_protocol as mp
+from spamnb.storage.filestore import FileBackend
+from test_fastpath import compiled  # noqa: F401 (a fixture)
+from test_spamd import Served, request, spam_and_ham, split_reply, user_models  # noqa: F401 (fixtures)
+from test_e2e import SPAMNB
+
+MILTERTEST = shutil.which("miltertest")
+needs_miltertest = pytest.mark.skipif(MILTERTEST is None, reason="miltertest is not installed (apt-get install "
+                                                                 "miltertest; the README's test command does it "
+                                                                 "when run as root)")
+
+
+def crlf(raw: bytes) -> bytes:
+    """The message as an SMTP client sends it: CRLF lines, no mbox ``From `` line."""
+    if raw.startswith(b"From "):
+        raw = raw.split(b"\n", 1)[1]
+    return raw.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+
+
+class Lines:
+    """A recorder's lines, kept."""
+
+    def __init__(self):
+        self.lines = []
+
+    def __call__(self, line):
+        self.lines.append(line)
+
+    def parsed(self):
+        return [events.parse(x) for x in self.lines]
+
+
+class Milter:
+    """An in-process milter server on 127.0.0.1 (ephemeral port)."""
+
+    def __init__(self, model, *, user_models=None, reject=False, on_error="accept", limit=1 << 20, timeout=5.0,
+                 max_connections=8):
+        self.log_lines = []
+        self.lines = Lines()
+        self.rec = events.Recorder(write=self.lines)
+        self.backend = FileBackend(str(model), log=self.log_lines.append).resident()
+        self.backend.view()
+        self.models = usermodels.Models(self.backend, user_models, self.log_lines.append, recorder=self.rec)
+        self.srv = milter.TCPServer("127.0.0.1", 0, access.LOOPBACK)
+        self.srv.configure(self.models, limit=limit, timeout=timeout, reject=reject, on_error=on_error,
+                           log=self.log_lines.append, max_connections=max_connections)
+        self.port = self.srv.server_address[1]
+        threading.Thread(target=self.srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    def mta(self, **kw):
+        m = MTA(self.port)
+        m.negotiate(**kw)
+        return m
+
+    def stop(self):
+        self.srv.shutdown()
+        self.srv.close()
+
+
+@pytest.fixture
+def served_milter(compiled):  # noqa: F811
+    s = Milter(compiled)
+    yield s
+    s.stop()
+
+
+def status_of(replies):
+    return dict(added(replies)).get(b"X-Spam-Status", b"")
+
+
+# -- the codec ---------------------------------------------------------------------------
+
+
+def test_packets_are_length_command_data():
+    assert mp.packet(b"c") == b"\x00\x00\x00\x01c"
+    assert mp.add_header(b"X-A", b" b") == b"\x00\x00\x00\x08hX-A\x00 b\x00"
+    assert mp.remove_header(2, b"X-Spam-Flag") == b"\x00\x00\x00\x12m\x00\x00\x00\x02X-Spam-Flag\x00\x00"
+    assert mp.reply_code("550 5.7.1 100% spam") == b"\x00\x00\x00\x16y550 5.7.1 100%% spam\x00"
+
+
+def test_negotiation_asks_only_for_the_steps_it_uses():
+    reply, actions, flags = mp.negotiate(struct.pack(">III", 6, 0x1FF, 0x1FFFFF))
+    assert reply[4:5] == b"O" and struct.unpack(">III", reply[5:]) == (6, 0x11, flags)
+    assert actions == mp.ADDHDRS | mp.CHGHDRS  # never the body, the recipients, the sender
+    assert flags & (mp.NOEOH | mp.NODATA | mp.NOUNKNOWN) == mp.NOEOH | mp.NODATA | mp.NOUNKNOWN
+    assert not flags & (mp.NOCONNECT | mp.NOHELO | mp.NOMAIL | mp.NORCPT | mp.NOHDRS | mp.NOBODY)
+    assert flags & mp.HDR_LEADSPC and flags & mp.NR_HDR and flags & mp.NR_BODY and flags & mp.NR_RCPT
+    # a version 2 MTA offers no flag: none is taken, every step is answered
+    reply, _, flags = mp.negotiate(struct.pack(">III", 2, 0x3F, 0))
+    assert flags == 0 and struct.unpack(">III", reply[5:])[0] == 2
+    assert mp.answers(mp.HEADER, 0) and not mp.answers(mp.HEADER, mp.NR_HDR) and mp.answers(mp.EOB, 0x1FFFFF)
+    for bad in (b"short", struct.pack(">III", 1, 0x1FF, 0), struct.pack(">III", 6, 0x10, 0)):
+        with pytest.raises(mp.MilterError):
+            mp.negotiate(bad)
+
+
+def test_commands_data_is_parsed():
+    assert mp.macros(b"Ci\0ABC\0{daemon_name}\0smtpd\0") == (b"C", {"i": "ABC", "daemon_name": "smtpd"})
+    assert mp.connect(b"host.example\x004\x9c\x40192.0.2.1\0") == ("host.example", "192.0.2.1")
+    assert mp.connect(b"h\x006\x00\x19IPv6:2001:db8::1\0") == ("h", "2001:db8::1")
+    assert mp.connect(b"localhost\0L") == ("localhost", None)
+    assert mp.header(b"Subject\0 hi\0") == (b"Subject", b" hi")
+    assert mp.address(b"<a@b.example>\0SIZE=100\0") == "a@b.example"
+    with pytest.raises(mp.MilterError):
+        mp.header(b"\0")
+
+
+def test_the_message_is_assembled_as_the_mta_delivers_it():
+    m = mp.Message(1000)
+    m.add_field(b"Subject", b" folded\n\tline", True)
+    m.add_field(b"X-Spam-Flag", b"YES", False)
+    m.add_field(b"x-spam-flag", b" no", True)
+    m.add_body(b"\r\n\r\nbody\r\n")
+    assert m.raw() == b"Subject: folded\r\n\tline\r\nX-Spam-Flag: YES\r\nx-spam-flag: no\r\n\r\n\r\n\r\nbody\r\n"
+    assert m.indexes(["X-Spam-Flag"]) == [(2, b"x-spam-flag"), (1, b"X-Spam-Flag")]  # last first
+    small = mp.Message(20)
+    small.add_field(b"Subject", b" x", True)
+    small.add_body(b"y" * 30)
+    assert small.over and small.raw() == b"\r\n" and small.size > 20  # nothing kept past the limit
+    block = b"X-Spam-Flag: YES\r\nX-Spam-Evidence: a,\r\n\tb\r\n"
+    assert mp.block_fields(block, True) == [(b"X-Spam-Flag", b" YES"), (b"X-Spam-Evidence", b" a,\n\tb")]
+    assert mp.block_fields(block, False)[0] == (b"X-Spam-Flag", b"YES")
+
+
+class _Socket:
+    def __init__(self, data):
+        self.data = data
+
+    def settimeout(self, t):
+        pass
+
+    def recv(self, n):
+        out, self.data = self.data[:n], self.data[n:]
+        return out
+
+
+def test_the_reader_refuses_huge_lengths_and_cut_packets():
+    assert mp.PacketReader(_Socket(b"")).next(time.monotonic() + 1) is None
+    r = mp.PacketReader(_Socket(mp.packet(b"c") + mp.packet(b"B", b"x" * 70000)))
+    assert r.next(time.monotonic() + 1) == (b"c", b"")
+    assert r.next(time.monotonic() + 1) == (b"B", b"x" * 70000)
+    with pytest.raises(mp.MilterError, match="2147483648 bytes"):
+        mp.PacketReader(_Socket(b"\x80\x00\x00\x00O")).next(time.monotonic() + 1)
+    with pytest.raises(mp.MilterError) as e:
+        mp.PacketReader(_Socket(b"\x00\x00\x00\x09Oabc")).next(time.monotonic() + 1)
+    assert e.value.kind == "dropped"
+
+
+# -- the door ----------------------------------------------------------------------------
+
+
+def test_spam_and_ham_get_spamds_verdict_lines_and_score(compiled, spam_and_ham, served_milter):  # noqa: F811
+    spam, ham = (crlf(m) for m in spam_and_ham)
+    spamd = Served(compiled)
+    try:
+        m = served_milter.mta()
+        for label, raw in (("spam", spam), ("ham", ham)):
+            replies = m.message(raw, connect=label == "spam")
+            assert replies[-1][0] == b"a"
+            flags = dict(added(replies)).get(b"X-Spam-Flag")
+            assert flags == (b" YES" if label == "spam" else None)
+            status = status_of(replies)
+            assert status.startswith(b" Yes, score=" if label == "spam" else b" No, score=")
+            # the score is spamd's for the same message (one decimal there)
+            line = split_reply(spamd.ask(request("CHECK", raw)))[1][b"Spam"]
+            score = float(status.split(b"score=")[1].split()[0])
+            assert f"{score:.1f}" == line.split(b";")[1].split(b"/")[0].strip().decode()
+            # and PROCESS adds the same lines (model name and all)
+            processed = split_reply(spamd.ask(request("PROCESS", raw)))[2]
+            assert b"X-Spam-Status:" + status + b"\r\n" in processed
+        m.close()
+    finally:
+        spamd.stop()
+    lines = [x for x in served_milter.lines.parsed() if x["event"] == "message"]
+    assert [x["via"] for x in lines] == ["milter", "milter"]
+    assert lines[0]["verdict"] == "spam" and lines[0]["raddr"] == "192.0.2.9"
+    assert lines[0]["helo"] == "client.example.net" and lines[0]["sender"] == "a@example.org"
+    assert lines[0]["rcpt"] == "bob@example.com" and lines[0]["qid"] == "4ABC123"
+    assert lines[1]["helo"] == "client.example.net"  # the session's HELO, for its next message too
+
+
+def test_forged_verdict_fields_are_removed_by_index_and_the_body_never_changed(spam_and_ham, served_milter):
+    ham = crlf(spam_and_ham[1])
+    forged = b"X-Spam-Status: Yes, score=99\r\nX-Spam-Flag: YES\r\n" + ham.replace(
+        b"\r\n\r\n", b"\r\nx-spam-status: Yes\r\n\r\n", 1)
+    m = served_milter.mta()
+    replies = m.message(forged)
+    assert changed(replies) == [(2, b"x-spam-status", b""), (1, b"X-Spam-Flag", b""), (1, b"X-Spam-Status", b"")]
+    assert not [c for c, _ in replies if c in (b"b", b"e", b"+", b"-")]  # no body, sender or recipient change
+    assert b"X-Spam-Flag" not in dict(added(replies))
+    # without CHGHDRS offered nothing is removed, and the verdict is still added
+    m2 = served_milter.mta(actions=0x01)
+    replies = m2.message(forged)
+    assert changed(replies) == [] and status_of(replies).startswith(b" No, ")
+
+
+def test_chunks_headers_without_leading_space_and_version_2_give_one_verdict(spam_and_ham, served_milter):
+    spam = crlf(spam_and_ham[0])
+    whole = status_of(served_milter.mta().message(spam))
+    assert status_of(served_milter.mta().message(spam, chunk=5)) == whole
+    # without HDR_LEADSPC the values come (and go) without the space after the colon
+    assert status_of(served_milter.mta(protocol=0x1FFFFF & ~mp.HDR_LEADSPC).message(spam)) == whole[1:]
+    assert status_of(served_milter.mta(version=2, protocol=0).message(spam)) == whole[1:]  # every step answered
+
+
+def test_many_messages_abort_and_quit_nc_on_one_connection(spam_and_ham, served_milter):
+    spam, ham = (crlf(x) for x in spam_and_ham)
+    m = served_milter.mta()
+    first = status_of(m.message(ham))
+    # a message aborted after a few headers leaves nothing behind for the next one
+    m.step(b"M", b"<x@y>\0", 0x4000)
+    m.step(b"L", b"Subject\0 viagra viagra viagra\0", 0x80)
+    m.send(b"A")
+    assert status_of(m.message(ham, connect=False)) == first
+    m.send(b"K")  # quit, new connection: a new SMTP session on the same socket
+    assert status_of(m.message(spam)).startswith(b" Yes")
+    for _ in range(3):
+        assert status_of(m.message(ham, connect=False)) == first
+    m.send(b"Q")
+    with pytest.raises(EOFError):
+        m.read()
+    assert len([x for x in served_milter.lines.parsed() if x["event"] == "message"]) == 6
+
+
+def test_reject_refuses_spam_with_550_and_tags_the_rest(compiled, spam_and_ham):  # noqa: F811
+    s = Milter(compiled, reject=True)
+    try:
+        spam, ham = (crlf(x) for x in spam_and_ham)
+        m = s.mta()
+        replies = m.message(spam)
+        assert replies == [(b"y", b"550 5.7.1 Message refused as spam by spamnb\0")]
+        assert status_of(m.message(ham, connect=False)).startswith(b" No")
+        line = [x for x in s.lines.parsed() if x["event"] == "message"][0]
+        assert line["verdict"] == "spam" and line["folder"] == "refused"
+    finally:
+        s.stop()
+
+
+@pytest.mark.parametrize("on_error, final", [("accept", (b"a", b"")),
+                                             ("tempfail", (b"y", milter.TEMPFAIL.encode() + b"\0"))])
+def test_an_error_accepts_unscanned_or_tempfails_with_one_line(compiled, spam_and_ham, on_error, final,
+                                                               monkeypatch):  # noqa: F811
+    s = Milter(compiled, on_error=on_error)
+    try:
+        monkeypatch.setattr(s.backend, "view", lambda: (_ for _ in ()).throw(OSError("disk on fire")))
+        replies = s.mta().message(crlf(spam_and_ham[0]))
+        assert replies == [final]
+        errors = [x for x in s.lines.parsed() if x["event"] == "error"]
+        assert len(errors) == 1 and errors[0]["via"] == "milter" and "disk on fire" in errors[0]["text"]
+        assert (errors[0].get("mail") == "unscanned") == (on_error == "accept")
+        assert errors[0]["qid"] == "4ABC123" and errors[0]["rcpt"] == "bob@example.com"
+    finally:
+        s.stop()
+
+
+def test_one_recipient_picks_their_model_several_the_shared_one(compiled, user_models, spam_and_ham):  # noqa: F811
+    s = Milter(compiled, user_models=str(user_models))
+    try:
+        spam = crlf(spam_and_ham[0])
+        req = lambda rcpts: status_of(s.mta().message(spam, rcpts=rcpts)).split(b"required=")[1].split()[0]  # noqa: E731
+        assert req(["alice@example.com"]) == b"4.60"  # her model's cut-off
+        assert req(["alice+lists@example.com"]) == b"4.60"
+        assert req(["bob@example.com"]) == b"2.94"
+        assert req(["alice@example.com", "bob@example.com"]) == b"2.94"
+        assert req(["../alice@example.com"]) == b"2.94"
+        users = [x.get("user") for x in s.lines.parsed() if x["event"] == "message"]
+        assert users == ["alice", "alice", "bob", None, None]
+    finally:
+        s.stop()
+
+
+def test_a_message_over_the_limit_is_accepted_unscanned_with_one_line(compiled, spam_and_ham):  # noqa: F811
+    s = Milter(compiled, limit=2000)
+    try:
+        spam = crlf(spam_and_ham[0]) + b"x" * 5000 + b"\r\n"
+        assert s.mta().message(spam, chunk=1000) == [(b"a", b"")]
+        errors = [x for x in s.lines.parsed() if x["event"] != "message"]
+        assert len(errors) == 1 and errors[0]["kind"] == "too_big" and errors[0]["mail"] == "unscanned"
+        assert int(errors[0]["size"]) > 5000
+    finally:
+        s.stop()
+
+
+def _raw_connection(port, data, *, close=True):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(data)
+    if close:
+        try:
+            s.shutdown(socket.SHUT_WR)
+            while s.recv(65536):
+                pass
+        except OSError:
+            pass
+        s.close()
+    return s
+
+
+@pytest.mark.parametrize("junk", [
+    b"GET / HTTP/1.0\r\n\r\n",  # a length of 1.2 GB
+    b"\x80\x00\x00\x00O",  # a packet claiming 2 GiB
+    b"\x00\x00\x00\x00",  # a packet of no length
+    b"\x00\x00\x00\x02Zx",  # an unknown command
+    mp.packet(b"O", b"\x00\x00\x00\x06"),  # a short negotiation
+])
+def test_garbage_closes_that_connection_with_one_line_and_others_go_on(spam_and_ham, served_milter, junk):
+    ham = crlf(spam_and_ham[1])
+    other = served_milter.mta()
+    first = status_of(other.message(ham))
+    _raw_connection(served_milter.port, junk)
+    time.sleep(0.2)
+    assert status_of(other.message(ham, connect=False)) == first
+    errors = [x for x in served_milter.lines.parsed() if x["event"] == "error"]
+    assert len(errors) == 1 and errors[0]["kind"] == "ex_protocol", served_milter.lines.lines
+
+
+def test_closed_mid_message_and_stalled_mtas_are_closed_with_one_line(compiled, spam_and_ham):  # noqa: F811
+    s = Milter(compiled, timeout=0.5)
+    try:
+        ham = crlf(spam_and_ham[1])
+        cut = s.mta()
+        cut.step(b"M", b"<a@b>\0", 0x4000)
+        cut.step(b"L", b"Subject\0 hi\0", 0x80)
+        cut.close()
+        stalled = s.mta()
+        stalled.step(b"M", b"<a@b>\0", 0x4000)
+        stalled.step(b"L", b"Subject\0 hi\0", 0x80)
+        stalled.send(b"B", b"half")
+        stalled.sock.sendall(b"\x00\x00\x01\x00B")  # a body packet that never comes whole
+        idle = s.mta()  # idle between messages: not stalled (the SMTP client's pace)
+        time.sleep(1.5)
+        with pytest.raises(EOFError):
+            stalled.read()
+        assert status_of(idle.message(ham)).startswith(b" No")
+        kinds = sorted(x["kind"] for x in s.lines.parsed() if x["event"] == "error")
+        assert kinds == ["dropped", "ex_timeout"]
+    finally:
+        s.stop()
+
+
+def test_connections_beyond_the_cap_are_closed_and_the_others_served(compiled, spam_and_ham, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(milter, "SLOT_WAIT", 0.1)
+    s = Milter(compiled, max_connections=1)
+    try:
+        held = s.mta()
+        extra = MTA(s.port)
+        extra.send(b"O", struct.pack("!LLL", 6, 0x1FF, 0x1FFFFF))
+        with pytest.raises((EOFError, ConnectionResetError)):
+            extra.read()
+        assert status_of(held.message(crlf(spam_and_ham[1]))).startswith(b" No")
+    finally:
+        s.stop()
+
+
+def test_serve_milter_usage_errors_are_one_line(compiled, tmp_path):  # noqa: F811
+    for args, message in ((["--milter", "0.0.0.0:11332"], b"--allow"), (["--milter-reject"], b"are for --milter"),
+                          (["--milter", "mail.example:1"], b"IP address")):
+        r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled),
+                                     *args], capture_output=True, timeout=60)
+        assert r.returncode == 2 and message in r.stderr and b"Traceback" not in r.stderr, r.stderr
+
+
+# -- miltertest: an independent MTA side ---------------------------------------------------
+
+
+def lua_string(b: bytes) -> str:
+    """``b`` as a Lua string literal (every byte outside printable ASCII escaped)."""
+    return '"' + "".join(chr(c) if 32 <= c < 127 and chr(c) not in '"\\\\' else f"\\{c:03d}" for c in b) + '"'
+
+
+def lua_message(raw: bytes, chunk: int) -> str:
+    """The Lua calls sending ``raw``'s header fields and body (in ``chunk``-byte pieces)."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    fields = []
+    for line in head.split(b"\r\n"):
+        if line[:1] in (b" ", b"\t") and fields:
+            fields[-1] += b"\n" + line
+        else:
+            fields.append(line)
+    calls = []
+    for f in fields:
+        name, _, value = f.partition(b":")
+        calls.append(f"check(mt.header(conn, {lua_string(name)}, {lua_string(value.lstrip(b' '))}), 'header')")
+    calls.append("if not mt.test_option(conn, SMFIP_NOEOH) then check(mt.eoh(conn), 'eoh') end")
+    calls += [f"check(mt.bodystring(conn, {lua_string(body[i:i + chunk])}), 'body')" for i in range(0, len(body), chunk)]
+    return "\n".join(calls)
+
+
+MILTERTEST_SCRIPT = """
+local function check(err, what) if err ~= nil then error(what .. ": " .. err) end end
+conn = mt.connect("inet:{port}@127.0.0.1")
+if conn == nil then error("mt.connect() failed") end
+check(mt.negotiate(conn, nil, nil, nil), "negotiate")
+if not mt.test_action(conn, SMFIF_ADDHDRS) or not mt.test_action(conn, SMFIF_CHGHDRS) then error("actions") end
+if mt.test_action(conn, SMFIF_CHGBODY) then error("asked to change bodies") end
+if not mt.test_option(conn, SMFIP_NOEOH) or mt.test_option(conn, SMFIP_NOBODY) then error("steps") end
+check(mt.macro(conn, SMFIC_CONNECT, "j", "mx.example.com"), "macro")
+check(mt.conninfo(conn, "client.example.net", "192.0.2.7"), "conninfo")
+check(mt.helo(conn, "client.example.net"), "helo")
+-- a message aborted halfway: nothing of it remains
+check(mt.mailfrom(conn, "<x@example.org>"), "mailfrom")
+check(mt.rcptto(conn, "<bob@example.com>"), "rcptto")
+check(mt.header(conn, "Subject", "aborted"), "header")
+check(mt.abort(conn), "abort")
+-- the spam, with a forged flag, its body in small chunks
+check(mt.mailfrom(conn, "<a@example.org>"), "mailfrom")
+check(mt.rcptto(conn, "<bob@example.com>"), "rcptto")
+check(mt.header(conn, "X-Spam-Flag", "NO"), "header")
+{spam}
+check(mt.eom(conn), "eom")
+if mt.getreply(conn) ~= SMFIR_ACCEPT then error("spam: not accepted") end
+if not mt.eom_check(conn, MT_HDRADD, "X-Spam-Flag", " YES") then error("spam: no X-Spam-Flag: YES") end
+if not mt.eom_check(conn, MT_HDRADD, "X-Spam-Status") then error("spam: no X-Spam-Status") end
+if not mt.eom_check(conn, MT_HDRDELETE, "X-Spam-Flag") then error("spam: the forged flag stays") end
+if mt.eom_check(conn, MT_BODYCHANGE) then error("spam: body changed") end
+mt.echo("spam: " .. mt.getheader(conn, "X-Spam-Status", 0))
+-- the ham, on the same connection
+check(mt.mailfrom(conn, "<a@example.org>"), "mailfrom")
+check(mt.rcptto(conn, "<bob@example.com>"), "rcptto")
+{ham}
+check(mt.eom(conn), "eom")
+if mt.getreply(conn) ~= SMFIR_ACCEPT then error("ham: not accepted") end
+if mt.eom_check(conn, MT_HDRADD, "X-Spam-Flag") then error("ham: flagged") end
+mt.echo("ham: " .. mt.getheader(conn, "X-Spam-Status", 0))
+mt.disconnect(conn)
+"""
+
+
+@needs_miltertest
+def test_miltertest_negotiates_aborts_and_gets_the_verdicts(spam_and_ham, served_milter, tmp_path):
+    spam, ham = (crlf(x) for x in spam_and_ham)
+    script = tmp_path / "t.lua"
+    script.write_text(MILTERTEST_SCRIPT.replace("{port}", str(served_milter.port))
+                      .replace("{spam}", lua_message(spam, 100)).replace("{ham}", lua_message(ham, 65535)))
+    r = subprocess.run([MILTERTEST, "-v", "-s", str(script)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "spam:  Yes, score=" in r.stdout and "ham:  No, score=" in r.stdout, r.stdout
+    lines = [x for x in served_milter.lines.parsed() if x["event"] == "message"]
+    assert [x["verdict"] for x in lines] == ["spam", "ham"] and lines[0]["raddr"] == "192.0.2.7"
