@@ -145,6 +145,29 @@ def test_sentinels_that_answer_without_a_primary_are_told_from_none_answering(gr
         assert "No master" not in str(caught.value) and "No slave" not in str(caught.value)
 
 
+@pytest.mark.skipif(redis is None or REDIS_SENTINEL is None, reason="redis-sentinel or the redis package is missing")
+def test_a_message_told_again_is_confirmed_by_the_replicas_too(group, trained_model_file):
+    """A learn told again (its first telling unconfirmed: the client was told to try again)
+    finds the message learned; it writes the registry entry again and WAITs on that same
+    connection, so its acknowledgement says the replicas hold the learn, which a WAIT on a
+    connection that wrote nothing would not (the learn would be lost if the primary died)."""
+    from spamnb.storage.where import open_backend
+
+    url = group.url(prefix="again:")
+    assert run("store", "push", trained_model_file, url).returncode == 0
+    backend = open_backend(None, url)
+    raw = sample_messages()[1]
+    assert backend.learn([(raw, "spam", None)])["learned"] == 1
+    primary = group.client(group.primary())
+    before = primary.info("replication")["master_repl_offset"]
+    done = backend.learn([(raw, "spam", None)])
+    assert done["learned"] == 0 and done.get("already", done.get("unchanged")) == 1, done
+    assert primary.info("replication")["master_repl_offset"] > before  # a write, for WAIT to confirm
+    waits = primary.info("commandstats").get("cmdstat_wait", {}).get("calls", 0)
+    backend.learn([(raw, "spam", None)])
+    assert primary.info("commandstats")["cmdstat_wait"]["calls"] == waits + 1
+
+
 def view_tokens(view, raw):
     from spamnb.delivery.hook import message_tokens
 

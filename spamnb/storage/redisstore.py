@@ -175,7 +175,10 @@ return 1
 #: age_max_messages, bucket TTL (s), then per token: field, tf, text.
 #: Reply: {'done', class before or -1} | {'unchanged'} | {'notlearned', class or -1} | {'empty'} |
 #: {'epoch', now} | {'bad', what}: a value it read is not one a learner writes (it is
-#: checked before anything is written, and then nothing is).
+#: checked before anything is written, and then nothing is). 'unchanged' writes the
+#: message's registry entry again, as it was: so that a WAIT on this connection confirms
+#: that the replicas hold the learn another connection made (a learn told again after
+#: its first telling went unconfirmed).
 LEARN = _LUA_FEATURES + _LUA_SWEEP + r"""
 local function bad(x) return x ~= x or x < 0 or x == math.huge end
 local meta = KEYS[1]
@@ -191,7 +194,10 @@ if cur then
   cur = cur + 1
 end
 if forget and cur ~= y then return {'notlearned', cur and (cur - 1) or -1} end
-if not forget and cur == y then return {'unchanged'} end
+if not forget and cur == y then
+  redis.call('HSET', KEYS[2], ARGV[2], cur - 1)
+  return {'unchanged'}
+end
 local features, today, age = ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local rare, ttl = tonumber(ARGV[8]), tonumber(ARGV[9])
 local c = redis.call('HGET', meta, 'counts')
@@ -691,10 +697,11 @@ class RedisBackend(Backend):
         pipe = self.client.pipeline(transaction=False)
         pipe.hset(self.prefix + b"probe", b"at", str(int(time.time())))
         pipe.expire(self.prefix + b"probe", 60)
+        self._then_wait(pipe)
         try:
-            self._call("write to the store", pipe.execute)
+            done = self._call("write to the store", pipe.execute)
             if self.wait:
-                self._replicated()
+                self._replicated(done[-1])
         except ModelError:
             return False
         return True
@@ -782,10 +789,16 @@ class RedisBackend(Backend):
                 h = token_hash(t)
                 keys.append(self._bucket(st.epoch, h % st.buckets))
                 args += [h.to_bytes(8, "little"), n, t.encode("utf-8", "surrogatepass")]
-            reply = self._call("learn", self._learn, keys=keys, args=args)
+            if self.wait:  # the script and WAIT on one connection (a pipeline: SCRIPT EXISTS first)
+                pipe = self.client.pipeline(transaction=False)
+                self._learn(keys=keys, args=args, client=pipe)
+                self._then_wait(pipe)
+                reply, confirmed = self._call("learn", pipe.execute)
+            else:  # one round trip: EVALSHA (redis-py loads the script again on NOSCRIPT)
+                reply, confirmed = self._call("learn", self._learn, keys=keys, args=args), None
             tag = reply[0]
-            if tag == b"done" and self.wait:
-                self._replicated()
+            if tag in (b"done", b"unchanged") and self.wait:
+                self._replicated(confirmed)
             if tag == b"done":
                 return None if int(reply[1]) < 0 else int(reply[1])
             if tag == b"unchanged":
@@ -799,13 +812,20 @@ class RedisBackend(Backend):
             self.settings(refresh=True)  # 'epoch' (a new model meanwhile) or 'empty' (says so)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; nothing learned, try again")
 
-    def _replicated(self):
-        """Return once :attr:`wait` replicas hold this client's writes, else say the learn
-        is not safe yet: Redis replicates after answering, so a learn the primary alone
-        holds is lost if it dies now, and a Sentinel then promotes a replica without it.
-        Telling the message again is safe (learned once by its identity)."""
-        timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout") or DEFAULT_TIMEOUT
-        got = self._call("learn", self.client.execute_command, "WAIT", self.wait, int(timeout * 500))
+    def _then_wait(self, pipe):
+        """With :attr:`wait`, ``WAIT`` after the writes queued in ``pipe``: on the connection
+        that made them, since WAIT counts the replicas holding that connection's writes
+        (on another connection of the pool it would confirm nothing), for up to half the
+        store's ``timeout=``."""
+        if self.wait:
+            timeout = self.client.connection_pool.connection_kwargs.get("socket_timeout") or DEFAULT_TIMEOUT
+            pipe.execute_command("WAIT", self.wait, int(timeout * 500))
+
+    def _replicated(self, got):
+        """Return when ``got`` (WAIT's answer) replicas hold the writes, at least :attr:`wait`,
+        else say the learn is not safe yet: Redis replicates after answering, so a learn the
+        primary alone holds is lost if it dies now, and a Sentinel then promotes a replica
+        without it. Telling the message again is safe (learned once by its identity)."""
         if got < self.wait:
             raise StoreUnavailable(f"cannot learn: {got} of the {self.wait} replica(s) of {self.name} confirmed "
                                    f"the learn in time; tell it again (a message is learned once)")
