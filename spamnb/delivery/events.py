@@ -48,9 +48,10 @@ DESTINATIONS = ("stderr", "syslog")
 VIA = ("socket", "spamd", "imap", "filter")
 SOURCES = ("filter-u", "tell", "imap", "cli")
 #: Every ``kind`` of an error line (:meth:`Recorder.error`), each a ``spamnb_errors_total``
-#: series from the start: spamd's error replies (their sysexits name in lower case) and its
-#: refusals, the private socket's, and the failure boundary of ``filter`` and ``imap filter``
-#: (``tests/test_prometheus.py`` checks the list against the code and docs/admin.md's table).
+#: and a ``spamnb_unscanned_total`` series from the start: spamd's error replies (their
+#: sysexits name in lower case) and its refusals, the private socket's, and the failure
+#: boundary of ``filter`` and ``imap filter`` (``tests/test_prometheus.py`` checks the list
+#: against the code and docs/admin.md's table).
 ERROR_KINDS = ("ex_dataerr", "ex_ioerr", "ex_noperm", "ex_nouser", "ex_protocol", "ex_software", "ex_tempfail",
                "ex_timeout", "ex_unavailable", "too_big", "not_allowed",  # spamd (too_big: imap filter too)
                "declined", "busy", "refused", "dropped",  # the private socket
@@ -254,7 +255,7 @@ class Recorder:
         one; ``unscanned``: the mail went on without a verdict. ``count``: the line
         stands for that many (connections refused in a flood, one line a second)."""
         if self.metrics is not None:
-            self.metrics.error(kind, count)
+            self.metrics.error(kind, count, unscanned=unscanned)
         if self.lines:
             if mid is None and raw is not None:
                 mid = message_id(raw)

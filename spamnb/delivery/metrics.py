@@ -19,6 +19,7 @@ Metrics::
     spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
     spamnb_forgotten_total{class,source}   messages forgotten (source: tell)
     spamnb_errors_total{kind}              errors, every kind of events.ERROR_KINDS from the start
+    spamnb_unscanned_total{kind}           messages that went on without a verdict, by their error's kind
     spamnb_history_lost_total              history records never written (the store or file failed, the queue full)
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
@@ -102,6 +103,11 @@ class Metrics:
         self._learned = pc.Counter("spamnb_learned", "Messages learned, by class and by who taught it",
                                    ["class", "source"], registry=self.registry)
         self.errors = pc.Counter("spamnb_errors", "Errors, by kind", ["kind"], registry=self.registry)
+        # of those, the messages that went on without a verdict: not a TELL refused (its mail was
+        # delivered already), so that an alert on unscanned mail is not one on learning
+        self.unscanned = pc.Counter("spamnb_unscanned", "Messages that went on without a verdict (spamc passed "
+                                    "them through, the filter delivered them unchanged), by the kind of their error",
+                                    ["kind"], registry=self.registry)
         self._forgotten = pc.Counter("spamnb_forgotten", "Messages forgotten, by class and by who took them "
                                      "back", ["class", "source"], registry=self.registry)
         self.scan = pc.Histogram("spamnb_scan_seconds", "Seconds to score one message", buckets=BUCKETS,
@@ -113,6 +119,7 @@ class Metrics:
                 self.messages.labels(v, way)
         for kind in ERROR_KINDS:  # at 0 from the start: increase() and rate() see the first error
             self.errors.labels(kind)
+            self.unscanned.labels(kind)
         for c in LABELS:
             for s in SOURCES:
                 self._learned.labels(c, s)
@@ -131,8 +138,11 @@ class Metrics:
     def forgotten(self, label, source):
         self._forgotten.labels(label, source).inc()
 
-    def error(self, kind, count=1):
+    def error(self, kind, count=1, unscanned=False):
+        """``count`` errors of ``kind``; ``unscanned``: each a message that went on without a verdict."""
         self.errors.labels(kind).inc(count)
+        if unscanned:
+            self.unscanned.labels(kind).inc(count)
 
     def answered(self, seconds):
         self.answer.observe(seconds)
