@@ -212,7 +212,7 @@ def test_a_failover_keeps_mail_flowing_and_loses_no_learn(tmp_path, trained_mode
         for t in [*workers, sender]:
             t.start()
         _wait("the first learns", lambda: len(acked) >= 10)
-        old = g.ports[0]
+        old = g.servers[0]
         killed = time.monotonic()
         g.kill(old)
         _wait("the failover", lambda: g.primary() != old, seconds=30)
@@ -226,7 +226,7 @@ def test_a_failover_keeps_mail_flowing_and_loses_no_learn(tmp_path, trained_mode
             host.stop()
     try:
         assert len(acked) == len(pairs)  # every learner got through, after the switch too
-        new = g.client(g.primary())
+        new = g.connect(g.primary())
         meta = new.hgetall(b"fo:meta")
         epoch = meta[b"epoch"]
         learned = {}
