@@ -6,7 +6,9 @@ read from the page and changed only by tests/docsnippets.py's ``SUBSTITUTE`` (th
 are 127.0.0.10, .11 and .12, free ports, a folder per host, generated passwords, a
 throwaway CA's certificates).
 
-The group is started and the page's spamnb user does everything spamnb does.
+The default run starts the group and has the page's spamnb user do everything spamnb
+does; the slow one kills the primary under load and then the whole group, watched by a
+real Prometheus.
 """
 
 from __future__ import annotations
@@ -306,3 +308,160 @@ def test_the_pages_spamnb_user_does_everything_spamnb_does(documented, tmp_path)
     r = on(site, FIRST, "info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))
     assert r.returncode == 1 and b"Traceback" not in r.stderr and b"permission" in r.stderr.lower(), r.stderr
 
+
+# -- a failover under load, and an outage, watched by Prometheus ----------------------------------------
+
+
+def documented_prometheus(site: Site, tmp_path: Path):
+    """The page's prometheus.yml (both mail hosts, the rules' file), with admin.md's alerting
+    rules in that file, scraping and evaluating every second (the one thing added: its
+    ``global:``): ``(process, query, port)``."""
+    from test_config import free_port
+    from test_prometheus import _prometheus, documented_rules
+
+    site.write("/etc/prometheus/spamnb.rules.yml", documented_rules(), "prometheus", mode=0o644)
+    config = "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n" + \
+        site.text(files()["/etc/prometheus/prometheus.yml"], "prometheus")
+    port = free_port()
+    prom, query = _prometheus(tmp_path, None, port, config=config)
+    return prom, query, port
+
+
+def role(client) -> str:
+    return client.info("replication")["role"]
+
+
+@pytest.mark.slow  # about 2.5 min: the group, two hosts, Prometheus; a failover, then a minute without the store
+@pytest.mark.skipif(SPAMC is None, reason="spamc is not installed (apt-get install spamc)")
+@pytest.mark.skipif(shutil.which("prometheus") is None, reason="prometheus is not installed (apt-get install "
+                                                             "prometheus)")
+def test_the_pages_group_fails_over_under_load_and_its_alerts_fire(tmp_path, trained_model_file):
+    """The page's group and its two mail hosts (unit, TOML) under mail through ``spamc``, TELLs
+    to both hosts and ``spamnb learn``: the primary is killed (-9). At most 1% of the mail
+    passes unscanned, learning goes on within 15 s, and the new primary holds exactly the
+    learns acknowledged, each once. The old primary, restarted, is a primary refusing
+    writes until the Sentinels make it a replica. Prometheus, with the page's configuration
+    and admin.md's rules, has SpamnbMailUnscanned firing after the failover if and only if
+    mail passed unscanned; then, every server killed, SpamnbStoreDown, SpamnbLearningDown and
+    SpamnbMailUnscanned fire for both hosts."""
+    import threading
+
+    from spamnb.mail.identity import message_key
+    from spamnb.storage.filestore import FileBackend
+    from test_prometheus import firing
+    from test_redis_sentinel import Load, learned_messages
+
+    site = documented_site(tmp_path / "site")
+    group = start_group(site)
+    hosts, prom, load = [], None, None
+    try:
+        shutil.copyfile(trained_model_file, site.path(MODEL))
+        r = subprocess.run(page_command(site, "spamnb store push"), capture_output=True, timeout=120,
+                           env=host_env(site, FIRST))
+        assert r.returncode == 0, r.stderr
+        hosts = [MailHost(site, h) for h in MAIL_HOSTS]
+        prom, query, pport = documented_prometheus(site, tmp_path)
+        targets = {h.metrics for h in hosts}
+        _wait("Prometheus scraping both hosts", lambda: {r["metric"]["instance"] for r in query(
+            'up{job="spamnb"} == 1') or ()} == targets, 60)
+
+        # -- the primary killed under load
+        base = FileBackend(trained_model_file).model()
+        messages = [m for m in sample_messages()[1:] if message_key(m) not in base.registry][:70]
+        assert len(messages) == 70
+        pairs = [(raw, "spam" if i % 2 else "ham") for i, raw in enumerate(messages)]
+        config = site.path(SPAMD_TOML)
+        load = Load(hosts, lambda path, label: on(site, FIRST, "--config", config, "learn", f"--{label}", path),
+                    pairs, tmp_path).start()
+        _wait("the first learns", lambda: len(load.acked) >= 10 or load.failures, 60)
+        old = group.primary()
+        killed = time.monotonic()
+        group.kill(old)
+        _wait("the failover", lambda: group.primary() != old, 60)
+        promoted = time.monotonic() - killed
+        load.finish(linger=2)
+        new = group.connect(group.primary())
+        learned, counts = learned_messages(new, b"spamnb:")
+        unscanned = load.unscanned()
+        back = load.learning_back(killed)
+        print(f"\nfailover of the page's group: promoted {promoted:.1f} s after the kill; {len(load.mail)} messages "
+              f"through spamc, {len(unscanned)} unscanned; slowest answer {max(m[2] for m in load.mail):.2f} s; "
+              f"{len(load.acked)} learns acknowledged, learning again {back:.1f} s after the kill")
+        assert len(load.acked) == len(pairs)  # every learner got through, after the switch too
+        assert set(learned) - set(base.registry) == load.acked  # none lost, none made up
+        assert sum(counts) - float(sum(base.estimator.class_count_)) == len(load.acked)  # each once
+        assert len(unscanned) <= len(load.mail) / 100, unscanned
+        assert back < 15
+        assert load.mail[-1][1], "scanning goes on"
+
+        # -- the old primary, restarted: what Redis does with it
+        group.start(old)
+        client = group.connect(old)
+        restarted, refused, listed = time.monotonic(), None, set()
+        while role(client) == "master":
+            if refused is None:
+                try:
+                    client.hset(b"spamnb:docs-test", b"x", b"1")
+                    refused = False
+                except redis.exceptions.ResponseError as exc:
+                    refused = str(exc)
+            # what spamnb's readers choose from: the replicas the Sentinels list, and their flags
+            listed |= {r["flags"] for r in group.connect(group.sentinels[1], True).sentinel_slaves("spamnb")
+                       if (r["ip"], r["port"]) == old}
+            assert time.monotonic() - restarted < 60, "the Sentinels never made the old primary a replica"
+            time.sleep(0.1)
+        as_primary = time.monotonic() - restarted
+        print(f"the old primary, restarted: a primary for {as_primary:.1f} s, its writes refused: {refused}; "
+              f"listed by the Sentinels as: {sorted(listed)}")
+        assert refused and refused.startswith("NOREPLICAS"), refused  # min-replicas-to-write 1
+        _wait("the old primary replicating", lambda: client.info("replication")["master_link_status"] == "up", 60)
+
+        # -- the alert after the failover: if and only if mail passed unscanned
+        time.sleep(5)  # the last counts scraped, the rules evaluated
+        now = firing(pport)
+        print(f"firing after the failover: {sorted(now)}")
+        assert any(a == "SpamnbMailUnscanned" for a, _ in now) == bool(unscanned), now
+        assert not {a for a, _ in now} & {"SpamnbStoreDown", "SpamnbLearningDown"}, now
+
+        # -- every server killed: the store gone for more than the rules' minute, mail still sent
+        for address in group.servers:
+            group.kill(address)
+        gone = time.monotonic()
+        stop = threading.Event()
+
+        def keep_sending():
+            raw, n = sample_messages()[0], 0
+            while not stop.is_set():
+                host = hosts[n % 2]
+                subprocess.run([SPAMC, "-d", host.host, "-p", str(host.port)], input=raw, capture_output=True,
+                               timeout=60)
+                if n % 5 == 0:  # to each host in turn
+                    host.ask(request("TELL", raw, Message_class="spam", Set="local"))  # refused: 75
+                n += 1
+                time.sleep(0.2)
+
+        sender = threading.Thread(target=keep_sending)
+        sender.start()
+        wanted = {(a, t) for a in ("SpamnbStoreDown", "SpamnbLearningDown", "SpamnbMailUnscanned") for t in targets}
+        fired = {}
+
+        def all_fired():
+            for alert in firing(pport) & wanted:
+                fired.setdefault(alert, time.monotonic() - gone)
+            return set(fired) == wanted
+        try:
+            _wait("the outage's alerts", all_fired, 150)
+        finally:
+            stop.set()
+            sender.join(60)
+        print("every server killed, firing for both hosts after: " + ", ".join(
+            f"{a} {max(s for (b, _), s in fired.items() if b == a):.0f} s" for a in sorted({a for a, _ in wanted})))
+    finally:
+        if load is not None:
+            load.stop()
+        if prom is not None:
+            prom.terminate()
+            prom.wait(30)
+        logs = [h.stop() for h in hosts]
+        group.stop()
+    assert all("Traceback" not in log for log in logs), logs

@@ -45,11 +45,12 @@ def spamd_check(port, raw):
         return s.recv(4096)
 
 
-def _prometheus(tmp_path, mport, pport):
-    """A real Prometheus scraping ``127.0.0.1:mport`` every second: (its process, a function
-    giving a PromQL query's results, None while it has none)."""
+def _prometheus(tmp_path, mport, pport, config=None):
+    """A real Prometheus scraping ``127.0.0.1:mport`` every second (or as the configuration
+    ``config`` says): (its process, a function giving a PromQL query's results, None while it
+    has none)."""
     conf = tmp_path / "prometheus.yml"
-    conf.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
+    conf.write_text(config or "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
                     f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n")
     prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL,
@@ -63,6 +64,14 @@ def _prometheus(tmp_path, mport, pport):
         return data["data"]["result"] if data.get("status") == "success" else None
 
     return prom, results
+
+
+def firing(pport) -> set[tuple[str, str]]:
+    """``(alert, instance)`` of each alert the Prometheus on ``pport`` has firing now (its API's
+    ``/api/v1/alerts``; pending ones are not)."""
+    data = json.loads(get(f"http://127.0.0.1:{pport}/api/v1/alerts"))
+    return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in data["data"]["alerts"]
+            if a["state"] == "firing"}
 
 
 @needs
