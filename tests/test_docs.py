@@ -156,3 +156,62 @@ def test_every_toml_block_passes_config_check(page, tmp_path):
         r = subprocess.run(SPAMNB + ["config", "--check", str(path)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0 and r.stderr == "", (path.read_text(), r.stdout, r.stderr)
 
+
+def test_admin_pages_files_serve_as_written(tmp_path, trained_model_file):
+    """docs/admin.md's files on one host: the system file, the service's own (started by the
+    ``ExecStart=`` its first line gives) and alice's; the server answers spamc's CHECK with the
+    site's decision, and alice's with hers."""
+    import os
+    import shlex
+    import shutil
+    import socket
+    import time
+
+    from conftest import sample_message
+    from spamnb.delivery import events
+    from test_e2e import SPAMNB
+    from test_spamd import _read_all, request
+
+    site = docsnippets.Site(tmp_path, SPAMNB)
+    admin = docsnippets.files(docsnippets.ADMIN)
+    for path in admin:
+        site.install(path, mode=0o644, page=docsnippets.ADMIN)
+    model = site.path("/var/lib/spamnb/model.joblib")
+    shutil.copyfile(trained_model_file, model)
+    rundir = site.path("/run/spamnb-spamd")  # the unit's RuntimeDirectory, 0700
+    rundir.mkdir(parents=True)
+    rundir.chmod(0o700)
+    first = admin["/etc/spamnb/spamd.toml"].splitlines()[0]
+    argv = shlex.split(site.text(first.split("ExecStart=", 1)[1]))
+    assert argv[:len(SPAMNB)] == SPAMNB and argv[-1] == "serve", argv
+    env = {**os.environ, "SPAMNB_SYSTEM_CONFIG": str(site.path("/etc/spamnb/spamnb.toml"))}
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=out, env=env)
+    port = site.port(783)
+
+    def check(user):
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            s.sendall(request("CHECK", raw, User=user))
+            s.shutdown(socket.SHUT_WR)
+            return _read_all(s)
+
+    raw = sample_message("spam", 1).read_bytes()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                reply = check("bob")
+                break
+            except OSError:
+                assert time.monotonic() < deadline, log.read_text()
+                time.sleep(0.1)
+        assert reply.startswith(b"SPAMD/1.1 0 EX_OK"), reply
+        assert check("alice").startswith(b"SPAMD/1.1 0 EX_OK")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+    cutoffs = {ev["user"]: ev["cutoff"] for line in log.read_text().splitlines() if (ev := events.parse(line))
+               and ev.get("event") == "message"}
+    assert cutoffs["bob"].endswith("/0.99") and cutoffs["alice"].endswith("/0.9"), cutoffs  # the site's; hers
