@@ -147,7 +147,8 @@ class Load:
     a TELL learner per host (``tells`` messages each) and one of ``spamnb learn`` (``learn(path,
     label)``: its completed process), each retrying what is refused (spamd's ``75``, learn's one
     line) until it is acknowledged. ``acked``: the keys of the messages acknowledged,
-    ``acked_at``: when each acknowledged request was sent and answered; ``mail``: ``(time, scanned, seconds)`` of each message sent."""
+    ``acked_at``: when each acknowledged request was sent and answered; ``mail``: ``(time,
+    scanned, seconds, host)`` of each message sent."""
 
     def __init__(self, hosts, learn, pairs, folder, tells=30, seconds=120):
         self.hosts, self.learn, self.folder = hosts, learn, folder
@@ -232,7 +233,7 @@ class Load:
             r = subprocess.run([SPAMC, "-d", host.host, "-p", str(host.port)], input=raw, capture_output=True,
                                timeout=60)
             assert r.returncode == 0 and (r.stdout == raw or b"X-Spam" in r.stdout), r
-            self.mail.append((time.monotonic(), r.stdout != raw, time.monotonic() - start))
+            self.mail.append((time.monotonic(), r.stdout != raw, time.monotonic() - start, host))
             n += 1
 
     def unscanned(self):
