@@ -119,7 +119,8 @@ class Site:
         for page, ours in sorted(SUBSTITUTE["addresses"].items(), key=lambda kv: -len(kv[0])):
             text = re.sub(rf"(?<![\w.]){re.escape(page)}(?![\w.])", ours, text)
         folder = self.folder(host)
-        text = re.sub(r"(?<![\w./-])/(etc|var/lib|run)/", lambda m: f"{folder}/{m.group(1)}/", text)
+        roots = "|".join(re.escape(f.strip("/")) for f in SUBSTITUTE["folders"])
+        text = re.sub(rf"(?<![\w./-])/({roots})/", lambda m: f"{folder}/{m.group(1)}/", text)
         return text.replace(SUBSTITUTE["programs"][0], shlex.join(self.spamnb))
 
     def command(self, line: str, host: str = FIRST) -> list[str]:
