@@ -45,11 +45,12 @@ def spamd_check(port, raw):
         return s.recv(4096)
 
 
-def _prometheus(tmp_path, mport, pport):
-    """A real Prometheus scraping ``127.0.0.1:mport`` every second: (its process, a function
-    giving a PromQL query's results, None while it has none)."""
+def _prometheus(tmp_path, mport, pport, config=None):
+    """A real Prometheus scraping ``127.0.0.1:mport`` every second (or as the configuration
+    ``config`` says): (its process, a function giving a PromQL query's results, None while it
+    has none)."""
     conf = tmp_path / "prometheus.yml"
-    conf.write_text("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
+    conf.write_text(config or "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: spamnb\n"
                     f"    static_configs:\n      - targets: ['127.0.0.1:{mport}']\n")
     prom = subprocess.Popen([PROMETHEUS, f"--config.file={conf}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
                              f"--web.listen-address=127.0.0.1:{pport}"], stdout=subprocess.DEVNULL,
@@ -63,6 +64,14 @@ def _prometheus(tmp_path, mport, pport):
         return data["data"]["result"] if data.get("status") == "success" else None
 
     return prom, results
+
+
+def firing(pport) -> set[tuple[str, str]]:
+    """``(alert, instance)`` of each alert the Prometheus on ``pport`` has firing now (its API's
+    ``/api/v1/alerts``; pending ones are not)."""
+    data = json.loads(get(f"http://127.0.0.1:{pport}/api/v1/alerts"))
+    return {(a["labels"]["alertname"], a["labels"].get("instance", "")) for a in data["data"]["alerts"]
+            if a["state"] == "firing"}
 
 
 @needs
@@ -139,6 +148,8 @@ def test_counts_follow_the_recorder():
     rec.message("spamd", "spam", 9.0, 0.99, (0.5, 0.95), 10, 0.002, learned="spam")
     rec.learned("ham", "tell")
     rec.error("ex_protocol")
+    rec.error("ex_ioerr", unscanned=True)  # a message passed unscanned
+    rec.error("ex_tempfail")  # a TELL refused: its mail was delivered already
     rec.forgotten("spam", "tell")
     rec.answered(0.003)
     page = m.page()[0].decode()
@@ -148,6 +159,9 @@ def test_counts_follow_the_recorder():
     assert 'spamnb_learned_total{class="spam",source="filter-u"} 1.0' in page
     assert 'spamnb_learned_total{class="ham",source="tell"} 1.0' in page
     assert 'spamnb_errors_total{kind="ex_protocol"} 1.0' in page
+    for kind, errors, unscanned in (("ex_ioerr", 1, 1), ("ex_tempfail", 1, 0), ("ex_protocol", 1, 0)):
+        assert f'spamnb_errors_total{{kind="{kind}"}} {errors:.1f}' in page
+        assert f'spamnb_unscanned_total{{kind="{kind}"}} {unscanned:.1f}' in page
 
 
 @needs
@@ -225,7 +239,7 @@ def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_m
         assert until(lambda: (query('spamnb_store_success_age_seconds{job="spamnb"}') or 0) >= 1, 60)
         assert query('spamnb_errors_total{kind="ex_ioerr"}') >= 1
         # what the documented alert reads: the kind's series rose from 0, so increase() sees it
-        assert until(lambda: (query('increase(spamnb_errors_total{kind="ex_ioerr"}[1m])') or 0) > 0, 60)
+        assert until(lambda: (query('increase(spamnb_unscanned_total{kind="ex_ioerr"}[1m])') or 0) > 0, 60)
         assert spamc(raws[3], "-L", "ham").returncode != 0  # learning refused: the store is down
         assert until(lambda: query("spamnb_learning_up") == 0, 60)
     finally:
@@ -274,6 +288,7 @@ def test_every_error_kind_is_at_zero_from_the_start_and_no_created_series():
     page = m.page()[0].decode()
     for kind in ERROR_KINDS:
         assert f'spamnb_errors_total{{kind="{kind}"}} 0.0' in page
+        assert f'spamnb_unscanned_total{{kind="{kind}"}} 0.0' in page
     assert "_created" not in page
     m.counts.error("ex_ioerr")
     page = m.page()[0].decode()
@@ -435,17 +450,22 @@ def documented_rules():
 
 
 #: ``promtool test rules`` of the documented rules: each alert fires on the series it is for,
-#: and an error counter that appears with its first error (no 0 before it) would not fire.
+#: an unscanned counter that appears with its first message (no 0 before it) would not fire,
+#: and TELLs refused (errors, no mail unscanned: a failover) do not raise SpamnbMailUnscanned.
 RULE_TESTS = """\
 rule_files: [rules.yml]
 evaluation_interval: 1m
 tests:
   - interval: 1m
     input_series:
-      - series: 'spamnb_errors_total{kind="ex_ioerr",instance="mx1"}'
+      - series: 'spamnb_unscanned_total{kind="ex_ioerr",instance="mx1"}'
         values: '0 0 0 1 1 1 1 1'
-      - series: 'spamnb_errors_total{kind="too_big",instance="mx3"}'
+      - series: 'spamnb_unscanned_total{kind="too_big",instance="mx3"}'
         values: '_ _ _ 1 1 1 1 1'
+      - series: 'spamnb_errors_total{kind="ex_tempfail",instance="mx2"}'
+        values: '0 0 0 7 7 7 7 7'
+      - series: 'spamnb_unscanned_total{kind="ex_tempfail",instance="mx2"}'
+        values: '0x8'
       - series: 'spamnb_store_up{instance="mx2"}'
         values: '0x8'
       - series: 'spamnb_store_success_age_seconds{instance="mx2"}'
@@ -494,6 +514,6 @@ def test_the_documented_alerting_rules_check_and_fire(tmp_path):
     (tmp_path / "tests.yml").write_text(RULE_TESTS)
     test = subprocess.run([PROMTOOL, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True, timeout=60)
     assert test.returncode == 0, test.stdout + test.stderr
-    for name in ("spamnb_errors_total", "spamnb_store_up", "spamnb_store_success_age_seconds",
+    for name in ("spamnb_unscanned_total", "spamnb_store_up", "spamnb_store_success_age_seconds",
                  "spamnb_learning_up", "spamnb_history_lost_total"):
         assert name in documented_rules()

@@ -504,8 +504,8 @@ def acl_url(server, url, name, tmp_path, drop=()):
     prefix = url.split("prefix=", 1)[1]
     words = documented_acl()
     assert words[:3] == ["ACL", "SETUSER", "spamnb"] and "~spamnb:*" in words
-    words = [name if i == 2 else f"~{prefix}*" if w == "~spamnb:*" else f">pw-{name}" if w == ">PASSWORD" else w
-             for i, w in enumerate(words) if w not in drop]
+    words = [name if i == 2 else f"~{prefix}*" if w == "~spamnb:*" else f">pw-{name}" if w == ">SPAMNB-PASSWORD"
+             else w for i, w in enumerate(words) if w not in drop]
     c = server.client()
     c.execute_command("ACL", "DELUSER", name)
     c.execute_command(*words)

@@ -693,7 +693,6 @@ def test_a_running_server_decides_by_the_cutoffs_set_after_it_started(url, train
 # -- TLS (rediss://) and the documented ACL user ----------------------------------------------------
 
 OPENSSL = shutil.which("openssl")
-MANY_HOSTS = Path(__file__).resolve().parent.parent / "docs" / "many-hosts.md"
 
 
 def _openssl(*args, cwd):
@@ -707,14 +706,15 @@ def throwaway_ca(folder: Path, name: str) -> Path:
     return folder / f"{name}.crt"
 
 
-def server_certificate(folder: Path, ca: str) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 (its subjectAltName: redis-py checks the name) signed by ``ca``."""
-    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "server.key", "-out", "server.csr",
-             "-subj", "/CN=127.0.0.1", cwd=folder)
-    (folder / "server.ext").write_text("subjectAltName=IP:127.0.0.1\n")
-    _openssl("x509", "-req", "-in", "server.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
-             "-out", "server.crt", "-days", "2", "-extfile", "server.ext", cwd=folder)
-    return folder / "server.crt", folder / "server.key"
+def server_certificate(folder: Path, ca: str, ip="127.0.0.1", name="server") -> tuple[Path, Path]:
+    """A certificate for ``ip`` (its subjectAltName: redis-py checks the name) signed by ``ca``,
+    and its key: ``NAME.crt``, ``NAME.key`` in ``folder``."""
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out", f"{name}.csr",
+             "-subj", f"/CN={ip}", cwd=folder)
+    (folder / f"{name}.ext").write_text(f"subjectAltName=IP:{ip}\n")
+    _openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.crt", "-CAkey", f"{ca}.key", "-CAcreateserial",
+             "-out", f"{name}.crt", "-days", "2", "-extfile", f"{name}.ext", cwd=folder)
+    return folder / f"{name}.crt", folder / f"{name}.key"
 
 
 class TlsRedisServer:
@@ -811,19 +811,19 @@ def test_plain_redis_to_the_tls_port_is_one_line(tls_server, trained_model_file)
 
 
 def documented_acl():
-    """The ``ACL SETUSER`` line of docs/many-hosts.md, as its words."""
-    text = " ".join(MANY_HOSTS.read_text().split())
-    found = re.search(r"`(ACL SETUSER [^`]+)`", text)
-    assert found, "docs/many-hosts.md has no ACL SETUSER example"
-    return found.group(1).split()
+    """docs/many-hosts.md's spamnb user (its line of ``/etc/redis/users.acl``), as the words of
+    ``ACL SETUSER``; its password ``>SPAMNB-PASSWORD``."""
+    from docsnippets import acl
+
+    return ["ACL", "SETUSER", "spamnb", *acl("spamnb")]
 
 
 def test_the_documented_acl_user_can_do_everything_the_store_does(tls_server, trained_model_file, tmp_path):
     """The docs' ACL user (its commands only, its prefix only), over TLS with password_file:
     push, classify, learn, forget, prune, cut-offs, info and pull all work."""
     words = documented_acl()
-    assert words[:3] == ["ACL", "SETUSER", "spamnb"] and ">PASSWORD" in words
-    tls_server.client().execute_command(*[">acl-pw-1" if w == ">PASSWORD" else w for w in words])
+    assert words[:3] == ["ACL", "SETUSER", "spamnb"] and ">SPAMNB-PASSWORD" in words
+    tls_server.client().execute_command(*[">acl-pw-1" if w == ">SPAMNB-PASSWORD" else w for w in words])
     pw = tmp_path / "pw"
     pw.write_text("acl-pw-1\n")
     pw.chmod(0o600)

@@ -54,9 +54,10 @@ DESTINATIONS = ("stderr", "syslog")
 VIA = ("socket", "spamd", "milter", "imap", "filter")
 SOURCES = ("filter-u", "tell", "imap", "cli")
 #: Every ``kind`` of an error line (:meth:`Recorder.error`), each a ``spamnb_errors_total``
-#: series from the start: spamd's error replies (their sysexits name in lower case) and its
-#: refusals, the private socket's, and the failure boundary of ``filter`` and ``imap filter``
-#: (``tests/test_prometheus.py`` checks the list against the code and docs/admin.md's table).
+#: and a ``spamnb_unscanned_total`` series from the start: spamd's error replies (their
+#: sysexits name in lower case) and its refusals, the private socket's, and the failure
+#: boundary of ``filter`` and ``imap filter`` (``tests/test_prometheus.py`` checks the list
+#: against the code and docs/admin.md's table).
 ERROR_KINDS = ("ex_dataerr", "ex_ioerr", "ex_noperm", "ex_nouser", "ex_protocol", "ex_software", "ex_tempfail",
                "ex_timeout", "ex_unavailable", "too_big", "not_allowed",  # spamd (too_big: imap filter too)
                "declined", "busy", "refused", "dropped",  # the private socket
@@ -195,7 +196,7 @@ class Counts:
         self.learned = {}  # (class, source) -> n
         self.forgotten = {}  # (class, source) -> n
         self.errors = {}  # kind -> n
-        self.unscanned = 0
+        self.unscanned = {}  # kind -> n: of the errors, the messages that went on without a verdict
 
     def _add(self, table, key, n=1):
         with self._lock:
@@ -214,13 +215,14 @@ class Counts:
         with self._lock:
             self.errors[kind] = self.errors.get(kind, 0) + count
             if unscanned:
-                self.unscanned += count
+                self.unscanned[kind] = self.unscanned.get(kind, 0) + count
 
     def snapshot(self) -> dict:
         """A copy of every count, taken at once."""
         with self._lock:
             return {"messages": dict(self.messages), "learned": dict(self.learned),
-                    "forgotten": dict(self.forgotten), "errors": dict(self.errors), "unscanned": self.unscanned}
+                    "forgotten": dict(self.forgotten), "errors": dict(self.errors),
+                    "unscanned": dict(self.unscanned)}
 
 
 class Recorder:

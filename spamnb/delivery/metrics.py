@@ -19,6 +19,7 @@ Metrics::
     spamnb_learned_total{class,source}     messages learned (source: filter-u, tell, imap, cli)
     spamnb_forgotten_total{class,source}   messages forgotten (source: tell)
     spamnb_errors_total{kind}              errors, every kind of events.ERROR_KINDS from the start
+    spamnb_unscanned_total{kind}           messages that went on without a verdict, by their error's kind
     spamnb_history_lost_total              history records never written (the store or file failed, the queue full)
     spamnb_scan_seconds                    histogram of the time to score one message
     spamnb_spamd_answer_seconds            histogram of a spamd request's time, accepted to answered
@@ -144,6 +145,10 @@ COUNTERS = (
     ("spamnb_learned", "Messages learned, by class and by who taught it", ["class", "source"], "learned",
      [(c, s) for c in LABELS for s in SOURCES]),
     ("spamnb_errors", "Errors, by kind", ["kind"], "errors", list(ERROR_KINDS)),
+    # of those, the messages that went on without a verdict: not a TELL refused (its mail was
+    # delivered already), so that an alert on unscanned mail is not one on learning
+    ("spamnb_unscanned", "Messages that went on without a verdict (spamc passed them through, the filter "
+     "delivered them unchanged), by the kind of their error", ["kind"], "unscanned", list(ERROR_KINDS)),
     ("spamnb_forgotten", "Messages forgotten, by class and by who took them back", ["class", "source"],
      "forgotten", [(c, s) for c in LABELS for s in SOURCES]),
 )

@@ -94,7 +94,7 @@ def totals(snapshot) -> dict:
     for (label, _via), n in snapshot["messages"].items():
         if label in out:
             out[label] += n
-    out["unscanned"] = snapshot["unscanned"]
+    out["unscanned"] = sum(snapshot["unscanned"].values())
     out["errors"] = sum(snapshot["errors"].values())
     out["learned"] = sum(snapshot["learned"].values())
     out["forgotten"] = sum(snapshot["forgotten"].values())
