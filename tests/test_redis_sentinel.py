@@ -159,7 +159,7 @@ def test_a_message_told_again_is_confirmed_by_the_replicas_too(group, trained_mo
     backend = open_backend(None, url)
     raw = sample_messages()[1]
     assert backend.learn([(raw, "spam", None)])["learned"] == 1
-    primary = group.client(group.primary())
+    primary = group.connect(group.primary())
     before = primary.info("replication")["master_repl_offset"]
     done = backend.learn([(raw, "spam", None)])
     assert done["learned"] == 0 and done.get("already", done.get("unchanged")) == 1, done

@@ -789,11 +789,8 @@ class RedisBackend(Backend):
                 h = token_hash(t)
                 keys.append(self._bucket(st.epoch, h % st.buckets))
                 args += [h.to_bytes(8, "little"), n, t.encode("utf-8", "surrogatepass")]
-            if self.wait:  # the script and WAIT on one connection (a pipeline: SCRIPT EXISTS first)
-                pipe = self.client.pipeline(transaction=False)
-                self._learn(keys=keys, args=args, client=pipe)
-                self._then_wait(pipe)
-                reply, confirmed = self._call("learn", pipe.execute)
+            if self.wait:  # the script and WAIT on one connection
+                reply, confirmed = self._learn_and_wait(keys, args)
             else:  # one round trip: EVALSHA (redis-py loads the script again on NOSCRIPT)
                 reply, confirmed = self._call("learn", self._learn, keys=keys, args=args), None
             tag = reply[0]
@@ -811,6 +808,27 @@ class RedisBackend(Backend):
                 raise ValueError(f"message was {where}, not as {'ham' if y == 0 else 'spam'}: nothing to forget")
             self.settings(refresh=True)  # 'epoch' (a new model meanwhile) or 'empty' (says so)
         raise StoreUnavailable(f"the model in {self.name} keeps changing; nothing learned, try again")
+
+    def _learn_and_wait(self, keys, args):
+        """``(reply, replicas)``: the learn script, then WAIT, in one pipeline (one
+        connection). EVALSHA, and on NOSCRIPT (a restarted server) SCRIPT LOAD and once
+        more: the ACL user's own commands (redis-py's pipeline would ask SCRIPT EXISTS)."""
+        redis = _redis()
+        for _ in range(2):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.evalsha(self._learn.sha, len(keys), *keys, *args)
+            self._then_wait(pipe)
+            reply, confirmed = self._call("learn", pipe.execute, raise_on_error=False)
+            if not isinstance(reply, redis.exceptions.NoScriptError):
+                break
+            self._call("learn", self.client.script_load, LEARN)
+        for got in (reply, confirmed):
+            if isinstance(got, Exception):
+                try:
+                    raise got
+                except redis.exceptions.RedisError:
+                    self._raise("learn")
+        return reply, confirmed
 
     def _then_wait(self, pipe):
         """With :attr:`wait`, ``WAIT`` after the writes queued in ``pipe``: on the connection
