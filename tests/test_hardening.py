@@ -1485,7 +1485,7 @@ SYSTEM_UNITS = sorted((CONTRIB / "system").glob("*.service"))
 USER_UNITS = sorted((CONTRIB / "user").glob("*.service"))
 #: The exposure `systemd-analyze security --offline=yes` gives each unit at most (before
 #: the sandbox: spamd 5.9, spamnb@ 8.1, the user units 9.6).
-EXPOSURE = {"spamnb-spamd.service": 2.0, "spamnb@.service": 3.5, "spamnb.service": 6.5,
+EXPOSURE = {"spamnb-spamd.service": 2.0, "spamnb-milter.service": 2.0, "spamnb@.service": 3.5, "spamnb.service": 6.5,
             "spamnb-imap.service": 6.5, "spamnb-learn-moves.service": 6.5, "spamnb-learn-queue.service": 6.5}
 
 

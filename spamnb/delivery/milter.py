@@ -34,16 +34,14 @@ for now (451 4.3.0).
 from __future__ import annotations
 
 import dataclasses
-import os
 import socket
 import socketserver
-import stat
 import time
 
 from spamnb.delivery import access, pipeline
 from spamnb.delivery import milter_protocol as mp
 from spamnb.delivery.access import client_ip
-from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
+from spamnb.delivery.server import BoundedThreads, ServerError, TCPListener, UnixListener
 from spamnb.delivery.spamd import SLOT_WAIT, check_listening
 from spamnb.delivery.spamd_protocol import SpamdError
 from spamnb.delivery.usermodels import plain_user
@@ -301,46 +299,18 @@ class _MilterServer(BoundedThreads):
         self.server_close()
 
 
-class TCPServer(_MilterServer, socketserver.TCPServer):
-    allow_reuse_address = True
+class TCPServer(TCPListener, _MilterServer, socketserver.TCPServer):
+    door = access.MILTER
 
     def __init__(self, host, port, allowed):
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.rules = access.Rules(networks=tuple(allowed))
-        super().__init__((host, port), _Handler)
-
-    def peer(self, conn, client_address):
-        return access.Peer.tcp(access.MILTER, client_address, conn)
-
-    def where(self):
-        host, port = self.server_address[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        super().__init__(host, port, allowed, _Handler)
 
 
-class UnixServer(_MilterServer, socketserver.UnixStreamServer):
+class UnixServer(UnixListener, _MilterServer, socketserver.UnixStreamServer):
+    door = access.MILTER
+
     def __init__(self, path, mode):
-        claim_socket_path(path)
-        old = os.umask(0o177)
-        try:
-            super().__init__(path, _Handler)
-        finally:
-            os.umask(old)
-        os.chmod(path, mode)
-        self.path = path
-
-    def peer(self, conn, client_address):
-        return access.Peer.unix(access.MILTER, conn)
-
-    def where(self):
-        return f"unix:{self.path}"
-
-    def close(self):
-        super().close()
-        try:
-            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
-                os.unlink(self.path)
-        except OSError:
-            pass
+        super().__init__(path, mode, _Handler)
 
 
 def open_servers(addresses, models, *, allow=(), limit, timeout, reject=False, on_error="accept",

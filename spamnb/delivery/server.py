@@ -691,3 +691,58 @@ def _reload(reload, log):
         log(f"SIGHUP: {reload()}")
     except Exception as exc:  # noqa: BLE001 - a bad file keeps the settings in force
         log(f"SIGHUP: configuration not reloaded, the settings in force stay: {exc}")
+
+
+# -- the listeners of the doors that serve other programs (spamd, the milter) ---------------
+
+
+class TCPListener:
+    """A door's TCP listener, mixed in before the door's server and socketserver's
+    TCPServer: ``door`` names it to :mod:`spamnb.delivery.access`; ``allowed`` are the
+    networks a peer must come from (loopback and ``--allow``)."""
+
+    allow_reuse_address = True
+    door = None
+
+    def __init__(self, host, port, allowed, handler):
+        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.rules = access.Rules(networks=tuple(allowed))
+        super().__init__((host, port), handler)
+
+    def peer(self, conn, client_address):
+        return access.Peer.tcp(self.door, client_address, conn)
+
+    def where(self):
+        host, port = self.server_address[:2]
+        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class UnixListener:
+    """A door's Unix socket listener at ``path`` (claimed first: never another's file),
+    made with ``mode``; its user from ``SO_PEERCRED``; the socket removed on close."""
+
+    door = None
+
+    def __init__(self, path, mode, handler):
+        claim_socket_path(path)
+        old = os.umask(0o177)
+        try:
+            super().__init__(path, handler)
+        finally:
+            os.umask(old)
+        os.chmod(path, mode)
+        self.path = path
+
+    def peer(self, conn, client_address):
+        return access.Peer.unix(self.door, conn)
+
+    def where(self):
+        return f"unix:{self.path}"
+
+    def close(self):
+        super().close()
+        try:
+            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+                os.unlink(self.path)
+        except OSError:
+            pass

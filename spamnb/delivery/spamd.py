@@ -33,16 +33,14 @@ from __future__ import annotations
 
 import dataclasses
 import errno
-import os
 import socket
 import socketserver
-import stat
 import tempfile
 import time
 
 from spamnb import checks
 from spamnb.delivery import access, events, pipeline
-from spamnb.delivery.server import BoundedThreads, ServerError, claim_socket_path
+from spamnb.delivery.server import BoundedThreads, ServerError, TCPListener, UnixListener
 from spamnb.delivery.access import LOOPBACK, client_ip
 from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer, find_header_end, namer,
                                             parse_headers, parse_request_line, reply, spam_line, unreadable)
@@ -310,50 +308,26 @@ class _SpamdServer(BoundedThreads):
                                    via="spamd", unscanned=True, count=count,
                                    raddr=client_ip(client_address) if client_address else None)
 
+    def close(self):
+        self.server_close()
 
-class TCPServer(_SpamdServer, socketserver.TCPServer):
-    allow_reuse_address = True
+
+class TCPServer(TCPListener, _SpamdServer, socketserver.TCPServer):
+    door = access.SPAMD
 
     def __init__(self, host, port, allowed):
-        self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.rules = access.Rules(networks=tuple(allowed))
-        super().__init__((host, port), _Handler)
-
-    def close(self):
-        self.server_close()
-
-    def peer(self, conn, client_address):
-        return access.Peer.tcp(access.SPAMD, client_address, conn)
-
-    def where(self):
-        host, port = self.server_address[:2]
-        return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        super().__init__(host, port, allowed, _Handler)
 
 
-class UnixServer(_SpamdServer, socketserver.UnixStreamServer):
+class UnixServer(UnixListener, _SpamdServer, socketserver.UnixStreamServer):
+    door = access.SPAMD
+
     def __init__(self, path, mode):
-        claim_socket_path(path)
-        old = os.umask(0o177)
-        try:
-            super().__init__(path, _Handler)
-        finally:
-            os.umask(old)
-        os.chmod(path, mode)
-        self.path = path
+        super().__init__(path, mode, _Handler)
 
     def where(self):
-        return self.path
+        return self.path  # (spamd's log names its socket by its path alone)
 
-    def peer(self, conn, client_address):
-        return access.Peer.unix(access.SPAMD, conn)
-
-    def close(self):
-        self.server_close()
-        try:
-            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
-                os.unlink(self.path)
-        except OSError:
-            pass
 
 # -- addresses -------------------------------------------------------------------------
 
