@@ -245,7 +245,7 @@ class _MilterServer(BoundedThreads):
 
         out = self.models.filter(user, raw, via="milter", raddr=facts["raddr"], envelope=facts["envelope"],
                                  may_name=lambda u: self.rules.allows(session.peer, access.NAME_USER, user=u),
-                                 folder=filed)
+                                 folder=filed, place=False)  # the MTA places the lines
         if filed(out.label):
             return [mp.reply_code(REJECT)]
         leadspc = bool(session.agreed & mp.HDR_LEADSPC)
