@@ -65,6 +65,7 @@ class Session:
     def __init__(self, srv, peer, mta_address):
         self.srv, self.peer, self.mta_address = srv, peer, mta_address
         self.actions = self.agreed = 0
+        self.silent = frozenset()  # the steps not answered (negotiated)
         self.done = False
         self._reset()
 
@@ -85,13 +86,15 @@ class Session:
             raise mp.MilterError(f"unknown command {cmd!r}: not a milter client")
         out = handle(self, data)
         if out is None:  # a step answered CONTINUE, unless the negotiation said it is not answered
-            return [mp.packet(mp.CONTINUE)] if mp.answers(cmd, self.agreed) else []
+            return _NONE if cmd in self.silent else _CONTINUE
         return out
 
     # -- the steps (None: CONTINUE unless negotiated away) --
 
     def _optneg(self, data):
         reply, self.actions, self.agreed = mp.negotiate(data)
+        # once per connection, not per step: ~25 steps a message
+        self.silent = frozenset(cmd for cmd in mp.STEP_NR if not mp.answers(cmd, self.agreed))
         return [reply]
 
     def _macro(self, data):
@@ -168,6 +171,7 @@ class Session:
             return None
 
 
+_NONE, _CONTINUE = [], [mp.packet(mp.CONTINUE)]  # (never changed: replies are joined, not appended to)
 _STEPS = {mp.OPTNEG: Session._optneg, mp.MACRO: Session._macro, mp.CONNECT: Session._connect,
           mp.HELO: Session._helo, mp.MAIL: Session._mail, mp.RCPT: Session._rcpt, mp.DATA: Session._nothing,
           mp.HEADER: Session._header, mp.EOH: Session._nothing, mp.BODY: Session._body, mp.EOB: Session._eob,
@@ -183,7 +187,7 @@ class _Handler(socketserver.BaseRequestHandler):
         reader = mp.PacketReader(conn)
         try:
             while not session.done:
-                got = reader.next(session.deadline())
+                got = reader.next(session.deadline)  # asked only when it must wait
                 if got is None:
                     if session.started():
                         raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
