@@ -98,7 +98,8 @@ class Session:
         return [reply]
 
     def _macro(self, data):
-        self.macros.update(mp.macros(data)[1])
+        if len(data) != 1:  # Postfix sends one before each header field, most naming no macro
+            self.macros.update(mp.macros(data)[1])
         return []
 
     def _connect(self, data):
@@ -186,16 +187,15 @@ class _Handler(socketserver.BaseRequestHandler):
         session = Session(srv, srv.peer(conn, self.client_address), client_ip(self.client_address))
         reader = mp.PacketReader(conn)
         try:
-            while not session.done:
-                got = reader.next(session.deadline)  # asked only when it must wait
-                if got is None:
-                    if session.started():
-                        raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
-                    return
-                replies = session.step(*got)
+            for cmd, data in reader.packets(session.deadline):  # the deadline asked only when it must wait
+                replies = session.step(cmd, data)
                 if replies:
                     conn.settimeout(srv.timeout_s)
                     conn.sendall(b"".join(replies))
+                if session.done:
+                    return
+            if session.started():
+                raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
         except (mp.MilterError, OSError) as exc:
             srv.failed(session, exc)
 

@@ -105,6 +105,25 @@ class PacketReader:
                 return buf[pos + 4:pos + 5], buf[pos + 5:end]
         return self._wait(deadline() if callable(deadline) else deadline)
 
+    def packets(self, deadline):
+        """:meth:`next`'s packets until the MTA closes the connection between two
+        (``deadline``: a function, asked only when a packet is not in hand). Postfix
+        sends some 60 packets a message, so the ones in hand are cut in this loop's
+        locals, not a method call each."""
+        while True:
+            buf, pos = self.buf, self.pos
+            while len(buf) - pos >= 5:
+                (size,) = _LEN.unpack_from(buf, pos)
+                end = pos + 4 + size
+                if end > len(buf) or not 1 <= size <= MAX_PACKET:
+                    break
+                self.pos = pos = end
+                yield buf[end - size:end - size + 1], buf[end - size + 1:end]
+            got = self._wait(deadline())
+            if got is None:
+                return
+            yield got
+
     def _wait(self, deadline):
         """:meth:`next` of a packet not whole in the buffer: read until it is."""
         if not self._fill(4, deadline, between=True):
