@@ -298,12 +298,12 @@ class Message:
         """``(index, name)`` of each field called one of ``names`` (any case), its index
         among the fields of its name from 1, last first (removing one then leaves the
         indexes of those before it as they were)."""
-        wanted = {n.lower() for n in names}
+        wanted = {n.lower().encode("latin-1") for n in names}
         seen, found = {}, []
         for name, _ in self.fields:
-            low = name.decode("latin-1").lower()
-            seen[low] = seen.get(low, 0) + 1
-            if low in wanted:
+            low = name.lower()  # (ASCII case: a wanted name is ASCII, no other folds into one)
+            if low in wanted:  # only the wanted names are counted: indexes are per name
+                seen[low] = seen.get(low, 0) + 1
                 found.append((seen[low], name))
         return found[::-1]
 
