@@ -16,7 +16,13 @@ class MTA:
     """One milter connection as Postfix's smtpd holds it."""
 
     def __init__(self, port, *, timeout=20.0):
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+        """``port``: the milter's TCP port on 127.0.0.1, or its Unix socket's path (a str)."""
+        if isinstance(port, str):
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.settimeout(timeout)
+            self.sock.connect(port)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", port), timeout=timeout)
         self.flags = 0
 
     def close(self):

@@ -9,6 +9,7 @@ MTA-side test client, Lua scripts), that too. The real Postfix is
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import struct
@@ -379,6 +380,32 @@ def test_serve_milter_usage_errors_are_one_line(compiled, tmp_path):  # noqa: F8
         r = subprocess.run(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled),
                                      *args], capture_output=True, timeout=60)
         assert r.returncode == 2 and message in r.stderr and b"Traceback" not in r.stderr, r.stderr
+
+
+def test_serve_milter_on_a_unix_socket_of_the_options_mode(compiled, tmp_path, spam_and_ham):  # noqa: F811
+    path = tmp_path / "milter.sock"
+    proc = subprocess.Popen(SPAMNB + ["serve", "--socket", str(tmp_path / "run" / "s"), "--model", str(compiled),
+                                      "--milter", f"unix:{path}", "--spamd-socket-mode", "0660"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not path.exists() and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode()
+            time.sleep(0.05)
+        time.sleep(0.2)  # (bound before its mode is set)
+        assert oct(os.stat(path).st_mode & 0o777) == "0o660"
+        for raw, status in ((crlf(spam_and_ham[0]), b" Yes, score="), (crlf(spam_and_ham[1]), b" No, score=")):
+            m = MTA(str(path))
+            m.negotiate()
+            replies = m.message(raw)
+            m.close()
+            assert replies[-1][0] == b"a" and status_of(replies).startswith(status)
+            assert ((b"X-Spam-Flag", b" YES") in added(replies)) == status.startswith(b" Yes")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+        proc.stderr.close()
+    assert not path.exists()  # removed at the end
 
 
 # -- miltertest: an independent MTA side ---------------------------------------------------

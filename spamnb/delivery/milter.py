@@ -63,6 +63,7 @@ class Session:
     def __init__(self, srv, peer, mta_address):
         self.srv, self.peer, self.mta_address = srv, peer, mta_address
         self.actions = self.agreed = 0
+        self.silent = frozenset()  # the steps not answered (negotiated)
         self.done = False
         self._reset()
 
@@ -83,17 +84,20 @@ class Session:
             raise mp.MilterError(f"unknown command {cmd!r}: not a milter client")
         out = handle(self, data)
         if out is None:  # a step answered CONTINUE, unless the negotiation said it is not answered
-            return [mp.packet(mp.CONTINUE)] if mp.answers(cmd, self.agreed) else []
+            return _NONE if cmd in self.silent else _CONTINUE
         return out
 
     # -- the steps (None: CONTINUE unless negotiated away) --
 
     def _optneg(self, data):
         reply, self.actions, self.agreed = mp.negotiate(data)
+        # once per connection, not per step: ~25 steps a message
+        self.silent = frozenset(cmd for cmd in mp.STEP_NR if not mp.answers(cmd, self.agreed))
         return [reply]
 
     def _macro(self, data):
-        self.macros.update(mp.macros(data)[1])
+        if len(data) != 1:  # Postfix sends one before each header field, most naming no macro
+            self.macros.update(mp.macros(data)[1])
         return []
 
     def _connect(self, data):
@@ -166,6 +170,7 @@ class Session:
             return None
 
 
+_NONE, _CONTINUE = [], [mp.packet(mp.CONTINUE)]  # (never changed: replies are joined, not appended to)
 _STEPS = {mp.OPTNEG: Session._optneg, mp.MACRO: Session._macro, mp.CONNECT: Session._connect,
           mp.HELO: Session._helo, mp.MAIL: Session._mail, mp.RCPT: Session._rcpt, mp.DATA: Session._nothing,
           mp.HEADER: Session._header, mp.EOH: Session._nothing, mp.BODY: Session._body, mp.EOB: Session._eob,
@@ -180,16 +185,15 @@ class _Handler(socketserver.BaseRequestHandler):
         session = Session(srv, srv.peer(conn, self.client_address), client_ip(self.client_address))
         reader = mp.PacketReader(conn)
         try:
-            while not session.done:
-                got = reader.next(session.deadline())
-                if got is None:
-                    if session.started():
-                        raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
-                    return
-                replies = session.step(*got)
+            for cmd, data in reader.packets(session.deadline):  # the deadline asked only when it must wait
+                replies = session.step(cmd, data)
                 if replies:
                     conn.settimeout(srv.timeout_s)
                     conn.sendall(b"".join(replies))
+                if session.done:
+                    return
+            if session.started():
+                raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
         except (mp.MilterError, OSError) as exc:
             srv.failed(session, exc)
 
@@ -243,7 +247,7 @@ class _MilterServer(BoundedThreads):
 
         out = self.models.filter(user, raw, via="milter", raddr=facts["raddr"], envelope=facts["envelope"],
                                  may_name=lambda u: self.rules.allows(session.peer, access.NAME_USER, user=u),
-                                 folder=filed)
+                                 folder=filed, place=False)  # the MTA places the lines
         if filed(out.label):
             return [mp.reply_code(REJECT)]
         leadspc = bool(session.agreed & mp.HDR_LEADSPC)

@@ -144,7 +144,7 @@ class BackendSource(Source):
 
 
 def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0, recorder=None, user=None,
-               raddr=None, folder=None, name=None, headers=True, envelope=None):
+               raddr=None, folder=None, name=None, headers=True, envelope=None, place=True):
     """Filter one message: its :class:`Outcome` under ``source``'s model.
 
     ``via``: the door (the line's ``via=``); ``decision``: the
@@ -156,14 +156,17 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
     verdict; ``name``: the model's name in the header (``source.name`` by default);
     ``envelope``: what the door knows of the SMTP envelope, for the line (the milter's
     ``helo``, ``sender``, ``rcpt``, ``qid``);
-    ``headers``: False when the door writes no header lines (spamd's CHECK).
+    ``headers``: False when the door writes no header lines (spamd's CHECK); ``place``:
+    False when it places them itself (the milter: the Outcome's ``kept`` is ``raw``, its
+    ``pos`` 0, :func:`spamnb.delivery.hook.verdict_of`).
     Errors are raised: the door's :func:`boundary` turns them into its answer."""
     from spamnb.delivery.hook import verdict_of
 
     start = time.perf_counter()
     model, toks = source.read(raw)
     name = source.name if name is None else name
-    d, kept, pos, block = verdict_of(model, raw, decision, evidence, toks, name if headers else None)
+    d, kept, pos, block = verdict_of(model, raw, decision, evidence, toks, name if headers else None,
+                                  place)
     learned = why_not = None
     if learn and d.learns and source.learns:
         why_not = source.learn(raw, d.label, toks, model)
