@@ -413,11 +413,26 @@ def short_spam(model):
 
 def submit(driver, css):
     """Click the button ``css`` and wait for the page its form leads to (the old one gone)."""
-    from selenium.webdriver.support.expected_conditions import staleness_of
-
     old = driver.find_element("tag name", "main")
     driver.find_element("css selector", css).click()
-    WebDriverWait(driver, 120).until(staleness_of(old))
+    WebDriverWait(driver, 120).until(lambda _: gone(old))
+
+
+def gone(element) -> bool:
+    """Whether ``element`` left the document (its page was replaced). Chromium says so as a
+    stale element, or, when the new page is being built as it is asked, as an inspector
+    error ("Node with given id does not belong to the document"): the same answer."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc):
+            return True
+        raise
+    return False
 
 
 def chips(driver):
