@@ -37,6 +37,7 @@ except postfix_spamc.Unavailable as e:
     POSTFIX, WHY_NOT = None, str(e)
 
 
+@pytest.mark.slow  # about 13 s: a private Postfix started for it
 @pytest.mark.skipif(POSTFIX is None, reason=f"{WHY_NOT}; test.sh does not install postfix (it would remove "
                                             "another MTA and may start a system Postfix)")
 def test_postfix_content_filter_flags_ham_and_spam(compiled, spam_and_ham):  # noqa: F811

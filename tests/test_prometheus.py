@@ -164,6 +164,7 @@ def test_counts_follow_the_recorder():
         assert f'spamnb_unscanned_total{{kind="{kind}"}} {unscanned:.1f}' in page
 
 
+@pytest.mark.slow  # about 11 s: Prometheus scrapes across a store outage
 @needs
 def test_prometheus_reads_the_store_its_size_learns_forgets_and_outage(trained_model_file, tmp_path):
     """``serve --store --spamd --metrics`` with a real redis-server: the model's size is the

@@ -471,6 +471,7 @@ def ca(tmp_path_factory):
     return folder, ca_file, *contexts
 
 
+@pytest.mark.slow  # about 12 s: TLS handshakes refused until their timeouts
 @pytest.mark.skipif(redis is None, reason="the redis package is not installed (pip install 'spamnb[redis]')")
 def test_with_tls_a_server_a_sentinel_names_gets_nothing_without_the_cas_certificate(fakes, passwords, ca):
     """``rediss+sentinel://`` with the CA: a Sentinel (one the CA vouches for, told to name

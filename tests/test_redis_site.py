@@ -180,6 +180,7 @@ def test_serve_beats_what_it_answered_and_says_when_it_stopped(server, url, mode
     assert sockets.gethostname()[:255] == redissite.host_name()
 
 
+@pytest.mark.slow  # about 11 s: a private Dovecot and a beat to wait for
 def test_imap_filter_watch_beats_as_imap_and_its_login(server, url, model_file, dovecot, tmp_path):
     """``imap filter --watch --store`` against a real Dovecot beats as ``HOST imap LOGIN``: its
     verdicts show in a beat, and its stop in the last one."""
