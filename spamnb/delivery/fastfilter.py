@@ -296,9 +296,9 @@ def safe_import_path():
     return out
 
 
-def with_model(raw, opts, kind, env=os.environ):
-    """``(output, label)`` from the whole model, for a model whose scorer is unusable
-    (``kind``), rebuilding the scorer on the way when it can; None on any failure
+def with_model(raw, path, is_default, opts, kind):
+    """``(output, label)`` from the whole model at ``path``, for a model whose scorer is
+    unusable (``kind``), rebuilding the scorer on the way when it can; None on any failure
     (the click command then runs, and reports it).
 
     Loads the model once, as the click command would, so this delivery costs
@@ -308,47 +308,49 @@ def with_model(raw, opts, kind, env=os.environ):
     try:
         from spamnb.storage.modelfile import load_and_compile
 
-        path, is_default = locate.resolve_model(opts["model_path"], env)
         model, note = load_and_compile(path, kind, allow_insecure=opts["allow_insecure_model"])
         if note:
             sys.stderr.write(f"spamnb filter: {note}\n")
-        result = filter_here(raw, pipeline.ModelSource(model, model_name(path, is_default)), opts,
-                             recorder_for(opts, history_now(opts, path)), learn=False)
+        return filter_here(raw, pipeline.ModelSource(model, model_name(path, is_default)), opts,
+                           recorder_for(opts, history_now(opts, path)), learn=False)
     except Exception:  # noqa: BLE001 - the full path decides, and says what is wrong
         return None
-    if is_default:  # the notice the click path prints
+
+
+def answer(raw, opts, env=os.environ):
+    """``(output, label)`` from the server, the scorer or, when only the scorer is
+    unusable, the loaded model; None when only the click command can answer."""
+    start = time.perf_counter()
+    path, is_default = locate.resolve_model(opts["model_path"], env)
+    try:
+        result = served(raw, path, is_default, opts, env, start) or cold(raw, path, is_default, opts)
+    except NoScorer as exc:  # with -u the click command loads the model, learns, and saves its scorer
+        result = None if opts["learn_"] else with_model(raw, path, is_default, opts, exc.kind)
+    except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
+        result = None
+    if result is not None and is_default:  # the notice the click path prints
         sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
     return result
 
 
-def socket_path(opts, env=os.environ):
-    return opts["socket_path"] if opts["socket_path"] else locate.default_socket_path(env)
-
-
-def answer(raw, opts, env=os.environ):
-    """``(output, label)`` from the server or the scorer; Fallback when neither can."""
-    start = time.perf_counter()
-    path, is_default = locate.resolve_model(opts["model_path"], env)
-    sock = socket_path(opts, env)
-    result = None
-    if os.path.exists(sock):
+def served(raw, path, is_default, opts, env, start):
+    """``(output, label)`` from the filter server, with the line when asked; None when
+    there is no server, or it cannot answer."""
+    sock = opts["socket_path"] or locate.default_socket_path(env)
+    if not os.path.exists(sock):
+        return None
+    facts = {}
+    try:
+        result = via_server(sock, raw, path, is_default, opts, facts)
+    except Fallback:
+        return None
+    if opts["log_messages"]:  # the server keeps the history; the line is ours
         try:
-            facts = {}
-            result = via_server(sock, raw, path, is_default, opts, facts)
-            label = result[1]
-            if opts["log_messages"]:  # the server keeps the history; the line is ours
-                try:
-                    line_recorder(opts).message("filter", label, facts["score"], facts["p"], None, len(raw),
-                                                time.perf_counter() - start, raw=raw, user=locate.local_user(),
-                                                learned=facts["learned"], why="filter-u")
-                except Exception as exc:  # noqa: BLE001 - answered (and learned) already: not filtered again
-                    pipeline.note(f"warning: no log line: {exc}")
-        except Fallback:
-            result = None
-    if result is None:
-        result = cold(raw, path, is_default, opts)
-    if is_default:  # the notice the click path prints
-        sys.stderr.write(f"spamnb: {default_model_notice(path)}\n")
+            line_recorder(opts).message("filter", result[1], facts["score"], facts["p"], None, len(raw),
+                                        time.perf_counter() - start, raw=raw, user=locate.local_user(),
+                                        learned=facts["learned"], why="filter-u")
+        except Exception as exc:  # noqa: BLE001 - answered (and learned) already: not filtered again
+            pipeline.note(f"warning: no log line: {exc}")
     return result
 
 
@@ -463,38 +465,31 @@ def main(args, load_cli, env=os.environ):
     status 3 (0 with ``--exit-zero``)."""
     got = {"raw": None, "exit_zero": options.exit_zero_given(args)}  # what the boundary delivers, and how
     with filter_boundary(got) as boundary:
-        _filter(args, load_cli, env, got)
+        result = _filter(args, env, got)
+        if result is None:
+            full_path(load_cli, args, got["raw"])
+        else:
+            _write_and_exit(*result)
     if boundary.result is not None:  # delivered unchanged: its exit status
         _write_and_exit(b"", boundary.result)
 
 
-def _filter(args, load_cli, env, got):
-    """:func:`main`'s work; ``got`` receives the message and the ``--exit-zero`` in force."""
-    opts = settings_of(args, env)
+def _filter(args, env, got):
+    """``(output, exit status)`` of :func:`main`'s message by a fast way, None when only
+    the click command can answer; ``got`` receives the settings, the message and the
+    ``--exit-zero`` in force (the settings are resolved here, once)."""
+    opts = got["opts"] = settings_of(args, env)
     if opts is None:
-        full_path(load_cli, args)
-        return
+        return None
     got["exit_zero"] = opts["exit_zero"]
-    got["opts"] = opts
     raw = got["raw"] = _read_stdin()
     if raw is None:
-        full_path(load_cli, args)
-        return
-    if opts["store"]:  # the resolver's choice: --model and --store never both
+        return None
+    if opts["store"]:  # the resolver's choice: --model and --store never both; a failing store is the boundary's
         out, label = via_store(raw, opts["store"], opts)
-        _write_and_exit(out, filtered_status(label, opts["exit_zero"]))
-    try:
-        out, label = answer(raw, opts, env)
-    except NoScorer as exc:
-        if opts["learn_"]:  # the click command loads the model, learns, and saves its scorer
-            full_path(load_cli, args, raw)
-            return
-        result = with_model(raw, opts, exc.kind, env)
+    else:
+        result = answer(raw, opts, env)
         if result is None:
-            full_path(load_cli, args, raw)
-            return
+            return None
         out, label = result
-    except Exception:  # noqa: BLE001 - Fallback or anything unexpected: the full path decides
-        full_path(load_cli, args, raw)
-        return
-    _write_and_exit(out, filtered_status(label, opts["exit_zero"]))
+    return out, filtered_status(label, opts["exit_zero"])
