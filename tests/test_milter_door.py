@@ -16,6 +16,7 @@ import struct
 import subprocess
 import threading
 import time
+import types
 
 import pytest
 
@@ -135,14 +136,37 @@ def test_the_message_is_assembled_as_the_mta_delivers_it():
     m.add_field(b"x-spam-flag", b" no", True)
     m.add_body(b"\r\n\r\nbody\r\n")
     assert m.raw() == b"Subject: folded\r\n\tline\r\nX-Spam-Flag: YES\r\nx-spam-flag: no\r\n\r\n\r\n\r\nbody\r\n"
-    assert m.indexes(["X-Spam-Flag"]) == [(2, b"x-spam-flag"), (1, b"X-Spam-Flag")]  # last first
+    assert m.indexes({b"x-spam-flag"}) == [(2, b"x-spam-flag"), (1, b"X-Spam-Flag")]  # last first
     small = mp.Message(20)
     small.add_field(b"Subject", b" x", True)
     small.add_body(b"y" * 30)
     assert small.over and small.raw() == b"\r\n" and small.size > 20  # nothing kept past the limit
-    block = b"X-Spam-Flag: YES\r\nX-Spam-Evidence: a,\r\n\tb\r\n"
-    assert mp.block_fields(block, True) == [(b"X-Spam-Flag", b" YES"), (b"X-Spam-Evidence", b" a,\n\tb")]
-    assert mp.block_fields(block, False)[0] == (b"X-Spam-Flag", b"YES")
+    lines = [b"X-Spam-Flag: YES", b"X-Spam-Evidence: a,", b"\tb"]
+    assert mp.line_fields(lines, True) == [(b"X-Spam-Flag", b" YES"), (b"X-Spam-Evidence", b" a,\n\tb")]
+    assert mp.line_fields(lines, False)[0] == (b"X-Spam-Flag", b"YES")
+
+
+def test_an_envelope_holds_what_it_needs_however_much_is_sent():
+    """Recipients, macros and names are not part of the message's size limit: what is kept
+    of them is bounded instead (a local user can reach the port and send 1 MiB packets)."""
+    from spamnb.delivery.milter import Session
+
+    srv = types.SimpleNamespace(limit=1000, timeout_s=5)
+    session = Session(srv, None, "127.0.0.1")
+    big = b"<" + b"a" * 500_000 + b"@example.org>\0"
+    session.step(mp.HELO, b"h" * 500_000 + b"\0")
+    session.step(mp.MAIL, big)
+    for i in range(300):
+        session.step(mp.MACRO, b"R" + b"".join(b"{m%d-%d}\0%s\0" % (i, j, b"v" * 1000) for j in range(50)))
+        session.step(mp.RCPT, big)
+    session.step(mp.MACRO, b"E{i}\0" + b"Q" * 10_000 + b"\0")
+    msg = session.message
+    env = session.envelope(msg)
+    assert len(env["helo"]) == mp.MAX_NAME and len(msg.sender) == mp.MAX_NAME and len(env["qid"]) == mp.MAX_NAME
+    assert len(msg.rcpts) == mp.MAX_RCPTS and msg.more_rcpts == 300 - mp.MAX_RCPTS
+    assert env["rcpt"].endswith(f",+{300 - mp.MAX_RCPTS} more") and len(env["rcpt"]) < 30_000
+    assert not hasattr(session, "macros")  # the macros it does not use are not kept at all
+    assert session.user(msg) is None  # recipients past those kept: whose they are is not known
 
 
 class _Socket:

@@ -79,9 +79,9 @@ def _calls(path: Path) -> set[str]:
 
 
 def test_only_the_pipeline_decides_and_every_door_filters_through_it():
-    """``decide``/``verdict_of``/``judge`` are called by the pipeline (and the hook that
+    """``decide``/``judge`` are called by the pipeline (and the hook that
     serves it) alone; each door calls ``filter_one``."""
-    deciders = {"decide", "hook.decide", "verdict_of", "hook.verdict_of", "judge", "verdict.judge"}
+    deciders = {"decide", "hook.decide", "judge", "verdict.judge"}
     for path in PACKAGE.rglob("*.py"):
         rel = str(path.relative_to(PACKAGE))
         if rel in ("delivery/pipeline.py", "delivery/hook.py", "verdict.py"):

@@ -128,18 +128,3 @@ def decide(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None, nam
     score, p, evidence, known = scored(model, raw, n_evidence, toks)
     # after scoring: a store's model reads its settings with the counts, cut-offs included
     return verdict.judge(p, score, known, model.cutoffs, decision, evidence, name)
-
-
-def verdict_of(model, raw, decision=verdict.MODELS_OWN, n_evidence=0, toks=None, name=None, place=True):
-    """``(decided, kept, pos, block)``: :func:`decide`'s verdict, and with a model ``name``
-    (the header's ``model=``), :func:`verdict_block` of its header lines; without,
-    ``raw`` as it is and no block (a door that writes no header). ``place=False``: the
-    door places the lines itself (the milter asks the MTA to), so ``raw`` is not searched
-    for where they go nor stripped (a tenth of a millisecond a message): ``raw`` as it
-    is, position 0, the lines CRLF-ended."""
-    d = decide(model, raw, decision, n_evidence, toks, name)
-    if name is None:
-        return d, raw, 0, b""
-    if not place:
-        return d, raw, 0, b"".join(line + b"\r\n" for line in d.lines)
-    return (d, *verdict_block(raw, d.lines))

@@ -47,6 +47,9 @@ from spamnb.delivery.spamd_protocol import SpamdError
 from spamnb.delivery.usermodels import plain_user
 from spamnb.verdict import VERDICT_FIELDS
 
+#: The verdict fields an incoming message may not bring (removed by index), as the MTA names them.
+_VERDICT_NAMES = frozenset(name.lower().encode("ascii") for name in VERDICT_FIELDS)
+
 #: Seconds an MTA may leave a session idle between its steps: the pace of its SMTP
 #: client (Postfix waits smtpd_timeout, 300 s, for each command), with a margin. A
 #: deadline shorter than that would close sessions the MTA still holds, and their
@@ -63,13 +66,14 @@ class Session:
     def __init__(self, srv, peer, mta_address):
         self.srv, self.peer, self.mta_address = srv, peer, mta_address
         self.actions = self.agreed = 0
+        self.leadspc = False  # header values as sent, their leading space kept (negotiated)
         self.silent = frozenset()  # the steps not answered (negotiated)
         self.done = False
         self._reset()
 
     def _reset(self):
         """A new SMTP session (a connection, or ``K`` on it)."""
-        self.macros, self.client, self.helo, self.message = {}, None, None, None
+        self.qid, self.client, self.helo, self.message = None, None, None, None
 
     def started(self) -> bool:
         """Whether a message's content (a header field or body) has begun."""
@@ -91,13 +95,16 @@ class Session:
 
     def _optneg(self, data):
         reply, self.actions, self.agreed = mp.negotiate(data)
+        self.leadspc = bool(self.agreed & mp.HDR_LEADSPC)
         # once per connection, not per step: ~25 steps a message
         self.silent = frozenset(cmd for cmd in mp.STEP_NR if not mp.answers(cmd, self.agreed))
         return [reply]
 
     def _macro(self, data):
         if len(data) != 1:  # Postfix sends one before each header field, most naming no macro
-            self.macros.update(mp.macros(data)[1])
+            qid = mp.macros(data)[1].get("i")  # the one macro used: what others an MTA sends are not kept
+            if qid is not None:
+                self.qid = qid[:mp.MAX_NAME]
         return []
 
     def _connect(self, data):
@@ -105,22 +112,22 @@ class Session:
         self.client = mp.connect(data)
 
     def _helo(self, data):
-        self.helo = (mp.strings(data) or [b""])[0].decode("latin-1")
+        self.helo = (mp.strings(data) or [b""])[0][:mp.MAX_NAME].decode("latin-1")
 
     def _mail(self, data):
-        self.macros.pop("i", None)  # the queue id of the message before
+        self.qid = None  # the queue id of the message before
         self.message = mp.Message(self.srv.limit)
         self.message.sender = mp.address(data)
 
     def _rcpt(self, data):
-        self._current().rcpts.append(mp.address(data))
+        self._current().add_rcpt(mp.address(data))
 
     def _nothing(self, data):
         return None
 
     def _header(self, data):
         name, value = mp.header(data)
-        self._current().add_field(name, value, bool(self.agreed & mp.HDR_LEADSPC))
+        self._current().add_field(name, value, self.leadspc)
 
     def _body(self, data):
         self._current().add_body(data)
@@ -156,12 +163,12 @@ class Session:
 
     def envelope(self, msg) -> dict:
         return {"helo": self.helo, "sender": msg.sender if msg else None,
-                "rcpt": ",".join(msg.rcpts) if msg else None, "qid": self.macros.get("i")}
+                "rcpt": msg.rcpt_list() if msg else None, "qid": self.qid}
 
     def user(self, msg):
         """The user whose model scores ``msg``: its one recipient's local part (without
         a ``+extension``), a plain name; None for several recipients, or none."""
-        if len(set(msg.rcpts)) != 1:
+        if msg.more_rcpts or len(set(msg.rcpts)) != 1:
             return None
         local = msg.rcpts[0].rpartition("@")[0] or msg.rcpts[0]
         try:
@@ -170,7 +177,7 @@ class Session:
             return None
 
 
-_NONE, _CONTINUE = [], [mp.packet(mp.CONTINUE)]  # (never changed: replies are joined, not appended to)
+_NONE, _CONTINUE = (), (mp.packet(mp.CONTINUE),)
 _STEPS = {mp.OPTNEG: Session._optneg, mp.MACRO: Session._macro, mp.CONNECT: Session._connect,
           mp.HELO: Session._helo, mp.MAIL: Session._mail, mp.RCPT: Session._rcpt, mp.DATA: Session._nothing,
           mp.HEADER: Session._header, mp.EOH: Session._nothing, mp.BODY: Session._body, mp.EOB: Session._eob,
@@ -247,13 +254,13 @@ class _MilterServer(BoundedThreads):
 
         out = self.models.filter(user, raw, via="milter", raddr=facts["raddr"], envelope=facts["envelope"],
                                  may_name=lambda u: self.rules.allows(session.peer, access.NAME_USER, user=u),
-                                 folder=filed, place=False)  # the MTA places the lines
+                                 folder=filed)  # the MTA places the lines: the Outcome never does
+
         if filed(out.label):
             return [mp.reply_code(REJECT)]
-        leadspc = bool(session.agreed & mp.HDR_LEADSPC)
-        changes = [mp.remove_header(i, name) for i, name in msg.indexes(VERDICT_FIELDS)] \
+        changes = [mp.remove_header(i, name) for i, name in msg.indexes(_VERDICT_NAMES)] \
             if session.actions & mp.CHGHDRS else []
-        changes += [mp.add_header(name, value) for name, value in mp.block_fields(out.block, leadspc)]
+        changes += [mp.add_header(name, value) for name, value in mp.line_fields(out.decided.lines, session.leadspc)]
         return [*changes, mp.packet(mp.ACCEPT)]
 
     # -- a connection's end --

@@ -63,6 +63,14 @@ STEP_NR = {CONNECT: NR_CONN, HELO: NR_HELO, MAIL: NR_MAIL, RCPT: NR_RCPT, DATA: 
 #: Postfix's too), a header field at most Postfix's header_size_limit (100 KiB); anything
 #: near 2 GiB is garbage or an attack, refused before a byte of it is read.
 MAX_PACKET = 1 << 20
+#: What is kept of an envelope's address, a HELO name or the queue id: 256 characters
+#: (RFC 5321's longest path; a domain is at most 255), the rest cut. And at most
+#: :data:`MAX_RCPTS` recipients a message (RFC 5321's 100, the fewest an MTA must
+#: take; Postfix's default limit is 1,000): the others are counted, not kept. A
+#: session's envelope is then a few tens of kilobytes, however many packets of up to
+#: :data:`MAX_PACKET` an MTA (or anyone who reaches the port) sends.
+MAX_NAME = 256
+MAX_RCPTS = 100
 _LEN = struct.Struct(">I")
 
 
@@ -96,14 +104,7 @@ class PacketReader:
         between packets; MilterError for a length out of bounds, a connection closed
         inside a packet, or one not whole by ``deadline`` (time.monotonic(), or a function
         giving it: asked only when the packet is not in hand)."""
-        buf, pos = self.buf, self.pos
-        if len(buf) - pos >= 5:
-            (size,) = _LEN.unpack_from(buf, pos)
-            end = pos + 4 + size
-            if end <= len(buf) and 1 <= size <= MAX_PACKET:
-                self.pos = end
-                return buf[pos + 4:pos + 5], buf[pos + 5:end]
-        return self._wait(deadline() if callable(deadline) else deadline)
+        return next(self.packets(deadline if callable(deadline) else lambda: deadline), None)
 
     def packets(self, deadline):
         """:meth:`next`'s packets until the MTA closes the connection between two
@@ -231,7 +232,7 @@ def address(data: bytes) -> str:
     """The address of a MAIL or RCPT packet (its first string), without its angle brackets."""
     items = strings(data)
     first = items[0].decode("latin-1") if items else ""
-    return first[1:-1] if first.startswith("<") and first.endswith(">") else first
+    return (first[1:-1] if first.startswith("<") and first.endswith(">") else first)[:MAX_NAME]
 
 
 # -- replies ------------------------------------------------------------------------------
@@ -273,7 +274,8 @@ class Message:
         self.size = 2  # the blank line
         self.over = False
         self.sender = None
-        self.rcpts = []
+        self.rcpts = []  # the first MAX_RCPTS
+        self.more_rcpts = 0  # the others, counted
 
     def _grow(self, n) -> bool:
         self.size += n
@@ -286,6 +288,16 @@ class Message:
         if self._grow(len(name) + len(value) + 3):
             self.fields.append((name, value))
 
+    def add_rcpt(self, address: str):
+        if len(self.rcpts) < MAX_RCPTS:
+            self.rcpts.append(address)
+        else:
+            self.more_rcpts += 1
+
+    def rcpt_list(self) -> str:
+        """The recipients, comma-separated (``...,+N more`` past :data:`MAX_RCPTS`)."""
+        return ",".join(self.rcpts) + (f",+{self.more_rcpts} more" if self.more_rcpts else "")
+
     def add_body(self, chunk: bytes):
         if chunk and self._grow(len(chunk)):
             self.body.append(chunk)
@@ -294,11 +306,10 @@ class Message:
         head = b"".join(name + b":" + value + b"\r\n" for name, value in self.fields)
         return head + b"\r\n" + b"".join(self.body)
 
-    def indexes(self, names) -> list[tuple[int, bytes]]:
-        """``(index, name)`` of each field called one of ``names`` (any case), its index
-        among the fields of its name from 1, last first (removing one then leaves the
-        indexes of those before it as they were)."""
-        wanted = {n.lower().encode("latin-1") for n in names}
+    def indexes(self, wanted) -> list[tuple[int, bytes]]:
+        """``(index, name)`` of each field called one of ``wanted`` (names as lower-case
+        bytes; any case in the message), its index among the fields of its name from 1,
+        last first (removing one then leaves the indexes of those before it as they were)."""
         seen, found = {}, []
         for name, _ in self.fields:
             low = name.lower()  # (ASCII case: a wanted name is ASCII, no other folds into one)
@@ -308,14 +319,13 @@ class Message:
         return found[::-1]
 
 
-def block_fields(block: bytes, leadspc: bool) -> list[tuple[bytes, bytes]]:
-    """The header lines of a verdict block (``Name: value`` CRLF or LF, folded lines
-    starting with a tab) as ``(name, value)`` for SMFIR_ADDHEADER: line breaks LF (as
-    libmilter's smfi_addheader takes a folded value), the leading space as agreed."""
+def line_fields(lines: list[bytes], leadspc: bool) -> list[tuple[bytes, bytes]]:
+    """A verdict's header lines (``Name: value``, without line ends; a folded field's
+    continuation lines separate items starting with a tab: :func:`spamnb.verdict.header_lines`)
+    as ``(name, value)`` for SMFIR_ADDHEADER: line breaks LF (as libmilter's
+    smfi_addheader takes a folded value), the leading space as agreed."""
     fields = []
-    for line in block.replace(b"\r\n", b"\n").split(b"\n"):
-        if not line:
-            continue
+    for line in lines:
         if line[:1] in (b" ", b"\t") and fields:
             fields[-1][1] += b"\n" + line
             continue

@@ -13,13 +13,14 @@ only translates its own protocol to and from them::
     the page's re-score  the model in hand (ModelSource)     the row's new verdict
     learn, forget, TELL, learn-moves, IMAPSieve, imap's moves, the page's buttons: learn
 
-One message is: read the model (:meth:`Source.read`); decide and place the verdict's
-header lines (:func:`spamnb.delivery.hook.verdict_of`: every rule of the verdict is
+One message is: read the model (:meth:`Source.read`); decide the verdict and its
+header lines (:func:`spamnb.delivery.hook.decide`: every rule of the verdict is
 :func:`spamnb.verdict.judge`'s, the decision carried whole as a
 :class:`spamnb.verdict.Decision`); learn it as ``filter -u`` does when asked and the
 rule says so; record it: the line, the metrics and the history, through the door's
 recorder (:class:`spamnb.delivery.events.Recorder` or :class:`HistoryOnly`). The
-result is one :class:`Outcome`.
+result is one :class:`Outcome`, which places the lines in the message when a door asks
+for it (:func:`spamnb.delivery.hook.verdict_block`).
 
 When anything fails, :func:`boundary` is the one place it becomes "the message passes
 unscanned, one error line, and that door's answer" (exit status 3, spamd's error reply,
@@ -45,24 +46,49 @@ def not_learned(reason) -> str:
 
 
 class Outcome:
-    """One message's outcome: its verdict (:class:`spamnb.verdict.Decided`), the
-    message without incoming verdict fields (``kept``), where spamnb's header lines go in
-    it (``pos``) and those lines (``block``), the class it was learned as (None: not
-    learned) and, when learning was asked and failed, why (``not_learned``)."""
+    """One message's outcome: its verdict (:class:`spamnb.verdict.Decided`), the class it
+    was learned as (None: not learned) and, when learning was asked and failed, why
+    (``not_learned``); and, placed when first asked (a door that places the lines itself,
+    the milter, never asks), the message without incoming verdict fields (``kept``), where
+    spamnb's header lines go in it (``pos``) and those lines (``block``)."""
 
-    __slots__ = ("decided", "kept", "pos", "block", "learned", "not_learned", "name")
+    __slots__ = ("decided", "raw", "learned", "not_learned", "name", "_placed")
 
-    def __init__(self, decided, kept, pos, block, learned, not_learned, name):
-        self.decided, self.kept, self.pos, self.block = decided, kept, pos, block
+    def __init__(self, decided, raw, learned, not_learned, name):
+        self.decided, self.raw = decided, raw
         self.learned, self.not_learned, self.name = learned, not_learned, name
+        self._placed = None
 
     @property
     def label(self):
         return self.decided.label
 
+    def _place(self):
+        """``(kept, pos, block)``: :func:`spamnb.delivery.hook.verdict_block` of the verdict's
+        lines; without lines (a door that writes none), the message as it is."""
+        if self._placed is None:
+            from spamnb.delivery.hook import verdict_block
+
+            lines = self.decided.lines
+            self._placed = (self.raw, 0, b"") if lines is None else verdict_block(self.raw, lines)
+        return self._placed
+
+    @property
+    def kept(self) -> bytes:
+        return self._place()[0]
+
+    @property
+    def pos(self) -> int:
+        return self._place()[1]
+
+    @property
+    def block(self) -> bytes:
+        return self._place()[2]
+
     def message(self) -> bytes:
         """The message as the filter delivers it: spamnb's verdict in its header block."""
-        return self.kept[:self.pos] + self.block + self.kept[self.pos:]
+        kept, pos, block = self._place()
+        return kept[:pos] + block + kept[pos:]
 
     def required(self) -> float:
         """T, the spam cut-off as log-odds (``required=``, spamd's ``S / T``)."""
@@ -144,7 +170,7 @@ class BackendSource(Source):
 
 
 def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0, recorder=None, user=None,
-               raddr=None, folder=None, name=None, headers=True, envelope=None, place=True):
+               raddr=None, folder=None, name=None, headers=True, envelope=None):
     """Filter one message: its :class:`Outcome` under ``source``'s model.
 
     ``via``: the door (the line's ``via=``); ``decision``: the
@@ -156,17 +182,14 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
     verdict; ``name``: the model's name in the header (``source.name`` by default);
     ``envelope``: what the door knows of the SMTP envelope, for the line (the milter's
     ``helo``, ``sender``, ``rcpt``, ``qid``);
-    ``headers``: False when the door writes no header lines (spamd's CHECK); ``place``:
-    False when it places them itself (the milter: the Outcome's ``kept`` is ``raw``, its
-    ``pos`` 0, :func:`spamnb.delivery.hook.verdict_of`).
+    ``headers``: False when the door writes no header lines (spamd's CHECK).
     Errors are raised: the door's :func:`boundary` turns them into its answer."""
-    from spamnb.delivery.hook import verdict_of
+    from spamnb.delivery.hook import decide
 
     start = time.perf_counter()
     model, toks = source.read(raw)
     name = source.name if name is None else name
-    d, kept, pos, block = verdict_of(model, raw, decision, evidence, toks, name if headers else None,
-                                  place)
+    d = decide(model, raw, decision, evidence, toks, name if headers else None)
     learned = why_not = None
     if learn and d.learns and source.learns:
         why_not = source.learn(raw, d.label, toks, model)
@@ -175,10 +198,10 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
         try:
             recorder.message(via, d.label, d.score, d.p, d.cutoffs, len(raw), time.perf_counter() - start,
                              raw=raw, user=user, raddr=raddr, learned=learned, why="filter-u",
-                             folder=folder(d.label) if folder else None, **({"envelope": envelope} if envelope else {}))
+                             folder=folder(d.label) if folder else None, envelope=envelope)
         except Exception as exc:  # noqa: BLE001 - judged (and learned) already: a record never undoes that
             note(f"warning: the verdict was not recorded: {exc}")
-    return Outcome(d, kept, pos, block, learned, why_not, name)
+    return Outcome(d, raw, learned, why_not, name)
 
 
 def note(text):
