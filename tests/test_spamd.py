@@ -664,6 +664,52 @@ def test_names_without_a_model_are_remembered_apart_and_bounded(compiled, user_m
         s.stop()
 
 
+def test_messages_for_one_user_at_once_share_one_backend(compiled, user_models, monkeypatch):
+    """Messages for one user scanned at once (Postfix sends them in parallel) get one
+    backend, so the model is loaded once; the others made meanwhile are closed unread;
+    whether the model is there is asked once in NO_MODEL_SECONDS; a store that cannot
+    say leaves the served model to answer (the mail is scanned, not passed)."""
+    s = Served(compiled, user_models=str(user_models))
+    try:
+        models = s.models
+        made, asked, closed = [], [], []
+        real = models._backend
+
+        def backend(name, path):
+            b = real(name, path)
+            made.append(b)
+            exists, close = b.exists, b.close
+            b.exists = lambda: (asked.append(b), time.sleep(0.05), exists())[-1]
+            b.close = lambda: (closed.append(b), close())[-1]
+            return b
+
+        monkeypatch.setattr(models, "_backend", backend)
+        got = []
+        threads = [threading.Thread(target=lambda: got.append(models.for_user("alice"))) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len({id(b) for b, own in got}) == 1 and all(own for _, own in got)
+        assert sorted(map(id, closed)) == sorted(id(b) for b in made if b is not got[0][0])
+        n = len(asked)
+        for _ in range(50):
+            assert models.for_user("alice") == got[0]
+        assert len(asked) == n  # believed for NO_MODEL_SECONDS, as "no model" is
+
+        from spamnb.storage.backend import StoreUnavailable
+
+        def unavailable():
+            raise StoreUnavailable("no Sentinel of the store answers")
+
+        got[0][0].exists = unavailable
+        models._backends["alice"][1] -= models.NO_MODEL_SECONDS  # time to ask again
+        assert models.for_user("alice") == (models.served, False)
+        assert any("no Sentinel of the store answers" in line for line in s.log_lines)
+    finally:
+        s.stop()
+
+
 @needs_spamc
 def test_spamc_passes_the_message_through_when_spamnb_is_down(spam_and_ham):
     with socket.socket() as probe:

@@ -53,7 +53,7 @@ class Models:
         self.recorder = recorder or events.NOTHING
         self.user_models = os.path.abspath(user_models) if user_models else None
         self.log = log or (lambda text: None)
-        self._backends: dict[str, Backend] = {}
+        self._backends: dict[str, list] = {}  # user name -> [backend, when its model was last seen there]
         self._decisions: dict[str, tuple] = {}  # conf path -> (stamp, Decision or None)
         self._lock = threading.Lock()
         self._failed: dict[str, str] = {}  # user model -> why it was last unreadable (said once)
@@ -120,7 +120,12 @@ class Models:
         return f"spamnb train --model {path}" if path else f"spamnb store push MODEL {self.served.for_user(user).name}"
 
     def for_user(self, user) -> tuple[Backend, bool]:
-        """``(backend, own)``: the user's model when there is one, else the served one."""
+        """``(backend, own)``: the user's model when there is one, else the served one.
+
+        One backend a user, kept (the :data:`CACHE` most recent) and shared by the
+        messages scanned at once, so that it is loaded once; whether their model is
+        there is asked again only after :data:`NO_MODEL_SECONDS` (for a store, a round
+        trip). A store that cannot say (a failover) leaves the served model to answer."""
         if user is None or not self.per_user:
             return self.served, False
         name = plain_user(user)
@@ -128,22 +133,41 @@ class Models:
         if self._has_none(name, path):
             return self.served, False
         with self._lock:
-            backend = self._backends.pop(name, None)
-        if backend is None:
-            if path is not None:
-                from spamnb.storage.filestore import FileBackend
-
-                backend = FileBackend(path, allow_insecure=self.served.allow_insecure, log=self.log).resident()
-            else:
-                backend = self.served.for_user(name).resident()
-        if not backend.exists():
-            with self._lock:
-                _put_bounded(self.no_model, name, time.monotonic(), self.NO_MODEL_CACHE)
+            entry = self._backends.get(name)
+            if entry is not None:  # the most recent now
+                _put_bounded(self._backends, name, entry, self.CACHE)
+        if entry is None:  # kept only once their model is found: unknown names evict no one
+            entry = [self._backend(name, path), None]  # the backend, when its model was last seen there
+        backend, seen = entry
+        now = time.monotonic()
+        if seen is not None and now - seen < self.NO_MODEL_SECONDS:
+            return backend, True
+        try:
+            there = backend.exists()
+        except ModelError as exc:  # a store that cannot say now: the served model answers
+            self.fell_back(backend, exc)
             return self.served, False
         with self._lock:
+            if not there:
+                _put_bounded(self.no_model, name, now, self.NO_MODEL_CACHE)
+                return self.served, False
             self.no_model.pop(name, None)
-            _put_bounded(self._backends, name, backend, self.CACHE, dropped=lambda b: b.close())
-        return backend, True
+            entry[1] = now
+            kept = self._backends.setdefault(name, entry)  # another message may have found it first: one backend
+            if kept is entry:
+                _put_bounded(self._backends, name, entry, self.CACHE, dropped=lambda e: e[0].close())
+        if kept is not entry:
+            backend.close()  # never read
+        return kept[0], True
+
+    def _backend(self, name, path) -> Backend:
+        """A resident backend of user ``name``'s model (nothing is read yet): the file
+        ``path``, else the store's key of that user."""
+        if path is not None:
+            from spamnb.storage.filestore import FileBackend
+
+            return FileBackend(path, allow_insecure=self.served.allow_insecure, log=self.log).resident()
+        return self.served.for_user(name).resident()
 
     def filter(self, user, raw, *, via, may_name=None, **kw):
         """One message for ``user`` (None: the served model's) through the one pipeline
