@@ -176,6 +176,9 @@ class _Socket:
     def settimeout(self, t):
         pass
 
+    def setsockopt(self, *option):
+        pass
+
     def recv(self, n):
         out, self.data = self.data[:n], self.data[n:]
         return out

@@ -190,12 +190,13 @@ class _Handler(socketserver.BaseRequestHandler):
         srv = self.server
         conn = self.request
         session = Session(srv, srv.peer(conn, self.client_address), client_ip(self.client_address))
+        conn.settimeout(None)  # blocking, its waits bounded by the kernel: one system call a read or write
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, mp.timeval(srv.timeout_s))
         reader = mp.PacketReader(conn)
         try:
             for cmd, data in reader.packets(session.deadline):  # the deadline asked only when it must wait
                 replies = session.step(cmd, data)
                 if replies:
-                    conn.settimeout(srv.timeout_s)
                     conn.sendall(b"".join(replies))
                 if session.done:
                     return
