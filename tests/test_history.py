@@ -280,6 +280,9 @@ def test_serve_records_both_protocols_off_the_delivery_path(compiled, messages, 
         got = rows(path)
         assert [(r[1], r[4]) for r in got] == [("serve", locate.local_user()), ("spamd", "alice")]
         assert got[0][3] == history.fields(messages[0])["subject"]
+        # who connected: spamc's address over TCP; the private socket's client has none
+        assert query(path, "SELECT client, helo, env_sender, rcpt, qid FROM verdicts ORDER BY id") == [
+            (None,) * 5, ("127.0.0.1", None, None, None, None)]
     finally:
         proc.terminate()
         proc.wait(20)
