@@ -656,7 +656,7 @@ def test_envelope_columns_are_one_bounded_line_each():
 def listed(path, days_ago=(10, 1, 0)):
     """A history at ``path`` of three verdicts ``days_ago`` days old: Bob's spam with a hostile
     Subject (an escape, a right-to-left override, a tab), Alice's ham from José, her unsure
-    taught as spam."""
+    taught as spam, which came through the milter (its envelope recorded)."""
     now = time.time()
     raws = [b"From: spam@bad.example\nSubject: Cheap \x1b[31mPILLS\xe2\x80\xae now\tforever " + b"and ever " * 9
             + b"\nMessage-ID: <b2@x>\n\nbuy\n",
@@ -665,9 +665,14 @@ def listed(path, days_ago=(10, 1, 0)):
             b"From: who@example.org\nSubject: maybe\nMessage-ID: <c3@x>\n\nhmm\n"]
     db = history.open_db(path)
     try:
-        history.write(db, [history.row(raw, label, score, 0.5, via="filter", user=user, t=now - ago * 86400)
-                           for raw, label, score, user, ago in zip(raws, ("spam", "ham", "unsure"), (20.5, -8.0, 0.3),
-                                                                   ("bob", "alice", "alice"), days_ago)])
+        smtp = [{}, {}, {"via": "milter", "raddr": "192.0.2.9", "envelope": {
+            "helo": "mx.lists.example.net", "sender": "bounces@lists.example.net",
+            "rcpt": "alice@example.com,carol@example.com", "qid": "4ABC123"}}]
+        history.write(db, [history.row(raw, label, score, 0.5, user=user, t=now - ago * 86400,
+                                       **{"via": "filter", **kw})
+                           for raw, label, score, user, ago, kw in zip(raws, ("spam", "ham", "unsure"),
+                                                                       (20.5, -8.0, 0.3), ("bob", "alice", "alice"),
+                                                                       days_ago, smtp)])
         history.mark(db, 3, "spam")
     finally:
         db.close()
@@ -720,10 +725,21 @@ def test_history_searches_as_the_page_does(tmp_path):
     site = Site(str(tmp_path / "m"), False, str(path))
     assert [r["message_id"] for r in site.search(user="alice", since=time.time() - 2 * 86400)[0]] == \
         mids("--user", "alice", "--since", "2d")
+    # the envelope's sender and recipients are searched too, From still the header's
+    assert mids("--search", "lists.example") == ["<c3@x>"] and mids("--search", "CAROL@") == ["<c3@x>"]
+    assert [r["message_id"] for r in site.search(q="carol@")[0]] == ["<c3@x>"]
     row = json.loads(spamnb_history("--history", path, "--format", "jsonl", "--limit", "1").stdout)
     assert (row["verdict"], row["corrected"], row["user"], row["kept"]) == ("unsure", "spam", "alice", True)
+    assert (row["via"], row["sender"], row["client"], row["helo"], row["env_sender"], row["rcpt"], row["qid"]) == (
+        "milter", "who@example.org", "192.0.2.9", "mx.lists.example.net", "bounces@lists.example.net",
+        "alice@example.com,carol@example.com", "4ABC123")
+    older = json.loads(spamnb_history("--history", path, "--format", "jsonl").stdout.splitlines()[1])
+    assert [older[k] for k in ("client", "helo", "env_sender", "rcpt", "qid")] == [None] * 5  # none known
     tsv = spamnb_history("--history", path, "--format", "tsv").stdout.splitlines()
-    assert all(line.count("\t") == 18 for line in tsv) and "\x1b" not in tsv[2]
+    assert all(line.count("\t") == 23 for line in tsv) and "\x1b" not in tsv[2]
+    assert tsv[0].split("\t")[-5:] == ["192.0.2.9", "mx.lists.example.net", "bounces@lists.example.net",
+                                       "alice@example.com,carol@example.com", "4ABC123"]
+    assert tsv[1].split("\t")[-5:] == [""] * 5
 
 
 def test_history_reads_the_file_beside_the_model_and_says_what_is_wrong_in_one_line(tmp_path):

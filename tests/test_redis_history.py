@@ -719,7 +719,8 @@ def test_learn_through_the_store_marks_its_own_message_of_a_shared_message_id(ur
 def test_the_stores_rows_hold_the_envelope_a_milter_saw(url, model_file):
     """Messages through the milter door recorded into the store: each row holds the client's
     address and the envelope, as the file's do; a row without an envelope (spamd over a Unix
-    socket, a row an older spamnb recorded) holds none, and its JSON no nulls for it."""
+    socket, a row an older spamnb recorded) holds none, and its JSON no nulls for it; ``spamnb
+    history --store`` lists them and its search finds a recipient."""
     from milter_client import MTA
     from spamnb.storage import redishistory
     from test_milter_door import Milter, crlf
@@ -744,3 +745,10 @@ def test_the_stores_rows_hold_the_envelope_a_milter_saw(url, model_file):
     assert [plain[k] for k in sqlhist.ENVELOPE_COLUMNS] == [None] * 5
     stored = json.loads(hist.client.hget(hist.k["row"], 2))
     assert not set(stored) & set(sqlhist.ENVELOPE_COLUMNS)
+    r = run("history", "--store", url, "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    listed = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["client"], x["env_sender"], x["qid"]) for x in listed] == [(None, None, None),
+                                                                         ("192.0.2.9", "a@example.org", "4ABC123")]
+    r = run("history", "--store", url, "--format", "jsonl", "--search", "CAROL@example")  # the page's search
+    assert [json.loads(line)["qid"] for line in r.stdout.splitlines()] == ["4ABC123"], r.stderr
