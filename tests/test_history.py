@@ -280,6 +280,9 @@ def test_serve_records_both_protocols_off_the_delivery_path(compiled, messages, 
         got = rows(path)
         assert [(r[1], r[4]) for r in got] == [("serve", locate.local_user()), ("spamd", "alice")]
         assert got[0][3] == history.fields(messages[0])["subject"]
+        # who connected: spamc's address over TCP; the private socket's client has none
+        assert query(path, "SELECT client, helo, env_sender, rcpt, qid FROM verdicts ORDER BY id") == [
+            (None,) * 5, ("127.0.0.1", None, None, None, None)]
     finally:
         proc.terminate()
         proc.wait(20)
@@ -536,29 +539,66 @@ def test_learn_marks_its_own_message_not_another_sharing_its_message_id(compiled
     assert query(path, "SELECT subject, corrected FROM verdicts ORDER BY id") == [("first", "spam"), ("second", "ham")]
 
 
-def test_a_history_whose_rows_lack_their_messages_key_is_upgraded_and_its_rows_found_by_message_id(tmp_path):
-    """A history of version 1 (no message_key column): opened for writing, it gets the column
-    (version 2); its old rows keep none and a correction finds them by Message-ID alone, the
-    newest as before; a row recorded since holds its key and is not taken for another message."""
+#: The table of a history of version 2, as spamnb made it before rows held the envelope.
+SCHEMA_V2 = """
+CREATE TABLE IF NOT EXISTS verdicts (
+    id INTEGER PRIMARY KEY,
+    t REAL NOT NULL,            -- seconds since the epoch
+    verdict TEXT NOT NULL,      -- spam, ham, unsure: as delivered
+    score REAL,                 -- log-odds
+    p REAL,                     -- P(spam|message)
+    sender TEXT, subject TEXT, message_id TEXT,
+    user TEXT,                  -- the spamd User, the IMAP account, the local user
+    size INTEGER,
+    via TEXT,                   -- serve, spamd, filter, imap
+    dest TEXT,                  -- where it went, when spamnb knows (an IMAP folder)
+    learned TEXT,               -- the label filter -u's rule learned it as, at delivery
+    corrected TEXT,             -- the label the user taught: the page, an IMAP move, TELL, spamnb learn
+    corrected_t REAL,
+    now_verdict TEXT,           -- after the last re-scoring on the page
+    now_score REAL,
+    ham_cut REAL, spam_cut REAL, -- the cut-offs the verdict was decided with (re-scoring uses them)
+    message_key BLOB            -- the message's identity (spamnb.mail.identity.message_key): its corrections
+);
+CREATE INDEX IF NOT EXISTS verdicts_t ON verdicts (t);
+CREATE INDEX IF NOT EXISTS verdicts_verdict ON verdicts (verdict, id);
+CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
+CREATE INDEX IF NOT EXISTS verdicts_mid ON verdicts (message_id, id);
+"""
+
+
+def old_history(path, version, records):
+    """A history of ``version`` (1: rows without their message's key; 2: without the
+    envelope) at ``path``, made as spamnb made it then, holding the verdicts of ``records``
+    (``(t, raw)``, ham, user u, via spamd), each kept whole."""
     import re
 
-    path = str(tmp_path / "h.sqlite")
-    old = re.sub(r"\n\s*message_key BLOB[^\n]*", "", history.SCHEMA).replace("spam_cut REAL,", "spam_cut REAL")
+    schema = SCHEMA_V2
+    if version == 1:
+        schema = re.sub(r"\n\s*message_key BLOB[^\n]*", "", schema).replace("spam_cut REAL,", "spam_cut REAL")
     db = sqlite3.connect(path)
-    db.executescript(old + "PRAGMA user_version = 1;")
+    db.executescript(schema + f"PRAGMA user_version = {version};")
+    for t, raw in records:
+        cols, body = history.row(raw, "ham", -3.0, 0.1, via="spamd", user="u", t=t)
+        for k in history.ENVELOPE_COLUMNS + (("message_key",) if version == 1 else ()):
+            cols.pop(k)
+        cur = db.execute(f"INSERT INTO verdicts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
+                         list(cols.values()))
+        db.execute("INSERT INTO bodies (id, raw) VALUES (?, ?)", (cur.lastrowid, body))
+    db.commit()
     db.close()
     os.chmod(path, 0o600)
+
+
+def test_a_history_whose_rows_lack_their_messages_key_is_upgraded_and_its_rows_found_by_message_id(tmp_path):
+    """A history of version 1 (no message_key column): opened for writing, it gets the column
+    (and the envelope's: version 3); its old rows keep none and a correction finds them by Message-ID alone, the
+    newest as before; a row recorded since holds its key and is not taken for another message."""
+    path = str(tmp_path / "h.sqlite")
     first, second = twins()
-    for t, raw in ((1e9, first), (1e9 + 1, second)):
-        cols, _ = history.row(raw, "ham", -3.0, 0.1, via="spamd", user="u", t=t)
-        cols.pop("message_key")
-        db = sqlite3.connect(path)
-        db.execute(f"INSERT INTO verdicts ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})",
-                   list(cols.values()))
-        db.commit()
-        db.close()
+    old_history(path, 1, [(1e9, first), (1e9 + 1, second)])
     history.correct_now(path, [first], "spam", log=print, user="u")  # old rows: by Message-ID, the newest
-    assert query(path, "PRAGMA user_version") == [(2,)]
+    assert query(path, "PRAGMA user_version") == [(3,)]
     assert query(path, "SELECT subject, corrected, message_key FROM verdicts ORDER BY id") == [
         ("first", None, None), ("second", "spam", None)]
     history.record_now(path, second, "spam", 3.0, 0.9, log=print, via="spamd", user="u")
@@ -569,13 +609,54 @@ def test_a_history_whose_rows_lack_their_messages_key_is_upgraded_and_its_rows_f
     assert query(path, "SELECT corrected FROM verdicts WHERE id = 3") == [("spam",)]
 
 
+def test_a_history_of_version_2_gets_the_envelope_columns_once_and_keeps_its_rows(tmp_path):
+    """A history made before rows held the envelope (version 2): read-only it is read as it is;
+    opened for writing it gets the envelope's columns (version 3), once, its rows and messages
+    intact and without an envelope (NULL); a verdict recorded since holds its envelope."""
+    path = str(tmp_path / "h.sqlite")
+    first, second = twins()
+    old_history(path, 2, [(1e9, first), (1e9 + 1, second)])
+    every = "SELECT * FROM verdicts ORDER BY id"
+    before, bodies = query(path, every), query(path, "SELECT id, raw FROM bodies ORDER BY id")
+    history.open_db(path, readonly=True).close()
+    assert query(path, "PRAGMA user_version") == [(2,)]
+    db = history.open_db(path, create=False)
+    history.upgrade(db)  # a second process that opened it at the same time: nothing more to add
+    db.close()
+    history.open_db(path).close()
+    assert query(path, "PRAGMA user_version") == [(3,)]
+    columns = [c[1] for c in query(path, "PRAGMA table_info(verdicts)")]
+    assert columns[-5:] == list(history.ENVELOPE_COLUMNS) and len(columns) == len(set(columns))
+    assert [r[:-5] for r in query(path, every)] == before and [r[-5:] for r in query(path, every)] == [(None,) * 5] * 2
+    assert query(path, "SELECT id, raw FROM bodies ORDER BY id") == bodies
+    history.record_now(path, first, "spam", 3.0, 0.9, log=print, via="milter", user="bob", raddr="192.0.2.9",
+                       envelope={"helo": "client.example.net", "sender": "a@example.org", "rcpt": "bob@example.com",
+                                 "qid": "4ABC123"})
+    history.correct_now(path, [second], "spam", log=print, user="u")  # an old row, found by its key
+    got = query(path, "SELECT subject, client, helo, env_sender, rcpt, qid, corrected FROM verdicts ORDER BY id DESC")
+    assert got == [("first", "192.0.2.9", "client.example.net", "a@example.org", "bob@example.com", "4ABC123", None),
+                   ("second", None, None, None, None, None, "spam"), ("first", None, None, None, None, None, None)]
+
+
+def test_envelope_columns_are_one_bounded_line_each():
+    """What a client sends in its envelope is recorded as the header fields are: one line, no
+    control or bidirectional character, at most 300 characters; what is not known, nothing."""
+    got = history.envelope_columns("192.0.2.9\r\nX", {"helo": "evil\x1b[2J\u202ename", "sender": "a" * 5000,
+                                                       "rcpt": "b@x,\n c@y", "qid": "", "other": "ignored"})
+    assert got == {"client": "192.0.2.9 X", "helo": "evil\ufffd[2J\ufffdname", "env_sender": "a" * 300,
+                   "rcpt": "b@x, c@y", "qid": None}
+    assert history.envelope_columns("\ud800x", None) == {"client": "\ufffdx", "helo": None, "env_sender": None,
+                                                         "rcpt": None, "qid": None}
+    assert history.envelope_columns() == dict.fromkeys(history.ENVELOPE_COLUMNS)
+
+
 # -- spamnb history: the history listed and searched from the command line ----------------
 
 
 def listed(path, days_ago=(10, 1, 0)):
     """A history at ``path`` of three verdicts ``days_ago`` days old: Bob's spam with a hostile
     Subject (an escape, a right-to-left override, a tab), Alice's ham from José, her unsure
-    taught as spam."""
+    taught as spam, which came through the milter (its envelope recorded)."""
     now = time.time()
     raws = [b"From: spam@bad.example\nSubject: Cheap \x1b[31mPILLS\xe2\x80\xae now\tforever " + b"and ever " * 9
             + b"\nMessage-ID: <b2@x>\n\nbuy\n",
@@ -584,9 +665,14 @@ def listed(path, days_ago=(10, 1, 0)):
             b"From: who@example.org\nSubject: maybe\nMessage-ID: <c3@x>\n\nhmm\n"]
     db = history.open_db(path)
     try:
-        history.write(db, [history.row(raw, label, score, 0.5, via="filter", user=user, t=now - ago * 86400)
-                           for raw, label, score, user, ago in zip(raws, ("spam", "ham", "unsure"), (20.5, -8.0, 0.3),
-                                                                   ("bob", "alice", "alice"), days_ago)])
+        smtp = [{}, {}, {"via": "milter", "raddr": "192.0.2.9", "envelope": {
+            "helo": "mx.lists.example.net", "sender": "bounces@lists.example.net",
+            "rcpt": "alice@example.com,carol@example.com", "qid": "4ABC123"}}]
+        history.write(db, [history.row(raw, label, score, 0.5, user=user, t=now - ago * 86400,
+                                       **{"via": "filter", **kw})
+                           for raw, label, score, user, ago, kw in zip(raws, ("spam", "ham", "unsure"),
+                                                                       (20.5, -8.0, 0.3), ("bob", "alice", "alice"),
+                                                                       days_ago, smtp)])
         history.mark(db, 3, "spam")
     finally:
         db.close()
@@ -639,10 +725,21 @@ def test_history_searches_as_the_page_does(tmp_path):
     site = Site(str(tmp_path / "m"), False, str(path))
     assert [r["message_id"] for r in site.search(user="alice", since=time.time() - 2 * 86400)[0]] == \
         mids("--user", "alice", "--since", "2d")
+    # the envelope's sender and recipients are searched too, From still the header's
+    assert mids("--search", "lists.example") == ["<c3@x>"] and mids("--search", "CAROL@") == ["<c3@x>"]
+    assert [r["message_id"] for r in site.search(q="carol@")[0]] == ["<c3@x>"]
     row = json.loads(spamnb_history("--history", path, "--format", "jsonl", "--limit", "1").stdout)
     assert (row["verdict"], row["corrected"], row["user"], row["kept"]) == ("unsure", "spam", "alice", True)
+    assert (row["via"], row["sender"], row["client"], row["helo"], row["env_sender"], row["rcpt"], row["qid"]) == (
+        "milter", "who@example.org", "192.0.2.9", "mx.lists.example.net", "bounces@lists.example.net",
+        "alice@example.com,carol@example.com", "4ABC123")
+    older = json.loads(spamnb_history("--history", path, "--format", "jsonl").stdout.splitlines()[1])
+    assert [older[k] for k in ("client", "helo", "env_sender", "rcpt", "qid")] == [None] * 5  # none known
     tsv = spamnb_history("--history", path, "--format", "tsv").stdout.splitlines()
-    assert all(line.count("\t") == 18 for line in tsv) and "\x1b" not in tsv[2]
+    assert all(line.count("\t") == 23 for line in tsv) and "\x1b" not in tsv[2]
+    assert tsv[0].split("\t")[-5:] == ["192.0.2.9", "mx.lists.example.net", "bounces@lists.example.net",
+                                       "alice@example.com,carol@example.com", "4ABC123"]
+    assert tsv[1].split("\t")[-5:] == [""] * 5
 
 
 def test_history_reads_the_file_beside_the_model_and_says_what_is_wrong_in_one_line(tmp_path):

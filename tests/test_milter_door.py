@@ -58,10 +58,10 @@ class Milter:
     """An in-process milter server on 127.0.0.1 (ephemeral port)."""
 
     def __init__(self, model, *, user_models=None, reject=False, on_error="accept", limit=1 << 20, timeout=5.0,
-                 max_connections=8):
+                 max_connections=8, history=None):
         self.log_lines = []
         self.lines = Lines()
-        self.rec = events.Recorder(write=self.lines)
+        self.rec = events.Recorder(write=self.lines, history=history)
         self.backend = FileBackend(str(model), log=self.log_lines.append).resident()
         self.backend.view()
         self.models = usermodels.Models(self.backend, user_models, self.log_lines.append, recorder=self.rec)
@@ -301,6 +301,42 @@ def test_an_error_accepts_unscanned_or_tempfails_with_one_line(compiled, spam_an
         assert errors[0]["qid"] == "4ABC123" and errors[0]["rcpt"] == "bob@example.com"
     finally:
         s.stop()
+
+
+def test_the_history_holds_each_messages_envelope(compiled, spam_and_ham, tmp_path):  # noqa: F811
+    """Each verdict's row holds what the line says of the envelope: the client's address, the
+    session's HELO, the envelope sender (not the From header), the recipients and the queue id;
+    read as a person reads them (an SMTPUTF8 address's UTF-8), one line each, bounded."""
+    import sqlite3
+
+    from spamnb.storage import history
+
+    path = str(tmp_path / "h.sqlite")
+    hist = history.Recorder(path, print)
+    s = Milter(compiled, history=hist)
+    try:
+        spam, ham = (crlf(x) for x in spam_and_ham)
+        m = s.mta()
+        assert m.message(spam)[-1][0] == b"a"
+        m.step(b"H", b"evil\x1b[2J\r\n" + b"x" * 400 + b"\0", 0x2000)  # a hostile HELO, same session
+        assert m.message(ham, connect=False, sender="j\u00f6e@example.org",
+                         rcpts=("bob@example.com", "c@example.net"), queue_id="4DEF456")[-1][0] == b"a"
+        m.close()
+    finally:
+        s.stop()
+        hist.close()
+    db = sqlite3.connect(path)
+    got = db.execute("SELECT via, user, sender, client, helo, env_sender, rcpt, qid FROM verdicts "
+                     "ORDER BY id").fetchall()
+    db.close()
+    assert [r[0] for r in got] == ["milter", "milter"] and got[0][1] == "bob"  # one recipient: theirs
+    assert got[0][2] != "a@example.org" and got[0][3:] == ("192.0.2.9", "client.example.net", "a@example.org",
+                                                            "bob@example.com", "4ABC123")
+    assert got[1][3] == "192.0.2.9"
+    assert got[1][4] == "evil\ufffd[2J " + "x" * (mp.MAX_NAME - 10)  # one line, as much as the milter keeps
+    assert got[1][5:] == ("j\u00f6e@example.org", "bob@example.com,c@example.net", "4DEF456")
+    line = [x for x in s.lines.parsed() if x["event"] == "message"][1]
+    assert line["sender"] == "j\u00f6e@example.org"  # the line reads it so too
 
 
 def test_one_recipient_picks_their_model_several_the_shared_one(compiled, user_models, spam_and_ham):  # noqa: F811

@@ -235,6 +235,8 @@ def test_unsure_bodies_stay_for_body_days_and_leave_the_queue_when_corrected(url
     (b"not json", "not JSON"), (b"[1]", "not a JSON object"), (b'{"t": 1e9, "verdict": "evil"}', "verdict"),
     (b'{"t": "x", "verdict": "ham"}', "time"), (b'{"t": 1e9, "verdict": "ham", "score": "9"}', "score"),
     (b'{"t": 1e9, "verdict": "ham", "size": -1}', "size"), (b'{"t": 1e9, "verdict": "ham", "user": [1]}', "user"),
+    (b'{"t": 1e9, "verdict": "ham", "rcpt": {"a": 1}}', "rcpt"),
+    (b'{"t": 1e9, "verdict": "ham", "helo": "' + b"x" * 1001 + b'"}', "helo"),
 ])
 def test_a_malformed_row_is_named_never_a_traceback(url, model_file, value, what):
     with pytest.raises(ValueError, match=what):
@@ -712,3 +714,41 @@ def test_learn_through_the_store_marks_its_own_message_of_a_shared_message_id(ur
     assert r.returncode == 0, r.stderr
     hist = history_of(url)
     assert [(r["subject"], r["corrected"]) for r in hist.rows([1, 2])] == [("first", "spam"), ("second", None)]
+
+
+def test_the_stores_rows_hold_the_envelope_a_milter_saw(url, model_file):
+    """Messages through the milter door recorded into the store: each row holds the client's
+    address and the envelope, as the file's do; a row without an envelope (spamd over a Unix
+    socket, a row an older spamnb recorded) holds none, and its JSON no nulls for it; ``spamnb
+    history --store`` lists them and its search finds a recipient."""
+    from milter_client import MTA
+    from spamnb.storage import redishistory
+    from test_milter_door import Milter, crlf
+
+    pushed(url, model_file)
+    hist = history_of(url)
+    recorder = redishistory.Recorder(hist, print)
+    s = Milter(model_file, history=recorder)
+    try:
+        m = MTA(s.port)
+        m.negotiate()
+        assert m.message(crlf(messages(1, "env")[0]), rcpts=("bob@example.com", "carol@example.com"))[-1][0] == b"a"
+        m.close()
+    finally:
+        s.stop()
+        recorder.close()
+    hist.write([sqlhist.row(messages(1, "plain")[0], "ham", -3.0, 0.1, via="spamd", user="alice")])
+    env, plain = hist.rows([1, 2])
+    assert (env["via"], env["client"], env["helo"], env["env_sender"], env["rcpt"], env["qid"]) == (
+        "milter", "192.0.2.9", "client.example.net", "a@example.org", "bob@example.com,carol@example.com", "4ABC123")
+    assert env["sender"] == "a0@example.org"  # the From header, not the envelope's
+    assert [plain[k] for k in sqlhist.ENVELOPE_COLUMNS] == [None] * 5
+    stored = json.loads(hist.client.hget(hist.k["row"], 2))
+    assert not set(stored) & set(sqlhist.ENVELOPE_COLUMNS)
+    r = run("history", "--store", url, "--format", "jsonl")
+    assert r.returncode == 0, r.stderr
+    listed = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["client"], x["env_sender"], x["qid"]) for x in listed] == [(None, None, None),
+                                                                         ("192.0.2.9", "a@example.org", "4ABC123")]
+    r = run("history", "--store", url, "--format", "jsonl", "--search", "CAROL@example")  # the page's search
+    assert [json.loads(line)["qid"] for line in r.stdout.splitlines()] == ["4ABC123"], r.stderr

@@ -182,6 +182,37 @@ def test_search_by_subject_verdict_and_date(site):
     assert "No verdict matches" in body or body.count('<tr id="m') < 13
 
 
+def test_the_message_page_shows_the_envelope_when_known_as_text(compiled, tmp_path):  # noqa: F811
+    """A verdict the milter recorded shows who sent it (the client's address, HELO, envelope
+    sender and recipients, queue id), every value escaped; one recorded without an envelope shows
+    none of those lines; the search finds a message by its envelope's recipient."""
+    hist = tmp_path / "h.sqlite"
+    first, second = messages()[:2]
+    db = history.open_db(hist)
+    history.write(db, [history.row(first, "ham", -9.0, 0.001, via="milter", raddr="192.0.2.9", envelope={
+        "helo": "<b>helo</b>", "sender": "a\"<script>@example.org", "rcpt": "bob@example.com,carol@example.com",
+        "qid": "4ABC123"}), history.row(second, "ham", -9.0, 0.001, via="filter")])
+    db.close()
+    web = Web(compiled, hist)
+    try:
+        status, _, page = web.get("/message/1")
+        assert status == 200
+        for shown in ("<dt>Client address</dt><dd>192.0.2.9</dd>", "<dt>HELO</dt><dd>&lt;b&gt;helo&lt;/b&gt;</dd>",
+                      "<dt>Envelope sender</dt><dd>a&quot;&lt;script&gt;@example.org</dd>",
+                      "<dt>Envelope recipients</dt><dd>bob@example.com,carol@example.com</dd>",
+                      "<dt>Queue ID</dt><dd>4ABC123</dd>"):
+            assert shown in page, shown
+        assert "<b>helo" not in page and "<script>@" not in page
+        _, _, page = web.get("/message/2")
+        assert not any(f"<dt>{k}</dt>" in page for k in ("Client address", "HELO", "Envelope sender",
+                                                         "Envelope recipients", "Queue ID"))
+        _, _, page = web.get("/history?q=carol%40example")
+        assert page.count('<tr id="m') == 1 and 'id="m1"' in page
+    finally:
+        web.stop()
+    assert "Traceback" not in web.log
+
+
 def test_a_large_history_is_read_a_page_at_a_time(compiled, tmp_path):
     hist = tmp_path / "big.sqlite"
     fill(hist, messages()[:3], unsure={0}, extra=20_000)

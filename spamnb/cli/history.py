@@ -49,9 +49,12 @@ def line(row) -> str:
                      for i, (c, (_, w)) in enumerate(zip(cells, COLUMNS))) + "  " + printable(row["message_id"])
 
 
-#: The fields of ``--format jsonl`` and ``tsv``, in order: the page's columns.
+#: The fields of ``--format jsonl`` and ``tsv``, in order: the page's columns, the envelope's last
+#: (the SMTP client's address, its HELO, the envelope sender, the recipients, the queue id: None,
+#: an empty tsv field, where the door did not know them).
 FIELDS = ("id", "t", "verdict", "score", "p", "corrected", "corrected_t", "sender", "subject", "message_id", "user",
-          "via", "dest", "host", "size", "learned", "now_verdict", "now_score", "kept")
+          "via", "dest", "host", "size", "learned", "now_verdict", "now_score", "kept", "client", "helo",
+          "env_sender", "rcpt", "qid")
 
 
 def show(rows, fmt):
@@ -79,14 +82,15 @@ def show(rows, fmt):
 @click.option("--until", metavar="WHEN", help="Verdicts up to this day (YYYY-MM-DD, included) or this long ago.")
 @click.option("--verdict", type=click.Choice(["spam", "ham", "unsure"]), help="Only verdicts of this class.")
 @click.option("--search", "text", metavar="TEXT", default="",
-              help="Only messages whose From or Subject holds TEXT, as the page's search finds it.")
+              help="Only messages whose From or Subject, or envelope sender or recipients, hold TEXT, as the "
+                   "page's search finds it.")
 @click.option("--user", metavar="NAME", default="", help="Only verdicts for this user (the spamd User:, the IMAP "
                                                          "login, else the local user).")
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
               help="Show at most this many (the newest).")
 @click.option("--format", "fmt", type=click.Choice(["table", "jsonl", "tsv"]), default="table", show_default=True,
               help="Output format: a line a verdict, clipped to the terminal's use; jsonl and tsv hold every field "
-                   "whole.")
+                   "whole, the SMTP envelope's too.")
 @click.pass_context
 def history(ctx, model_path, store, allow_insecure_model, history, since, until, verdict, text, user, limit, fmt):
     """List and search the verdict history, as the page's History does.

@@ -33,8 +33,9 @@ non-ASCII character and no ``=`` survive, so a message cannot end its line or wr
 :func:`parse` reads both forms back (``spamnb stats``).
 
 A :class:`Recorder` given a ``history`` (a :class:`spamnb.storage.history.Recorder`)
-also records each message there, and marks the row of each message learned
-as the user's correction, lines or not, for ``spamnb web``.
+also records each message there, with its ``raddr`` and envelope when the door knows
+them, and marks the row of each message learned as the user's correction, lines or
+not, for ``spamnb web``.
 
 Every event is counted once, in the recorder's :class:`Counts`, lines or not: the
 metrics read those counts at each scrape, and a server's heartbeat in a store
@@ -281,7 +282,7 @@ class Recorder:
             self.metrics.scanned(seconds)
         if self.history is not None and raw is not None:
             self.history.add(raw, label, score, p, via=HISTORY_VIA.get(via, via), user=user, dest=folder,
-                             learned=learned, cutoffs=cutoffs)
+                             learned=learned, cutoffs=cutoffs, raddr=raddr, envelope=envelope)
         if not self.lines:
             return
         if mid is None and raw is not None:

@@ -162,8 +162,10 @@ class Session:
         return (self.client[1] if self.client else None) or self.mta_address
 
     def envelope(self, msg) -> dict:
-        return {"helo": self.helo, "sender": msg.sender if msg else None,
-                "rcpt": msg.rcpt_list() if msg else None, "qid": self.qid}
+        """The SMTP envelope of ``msg`` so far, for the line and the history: each value as a
+        person reads it (:func:`readable`)."""
+        return {"helo": readable(self.helo), "sender": readable(msg.sender) if msg else None,
+                "rcpt": readable(msg.rcpt_list()) if msg else None, "qid": readable(self.qid)}
 
     def user(self, msg):
         """The user whose model scores ``msg``: its one recipient's local part (without
@@ -175,6 +177,17 @@ class Session:
             return plain_user(local.split("+", 1)[0])
         except SpamdError:
             return None
+
+
+def readable(value):
+    """A value the MTA sent (its bytes read as Latin-1, one character a byte) as a person
+    reads it: UTF-8 when it is (an SMTPUTF8 address: "jöe", not "jÃ¶e"), else cp1252
+    (:func:`spamnb.mail.mime.readable`); None as it is."""
+    if value is None or value.isascii():
+        return value
+    from spamnb.mail.mime import readable as read
+
+    return read(value.encode("latin-1"), "utf-8")
 
 
 _NONE, _CONTINUE = (), (mp.packet(mp.CONTINUE),)

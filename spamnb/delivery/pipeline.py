@@ -180,7 +180,7 @@ def filter_one(raw, source, *, via, decision=MODELS_OWN, learn=False, evidence=0
     metrics, the history), None for nothing; ``user``, ``raddr``: who it is for and
     where it came from, for the record; ``folder(label)``: where the door files a
     verdict; ``name``: the model's name in the header (``source.name`` by default);
-    ``envelope``: what the door knows of the SMTP envelope, for the line (the milter's
+    ``envelope``: what the door knows of the SMTP envelope, for the line and the history (the milter's
     ``helo``, ``sender``, ``rcpt``, ``qid``);
     ``headers``: False when the door writes no header lines (spamd's CHECK).
     Errors are raised: the door's :func:`boundary` turns them into its answer."""
@@ -256,10 +256,10 @@ class HistoryOnly:
         self.history = history
 
     def message(self, via, label, score, p, cutoffs, size, seconds, *, raw=None, user=None, learned=None,
-                folder=None, **_):
+                folder=None, raddr=None, envelope=None, **_):
         if self.history is not None and raw is not None:
             self.history.add(raw, label, score, p, via=via, user=user, dest=folder, learned=learned,
-                             cutoffs=cutoffs)
+                             cutoffs=cutoffs, raddr=raddr, envelope=envelope)
 
     def learned(self, label, source, *, raw=None, user=None, **_):
         if self.history is not None and raw is not None:

@@ -735,11 +735,23 @@ def header_text(value, declared=None) -> str:
     text = " ".join(readable(value, "utf-8", declared).split())
     if "=?" in text:
         text = "".join(_words_read(seg) if seg.isascii() else seg for seg in _NOT_ASCII_WORD.split(text))
-    if not text.isprintable():
-        import unicodedata
+    return _shown(text)
 
-        text = "".join("\ufffd" if c in _BIDI_CONTROLS or unicodedata.category(c) == "Cc" else c for c in text)
-    return text
+
+def one_line(text: str) -> str:
+    """A value that is text already (an SMTP envelope's address, a HELO name) as
+    :func:`header_text` shows a header's: blanks of any kind as one space, control and
+    bidirectional characters (and lone surrogates, which no file or database can hold) as
+    U+FFFD. Never raises."""
+    return _shown(" ".join(text.split()))
+
+
+def _shown(text: str) -> str:
+    if text.isprintable():
+        return text
+    import unicodedata
+
+    return "".join("\ufffd" if c in _BIDI_CONTROLS or unicodedata.category(c) in ("Cc", "Cs") else c for c in text)
 
 
 def _words_read(segment: str) -> str:

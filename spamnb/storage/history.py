@@ -4,8 +4,9 @@
 ``serve`` (both protocols), ``filter`` (when it does the work itself) and
 ``imap filter`` record each verdict here; ``spamnb web`` shows it and learns
 from it. One row per verdict (time, verdict, score, P(spam), From, Subject,
-Message-ID, user, size, which way answered, where the message went, learned
-or not, the user's correction: made on the page, or learned by an IMAP move,
+Message-ID, user, size, which way answered, where the message went, who sent it
+when the door knows (the client's address: spamd's, the milter's; the SMTP envelope: the
+milter's), learned or not, the user's correction: made on the page, or learned by an IMAP move,
 spamd TELL or ``spamnb learn``, its row found by Message-ID and the message's own
 key: :func:`correct`),
 and the whole message beside it for unsure ones (and the :data:`KEEP_RECENT`
@@ -78,17 +79,30 @@ CREATE TABLE IF NOT EXISTS verdicts (
     now_verdict TEXT,           -- after the last re-scoring on the page
     now_score REAL,
     ham_cut REAL, spam_cut REAL, -- the cut-offs the verdict was decided with (re-scoring uses them)
-    message_key BLOB            -- the message's identity (spamnb.mail.identity.message_key): its corrections
+    message_key BLOB,           -- the message's identity (spamnb.mail.identity.message_key): its corrections
+    -- who sent it, when the door knows (ENVELOPE_COLUMNS; NULL when not, and in rows recorded before version 3):
+    client TEXT,                -- the connecting client's IP address: the SMTP client's (milter), spamc's (spamd)
+    helo TEXT,                  -- the SMTP client's HELO/EHLO name (milter)
+    env_sender TEXT,            -- the envelope sender, MAIL FROM (milter); not the From header (sender)
+    rcpt TEXT,                  -- the envelope recipients, RCPT TO, comma-separated (milter)
+    qid TEXT                    -- the MTA's queue id (milter: Postfix's and Sendmail's {i})
 );
 CREATE INDEX IF NOT EXISTS verdicts_t ON verdicts (t);
 CREATE INDEX IF NOT EXISTS verdicts_verdict ON verdicts (verdict, id);
 CREATE TABLE IF NOT EXISTS bodies (id INTEGER PRIMARY KEY, raw BLOB NOT NULL);
 """ + MID_INDEX
 
-#: The history's version (``PRAGMA user_version``): 2 since rows hold their message's key. A
-#: history of version 1 (rows without it) gets the column when first opened for writing; its
-#: old rows keep none, and a correction finds them by Message-ID alone, as it did.
-VERSION = 2
+#: The history's version (``PRAGMA user_version``): 2 since rows hold their message's key, 3
+#: since they hold the SMTP envelope (:data:`ENVELOPE_COLUMNS`). A history of an older version
+#: gets the columns it lacks when first opened for writing (:func:`upgrade`); its old rows keep
+#: none (NULL): a row of version 1 is found by a correction by its Message-ID alone, as it was.
+VERSION = 3
+#: The versions a history may have when read: every one this code can upgrade.
+VERSIONS = (1, 2, 3)
+#: The columns of the envelope (version 3): who connected, and what the SMTP session said.
+ENVELOPE_COLUMNS = ("client", "helo", "env_sender", "rcpt", "qid")
+#: The most characters an envelope column holds (as :func:`fields` cuts From and Subject).
+ENVELOPE_WIDTH = 300
 
 
 class HistoryError(Exception):
@@ -222,9 +236,9 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
             version = db.execute("PRAGMA user_version").fetchone()[0]
             if version == 0:
                 db.executescript(SCHEMA + f"PRAGMA user_version = {VERSION};")
-            elif version == 1:
+            elif version < VERSION:
                 upgrade(db)
-        elif db.execute("PRAGMA user_version").fetchone()[0] not in (1, VERSION):
+        elif db.execute("PRAGMA user_version").fetchone()[0] not in VERSIONS:
             raise HistoryError(f"{path} is not a spamnb history")
     except sqlite3.DatabaseError as exc:
         db.close()
@@ -238,12 +252,18 @@ def open_db(path, *, create=True, readonly=False, busy_ms=BUSY_MS):
 
 
 def upgrade(db):
-    """Give a history of version 1 the ``message_key`` column (its rows keep none), once: inside
-    a write lock, so that two processes opening it together add it once."""
+    """Give a history of an older version the columns it lacks (its rows keep none): version 1
+    the ``message_key``, versions 1 and 2 the envelope's (:data:`ENVELOPE_COLUMNS`); once: the
+    version read again inside a write lock, so that two processes opening it together add them
+    once."""
     db.execute("BEGIN IMMEDIATE")
     try:
-        if db.execute("PRAGMA user_version").fetchone()[0] == 1:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version == 1:
             db.execute("ALTER TABLE verdicts ADD COLUMN message_key BLOB")
+        if version in (1, 2):
+            for column in ENVELOPE_COLUMNS:
+                db.execute(f"ALTER TABLE verdicts ADD COLUMN {column} TEXT")
             db.execute(f"PRAGMA user_version = {VERSION}")
         db.execute("COMMIT")
     except BaseException:
@@ -309,17 +329,38 @@ def check_folder(path):
                            f"file there; {where}")
 
 
-def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoffs=(None, None), t=None):
+def row(raw, label, score, p, *, via, user=None, dest=None, learned=None, cutoffs=(None, None), t=None,
+        raddr=None, envelope=None):
     """The record of one verdict: ``(columns, body or None)``; ``cutoffs``: the
     ``(ham, spam)`` cut-offs it was decided with; ``message_key``: the message's identity
-    (:func:`spamnb.mail.identity.message_key`), by which its corrections find it."""
+    (:func:`spamnb.mail.identity.message_key`), by which its corrections find it; ``raddr``:
+    the client's IP address, and ``envelope``: the SMTP envelope's ``helo``, ``sender``,
+    ``rcpt`` and ``qid`` (a dict, :data:`spamnb.delivery.events.ENVELOPE`'s), where the door
+    knows them (:func:`envelope_columns`)."""
     from spamnb.mail.identity import message_key
 
     f = fields(raw)
     cols = {"t": time.time() if t is None else t, "verdict": label, "score": float(score), "p": float(p),
             **f, "user": user or locate.local_user(), "size": len(raw), "via": via, "dest": dest, "learned": learned,
-            "ham_cut": cutoffs[0], "spam_cut": cutoffs[1], "message_key": message_key(raw)}
+            "ham_cut": cutoffs[0], "spam_cut": cutoffs[1], "message_key": message_key(raw),
+            **envelope_columns(raddr, envelope)}
     return cols, raw if len(raw) <= MAX_BODY else None
+
+
+def envelope_columns(raddr=None, envelope=None) -> dict:
+    """The :data:`ENVELOPE_COLUMNS` of a row: the client's address ``raddr`` and the SMTP
+    ``envelope`` (``helo``, ``sender``: the envelope sender, ``rcpt``, ``qid``), each as a
+    person reads it (:func:`spamnb.mail.mime.one_line`: no line break, control or
+    bidirectional character survives) and cut to :data:`ENVELOPE_WIDTH` characters, as the
+    header fields are; None for what is not known, or empty. Never raises: a hostile value
+    is recorded bounded, never fails the record."""
+    from spamnb.mail.mime import one_line
+
+    envelope = envelope if isinstance(envelope, dict) else {}
+    given = {"client": raddr, "helo": envelope.get("helo"), "env_sender": envelope.get("sender"),
+             "rcpt": envelope.get("rcpt"), "qid": envelope.get("qid")}
+    return {column: None if value is None else one_line(str(value))[:ENVELOPE_WIDTH] or None
+            for column, value in given.items()}
 
 
 def write(db, records, *, keep_recent=KEEP_RECENT, corrections=()):

@@ -3,7 +3,7 @@ site of several mail hosts (``[history] store = true``, ``--history-store``; sho
 ``spamnb web --store URL``).
 
 The same records as :mod:`spamnb.storage.history` (its :func:`~spamnb.storage.history.row`,
-plus the host that answered), the same corrections (:func:`~spamnb.storage.history.correct`'s
+the client's address and the SMTP envelope among them when known, plus the host that answered), the same corrections (:func:`~spamnb.storage.history.correct`'s
 rule: the newest verdict of the message's Message-ID and its key, of the user when given; a row
 recorded before rows held the key, by its Message-ID alone) and the
 same retention (rows for :data:`~spamnb.storage.history.ROW_DAYS` days, whole messages of
@@ -170,10 +170,11 @@ return #ARGV - 3
 """
 
 LABELS = ("spam", "ham", "unsure")
-#: the row's columns and what each may hold
-TEXTS = ("sender", "subject", "message_id", "user", "via", "dest", "host")
+#: the row's columns and what each may hold (the envelope's, :data:`~spamnb.storage.history.ENVELOPE_COLUMNS`,
+#: absent from a row that has none, and from the rows an older spamnb recorded: None when read)
+TEXTS = ("sender", "subject", "message_id", "user", "via", "dest", "host", *sqlhist.ENVELOPE_COLUMNS)
 NUMBERS = ("score", "p", "ham_cut", "spam_cut")
-LONGEST = 1000  # characters of a text column (history.fields cuts at 300)
+LONGEST = 1000  # characters of a text column (history.fields and envelope_columns cut at 300)
 
 
 def host_name() -> str:
@@ -249,7 +250,8 @@ class RedisHistory:
     # -- writing ------------------------------------------------------------------
 
     def _record_args(self, cols, body, now):
-        cols = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in cols.items()}
+        cols = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in cols.items()
+                if v is not None or k not in sqlhist.ENVELOPE_COLUMNS}  # most rows have no envelope: no nulls
         cols["host"] = self.host
         key = cols.pop("message_key", None)
         if key is not None:

@@ -33,7 +33,9 @@ MAX_MESSAGE = MAX_PARSE_BYTES
 RESCORE = 200  # unsure messages re-scored after a choice (the newest)
 LABELS = ("spam", "ham", "unsure")
 COLUMNS = ("id", "t", "verdict", "score", "p", "sender", "subject", "message_id", "user", "size", "via",
-           "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score")
+           "dest", "learned", "corrected", "corrected_t", "now_verdict", "now_score", *history.ENVELOPE_COLUMNS)
+#: The text a search looks in: From, Subject, and the envelope's sender and recipients (where known).
+SEARCHED = ("sender", "subject", "env_sender", "rcpt")
 
 
 #: The Overview's kinds of correction (docs/web.md), of a row's verdict and the class taught.
@@ -270,13 +272,13 @@ class Site:
                          page=page, bodies=bodies)
 
     def search(self, *, q="", verdict="", since="", until="", user="", page=0, size=PAGE, bodies=False):
-        """History rows by sender/subject text, verdict, user and time (:func:`time_bound`'s
+        """History rows by text (in :data:`SEARCHED`), verdict, user and time (:func:`time_bound`'s
         ``since`` and ``until``: a day, YYYY-MM-DD in local time, or seconds since the epoch)."""
         where, args = [], []
         if q:
             like = "%" + q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
-            where.append("(v.sender LIKE ? ESCAPE '\\' OR v.subject LIKE ? ESCAPE '\\')")
-            args += [like, like]
+            where.append("(" + " OR ".join(f"v.{c} LIKE ? ESCAPE '\\'" for c in SEARCHED) + ")")
+            args += [like] * len(SEARCHED)
         if verdict in LABELS:
             where.append("v.verdict = ?")
             args.append(verdict)

@@ -211,7 +211,7 @@ def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
     options = "".join(f'<option value="{v}"{" selected" if v == verdict else ""}>{v or "any verdict"}</option>'
                       for v in ("", "spam", "ham", "unsure"))
     form = (f'<form method="get" action="{e(root)}/history" class="search"><input type="search" name="q" value="{e(q)}" '
-            f'placeholder="sender or subject"><select name="verdict">{options}</select>'
+            f'placeholder="sender, subject or recipient"><select name="verdict">{options}</select>'
             f'<label>from <input type="date" name="since" value="{e(since)}"></label>'
             f'<label>to <input type="date" name="until" value="{e(until)}"></label><button>Search</button></form>')
     back = "/history?" + urlencode({**params, "page": page})
@@ -249,7 +249,12 @@ def history_page(rows, total, page, params, clues, csrf, flash="", *, root=""):
 def message_page(row, raw, clues, csrf, flash="", *, root=""):
     facts = [("Date", when(row["t"])), ("From", row["sender"]), ("Subject", row["subject"]),
              ("Message-ID", row["message_id"]), ("User", row["user"]), ("Size", f'{row["size"]} bytes'),
-             ("Via", row["via"]), ("Host", row.get("host")), ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
+             ("Via", row["via"]), ("Host", row.get("host")),
+             # who sent it, where the door knew (the client's address: spamd, the milter; the rest: the milter)
+             ("Client address", row.get("client")), ("HELO", row.get("helo")),
+             ("Envelope sender", row.get("env_sender")), ("Envelope recipients", row.get("rcpt")),
+             ("Queue ID", row.get("qid")),
+             ("Went to", row["dest"]), ("Learned at delivery", row["learned"]),
              ("Corrected to", row["corrected"])]  # on this page, by an IMAP move, TELL or spamnb learn
     dl = "".join(f"<dt>{e(k)}</dt><dd>{e(v)}</dd>" for k, v in facts if v)
     back = f"/message/{row['id']}"

@@ -19,8 +19,8 @@ from spamnb.delivery import pipeline
 from spamnb.storage import redishistory, redissite, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import (LABELS, PAGE, RESCORE, changed, chosen, correction_kind, explained, marked, rescored,
-                             rescored_queue, time_bound)
+from spamnb.web.data import (LABELS, PAGE, RESCORE, SEARCHED, changed, chosen, correction_kind, explained, marked,
+                             rescored, rescored_queue, time_bound)
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -62,7 +62,7 @@ class StoreSite:
         return out
 
     def search(self, *, q="", verdict="", since="", until="", user="", page=0, bodies=False, size=PAGE):
-        """History rows by sender/subject text, verdict, user and time (as
+        """History rows by text (in :data:`spamnb.web.data.SEARCHED`), verdict, user and time (as
         :meth:`spamnb.web.data.Site.search`)."""
         lo, hi = time_bound(since), time_bound(until, end=True)
         if not q and verdict not in LABELS and not user:
@@ -75,7 +75,7 @@ class StoreSite:
 
             def test(r):
                 return (verdict not in LABELS or r["verdict"] == verdict) and (not user or r["user"] == user) and (
-                    not needle or needle in (r["sender"] or "").casefold() or needle in (r["subject"] or "").casefold())
+                    not needle or any(needle in (r[c] or "").casefold() for c in SEARCHED))
             ids = self._matching(lo, hi, test)
         return self._page(ids, page, size, bodies), len(ids)
 
