@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from spamnb import verdict
 from spamnb.mail.mime import header_block_end, looks_like_mail, strip_verdicts
-from spamnb.mail.tokenizer import TokenizerConfig, tokenize
+from spamnb.mail.tokenizer import tokenize
 from spamnb.storage.scorer import Scorer
 
 def header_end(raw: bytes) -> tuple[int, bytes]:
@@ -90,10 +90,7 @@ def replace_verdicts(raw: bytes, lines: list[bytes]) -> bytes:
 def message_tokens(model, raw):
     """The tokens of ``raw`` under the tokenizer settings of ``model`` (a scorer or a model)."""
     if isinstance(model, Scorer):
-        config = getattr(model, "tokenizer_config", None)
-        if config is None:  # once per scorer: a server scores every message with the one it keeps
-            config = model.tokenizer_config = TokenizerConfig.from_dict(model.tokenizer)
-        return tokenize(raw, config)
+        return tokenize(raw, model.tokenizer_config)
     return model.tokens(raw)
 
 

@@ -62,6 +62,7 @@ link another user could have planted.
 from __future__ import annotations
 
 import bisect
+import functools
 import json
 import math
 import mmap
@@ -289,6 +290,14 @@ class Scorer:
 
     def __len__(self):
         return len(self._keys)
+
+    @functools.cached_property
+    def tokenizer_config(self):
+        """The tokenizer settings as :class:`spamnb.mail.tokenizer.TokenizerConfig`, made
+        once a scorer (a server scores every message with the one it keeps)."""
+        from spamnb.mail.tokenizer import TokenizerConfig
+
+        return TokenizerConfig.from_dict(self.tokenizer)
 
     @property
     def save_id(self):
