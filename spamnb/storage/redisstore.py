@@ -822,12 +822,12 @@ class RedisBackend(Backend):
             if not isinstance(reply, redis.exceptions.NoScriptError):
                 break
             self._call("learn", self.client.script_load, LEARN)
-        for got in (reply, confirmed):
-            if isinstance(got, Exception):
-                try:
+        def answered():  # an error the pipeline handed back as a reply: raised where every call's is read
+            for got in (reply, confirmed):
+                if isinstance(got, Exception):
                     raise got
-                except redis.exceptions.RedisError:
-                    self._raise("learn")
+
+        self._call("learn", answered)
         return reply, confirmed
 
     def _then_wait(self, pipe):
