@@ -265,20 +265,8 @@ class Handler(BaseHTTPRequestHandler):
         if path is None:
             self.refuse()
             return
-        try:
-            length = int(self.headers.get("Content-Length", "0"))
-        except ValueError:
-            length = -1
-        scan = path == "/scan"  # the Scan form: a whole message, sent as multipart/form-data
-        if not 0 <= length <= (MAX_SCAN_POST if scan else MAX_POST):
-            self.too_large(length, scan)
-            return
-        try:
-            body = self.rfile.read(length)
-            form = multipart(body, self.headers.get("Content-Type", ""), MAX_FORM_FIELDS) if scan else \
-                fields(body.decode("utf-8", "replace"), MAX_FORM_FIELDS)
-        except BadRequest as exc:
-            self.send(400, pages.error_page(400, str(exc), root=srv.root))
+        form = self.read_form(path == "/scan")
+        if form is None:  # answered
             return
         given = form.get("csrf", [""])[0]
         given = given.encode() if isinstance(given, str) else given
@@ -287,12 +275,36 @@ class Handler(BaseHTTPRequestHandler):
             self.send(403, pages.error_page(403, "The form's CSRF token is missing or wrong: reload the page.",
                                             root=srv.root))
             return
-        if scan:
+        if path == "/scan":
             self.scan(form)
-            return
-        if path != "/learn":
+        elif path == "/learn":
+            self.learn(form)
+        else:
             self.send(404, pages.error_page(404, "no such page", root=srv.root))
-            return
+
+    def read_form(self, scan):
+        """The POST's form, or None when it was answered (too large, malformed): the Scan
+        form's whole message as multipart/form-data (``scan``), else a urlencoded form."""
+        try:
+            length = int(self.headers.get("Content-Length", "0"))
+        except ValueError:
+            length = -1
+        if not 0 <= length <= (MAX_SCAN_POST if scan else MAX_POST):
+            self.too_large(length, scan)
+            return None
+        try:
+            body = self.rfile.read(length)
+            if scan:
+                return multipart(body, self.headers.get("Content-Type", ""), MAX_FORM_FIELDS)
+            return fields(body.decode("utf-8", "replace"), MAX_FORM_FIELDS)
+        except BadRequest as exc:
+            self.send(400, pages.error_page(400, str(exc), root=self.server.root))
+            return None
+
+    def learn(self, form):
+        """A row's or a page's Learn button: the messages chosen, learned as the label,
+        then back to the page (``back``) with what was learned said there."""
+        srv = self.server
         back = form.get("back", ["/unsure"])[0]
         if not SAFE_BACK.fullmatch(back) or back.startswith("//"):  # a path here, nothing a header could carry
             back = "/unsure"
