@@ -4,7 +4,8 @@ The server runs in-process on an ephemeral port; the MTA's side is
 ``tests/milter_client.py`` (written from the protocol's description, sharing no
 code with the server) and, where Debian's ``miltertest`` is installed (OpenDKIM's
 MTA-side test client, Lua scripts), that too. The real Postfix is
-``tests/test_milter.py``'s (``tools/harnesses/postfix_own_milter.py``).
+``tests/test_milter.py``'s (``tools/harnesses/postfix_own_milter.py``), the real
+Sendmail ``tests/test_sendmail_milter.py``'s (``tools/harnesses/sendmail_own_milter.py``).
 """
 
 from __future__ import annotations
