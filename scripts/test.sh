@@ -70,10 +70,13 @@ if [ -n "$missing" ]; then
         done
     fi
 fi
-# Postfix and spamass-milter (tests/test_postfix.py, tests/test_milter.py) are unpacked
-# into the tree, never installed: Postfix would remove Exim, and both start services.
+# Postfix, spamass-milter and Sendmail (tests/test_postfix.py, tests/test_milter.py,
+# tests/test_sendmail_milter.py) are unpacked into the tree, never installed: Postfix
+# and Sendmail would each remove Exim, and all of them start services.
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     .venv/bin/python tools/harnesses/postfix_milter.py --unpack-only >/dev/null \
         || echo "note: Postfix and spamass-milter could not be unpacked; their tests will be skipped" >&2
+    .venv/bin/python tools/harnesses/sendmail_own_milter.py --unpack-only >/dev/null \
+        || echo "note: Sendmail could not be unpacked; its test will be skipped" >&2
 fi
 exec .venv/bin/python -m pytest "$@"

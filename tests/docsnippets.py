@@ -27,8 +27,8 @@ SUBSTITUTE = {
     # the hosts: all of 127.0.0.0/8 is loopback on Linux, so three addresses need no set-up
     "addresses": {"192.0.2.10": "127.0.0.10", "192.0.2.11": "127.0.0.11", "192.0.2.12": "127.0.0.12",
                   "192.0.2.0/24": "127.0.0.0/8"},
-    # each a free port, the same on every host (as the page has them)
-    "ports": (6379, 26379, 783, 9783),
+    # each a free port, the same on every host (as the page has them); 11332: admin.md's milter
+    "ports": (6379, 26379, 783, 9783, 11332),
     # each host's own folders: under a folder of the test's for that host
     "folders": ("/etc/", "/var/lib/", "/run/"),
     # each a password generated for the run
@@ -47,6 +47,14 @@ def blocks(page: Path, language=None) -> list[tuple[str, str]]:
     """``(info string, text)`` of each fenced block of ``page`` (of ``language`` only, when given)."""
     found = [(info.strip(), text) for info, text in FENCE.findall(page.read_text(encoding="utf-8"))]
     return [(info, text) for info, text in found if language is None or info.split()[:1] == [language]]
+
+
+def line(page: Path, start: str) -> str:
+    """The one line of ``page``'s blocks that starts with ``start`` (admin.md's Sendmail
+    ``INPUT_MAIL_FILTER(``), as written."""
+    found = [ln for _, text in blocks(page) for ln in text.splitlines() if ln.startswith(start)]
+    assert len(found) == 1, f"{page.name} has {len(found)} lines starting with {start!r} in its blocks"
+    return found[0]
 
 
 def files(page: Path = MANY_HOSTS) -> dict[str, str]:

@@ -64,13 +64,17 @@ class MTA:
         self.send(b"D", for_cmd + b"".join(k.encode() + b"\0" + v.encode() + b"\0" for k, v in pairs.items()))
 
     def message(self, raw: bytes, *, sender="a@example.org", rcpts=("bob@example.com",), chunk=65535,
-                queue_id="4ABC123", connect=True):
+                queue_id="4ABC123", connect=True, queue_id_with=b"E"):
         """One message through the steps Postfix sends (headers without their line ends, the
-        body in chunks of ``chunk``): the replies at the end of the body."""
+        body in chunks of ``chunk``): the replies at the end of the body. The queue id
+        (``{i}``, None: none) goes with the macros of the end of the body, as Postfix sends
+        it, or (``queue_id_with=b"M"``) with MAIL's, before MAIL, as Sendmail does."""
         if connect:
             self.macro(b"C", j="mx.example.com")
             self.step(b"C", b"client.example.net\x004" + struct.pack("!H", 40000) + b"192.0.2.9\0", 0x1000)
             self.step(b"H", b"client.example.net\0", 0x2000)
+        if queue_id is not None and queue_id_with == b"M":
+            self.macro(b"M", i=queue_id, mail_mailer="esmtp")
         self.step(b"M", f"<{sender}>\0".encode(), 0x4000)
         for r in rcpts:
             self.step(b"R", f"<{r}>\0".encode(), 0x8000)
@@ -92,7 +96,8 @@ class MTA:
             self.step(b"N", b"", 0x40000)
         for i in range(0, len(body), chunk):
             self.step(b"B", body[i:i + chunk], 0x80000)
-        self.macro(b"E", i=queue_id)
+        if queue_id is not None and queue_id_with == b"E":
+            self.macro(b"E", i=queue_id)
         self.send(b"E")
         return self.until_final()
 

@@ -4,7 +4,8 @@ The server runs in-process on an ephemeral port; the MTA's side is
 ``tests/milter_client.py`` (written from the protocol's description, sharing no
 code with the server) and, where Debian's ``miltertest`` is installed (OpenDKIM's
 MTA-side test client, Lua scripts), that too. The real Postfix is
-``tests/test_milter.py``'s (``tools/harnesses/postfix_own_milter.py``).
+``tests/test_milter.py``'s (``tools/harnesses/postfix_own_milter.py``), the real
+Sendmail ``tests/test_sendmail_milter.py``'s (``tools/harnesses/sendmail_own_milter.py``).
 """
 
 from __future__ import annotations
@@ -270,6 +271,24 @@ def test_many_messages_abort_and_quit_nc_on_one_connection(spam_and_ham, served_
     with pytest.raises(EOFError):
         m.read()
     assert len([x for x in served_milter.lines.parsed() if x["event"] == "message"]) == 6
+
+
+def test_the_queue_id_is_the_messages_whether_sent_before_mail_or_at_the_end(spam_and_ham, served_milter):
+    """Sendmail sends ``{i}`` with MAIL's macros (before MAIL), Postfix at the end of the
+    body: each line names its own message's, and a message sent without one names none."""
+    spam, ham = (crlf(x) for x in spam_and_ham)
+    m = served_milter.mta()
+    m.message(ham, queue_id="6B7EV7bG012829", queue_id_with=b"M")
+    m.message(spam, connect=False, queue_id="6B7EV71O012837", queue_id_with=b"M")
+    m.message(ham, connect=False, queue_id=None)
+    m.message(ham, connect=False, queue_id="4ABC123")
+    m.macro(b"M", i="6B7EV8HT012857")  # a message aborted after its id came: not the next one's
+    m.step(b"M", b"<x@y>\0", 0x4000)
+    m.send(b"A")
+    m.message(ham, connect=False, queue_id=None)
+    m.close()
+    lines = [x for x in served_milter.lines.parsed() if x["event"] == "message"]
+    assert [x.get("qid") for x in lines] == ["6B7EV7bG012829", "6B7EV71O012837", None, "4ABC123", None]
 
 
 def test_reject_refuses_spam_with_550_and_tags_the_rest(compiled, spam_and_ham):  # noqa: F811

@@ -101,6 +101,9 @@ class Session:
         return [reply]
 
     def _macro(self, data):
+        # The queue id ({i}) is one message's: Sendmail sends it with MAIL's macros, before
+        # MAIL, Postfix with those of the end of the body; it goes when the message ends
+        # (its answer, or ABORT), never read for the next one.
         if len(data) != 1:  # Postfix sends one before each header field, most naming no macro
             qid = mp.macros(data)[1].get("i")  # the one macro used: what others an MTA sends are not kept
             if qid is not None:
@@ -115,7 +118,6 @@ class Session:
         self.helo = (mp.strings(data) or [b""])[0][:mp.MAX_NAME].decode("latin-1")
 
     def _mail(self, data):
-        self.qid = None  # the queue id of the message before
         self.message = mp.Message(self.srv.limit)
         self.message.sender = mp.address(data)
 
@@ -136,10 +138,14 @@ class Session:
         msg = self._current()
         msg.add_body(data)
         self.message = None
-        return self.srv.answer(self, msg)
+        try:
+            return self.srv.answer(self, msg)
+        finally:
+            self.qid = None  # this message's, never the next one's
 
     def _abort(self, data):
         self.message = None
+        self.qid = None
         return []
 
     def _quit(self, data):
