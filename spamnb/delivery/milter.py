@@ -104,10 +104,9 @@ class Session:
         # The queue id ({i}) is one message's: Sendmail sends it with MAIL's macros, before
         # MAIL, Postfix with those of the end of the body; it goes when the message ends
         # (its answer, or ABORT), never read for the next one.
-        if len(data) != 1:  # Postfix sends one before each header field, most naming no macro
-            qid = mp.macros(data)[1].get("i")  # the one macro used: what others an MTA sends are not kept
-            if qid is not None:
-                self.qid = qid[:mp.MAX_NAME]
+        qid = mp.macros(data)[1].get("i")  # the one macro used: what others an MTA sends are not kept
+        if qid is not None:
+            self.qid = qid[:mp.MAX_NAME]
         return []
 
     def _connect(self, data):
@@ -214,6 +213,8 @@ class _Handler(socketserver.BaseRequestHandler):
         reader = mp.PacketReader(conn)
         try:
             for cmd, data in reader.packets(session.deadline):  # the deadline asked only when it must wait
+                if cmd == mp.MACRO and len(data) == 1:  # Postfix's before each header field: no macro, no answer
+                    continue
                 replies = session.step(cmd, data)
                 if replies:
                     conn.sendall(b"".join(replies))

@@ -239,10 +239,10 @@ def connect(data: bytes) -> tuple[str, str | None]:
 
 def header(data: bytes) -> tuple[bytes, bytes]:
     """``(name, value)`` of an ``L`` packet."""
-    items = data.split(b"\0")
-    if len(items) < 2 or not items[0]:
+    name, nul, rest = data.partition(b"\0")
+    if not nul or not name:
         raise MilterError("a header packet without a name and a value")
-    return items[0], items[1]
+    return name, rest.partition(b"\0")[0]
 
 
 def address(data: bytes) -> str:
@@ -275,7 +275,8 @@ def reply_code(text: str) -> bytes:
 def field_value(value: bytes, leadspc: bool) -> bytes:
     """A header value as sent by the MTA, as it is in the message: with its leading space
     (the MTA removes it unless HDR_LEADSPC was agreed), its line breaks CRLF."""
-    value = value.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
+    if b"\n" in value:  # a folded field (most are not)
+        value = value.replace(b"\r\n", b"\n").replace(b"\n", b"\r\n")
     return value if leadspc else b" " + value
 
 
