@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from spamnb import checks, verdict
 from conftest import filter_message
 from spamnb import verdict
-from spamnb.delivery import access, hook, spamd, spamd_protocol, usermodels
+from spamnb.delivery import access, hook, server, spamd, spamd_protocol, usermodels
 from spamnb.delivery.server import Compactor
 from spamnb.mail.identity import message_key
 from spamnb.storage.filestore import FileBackend
@@ -143,12 +143,12 @@ def test_bad_addresses_are_refused(text):
 
 
 def test_listening_beyond_loopback_needs_allow():
-    spamd.check_listening(["127.0.0.1:783", "[::1]:783"])
+    server.check_listening(["127.0.0.1:783", "[::1]:783"], (), "--spamd")
     with pytest.raises(ValueError, match="--allow"):
-        spamd.check_listening(["0.0.0.0:783"])
-    spamd.check_listening(["0.0.0.0:783"], ["192.0.2.0/24"])
+        server.check_listening(["0.0.0.0:783"], (), "--spamd")
+    server.check_listening(["0.0.0.0:783"], ["192.0.2.0/24"], "--spamd")
     with pytest.raises(ValueError, match="--allow 192.0.2.0/99: not an address"):
-        spamd.check_listening(["127.0.0.1:783"], ["192.0.2.0/99"])
+        server.check_listening(["127.0.0.1:783"], ["192.0.2.0/99"], "--spamd")
 
 
 def test_score_and_threshold_are_log_odds_with_one_decimal():

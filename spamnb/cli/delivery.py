@@ -168,7 +168,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
       spamnb serve --milter 127.0.0.1:11332 --user-models /var/lib/spamnb/users
     """
     from spamnb import checks
-    from spamnb.delivery.server import ServerError, serve as run_server
+    from spamnb.delivery.server import ServerError, open_listeners, serve as run_server
     from spamnb.storage.locate import default_socket_path
 
     # the checks `config --check` applies to the files' values (refused there with FILE:LINE)
@@ -189,12 +189,12 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
         raise click.UsageError("--milter-reject and --milter-on-error are for --milter ([milter] listen)")
     for addresses, option in ((spamd_addresses, "--spamd"), (milter_addresses, "--milter")):
         if addresses:  # bad addresses and networks are refused before any model is loaded
-            from spamnb.delivery.spamd import check_listening
+            from spamnb.delivery.server import check_listening
 
             try:
-                check_listening(addresses, allow)
+                check_listening(addresses, allow, option)
             except ValueError as exc:
-                raise click.UsageError(str(exc).replace("--spamd", option, 1)) from None
+                raise click.UsageError(str(exc)) from None
     checked(decision)  # a bad decision: a usage error now
     meter = metrics_from(metrics_address, metrics_allow)
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
@@ -211,23 +211,15 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
             models = spamd.Models(backend, user_models, log, store_users=store_users, decision=decision,
                                   recorder=rec)
             spamd_models.append(models)
-            servers = spamd.open_servers(spamd_addresses, models, allow=allow, max_bytes=max_bytes, timeout=timeout,
-                                         allow_tell=allow_tell or allow_tell_served,
-                                         tell_served=allow_tell_served, unix_mode=mode,
-                                         max_connections=max_connections, compactor=compactor, log=log,
-                                         spamd_max_bytes=spamd_max_bytes,
-                                         trusted_users=spamd_trusted_users or ()) if spamd_addresses else []
-            try:
-                servers += milter.open_servers(milter_addresses or (), models, allow=allow,
-                                               limit=min(max_bytes, spamd_max_bytes), timeout=timeout,
-                                               reject=milter_reject, on_error=milter_on_error, unix_mode=mode,
-                                               max_connections=max_connections, log=log,
-                                               trusted_users=spamd_trusted_users or ())
-            except BaseException:
-                for srv in servers:
-                    srv.close()
-                raise
-            return servers
+            return open_listeners(
+                allow,
+                spamd.listening(spamd_addresses or (), models, max_bytes=max_bytes, timeout=timeout,
+                                allow_tell=allow_tell or allow_tell_served, tell_served=allow_tell_served,
+                                unix_mode=mode, max_connections=max_connections, compactor=compactor, log=log,
+                                spamd_max_bytes=spamd_max_bytes, trusted_users=spamd_trusted_users or ()),
+                milter.listening(milter_addresses or (), models, limit=min(max_bytes, spamd_max_bytes),
+                                 timeout=timeout, reject=milter_reject, on_error=milter_on_error, unix_mode=mode,
+                                 max_connections=max_connections, log=log, trusted_users=spamd_trusted_users or ()))
 
     def reload():
         new = reread_decision(ctx)

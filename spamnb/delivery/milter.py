@@ -41,8 +41,7 @@ import time
 from spamnb.delivery import access, pipeline
 from spamnb.delivery import milter_protocol as mp
 from spamnb.delivery.access import client_ip
-from spamnb.delivery.server import BoundedThreads, ServerError, TCPListener, UnixListener
-from spamnb.delivery.spamd import SLOT_WAIT, check_listening
+from spamnb.delivery.server import SLOT_WAIT, DoorServer, Listening, TCPListener, UnixListener
 from spamnb.delivery.spamd_protocol import SpamdError
 from spamnb.delivery.usermodels import plain_user
 from spamnb.verdict import VERDICT_FIELDS
@@ -226,12 +225,9 @@ class _Handler(socketserver.BaseRequestHandler):
             srv.failed(session, exc)
 
 
-class _MilterServer(BoundedThreads):
-    daemon_threads = False
-    block_on_close = True
-    request_queue_size = 128
+class _MilterServer(DoorServer):
     what = "the milter protocol"
-    rules = access.Rules()
+    via = "milter"
 
     def configure(self, models, *, limit, timeout, reject, on_error, log, max_connections, trusted_users=()):
         self.models = models
@@ -298,28 +294,6 @@ class _MilterServer(BoundedThreads):
                                    raddr=session.raddr(), envelope=session.envelope(msg) if msg else None,
                                    size=msg.size if msg and session.started() else None)
 
-    # -- who --
-
-    def peer(self, conn, client_address):
-        raise NotImplementedError
-
-    def holder(self, request, client_address):
-        return self.rules.holder(self.peer(request, client_address))
-
-    def verify_request(self, request, client_address):
-        if self.rules.allows(self.peer(request, client_address), access.CONNECT):
-            return True
-        self.log(f"milter: connection from {client_address[0]} refused (not in --allow)")
-        self.tally_unserved("not_allowed", client_address)
-        return False
-
-    def unserved(self, kind, client_address, count):
-        """Beyond ``--max-connections`` (and the wait), or outside ``--allow``: closed
-        unread; the MTA applies its milter_default_action."""
-        self.models.recorder.error(kind, "too many connections" if kind == "busy" else "not in --allow: closed unread",
-                                   via="milter", unscanned=True, count=count,
-                                   raddr=client_ip(client_address) if client_address else None)
-
     def close(self):
         """Stop: the sessions idle between messages end now (their reads see the end),
         a message being answered is answered; then the listener closes."""
@@ -345,26 +319,17 @@ class UnixServer(UnixListener, _MilterServer, socketserver.UnixStreamServer):
         super().__init__(path, mode, _Handler)
 
 
-def open_servers(addresses, models, *, allow=(), limit, timeout, reject=False, on_error="accept",
-                 unix_mode=0o600, max_connections, log, trusted_users=()):
-    """The listening milter servers of ``addresses`` (ValueError/ServerError when one cannot)."""
-    try:
-        listen, nets = check_listening(addresses, allow)
-    except ValueError as exc:
-        raise ValueError(str(exc).replace("--spamd", "--milter", 1)) from None
-    servers = []
-    try:
-        for text, (kind, *where) in zip(addresses, listen):
-            try:
-                srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1],
-                                                                                      access.LOOPBACK + nets)
-            except OSError as exc:
-                raise ServerError(f"cannot listen on {text} (--milter): {exc.strerror or exc}") from None
-            srv.configure(models, limit=limit, timeout=timeout, reject=reject, on_error=on_error, log=log,
-                          max_connections=max_connections, trusted_users=trusted_users)
-            servers.append(srv)
-    except BaseException:
-        for srv in servers:
-            srv.close()
-        raise
-    return servers
+def listening(addresses, models, *, limit, timeout, reject=False, on_error="accept", unix_mode=0o600,
+              max_connections, log, trusted_users=()) -> Listening:
+    """The milter servers of ``addresses`` to open (:func:`spamnb.delivery.server.open_listeners`)."""
+
+    def listen(kind, where, networks):
+        srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1], networks)
+        srv.configure(models, limit=limit, timeout=timeout, reject=reject, on_error=on_error, log=log,
+                      max_connections=max_connections, trusted_users=trusted_users)
+        return srv
+
+    def said(text, kind, where, exc):
+        return f"cannot listen on {text} (--milter): {exc.strerror or exc}"
+
+    return Listening("--milter", tuple(addresses), listen, said)

@@ -65,6 +65,7 @@ import stat
 import sys
 import threading
 import time
+import typing
 
 from spamnb import checks
 from spamnb.delivery import access, events, pipeline, wire
@@ -636,7 +637,7 @@ def serve(sock_path, backend, *, max_bytes=MAX_BYTES, timeout=TIMEOUT, log=None,
         threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
     log(f"listening on {sock_path} (model {backend.name})")
     for srv in extra:
-        log(f"serving {getattr(srv, 'what', 'the spamd protocol')} on {srv.where()}")
+        log(f"serving {srv.what} on {srv.where()}")
     if ready:
         ready()
     try:
@@ -695,6 +696,58 @@ def _reload(reload, log):
 
 # -- the listeners of the doors that serve other programs (spamd, the milter) ---------------
 
+#: Seconds a connection beyond a door's cap waits for a slot before it is refused (at most
+#: ``--max-connections`` of them wait, each in its own thread; one more is refused at once):
+#: spamd then answers EX_TEMPFAIL, the milter closes it (the MTA applies milter_default_action).
+SLOT_WAIT = 2.0
+
+
+class DoorServer(BoundedThreads):
+    """The server of a door that serves other programs (spamd, the milter), under a
+    listener (:class:`TCPListener`, :class:`UnixListener`) that tells who is at the other
+    end (:meth:`peer`). Who may connect is asked of :attr:`rules` before a byte is read.
+    A door's ``configure`` sets ``models`` and ``log`` and calls :meth:`bound_threads`."""
+
+    daemon_threads = False
+    block_on_close = True
+    request_queue_size = 128
+    #: what the door serves, in serve's line "serving WHAT on ADDRESS"
+    what = None
+    #: the door's name in its log lines ("VIA: ...") and event lines (``via=``)
+    via = None
+    #: the event kind of a connection refused beyond the cap (``busy``, or the door's word for it)
+    busy_kind = "busy"
+    #: who may do what here (:mod:`spamnb.delivery.access`): a TCP listener's networks, and the door's switches
+    rules = access.Rules()
+
+    def peer(self, conn, client_address):
+        """Who is at the other end of ``conn`` (:class:`spamnb.delivery.access.Peer`): the listener's."""
+        raise NotImplementedError
+
+    def holder(self, request, client_address):
+        return self.rules.holder(self.peer(request, client_address))
+
+    def verify_request(self, request, client_address):
+        """Connections the access rules refuse (from outside the allowed networks) are
+        closed before a byte is read."""
+        if self.rules.allows(self.peer(request, client_address), access.CONNECT):
+            return True
+        self.log(f"{self.via}: connection from {client_address[0]} refused (not in --allow)")
+        self.tally_unserved("not_allowed", client_address)
+        return False
+
+    def unserved(self, kind, client_address, count):
+        """Beyond ``--max-connections`` (and the wait), or outside ``--allow``: closed unread
+        (with the door's ``busy`` answer, if any); its client passes the mail unscanned."""
+        busy = kind == "busy"
+        self.models.recorder.error(self.busy_kind if busy else kind,
+                                   "too many connections" if busy else "not in --allow: closed unread",
+                                   via=self.via, unscanned=True, count=count,
+                                   raddr=access.client_ip(client_address) if client_address else None)
+
+    def close(self):
+        self.server_close()
+
 
 class TCPListener:
     """A door's TCP listener, mixed in before the door's server and socketserver's
@@ -746,3 +799,50 @@ class UnixListener:
                 os.unlink(self.path)
         except OSError:
             pass
+
+
+def check_listening(addresses, allow, option):
+    """``([listen address...], networks)`` of ``option``'s ``addresses`` (``--spamd``,
+    ``--milter``) and ``--allow`` (:func:`spamnb.checks.listening`), ValueError naming the
+    option when one is bad or listens beyond loopback without ``allow``: ``serve`` asks
+    before it loads any model."""
+    try:
+        nets = checks.networks(allow)
+    except ValueError as exc:
+        raise ValueError(f"--allow {exc}") from None
+    try:
+        return checks.listening(addresses, nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)"), nets
+    except ValueError as exc:
+        raise ValueError(f"{option} {exc}") from None
+
+
+class Listening(typing.NamedTuple):
+    """A door's listeners to open (:func:`open_listeners`): ``option``'s ``addresses``, each
+    made by ``listen(kind, where, networks)`` (``kind`` "unix" or "tcp", ``where`` [path] or
+    [host, port], ``networks`` loopback and ``--allow``'s); ``said(text, kind, where, exc)``
+    is the error when one cannot listen (OSError)."""
+
+    option: str
+    addresses: tuple
+    listen: typing.Callable
+    said: typing.Callable
+
+
+def open_listeners(allow, *doors: Listening) -> list:
+    """The listening servers of ``doors``, one per address: every address and network is
+    checked first (ValueError naming its option, :func:`check_listening`), then each opens
+    (ServerError when one cannot); when one fails, those opened already are closed."""
+    checked = [(door, check_listening(door.addresses, allow, door.option)) for door in doors if door.addresses]
+    servers = []
+    try:
+        for door, (listen, nets) in checked:
+            for text, (kind, *where) in zip(door.addresses, listen):
+                try:
+                    servers.append(door.listen(kind, where, access.LOOPBACK + nets))
+                except OSError as exc:
+                    raise ServerError(door.said(text, kind, where, exc)) from None
+    except BaseException:
+        for srv in servers:
+            srv.close()
+        raise
+    return servers

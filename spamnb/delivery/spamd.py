@@ -1,7 +1,7 @@
 """``spamnb serve --spamd ADDRESS``: the spamd listeners.
 
 The TCP (:class:`TCPServer`) and Unix (:class:`UnixServer`) listeners that
-``serve --spamd`` opens (:func:`open_servers`), each connection answered in
+``serve --spamd`` opens (:func:`listening`), each connection answered in
 SpamAssassin's spamc/spamd protocol (:mod:`spamnb.delivery.spamd_protocol`) with
 the served or the user's model (:class:`spamnb.delivery.usermodels.Models`); who
 may connect, and who may name which user (``User:``, any method), is the rule of
@@ -17,7 +17,7 @@ it is returned as it came (held on disk while it arrives, never in memory
 beyond :data:`SPOOL_BYTES`), never dropped. Every
 request has a deadline (reading it, then writing the reply), and the
 connections served at once are capped (``--max-connections``): one beyond the
-cap waits up to :data:`SLOT_WAIT` for a slot while no more than the cap wait
+cap waits up to :data:`~spamnb.delivery.server.SLOT_WAIT` for a slot while no more than the cap wait
 with it, else it is answered EX_TEMPFAIL and closed at once, so a slow or
 stalled client holds one thread for at most the deadline and a flood of idle
 ones at most twice the cap of descriptors. One client (a user of this machine,
@@ -38,10 +38,9 @@ import socketserver
 import tempfile
 import time
 
-from spamnb import checks
 from spamnb.delivery import access, events, pipeline
-from spamnb.delivery.server import BoundedThreads, ServerError, TCPListener, UnixListener
-from spamnb.delivery.access import LOOPBACK, client_ip
+from spamnb.delivery.server import SLOT_WAIT, DoorServer, Listening, TCPListener, UnixListener
+from spamnb.delivery.access import client_ip
 from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer, find_header_end, namer,
                                             parse_headers, parse_request_line, reply, spam_line, unreadable)
 from spamnb.storage.store import ModelError
@@ -49,9 +48,6 @@ from spamnb.delivery.usermodels import Models  # noqa: F401 - serve builds them 
 from spamnb.options import BY_KEY
 from spamnb.verdict import threshold
 
-#: Seconds a connection beyond the cap waits for a slot before EX_TEMPFAIL (at most
-#: ``--max-connections`` of them wait, each in its own thread; one more gets it at once).
-SLOT_WAIT = 2.0
 #: An unscanned message for PROCESS is held in memory up to this, then on disk.
 SPOOL_BYTES = 8 * 1024 * 1024
 #: The largest message a spamd client may send (``--spamd-max-bytes``, its row's default:
@@ -259,13 +255,10 @@ def _at_most(pieces, left, cap):
         yield piece
 
 
-class _SpamdServer(BoundedThreads):
-    daemon_threads = False
-    block_on_close = True
-    request_queue_size = 128
-    #: Who may do what here (:mod:`spamnb.delivery.access`): a TCP listener's networks, and
-    #: the TELL switches of :meth:`configure`.
-    rules = access.Rules()
+class _SpamdServer(DoorServer):
+    what = "the spamd protocol"
+    via = "spamd"
+    busy_kind = "ex_tempfail"  # answered EX_TEMPFAIL
 
     def configure(self, models, *, max_bytes, timeout, allow_tell, log, compactor, max_connections,
                   tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES, trusted_users=()):
@@ -282,34 +275,6 @@ class _SpamdServer(BoundedThreads):
         # and no one client (a local user, another host) holds more than half of either
         self.bound_threads(max_connections, busy=SpamdError("EX_TEMPFAIL", "too many connections").line(),
                            wait=SLOT_WAIT, shared=True)
-
-    def peer(self, conn, client_address):
-        """Who is at the other end of ``conn`` (:class:`spamnb.delivery.access.Peer`)."""
-        raise NotImplementedError
-
-    def holder(self, request, client_address):
-        return self.rules.holder(self.peer(request, client_address))
-
-    def verify_request(self, request, client_address):
-        """Connections the access rules refuse (from outside the allowed networks) are
-        closed before a byte is read."""
-        if self.rules.allows(self.peer(request, client_address), access.CONNECT):
-            return True
-        self.log(f"spamd: connection from {client_address[0]} refused (not in --allow)")
-        self.tally_unserved("not_allowed", client_address)
-        return False
-
-    def unserved(self, kind, client_address, count):
-        """Beyond ``--max-connections`` (and the wait): answered EX_TEMPFAIL; outside ``--allow``:
-        closed unread. spamc passes the mail either way."""
-        busy = kind == "busy"
-        self.models.recorder.error("ex_tempfail" if busy else kind,
-                                   "too many connections" if busy else "not in --allow: closed unread",
-                                   via="spamd", unscanned=True, count=count,
-                                   raddr=client_ip(client_address) if client_address else None)
-
-    def close(self):
-        self.server_close()
 
 
 class TCPServer(TCPListener, _SpamdServer, socketserver.TCPServer):
@@ -331,44 +296,22 @@ class UnixServer(UnixListener, _SpamdServer, socketserver.UnixStreamServer):
 
 # -- addresses -------------------------------------------------------------------------
 
-def check_listening(addresses, allow=()):
-    """``([listen address...], networks)`` of ``--spamd`` and ``--allow``
-    (:func:`spamnb.checks.listening`), ValueError naming the option when one is bad or
-    listens beyond loopback without ``allow``: ``serve`` asks before it loads any model."""
-    try:
-        nets = checks.networks(allow)
-    except ValueError as exc:
-        raise ValueError(f"--allow {exc}") from None
-    try:
-        return checks.listening(addresses, nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)"), nets
-    except ValueError as exc:
-        raise ValueError(f"--spamd {exc}") from None
 
+def listening(addresses, models, *, max_bytes, timeout, allow_tell=False, unix_mode=0o600, max_connections,
+              compactor, log, tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES, trusted_users=()) -> Listening:
+    """The spamd servers of ``addresses`` to open (:func:`spamnb.delivery.server.open_listeners`)."""
 
-def open_servers(addresses, models, *, allow=(), max_bytes, timeout, allow_tell=False, unix_mode=0o600,
-                 max_connections, compactor, log, tell_served=False, spamd_max_bytes=SPAMD_MAX_BYTES,
-                 trusted_users=()):
-    """The listening spamd servers of ``addresses`` (ValueError/ServerError/OSError when one cannot)."""
-    listen, nets = check_listening(addresses, allow)
-    servers = []
-    try:
-        for text, (kind, *where) in zip(addresses, listen):
-            try:
-                srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1],
-                                                                                      LOOPBACK + nets)
-            except OSError as exc:
-                hint = (" (a port below 1024 needs root or CAP_NET_BIND_SERVICE: see contrib/systemd, "
-                        "or pick a port above 1023 and give spamc -p PORT)"
-                        if kind == "tcp" and where[1] < 1024 and exc.errno == errno.EACCES else "")
-                raise ServerError(f"cannot listen on {text}: {exc.strerror or exc}{hint}") from None
-            srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
-                          compactor=compactor, max_connections=max_connections, tell_served=tell_served,
-                          spamd_max_bytes=spamd_max_bytes, trusted_users=trusted_users)
-            servers.append(srv)
-    except BaseException:
-        for srv in servers:
-            srv.close()
-        raise
-    return servers
+    def listen(kind, where, networks):
+        srv = UnixServer(where[0], unix_mode) if kind == "unix" else TCPServer(where[0], where[1], networks)
+        srv.configure(models, max_bytes=max_bytes, timeout=timeout, allow_tell=allow_tell, log=log,
+                      compactor=compactor, max_connections=max_connections, tell_served=tell_served,
+                      spamd_max_bytes=spamd_max_bytes, trusted_users=trusted_users)
+        return srv
 
+    def said(text, kind, where, exc):
+        hint = (" (a port below 1024 needs root or CAP_NET_BIND_SERVICE: see contrib/systemd, "
+                "or pick a port above 1023 and give spamc -p PORT)"
+                if kind == "tcp" and where[1] < 1024 and exc.errno == errno.EACCES else "")
+        return f"cannot listen on {text}: {exc.strerror or exc}{hint}"
 
+    return Listening("--spamd", tuple(addresses), listen, said)
