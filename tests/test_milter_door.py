@@ -456,6 +456,23 @@ def test_connections_beyond_the_cap_are_closed_and_the_others_served(compiled, s
         s.stop()
 
 
+def test_each_connection_has_one_peer(compiled, spam_and_ham, monkeypatch):  # noqa: F811
+    """The peer built when the MTA's connection is accepted is the one its share and its
+    session ask again."""
+    built = []
+    tcp = access.Peer.tcp
+    monkeypatch.setattr(access.Peer, "tcp", lambda *a, **kw: built.append(a) or tcp(*a, **kw))
+    s = Milter(compiled, max_connections=1)  # a share of one: who holds each connection is asked
+    try:
+        for n in (1, 2):
+            m = s.mta()
+            assert status_of(m.message(crlf(spam_and_ham[1]))).startswith(b" No")
+            m.close()
+            assert len(built) == n
+    finally:
+        s.stop()
+
+
 def test_serve_milter_usage_errors_are_one_line(compiled, tmp_path):  # noqa: F811
     for args, message in ((["--milter", "0.0.0.0:11332"], b"--allow"), (["--milter-reject"], b"are for --milter"),
                           (["--milter", "mail.example:1"], b"IP address")):

@@ -310,6 +310,27 @@ def test_only_a_tell_naming_a_user_asks_who_the_tcp_peer_is(served, spam_and_ham
     assert len(asked) == 1
 
 
+def test_each_connection_has_one_peer_and_its_user_is_looked_up_once(compiled, spam_and_ham, monkeypatch):
+    """The peer built when a connection is accepted (who may connect) is the one the share
+    (who holds it) and the request's rule (who may name a user) ask again: one Peer, one
+    scan of the kernel's socket table, per connection."""
+    built, asked = [], []
+    tcp, real = access.Peer.tcp, access.local_peer_uid
+    monkeypatch.setattr(access.Peer, "tcp", lambda *a, **kw: built.append(a) or tcp(*a, **kw))
+    monkeypatch.setattr(access, "local_peer_uid", lambda *a: asked.append(a) or real(*a))
+    s = Served(compiled, max_connections=1)  # a share of one: who holds each connection is asked
+    try:
+        me = pwd.getpwuid(os.geteuid()).pw_name
+        raw = spam_and_ham[1].replace(b"Subject:", b"Subject: one-peer", 1)
+        for n in (1, 2):
+            assert split_reply(s.ask(request("TELL", raw, User=me, Message_class="ham", Set="local")))[0] \
+                .startswith(b"SPAMD/1.1 0 ")
+            assert (len(built), len(asked)) == (n, n)
+        assert not s.srv._peers  # none kept once its connection is closed
+    finally:
+        s.stop()
+
+
 def test_tell_marks_the_tellers_row_of_the_message_corrected_in_the_history(compiled, spam_and_ham, tmp_path):
     """spamc -L spam|ham is the user's correction: the history row of that message (by
     Message-ID) and that user is marked, as the page marks it; a message never scanned

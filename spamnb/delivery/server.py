@@ -705,7 +705,10 @@ SLOT_WAIT = 2.0
 class DoorServer(BoundedThreads):
     """The server of a door that serves other programs (spamd, the milter), under a
     listener (:class:`TCPListener`, :class:`UnixListener`) that tells who is at the other
-    end (:meth:`peer`). Who may connect is asked of :attr:`rules` before a byte is read.
+    end (``make_peer``). Who may connect is asked of :attr:`rules` before a byte is read;
+    the :class:`~spamnb.delivery.access.Peer` built then is the connection's one peer, which
+    :meth:`holder` and the door's handler (:meth:`peer`) ask again, so that its user is
+    looked up once (over TCP a scan of the kernel's socket table) however often it is read.
     A door's ``configure`` sets ``models`` and ``log`` and calls :meth:`bound_threads`."""
 
     daemon_threads = False
@@ -720,9 +723,18 @@ class DoorServer(BoundedThreads):
     #: who may do what here (:mod:`spamnb.delivery.access`): a TCP listener's networks, and the door's switches
     rules = access.Rules()
 
-    def peer(self, conn, client_address):
-        """Who is at the other end of ``conn`` (:class:`spamnb.delivery.access.Peer`): the listener's."""
+    def bound_threads(self, *args, **kwargs):
+        super().bound_threads(*args, **kwargs)
+        self._peers = {}  # connection -> its Peer, from verify_request until it is shut down
+
+    def make_peer(self, conn, client_address):
+        """A new :class:`~spamnb.delivery.access.Peer` of ``conn`` (the listener's)."""
         raise NotImplementedError
+
+    def peer(self, conn, client_address):
+        """Who is at the other end of ``conn``: the Peer built when it was accepted (a new one
+        for a connection not held, or no longer)."""
+        return self._peers.get(conn) or self.make_peer(conn, client_address)
 
     def holder(self, request, client_address):
         return self.rules.holder(self.peer(request, client_address))
@@ -730,11 +742,17 @@ class DoorServer(BoundedThreads):
     def verify_request(self, request, client_address):
         """Connections the access rules refuse (from outside the allowed networks) are
         closed before a byte is read."""
-        if self.rules.allows(self.peer(request, client_address), access.CONNECT):
+        peer = self.make_peer(request, client_address)
+        if self.rules.allows(peer, access.CONNECT):
+            self._peers[request] = peer
             return True
         self.log(f"{self.via}: connection from {client_address[0]} refused (not in --allow)")
         self.tally_unserved("not_allowed", client_address)
         return False
+
+    def shutdown_request(self, request):
+        self._peers.pop(request, None)
+        super().shutdown_request(request)
 
     def unserved(self, kind, client_address, count):
         """Beyond ``--max-connections`` (and the wait), or outside ``--allow``: closed unread
@@ -762,7 +780,7 @@ class TCPListener:
         self.rules = access.Rules(networks=tuple(allowed))
         super().__init__((host, port), handler)
 
-    def peer(self, conn, client_address):
+    def make_peer(self, conn, client_address):
         return access.Peer.tcp(self.door, client_address, conn)
 
     def where(self):
@@ -786,7 +804,7 @@ class UnixListener:
         os.chmod(path, mode)
         self.path = path
 
-    def peer(self, conn, client_address):
+    def make_peer(self, conn, client_address):
         return access.Peer.unix(self.door, conn)
 
     def where(self):
