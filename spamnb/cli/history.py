@@ -7,7 +7,7 @@ import time
 
 import click
 
-from spamnb.cli.options import model_options, options, resolved
+from spamnb.cli.options import model_options, open_site, options, resolved
 
 #: ``--since 7d``: how far back a NUMBER followed by one of these goes, in seconds.
 AGO = {"m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
@@ -124,52 +124,3 @@ def history(ctx, model_path, store, allow_insecure_model, history, since, until,
     show(rows, fmt)
     click.echo(f"{len(rows)} of {total} verdict{'s' * (total != 1)} matching, newest first, in {site.history_path}",
                err=True)
-
-
-def open_site(model_path, store, history):
-    """The page's reader of the history (:class:`spamnb.web.data.Site`, or
-    :class:`spamnb.web.storesite.StoreSite` for ``store``), found as ``spamnb web`` finds
-    it; ``history``: the resolver's setting of ``--history``. A history that is not there is
-    a one-line error: reading never makes one."""
-    import os
-
-    from spamnb.storage import settings
-    from spamnb.storage.history import HistoryError
-    from spamnb.storage.locate import history_path
-    from spamnb.storage.modelfile import resolve
-    from spamnb.web.data import Site
-
-    if store:
-        if history.value and history.source == settings.OPTION:
-            raise click.UsageError("with --store the history is the store's: --history FILE is for a model file")
-        return store_site(store)
-    path, is_default = resolve(model_path)
-    where = os.path.abspath(history_path(history.value, path))  # beside the model as named, as filter records
-    if not os.path.exists(where):
-        raise click.ClickException(f"no history at {where}: serve, filter and imap filter record one as they "
-                                   f"filter (docs/web.md)")
-    try:
-        from spamnb.storage.history import open_db
-
-        open_db(where, create=False).close()  # not ours, unsafe, not a history: one line, before any output
-    except HistoryError as exc:
-        raise click.ClickException(str(exc)) from None
-    return Site(path.resolve(), is_default, where)
-
-
-def store_site(url):
-    """The reader of the history in the store at ``url``, checked first (one line when it
-    cannot be read)."""
-    from spamnb.storage.history import HistoryError
-    from spamnb.storage.redishistory import RedisHistory
-    from spamnb.storage.redisstore import RedisBackend
-    from spamnb.storage.store import ModelError
-    from spamnb.web.storesite import StoreSite
-
-    try:
-        backend = RedisBackend.from_url(url)
-        hist = RedisHistory(backend)
-        hist.check()
-    except (ModelError, HistoryError) as exc:
-        raise click.ClickException(str(exc)) from None
-    return StoreSite(backend, hist=hist)

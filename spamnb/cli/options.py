@@ -220,6 +220,55 @@ def history_of(history, backend=None, *, url=None, model_path=None):
     return RedisHistory(backend)
 
 
+def open_site(model_path, store, history, *, page=False, allow_insecure_model=False):
+    """The site a history is read from, found alike by ``spamnb history`` and, with
+    ``page``, ``spamnb web``: for ``store`` the store's (:class:`spamnb.web.storesite.StoreSite`,
+    its history checked, and for the page its model too), else the model file's
+    (:class:`spamnb.web.data.Site`) with the history beside it as filter records it
+    (``history``: the resolver's setting of ``--history``, which is for a model file only).
+    The page needs the model and makes a history that is not there yet (0600: it works
+    before the first message); reading needs the history and never makes one. Whatever
+    is wrong is a one-line error, before any output."""
+    from spamnb.storage import settings
+    from spamnb.storage.history import HistoryError, open_db
+    from spamnb.storage.locate import history_path
+    from spamnb.storage.store import ModelError
+
+    log = notice if page else None
+    if store:
+        from spamnb.storage.redishistory import RedisHistory
+        from spamnb.storage.redisstore import RedisBackend
+        from spamnb.web.storesite import StoreSite
+
+        if history.value and history.source == settings.OPTION:
+            said = "the page shows the store's history" if page else "the history is the store's"
+            raise click.UsageError(f"with --store {said}: --history FILE is for a model file")
+        try:
+            backend = RedisBackend.from_url(store)
+            if page:
+                backend.settings()  # a store that is empty, unreachable or malformed: said now, not on the page
+            hist = RedisHistory(backend)
+            hist.check()
+        except (ModelError, HistoryError) as exc:
+            raise click.ClickException(str(exc)) from None
+        return StoreSite(backend, log=log, hist=hist)
+    from spamnb.storage.modelfile import resolve
+    from spamnb.web.data import Site
+
+    path, is_default = resolve(model_path)
+    if page and not path.exists():
+        raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
+    where = os.path.abspath(history_path(history.value, path))  # beside the model as named, as filter records
+    if not page and not os.path.exists(where):
+        raise click.ClickException(f"no history at {where}: serve, filter and imap filter record one as they "
+                                   f"filter (docs/web.md)")
+    try:
+        open_db(where, create=page).close()  # not ours, unsafe, not a history: one line
+    except HistoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    return Site(path.resolve(), is_default, where, allow_insecure=allow_insecure_model, log=log)
+
+
 def decision_options(f):
     """The decision options (rows of the table), handed to the command as one value,
     ``decision`` (:class:`spamnb.verdict.Decision`), as the one resolver settled them."""

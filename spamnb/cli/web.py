@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from spamnb.cli.options import model_options, notice, options, resolved
+from spamnb.cli.options import model_options, open_site, options, resolved
 
 
 @click.command()
@@ -41,18 +39,13 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
       spamnb web --listen 192.0.2.10:8783 --allow 192.0.2.0/24
     """
     from spamnb.delivery import access
-    from spamnb.storage.history import HistoryError, open_db
-    from spamnb.storage.locate import history_path
-    from spamnb.storage.modelfile import resolve
     from spamnb.web.app import WebServer
-    from spamnb.web.data import Site
 
     from spamnb import checks
 
     # the one resolver's values (the options' are its too): where the model is comes whole from one layer
     s = resolved(ctx, ("model_path", "store", "allow_insecure_model", "history", "listen", "allow"))
-    model_path, store, history, listen, allow = (s[n].value for n in ("model_path", "store", "history", "listen",
-                                                                        "allow"))
+    model_path, store, listen, allow = (s[n].value for n in ("model_path", "store", "listen", "allow"))
     allow_insecure_model, allow = bool(s["allow_insecure_model"].value), allow or ()
     try:
         nets = checks.networks(allow)
@@ -63,55 +56,15 @@ def web(ctx, model_path, store, allow_insecure_model, history, listen, allow, ve
         checks.exposure(where[0], nets, "--allow CIDR (e.g. --allow 192.0.2.0/24)")
     except ValueError as exc:
         raise click.UsageError(f"--listen {exc}") from None
-    if store:  # the resolver's: an option, $SPAMNB_STORE or a file's [store] url, when the model is there
-        _serve_store(store, s["history"], where, nets, listen, verbose)
-        return
-    path, is_default = resolve(model_path)
-    if not path.exists():
-        raise click.ClickException(f"no model at {path}; train one with `spamnb train`")
-    history = os.path.abspath(history_path(history, path))  # beside the model as named, where filter records
-    path = path.resolve()
-    try:
-        open_db(history).close()  # made (0600) when missing: the page works before the first message
-    except HistoryError as exc:
-        raise click.ClickException(str(exc)) from None
-    site = Site(path, is_default, history, allow_insecure=allow_insecure_model, log=notice)
+    # store: the resolver's (an option, $SPAMNB_STORE or a file's [store] url, when the model is there)
+    site = open_site(model_path, store, s["history"], page=True, allow_insecure_model=allow_insecure_model)
     try:
         server = WebServer((where[0], where[1]), site, allowed=access.LOOPBACK + nets, verbose=verbose)
     except OSError as exc:
         raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    click.echo(f"spamnb web: serving {path} and its history {history}", err=True)
-    _run(server)
-
-
-def _serve_store(url, history, where, nets, listen, verbose):
-    """The page over the store's model and its history (every host's verdicts);
-    ``history``: the resolver's setting of ``--history``."""
-    from spamnb.storage import settings
-
-    from spamnb.delivery import access
-    from spamnb.storage.history import HistoryError
-    from spamnb.storage.redishistory import RedisHistory
-    from spamnb.storage.redisstore import RedisBackend
-    from spamnb.storage.store import ModelError
-    from spamnb.web.app import WebServer
-    from spamnb.web.storesite import StoreSite
-
-    if history.value and history.source == settings.OPTION:
-        raise click.UsageError("with --store the page shows the store's history: --history FILE is for a model file")
-    try:
-        backend = RedisBackend.from_url(url)
-        backend.settings()  # a store that is empty, unreachable or malformed: said now, not on the page
-        hist = RedisHistory(backend)
-        hist.check()
-    except (ModelError, HistoryError) as exc:
-        raise click.ClickException(str(exc)) from None
-    site = StoreSite(backend, log=notice, hist=hist)
-    try:
-        server = WebServer((where[0], where[1]), site, allowed=access.LOOPBACK + nets, verbose=verbose)
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {listen}: {exc.strerror or exc}") from None
-    click.echo(f"spamnb web: serving the store {backend.name} and its history (every host's verdicts)", err=True)
+    shown = (f"the store {site.backend.name} and its history (every host's verdicts)" if store
+             else f"{site.model_path} and its history {site.history_path}")
+    click.echo(f"spamnb web: serving {shown}", err=True)
     _run(server)
 
 
