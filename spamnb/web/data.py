@@ -411,16 +411,9 @@ class Site:
 
     def teach(self, raw, label):
         """Learn a message pasted on the Scan page as ``label``, as ``spamnb learn`` does (the
-        journal, the model's store; its row in the history marked when the history holds it),
-        then re-score the queue when the model changed: ``(done, moved)``, the counts of
-        :func:`spamnb.delivery.pipeline.learn` (``unchanged``: learned so already) and
-        :meth:`rescore`'s moves (None when nothing changed)."""
-        with self.lock:
-            marks = pipeline.HistoryOnly(history.Now(self.history_path, self.log))
-            done = pipeline.learn(FileBackend(self.learn_path, allow_insecure=self.allow_insecure), [(raw, label)],
-                                  via="web", recorder=marks, create=default_seed, warn=self.log)
-            marks.close()
-            return done, rescored_queue(self, self.log) if changed(done) else None
+        journal, the model's store): :func:`teach`."""
+        return teach(self, FileBackend(self.learn_path, allow_insecure=self.allow_insecure), raw, label,
+                     lambda: history.Now(self.history_path, self.log), create=default_seed)
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the unsure queue again with the model as it
@@ -477,22 +470,43 @@ class Site:
         return [lo + i * width for i in range(bins + 1)], counts
 
     def corrections(self, days=90):
-        """``{day: {kind: n}}``, a kind of :data:`CORRECTIONS` (:func:`correction_kind`)."""
-        out = {}
-        for day, verdict, corrected, n in self.query(
-                "SELECT date(corrected_t, 'unixepoch', 'localtime') d, verdict, corrected, count(*) FROM verdicts "
-                "WHERE corrected IS NOT NULL AND corrected_t >= ? GROUP BY d, verdict, corrected",
-                (time.time() - days * 86400,)):
-            kind = correction_kind(verdict, corrected)
-            if kind is not None:
-                out.setdefault(day, {}).setdefault(kind, 0)
-                out[day][kind] += n
-        return out
+        """``{day: {kind: n}}``, a kind of :data:`CORRECTIONS` (:func:`per_day_corrections`)."""
+        return per_day_corrections(self.query(
+            "SELECT date(corrected_t, 'unixepoch', 'localtime') d, verdict, corrected, count(*) FROM verdicts "
+            "WHERE corrected IS NOT NULL AND corrected_t >= ? GROUP BY d, verdict, corrected",
+            (time.time() - days * 86400,)))
 
 
-def changed(done):
-    """Whether a learn's counts (:func:`spamnb.delivery.pipeline.learn`'s) changed the model."""
-    return bool(done.get("learned", 0) + done.get("moved", 0))
+def per_day_corrections(counted):
+    """``{day: {kind: n}}`` of ``(day, verdict, corrected, n)`` counts: each kind of
+    :data:`CORRECTIONS` (:func:`correction_kind`); a verdict taught as it stood is left out."""
+    out = {}
+    for day, verdict, corrected, n in counted:
+        kind = correction_kind(verdict, corrected)
+        if kind is not None:
+            kinds = out.setdefault(day, {})
+            kinds[kind] = kinds.get(kind, 0) + n
+    return out
+
+
+def teach(site, store, raw, label, history_now, **learn):
+    """Teach ``store``'s model (a backend) a message pasted on the Scan page as ``label``,
+    its row in ``site``'s history marked when the history holds it (``history_now()``: the
+    history's :class:`~spamnb.storage.history.Now`, closed, its marks written, whether the
+    learn succeeds or not), then re-score the queue when the model changed: ``(done,
+    moved)``, the counts of :func:`spamnb.delivery.pipeline.learn` (``unchanged``: learned
+    so already) and ``site.rescore()``'s moves (None when nothing changed). ``learn``: the
+    rest of pipeline.learn's arguments (``create``)."""
+    from spamnb.mail.identity import CHANGED
+
+    with site.lock:
+        marks = pipeline.HistoryOnly(history_now())
+        try:
+            done = pipeline.learn(store, [(raw, label)], via="web", recorder=marks, warn=site.log, **learn)
+        finally:
+            marks.close()
+        changed = any(outcome in CHANGED for outcome in done["outcomes"])
+        return done, rescored_queue(site, site.log) if changed else None
 
 
 def file_identity(path):

@@ -19,8 +19,8 @@ from spamnb.delivery import pipeline
 from spamnb.storage import redishistory, redissite, upkeep
 from spamnb.storage.redishistory import RedisHistory
 from spamnb.storage.store import ModelError
-from spamnb.web.data import (LABELS, PAGE, RESCORE, SEARCHED, changed, chosen, correction_kind, explained, marked,
-                             rescored, rescored_queue, time_bound)
+from spamnb.web.data import (LABELS, PAGE, RESCORE, SEARCHED, chosen, explained, marked, per_day_corrections,
+                             rescored, teach, time_bound)
 
 CHUNK = 1000  # rows read in one pipeline by a search or the Overview
 MODEL_TTL = 10.0  # seconds the Model and Overview pages keep the whole model they read
@@ -149,13 +149,8 @@ class StoreSite:
 
     def teach(self, raw, label):
         """Teach the store's model a message pasted on the Scan page, as a TELL does (its row
-        in the store's history marked when the history holds it): ``(done, moved)``, as
-        :meth:`spamnb.web.data.Site.teach`."""
-        with self.lock:
-            marks = pipeline.HistoryOnly(redishistory.Now(self.hist, self.log))
-            done = pipeline.learn(self.backend, [(raw, label)], via="web", recorder=marks, warn=self.log)
-            marks.close()
-            return done, rescored_queue(self, self.log) if changed(done) else None
+        in the store's history marked when the history holds it): :func:`spamnb.web.data.teach`."""
+        return teach(self, self.backend, raw, label, lambda: redishistory.Now(self.hist, self.log))
 
     def rescore(self):
         """Score the newest :data:`RESCORE` messages of the queue again; ``[(id, subject, was, now)]``
@@ -215,15 +210,8 @@ class StoreSite:
     def corrections(self, days=90):
         """``{day: {kind: n}}``, a kind of :data:`spamnb.web.data.CORRECTIONS` (of the rows still kept)."""
         since = time.time() - days * 86400
-        out = {}
         ids = sorted(self.hist.corrected_ids(), reverse=True)
-        for r in (r for i in range(0, len(ids), CHUNK) for r in self.hist.rows(ids[i:i + CHUNK])):
-            if r["corrected"] is None or r["corrected_t"] < since:
-                continue
-            kind = correction_kind(r["verdict"], r["corrected"])
-            if kind is None:
-                continue
-            day = datetime.date.fromtimestamp(r["corrected_t"]).isoformat()
-            out.setdefault(day, {}).setdefault(kind, 0)
-            out[day][kind] += 1
-        return out
+        rows = (r for i in range(0, len(ids), CHUNK) for r in self.hist.rows(ids[i:i + CHUNK]))
+        return per_day_corrections((datetime.date.fromtimestamp(r["corrected_t"]).isoformat(), r["verdict"],
+                                    r["corrected"], 1)
+                                   for r in rows if r["corrected"] is not None and r["corrected_t"] >= since)
