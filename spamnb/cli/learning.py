@@ -310,6 +310,7 @@ def _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say, 
     """One run of learn-moves: compare, then learn the moves a batch at a time (one batch
     of mail in memory), the state saved after each; ``learner()``: :func:`own_learner`."""
     from spamnb.delivery.imap import subject_line
+    from spamnb.mail.identity import MovesLearned
 
     state = lib.State.load(state_path)
     where = os.path.realpath(maildir)
@@ -333,7 +334,7 @@ def _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say, 
     final = dict(now)
     for move, _ in out.skipped:
         lib.settle(done, now, move)
-    learn, learned = [], {"spam": 0, "ham": 0, "already": 0}
+    learn, learned = [], MovesLearned()
     for batch in lib.batches(out.learn):
         _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, say)
         del batch  # before the next batch is read: one batch of mail in memory at a time
@@ -342,8 +343,7 @@ def _learn_moves(lib, state_path, maildir, junk, unsure, role_of, dry_run, say, 
     state.record(where, final)
     state.save()
     if not out.first:
-        say(f"learned {learned['spam']} as spam and {learned['ham']} as ham from your moves in {maildir}; "
-            f"already learned: {learned['already']}")
+        say(learned.said(f" in {maildir}"))
 
 
 def _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, say):
@@ -351,7 +351,6 @@ def _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, sa
     ``learned`` what changed the model (by class) and what was learned already; a
     message gone since the comparison is left for the next run in ``final``."""
     from spamnb.delivery.imap import subject_line
-    from spamnb.mail.identity import CHANGED
 
     items = []
     for move, raw in batch:
@@ -366,8 +365,7 @@ def _learn_batch(lib, batch, now, seen, done, final, learned, learn, learner, sa
             learn.append(learner())  # the model opened once, at the first batch that learns
         items.sort(key=lambda item: item[0].label != "spam")
         outcomes = learn[0]([(raw, move.label) for move, raw in items])["outcomes"]
-        for (move, _), outcome in zip(items, outcomes):
-            learned[move.label if outcome in CHANGED else "already"] += 1
+        learned.count([move.label for move, _ in items], outcomes)
     for move, raw in batch:
         if raw is not None:
             lib.settle(done, now, move)

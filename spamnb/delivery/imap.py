@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, fields
 
 from spamnb import checks, verdict
 from spamnb import options as table
-from spamnb.mail.identity import CHANGED, LEARNED, message_key
+from spamnb.mail.identity import LEARNED, MovesLearned, message_key
 
 KEYWORDS = {"spam": b"$Junk", "ham": b"$NotJunk"}
 #: Messages fetched per round trip, and the bytes of their bodies at most.
@@ -406,7 +406,7 @@ class Outcome:
     """What a pass did (or, with dry_run, would do)."""
 
     classified: dict = field(default_factory=lambda: {"spam": 0, "ham": 0, "unsure": 0})
-    learned: dict = field(default_factory=lambda: {"spam": 0, "ham": 0, "already": 0})
+    learned: MovesLearned = field(default_factory=MovesLearned)
     own: int = 0  # verdicts learned (filter -u's rule)
     moved: int = 0
     failed: int = 0  # messages the model could not judge: left where they were
@@ -416,9 +416,7 @@ class Outcome:
         left = (f", left {self.failed} unfiltered where they are (tried again at the next pass)"
                 if self.failed else "")
         return (f"classified {sum(c.values())} ({c['spam']} spam, {c['ham']} ham, {c['unsure']} unsure), "
-                f"moved {self.moved}, learned {self.own} of its verdicts, "
-                f"learned {l_['spam']} as spam and {l_['ham']} as ham from your moves; "
-                f"already learned: {l_['already']}{left}")
+                f"moved {self.moved}, learned {self.own} of its verdicts, {l_.said()}{left}")
 
 
 class Filter:
@@ -673,8 +671,7 @@ class Filter:
         if not items:
             return
         outcomes = None if self.dry_run else self.learn(items)
-        for (_, label), outcome in zip(items, outcomes or [LEARNED] * len(items)):
-            self.out.learned[label if outcome in CHANGED else "already"] += 1
+        self.out.learned.count([label for _, label in items], outcomes or [LEARNED] * len(items))
 
     def _keyword(self, uids, label, flags):
         """Set the label's keyword on ``uids``; take the other label's off the ones

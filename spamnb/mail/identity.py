@@ -25,6 +25,25 @@ CHANGED = frozenset((LEARNED, MOVED, FORGOTTEN))
 #: The count each outcome adds to, in a learn's counts.
 COUNTS = {LEARNED: "learned", MOVED: "moved", ALREADY: "unchanged", DUPLICATE: "duplicates", FORGOTTEN: "forgotten"}
 
+
+class MovesLearned(dict):
+    """The user's moves learned (``imap filter``, ``learn-moves``): counted by class
+    (``spam``, ``ham``) those that changed the model, apart (``already``) those learned so
+    before; :meth:`said` is the line that tells them."""
+
+    def __init__(self):
+        super().__init__(spam=0, ham=0, already=0)
+
+    def count(self, labels, outcomes):
+        """Count moves learned as ``labels``, the learn's ``outcomes`` of them in order."""
+        for label, outcome in zip(labels, outcomes):
+            self[label if outcome in CHANGED else ALREADY] += 1
+
+    def said(self, where="") -> str:
+        return (f"learned {self['spam']} as spam and {self['ham']} as ham from your moves{where}; "
+                f"already learned: {self['already']}")
+
+
 # The header fields of a message's identity: those its author's mail program
 # writes, which nothing on the way changes. Delivery agents add trace fields
 # (Received, Return-Path, Delivered-To) above them, filters (spamnb's own
