@@ -17,8 +17,8 @@ program and a ``spamnb learn-queue`` run from a login must find the same folder)
   spamnb cannot run at all.
 * ``learn.log``: a line per learn, queued learn, failed retry and dropped learn (the
   time, what happened, the label, the Message-ID, why), rotated to ``learn.log.1`` at
-  :data:`LOG_MAX_BYTES`; the same line goes to syslog (``spamnb-learn``) when there is
-  one (``/dev/log``). No syslog is needed for the record.
+  :data:`LOG_MAX_BYTES`; the same line goes to syslog (``spamnb-learn``) when one listens
+  (on ``/dev/log``). No syslog is needed for the record.
 
 A message learned twice (a retry of a learn that was done before its process was
 stopped) changes nothing: spamnb learns a message once by its identity. What is not a
@@ -128,17 +128,26 @@ def _rotate(log):
         pass
 
 
+_syslog_there = None  # whether a syslog listens, asked (and syslog opened) at the first line of the process
+
+
 def _syslog(what, text):
-    try:
-        if not stat.S_ISSOCK(os.stat("/dev/log").st_mode):
-            return
-    except OSError:
+    global _syslog_there
+    if _syslog_there is None:
+        from spamnb.delivery.events import syslog_there
+
+        _syslog_there = syslog_there()
+        if _syslog_there:
+            import syslog
+
+            syslog.openlog("spamnb-learn", 0, syslog.LOG_MAIL)
+    if not _syslog_there:
         return  # no syslog here: the log file is the record
     import syslog
 
-    user = os.environ.get("USER") or str(os.geteuid())
-    syslog.openlog("spamnb-learn", 0, syslog.LOG_MAIL)
-    syslog.syslog(syslog.LOG_INFO if what == "learned" else syslog.LOG_WARNING, f"{user}: {text}")
+    from spamnb.storage.locate import local_user
+
+    syslog.syslog(syslog.LOG_INFO if what == "learned" else syslog.LOG_WARNING, f"{local_user()}: {text}")
 
 
 def lock(queue, seconds=LOCK_WAIT):
