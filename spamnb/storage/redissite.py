@@ -40,6 +40,7 @@ import time
 import unicodedata
 
 from spamnb.storage.redishistory import host_name
+from spamnb.storage.redisstore import sentinel_address
 from spamnb.storage.store import ModelError
 
 #: seconds between two beats of a process
@@ -83,8 +84,9 @@ def index_key(backend) -> bytes:
     return backend.prefix + b"site"
 
 
-def host_key(backend, member: str) -> bytes:
-    return backend.prefix + b"site:" + member.encode("utf-8", "replace")
+def host_key(backend, member) -> bytes:
+    """The key of the hash of ``member`` (``HOST ROLE``: a text, or the index's bytes as read)."""
+    return backend.prefix + b"site:" + (member if isinstance(member, bytes) else member.encode("utf-8", "replace"))
 
 
 def totals(snapshot) -> dict:
@@ -241,7 +243,7 @@ def hosts(backend, now=None, *, within=SHOWN, most=MAX_HOSTS):
     shown = found[:most]
     pipe = client.pipeline(transaction=False)
     for member, _ in shown:
-        pipe.hmget(backend.prefix + b"site:" + member, FIELDS)
+        pipe.hmget(host_key(backend, member), FIELDS)
     values = backend.ask("read the heartbeats", pipe.execute) if shown else []
     return [checked(m, s, v, now) for (m, s), v in zip(shown, values)], len(found) > most
 
@@ -297,8 +299,5 @@ def servers(backend):
 
     with ThreadPoolExecutor(max_workers=len(sentinels.sentinels) or 1) as pool:
         views = list(pool.map(lambda c: one_sentinel(c, service), sentinels.sentinels))
-    names = []
-    for c in sentinels.sentinels:
-        kw = c.connection_pool.connection_kwargs
-        names.append(clip(f"{kw.get('host', '?')}:{kw.get('port', '?')}", 60))
+    names = [clip(sentinel_address(c), 60) for c in sentinels.sentinels]
     return {"service": clip(service), "sentinels": list(zip(names, views))}

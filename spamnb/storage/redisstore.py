@@ -580,8 +580,7 @@ class RedisBackend(Backend):
         group whose Sentinels answer but see no primary up, which a failover resolves)."""
         group = getattr(self.client.connection_pool, "sentinel_manager", None)
         if getattr(group, "answered", None) == 0:
-            where = ", ".join(f"{c.connection_pool.connection_kwargs.get('host')}:"
-                              f"{c.connection_pool.connection_kwargs.get('port')}" for c in group.sentinels)
+            where = ", ".join(sentinel_address(c) for c in group.sentinels)
             return f"no Sentinel of the store {self.name} answers ({where}): nothing names its primary"
         return (f"the Sentinels of the store {self.name} answer but name no primary up for its service now "
                 f"(a failover under way, every server of the group down, or a service they do not monitor)")
@@ -1166,6 +1165,12 @@ def _sentinel_errors():
     from redis.sentinel import MasterNotFoundError, SlaveNotFoundError
 
     return MasterNotFoundError, SlaveNotFoundError
+
+
+def sentinel_address(client) -> str:
+    """``HOST:PORT`` of a Sentinel (redis-py's client of one), as errors and the page name it."""
+    kw = client.connection_pool.connection_kwargs
+    return f"{kw.get('host', '?')}:{kw.get('port', '?')}"
 
 
 def _sentinel_class():
