@@ -122,6 +122,26 @@ def test_beats_come_from_a_thread_and_cost_a_delivery_no_request(server, url):
     assert float(held["stopped"]) > 0 and held["stopped"] == held["beat"]
 
 
+def test_a_beat_still_under_way_when_it_stops_gets_no_last_beat_beside_it(server, url):
+    """A beat that hangs (a store that does not answer) past close's wait is left alone: no
+    last beat is written beside it, from another thread."""
+    import threading
+
+    backend = RedisBackend.from_url(url)
+    beat = redissite.Heartbeat(backend, Counts(), "serve", host="mx1", every=60)
+    hung, written = threading.Event(), []
+    beat.beat = lambda stopped=False: written.append(stopped) if stopped else hung.wait(10)
+    beat.start()
+    try:
+        beat.close(wait=0.2)
+        assert beat.thread.is_alive() and written == []
+    finally:
+        hung.set()
+    beat.thread.join(10)
+    beat.close()  # once it ended: the last beat
+    assert written == [True]
+
+
 def test_a_store_that_stops_answering_is_one_line_and_one_when_it_answers_again(server, url):
     backend = RedisBackend.from_url(url + "&timeout=0.5")
     logged = []

@@ -169,10 +169,13 @@ class Heartbeat:
 
     def close(self, wait=5.0):
         """Stop beating, then write one last beat saying when it stopped (what the page shows
-        as "stopped" rather than "silent")."""
+        as "stopped" rather than "silent"). A beat still under way after ``wait`` seconds (a
+        store that hangs) is left alone, with no last beat beside it: the host then goes silent."""
         self.stopping.set()
         if self.thread.is_alive():
             self.thread.join(wait)
+            if self.thread.is_alive():
+                return
         self._beat_once(stopped=True)
 
 
