@@ -727,6 +727,36 @@ def test_setup_imapsieve_refuses_a_spamnb_a_mail_user_cannot_run(form, tmp_path)
         shutil.rmtree(closed, ignore_errors=True)
 
 
+def test_the_path_others_must_reach_is_walked_as_the_kernel_walks_it():
+    """``link/..`` is the folder above where the link points, not the link's own folder:
+    a closed folder reached that way is in the way; links, missing names and the file's
+    own bits are each said in one line."""
+    from spamnb.delivery import mailuser
+
+    top = Path(tempfile.mkdtemp(prefix="spamnb-walk-"))
+    try:
+        top.chmod(0o755)
+        closed, shown, mine = top / "closed", top / "shown", top / "spamnb"
+        (closed / "inner").mkdir(parents=True)
+        closed.chmod(0o700)
+        (closed / "spamnb").write_text("")
+        mine.write_text("")
+        mine.chmod(0o644)
+        shown.symlink_to(closed / "inner")
+        if mailuser.unreachable(top, mailuser.RUN):
+            pytest.skip(f"other users cannot reach {tempfile.gettempdir()}")
+        assert mailuser.unreachable(mine, mailuser.READ) is None
+        assert mailuser.unreachable(f"{shown}/../spamnb", mailuser.READ).startswith(
+            f"other users cannot enter {closed} (mode 0700")
+        assert mailuser.unreachable(mine, mailuser.RUN).startswith(f"other users cannot run {mine} (mode 0644")
+        gone = top / "gone"
+        assert mailuser.unreachable(gone / "spamnb", mailuser.READ) == f"{gone}: No such file or directory"
+        (top / "loop").symlink_to(top / "loop")
+        assert mailuser.unreachable(top / "loop", mailuser.READ) == f"{top / 'loop'}: too many symbolic links"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_setup_as_a_user_checks_that_others_can_reach_spamnb(mallory, tmp_path):
     """Run by a user who is not root (who cannot try it as another user): every folder on the
     way must be open to others, the files readable and runnable by them. Their own venv in

@@ -15,6 +15,7 @@ Dovecot's log shows. :func:`check` finds that out at setup time:
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 import shutil
@@ -74,36 +75,32 @@ def _configured_mail_uid(doveconf=None) -> str:
 
 def unreachable(path, needs, who=OTHERS) -> str | None:
     """Why ``who`` cannot use ``path`` (``needs``: READ and/or RUN on the file itself), or
-    None: a folder on the way (links followed, each from the folder it is in) they
-    cannot search, a missing path, or a file without the bits."""
-    parts, here, hops = [p for p in os.path.abspath(path).split("/") if p], "/", 0
-    while parts:
-        problem = _search_problem(here, who)
+    None: a folder on the way (links followed, each from the folder it is in, before any
+    ``..`` after it) they cannot search, a missing path, or a file without the bits."""
+    from spamnb.storage.store import resolve_links
+
+    def enter(folder):
+        problem = _search_problem(folder, who)
         if problem:
-            return problem
-        name = parts.pop(0)
-        if name == "..":
-            here = os.path.dirname(here)
-            continue
-        nxt = os.path.join(here, name)
-        try:
-            st = os.lstat(nxt)
-        except OSError as exc:
-            return f"{nxt}: {exc.strerror}"
-        if stat.S_ISLNK(st.st_mode):
-            hops += 1
-            if hops > 40:
-                return f"{path}: too many symbolic links"
-            target = os.readlink(nxt)
-            parts = [p for p in target.split("/") if p and p != "."] + parts
-            here = "/" if target.startswith("/") else here
-            continue
-        here = nxt
-    st = os.stat(here)
+            raise _InTheWay(problem)
+
+    try:
+        here = resolve_links(os.fspath(path), None, enter=enter, strict=True)
+        st = os.stat(here)
+    except _InTheWay as exc:
+        return str(exc)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{path}: too many symbolic links"
+        return f"{exc.filename}: {exc.strerror}"
     if not who.may(st, needs):
         what = {READ: "read", RUN: "run", READ | RUN: "read and run"}[needs]
         return f"{who.label} cannot {what} {here} (mode {stat.S_IMODE(st.st_mode):04o}, uid {st.st_uid})"
     return None
+
+
+class _InTheWay(Exception):
+    """A folder on the way that the account cannot search (the reason)."""
 
 
 def _search_problem(folder, who) -> str | None:

@@ -293,7 +293,7 @@ def open_trusted(path, *, allow_insecure: bool = False, what: str = "model",
     two points). OSError (FileNotFoundError for a missing file) passes through.
     """
     path = os.fspath(path)
-    real = _resolve_links(path, None if allow_insecure else what)
+    real = resolve_links(path, None if allow_insecure else what)
     fd = os.open(real, flags | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     try:
         st = os.fstat(fd)
@@ -309,11 +309,15 @@ def open_trusted(path, *, allow_insecure: bool = False, what: str = "model",
     return fd, st
 
 
-def _resolve_links(path: str, what: str | None, *, seen: list | None = None, verb: str = "load") -> str:
+def resolve_links(path: str, what: str | None, *, seen: list | None = None, verb: str = "load", enter=None,
+                  strict: bool = False) -> str:
     """``path`` with every symbolic link resolved, each checked when ``what`` names
     the file (see :func:`open_trusted`; ``verb``: what the refusal says we were to do
     with it); OSError ELOOP past 40 links. ``seen`` gets ``(path, lstat)`` of every
-    folder and link looked at on the way, in order."""
+    folder and link looked at on the way, in order; ``enter(folder)`` is called before
+    each name is looked up in a folder (it may raise). A name missing on the way ends
+    the walk with the path as it would be (the open then says it is missing), or with
+    ``strict`` is FileNotFoundError naming the first one missing."""
     # Not os.path.abspath: it folds "link/.." before the link is read.
     pending = [p for p in os.path.join(os.getcwd(), path).split("/") if p]
     current, hops = "/", 0
@@ -321,6 +325,8 @@ def _resolve_links(path: str, what: str | None, *, seen: list | None = None, ver
         name = pending.pop(0)
         if name == ".":
             continue
+        if enter is not None:
+            enter(current)
         if name == "..":
             current = os.path.dirname(current)
             continue
@@ -328,6 +334,8 @@ def _resolve_links(path: str, what: str | None, *, seen: list | None = None, ver
         try:
             st = os.lstat(candidate)
         except FileNotFoundError:
+            if strict:
+                raise
             return os.path.join(candidate, *pending)  # the open says it is missing
         if seen is not None:
             seen.append((candidate, st))
@@ -390,7 +398,7 @@ def trusted_path(path, what: str, why: str) -> str:
     path = os.fspath(path)
     seen = [("/", os.lstat("/"))]
     try:
-        real = _resolve_links(path, what, seen=seen, verb="use")
+        real = resolve_links(path, what, seen=seen, verb="use")
         os.lstat(real)
     except ModelError as exc:
         raise ValueError(f"{exc}: {why}") from None
@@ -412,7 +420,7 @@ def open_trusted_folder(path, what: str, why: str, mode: int = 0o755) -> tuple[i
     one line, otherwise."""
     path = os.fspath(path)
     try:
-        real = _resolve_links(path, what, verb="use")
+        real = resolve_links(path, what, verb="use")
     except ModelError as exc:
         raise ValueError(f"{exc}: {why}") from None
     except OSError as exc:
