@@ -205,10 +205,11 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     others = None
     if spamd_addresses or milter_addresses:
         from spamnb.delivery import milter, spamd
+        from spamnb.delivery.usermodels import Models
 
         def others(backend, compactor, log):
             # one set of models for both doors: one cache of users' models, one decision to reload
-            models = spamd.Models(backend, user_models, log, store_users=store_users, decision=decision,
+            models = Models(backend, user_models, log, store_users=store_users, decision=decision,
                                   recorder=rec)
             spamd_models.append(models)
             return open_listeners(

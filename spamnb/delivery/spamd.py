@@ -44,7 +44,6 @@ from spamnb.delivery.access import client_ip
 from spamnb.delivery.spamd_protocol import (CHUNK, SCANNING, Reader, SpamdError, answer, find_header_end, namer,
                                             parse_headers, parse_request_line, reply, spam_line, unreadable)
 from spamnb.storage.store import ModelError
-from spamnb.delivery.usermodels import Models  # noqa: F401 - serve builds them as spamd.Models
 from spamnb.options import BY_KEY
 from spamnb.verdict import threshold
 
@@ -154,7 +153,7 @@ class _Handler(socketserver.BaseRequestHandler):
             raise SpamdError("EX_DATAERR", f"message over {srv.max_bytes} bytes: not learned")
         user, models = headers.get("User"), srv.models
         backend, own = models.pick(user, namer(method, headers, srv.rules, srv.peer(self.request, self.client_address)))
-        decision = models.decision_for(user)
+        decision = models.decision_for(user, via="spamd")
         try:
             t = models.with_fallback(backend, own, lambda b: threshold(decision.cutoffs(b.view().cutoffs)[1]))
         except (ModelError, OSError) as exc:

@@ -1,9 +1,11 @@
-"""The models spamd scores with: the served model, and each user's own.
+"""The models the doors that serve other programs (spamd, the milter) score with: the
+served model, and each user's own.
 
-The ``User:`` header of a spamd request picks ``USER_MODELS/<user>/model.joblib``
-when ``--user-models`` is given and that file exists, or the user's model in the
-store of ``--store`` when there is one (:meth:`spamnb.storage.backend.Backend.for_user`);
-otherwise the served model scores. A user name must be a plain name (:data:`_PLAIN_NAME`,
+The user a message is for (a spamd request's ``User:`` header, the one recipient of a
+milter's message) picks ``USER_MODELS/<user>/model.joblib`` when ``--user-models`` is
+given and that file exists, or the user's model in the store of ``--store`` when there
+is one (:meth:`spamnb.storage.backend.Backend.for_user`); otherwise the served model
+scores. A user name must be a plain name (:data:`_PLAIN_NAME`,
 :func:`plain_user`). ``USER_MODELS/<user>/config.toml``, when there, may hold a
 ``[decision]`` table of the user's own: it replaces the site's decision for that user
 (:meth:`Models.decision_for`; a broken or untrusted one is logged and the site's applies).
@@ -82,10 +84,11 @@ class Models:
         """:meth:`user_path` of a name :func:`plain_user` has checked."""
         return os.path.join(self.user_models, name, "model.joblib") if self.user_models else None
 
-    def decision_for(self, user) -> verdict.Decision:
+    def decision_for(self, user, *, via) -> verdict.Decision:
         """The decision for ``user``: the ``[decision]`` table of their
         ``USER_MODELS/<user>/config.toml`` when it has one, else the site's
-        (:attr:`decision`). Reread when the file changes."""
+        (:attr:`decision`). Reread when the file changes; a broken one is a line of
+        door ``via``'s (``spamd``, ``milter``)."""
         path = self.user_path(user)
         if path is None:
             return self.decision
@@ -97,12 +100,12 @@ class Models:
         stamp = (st.st_ino, st.st_size, st.st_mtime_ns)
         cached = self._decisions.get(conf)
         if cached is None or cached[0] != stamp:
-            cached = (stamp, self._user_decision(conf))
+            cached = (stamp, self._user_decision(conf, via))
             with self._lock:
                 _put_bounded(self._decisions, conf, cached, self.CACHE)
         return cached[1] or self.decision
 
-    def _user_decision(self, conf):
+    def _user_decision(self, conf, via):
         from spamnb.storage import settings
 
         try:
@@ -110,7 +113,7 @@ class Models:
             layers = settings.Layers([(settings.USER, conf, *settings.read(conf))], env={})
             decision = settings.decision(layers, "serve").check()
         except (ValueError, TypeError) as exc:  # settings.ConfigError and verdict.DecisionError are ValueErrors
-            self.log(f"spamd: {conf}: {exc}; the site's decision applies")
+            self.log(f"{via}: {conf}: {exc}; the site's decision applies")
             return None
         return decision or None
 
@@ -180,8 +183,9 @@ class Models:
         backend, own = self.pick(user, may_name)
 
         def scan(backend):  # view(): refused unless trusted
-            return pipeline.filter_one(raw, pipeline.BackendSource(backend), via=via, decision=self.decision_for(user),
-                                       recorder=self.recorder, user=user, **kw)
+            return pipeline.filter_one(raw, pipeline.BackendSource(backend), via=via,
+                                       decision=self.decision_for(user, via=via), recorder=self.recorder, user=user,
+                                       **kw)
 
         return self.with_fallback(backend, own, scan)
 
