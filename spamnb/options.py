@@ -120,8 +120,9 @@ TABLE = (
     Row("max_connections", ("--max-connections",), "serve", "max_connections", "int", ("serve",), default=32,
         low=1,
         help="Requests served at once, per listener; a connection beyond them is closed at once (spamnb "
-             "filter then filters the message itself). On a --spamd listener as many more wait up to 2 s "
-             "for a slot, then get SPAMD/1.0 75 EX_TEMPFAIL; any more get it at once."),
+             "filter then filters the message itself). On a --spamd or --milter listener as many more wait up "
+             "to 2 s for a slot, then are refused (spamd: SPAMD/1.0 75 EX_TEMPFAIL; the milter: closed, the "
+             "MTA applies milter_default_action); any more at once."),
     Row("pidfile", ("--pidfile",), "serve", "pidfile", "path", ("serve",), check=True, metavar="PATH",
         help="Write the server's pid here once it listens (atomically; removed on exit). Refuses to start "
              "while a live server holds it."),

@@ -235,7 +235,9 @@ class _MilterServer(DoorServer):
         self.reject, self.on_error = reject, on_error
         self.log = log
         self.rules = dataclasses.replace(self.rules, trusted=tuple(trusted_users))
-        # a connection beyond the cap: closed, the MTA applies milter_default_action
+        # a connection beyond the cap waits up to SLOT_WAIT for a slot (a burst is served a moment later),
+        # as many as are served at most; then, or beyond them at once, it is closed and the MTA applies
+        # milter_default_action; no one client holds more than half of either
         self.bound_threads(max_connections, wait=SLOT_WAIT, shared=True)
 
     # -- one message's answer --

@@ -1,7 +1,7 @@
 """The site in the store: every host's heartbeat, and what the Sentinels say of the store
 (what the Site view of ``spamnb web --store`` shows).
 
-Each ``spamnb serve`` (its socket and ``--spamd``) and ``spamnb imap filter --watch``
+Each ``spamnb serve`` (its socket, ``--spamd`` and ``--milter``) and ``spamnb imap filter --watch``
 that uses a store beats from a thread of its own (:class:`Heartbeat`) every
 :data:`BEAT` seconds: one script call (:data:`BEAT_SCRIPT`) that writes what it has
 counted since it started (:class:`spamnb.delivery.events.Counts`, the counts its
