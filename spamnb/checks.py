@@ -542,11 +542,13 @@ def _exposed(allow, tcp_only, any_port=False):
     return check
 
 
+#: spamd's and the milter's listeners: both take [spamd] allow (``--allow``)
+_DOORS_EXPOSED = _exposed('[spamd] allow (e.g. allow = ["192.0.2.0/24"])', False)
 #: Rules on several keys at once: ``((first key, other keys...), check(first, others...))``,
 #: an error said at the first key's line; applied when the first key is set.
 TOGETHER = [
-    ((("spamd", "listen"), ("spamd", "allow")), _exposed('[spamd] allow (e.g. allow = ["192.0.2.0/24"])', False)),
-    ((("milter", "listen"), ("spamd", "allow")), _exposed('[spamd] allow (e.g. allow = ["192.0.2.0/24"])', False)),
+    ((("spamd", "listen"), ("spamd", "allow")), _DOORS_EXPOSED),
+    ((("milter", "listen"), ("spamd", "allow")), _DOORS_EXPOSED),
     ((("metrics", "listen"), ("metrics", "allow")), _exposed("[metrics] allow (the Prometheus server's address)", True)),
     ((("web", "listen"), ("web", "allow")), _exposed('[web] allow (e.g. allow = ["192.0.2.0/24"])', True, True)),
     ((("imap", "security"), ("imap", "host"), ("imap", "force_plaintext")), plaintext),
