@@ -77,6 +77,15 @@ METRICS = ("serve", "imap filter")
 HISTORY = ("serve", "filter", "imap filter", "web", "history", "learn", "forget", "learn-moves", "learn-queue")
 NO_HISTORY = ("serve", "filter", "imap filter", "learn", "forget", "learn-moves", "learn-queue")
 
+
+def _listen_row(name, flag, table, serving, more):
+    """The row of the addresses a door of ``serve`` listens on (``[TABLE] listen``: --spamd,
+    --milter): ``serving`` says what it does there, ``more`` follows the addresses."""
+    return Row(name, (flag,), table, "listen", "list", ("serve",), check=True, metavar="ADDRESS",
+               help=f"Also {serving}: HOST:PORT, a PORT on 127.0.0.1, or a Unix socket, unix:PATH or a path "
+                    f"with a / (repeatable). {more}")
+
+
 _DECISION_HELP = {
     "ham_cutoff": "Decide ham when P(spam|x) <= this.",
     "spam_cutoff": "Decide spam when P(spam|x) > this.",
@@ -126,9 +135,8 @@ TABLE = (
     Row("pidfile", ("--pidfile",), "serve", "pidfile", "path", ("serve",), check=True, metavar="PATH",
         help="Write the server's pid here once it listens (atomically; removed on exit). Refuses to start "
              "while a live server holds it."),
-    Row("spamd_addresses", ("--spamd",), "spamd", "listen", "list", ("serve",), check=True, metavar="ADDRESS",
-        help="Also serve SpamAssassin's spamc/spamd protocol here: HOST:PORT, a PORT on 127.0.0.1, or a "
-             "Unix socket path (repeatable). For spamc, Exim's spam= ACL, Haraka."),
+    _listen_row("spamd_addresses", "--spamd", "spamd", "serve SpamAssassin's spamc/spamd protocol here",
+                "For spamc, Exim's spam= ACL, Haraka."),
     Row("allow", ("--allow",), "spamd", "allow", "list", ("serve",), check=True, metavar="CIDR",
         help="Networks whose clients may use --spamd and --milter on TCP besides this machine (repeatable); "
              "needed to listen on an address other than loopback."),
@@ -161,10 +169,9 @@ TABLE = (
         default="0600", metavar="OCTAL",
         help="Mode of --spamd and --milter Unix sockets (0660: the socket's group may connect too; Postfix's "
              "smtpd connects as postfix)."),
-    Row("milter_addresses", ("--milter",), "milter", "listen", "list", ("serve",), check=True, metavar="ADDRESS",
-        help="Also speak the milter protocol (version 6) here, for Postfix's smtpd_milters and Sendmail's "
-             "INPUT_MAIL_FILTER: HOST:PORT, a PORT on 127.0.0.1, or unix:PATH (repeatable). Who may connect: "
-             "--allow; a message's one recipient picks its --user-models model."),
+    _listen_row("milter_addresses", "--milter", "milter", "speak the milter protocol (version 6) here, for "
+                "Postfix's smtpd_milters and Sendmail's INPUT_MAIL_FILTER",
+                "Who may connect: --allow; a message's one recipient picks its --user-models model."),
     Row("milter_reject", ("--milter-reject",), "milter", "reject", "bool", ("serve",),
         help="milter: refuse spam at the end of DATA (550 5.7.1) instead of tagging it; unsure mail is "
              "tagged, never refused."),
