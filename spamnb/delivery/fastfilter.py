@@ -382,7 +382,7 @@ def history_now(opts, model_path):
     """The history a filter process records its verdict in (the file of
     :func:`spamnb.storage.locate.history_path` for ``model_path``, None for a store's
     model unless one is named), written at once; None for none."""
-    where = locate.history_path(False if opts["no_history"] else opts["history"], model_path)  # the history unit
+    where = locate.history_path(locate.history_setting(opts), model_path)
     if where is None:
         return None
     from spamnb.storage.history import Now

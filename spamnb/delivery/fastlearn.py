@@ -127,8 +127,7 @@ def main(command, args, load_cli, env=os.environ):
         path, is_default = locate.resolve_model(given["model_path"], env)
         raws = None if is_default or not os.path.isfile(path) else [_read_single(f) for f in files]
         if raws is not None and all(r is not None for r in raws):
-            history = False if given["no_history"] else given["history"]  # the history unit
-            code = _update(command, path, given["label"], raws, history)
+            code = _update(command, path, given["label"], raws, locate.history_setting(given))
             if code is not None:
                 sys.stderr.flush()
                 sys.exit(code)

@@ -107,6 +107,13 @@ def history_path(history, model_path):
     return None if model_path is None else os.fspath(model_path) + HISTORY_SUFFIX
 
 
+def history_setting(opts):
+    """The history unit of a fast path's parsed options (``history``, ``no_history``), as
+    :func:`history_path` takes it: False for ``--no-history``, else ``--history``'s file or
+    None for the default."""
+    return False if opts["no_history"] else opts["history"]
+
+
 def default_socket_path(env=os.environ) -> str:
     """The filter server's socket: ``$SPAMNB_SOCKET``, else
     ``$XDG_RUNTIME_DIR/spamnb/socket``, else ``/tmp/spamnb-$UID/socket``.
