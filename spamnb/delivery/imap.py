@@ -712,7 +712,7 @@ def subject_line(raw: bytes) -> str:
     from spamnb.mail.mime import clipped
     from spamnb.storage import history
 
-    return clipped(history.fields(raw)["subject"], 70) or "(no subject)"
+    return clipped(history.fields(raw, want=("subject",))["subject"], 70) or "(no subject)"
 
 
 # -- watching ----------------------------------------------------------------------------------

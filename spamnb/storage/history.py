@@ -158,16 +158,20 @@ def check_numbers(r, now=None):
 # -- the message's fields ---------------------------------------------------------------
 
 
-def fields(raw: bytes) -> dict:
-    """From, Subject and Message-ID of ``raw`` as a person reads them
-    (:func:`spamnb.mail.mime.header_text`: RFC 2047 and raw 8-bit bytes decoded, in the
-    message's charset when they are not UTF-8), unfolded, each cut to 300 characters:
-    what a row shows. Never raises."""
+#: The header fields a row shows, by the names :func:`fields` gives them.
+ROW_FIELDS = {b"from": "sender", b"subject": "subject", b"message-id": "message_id"}
+
+
+def fields(raw: bytes, want=("sender", "subject", "message_id")) -> dict:
+    """From, Subject and Message-ID of ``raw`` (``want``: those of them to read, by
+    :data:`ROW_FIELDS`' names) as a person reads them (:func:`spamnb.mail.mime.header_text`:
+    RFC 2047 and raw 8-bit bytes decoded, in the message's charset when they are not
+    UTF-8), unfolded, each cut to 300 characters: what a row shows. Never raises."""
     from spamnb.mail.mime import header_block_end, header_text, split_params
 
-    want = {b"from": "sender", b"subject": "subject", b"message-id": "message_id", b"content-type": "type"}
+    want = {**{name: key for name, key in ROW_FIELDS.items() if key in want}, b"content-type": "type"}
     found = {}
-    out = {"sender": "", "subject": "", "message_id": ""}
+    out = dict.fromkeys((key for key in want.values() if key != "type"), "")
     try:
         head = raw[:header_block_end(raw[:256 * 1024])]
         current = None
