@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import email.parser
 import email.policy
+import glob
 import grp
 import os
 import pwd
@@ -141,6 +142,21 @@ maildir_delivery:
   return_path_add
   user           = {user}
 """
+
+
+def unpack_debs(packages, dest: Path) -> list[str]:
+    """``apt-get download PACKAGES`` and ``dpkg-deb -x`` each into ``dest`` (emptied
+    first): nothing is installed, so an MTA unpacked beside another removes nothing.
+    The names of the packages unpacked."""
+    with tempfile.TemporaryDirectory(prefix="spamnb-deb-") as tmp:
+        os.chmod(tmp, 0o755)  # apt-get download as root hands the files to _apt
+        subprocess.run(["apt-get", "download", "-q", *packages], cwd=tmp, check=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        debs = sorted(glob.glob(os.path.join(tmp, "*.deb")))
+        for deb in debs:
+            subprocess.run(["dpkg-deb", "-x", deb, str(dest)], check=True)
+            print(f"unpacked {os.path.basename(deb)} into {dest}")
+    return [os.path.basename(d) for d in debs]
 
 
 def free_port() -> int:

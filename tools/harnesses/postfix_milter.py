@@ -48,16 +48,14 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
-from tools.harnesses.exim_spamd import (EXIT_UNAVAILABLE, ROOT, Unavailable, as_sent, drive,  # noqa: E402
+from tools.harnesses.exim_spamd import (EXIT_UNAVAILABLE, ROOT, Unavailable, as_sent, drive, unpack_debs,  # noqa: E402
                                         free_port, mta_arguments, print_pair, spamd_check, stop, tail)
 from tools.harnesses.postfix_spamc import (STATUS, check_delivered, find_postfix, instance, send,  # noqa: E402
                                            split_added, unpack as unpack_postfix)
@@ -98,14 +96,8 @@ def find_milter() -> Milter:
 
 
 def unpack() -> Milter:
-    """``apt-get download`` the milter and libmilter, ``dpkg-deb -x`` them: nothing installed."""
-    with tempfile.TemporaryDirectory(prefix="spamnb-milter-deb-") as tmp:
-        os.chmod(tmp, 0o755)  # apt-get download as root hands the files to _apt
-        subprocess.run(["apt-get", "download", "-q", *MILTER_PACKAGES], cwd=tmp, check=True)
-        shutil.rmtree(MILTER_UNPACKED, ignore_errors=True)
-        for deb in sorted(glob.glob(os.path.join(tmp, "*.deb"))):
-            subprocess.run(["dpkg-deb", "-x", deb, str(MILTER_UNPACKED)], check=True)
-            print(f"unpacked {os.path.basename(deb)} into {MILTER_UNPACKED}")
+    """The milter and libmilter unpacked (:func:`unpack_debs`): nothing installed."""
+    unpack_debs(MILTER_PACKAGES, MILTER_UNPACKED)
     return find_milter()
 
 

@@ -57,7 +57,6 @@ spamc, or Postfix refusing to start), with the reason.
 from __future__ import annotations
 
 import contextlib
-import glob
 import grp
 import os
 import pwd
@@ -71,7 +70,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
-from tools.harnesses.exim_spamd import (DOMAIN, RECIPIENT, ROOT, Unavailable,  # noqa: E402
+from tools.harnesses.exim_spamd import (DOMAIN, RECIPIENT, ROOT, Unavailable, unpack_debs,  # noqa: E402
                                         as_sent, delivered, drive, free_port, leave, mta_arguments, print_pair,
                                         smtp_send, spamd_check, start_serve, tail)
 
@@ -122,14 +121,8 @@ def find_postfix(given: str | Path | None = None) -> Postfix:
 
 
 def unpack(dest: Path = UNPACKED) -> Postfix:
-    """``apt-get download postfix`` and ``dpkg-deb -x`` it into ``dest``: nothing installed."""
-    with tempfile.TemporaryDirectory(prefix="spamnb-postfix-deb-") as tmp:
-        os.chmod(tmp, 0o755)  # apt-get download as root hands the file to _apt
-        subprocess.run(["apt-get", "download", "-q", "postfix"], cwd=tmp, check=True)
-        deb, = glob.glob(os.path.join(tmp, "postfix_*.deb"))
-        shutil.rmtree(dest, ignore_errors=True)
-        subprocess.run(["dpkg-deb", "-x", deb, str(dest)], check=True)
-        print(f"unpacked {os.path.basename(deb)} into {dest}")
+    """Postfix unpacked into ``dest`` (:func:`unpack_debs`): nothing installed."""
+    unpack_debs(["postfix"], dest)
     return Postfix(dest)
 
 

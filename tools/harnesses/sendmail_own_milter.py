@@ -60,7 +60,6 @@ difference is printed), 77 when it cannot run here, with the reason.
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
 import pwd
 import re
@@ -75,7 +74,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
 from tools.harnesses.exim_spamd import (DOMAIN, EXIT_UNAVAILABLE, ROOT, Unavailable, as_sent,  # noqa: E402
                                         delivered, drive, free_port, leave, mta_arguments, print_pair,
-                                        smtp_send, spamd_check, start_serve, stop, tail, wait_for)
+                                        smtp_send, spamd_check, start_serve, stop, tail, unpack_debs, wait_for)
 from tools.harnesses.postfix_milter import FORGED  # noqa: E402
 from tools.harnesses.postfix_spamc import SPAMNB_ADDS, STATUS, field_name, fields_of  # noqa: E402
 
@@ -125,14 +124,8 @@ def find_sendmail() -> Sendmail:
 
 
 def unpack() -> Sendmail:
-    """``apt-get download`` Sendmail's daemon, its macros and m4, ``dpkg-deb -x`` them: nothing installed."""
-    with tempfile.TemporaryDirectory(prefix="spamnb-sendmail-deb-") as tmp:
-        os.chmod(tmp, 0o755)  # apt-get download as root hands the files to _apt
-        subprocess.run(["apt-get", "download", "-q", *PACKAGES], cwd=tmp, check=True)
-        shutil.rmtree(UNPACKED, ignore_errors=True)
-        for deb in sorted(glob.glob(os.path.join(tmp, "*.deb"))):
-            subprocess.run(["dpkg-deb", "-x", deb, str(UNPACKED)], check=True)
-            print(f"unpacked {os.path.basename(deb)} into {UNPACKED}")
+    """Sendmail's daemon, its macros and m4 unpacked (:func:`unpack_debs`): nothing installed."""
+    unpack_debs(PACKAGES, UNPACKED)
     return find_sendmail()
 
 
