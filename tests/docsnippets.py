@@ -26,7 +26,10 @@ ADMIN = ROOT / "docs" / "admin.md"
 SUBSTITUTE = {
     # the hosts: all of 127.0.0.0/8 is loopback on Linux, so three addresses need no set-up
     "addresses": {"192.0.2.10": "127.0.0.10", "192.0.2.11": "127.0.0.11", "192.0.2.12": "127.0.0.12",
-                  "192.0.2.0/24": "127.0.0.0/8"},
+                  "192.0.2.0/24": "127.0.0.0/8",
+                  # "Setting it up"'s one server, by a name no test machine resolves: set up as
+                  # the group's first server is, so at its address
+                  "store.example": "127.0.0.10"},
     # each a free port, the same on every host (as the page has them); 11332: admin.md's milter
     "ports": (6379, 26379, 783, 9783, 11332),
     # each host's own folders: under a folder of the test's for that host
