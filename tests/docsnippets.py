@@ -26,7 +26,10 @@ ADMIN = ROOT / "docs" / "admin.md"
 SUBSTITUTE = {
     # the hosts: all of 127.0.0.0/8 is loopback on Linux, so three addresses need no set-up
     "addresses": {"192.0.2.10": "127.0.0.10", "192.0.2.11": "127.0.0.11", "192.0.2.12": "127.0.0.12",
-                  "192.0.2.0/24": "127.0.0.0/8"},
+                  "192.0.2.0/24": "127.0.0.0/8",
+                  # "Setting it up"'s one server, by a name no test machine resolves: set up as
+                  # the group's first server is, so at its address
+                  "store.example": "127.0.0.10"},
     # each a free port, the same on every host (as the page has them); 11332: admin.md's milter
     "ports": (6379, 26379, 783, 9783, 11332),
     # each host's own folders: under a folder of the test's for that host
@@ -43,10 +46,41 @@ FENCE = re.compile(r"^```([^`\n]*)\n(.*?)^```[ \t]*$", re.S | re.M)
 PER_HOST = re.compile(r"^(bind |bind-source-addr |listen = ).*$", re.M)
 
 
-def blocks(page: Path, language=None) -> list[tuple[str, str]]:
-    """``(info string, text)`` of each fenced block of ``page`` (of ``language`` only, when given)."""
-    found = [(info.strip(), text) for info, text in FENCE.findall(page.read_text(encoding="utf-8"))]
+def blocks(page: Path, language=None, heading=None) -> list[tuple[str, str]]:
+    """``(info string, text)`` of each fenced block of ``page`` (of ``language`` only, when
+    given; under ``heading`` only, when given: :func:`section`)."""
+    text = page.read_text(encoding="utf-8") if heading is None else section(page, heading)
+    found = [(info.strip(), text) for info, text in FENCE.findall(text)]
     return [(info, text) for info, text in found if language is None or info.split()[:1] == [language]]
+
+
+def section(page: Path, heading: str) -> str:
+    """The text of ``page`` under ``heading`` (a whole heading line, ``## Setting it up``), to
+    the next heading of its level or above; a block's ``# comment`` lines are not headings."""
+    level = len(heading) - len(heading.lstrip("#"))
+    lines, out, fenced, inside = page.read_text(encoding="utf-8").splitlines(keepends=True), [], False, False
+    for text in lines:
+        if text.startswith("```"):
+            fenced = not fenced
+        elif not fenced and text.startswith("#"):
+            depth = len(text) - len(text.lstrip("#"))
+            if text.rstrip() == heading:
+                assert not inside, f"{page.name} has the heading {heading!r} twice"
+                inside = True
+                continue
+            if inside and depth <= level:
+                break
+        if inside:
+            out.append(text)
+    assert inside, f"{page.name} has no heading {heading!r}"
+    return "".join(out)
+
+
+def commands(block: str) -> list[str]:
+    """The command lines of a block, as a shell reads them: comments and empty lines left
+    out, a line ending in ``\\`` joined to the next."""
+    joined = re.sub(r"[ \t]*\\\n\s*", " ", block)
+    return [ln.strip() for ln in joined.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def line(page: Path, start: str) -> str:
@@ -131,9 +165,12 @@ class Site:
         text = re.sub(rf"(?<![\w./-])/({roots})/", lambda m: f"{folder}/{m.group(1)}/", text)
         return text.replace(SUBSTITUTE["programs"][0], shlex.join(self.spamnb))
 
-    def command(self, line: str, host: str = FIRST) -> list[str]:
-        """A command line of the page (``spamnb ...``), as run on ``host``."""
+    def command(self, line: str, host: str = FIRST, home: Path | None = None) -> list[str]:
+        """A command line of the page (``spamnb ...``), as run on ``host``; a word that starts
+        with ``~/`` is under ``home``, as the shell expands it for the user of that home."""
         argv = shlex.split(self.text(line, host))
+        if home is not None:
+            argv = [f"{home}{word[1:]}" if word.startswith("~/") else word for word in argv]
         return self.spamnb + argv[1:] if argv[:1] == ["spamnb"] else argv
 
     def path(self, path: str, host: str = FIRST) -> Path:

@@ -143,6 +143,41 @@ def test_spamd_and_milter_units_pass_systemd_analyze_verify(tmp_path, path):
     assert proc.returncode == 0 and not complaints(proc, unit.name), proc.stdout + proc.stderr
 
 
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=NO_ANALYZE)
+def test_many_hosts_drop_in_passes_systemd_analyze_verify(tmp_path):
+    """docs/many-hosts.md's drop-in for the spamd unit, read from the page (its program
+    substituted by docsnippets' table), laid out as installed: the shipped unit in a folder,
+    the drop-in in FOLDER/spamnb-spamd.service.d/, where systemd-analyze verify, given the
+    unit's path, looks for drop-ins. Nothing is said of either file. The check can fail: a
+    copy of the drop-in with an unknown key in its [Unit] is reported by its file and line,
+    and one whose ExecStart names a program that is not there is refused."""
+    import docsnippets
+
+    page_path = "/etc/systemd/system/spamnb-spamd.service.d/store.conf"
+    units = tmp_path / "units"
+    unit = units / SPAMD_UNIT.name
+    drop_in = units / f"{SPAMD_UNIT.name}.d" / Path(page_path).name
+    assert Path(page_path).parent.name == drop_in.parent.name  # the page's drop-in is for this unit
+    drop_in.parent.mkdir(parents=True)
+    unit.write_text(installed(SPAMD_UNIT).replace("User=spamnb", f"User={user_name()}"))
+    text = docsnippets.Site(tmp_path / "site", SPAMNB).text(docsnippets.files()[page_path])
+    assert "[Unit]\n" in text and shlex.join(SPAMNB) + " " in text, text
+
+    drop_in.write_text(text)
+    proc = verify("system", unit, tmp_path)
+    assert proc.returncode == 0 and not complaints(proc, unit.name), proc.stdout + proc.stderr
+
+    drop_in.write_text(text.replace("[Unit]\n", "[Unit]\nWantz=network-online.target\n"))
+    proc = verify("system", unit, tmp_path)
+    assert any(f"{drop_in}:" in line and "Wantz" in line for line in complaints(proc, unit.name)), \
+        proc.stdout + proc.stderr
+
+    missing = tmp_path / "nowhere" / "spamnb"
+    drop_in.write_text(text.replace(shlex.join(SPAMNB) + " ", f"{missing} "))
+    proc = verify("system", unit, tmp_path)
+    assert proc.returncode != 0 and str(missing) in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+
+
 def test_milter_unit_command_answers_a_milter_negotiation(tmp_path, trained_model):
     """The milter unit's ExecStart (its port moved off 11332, its folders under tmp_path)
     answers an MTA's option negotiation, and stops on SIGTERM."""

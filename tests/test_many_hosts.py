@@ -7,13 +7,15 @@ are 127.0.0.10, .11 and .12, free ports, a folder per host, generated passwords,
 throwaway CA's certificates).
 
 The default run starts the group and has the page's spamnb user do everything spamnb
-does; the slow one kills the primary under load and then the whole group, watched by a
-real Prometheus.
+does, and runs the page's "Setting it up" (its two commands) against one server of the
+group without its replicas' lines; the slow one kills the primary under load and then
+the whole group, watched by a real Prometheus.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -25,8 +27,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, SAMPLE_MAILDIR
-from docsnippets import FIRST, HOSTS, Site, files
+from conftest import ROOT, SAMPLE_MAILDIR, filter_message, gold_labels
+from docsnippets import FIRST, HOSTS, MANY_HOSTS, Site, blocks, commands, files, section
 from test_e2e import SPAMNB
 from test_redis_store import OPENSSL, redis, sample_messages, server_certificate, throwaway_ca
 from test_spamd import _read_all, request
@@ -143,12 +145,24 @@ class MailHost:
         rundir = site.path("/run/spamnb-spamd", host)  # the shipped unit's RuntimeDirectory, mode 0700
         rundir.mkdir(parents=True, exist_ok=True)
         rundir.chmod(0o700)
-        self.host, self.port = site.address(host), site.port(783)
         self.metrics = f"{site.address(host)}:{site.port(9783)}"
-        self.log_path = site.root / f"serve-{host}.log"
+        self._start(argv, host_env(site, host), site.address(host), site.port(783), site.root / f"serve-{host}.log",
+                    umask=0o077, ready=ready)
+
+    @classmethod
+    def command(cls, argv: list[str], env: dict, port: int, log_path: Path) -> MailHost:
+        """A command of the page (``spamnb serve --spamd ...``) as a shell runs it, its spamd
+        to answer on ``port`` of this host (:meth:`ready` waits for it)."""
+        self = cls.__new__(cls)
+        self.name = "127.0.0.1"
+        self._start(argv, env, "127.0.0.1", port, log_path, ready=False)
+        return self
+
+    def _start(self, argv, env, host, port, log_path, umask=None, ready=True):
+        self.host, self.port, self.log_path = host, port, log_path
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=host_env(site, host),
-                                         preexec_fn=lambda: os.umask(0o077))
+            self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=env,
+                                         preexec_fn=None if umask is None else lambda: os.umask(umask))
         if ready:
             self.ready()
 
@@ -307,6 +321,113 @@ def test_the_pages_spamnb_user_does_everything_spamnb_does(documented, tmp_path)
     # and the user is bound to its prefix
     r = on(site, FIRST, "info", "--store", url.replace("prefix=spamnb:", "prefix=other:"))
     assert r.returncode == 1 and b"Traceback" not in r.stderr and b"permission" in r.stderr.lower(), r.stderr
+
+
+# -- one server: "Setting it up" -------------------------------------------------------------------
+
+SETTING_UP = "## Setting it up"
+
+
+def single_server_conf() -> str:
+    """The group's redis.conf as the page has a server without replicas use it: without the
+    lines the paragraph after its commands names (``masteruser``, ..., ``replicaof``, read
+    from it), commented or not; every other line as written."""
+    words = " ".join(section(MANY_HOSTS, SETTING_UP).split())
+    said = re.search(r"its `redis\.conf` without the lines for replicas: ([^)]*)\)", words)
+    assert said, "the page no longer says which lines of redis.conf a server without replicas leaves out"
+    names = set(re.findall(r"`([\w-]+)`", said.group(1)))
+    kept, dropped = [], set()
+    for text in files()[REDIS_CONF].splitlines(keepends=True):
+        directive = text.removeprefix("# ").split(None, 1)[:1]
+        if directive and directive[0] in names:
+            dropped.add(directive[0])
+        else:
+            kept.append(text)
+    assert dropped == names, f"redis.conf has no line for {sorted(names - dropped)}"
+    return "".join(kept)
+
+
+def spam_and_ham(model) -> tuple[bytes, bytes]:
+    """A spam and a ham of the sample maildir that ``model`` files by their gold label and
+    has not learned."""
+    from spamnb.mail.identity import message_key
+
+    gold, found = gold_labels(), {}
+    for path in sorted((SAMPLE_MAILDIR / "cur").iterdir()):
+        raw = path.read_bytes()
+        if gold[path.name] not in found and message_key(raw) not in model.registry \
+                and filter_message(model, raw, "m")[1] == gold[path.name]:
+            found[gold[path.name]] = raw
+        if len(found) == 2:
+            return found["spam"], found["ham"]
+    raise AssertionError(f"the model files no sample message of each class as its gold label: {sorted(found)}")
+
+
+@pytest.mark.skipif(SPAMC is None, reason="spamc is not installed (apt-get install spamc)")
+def test_setting_it_up_as_the_page_writes_it(tmp_path, trained_model, trained_model_file):
+    """The page's "Setting it up": one TLS redis-server from the page's users.acl and its redis.conf
+    without the replicas' lines, the page's ``store push`` of the admin's model and its
+    ``serve --spamd`` command, both as written (changed only by ``SUBSTITUTE``); ``spamc``
+    has a spam and a ham filed as such, and a ``TELL`` (``spamc -L``, ``--allow-tell-served``)
+    teaches the store's model: ``spamnb info --store URL`` counts one message more."""
+    _, block = blocks(MANY_HOSTS, heading=SETTING_UP)[0]
+    push_line, serve_line = commands(block)
+    assert push_line.startswith("spamnb store push ") and serve_line.startswith("spamnb serve --spamd "), block
+    spam, ham = spam_and_ham(trained_model)
+    site = Site(tmp_path / "site", SPAMNB)
+    authority = tmp_path / "ca"
+    authority.mkdir()
+    ca = throwaway_ca(authority, "ca").read_text()
+    cert, key = server_certificate(authority, "ca", site.address(FIRST))
+    site.write("/etc/redis/tls/server.crt", cert.read_text())
+    site.write("/etc/redis/tls/server.key", key.read_text())
+    site.write("/etc/redis/tls/ca.crt", ca)
+    site.install(ACL)
+    site.write(REDIS_CONF, site.text(single_server_conf()))
+    site.path("/var/lib/redis").mkdir(parents=True)
+    site.write("/etc/spamnb/redis.pw", site.passwords["SPAMNB-PASSWORD"] + "\n")
+    site.write("/etc/spamnb/redis-ca.pem", ca, mode=0o644)
+
+    env = host_env(site, FIRST)  # the admin's home, its session's runtime folder (serve's own socket)
+    home = Path(env["HOME"])
+    env["XDG_RUNTIME_DIR"] = str(site.root / "xdg-runtime")
+    Path(env["XDG_RUNTIME_DIR"]).mkdir(mode=0o700)
+    model = home / ".local" / "share" / "spamnb" / "model.joblib"
+    model.parent.mkdir(parents=True)
+    shutil.copyfile(trained_model_file, model)
+    push, serve = site.command(push_line, home=home), site.command(serve_line, home=home)
+    url = serve[serve.index("--store") + 1]
+    assert str(model) in push and url in push, push  # the model the page pushes, to the store it serves
+
+    def messages() -> tuple[int, int]:  # (ham, spam), as spamnb info --store URL says them
+        r = subprocess.run(SPAMNB + ["info", "--store", url], capture_output=True, text=True, timeout=60, env=env)
+        said = re.search(r"^messages: +(\d+) ham, (\d+) spam$", r.stdout, re.M)
+        assert r.returncode == 0 and said, (r.stdout, r.stderr)
+        return int(said.group(1)), int(said.group(2))
+
+    group = Group.from_files(site.root, [((site.address(FIRST), site.port(6379)), site.path(REDIS_CONF))], [],
+                             user="spamnb", password=site.passwords["SPAMNB-PASSWORD"],
+                             ca=site.path("/etc/redis/tls/ca.crt"), args=DEBIAN_UNIT_ARGS)
+    host = None
+    try:
+        r = subprocess.run(push, capture_output=True, timeout=120, env=env)
+        assert r.returncode == 0 and b"pushed" in r.stderr, r.stderr
+        ham_count, spam_count = messages()
+        host = MailHost.command(serve, env, site.port(783), site.root / "serve.log")  # listening on 0.0.0.0
+        host.ready()
+
+        def spamc(*args, raw):
+            r = subprocess.run([SPAMC, "-d", "127.0.0.1", "-p", str(host.port), *args], input=raw, capture_output=True,
+                               timeout=60)
+            return r.returncode, r.stdout
+        assert spamc("-c", raw=spam)[0] == 1, host.log()  # spamc -c: exit 1 for spam
+        assert spamc("-c", raw=ham)[0] == 0, host.log()  # and 0 for ham
+        assert spamc("-L", "spam", raw=ham) == (0, b"Message successfully un/learned\n"), host.log()
+        assert messages() == (ham_count, spam_count + 1)
+    finally:
+        log = host.stop() if host is not None else ""
+        group.stop()
+    assert "Traceback" not in log, log
 
 
 # -- a failover under load, and an outage, watched by Prometheus ----------------------------------------
