@@ -386,6 +386,18 @@ def test_an_unreachable_store_is_one_line_and_mail_passes_through(tmp_path):
     assert r.returncode == 1 and r.stderr.count(b"\n") == 1 and b"cannot reach the store" in r.stderr
 
 
+def test_a_refused_push_is_one_line_naming_the_refusal(tmp_path, trained_model_file):
+    """A primary that refuses writes (``min-replicas-to-write`` with no replica) refuses the
+    push in one line: Redis' reason, not the pipeline's command with the model's bytes."""
+    srv = RedisServer(tmp_path, "--min-replicas-to-write", "1")
+    try:
+        r = run("store", "push", trained_model_file, srv.url())
+        assert r.returncode == 1 and r.stderr.count(b"\n") == 1, r.stderr
+        assert b"NOREPLICAS" in r.stderr and b"pipeline" not in r.stderr and b"\xef\xbf\xbd" not in r.stderr
+    finally:
+        srv.stop()
+
+
 SPAMC = shutil.which("spamc")
 
 

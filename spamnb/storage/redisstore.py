@@ -567,7 +567,8 @@ class RedisBackend(Backend):
             raise StoreUnavailable(f"cannot {what}: cannot reach the store {self.name} ({exc}){self._hint(exc)}") \
                 from None
         except redis.exceptions.ResponseError as exc:
-            text = str(exc)
+            # a pipeline's error names the command with its arguments (a model's bytes): the error alone
+            text = str(exc).rpartition(" of pipeline caused error: ")[2]
             if text.startswith("OOM"):
                 raise StoreUnavailable(f"cannot {what}: the store {self.name} is out of memory "
                                        f"(maxmemory; see docs/many-hosts.md)") from None
@@ -865,7 +866,7 @@ class RedisBackend(Backend):
         except MalformedStore:  # what the error says to do: a push replaces it
             old = self._malformed_settings()
         except StoreUnavailable:
-            if not self._call("reach the store", self.client.ping):
+            if not self._call("push the model", self.client.ping):
                 raise
         epoch = secrets.token_hex(4).encode()
         tokens = model.vocabulary.tokens()
