@@ -132,14 +132,14 @@ def test_commands_data_is_parsed():
 
 def test_the_message_is_assembled_as_the_mta_delivers_it():
     m = mp.Message(1000)
-    m.add_field(b"Subject", b" folded\n\tline", True)
-    m.add_field(b"X-Spam-Flag", b"YES", False)
-    m.add_field(b"x-spam-flag", b" no", True)
+    m.add_header(b"Subject\0 folded\n\tline\0", True)
+    m.add_header(b"X-Spam-Flag\0YES\0", False)
+    m.add_header(b"x-spam-flag\0 no\0", True)
     m.add_body(b"\r\n\r\nbody\r\n")
     assert m.raw() == b"Subject: folded\r\n\tline\r\nX-Spam-Flag: YES\r\nx-spam-flag: no\r\n\r\n\r\n\r\nbody\r\n"
     assert m.indexes({b"x-spam-flag"}) == [(2, b"x-spam-flag"), (1, b"X-Spam-Flag")]  # last first
     small = mp.Message(20)
-    small.add_field(b"Subject", b" x", True)
+    small.add_header(b"Subject\0 x\0", True)
     small.add_body(b"y" * 30)
     assert small.over and small.raw() == b"\r\n" and small.size > 20  # nothing kept past the limit
     lines = [b"X-Spam-Flag: YES", b"X-Spam-Evidence: a,", b"\tb"]

@@ -126,8 +126,7 @@ class Session:
         return None
 
     def _header(self, data):
-        name, value = mp.header(data)
-        self._current().add_field(name, value, self.leadspc)
+        self._current().add_header(data, self.leadspc)
 
     def _body(self, data):
         self._current().add_body(data)
@@ -212,8 +211,6 @@ class _Handler(socketserver.BaseRequestHandler):
         reader = mp.PacketReader(conn)
         try:
             for cmd, data in reader.packets(session.deadline):  # the deadline asked only when it must wait
-                if cmd == mp.MACRO and len(data) == 1:  # Postfix's before each header field: no macro, no answer
-                    continue
                 replies = session.step(cmd, data)
                 if replies:
                     conn.sendall(b"".join(replies))
