@@ -34,6 +34,7 @@ for now (451 4.3.0).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import socket
 import socketserver
 import time
@@ -76,7 +77,7 @@ class Session:
 
     def started(self) -> bool:
         """Whether a message's content (a header field or body) has begun."""
-        return self.message is not None and (bool(self.message.fields or self.message.body) or self.message.over)
+        return self.message is not None and (bool(self.message.lines or self.message.body) or self.message.over)
 
     def deadline(self) -> float:
         return time.monotonic() + (self.srv.timeout_s if self.started() else IDLE)
@@ -95,8 +96,7 @@ class Session:
     def _optneg(self, data):
         reply, self.actions, self.agreed = mp.negotiate(data)
         self.leadspc = bool(self.agreed & mp.HDR_LEADSPC)
-        # once per connection, not per step: ~25 steps a message
-        self.silent = frozenset(cmd for cmd in mp.STEP_NR if not mp.answers(cmd, self.agreed))
+        self.silent = _silent(self.agreed)
         return [reply]
 
     def _macro(self, data):
@@ -194,6 +194,13 @@ def readable(value):
 
 
 _NONE, _CONTINUE = (), (mp.packet(mp.CONTINUE),)
+
+
+@functools.lru_cache(maxsize=16)
+def _silent(agreed) -> frozenset:
+    """The steps not answered under the protocol flags ``agreed``: once for the flags an MTA
+    offers (Postfix offers the same to every connection), not per connection."""
+    return frozenset(cmd for cmd in mp.STEP_NR if not mp.answers(cmd, agreed))
 _STEPS = {mp.OPTNEG: Session._optneg, mp.MACRO: Session._macro, mp.CONNECT: Session._connect,
           mp.HELO: Session._helo, mp.MAIL: Session._mail, mp.RCPT: Session._rcpt, mp.DATA: Session._nothing,
           mp.HEADER: Session._header, mp.EOH: Session._nothing, mp.BODY: Session._body, mp.EOB: Session._eob,

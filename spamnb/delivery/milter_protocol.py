@@ -292,7 +292,8 @@ class Message:
 
     def __init__(self, limit):
         self.limit = limit
-        self.fields = []  # (name, value as in the message)
+        self.names = []  # each field's name, in order
+        self.lines = []  # each field as it is in the message: Name:value CRLF
         self.body = []
         self.size = 2  # the blank line
         self.over = False
@@ -303,7 +304,7 @@ class Message:
     def _grow(self, n) -> bool:
         self.size += n
         if self.size > self.limit:
-            self.over, self.fields, self.body = True, [], []
+            self.over, self.names, self.lines, self.body = True, [], [], []
         return not self.over
 
     def add_header(self, data: bytes, leadspc: bool):
@@ -311,7 +312,8 @@ class Message:
         name, value = header(data)
         value = field_value(value, leadspc)
         if self._grow(len(name) + len(value) + 3):
-            self.fields.append((name, value))
+            self.names.append(name)
+            self.lines.append(b"%s:%s\r\n" % (name, value))
 
     def add_rcpt(self, address: str):
         if len(self.rcpts) < MAX_RCPTS:
@@ -328,15 +330,14 @@ class Message:
             self.body.append(chunk)
 
     def raw(self) -> bytes:
-        head = b"".join(name + b":" + value + b"\r\n" for name, value in self.fields)
-        return head + b"\r\n" + b"".join(self.body)
+        return b"".join(self.lines) + b"\r\n" + b"".join(self.body)
 
     def indexes(self, wanted) -> list[tuple[int, bytes]]:
         """``(index, name)`` of each field called one of ``wanted`` (names as lower-case
         bytes; any case in the message), its index among the fields of its name from 1,
         last first (removing one then leaves the indexes of those before it as they were)."""
         seen, found = {}, []
-        for name, _ in self.fields:
+        for name in self.names:
             low = name.lower()  # (ASCII case: a wanted name is ASCII, no other folds into one)
             if low in wanted:  # only the wanted names are counted: indexes are per name
                 seen[low] = seen.get(low, 0) + 1
