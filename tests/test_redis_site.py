@@ -353,8 +353,10 @@ def test_sentinels_that_do_not_answer_are_said_on_the_page():
     assert view["error"] and "The store did not answer: cannot read the heartbeats" in page
     assert page.count("did not answer (") == 2 and "No Sentinel answered" in page
     assert "A Sentinel group, service <code>spamnb</code>" in page
+    assert '<meta http-equiv="refresh" content="10">' in page  # a view to watch: it loads itself again
 
 
 def test_a_model_file_has_no_site():
     page = pages.site_page(None)
     assert "run <code>spamnb web --store URL</code>" in page
+    assert 'http-equiv="refresh"' not in page

@@ -31,8 +31,9 @@ def when(t) -> str:
     return datetime.datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M") if t else ""
 
 
-def layout(title, body, *, active="", flash="", nav=True, root=""):
-    """A whole page; ``root`` is the page's own address (``/s/KEY``), which every link carries."""
+def layout(title, body, *, active="", flash="", nav=True, root="", refresh=None):
+    """A whole page; ``root`` is the page's own address (``/s/KEY``), which every link carries;
+    ``refresh``: seconds after which the browser loads it again (a view that watches)."""
     on = ' class="on"'
     nav = "" if not nav else "".join(f'<a href="{e(root)}/{p}"{on if p == active else ""}>{name}</a>'
                   for p, name in (("unsure", "Unsure"), ("history", "History"), ("overview", "Overview"),
@@ -40,7 +41,8 @@ def layout(title, body, *, active="", flash="", nav=True, root=""):
     note = f'<p class="flash">{flash}</p>' if flash else ""
     return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} - spamnb</title>'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f'<link rel="stylesheet" href="/static/style.css"></head><body>'
+            + (f'<meta http-equiv="refresh" content="{int(refresh)}">' if refresh else "")
+            + f'<link rel="stylesheet" href="/static/style.css"></head><body>'
             f'<header><strong>spamnb</strong><nav>{nav}</nav></header><main><h1>{e(title)}</h1>{note}{body}'
             f'</main></body></html>')
 
@@ -483,9 +485,10 @@ def site_page(view, *, most=MAX_HOSTS, root=""):
              f'store beats every {BEAT:g} s with what it counted since it started. A host is up while its last beat '
              f'is younger than {UP_BEATS} of its beats, silent after (stopped: it said so as it stopped); the hosts '
              f'that beat in the last hour are shown, newest beat first, {most} at most. Messages a minute: the '
-             f'verdicts between its beat of about a minute before and its last.</p>')
+             f'verdicts between its beat of about a minute before and its last. This page loads itself again '
+             f'every {BEAT:g} s.</p>')
     body = (intro + hosts_table(view, most) + "<h2>The store</h2>" + store_servers(view["servers"]))
-    return layout("Site", body, active="site", root=root)
+    return layout("Site", body, active="site", root=root, refresh=BEAT)
 
 
 def error_page(status, text, nav=True, root=""):
