@@ -167,34 +167,12 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
       spamnb serve --spamd 127.0.0.1:783 --user-models /var/lib/spamnb/users --allow-tell
       spamnb serve --milter 127.0.0.1:11332 --user-models /var/lib/spamnb/users
     """
-    from spamnb import checks
     from spamnb.delivery.server import ServerError, open_listeners, serve as run_server
     from spamnb.storage.locate import default_socket_path
 
-    # the checks `config --check` applies to the files' values (refused there with FILE:LINE)
-    for option, check, value in (("--socket", checks.socket_path, socket_path), ("--pidfile", checks.pidfile, pidfile),
-                                 ("--spamd-socket-mode", checks.socket_mode, spamd_socket_mode),
-                                 ("--spamd-trusted-user", checks.each(checks.local_user), spamd_trusted_users)):
-        try:
-            value and check(value)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint=option) from None
-    mode = checks.socket_mode(spamd_socket_mode)
-    if (allow or user_models or store_users) and not (spamd_addresses or milter_addresses):
-        raise click.UsageError("--allow, --user-models and --store-users are for --spamd ([spamd] listen) "
-                               "and --milter ([milter] listen)")
-    if (allow_tell or allow_tell_served) and not spamd_addresses:
-        raise click.UsageError("--allow-tell is for --spamd ([spamd] listen)")
-    if (milter_reject or milter_on_error != "accept") and not milter_addresses:
-        raise click.UsageError("--milter-reject and --milter-on-error are for --milter ([milter] listen)")
-    for addresses, option in ((spamd_addresses, "--spamd"), (milter_addresses, "--milter")):
-        if addresses:  # bad addresses and networks are refused before any model is loaded
-            from spamnb.delivery.server import check_listening
-
-            try:
-                check_listening(addresses, allow, option)
-            except ValueError as exc:
-                raise click.UsageError(str(exc)) from None
+    mode = _checked_serve_options(socket_path, pidfile, spamd_socket_mode, spamd_trusted_users, spamd_addresses,
+                                  milter_addresses, allow, user_models, store_users, allow_tell, allow_tell_served,
+                                  milter_reject, milter_on_error)
     checked(decision)  # a bad decision: a usage error now
     meter = metrics_from(metrics_address, metrics_allow)
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
@@ -243,6 +221,38 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
         for beat in filter(None, beats):
             beat.close()
         rec.close()
+
+
+def _checked_serve_options(socket_path, pidfile, spamd_socket_mode, spamd_trusted_users, spamd_addresses,
+                           milter_addresses, allow, user_models, store_users, allow_tell, allow_tell_served,
+                           milter_reject, milter_on_error):
+    """``serve``'s options checked before any model is loaded: each value by the check
+    `config --check` applies to the files' (refused there with FILE:LINE), the options that
+    need a door given with it, the listen addresses and networks. The Unix sockets' mode."""
+    from spamnb import checks
+    from spamnb.delivery.server import check_listening
+
+    for option, check, value in (("--socket", checks.socket_path, socket_path), ("--pidfile", checks.pidfile, pidfile),
+                                 ("--spamd-socket-mode", checks.socket_mode, spamd_socket_mode),
+                                 ("--spamd-trusted-user", checks.each(checks.local_user), spamd_trusted_users)):
+        try:
+            value and check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=option) from None
+    if (allow or user_models or store_users) and not (spamd_addresses or milter_addresses):
+        raise click.UsageError("--allow, --user-models and --store-users are for --spamd ([spamd] listen) "
+                               "and --milter ([milter] listen)")
+    if (allow_tell or allow_tell_served) and not spamd_addresses:
+        raise click.UsageError("--allow-tell is for --spamd ([spamd] listen)")
+    if (milter_reject or milter_on_error != "accept") and not milter_addresses:
+        raise click.UsageError("--milter-reject and --milter-on-error are for --milter ([milter] listen)")
+    for addresses, option in ((spamd_addresses, "--spamd"), (milter_addresses, "--milter")):
+        if addresses:
+            try:
+                check_listening(addresses, allow, option)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+    return checks.socket_mode(spamd_socket_mode)
 
 
 def reread_decision(ctx):
