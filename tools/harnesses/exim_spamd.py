@@ -144,6 +144,17 @@ maildir_delivery:
 """
 
 
+def docsnippets():
+    """``tests/docsnippets.py``: the pages' set-up as the tests read it, so that a harness runs
+    the lines docs/admin.md gives as written (its ``SUBSTITUTE`` says what may change)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    try:
+        import docsnippets as module
+    finally:
+        sys.path.remove(str(ROOT / "tests"))
+    return module
+
+
 def unpack_debs(packages, dest: Path) -> list[str]:
     """``apt-get download PACKAGES`` and ``dpkg-deb -x`` each into ``dest`` (emptied
     first): nothing is installed, so an MTA unpacked beside another removes nothing.

@@ -36,15 +36,26 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
-from tools.harnesses.exim_spamd import as_sent, drive, free_port, mta_arguments, print_pair, spamd_check  # noqa: E402
+from tools.harnesses.exim_spamd import (as_sent, docsnippets, drive, free_port, mta_arguments,  # noqa: E402
+                                        print_pair, spamd_check)
 from tools.harnesses.postfix_milter import FORGED  # noqa: E402
 from tools.harnesses.postfix_spamc import check_delivered, find_postfix, instance, send  # noqa: E402
 
 
 def milter_options(port: int) -> str:
-    """The smtpd service's options: the main.cf lines docs/admin.md gives, as ``-o``."""
-    return (f"-o smtpd_milters=inet:127.0.0.1:{port} -o milter_protocol=6"
-            " -o milter_default_action=accept")
+    """The smtpd service's options: the ``main.cf`` lines docs/admin.md gives, read from the
+    page and run as written but for the milter's port (``SUBSTITUTE``'s 11332), moved to
+    ``port``, as ``-o``."""
+    snippets = docsnippets()
+    block = [text for _, text in snippets.blocks(snippets.ADMIN) if text.startswith("smtpd_milters =")]
+    assert len(block) == 1, f"docs/admin.md has {len(block)} main.cf blocks starting with smtpd_milters ="
+    assert 11332 in snippets.SUBSTITUTE["ports"]  # the one value moved, as the table allows
+    options = []
+    for ln in block[0].splitlines():
+        if ln.strip():
+            name, _, value = (part.strip() for part in ln.partition("="))
+            options.append(f"-o {name}={value.replace(':11332', f':{port}')}")
+    return " ".join(options)
 
 
 def poke(port: int, data: bytes) -> None:

@@ -74,7 +74,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
 from tools.harnesses.exim_spamd import (DOMAIN, EXIT_UNAVAILABLE, ROOT, Unavailable, as_sent,  # noqa: E402
                                         delivered, drive, free_port, leave, mta_arguments, print_pair,
-                                        smtp_send, spamd_check, start_serve, stop, tail, unpack_debs, wait_for)
+                                        smtp_send, spamd_check, start_serve, stop, tail, unpack_debs, wait_for,
+                                        docsnippets)
 from tools.harnesses.postfix_milter import FORGED  # noqa: E402
 from tools.harnesses.postfix_spamc import SPAMNB_ADDS, STATUS, field_name, fields_of  # noqa: E402
 
@@ -176,12 +177,8 @@ def docs_milter_line(d: Path, spamnb: list[str]) -> tuple[str, str]:
     """docs/admin.md's ``INPUT_MAIL_FILTER`` line, read from the page and changed only by
     ``tests/docsnippets.py``'s ``SUBSTITUTE`` (its port a free one), and the address
     ``spamnb serve --milter`` then listens on: (line, address)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    try:
-        import docsnippets
-    finally:
-        sys.path.remove(str(ROOT / "tests"))
-    line = docsnippets.Site(d, spamnb).text(docsnippets.line(docsnippets.ADMIN, "INPUT_MAIL_FILTER("))
+    snippets = docsnippets()
+    line = snippets.Site(d, spamnb).text(snippets.line(snippets.ADMIN, "INPUT_MAIL_FILTER("))
     socket_ = re.search(r"\bS=(inet|unix|local):([^,']+)", line)
     if socket_ is None:
         raise RuntimeError(f"docs/admin.md's line names no S=inet: or S=unix: socket: {line}")
