@@ -30,13 +30,15 @@ difference is printed), 77 when it cannot run here, with the reason.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
-from tools.harnesses.exim_spamd import (as_sent, docsnippets, drive, free_port, mta_arguments,  # noqa: E402
+from tools.harnesses.exim_spamd import (as_sent, docsnippets, drive, mta_arguments,  # noqa: E402
                                         print_pair, spamd_check)
 from tools.harnesses.postfix_milter import FORGED  # noqa: E402
 from tools.harnesses.postfix_spamc import check_delivered, find_postfix, instance, send  # noqa: E402
@@ -56,6 +58,20 @@ def milter_options(port: int) -> str:
             name, _, value = (part.strip() for part in ln.partition("="))
             options.append(f"-o {name}={value.replace(':11332', f':{port}')}")
     return " ".join(options)
+
+
+def docs_serve_options(root: Path) -> tuple[list[str], int]:
+    """The options of docs/admin.md's ``spamnb serve --milter`` line as the page writes them,
+    changed only by ``SUBSTITUTE`` (the port a free one, ``/var/lib/...`` under ``root``, its
+    folders made), and the port: ``(options, port)``."""
+    snippets = docsnippets()
+    site = snippets.Site(root, ["spamnb"])
+    argv = site.command(snippets.line(snippets.ADMIN, "spamnb serve --milter "))
+    assert argv[:2] == ["spamnb", "serve"], argv
+    for value in argv[2:]:
+        if value.startswith(str(root)):
+            Path(value).mkdir(parents=True, exist_ok=True)
+    return argv[2:], site.port(11332)
 
 
 def poke(port: int, data: bytes) -> None:
@@ -84,13 +100,13 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix=None, workdir: Path | N
                ("forged ham", forged, ham, 250)]
     refusing = [("ham", ham, ham, 250), ("spam", spam, spam, 550)]
     for options, cases in (([], tagging), (["--milter-reject"], refusing)):
-        port = free_port()
+        root = Path(tempfile.mkdtemp(prefix="spamnb-postfix-milter-"))
+        served, port = docs_serve_options(root)  # admin.md's command line, as the page writes it
         try:
             with instance(model, pf, workdir=workdir, keep=keep, out=out, spamnb=spamnb,
                           smtpd_options=lambda ports: milter_options(port),
-                          serve_options=["--milter", f"127.0.0.1:{port}", *options]) as inst:
-                out(f"\nspamnb serve --milter 127.0.0.1:{port} {' '.join(options)}"
-                    f"  (smtpd_milters = inet:127.0.0.1:{port})")
+                          serve_options=[*served, *options]) as inst:
+                out(f"\nspamnb serve {' '.join([*served, *options])}  (smtpd_milters = inet:127.0.0.1:{port})")
                 for label, msg in (("ham", ham), ("spam", spam)):
                     is_spam = spamd_check(inst.spamd_port, msg)[0]
                     if is_spam != (label == "spam"):
@@ -105,6 +121,8 @@ def run(model: Path, ham: bytes, spam: bytes, *, postfix=None, workdir: Path | N
                     deliver(inst, [("ham after the garbage", ham, ham, 250)], problems, out)
         except RuntimeError as e:
             problems.append(str(e))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
     return problems
 
 
