@@ -178,61 +178,18 @@ def test_many_hosts_drop_in_passes_systemd_analyze_verify(tmp_path):
     assert proc.returncode != 0 and str(missing) in proc.stdout + proc.stderr, proc.stdout + proc.stderr
 
 
-def test_milter_unit_command_answers_a_milter_negotiation(tmp_path, trained_model):
-    """The milter unit's ExecStart (its port moved off 11332, its folders under tmp_path)
-    answers an MTA's option negotiation, and stops on SIGTERM."""
+def unit_answer(tmp_path, text, address, trained_model, ask):
+    """Run a system unit's ExecStart (``text``: the unit as installed here, its folders under
+    tmp_path; its listen ``address`` moved to a free port) with the model the configuration
+    names, and ``ask(sock)`` it once it listens: the answer, after the server stopped on
+    SIGTERM with status 0."""
     import socket
-    import struct
 
-    text = (installed(MILTER_UNIT).replace("User=spamnb", f"User={user_name()}")
-            .replace("/var/lib/spamnb", str(tmp_path / "lib")).replace("/run/", f"{tmp_path}/run/"))
     lines = dict(line.split("=", 1) for line in text.splitlines() if "=" in line and not line.startswith("#"))
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    argv = shlex.split(lines["ExecStart"].replace("127.0.0.1:11332", f"127.0.0.1:{port}"))
-    (tmp_path / "lib" / "users").mkdir(parents=True, mode=0o700)
-    save_model(trained_model, tmp_path / "lib" / "model.joblib")
-    (tmp_path / "run" / lines["RuntimeDirectory"]).mkdir(parents=True, mode=0o700)
-    system = tmp_path / "etc" / "spamnb.toml"
-    system.parent.mkdir(mode=0o755)
-    system.write_text(f'[model]\npath = "{tmp_path / "lib" / "model.joblib"}"\n')
-    system.chmod(0o644)
-    env = {**os.environ, "SPAMNB_SYSTEM_CONFIG": str(system)}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
-                            preexec_fn=lambda: os.umask(0o077))
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline
-            try:
-                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                    s.sendall(struct.pack("!LcLLL", 13, b"O", 6, 0x1FF, 0x1FFFFF))
-                    reply = s.recv(64)
-                break
-            except ConnectionRefusedError:
-                time.sleep(0.05)
-        assert reply[:5] == b"\x00\x00\x00\x0dO"
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(15)
-        proc.stdout.close()
-        proc.stderr.close()
-    assert code == 0
-
-
-def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):
-    """The unit's ExecStart (its port moved off 783, its folders under tmp_path)
-    serves the spamd protocol with the model the unit names, and stops on SIGTERM."""
-    import socket
-
-    lines = dict(line.split("=", 1) for line in spamd_unit_here(tmp_path).splitlines()
-                 if "=" in line and not line.startswith("#"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    argv = shlex.split(lines["ExecStart"].replace("127.0.0.1:783", f"127.0.0.1:{port}"))
+    argv = shlex.split(lines["ExecStart"].replace(address, f"127.0.0.1:{port}"))
     (tmp_path / "lib" / "users").mkdir(parents=True, mode=0o700)
     save_model(trained_model, tmp_path / "lib" / "model.joblib")
     (tmp_path / "run" / lines["RuntimeDirectory"]).mkdir(parents=True, mode=0o700)
@@ -246,24 +203,51 @@ def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):
                             preexec_fn=lambda: os.umask(0o077))
     try:
         deadline = time.monotonic() + 60
-        raw = sample_message("spam", 1).read_bytes()
         while True:
             assert proc.poll() is None, proc.stderr.read().decode()
             assert time.monotonic() < deadline
             try:
-                with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-                    s.sendall(b"CHECK SPAMC/1.5\r\nUser: nobody-here\r\nContent-length: %d\r\n\r\n" % len(raw) + raw)
-                    reply = s.makefile("rb").read()
+                with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                    reply = ask(sock)
                 break
             except ConnectionRefusedError:
                 time.sleep(0.05)
-        assert reply.startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: ")
     finally:
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(15)
         proc.stdout.close()
         proc.stderr.close()
     assert code == 0
+    return reply
+
+
+def test_milter_unit_command_answers_a_milter_negotiation(tmp_path, trained_model):
+    """The milter unit's ExecStart (its port moved off 11332, its folders under tmp_path)
+    answers an MTA's option negotiation, and stops on SIGTERM."""
+    import struct
+
+    text = (installed(MILTER_UNIT).replace("User=spamnb", f"User={user_name()}")
+            .replace("/var/lib/spamnb", str(tmp_path / "lib")).replace("/run/", f"{tmp_path}/run/"))
+
+    def negotiate(sock):
+        sock.sendall(struct.pack("!LcLLL", 13, b"O", 6, 0x1FF, 0x1FFFFF))
+        return sock.recv(64)
+
+    reply = unit_answer(tmp_path, text, "127.0.0.1:11332", trained_model, negotiate)
+    assert reply[:5] == b"\x00\x00\x00\x0dO"
+
+
+def test_spamd_unit_command_answers_spamc_requests(tmp_path, trained_model):
+    """The unit's ExecStart (its port moved off 783, its folders under tmp_path)
+    serves the spamd protocol with the model the unit names, and stops on SIGTERM."""
+    raw = sample_message("spam", 1).read_bytes()
+
+    def check(sock):
+        sock.sendall(b"CHECK SPAMC/1.5\r\nUser: nobody-here\r\nContent-length: %d\r\n\r\n" % len(raw) + raw)
+        return sock.makefile("rb").read()
+
+    reply = unit_answer(tmp_path, spamd_unit_here(tmp_path), "127.0.0.1:783", trained_model, check)
+    assert reply.startswith(b"SPAMD/1.1 0 EX_OK\r\nSpam: ")
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason=NO_ANALYZE)
