@@ -219,6 +219,12 @@ def as_sent(raw: bytes) -> bytes:
     return re.sub(rb"\r?\n", b"\r\n", raw)
 
 
+def smtp_greets(port: int) -> bool:
+    """Whether an SMTP server on 127.0.0.1:``port`` greets with 220 (it is up)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
+        return s.recv(512).startswith(b"220")
+
+
 def wait_for(what: str, ready, proc: subprocess.Popen, log: Path, timeout: float = 20.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -383,10 +389,7 @@ def run(model: Path, ham: bytes, spam: bytes, *, exim: str | None = None, workdi
                 daemon = subprocess.Popen([exim, "-C", str(conf), "-bdf"], stdout=f, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL)
 
-            def smtp_ready():
-                with socket.create_connection(("127.0.0.1", smtp_port), timeout=2) as s:
-                    return s.recv(512).startswith(b"220")
-            wait_for("exim -bdf", smtp_ready, daemon, exim_log)
+            wait_for("exim -bdf", lambda: smtp_greets(smtp_port), daemon, exim_log)
             out(f"{exim} -C {conf} -bdf: SMTP on 127.0.0.1:{smtp_port}, spamd_address = 127.0.0.1 {spamd_port},"
                 f" delivering as {user}")
         else:

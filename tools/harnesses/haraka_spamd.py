@@ -55,7 +55,6 @@ import os
 import re
 import shutil
 import smtplib
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,7 +65,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
 from tools.harnesses import exim_spamd  # noqa: E402
 from tools.harnesses.exim_spamd import (DOMAIN, ROOT, SAMPLE, Unavailable, as_sent, drive, free_port,  # noqa: E402
-                                        leave, spamd_check, start_serve, tail, wait_for)
+                                        leave, spamd_check, start_serve, tail, wait_for, smtp_greets)
 
 HARAKA_VERSION = "3.3.4"  # npm's latest of major 3 when this was written
 PLUGIN_VERSION = "1.1.2"  # haraka-plugin-spamassassin, as Haraka 3.3.4 installs it
@@ -329,10 +328,7 @@ def run(model: Path, *, ham: Path | None = None, high: Path | None = None, flagg
             haraka = subprocess.Popen([node, str(haraka_bin(prefix)), "-c", str(hd)], stdout=f,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=d)
 
-        def smtp_ready():
-            with socket.create_connection(("127.0.0.1", smtp_port), timeout=2) as s:
-                return s.recv(512).startswith(b"220")
-        wait_for("haraka", smtp_ready, haraka, haraka_log, timeout=30)
+        wait_for("haraka", lambda: smtp_greets(smtp_port), haraka, haraka_log, timeout=30)
         out(f"haraka -c {hd}: SMTP on 127.0.0.1:{smtp_port}; config/spamassassin.ini:")
         for line in (hd / "config" / "spamassassin.ini").read_text().splitlines():
             out(f"  {line}")

@@ -62,7 +62,6 @@ import os
 import pwd
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -72,7 +71,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spamnb, tools
 from tools.harnesses.exim_spamd import (DOMAIN, RECIPIENT, ROOT, Unavailable, unpack_debs,  # noqa: E402
                                         as_sent, delivered, drive, free_port, leave, mta_arguments, print_pair,
-                                        smtp_send, spamd_check, start_serve, tail)
+                                        smtp_send, spamd_check, start_serve, tail, smtp_greets)
 
 UNPACKED = ROOT / ".postfix-deb"
 DELIVERY_USER = "nobody"
@@ -362,13 +361,10 @@ def instance(model: Path, pf: Postfix, *, workdir: Path | None = None, keep: boo
         for line in (etc / "master.cf").read_text().splitlines()[2:4]:
             out(f"  master.cf: {line}")
 
-        def smtp_ready():
-            with socket.create_connection(("127.0.0.1", smtp_port), timeout=2) as s:
-                return s.recv(512).startswith(b"220")
         end = time.monotonic() + 20
         while True:
             try:
-                if smtp_ready():
+                if smtp_greets(smtp_port):
                     break
             except OSError:
                 pass

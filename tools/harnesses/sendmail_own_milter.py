@@ -75,7 +75,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the project: spa
 from tools.harnesses.exim_spamd import (DOMAIN, EXIT_UNAVAILABLE, ROOT, Unavailable, as_sent,  # noqa: E402
                                         delivered, drive, free_port, leave, mta_arguments, print_pair,
                                         smtp_send, spamd_check, start_serve, stop, tail, unpack_debs, wait_for,
-                                        docsnippets)
+                                        docsnippets, smtp_greets)
 from tools.harnesses.postfix_milter import FORGED  # noqa: E402
 from tools.harnesses.postfix_spamc import SPAMNB_ADDS, STATUS, field_name, fields_of  # noqa: E402
 
@@ -281,10 +281,7 @@ cat > "$f" && mv "$f" {d}/mail/Maildir/new/
             daemon = subprocess.Popen(qualified([str(sm.binary), "-bD", "-C", str(cf)]), stdout=f,
                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
-        def smtp_ready():
-            with socket.create_connection(("127.0.0.1", smtp_port), timeout=2) as s:
-                return s.recv(512).startswith(b"220")
-        wait_for("sendmail -bD", smtp_ready, daemon, log)
+        wait_for("sendmail -bD", lambda: smtp_greets(smtp_port), daemon, log)
         out(f"{sm}, version {release}: sendmail -bD -C {cf}: SMTP on 127.0.0.1:{smtp_port},"
             f" delivering as {DELIVERY_USER} to {d / 'mail' / 'Maildir'}")
         out(f"  sendmail.mc: {milter_line}")
