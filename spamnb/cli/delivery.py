@@ -170,9 +170,11 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
     from spamnb.delivery.server import ServerError, open_listeners, serve as run_server
     from spamnb.storage.locate import default_socket_path
 
-    mode = _checked_serve_options(socket_path, pidfile, spamd_socket_mode, spamd_trusted_users, spamd_addresses,
-                                  milter_addresses, allow, user_models, store_users, allow_tell, allow_tell_served,
-                                  milter_reject, milter_on_error)
+    mode = _checked_serve_options(
+        socket_path=socket_path, pidfile=pidfile, spamd_socket_mode=spamd_socket_mode,
+        spamd_trusted_users=spamd_trusted_users, spamd_addresses=spamd_addresses, milter_addresses=milter_addresses,
+        allow=allow, user_models=user_models, store_users=store_users, allow_tell=allow_tell,
+        allow_tell_served=allow_tell_served, milter_reject=milter_reject, milter_on_error=milter_on_error)
     checked(decision)  # a bad decision: a usage error now
     meter = metrics_from(metrics_address, metrics_allow)
     backend = open_backend(model_path, store, allow_insecure_model)  # builds the default model if needed
@@ -223,7 +225,7 @@ def serve(ctx, socket_path, model_path, store, allow_insecure_model, max_bytes, 
         rec.close()
 
 
-def _checked_serve_options(socket_path, pidfile, spamd_socket_mode, spamd_trusted_users, spamd_addresses,
+def _checked_serve_options(*, socket_path, pidfile, spamd_socket_mode, spamd_trusted_users, spamd_addresses,
                            milter_addresses, allow, user_models, store_users, allow_tell, allow_tell_served,
                            milter_reject, milter_on_error):
     """``serve``'s options checked before any model is loaded: each value by the check

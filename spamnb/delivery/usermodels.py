@@ -139,21 +139,28 @@ class Models:
             entry = self._backends.get(name)
             if entry is not None:  # the most recent now
                 _put_bounded(self._backends, name, entry, self.CACHE)
-        if entry is None:  # kept only once their model is found: unknown names evict no one
+        new = entry is None
+        if new:  # kept only once their model is found: unknown names evict no one
             entry = [self._backend(name, path), None]  # the backend, when its model was last seen there
         backend, seen = entry
         now = time.monotonic()
         if seen is not None and now - seen < self.NO_MODEL_SECONDS:
             return backend, True
+        def served():
+            if new:
+                backend.close()  # never read, never kept
+            return self.served, False
+
         try:
             there = backend.exists()
         except ModelError as exc:  # a store that cannot say now: the served model answers
             self.fell_back(backend, exc)
-            return self.served, False
-        with self._lock:
-            if not there:
+            return served()
+        if not there:
+            with self._lock:
                 _put_bounded(self.no_model, name, now, self.NO_MODEL_CACHE)
-                return self.served, False
+            return served()
+        with self._lock:
             self.no_model.pop(name, None)
             entry[1] = now
             kept = self._backends.setdefault(name, entry)  # another message may have found it first: one backend
