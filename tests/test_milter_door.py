@@ -170,31 +170,25 @@ def test_an_envelope_holds_what_it_needs_however_much_is_sent():
     assert session.user(msg) is None  # recipients past those kept: whose they are is not known
 
 
-class _Socket:
-    def __init__(self, data):
-        self.data = data
-
-    def settimeout(self, t):
-        pass
-
-    def setsockopt(self, *option):
-        pass
-
-    def recv(self, n):
-        out, self.data = self.data[:n], self.data[n:]
-        return out
-
-
-def test_the_reader_refuses_huge_lengths_and_cut_packets():
-    assert mp.PacketReader(_Socket(b"")).next(time.monotonic() + 1) is None
-    r = mp.PacketReader(_Socket(mp.packet(b"c") + mp.packet(b"B", b"x" * 70000)))
-    assert r.next(time.monotonic() + 1) == (b"c", b"")
-    assert r.next(time.monotonic() + 1) == (b"B", b"x" * 70000)
+def test_packets_are_cut_as_they_come_and_huge_lengths_refused_at_once():
+    p = mp.Packets()
+    assert p.take() is None and not p.pending()
+    stream = mp.packet(b"c") + mp.packet(b"D", b"L") + mp.packet(b"B", b"x" * 70000)
+    p.add(stream[:3])
+    assert p.take() is None and p.pending()  # a length not whole yet
+    p.add(stream[3:40])
+    assert p.take() == (b"c", b"")  # the empty macro list is passed over; the body waits whole
+    assert p.take() is None and p.pending()
+    p.add(stream[40:])
+    assert p.take() == (b"B", b"x" * 70000) and p.take() is None and not p.pending()
+    huge = mp.Packets()
+    huge.add(b"\x80\x00\x00\x00O")  # refused from its length alone, before 2 GiB are waited for
     with pytest.raises(mp.MilterError, match="2147483648 bytes"):
-        mp.PacketReader(_Socket(b"\x80\x00\x00\x00O")).next(time.monotonic() + 1)
-    with pytest.raises(mp.MilterError) as e:
-        mp.PacketReader(_Socket(b"\x00\x00\x00\x09Oabc")).next(time.monotonic() + 1)
-    assert e.value.kind == "dropped"
+        huge.take()
+    empty = mp.Packets()
+    empty.add(b"\x00\x00\x00\x00")
+    with pytest.raises(mp.MilterError):
+        empty.take()
 
 
 # -- the door ----------------------------------------------------------------------------
@@ -584,3 +578,74 @@ def test_miltertest_negotiates_aborts_and_gets_the_verdicts(spam_and_ham, served
     assert "spam:  Yes, score=" in r.stdout and "ham:  No, score=" in r.stdout, r.stdout
     lines = [x for x in served_milter.lines.parsed() if x["event"] == "message"]
     assert [x["verdict"] for x in lines] == ["spam", "ham"] and lines[0]["raddr"] == "192.0.2.7"
+
+
+def test_sessions_waiting_for_their_mta_hold_no_thread(compiled, spam_and_ham):  # noqa: F811
+    """Postfix holds a connection for each SMTP session, idle at the client's pace: the
+    sessions wait in one loop, only an answer takes a thread (kept for the next)."""
+    def threads():  # a thread a connection (socketserver's), and the pool's answering ones
+        names = [t.name for t in threading.enumerate()]
+        return (sum("process_request_thread" in n for n in names), sum(n.startswith("spamnb-milter_") for n in names))
+
+    s = Milter(compiled, max_connections=40)
+    try:
+        ham = crlf(spam_and_ham[1])
+        assert status_of(s.mta().message(ham)).startswith(b" No")
+        waiting = [s.mta() for _ in range(30)]
+        for m in waiting:
+            m.step(b"M", b"<a@example.org>\0", 0x4000)  # inside a message, the client slow
+        time.sleep(0.2)
+        assert threads() == (0, 1)
+        for m in waiting[::6]:
+            assert status_of(m.message(ham, connect=False)).startswith(b" No")
+        assert threads() == (0, 1)  # one after another: the one kept answers each
+    finally:
+        s.stop()
+
+
+def test_an_mta_that_does_not_read_its_answers_is_closed_and_others_go_on(compiled, spam_and_ham):  # noqa: F811
+    """A version 2 client has every step answered; one that never reads the answers fills
+    its buffer and the server's: it is closed with one line, never waited for."""
+    s = Milter(compiled)
+    try:
+        other = s.mta()
+        flood = socket.socket()
+        flood.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1024)
+        flood.settimeout(20)
+        flood.connect(("127.0.0.1", s.port))
+        flood.sendall(mp.packet(b"O", struct.pack(">III", 2, 0x3F, 0)))
+        burst = mp.packet(b"L", b"X-A\0b\0") * 1000
+        with pytest.raises(OSError):  # reset once the server closed it
+            for _ in range(5000):
+                flood.sendall(burst)
+        flood.close()
+        assert status_of(other.message(crlf(spam_and_ham[1]))).startswith(b" No")
+        errors = [x for x in s.lines.parsed() if x["event"] == "error"]
+        assert [(x["kind"], x["text"]) for x in errors] == [
+            ("ex_timeout", "the MTA does not read the answers: connection closed")]
+    finally:
+        s.stop()
+
+
+def test_stopping_answers_the_message_in_hand_and_closes_the_waiting(compiled, spam_and_ham, monkeypatch):  # noqa: F811
+    s = Milter(compiled)
+    ham = crlf(spam_and_ham[1])
+    filter_ = s.models.filter
+    answering = threading.Event()
+
+    def slow(*a, **kw):
+        answering.set()
+        time.sleep(0.5)
+        return filter_(*a, **kw)
+
+    monkeypatch.setattr(s.models, "filter", slow)
+    waiting, busy = s.mta(), s.mta()
+    got = []
+    t = threading.Thread(target=lambda: got.append(busy.message(ham)))
+    t.start()
+    assert answering.wait(10)
+    s.stop()  # returns once the message in hand is answered and every session closed
+    t.join(10)
+    assert status_of(got[0]).startswith(b" No")
+    with pytest.raises((EOFError, ConnectionResetError)):
+        waiting.read()

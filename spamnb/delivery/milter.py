@@ -16,12 +16,17 @@ byte is read (:mod:`spamnb.delivery.access`). A message with one recipient is
 scored by that user's model (its local part, without a ``+extension``), when
 ``--user-models``/``--store-users`` has one; with several, by the served model.
 
+**How**: the listener accepts, checks and caps each connection as every door's
+does; then one loop (:class:`_Sessions`, one epoll) waits for all of them, cuts and
+steps their packets as they come, and hands only a message's answer to a pool of
+threads kept between messages: a session waiting for its MTA holds no thread.
+
 **Limits**: per listener, ``--max-connections`` served at once (Postfix holds one
 connection per SMTP session), as spamd's. A packet over
 :data:`~spamnb.delivery.milter_protocol.MAX_PACKET`, garbage, a connection closed
-inside a message or an MTA that stalls (nothing for :data:`IDLE` seconds between
-the steps of a session, or ``--timeout`` once a message's content has started)
-closes that connection with one line: the MTA applies its
+inside a message, an MTA that stalls (nothing for :data:`IDLE` seconds between
+the steps of a session, or ``--timeout`` once a message's content has started) or
+one that does not read its answers closes that connection with one line: the MTA applies its
 ``milter_default_action`` (accept). A message over the limit (the smaller of
 ``--max-bytes`` and ``--spamd-max-bytes``) is accepted unscanned with one line,
 never held beyond it.
@@ -35,8 +40,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+import select
 import socket
 import socketserver
+import threading
 import time
 
 from spamnb.delivery import access, pipeline
@@ -208,28 +216,293 @@ _STEPS = {mp.OPTNEG: Session._optneg, mp.MACRO: Session._macro, mp.CONNECT: Sess
           mp.QUIT_NC: Session._quit_nc}
 
 
-class _Handler(socketserver.BaseRequestHandler):
-    def handle(self):
-        srv = self.server
-        conn = self.request
-        session = Session(srv, srv.peer(conn, self.client_address), client_ip(self.client_address))
-        conn.settimeout(None)  # blocking, its waits bounded by the kernel: one system call a read or write
-        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, mp.timeval(srv.timeout_s))
-        reader = mp.PacketReader(conn)
+class _Conn:
+    """One MTA connection served by the :class:`_Sessions` loop: its socket, its
+    :class:`Session`, the bytes read not yet a whole packet, when it must have sent
+    more, and what to do when it ends. ``armed``: waiting in the loop's epoll for the
+    MTA (the loop's to end on its deadline); False while a thread works on it."""
+
+    __slots__ = ("sock", "fd", "session", "packets", "deadline", "armed", "ended")
+
+    def __init__(self, sock, session, ended):
+        self.sock, self.fd, self.session, self.ended = sock, sock.fileno(), session, ended
+        self.packets = mp.Packets()
+        self.deadline = time.monotonic() + IDLE
+        self.armed = False
+
+
+class _Sessions:
+    """The milter door's connections, served from one thread: Postfix and Sendmail hold a
+    connection for each SMTP session, idle most of its life (the client's pace), so a
+    thread each would be held by waiting; here the waiting is one epoll for them all,
+    the packets are cut and stepped as they come, and only the end of a message, the
+    answer (the pipeline, perhaps the store), goes to a pool of at most
+    ``--max-connections`` threads kept between messages. Each connection is armed once
+    (EPOLLONESHOT): the loop or one of the pool works on it at a time, never both."""
+
+    #: Seconds between two looks for connections past their deadline (a stalled MTA is
+    #: closed this much after its deadline at most).
+    LOOK = 0.25
+
+    def __init__(self, srv, workers):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.srv = srv
+        self.conns = {}  # fd -> _Conn
+        self.lock = threading.Lock()
+        self.epoll = select.epoll()
+        self.wake_r, self.wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.epoll.register(self.wake_r, select.EPOLLIN)
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="spamnb-milter")
+        self.stopping = False
+        self.listener = None  # the listening socket's descriptor while this loop accepts
+        self.refusing = False  # shut down: never (again) accepting
+        self.accepting = threading.Lock()
+        self.thread = threading.Thread(target=self._run, name="spamnb-milter-sessions", daemon=True)
+        self.thread.start()
+
+    def add(self, sock, client_address, ended, at_once=False):
+        """Serve ``sock`` (accepted, allowed, within the cap); ``ended()`` once it is closed.
+        ``at_once`` (in the loop, which accepted it): what came with the connection is read
+        now (over TCP the negotiation: the listener accepts once the first bytes are in)."""
+        srv = self.srv
         try:
-            for cmd, data in reader.packets(session.deadline):  # the deadline asked only when it must wait
+            sock.settimeout(None)  # blocking, its sends bounded by the kernel; reads never wait (MSG_DONTWAIT)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, mp.timeval(srv.timeout_s))
+        except OSError:  # reset already: nothing to serve
+            ended()
+            return
+        conn = _Conn(sock, Session(srv, srv.peer(sock, client_address), client_ip(client_address)), ended)
+        with self.lock:
+            if not self.stopping:
+                self.conns[conn.fd] = conn
+        if self.stopping:  # a connection let in as the server stops: closed, its MTA applies its default
+            ended()
+            return
+        if at_once:
+            self._guarded(self._first_read, conn)
+        else:
+            self._arm(conn, first=True)
+
+    def _first_read(self, conn):
+        self.epoll.register(conn.fd, select.EPOLLONESHOT)  # known to the epoll, not armed: read now
+        self._read(conn)
+
+    # -- the loop --
+
+    def _run(self):
+        look = time.monotonic() + self.LOOK
+        while True:
+            for fd, _ in self.epoll.poll(self.LOOK):
+                if fd == self.wake_r:  # stop: the loop ends once its connections are closed
+                    os.read(fd, 64)
+                    continue
+                if fd == self.listener:
+                    self._accept()
+                    continue
+                conn = self.conns.get(fd)
+                if conn is not None and conn.armed:
+                    conn.armed = False
+                    self._guarded(self._read, conn)
+            now = time.monotonic()
+            if now >= look:
+                look = now + self.LOOK
+                self._guarded_call(self.srv.service_actions)  # the refused connections' counted line
+                for conn in [c for c in list(self.conns.values()) if c.armed and c.deadline <= now]:
+                    conn.armed = False
+                    self._guarded(self._end, conn, mp.MilterError("the MTA sent nothing in time", "ex_timeout"))
+            if self.stopping:
+                with self.lock:
+                    if not self.conns:
+                        return
+
+    # -- accepting, in the loop --
+
+    def accept(self, listening_socket):
+        """Accept the listener's connections in this loop from now on (its ``serve_forever``),
+        unless :meth:`stop_accepting` was asked already."""
+        with self.accepting:
+            if self.refusing:
+                return
+            listening_socket.setblocking(False)  # a connection gone before accept() is no wait
+            self.listener = listening_socket.fileno()
+            self.epoll.register(self.listener, select.EPOLLIN)
+
+    def stop_accepting(self):
+        """No connection accepted once this returns (its ``shutdown``)."""
+        with self.accepting:
+            self.refusing = True
+            if self.listener is not None:
+                try:
+                    self.epoll.unregister(self.listener)
+                except (OSError, ValueError):
+                    pass
+                self.listener = None
+
+    def _accept(self):
+        with self.accepting:
+            if self.listener is not None:  # the listener's own checks: allowed, within the cap, counted
+                self._guarded_call(self.srv._handle_request_noblock)  # (BaseServer's accept step)
+
+    @staticmethod
+    def _guarded_call(work):
+        try:
+            work()
+        except Exception:  # noqa: BLE001 - the loop goes on; socketserver said what failed
+            pass
+
+    def _guarded(self, work, conn, *args):
+        """``work(conn, *args)``; a bug in it closes that connection with one line, never
+        the loop or the pool thread (the other sessions go on)."""
+        try:
+            work(conn, *args)
+        except Exception as exc:  # noqa: BLE001 - the server goes on: only this connection ends
+            try:
+                self._end(conn, mp.MilterError(f"internal error: {exc!r}", "ex_software"))
+            except Exception:  # noqa: BLE001 - its line could not be written: closed all the same
+                pass
+
+    def _read(self, conn):
+        try:
+            data = conn.sock.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            self._arm(conn)
+            return
+        except OSError as exc:
+            self._end(conn, exc)
+            return
+        if not data:
+            if conn.packets.pending() or conn.session.started():
+                self._end(conn, mp.MilterError("the MTA closed the connection inside a message", "dropped"))
+            else:
+                self._end(conn)
+            return
+        conn.packets.add(data)
+        self._steps(conn, fresh=True)
+
+    def _steps(self, conn, fresh):
+        """The whole packets read, stepped (the end of a message handed to the pool); then
+        armed again, its deadline counted anew when a packet was whole (``fresh``: from
+        the loop's read, the one before it was cut)."""
+        session, packets = conn.session, conn.packets
+        stepped = False
+        try:
+            while (got := packets.take()) is not None:
+                cmd, data = got
+                stepped = True
+                if cmd == mp.EOB:
+                    self.pool.submit(self._guarded, self._answer, conn, data)
+                    return
                 replies = session.step(cmd, data)
                 if replies:
-                    conn.sendall(b"".join(replies))
+                    self._send_now(conn, b"".join(replies))
                 if session.done:
+                    self._end(conn)
                     return
-            if session.started():
-                raise mp.MilterError("the MTA closed the connection inside a message", "dropped")
         except (mp.MilterError, OSError) as exc:
-            srv.failed(session, exc)
+            self._end(conn, exc)
+            return
+        if stepped or not fresh or not packets.pending():
+            conn.deadline = session.deadline()
+        self._arm(conn)
+
+    def _answer(self, conn, data):
+        """The end of a message (in the pool): its answer sent, then the packets after it."""
+        try:
+            conn.sock.sendall(b"".join(conn.session.step(mp.EOB, data)))
+        except (mp.MilterError, OSError) as exc:
+            self._end(conn, exc)
+            return
+        self._steps(conn, fresh=False)
+
+    @staticmethod
+    def _send_now(conn, data):
+        """A reply sent from the loop, never waiting: an MTA that does not read its answers
+        (its buffer and ours full) is closed, not waited for."""
+        try:
+            sent = conn.sock.send(data, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        if sent < len(data):
+            raise mp.MilterError("the MTA does not read the answers", "ex_timeout")
+
+    def _arm(self, conn, first=False):
+        conn.armed = True
+        try:
+            if first:
+                self.epoll.register(conn.fd, select.EPOLLIN | select.EPOLLONESHOT)
+            else:
+                self.epoll.modify(conn.fd, select.EPOLLIN | select.EPOLLONESHOT)
+        except OSError as exc:
+            conn.armed = False
+            self._end(conn, exc)
+
+    def _end(self, conn, exc=None):
+        """Close ``conn`` (with one line for ``exc``): out of the epoll before its socket
+        closes (its number is the next connection's)."""
+        with self.lock:
+            if self.conns.pop(conn.fd, None) is None:
+                return
+        try:
+            self.epoll.unregister(conn.fd)
+        except (OSError, ValueError):
+            pass
+        try:
+            if exc is not None:
+                self.srv.failed(conn.session, exc)
+        finally:
+            conn.ended()
+
+    def stop(self):
+        """Once the connections are closed (the server's :meth:`_MilterServer.close` shut
+        their reads: a message being answered is answered): the loop and the pool end."""
+        with self.lock:
+            if self.stopping:
+                return
+            self.stopping = True
+        os.write(self.wake_w, b"x")
+        self.thread.join()
+        self.pool.shutdown(wait=True)
+        self.epoll.close()
+        os.close(self.wake_r)
+        os.close(self.wake_w)
 
 
-class _MilterServer(DoorServer):
+class _ServedInLoop(socketserver.ThreadingMixIn):
+    """The milter's listeners under :class:`~spamnb.delivery.server.BoundedThreads`' cap,
+    accepting in the :class:`_Sessions` loop: a connection within the cap is served
+    there, no thread of its own; one beyond it waits for a slot in a thread (as every
+    door's does), then joins the loop, its thread holding the slot until the loop has
+    closed it. ``serve_forever`` hands the listener to the loop and waits for
+    ``shutdown``, after which none is accepted."""
+
+    def serve_forever(self, poll_interval=0.5):
+        self.sessions.accept(self.socket)
+        self._shut.wait()
+
+    def shutdown(self):
+        self.sessions.stop_accepting()
+        self._shut.set()
+
+    def process_request(self, request, client_address):
+        if request in self._waiters:
+            super().process_request(request, client_address)  # a thread: BoundedThreads waits for the slot
+            return
+
+        def ended():
+            self.shutdown_request(request)
+            self._release(request)
+
+        self.sessions.add(request, client_address, ended, at_once=True)
+
+    def process_request_thread(self, request, client_address):
+        done = threading.Event()
+        self.sessions.add(request, client_address, done.set)
+        done.wait()
+        self.shutdown_request(request)
+
+
+class _MilterServer(DoorServer, _ServedInLoop):
     what = "the milter protocol"
     via = "milter"
 
@@ -243,6 +516,8 @@ class _MilterServer(DoorServer):
         # as many as are served at most; then, or beyond them at once, it is closed and the MTA applies
         # milter_default_action; no one client holds more than half of either
         self.bound_threads(max_connections, wait=SLOT_WAIT, shared=True)
+        self.sessions = _Sessions(self, max_connections)
+        self._shut = threading.Event()  # shutdown() asked: serve_forever returns
 
     # -- one message's answer --
 
@@ -308,21 +583,34 @@ class _MilterServer(DoorServer):
                 conn.shutdown(socket.SHUT_RD)
             except OSError:
                 pass
+        sessions = getattr(self, "sessions", None)  # (none when it closes before it was configured)
+        if sessions is not None:
+            sessions.stop()
         self.server_close()
+
+
+#: Seconds the kernel holds a TCP connection that has sent nothing before it is accepted
+#: (TCP_DEFER_ACCEPT): an MTA sends its negotiation as it connects, so the loop accepts
+#: and reads it in one wake-up; Postfix's milter_connect_timeout is 30 s too.
+DEFER_ACCEPT = 30
 
 
 class TCPServer(TCPListener, _MilterServer, socketserver.TCPServer):
     door = access.MILTER
 
     def __init__(self, host, port, allowed):
-        super().__init__(host, port, allowed, _Handler)
+        super().__init__(host, port, allowed, None)
+        try:
+            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
+        except (AttributeError, OSError):  # not Linux: accepted at once, read at the next wake-up
+            pass
 
 
 class UnixServer(UnixListener, _MilterServer, socketserver.UnixStreamServer):
     door = access.MILTER
 
     def __init__(self, path, mode):
-        super().__init__(path, mode, _Handler)
+        super().__init__(path, mode, None)
 
 
 def listening(addresses, models, *, limit, timeout, reject=False, on_error="accept", unix_mode=0o600,

@@ -12,21 +12,19 @@ negotiation said it would not (the ``NR_*`` flags), and at the end of the body i
 may ask for header changes before its final answer. ``A`` (abort) ends a message,
 ``Q`` the connection, ``K`` (quit, new connection) starts over on the same one.
 
-This module is the codec alone: packets read (:class:`PacketReader`) and made
+This module is the codec alone: packets cut from what was read (:class:`Packets`) and made
 (:func:`packet` and the replies), the negotiation (:func:`negotiate`), the
 commands' data parsed, and a message assembled as the MTA will deliver it
 (:class:`Message`). The door that serves it is :mod:`spamnb.delivery.milter`.
 Written here rather than taken from a library: pymilter needs libmilter and a
 compiler; the pure-Python ones (``purepythonmilter``: asyncio, its own server
-loop; ``ppymilter``: unmaintained since 2012) would not run in the threaded,
-capped listeners every other door uses (CONTRIBUTING.md says more).
+loop; ``ppymilter``: unmaintained since 2012) would not run in the capped listeners
+every other door uses (CONTRIBUTING.md says more).
 """
 
 from __future__ import annotations
 
-import socket
 import struct
-import time
 
 #: The protocol version spoken (Sendmail 8.14+, Postfix 2.6+).
 VERSION = 6
@@ -96,92 +94,46 @@ def packet(cmd: bytes, data: bytes = b"") -> bytes:
     return _LEN.pack(len(data) + 1) + cmd + data
 
 
-class PacketReader:
-    """Packets from a socket, each whole by a deadline (:meth:`next`). An MTA sends a
+class Packets:
+    """A connection's bytes as they come, cut into packets (:meth:`take`). An MTA sends a
     session's steps in bursts (Postfix: the envelope in one write, the header fields and
-    the body in the next), so most packets are in hand already: they are cut from the
-    buffer at an offset, with no system call and no clock read."""
+    the body in the next), so one read holds many packets: they are cut at an offset,
+    and the bytes of a packet not whole yet are kept for the next read."""
 
-    def __init__(self, sock):
-        self.sock = sock
+    __slots__ = ("buf", "pos")
+
+    def __init__(self):
         self.buf = b""
         self.pos = 0  # where the next packet starts in buf
-        self.waits = 0.0  # the socket's receive timeout now (SO_RCVTIMEO; 0: none)
 
-    def next(self, deadline):
-        """``(cmd, data)`` of the next packet; None when the MTA closed the connection
-        between packets; MilterError for a length out of bounds, a connection closed
-        inside a packet, or one not whole by ``deadline`` (time.monotonic(), or a function
-        giving it: asked only when the packet is not in hand)."""
-        return next(self.packets(deadline if callable(deadline) else lambda: deadline), None)
-
-    def packets(self, deadline):
-        """:meth:`next`'s packets until the MTA closes the connection between two
-        (``deadline``: a function, asked only when a packet is not in hand). Postfix
-        sends some 70 packets a message, so the ones in hand are cut in this loop's
-        locals, not a method call each; the empty macro lists it sends before each
-        header field (nothing defined, nothing to answer) are passed over here."""
-        while True:
-            buf, pos = self.buf, self.pos
-            n = len(buf)
-            while n - pos >= 5:
-                (size,) = _LEN.unpack_from(buf, pos)
-                end = pos + 4 + size
-                if end > n or not 1 <= size <= MAX_PACKET:
-                    break
-                self.pos = pos = end
-                if size == 2 and buf[end - 2] == _MACRO:
-                    continue
-                yield buf[end - size:end - size + 1], buf[end - size + 1:end]
-            got = self._wait(deadline())
-            if got is None:
-                return
-            yield got
-
-    def _wait(self, deadline):
-        """:meth:`next` of a packet not whole in the buffer: read until it is."""
-        if not self._fill(4, deadline, between=True):
-            return None
-        (size,) = _LEN.unpack_from(self.buf)
-        if not 1 <= size <= MAX_PACKET:
-            raise MilterError(f"a packet of {size} bytes (the limit is {MAX_PACKET}): not a milter client")
-        self._fill(4 + size, deadline)
-        self.pos = 4 + size
-        return self.buf[4:5], self.buf[5:4 + size]
-
-    def _wait_at_most(self, seconds):
-        """A blocking socket whose receive gives up after ``seconds``: one system call a
-        wake-up (a socket timeout costs three: the mode set, a poll, the receive). Set only
-        when the wait left is not near the one set, so a packet is whole by its deadline or
-        5% after."""
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, timeval(seconds))
-        self.waits = seconds
-
-    def _fill(self, n, deadline, between=False) -> bool:
-        """At least ``n`` bytes in the buffer, from its start (the packets before it dropped)."""
-        have = [self.buf[self.pos:]] if self.pos < len(self.buf) else []
-        got_n = len(have[0]) if have else 0
+    def add(self, data: bytes) -> None:
+        """Bytes read from the connection, after those kept."""
+        self.buf = self.buf[self.pos:] + data if self.pos < len(self.buf) else data
         self.pos = 0
-        try:
-            while got_n < n:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise MilterError("the MTA sent nothing in time", "ex_timeout")
-                if not left * 0.5 <= self.waits <= left * 1.05 + 0.01:
-                    self._wait_at_most(left)
-                try:
-                    got = self.sock.recv(max(65536, n - got_n))
-                except (BlockingIOError, socket.timeout):  # the receive timeout: again, until the deadline
-                    continue
-                if not got:
-                    if between and not got_n:
-                        return False
-                    raise MilterError("the MTA closed the connection inside a packet", "dropped")
-                have.append(got)  # joined once: a packet of many reads is copied once
-                got_n += len(got)
-        finally:
-            self.buf = have[0] if len(have) == 1 else b"".join(have)
-        return True
+
+    def pending(self) -> bool:
+        """Whether part of a packet is kept (the connection closed now cuts it)."""
+        return self.pos < len(self.buf)
+
+    def take(self):
+        """The next whole packet, ``(cmd, data)``, or None until more bytes come;
+        MilterError for a length out of bounds (known from its first 4 bytes, before the
+        rest is waited for). Postfix sends an empty macro list before each header field
+        (nothing defined, nothing to answer): those are passed over here."""
+        buf, pos = self.buf, self.pos
+        n = len(buf)
+        while n - pos >= 4:
+            (size,) = _LEN.unpack_from(buf, pos)
+            if not 1 <= size <= MAX_PACKET:
+                raise MilterError(f"a packet of {size} bytes (the limit is {MAX_PACKET}): not a milter client")
+            end = pos + 4 + size
+            if end > n:
+                break
+            self.pos = pos = end
+            if size == 2 and buf[end - 2] == _MACRO:
+                continue
+            return buf[end - size:end - size + 1], buf[end - size + 1:end]
+        return None
 
 
 # -- negotiation -----------------------------------------------------------------------

@@ -1,41 +1,29 @@
 #!/usr/bin/env python3
-"""Where the milter's CPU a message goes: its protocol work, and how the MTA's pace changes it.
+"""The milter's protocol work a message: its CPU beside the scoring.
 
-Two measures, on the shipped sample maildir's messages, each sent as a Postfix-like
-session (option negotiation, the envelope with its macros, an empty macro list before
-each header field, the body, the end of the body with the queue id, QUIT):
+The shipped sample maildir's messages, each as a Postfix-like session (option
+negotiation, the envelope with its macros, an empty macro list before each header
+field, the body, the end of the body with the queue id, QUIT), cut into packets
+(:class:`spamnb.delivery.milter_protocol.Packets`) and fed to a
+:class:`spamnb.delivery.milter.Session` from memory, its scoring replaced by a fixed
+verdict: the microseconds of CPU a session costs the milter beside the scoring.
 
-* **protocol work**: the sessions fed to a :class:`spamnb.delivery.milter.Session`
-  from memory, its scoring replaced by a fixed verdict: the microseconds of CPU a
-  session costs the milter beside the scoring;
-* **one write or four**: a ``spamnb serve --milter`` in this process (the model given),
-  a client in another process sending each session in one write, then in four (after
-  the negotiation, after the envelope, before the end of the body), the order
-  alternating; the handler thread's CPU a session and the scoring's inside it. With
-  ``--pin`` the server runs on CPU 0 and the client on CPU 1.
-
-    python3 tools/benchmarks/milter_session_cpu.py --model MODEL [--pin]
+    python3 tools/benchmarks/milter_session_cpu.py
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import struct
-import subprocess
 import sys
-import threading
 import time
 import types
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from spamnb.delivery import access, events, milter, usermodels  # noqa: E402
+from spamnb.delivery import milter  # noqa: E402
 from spamnb.delivery import milter_protocol as mp  # noqa: E402
-from spamnb.storage.filestore import FileBackend  # noqa: E402
 
 SAMPLE = ROOT / "corpora" / "sample-maildir" / "cur"
 QUIT = mp.packet(mp.QUIT)
@@ -76,21 +64,6 @@ def session(raw: bytes) -> tuple[bytes, list[int]]:
     return b"".join(chunks), starts
 
 
-class _Memory:
-    """A socket that hands out ``data``."""
-
-    def __init__(self, data):
-        self.data, self.at = data, 0
-
-    def setsockopt(self, *option):
-        pass
-
-    def recv(self, n):
-        out = self.data[self.at:self.at + n]
-        self.at += len(out)
-        return out
-
-
 def protocol_us(msgs, rounds=20) -> float:
     """Microseconds of CPU a session's protocol work costs (scoring replaced)."""
     verdict = types.SimpleNamespace(label="ham", decided=types.SimpleNamespace(
@@ -106,94 +79,19 @@ def protocol_us(msgs, rounds=20) -> float:
     for _ in range(rounds):
         for data in streams:
             s = milter.Session(srv, None, "127.0.0.1")
-            for cmd, body in mp.PacketReader(_Memory(data)).packets(s.deadline):
-                s.step(cmd, body)
-                if s.done:
-                    break
+            packets = mp.Packets()
+            packets.add(data)
+            while not s.done and (got := packets.take()) is not None:
+                s.step(*got)
     return (time.thread_time() - start) / (rounds * len(streams)) * 1e6
-
-
-def client(port: int, writes: int, pause: float) -> None:
-    """The sessions to ``port``, each in ``writes`` writes (1 or 4), reading the answer."""
-    for raw in messages():
-        data, starts = session(raw)
-        with socket.create_connection(("127.0.0.1", port)) as s:
-            bounds = [0, len(data)] if writes == 1 else [*starts, len(data)]
-            for a, b in zip(bounds, bounds[1:]):
-                s.sendall(data[a:b])
-                time.sleep(pause)
-            got = b""
-            while mp.packet(mp.ACCEPT) not in got:
-                more = s.recv(65536)
-                if not more:
-                    break
-                got += more
-            s.sendall(QUIT)
-
-
-def writes_ms(model: Path, rounds: int, pin: bool, pause: float) -> dict:
-    """Handler and scoring CPU (ms) a session, by writes: {1: (handler, scoring), 4: ...}."""
-    cpu, n, now = Counter(), Counter(), {"writes": 0}
-    handle, scan = milter._Handler.handle, usermodels.Models.filter
-
-    def timed_handle(self):
-        start = time.thread_time()
-        try:
-            return handle(self)
-        finally:
-            cpu[now["writes"]] += time.thread_time() - start
-            n[now["writes"]] += 1
-
-    def timed_filter(self, *a, **k):
-        start = time.thread_time()
-        try:
-            return scan(self, *a, **k)
-        finally:
-            cpu[-now["writes"]] += time.thread_time() - start
-
-    milter._Handler.handle, usermodels.Models.filter = timed_handle, timed_filter
-    if pin:
-        os.sched_setaffinity(0, {0})
-    backend = FileBackend(str(model)).resident()
-    backend.view()
-    models = usermodels.Models(backend, None, lambda line: None, recorder=events.Recorder(write=lambda line: None))
-    srv = milter.TCPServer("127.0.0.1", 0, access.LOOPBACK)
-    srv.configure(models, limit=1 << 20, timeout=30, reject=False, on_error="accept", log=lambda line: None,
-                  max_connections=8)
-    threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.5}, daemon=True).start()
-    port = srv.server_address[1]
-    prefix = ["taskset", "-c", "1"] if pin else []
-    try:
-        for rnd in range(rounds):
-            for writes in ((1, 4) if rnd % 2 == 0 else (4, 1)):
-                now["writes"] = writes
-                subprocess.run([*prefix, sys.executable, __file__, "--client", str(port), str(writes), str(pause)],
-                               check=True)
-        time.sleep(0.3)
-    finally:
-        srv.shutdown()
-        srv.server_close()
-    return {w: (cpu[w] / n[w] * 1e3, cpu[-w] / n[w] * 1e3) for w in (1, 4)}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, help="a spamnb model (spamnb train ...)")
-    ap.add_argument("--rounds", type=int, default=3, help="rounds of the sample maildir a way (default: %(default)s)")
-    ap.add_argument("--pause", type=float, default=0.0, help="seconds between a session's writes (default: 0)")
-    ap.add_argument("--pin", action="store_true", help="the server on CPU 0, the client on CPU 1")
-    ap.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=20, help="rounds of the sample maildir (default: %(default)s)")
     args = ap.parse_args(argv)
-    if args.client:
-        client(int(args.client[0]), int(args.client[1]), float(args.client[2]))
-        return 0
     msgs = messages()
-    print(f"protocol work: {protocol_us(msgs):.1f} us a session ({len(msgs)} messages)")
-    if args.model is None:
-        return 0
-    got = writes_ms(args.model, args.rounds, args.pin, args.pause)
-    for w, (handler, scoring) in got.items():
-        print(f"{w} write{'s' if w > 1 else ''}: handler {handler:.3f} ms a session, scoring inside it {scoring:.3f} ms")
+    print(f"protocol work: {protocol_us(msgs, args.rounds):.1f} us a session ({len(msgs)} messages)")
     return 0
 
 
