@@ -121,6 +121,9 @@ def test_negotiation_asks_only_for_the_steps_it_uses():
 
 def test_commands_data_is_parsed():
     assert mp.macros(b"Ci\0ABC\0{daemon_name}\0smtpd\0") == (b"C", {"i": "ABC", "daemon_name": "smtpd"})
+    assert mp.queue_id(b"Ci\0ABC\0{daemon_name}\0smtpd\0") == "ABC"
+    assert mp.queue_id(b"E{i}\x004ABC\0") == "4ABC" and mp.queue_id(b"Mx\0i\0") is None  # a value "i" is no name
+    assert mp.queue_id(b"Cj\0mx.example\0{daemon_name}\0smtpd\0") is None and mp.queue_id(b"L") is None
     assert mp.connect(b"host.example\x004\x9c\x40192.0.2.1\0") == ("host.example", "192.0.2.1")
     assert mp.connect(b"h\x006\x00\x19IPv6:2001:db8::1\0") == ("h", "2001:db8::1")
     assert mp.connect(b"localhost\0L") == ("localhost", None)

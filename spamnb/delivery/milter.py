@@ -111,7 +111,7 @@ class Session:
         # The queue id ({i}) is one message's: Sendmail sends it with MAIL's macros, before
         # MAIL, Postfix with those of the end of the body; it goes when the message ends
         # (its answer, or ABORT), never read for the next one.
-        qid = mp.macros(data)[1].get("i")  # the one macro used: what others an MTA sends are not kept
+        qid = mp.queue_id(data)  # the one macro used: what others an MTA sends are not kept
         if qid is not None:
             self.qid = qid[:mp.MAX_NAME]
         return []

@@ -182,6 +182,15 @@ def macros(data: bytes) -> tuple[bytes, dict]:
     return data[:1], found
 
 
+def queue_id(data: bytes) -> str | None:
+    """The queue id of a ``D`` packet (its ``i`` or ``{i}`` macro), or None. An MTA sends
+    a macro list before most steps and the queue id in one of them: a list that cannot
+    hold it (no ``i`` name ending in it) is not split."""
+    if data and b"i\0" not in data and b"{i}\0" not in data:
+        return None
+    return macros(data)[1].get("i")
+
+
 def connect(data: bytes) -> tuple[str, str | None]:
     """``(host name, address)`` of a ``C`` packet (address None for a Unix or unknown family)."""
     host, _, rest = data.partition(b"\0")
