@@ -485,13 +485,13 @@ class _ServedInLoop(socketserver.ThreadingMixIn):
         self._shut.set()
 
     def process_request(self, request, client_address):
-        if request in self._waiters:
+        if self.waiting(request):
             super().process_request(request, client_address)  # a thread: BoundedThreads waits for the slot
             return
 
         def ended():
             self.shutdown_request(request)
-            self._release(request)
+            self.release(request)
 
         self.sessions.add(request, client_address, ended, at_once=True)
 

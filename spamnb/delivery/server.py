@@ -245,10 +245,16 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._release(request)
+            self.release(request)
             raise
 
-    def _release(self, request):
+    def waiting(self, request) -> bool:
+        """Whether ``request`` was accepted beyond the bound and waits for a slot."""
+        return request in self._waiters
+
+    def release(self, request):
+        """``request``'s slot freed (it is closed): for a listener that serves its
+        connections elsewhere than in their threads (the milter's loop)."""
         with self._guard:
             self._waiters.discard(request)
             self._held.pop(request, None)
@@ -280,7 +286,7 @@ class BoundedThreads(socketserver.ThreadingMixIn):
         finally:
             with self._guard:
                 self._open.pop(request, None)
-            self._release(request)
+            self.release(request)
 
     def service_actions(self):
         """Between accepts (every poll interval): shut down the connections past their deadline."""
