@@ -227,7 +227,7 @@ class _Conn:
     def __init__(self, sock, session, ended):
         self.sock, self.fd, self.session, self.ended = sock, sock.fileno(), session, ended
         self.packets = mp.Packets()
-        self.deadline = time.monotonic() + IDLE
+        self.deadline = session.deadline()
         self.armed = False
 
 
